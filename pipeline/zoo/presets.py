@@ -1,0 +1,65 @@
+"""Model-zoo presets: Qwen3-ASR configurations built from the upstream `transformers` classes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Encoder/decoder dimensions. 0.6b and 1.7b follow the published Qwen3-ASR checkpoints.
+_PRESETS = {
+    "tiny": dict(
+        audio=dict(d_model=192, encoder_layers=4, encoder_attention_heads=4, encoder_ffn_dim=768,
+                   downsample_hidden_size=32),
+        text=dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=64, max_position_embeddings=2048),
+        bpe_vocab_size=1024, qwen_ids=False,
+    ),
+    "0.6b": dict(
+        audio=dict(d_model=896, encoder_layers=18, encoder_attention_heads=14, encoder_ffn_dim=3584,
+                   downsample_hidden_size=480),
+        text=dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                  num_key_value_heads=8, head_dim=128, max_position_embeddings=65536),
+        bpe_vocab_size=4096, qwen_ids=True,
+    ),
+    "1.7b": dict(
+        audio=dict(d_model=1024, encoder_layers=24, encoder_attention_heads=16, encoder_ffn_dim=4096,
+                   downsample_hidden_size=480),
+        text=dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                  num_key_value_heads=8, head_dim=128, max_position_embeddings=65536),
+        bpe_vocab_size=4096, qwen_ids=True,
+    ),
+}
+PRESET_NAMES = tuple(_PRESETS)
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    audio: dict
+    text: dict
+    bpe_vocab_size: int
+    qwen_ids: bool  # special tokens at the published Qwen ids (vocab 151936)
+
+
+def get_preset(name: str) -> Preset:
+    if name not in _PRESETS:
+        raise KeyError(f"unknown preset {name!r}; choose one of {', '.join(PRESET_NAMES)}")
+    return Preset(name=name, **_PRESETS[name])
+
+
+def make_config(preset: Preset, vocab_size: int, special: dict[str, int]):
+    """A `Qwen3ASRConfig` for `preset` with the tokenizer's vocabulary and special-token ids."""
+    from transformers import Qwen3ASRConfig
+
+    text = dict(preset.text, vocab_size=vocab_size, tie_word_embeddings=True, rms_norm_eps=1e-6,
+                rope_theta=1_000_000.0)
+    audio = dict(preset.audio, num_mel_bins=128, n_window=50, n_window_infer=800,
+                 output_dim=preset.text["hidden_size"])
+    eos = (special["<|endoftext|>"], special["<|im_end|>"])
+    return Qwen3ASRConfig(
+        audio_config=audio,
+        text_config=text,
+        audio_token_id=special["<|audio_pad|>"],
+        pad_token_id=special["<|endoftext|>"],
+        eos_token_id=eos,
+        tie_word_embeddings=True,
+    )
