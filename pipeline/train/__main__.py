@@ -1,0 +1,3 @@
+from pipeline.train.train import main
+
+main()

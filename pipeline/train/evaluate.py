@@ -1,0 +1,52 @@
+"""Greedy transcription of held-out clips with the torch model, and word error rate."""
+
+from __future__ import annotations
+
+import torch
+from tokenizers import Tokenizer
+
+from pipeline.prompt import parse_answer
+from pipeline.train.batches import ClipStore, features, token_batch
+
+MAX_NEW_TOKENS = 64
+
+
+def edit_distance(ref: list[str], hyp: list[str]) -> int:
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
+    return row[-1]
+
+
+def wer(refs: list[str], hyps: list[str]) -> float:
+    errors = sum(edit_distance(r.split(), h.split()) for r, h in zip(refs, hyps))
+    return errors / max(1, sum(len(r.split()) for r in refs))
+
+
+@torch.no_grad()
+def transcribe(model, tok: Tokenizer, store: ClipStore, idx: torch.Tensor) -> list[str]:
+    """Greedy decoding of clips `idx` in one left-padded batch."""
+    device = store.pcm.device
+    feats, mask = features(store, idx)
+    ids, att, _ = token_batch(store, idx, mask, tok, train=False)
+    end = [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")]
+    out = model.generate(
+        input_ids=ids.to(device), attention_mask=att.to(device), input_features=feats,
+        input_features_mask=mask, max_new_tokens=MAX_NEW_TOKENS, do_sample=False,
+        eos_token_id=end, pad_token_id=end[1],
+    )
+    new = out[:, ids.shape[1]:].tolist()
+    return [parse_answer(tok.decode(row, skip_special_tokens=False)) for row in new]
+
+
+def heldout_wer(model, tok: Tokenizer, store: ClipStore, batch_size: int = 128) -> tuple[float, list[str]]:
+    was_training = model.training
+    model.eval()
+    hyps = []
+    for start in range(0, len(store), batch_size):
+        idx = torch.arange(start, min(start + batch_size, len(store)), device=store.pcm.device)
+        hyps += transcribe(model, tok, store, idx)
+    model.train(was_training)
+    return wer(store.texts, hyps), hyps

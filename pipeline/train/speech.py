@@ -1,0 +1,89 @@
+"""espeak-ng speech synthesis with voice, rate, pitch, gain, noise and silence variation.
+
+Output is 16 kHz mono float32, the rate the Qwen3-ASR front-end expects. espeak-ng writes
+22050 Hz WAV; 16000/22050 = 320/441 gives an exact polyphase resampling.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.signal import resample_poly
+
+SAMPLE_RATE = 16000
+VOICES = ("en-us", "en", "en-gb-x-rp", "en-029", "en-gb-scotland")
+VARIANTS = ("", "+m1", "+m2", "+m3", "+m4", "+m7", "+f1", "+f2", "+f3", "+f4")
+RATE_WPM = (130, 190)
+PITCH = (30, 70)
+GAIN_DB = (-6.0, 3.0)
+SNR_DB = (20.0, 40.0)
+SILENCE_S = (0.05, 0.4)  # leading and trailing, each
+PEAK = 0.6
+
+
+@dataclass(frozen=True)
+class Style:
+    voice: str
+    rate: int
+    pitch: int
+    gain_db: float
+    snr_db: float
+    lead_s: float
+    trail_s: float
+
+
+def random_style(rng: np.random.Generator) -> Style:
+    return Style(
+        voice=str(rng.choice(VOICES)) + str(rng.choice(VARIANTS)),
+        rate=int(rng.integers(RATE_WPM[0], RATE_WPM[1] + 1)),
+        pitch=int(rng.integers(PITCH[0], PITCH[1] + 1)),
+        gain_db=float(rng.uniform(*GAIN_DB)),
+        snr_db=float(rng.uniform(*SNR_DB)),
+        lead_s=float(rng.uniform(*SILENCE_S)),
+        trail_s=float(rng.uniform(*SILENCE_S)),
+    )
+
+
+def espeak_wav(text: str, voice: str, rate: int, pitch: int) -> bytes:
+    cmd = ["espeak-ng", "--stdout", "-v", voice, "-s", str(rate), "-p", str(pitch), text]
+    return subprocess.run(cmd, capture_output=True, check=True).stdout
+
+
+def parse_wav(data: bytes) -> tuple[np.ndarray, int]:
+    """16-bit mono PCM from a WAV stream; espeak-ng writes a bogus data size when piping, so the
+    data chunk is taken to run to the end of the stream."""
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise ValueError("not a WAV stream")
+    rate = int.from_bytes(data[24:28], "little")
+    pos = 12
+    while data[pos : pos + 4] != b"data":
+        pos += 8 + int.from_bytes(data[pos + 4 : pos + 8], "little")
+    pcm = np.frombuffer(data[pos + 8 :], dtype="<i2")
+    return pcm.astype(np.float32) / 32768.0, rate
+
+
+def to_16k(pcm: np.ndarray, rate: int) -> np.ndarray:
+    if rate == SAMPLE_RATE:
+        return pcm
+    g = np.gcd(SAMPLE_RATE, rate)
+    return resample_poly(pcm, SAMPLE_RATE // g, rate // g).astype(np.float32)
+
+
+def degrade(pcm: np.ndarray, style: Style, rng: np.random.Generator) -> np.ndarray:
+    """Peak normalisation, silence padding, gain and white noise at the style's SNR (relative to
+    the speech power). espeak-ng peaks near full scale, so it is brought to PEAK before the gain."""
+    pcm = pcm * (PEAK / (np.abs(pcm).max() + 1e-9))
+    lead, trail = (np.zeros(int(s * SAMPLE_RATE), np.float32) for s in (style.lead_s, style.trail_s))
+    power = float(np.mean(pcm**2)) + 1e-12
+    out = np.concatenate([lead, pcm, trail]) * 10 ** (style.gain_db / 20)
+    noise_rms = np.sqrt(power / 10 ** (style.snr_db / 10)) * 10 ** (style.gain_db / 20)
+    out = out + rng.normal(0.0, noise_rms, out.shape).astype(np.float32)
+    return np.clip(out, -1.0, 1.0).astype(np.float32)
+
+
+def synthesize(text: str, style: Style, rng: np.random.Generator) -> np.ndarray:
+    """16 kHz mono float32 speech of `text` in `style`."""
+    pcm, rate = parse_wav(espeak_wav(text, style.voice, style.rate, style.pitch))
+    return degrade(to_16k(pcm, rate), style, rng)

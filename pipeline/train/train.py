@@ -1,0 +1,143 @@
+"""Train the tiny Qwen3-ASR from scratch on espeak-ng speech.
+
+python -m pipeline.train --out DIR [--steps N --batch-size B --clips N --seed S --device cuda]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import random
+import time
+from pathlib import Path
+
+import click
+import numpy as np
+import torch
+
+from pipeline.tokenizer import build_tokenizer, special_ids
+from pipeline.train.batches import ClipStore, features, token_batch
+from pipeline.train.dataset import build_shards, load_shards
+from pipeline.train.evaluate import heldout_wer
+from pipeline.train.sentences import HELDOUT_SEED, heldout_sentences, load_vocabulary, training_sentences
+from pipeline.zoo.presets import get_preset, make_config
+
+TOKENIZER_SENTENCES = 20000
+TOKENIZER_SEED = 0  # the tokenizer does not depend on the run's seed or clip count
+PROMPT_WORDS = ["system", "user", "assistant", "language English"]
+
+
+def make_tokenizer(vocab: list[str], bpe_vocab_size: int):
+    texts = training_sentences(vocab, TOKENIZER_SENTENCES, TOKENIZER_SEED) + PROMPT_WORDS * 1000
+    return build_tokenizer(texts, bpe_vocab_size=bpe_vocab_size)
+
+
+def make_model(tok):
+    from transformers import Qwen3ASRForConditionalGeneration
+
+    config = make_config(get_preset("tiny"), tok.get_vocab_size(), special_ids(tok))
+    return Qwen3ASRForConditionalGeneration(config)
+
+
+def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def hardware(device: str) -> str:
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()} CPU x{os.cpu_count()}"
+
+
+def train_step(model, opt, tok, store, idx, device, lr):
+    for group in opt.param_groups:
+        group["lr"] = lr
+    feats, mask = features(store, idx, random_pad=True)
+    ids, att, labels = token_batch(store, idx, mask, tok, train=True)
+    with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=device.startswith("cuda")):
+        out = model(input_ids=ids.to(device), attention_mask=att.to(device), input_features=feats,
+                    input_features_mask=mask, labels=labels.to(device))
+    opt.zero_grad(set_to_none=True)
+    out.loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return out.loss
+
+
+@click.command()
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="checkpoint folder")
+@click.option("--steps", default=4000, show_default=True)
+@click.option("--batch-size", default=128, show_default=True)
+@click.option("--clips", default=50000, show_default=True, help="training clips to synthesize")
+@click.option("--seed", default=1, show_default=True)
+@click.option("--device", default="cuda" if torch.cuda.is_available() else "cpu", show_default=True)
+@click.option("--data-dir", type=click.Path(path_type=Path), default=Path("/tmp/webbuild-speech"),
+              show_default=True, help="synthesized shards (outside the repo; reused when present)")
+@click.option("--workers", default=os.cpu_count(), show_default=True)
+@click.option("--lr", default=2e-3, show_default=True)
+@click.option("--warmup", default=300, show_default=True)
+@click.option("--heldout", default=500, show_default=True, help="held-out clips for the final WER")
+@click.option("--eval-every", default=1000, show_default=True)
+@click.option("--max-minutes", default=0.0, help="stop early (and save) after this long training; 0 = off")
+@click.option("--shard-size", default="10MB", show_default=True, help="max_shard_size for save_pretrained")
+def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr, warmup, heldout,
+         eval_every, max_minutes, shard_size):
+    t0 = time.time()
+    random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    preset = get_preset("tiny")
+    vocab = load_vocabulary()
+    tok = make_tokenizer(vocab, preset.bpe_vocab_size)
+
+    texts = training_sentences(vocab, clips, seed)
+    train_paths = build_shards(data_dir / f"seed{seed}", texts, seed, workers)
+    held_paths = build_shards(data_dir / "heldout", heldout_sentences(vocab, heldout), HELDOUT_SEED, workers,
+                              prefix="heldout")
+    store = ClipStore.build(load_shards(train_paths), tok, device)
+    held = ClipStore.build(load_shards(held_paths), tok, device)
+    synth_s = time.time() - t0
+    print(f"data: {len(store)} train clips, {len(held)} held-out, {store.pcm.numel() / 16000 / 3600:.1f} h, "
+          f"{synth_s:.0f} s", flush=True)
+
+    model = make_model(tok).to(device)
+    print(f"params: {sum(p.numel() for p in model.parameters()):,}", flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    t_train, losses, evals, step = time.time(), [], [], 0
+    for step in range(steps):
+        idx = torch.randint(0, len(store), (batch_size,), device=device, generator=gen)
+        losses.append(train_step(model, opt, tok, store, idx, device, lr_at(step, steps, lr, warmup)).detach())
+        if (step + 1) % 100 == 0:
+            mean = torch.stack(losses[-100:]).mean().item()
+            print(f"step {step + 1} loss {mean:.4f} lr {lr_at(step, steps, lr, warmup):.2e} "
+                  f"{(time.time() - t_train) / (step + 1) * 1000:.0f} ms/step", flush=True)
+        if eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
+            sub = ClipStore(held.pcm, held.offsets[:200], held.lengths[:200], held.texts[:200], held.answers[:200])
+            evals.append((step + 1, heldout_wer(model, tok, sub)[0]))
+            print(f"step {step + 1} held-out WER (200 clips) {evals[-1][1]:.4f}", flush=True)
+        if max_minutes and time.time() - t_train > 60 * max_minutes:
+            print(f"time limit reached at step {step + 1}", flush=True)
+            break
+    train_s = time.time() - t_train
+    final_wer, hyps = heldout_wer(model, tok, held)
+    print(f"final held-out WER ({len(held)} clips) {final_wer:.4f}", flush=True)
+    for ref, hyp in list(zip(held.texts, hyps))[:5]:
+        print(f"  ref: {ref}\n  hyp: {hyp}")
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.to("cpu").float().save_pretrained(out_dir, max_shard_size=shard_size)
+    tok.save(str(out_dir / "tokenizer.json"))
+    log = dict(seed=seed, steps=step + 1, planned_steps=steps, batch_size=batch_size, clips=len(store),
+               heldout_clips=len(held), lr=lr, warmup=warmup, hardware=hardware(device), device=device,
+               torch=torch.__version__, synth_seconds=round(synth_s, 1), train_seconds=round(train_s, 1),
+               wall_seconds=round(time.time() - t0, 1),
+               final_loss=round(torch.stack(losses[-100:]).mean().item(), 5),
+               heldout_wer=round(final_wer, 5), evals=evals,
+               errors=[dict(ref=r, hyp=h) for r, h in zip(held.texts, hyps) if r != h][:50])
+    (out_dir / "train_log.json").write_text(json.dumps(log, indent=1))
+    print(json.dumps({k: v for k, v in log.items() if k != "errors"}), flush=True)
