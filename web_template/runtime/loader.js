@@ -1,0 +1,383 @@
+// webbuild model loader: fetches the content-hashed shards named by manifest.json (format v1),
+// verifies each one's sha256, caches verified shards, and reassembles logical files.
+// Plain ES module with no dependencies: runs in a page, a worker, and Node >= 20.
+//
+//   const manifest = await loadManifest('./model/');
+//   const files = await loadFiles(manifest, manifest.variants.fp16.files, {onProgress});
+//   // files: Map<logical name, Uint8Array>, e.g. ORT externalData or env.wasm.wasmBinary
+//
+// Memory: each requested file is allocated once at its final size and shards are streamed
+// straight into it; the only other buffers are per in-flight shard (<= concurrency x shard size).
+// Resume: every shard is cached as soon as it is verified, so a re-run after a failure or an
+// abort fetches only what is missing. Docs: docs/packaging.md.
+
+export const MANIFEST_FORMAT = 'webbuild-manifest';
+export const MANIFEST_FORMAT_VERSION = 1;
+const CACHE_PREFIX = 'webbuild-';
+
+export class LoadError extends Error {
+  constructor(message, { code, shard, status, cause } = {}) {
+    super(message, { cause });
+    this.name = 'LoadError';
+    this.code = code; // 'http' | 'network' | 'corrupt' | 'manifest' | 'unknown-file'
+    this.shard = shard;
+    this.status = status;
+  }
+}
+
+// ---------------------------------------------------------------- manifest
+
+export async function loadManifest(baseUrl, opts = {}) {
+  const url = manifestUrl(baseUrl);
+  const o = options(opts);
+  // 'no-cache' revalidates: the manifest is the one file whose name does not change per build.
+  const res = await fetchRetrying(url, { cache: 'no-cache' }, o, 'manifest.json');
+  let m;
+  try {
+    m = await res.json();
+  } catch (e) {
+    throw new LoadError(`${url}: manifest is not valid JSON`, { code: 'manifest', cause: e });
+  }
+  if (m?.format !== MANIFEST_FORMAT || m.format_version !== MANIFEST_FORMAT_VERSION) {
+    throw new LoadError(`${url}: not a ${MANIFEST_FORMAT} v${MANIFEST_FORMAT_VERSION} manifest ` +
+      `(format=${m?.format}, format_version=${m?.format_version}); rebuild the site or update the loader`,
+      { code: 'manifest' });
+  }
+  m.url = url; // shard paths resolve against it
+  return m;
+}
+
+function manifestUrl(baseUrl) {
+  const base = new URL(baseUrl, globalThis.location?.href);
+  if (base.pathname.endsWith('.json')) return base.href;
+  if (!base.pathname.endsWith('/')) base.pathname += '/';
+  return new URL('manifest.json', base).href;
+}
+
+// ---------------------------------------------------------------- public loading API
+
+export async function loadVariant(manifest, variant, opts) {
+  const v = manifest.variants?.[variant];
+  if (!v) throw new LoadError(`unknown variant ${variant}; the build has ${Object.keys(manifest.variants ?? {}).join(', ')}`, { code: 'unknown-file' });
+  return loadFiles(manifest, v.files, opts);
+}
+
+export async function loadFiles(manifest, names, opts = {}) {
+  const o = options(opts);
+  if (o.signal.aborted) throw o.signal.reason;
+  const { outputs, jobs } = plan(manifest, names);
+  const store = await resolveStore(opts.cache, manifest.model_id, o);
+  const keys = new Set(manifest.shards.map((s) => shardUrl(manifest, s.path)));
+  if (store) await pruneStale(store, keys, o);
+  const state = {
+    store, o, manifest,
+    total: jobs.reduce((n, j) => n + j.shard.size, 0),
+    received: new Map(), // shard path -> bytes received so far (download progress)
+    verified: 0,
+  };
+  // An internal controller so that one failed shard stops the others promptly.
+  const ctl = new AbortController();
+  const stop = () => ctl.abort(o.signal.reason);
+  o.signal.addEventListener('abort', stop, { once: true });
+  try {
+    await runPool(jobs, o.concurrency, (job) => loadShard(job, state, ctl.signal), ctl);
+  } finally {
+    o.signal.removeEventListener('abort', stop);
+  }
+  return outputs;
+}
+
+// Deletes every cached shard of this model id (all versions). Returns true if a cache existed.
+export async function clearCache(modelId, { cacheStorage = globalThis.caches } = {}) {
+  if (!cacheStorage) return false;
+  return cacheStorage.delete(CACHE_PREFIX + modelId);
+}
+
+// ---------------------------------------------------------------- stores
+
+// Cache API store (page or worker). Keys are absolute shard URLs, which carry the content hash.
+export async function openCacheStore(modelId, cacheStorage = globalThis.caches) {
+  const cache = await cacheStorage.open(CACHE_PREFIX + modelId);
+  return {
+    match: (key) => cache.match(key),
+    put: (key, response) => cache.put(key, response),
+    delete: (key) => cache.delete(key),
+    keys: async () => (await cache.keys()).map((r) => r.url),
+  };
+}
+
+// In-memory store with the same interface: for Node, tests, or as a per-process cache.
+export class MemoryStore {
+  constructor() { this.entries = new Map(); }
+  async match(key) { const b = this.entries.get(key); return b ? new Response(b) : undefined; }
+  async put(key, response) { this.entries.set(key, new Uint8Array(await response.arrayBuffer())); }
+  async delete(key) { return this.entries.delete(key); }
+  async keys() { return [...this.entries.keys()]; }
+}
+
+async function resolveStore(cache, modelId, o) {
+  if (cache === null || cache === false) return null;
+  if (cache) return cache;
+  if (!globalThis.caches) return null; // Node, or an insecure (http://non-localhost) page
+  try {
+    return await openCacheStore(modelId);
+  } catch (e) { // e.g. private browsing modes that refuse storage
+    o.onWarning({ code: 'cache-unavailable', message: `model cache unavailable (${e.message}); the model will be downloaded on every visit` });
+    return null;
+  }
+}
+
+// Stale-cache handling: entries of other builds of this model are dropped, so storage does not
+// grow per deploy. Shards unchanged between builds keep their key (same hash) and stay cached.
+async function pruneStale(store, keep, o) {
+  try {
+    for (const key of await store.keys()) if (!keep.has(key)) await store.delete(key);
+  } catch (e) {
+    o.onWarning({ code: 'cache-error', message: `could not prune old cached shards: ${e.message}` });
+  }
+}
+
+// ---------------------------------------------------------------- planning
+
+function plan(manifest, names) {
+  const unknown = names.filter((n) => !manifest.files[n]);
+  if (unknown.length) throw new LoadError(`manifest has no file(s) ${unknown.join(', ')}`, { code: 'unknown-file' });
+  const shards = new Map(manifest.shards.map((s) => [s.path, s]));
+  const outputs = new Map();
+  const jobs = new Map(); // shard path -> {shard, url, targets}
+  for (const name of names) {
+    const f = manifest.files[name];
+    const dest = new Uint8Array(f.size); // the one allocation per file
+    outputs.set(name, dest);
+    let at = 0;
+    for (const p of f.parts) {
+      const shard = shards.get(p.shard);
+      if (!shard || p.offset + p.length > shard.size) throw new LoadError(`${name}: bad part ${p.shard} in manifest`, { code: 'manifest' });
+      if (!jobs.has(p.shard)) jobs.set(p.shard, { shard, url: shardUrl(manifest, p.shard), targets: [], file: name });
+      jobs.get(p.shard).targets.push({ dest, at, offset: p.offset, length: p.length });
+      at += p.length;
+    }
+  }
+  return { outputs, jobs: [...jobs.values()] };
+}
+
+function shardUrl(manifest, path) {
+  return new URL(path, manifest.url ?? globalThis.location?.href).href;
+}
+
+// ---------------------------------------------------------------- one shard
+
+async function loadShard(job, state, signal) {
+  const { shard } = job;
+  // Stream straight into the output when one part is the whole shard (always, for webbuild's
+  // own packer); otherwise into a scratch buffer that is copied out after verification.
+  const primary = job.targets.find((t) => t.offset === 0 && t.length === shard.size);
+  const buf = primary ? primary.dest.subarray(primary.at, primary.at + shard.size) : new Uint8Array(shard.size);
+  const cached = state.store && await fromCache(job, buf, state, signal);
+  if (!cached) await fromNetwork(job, buf, state, signal);
+  state.verified += shard.size;
+  state.o.onProgress({ phase: 'verify', loaded: state.verified, total: state.total, file: job.file, shard: shard.path });
+  if (!cached) await cachePut(job, buf, state); // cached right away: this is what resume relies on
+  for (const t of job.targets) if (t !== primary) t.dest.set(buf.subarray(t.offset, t.offset + t.length), t.at);
+}
+
+// True when the store held this shard and it verified.
+async function fromCache(job, buf, state, signal) {
+  let res;
+  try {
+    res = await state.store.match(job.url);
+  } catch { return false; }
+  if (!res) return false;
+  try {
+    if (await readBody(res, buf, 0, (n) => progress(state, job, n), signal) === buf.length &&
+        await verify(buf, job.shard.sha256)) return true;
+  } catch (e) {
+    if (signal.aborted) throw e;
+  }
+  // A broken cache entry is not fatal: drop it and go to the network.
+  state.o.onWarning({ code: 'cache-corrupt', shard: job.shard.path, message: `cached ${job.shard.path} failed verification; downloading it again` });
+  await state.store.delete(job.url).catch(() => {});
+  return false;
+}
+
+// Downloads and verifies one shard; a mismatch is re-downloaded once, then it is an error.
+async function fromNetwork(job, buf, state, signal) {
+  const { shard } = job;
+  for (let attempt = 0; ; attempt++) {
+    // The re-download bypasses the HTTP cache, which may hold the bad copy.
+    if (await download(job, buf, state, signal, attempt ? 'reload' : 'default') && await verify(buf, shard.sha256)) return;
+    if (attempt >= 1) {
+      throw new LoadError(`${shard.path}: sha256 mismatch after re-download; the file on the server is corrupt or was replaced (expected ${shard.sha256})`, { code: 'corrupt', shard: shard.path });
+    }
+    state.o.onWarning({ code: 'corrupt', shard: shard.path, message: `${shard.path} failed sha256 verification; downloading it again` });
+  }
+}
+
+// Downloads one shard into buf with retries; false if the body is longer than the manifest says.
+// A retry after a partial body asks for the rest with a Range request when the server allows
+// it, so a dropped connection does not cost the bytes already received.
+async function download(job, buf, state, signal, cacheMode) {
+  let have = 0;
+  progress(state, job, 0);
+  for (let attempt = 0; ; attempt++) {
+    try {
+      const headers = have ? { Range: `bytes=${have}-` } : {};
+      const res = await fetchOnce(job.url, { cache: have ? 'no-store' : cacheMode, headers, signal }, job.shard.path);
+      if (have && !resumes(res, have)) have = 0; // server ignored the range: start over
+      have = await readBody(res, buf, have, (n) => { have = n; progress(state, job, n); }, signal);
+      if (have > buf.length) return false;
+      if (have < buf.length) throw transient(`${job.shard.path}: body ended at ${have} of ${buf.length} bytes`);
+      return true;
+    } catch (e) {
+      await backoffOrThrow(e, attempt, state.o, signal, job.shard.path);
+    }
+  }
+}
+
+function resumes(res, have) {
+  return res.status === 206 && /^bytes (\d+)-/.exec(res.headers.get('content-range') ?? '')?.[1] === String(have);
+}
+
+async function cachePut(job, buf, state) {
+  if (!state.store || state.cacheOff) return;
+  try {
+    // Response() copies the bytes, so buf may be reused; the key carries the content hash.
+    await state.store.put(job.url, new Response(buf, { headers: { 'content-type': 'application/octet-stream' } }));
+  } catch (e) {
+    state.cacheOff = true; // keep loading: the model still works, it is just not kept
+    const quota = e?.name === 'QuotaExceededError' || e?.code === 22;
+    const mib = (state.manifest.total_bytes / 2 ** 20).toFixed(0);
+    state.o.onWarning(quota
+      ? { code: 'quota', message: `browser storage is full: the model (${mib} MiB) will load but cannot be saved for the next visit. Free space in the browser's site settings or call clearCache() for unused models.` }
+      : { code: 'cache-error', message: `could not cache ${job.shard.path} (${e?.message}); continuing without the cache` });
+  }
+}
+
+// ---------------------------------------------------------------- streaming + verification
+
+// Copies a response body into buf from `start`; onBytes(bytes in buf so far). Returns the byte
+// count, or buf.length + 1 as soon as the body turns out longer than buf (it is then corrupt).
+async function readBody(res, buf, start, onBytes, signal) {
+  let n = start;
+  const put = (chunk) => {
+    if (n + chunk.length > buf.length) return false;
+    buf.set(chunk, n);
+    n += chunk.length;
+    onBytes(n);
+    return true;
+  };
+  if (!res.body?.getReader) return put(new Uint8Array(await res.arrayBuffer())) ? n : buf.length + 1;
+  const reader = res.body.getReader();
+  try {
+    for (;;) {
+      if (signal.aborted) throw signal.reason;
+      const { done, value } = await reader.read();
+      if (done) return n;
+      if (!put(value)) return buf.length + 1;
+    }
+  } finally {
+    reader.cancel().catch(() => {}); // frees the connection on early exit
+  }
+}
+
+async function verify(bytes, sha256) {
+  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
+  return Array.from(digest, (b) => b.toString(16).padStart(2, '0')).join('') === sha256;
+}
+
+function progress(state, job, n) {
+  state.received.set(job.shard.path, n);
+  let loaded = 0;
+  for (const v of state.received.values()) loaded += v;
+  state.o.onProgress({ phase: 'download', loaded, total: state.total, file: job.file, shard: job.shard.path });
+}
+
+// ---------------------------------------------------------------- fetch, retry, pool
+
+async function fetchRetrying(url, init, o, what) {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await fetchOnce(url, { ...init, signal: o.signal }, what);
+    } catch (e) {
+      await backoffOrThrow(e, attempt, o, o.signal, what);
+    }
+  }
+}
+
+async function fetchOnce(url, init, what) {
+  let res;
+  try {
+    res = await fetch(url, init);
+  } catch (e) {
+    if (init.signal?.aborted) throw init.signal.reason;
+    throw transient(`${what}: network error (${e.message})`, e);
+  }
+  if (res.ok) return res;
+  res.body?.cancel().catch(() => {});
+  const retry = res.status >= 500 || res.status === 429 || res.status === 408;
+  const hint = res.status === 404 ? ' (the site may have been redeployed: reload the page)' : '';
+  const err = new LoadError(`${what}: HTTP ${res.status}${hint}`, { code: 'http', status: res.status, shard: what });
+  err.retryable = retry;
+  err.retryAfter = Number(res.headers.get('retry-after')) * 1000 || 0;
+  throw err;
+}
+
+function transient(message, cause) {
+  const err = new LoadError(message, { code: 'network', cause });
+  err.retryable = true;
+  return err;
+}
+
+async function backoffOrThrow(e, attempt, o, signal, what) {
+  if (signal.aborted) throw signal.reason;
+  // Anything that is not our own LoadError (a TypeError from fetch or from a body stream
+  // cut mid-way) is a network failure, and worth another try.
+  if (!(e instanceof LoadError)) e = transient(`${what}: network error (${e.message})`, e);
+  if (!e.retryable || attempt >= o.retries) {
+    e.shard ??= what;
+    throw e;
+  }
+  const delay = Math.min(o.maxRetryDelayMs, Math.max(e.retryAfter ?? 0, o.retryDelayMs * 2 ** attempt * (0.5 + Math.random() / 2)));
+  o.onWarning({ code: 'retry', shard: what, message: `${e.message}; retry ${attempt + 1}/${o.retries} in ${Math.round(delay)} ms` });
+  await sleep(delay, signal);
+}
+
+function sleep(ms, signal) {
+  return new Promise((resolve, reject) => {
+    const t = setTimeout(() => { signal.removeEventListener('abort', onAbort); resolve(); }, ms);
+    const onAbort = () => { clearTimeout(t); reject(signal.reason); };
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+// Runs worker over items, `limit` at a time. The first failure aborts the rest, and the call
+// settles only after every lane stopped, so nothing writes to the outputs after it returns.
+async function runPool(items, limit, worker, ctl) {
+  let next = 0;
+  let failure;
+  const lane = async () => {
+    while (next < items.length && !ctl.signal.aborted) {
+      try {
+        await worker(items[next++]);
+      } catch (e) {
+        failure ??= e;
+        ctl.abort(e);
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  if (failure) throw failure;
+  if (ctl.signal.aborted) throw ctl.signal.reason;
+}
+
+function options(opts) {
+  return {
+    concurrency: opts.concurrency ?? 4,
+    retries: opts.retries ?? 5,
+    retryDelayMs: opts.retryDelayMs ?? 500,
+    maxRetryDelayMs: opts.maxRetryDelayMs ?? 8000,
+    onProgress: opts.onProgress ?? (() => {}),
+    onWarning: opts.onWarning ?? ((w) => console.warn(`[webbuild] ${w.message}`)),
+    signal: opts.signal ?? new AbortController().signal,
+  };
+}
