@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import path from 'node:path';
 
-import { LoadError, MemoryStore, clearCache, loadFiles, loadManifest, loadVariant } from '../runtime/loader.js';
+import { LoadError, MemoryStore, loadFiles, loadManifest, loadVariant } from '../runtime/loader.js';
 import { buildFixture, tempDir } from './fixture.mjs';
 import { startServer } from './server.mjs';
 
@@ -269,13 +269,5 @@ describe('cache, resume, stale builds', () => {
     assert.equal(puts, 1);
     assert.deepEqual(warnings.map((w) => w.code), ['quota']);
     assert.match(warnings[0].message, /storage is full.*MiB.*clearCache/);
-  });
-
-  it('clearCache deletes the model cache by id', async () => {
-    const deleted = [];
-    const cacheStorage = { delete: async (name) => { deleted.push(name); return true; } };
-    assert.equal(await clearCache('tiny-asr', { cacheStorage }), true);
-    assert.deepEqual(deleted, ['webbuild-tiny-asr']);
-    assert.equal(await clearCache('tiny-asr', { cacheStorage: undefined }), false);
   });
 });

@@ -5,8 +5,10 @@ import http from 'node:http';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 
-export async function startServer(root) {
-  const srv = { root, faults: new Map(), log: [] };
+// mounts: {'/runtime/': dir} serves extra folders; POST /result resolves srv.nextResult().
+export async function startServer(root, { mounts = {} } = {}) {
+  const srv = { root, mounts, faults: new Map(), log: [], results: [] };
+  srv.nextResult = () => new Promise((resolve) => srv.results.push(resolve));
   const server = http.createServer((req, res) => handle(srv, req, res).catch((e) => {
     res.statusCode = 500;
     res.end(String(e));
@@ -20,6 +22,7 @@ export async function startServer(root) {
 
 async function handle(srv, req, res) {
   const urlPath = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+  if (req.method === 'POST' && urlPath === '/result') return postResult(srv, req, res);
   srv.log.push({ path: urlPath, range: req.headers.range });
   const fault = srv.faults.get(urlPath)?.shift();
   if (fault?.startsWith('status:')) {
@@ -28,7 +31,7 @@ async function handle(srv, req, res) {
   }
   let body;
   try {
-    body = await readFile(path.join(srv.root, path.normalize(urlPath)));
+    body = await readFile(resolvePath(srv, urlPath));
   } catch {
     res.writeHead(404);
     return res.end('not found');
@@ -38,7 +41,7 @@ async function handle(srv, req, res) {
     body[body.length >> 1] ^= 0xff; // same length, one bad byte: only a hash can tell
   }
   const start = fault === 'norange' ? 0 : rangeStart(req.headers.range);
-  const headers = { 'content-type': 'application/octet-stream', 'accept-ranges': 'bytes' };
+  const headers = { 'content-type': TYPES[path.extname(urlPath)] ?? 'application/octet-stream', 'accept-ranges': 'bytes' };
   if (start > 0) {
     res.writeHead(206, { ...headers, 'content-range': `bytes ${start}-${body.length - 1}/${body.length}` });
     body = body.subarray(start);
@@ -55,4 +58,21 @@ async function handle(srv, req, res) {
 function rangeStart(range) {
   const m = /^bytes=(\d+)-$/.exec(range ?? '');
   return m ? Number(m[1]) : 0;
+}
+
+const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.json': 'application/json' };
+
+function resolvePath(srv, urlPath) {
+  const clean = path.normalize(urlPath);
+  for (const [prefix, dir] of Object.entries(srv.mounts)) {
+    if (clean.startsWith(prefix)) return path.join(dir, clean.slice(prefix.length));
+  }
+  return path.join(srv.root, clean);
+}
+
+async function postResult(srv, req, res) {
+  let text = '';
+  for await (const chunk of req) text += chunk;
+  res.end('ok');
+  srv.results.shift()?.(JSON.parse(text));
 }
