@@ -267,16 +267,34 @@ async function readBody(res, buf, start, onBytes, signal) {
     return true;
   };
   if (!res.body?.getReader) return put(new Uint8Array(await res.arrayBuffer())) ? n : buf.length + 1;
-  const reader = res.body.getReader();
+  const byob = byobReader(res.body);
+  const reader = byob ?? res.body.getReader();
+  let scratch = byob && (scratchPool.pop() ?? new ArrayBuffer(SCRATCH_BYTES));
   try {
     for (;;) {
       if (signal.aborted) throw signal.reason;
-      const { done, value } = await reader.read();
+      const { done, value } = await (byob ? reader.read(new Uint8Array(scratch)) : reader.read());
+      if (byob && value) scratch = value.buffer; // the read transferred it; this is ours again
       if (done) return n;
       if (!put(value)) return buf.length + 1;
     }
   } finally {
+    if (scratch?.byteLength) scratchPool.push(scratch); // a failed read leaves it detached (0 bytes)
     reader.cancel().catch(() => {}); // frees the connection on early exit
+  }
+}
+
+// Why BYOB: a default reader hands out a fresh buffer per network chunk; on a 700 MB model that
+// garbage outgrows the collector and the tab peaks far above one copy of the model. BYOB reads
+// land in a few reused scratch buffers instead.
+const SCRATCH_BYTES = 1 << 20;
+const scratchPool = [];
+
+function byobReader(body) {
+  try {
+    return body.getReader({ mode: 'byob' });
+  } catch {
+    return null; // not a byte stream in this browser
   }
 }
 

@@ -1,0 +1,46 @@
+// Peak renderer memory while Chromium loads a sharded model with loader.js.
+//   node web_template/tests/bench-load-memory.mjs --site DIR        (a folder holding manifest.json)
+//   node web_template/tests/bench-load-memory.mjs --synthetic-0.6b  (random bytes, 0.6b int4/fp16 sizes)
+// Prints one JSON line: model bytes, renderer peak RSS idle / cold (network) / warm (Cache API).
+import { rmSync } from 'node:fs';
+import path from 'node:path';
+
+import { CHROMIUM, runPage } from './chromium.mjs';
+import { REPO, buildFixture, tempDir } from './fixture.mjs';
+import { startServer } from './server.mjs';
+
+const MIB = 2 ** 20;
+// Estimated fp16-variant sizes of the 0.6b preset after int4 quantization (DESIGN.md shapes):
+// decoder 28 x 15.7M weights + 155M tied embedding at 0.5625 B/weight, encoder 173M fp16.
+const SYNTHETIC_06B = {
+  'encoder.fp16.onnx.data': 330 * MIB, 'encoder.fp16.onnx': 2 * MIB,
+  'decoder.int4.onnx.data': 335 * MIB, 'decoder.int4.onnx': 1 * MIB,
+  'ort-wasm-simd-threaded.jsep.wasm': 25.5 * MIB, 'tokenizer.json': 7 * MIB,
+};
+
+const args = process.argv.slice(2);
+const tmp = tempDir();
+try {
+  const site = args[0] === '--site' ? path.resolve(args[1])
+    : buildFixture(tmp, Object.fromEntries(Object.entries(SYNTHETIC_06B).map(([k, v]) => [k, Math.round(v)])),
+      { maxBytes: 25 * MIB, modelId: 'synthetic-0.6b' }).dir;
+  const srv = await startServer(site, { mounts: {
+    '/runtime/': path.join(REPO, 'web_template/runtime'), '/page/': path.join(REPO, 'web_template/tests/browser'),
+  } });
+  const profile = path.join(tmp, 'profile');
+  const page = (q) => runPage(srv, `${srv.url}page/page.html?${q}`, profile, { timeoutMs: 300000 });
+  const idle = await page('action=idle');
+  const cold = await page('action=load&check=0');
+  const warm = await page('action=load&check=0');
+  await srv.close();
+  for (const r of [cold, warm]) if (r.error) throw new Error(r.error);
+  const mib = (b) => Math.round(b / MIB);
+  console.log(JSON.stringify({
+    chromium: CHROMIUM, model_mib: mib(cold.bytes), idle_peak_rss_mib: mib(idle.rendererPeakRssBytes),
+    cold: { peak_rss_mib: mib(cold.rendererPeakRssBytes), over_idle_per_model_byte: +((cold.rendererPeakRssBytes - idle.rendererPeakRssBytes) / cold.bytes).toFixed(3), ms: cold.ms },
+    warm: { peak_rss_mib: mib(warm.rendererPeakRssBytes), over_idle_per_model_byte: +((warm.rendererPeakRssBytes - idle.rendererPeakRssBytes) / warm.bytes).toFixed(3), ms: warm.ms },
+    warnings: [...cold.warnings, ...warm.warnings],
+  }));
+} finally {
+  rmSync(tmp, { recursive: true, force: true });
+}
