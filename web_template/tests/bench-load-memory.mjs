@@ -2,6 +2,7 @@
 //   node web_template/tests/bench-load-memory.mjs --site DIR        (a folder holding manifest.json)
 //   node web_template/tests/bench-load-memory.mjs --synthetic-0.6b  (random bytes, 0.6b int4/fp16 sizes)
 // Prints one JSON line: model bytes, renderer peak RSS idle / cold (network) / warm (Cache API).
+// --max-ratio R: exit 1 if (peak - idle) / model bytes exceeds R (a guard for CI; 1.0 = one copy).
 import { rmSync } from 'node:fs';
 import path from 'node:path';
 
@@ -35,12 +36,18 @@ try {
   await srv.close();
   for (const r of [cold, warm]) if (r.error) throw new Error(r.error);
   const mib = (b) => Math.round(b / MIB);
+  const ratio = (r) => +((r.rendererPeakRssBytes - idle.rendererPeakRssBytes) / r.bytes).toFixed(3);
   console.log(JSON.stringify({
     chromium: CHROMIUM, model_mib: mib(cold.bytes), idle_peak_rss_mib: mib(idle.rendererPeakRssBytes),
-    cold: { peak_rss_mib: mib(cold.rendererPeakRssBytes), over_idle_per_model_byte: +((cold.rendererPeakRssBytes - idle.rendererPeakRssBytes) / cold.bytes).toFixed(3), ms: cold.ms },
-    warm: { peak_rss_mib: mib(warm.rendererPeakRssBytes), over_idle_per_model_byte: +((warm.rendererPeakRssBytes - idle.rendererPeakRssBytes) / warm.bytes).toFixed(3), ms: warm.ms },
+    cold: { peak_rss_mib: mib(cold.rendererPeakRssBytes), over_idle_per_model_byte: ratio(cold), ms: cold.ms },
+    warm: { peak_rss_mib: mib(warm.rendererPeakRssBytes), over_idle_per_model_byte: ratio(warm), ms: warm.ms },
     warnings: [...cold.warnings, ...warm.warnings],
   }));
+  const max = args.includes('--max-ratio') ? Number(args[args.indexOf('--max-ratio') + 1]) : Infinity;
+  if (Math.max(ratio(cold), ratio(warm)) > max) {
+    console.error(`peak memory over idle exceeds ${max} x model size`);
+    process.exitCode = 1;
+  }
 } finally {
   rmSync(tmp, { recursive: true, force: true });
 }
