@@ -52,4 +52,14 @@ describe('loader in Chromium', { skip: !CHROMIUM && 'no Chromium' }, () => {
     assert.equal((await page('action=load')).filesOk, true);
     assert.equal(shardHits(), fx.manifest.shards.length);
   });
+
+  it('works inside a module worker, from the same cache', async () => {
+    srv.log.length = 0;
+    const r = await page('action=worker');
+    assert.equal(r.error, undefined);
+    assert.equal(r.filesOk, true);
+    assert.deepEqual(r.names.sort(), Object.keys(fx.manifest.files).sort());
+    assert.ok(r.progress > fx.manifest.shards.length);
+    assert.equal(shardHits(), 0); // the page's previous load cached everything
+  });
 });
