@@ -1,0 +1,228 @@
+"""The `webbuild` command line: `webbuild model.yaml` builds a site; subcommands run single stages."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from pipeline.config import ConfigError
+
+
+def _input_errors():
+    """Exceptions that mean bad user input (exit code 2), imported lazily to keep --help fast."""
+    from pipeline.audio import AudioError
+    from pipeline.transcribe import ModelDirError
+
+    return (ConfigError, AudioError, ModelDirError, FileExistsError, FileNotFoundError, KeyError)
+
+
+def fail(message: str, code: int = 2) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+class Progress:
+    """Timestamped progress lines on stderr for long work."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        click.echo(f"[{time.monotonic() - self.start:6.1f}s] {message}", err=True)
+
+
+class BuildGroup(click.Group):
+    """`webbuild model.yaml ...` is short for `webbuild build model.yaml ...`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["build", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=BuildGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="webbuild")
+def main():
+    """Build a Qwen3-ASR ONNX export into a static speech-recognition website.
+
+    \b
+    Example:
+      webbuild examples/tiny-asr/model.yaml          # build the site into dist/
+      webbuild examples/tiny-asr/model.yaml -o out   # ... into out/
+      webbuild serve dist                            # preview it locally
+    """
+
+
+@main.command()
+@click.argument("config", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Output folder (default: model.yaml's `output`, dist/).")
+def build(config: Path, output: Path | None):
+    """Build the site described by CONFIG (a model.yaml) into dist/.
+
+    \b
+    Example:
+      webbuild build examples/tiny-asr/model.yaml -o dist
+    """
+    from pipeline.build import run_build
+    from pipeline.config import load_config
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        for line in exc.problems:
+            click.echo(f"error: {line}", err=True)
+        sys.exit(2)
+    try:
+        report = run_build(cfg, output or cfg.output, Progress())
+    except _input_errors() as exc:
+        fail(str(exc))
+    click.echo(report.table())
+
+
+@main.command()
+@click.argument("preset")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Folder to create (must not exist).")
+@click.option("--layout", type=click.Choice(["split", "merged"]), default="split", show_default=True,
+              help="split: encoder + decoder_init + decoder_step (published layout); merged: one decoder with past_key_values.")
+@click.option("--exporter", type=click.Choice(["torchscript", "dynamo"]), default="torchscript", show_default=True,
+              help="torch.onnx path; they decompose operators differently.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@click.option("--hf-dir", type=click.Path(path_type=Path), help="Also save the text decoder as a Hugging Face Qwen3ForCausalLM folder.")
+def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir: Path | None):
+    """Make a Qwen3-ASR source export: PRESET (tiny, 0.6b, 1.7b) with random weights,
+    or a trained checkpoint folder (save_pretrained + tokenizer.json).
+
+    The export is checked against the torch model with onnxruntime before it is written.
+
+    \b
+    Examples:
+      webbuild zoo tiny -o /tmp/tiny                       # a few MB, seconds
+      webbuild zoo 0.6b -o /tmp/q06 --hf-dir /tmp/q06-hf   # published 0.6B dimensions
+      webbuild zoo tiny -o /tmp/tm --layout merged --exporter dynamo
+    """
+    from pipeline.zoo.build import load_checkpoint, random_model, save_text_decoder_hf
+    from pipeline.zoo.export import export_model
+    from pipeline.zoo.presets import PRESET_NAMES
+
+    progress = Progress()
+    if output.exists():
+        fail(f"{output} already exists; choose a new output folder")
+    try:
+        if preset in PRESET_NAMES:
+            progress(f"building preset {preset} (seed {seed})")
+            model, tok = random_model(preset, seed)
+        elif Path(preset).is_dir():
+            progress(f"loading checkpoint {preset}")
+            model, tok = load_checkpoint(Path(preset))
+        else:
+            fail(f"{preset!r} is neither a preset ({', '.join(PRESET_NAMES)}) nor a checkpoint folder")
+        export_model(model, tok, output, layout, exporter, progress)
+        if hf_dir:
+            save_text_decoder_hf(model, tok, hf_dir)
+            progress(f"wrote {hf_dir}")
+    except _input_errors() as exc:
+        fail(str(exc))
+
+
+@main.command()
+@click.argument("model", type=click.Path(path_type=Path))
+@click.argument("audio", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line: {\"audio\": path, \"text\": ...}.")
+@click.option("--max-new-tokens", type=int, default=200, show_default=True)
+def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int):
+    """Transcribe WAV files with MODEL (a source export folder) on onnxruntime CPU.
+
+    WAV of any sample rate and channel count is resampled to 16 kHz mono; decoding is greedy.
+
+    \b
+    Example:
+      webbuild transcribe examples/tiny-asr/model examples/tiny-asr/samples/*.wav --json
+    """
+    from pipeline.audio import read_wav
+    from pipeline.transcribe import load_transcriber
+
+    try:
+        runner = load_transcriber(model)
+        for path in audio:
+            text = runner.transcribe(read_wav(path), max_new_tokens)
+            click.echo(json.dumps({"audio": str(path), "text": text}) if as_json else f"{path}\t{text}")
+    except _input_errors() as exc:
+        fail(str(exc))
+
+
+@main.command()
+@click.argument("src", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
+@click.option("--report", type=click.Path(path_type=Path), help="Write the op census (before/after) as JSON.")
+@click.option("--no-quantize", is_flag=True, help="Fuse only; keep float weights.")
+def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool):
+    """Rebuild fused operators (GroupQueryAttention, RMSNorm, packed QKV) in a decoder.
+
+    SRC is a split-layout source folder or a merged decoder .onnx file.
+
+    \b
+    Example:
+      webbuild fuse examples/tiny-asr/model -o /tmp/fused --report /tmp/fuse.json
+    """
+    try:
+        from fusion.cli import run_fuse
+    except ImportError:
+        fail("the fusion stage is not built yet", code=1)
+    try:
+        run_fuse(src, output, report, Progress())
+    except _input_errors() as exc:
+        fail(str(exc))
+
+
+def _not_built(name: str):
+    fail(f"`webbuild {name}` is not built yet", code=1)
+
+
+@main.command()
+@click.argument("dir", type=click.Path(path_type=Path))
+@click.option("--port", type=int, default=8000, show_default=True)
+def serve(dir: Path, port: int):
+    """Preview a built site on http://127.0.0.1:PORT/ (loopback only).
+
+    \b
+    Example:
+      webbuild serve dist
+    """
+    _not_built("serve")
+
+
+@main.command()
+@click.argument("target")
+@click.option("--clips", type=click.Path(path_type=Path), help="Folder of *.wav with same-named *.txt transcripts.")
+@click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
+@click.option("--browser", help="Chrome/Chromium executable or channel.")
+def verify(target: str, clips: Path | None, report: Path | None, browser: str | None):
+    """Check in a real browser that a built site (folder or URL) transcribes correctly and fast.
+
+    \b
+    Example:
+      webbuild verify dist --json verify.json
+    """
+    _not_built("verify")
+
+
+@main.command()
+@click.argument("dir", type=click.Path(path_type=Path))
+@click.option("--runtime", type=click.Choice(["node", "browser"]), default="node", show_default=True)
+@click.option("--json", "report", type=click.Path(path_type=Path))
+def bench(dir: Path, runtime: str, report: Path | None):
+    """Measure load time, TTFT, prefill and decode speed of a built site's runtime.
+
+    \b
+    Example:
+      webbuild bench dist --runtime node --json bench.json
+    """
+    _not_built("bench")
+
+
+if __name__ == "__main__":
+    main()

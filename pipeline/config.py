@@ -1,0 +1,175 @@
+"""model.yaml: the typed build configuration, validated with precise, one-line-per-problem errors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+LAYOUT_FILES = {
+    "qwen3-asr-split": ("encoder.onnx", "decoder_init.onnx", "decoder_step.onnx", "embed_tokens.bin",
+                        "config.json", "tokenizer.json"),
+    "merged": ("encoder.onnx", "decoder_model_merged.onnx", "embed_tokens.bin", "config.json", "tokenizer.json"),
+}
+DEFAULT_SHARD_BYTES = 25 * 1024 * 1024
+
+
+class ConfigError(Exception):
+    """Invalid model.yaml; `problems` holds one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Source(_Strict):
+    layout: Literal["qwen3-asr-split", "merged"] = Field(description="how the source export is laid out")
+    dir: Path = Field(description="folder of the source export, relative to model.yaml")
+
+
+class Fusion(_Strict):
+    enabled: bool = True
+    prune_lm_head: bool = True
+
+
+class Quantize(_Strict):
+    method: Literal["rtn", "hqq", "none"] = "rtn"
+    bits: Literal[4, 8] = 4
+    block_size: Literal[16, 32, 64, 128] = 32
+    accuracy_level: Literal[0, 1, 2, 3, 4] = 4
+    exclude: list[str] = Field(default_factory=list, description="node-name patterns left in float")
+
+
+class Encoder(_Strict):
+    precision: Literal["fp32", "fp16", "int8", "int4"] = "fp32"
+
+
+class Shard(_Strict):
+    max_bytes: int = Field(DEFAULT_SHARD_BYTES, ge=1024 * 1024, description="largest file written to dist/")
+
+
+class Sample(_Strict):
+    audio: Path
+    text: str = Field(min_length=1)
+
+
+class Theme(_Strict):
+    accent: str = "#2b6cb0"
+    background: str = "#ffffff"
+    text: str = "#1a202c"
+
+    @field_validator("accent", "background", "text")
+    @classmethod
+    def _colour(cls, v: str) -> str:
+        if not re.fullmatch(r"#[0-9a-fA-F]{6}", v):
+            raise ValueError(f"expected a colour like '#2b6cb0', got {v!r}")
+        return v
+
+
+class Site(_Strict):
+    title: str | None = None
+    base_path: str = Field("/", description="URL path the site is served under, e.g. /my-repo/")
+    theme: Theme = Theme()
+    samples: list[Sample] = Field(default_factory=list)
+
+    @field_validator("base_path")
+    @classmethod
+    def _base(cls, v: str) -> str:
+        if not (v.startswith("/") and v.endswith("/")):
+            raise ValueError(f"expected a path that starts and ends with '/', e.g. '/my-repo/', got {v!r}")
+        return v
+
+
+class Verify(_Strict):
+    max_wer: float = Field(0.0, ge=0.0, le=1.0, description="word error rate allowed per sample")
+
+
+class BuildConfig(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="model id: lower case, digits, . _ -")
+    source: Source
+    output: Path = Field(Path("dist"), description="output folder, relative to model.yaml")
+    variants: list[Literal["fp16", "fp32"]] = Field(default_factory=lambda: ["fp16", "fp32"], min_length=1)
+    fusion: Fusion = Fusion()
+    quantize: Quantize = Quantize()
+    encoder: Encoder = Encoder()
+    shard: Shard = Shard()
+    site: Site = Site()
+    verify: Verify = Verify()
+    config_path: Path | None = Field(None, exclude=True)
+
+    @property
+    def title(self) -> str:
+        return self.site.title or self.name
+
+
+def load_config(path: Path) -> BuildConfig:
+    """Parse and validate `path`; relative paths are resolved against its folder."""
+    path = Path(path)
+    raw = _read_yaml(path)
+    try:
+        cfg = BuildConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError([f"{path}: {_loc(e['loc'])}: {_message(e)}" for e in exc.errors()]) from None
+    cfg = _resolve_paths(cfg, path.parent.resolve())
+    problems = _check_files(cfg, path)
+    if problems:
+        raise ConfigError(problems)
+    return cfg.model_copy(update={"config_path": path.resolve()})
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError([f"{path}: no such file; pass the path of a model.yaml"])
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: not valid YAML: {exc}".replace("\n", " ")]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError([f"{path}: expected a mapping at the top level (name:, source:, ...)"])
+    return raw
+
+
+def _loc(loc: tuple) -> str:
+    return ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[") or "(top)"
+
+
+def _message(err: dict) -> str:
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return "unknown key; remove it or check its spelling (see the model.yaml reference in README.md)"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "literal_error":
+        return f"expected one of {err['ctx']['expected']}; got {err['input']!r}"
+    if kind == "string_pattern_mismatch":
+        return f"got {err['input']!r}; expected lower-case letters, digits, '.', '_' or '-'"
+    return f"{err['msg']}; got {err['input']!r}" if "input" in err else err["msg"]
+
+
+def _resolve_paths(cfg: BuildConfig, root: Path) -> BuildConfig:
+    source = cfg.source.model_copy(update={"dir": (root / cfg.source.dir).resolve()})
+    samples = [s.model_copy(update={"audio": (root / s.audio).resolve()}) for s in cfg.site.samples]
+    site = cfg.site.model_copy(update={"samples": samples})
+    return cfg.model_copy(update={"source": source, "site": site, "output": (root / cfg.output).resolve()})
+
+
+def _check_files(cfg: BuildConfig, path: Path) -> list[str]:
+    src = cfg.source
+    if not src.dir.is_dir():
+        return [f"{path}: source.dir: folder {src.dir} does not exist; point it at the source export"]
+    problems = [
+        f"{path}: source.dir: {src.dir} lacks {name}, which layout {src.layout!r} needs"
+        for name in LAYOUT_FILES[src.layout] if not (src.dir / name).is_file()
+    ]
+    problems += [
+        f"{path}: site.samples[{i}].audio: file {s.audio} does not exist"
+        for i, s in enumerate(cfg.site.samples) if not s.audio.is_file()
+    ]
+    return problems

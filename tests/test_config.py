@@ -1,0 +1,73 @@
+"""model.yaml validation: one clear message per problem, exit code 2, nothing written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline.cli import main
+
+
+def write_yaml(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "model").mkdir(exist_ok=True)
+    path = tmp_path / "model.yaml"
+    path.write_text(text)
+    return path
+
+
+def run_build(tmp_path: Path, text: str):
+    path = write_yaml(tmp_path, text)
+    result = CliRunner().invoke(main, [str(path), "-o", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists(), "a failed build must not write output"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")], "temporary build folder left behind"
+    return result
+
+
+@pytest.mark.parametrize("text, where, expected", [
+    ("name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\ncolour: red\n", "colour", "unknown key"),
+    ("name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\nshard: {max_bytes: lots}\n",
+     "shard.max_bytes", "valid integer"),
+    ("name: t\nsource: {layout: qwen3-asr-split, dir: ./nowhere}\n", "source.dir", "does not exist"),
+    ("name: t\nsource: {layout: qwen3-asr-splt, dir: ./model}\n", "source.layout", "expected one of"),
+    ("name: t\nsource: {layout: qwen3-asr-split}\n", "source.dir", "required key is missing"),
+    ("name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\n", "source.dir", "lacks encoder.onnx"),
+    ("name: t\nsource: {layout: merged, dir: ./model}\nsite: {base_path: sub}\n", "site.base_path", "start"),
+    ("name: t\nsource: [1, 2]\n", "source", "valid dictionary"),
+])
+def test_bad_model_yaml(tmp_path, text, where, expected):
+    result = run_build(tmp_path, text)
+    assert result.exit_code == 2
+    line = next(l for l in result.output.splitlines() if f": {where}:" in l)
+    assert str(tmp_path / "model.yaml") in line
+    assert expected in line
+
+
+def test_missing_yaml_file(tmp_path):
+    result = CliRunner().invoke(main, [str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2
+    assert "no such file" in result.output
+
+
+def test_minimal_yaml_gets_defaults(tmp_path, zoo_export):
+    from pipeline.config import load_config
+
+    path = tmp_path / "model.yaml"
+    path.write_text(f"name: tiny-asr\nsource: {{layout: qwen3-asr-split, dir: {zoo_export('split')}}}\n")
+    cfg = load_config(path)
+    assert cfg.variants == ["fp16", "fp32"]
+    assert cfg.shard.max_bytes == 25 * 1024 * 1024
+    assert cfg.quantize.block_size == 32 and cfg.quantize.accuracy_level == 4
+    assert cfg.output == tmp_path / "dist"
+
+
+def test_relative_source_dir_resolves_against_yaml(tmp_path, zoo_export):
+    import shutil
+
+    from pipeline.config import load_config
+
+    shutil.copytree(zoo_export("split"), tmp_path / "sub" / "model")
+    path = tmp_path / "sub" / "model.yaml"
+    path.write_text("name: x\nsource: {layout: qwen3-asr-split, dir: ./model}\n")
+    assert load_config(path).source.dir == tmp_path / "sub" / "model"

@@ -1,0 +1,42 @@
+"""Tokenizers with the Qwen3-ASR special tokens, and the chat prompt."""
+
+from __future__ import annotations
+
+from pipeline.prompt import PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count, build_prompt, parse_answer
+from pipeline.tokenizer import QWEN_SPECIAL_IDS, build_tokenizer
+
+TEXT = ["the quick brown fox jumps over the lazy dog system user assistant language English"] * 5
+
+
+def test_qwen_ids_land_at_published_positions():
+    tok = build_tokenizer(TEXT, 300, qwen_ids=True)
+    for name, tid in QWEN_SPECIAL_IDS.items():
+        assert tok.token_to_id(name) == tid
+
+
+def test_compact_tokenizer_roundtrip():
+    tok = build_tokenizer(TEXT, 300)
+    assert tok.get_vocab_size() < 400
+    ids = tok.encode("the lazy fox").ids
+    assert tok.decode(ids) == "the lazy fox"
+
+
+def test_prompt_structure():
+    tok = build_tokenizer(TEXT, 300)
+    p = build_prompt(tok, 26)
+    pad = tok.token_to_id("<|audio_pad|>")
+    assert p.ids[p.audio_offset:p.audio_offset + 26] == [pad] * 26
+    assert pad not in p.ids[:p.audio_offset] + p.ids[p.audio_offset + 26:]
+    text = tok.decode(p.ids, skip_special_tokens=False)
+    assert text == PROMPT_PREFIX + "<|audio_pad|>" * 26 + PROMPT_SUFFIX
+
+
+def test_audio_token_count_13_per_second():
+    assert audio_token_count(100) == 13
+    assert audio_token_count(1000) == 130
+    assert audio_token_count(150) == 13 + 7
+    assert audio_token_count(1) == 1
+
+
+def test_parse_answer():
+    assert parse_answer("language English<asr_text>hello world<|im_end|>") == "hello world"

@@ -1,0 +1,32 @@
+"""The batched training forward matches the upstream Qwen3-ASR forward (tiny preset, CPU)."""
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from pipeline.prompt import audio_token_count, build_prompt  # noqa: E402
+from pipeline.train.fastpath import logits_and_loss  # noqa: E402
+from pipeline.train.train import make_model, make_tokenizer  # noqa: E402
+from pipeline.train.sentences import load_vocabulary  # noqa: E402
+
+
+def test_fastpath_matches_upstream():
+    torch.manual_seed(0)
+    tok = make_tokenizer(load_vocabulary()[:200], 400)
+    model = make_model(tok).eval()
+    frames = [830, 240, 117]  # > one 8 s window, a partial chunk, a 17-frame tail
+    t_pad = 900
+    feats = torch.randn(len(frames), 128, t_pad)
+    mask = (torch.arange(t_pad)[None] < torch.tensor(frames)[:, None]).long()
+    rows = [build_prompt(tok, audio_token_count(f)).ids + [5, 6, 7] for f in frames]
+    width = max(map(len, rows))
+    ids = torch.zeros(len(rows), width, dtype=torch.long)
+    att = torch.zeros_like(ids)
+    for r, row in enumerate(rows):
+        ids[r, : len(row)], att[r, : len(row)] = torch.tensor(row), 1
+    with torch.no_grad():
+        ref = model(input_ids=ids, attention_mask=att, input_features=feats, input_features_mask=mask).logits
+        ours, _ = logits_and_loss(model, ids, att, feats, mask)
+    real = att.bool()
+    assert torch.allclose(ours[real], ref[real], atol=1e-4), (ours[real] - ref[real]).abs().max()

@@ -1,0 +1,113 @@
+"""The model zoo writes the published layouts, through both exporters, matching torch."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+import torch
+import torch.nn.functional as F
+
+from pipeline.mel import log_mel
+from pipeline.prompt import audio_token_count, build_prompt
+from pipeline.transcribe import load_transcriber
+
+SPLIT_FILES = {"encoder.onnx", "decoder_init.onnx", "decoder_step.onnx", "decoder_weights.data",
+               "embed_tokens.bin", "config.json", "preprocessor_config.json", "tokenizer.json"}
+
+
+def io_names(path):
+    model = onnx.load(str(path), load_external_data=False)
+    return [i.name for i in model.graph.input], [o.name for o in model.graph.output]
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_split_layout_files_and_io_names(zoo_export, exporter):
+    out = zoo_export("split", exporter)
+    assert {p.name for p in out.iterdir()} == SPLIT_FILES
+    assert io_names(out / "encoder.onnx") == (["mel"], ["audio_features"])
+    assert io_names(out / "decoder_init.onnx") == (
+        ["input_ids", "position_ids", "audio_features", "audio_offset"], ["logits", "present_keys", "present_values"])
+    assert io_names(out / "decoder_step.onnx") == (
+        ["input_embeds", "position_ids", "past_keys", "past_values"], ["logits", "present_keys", "present_values"])
+
+
+def test_split_config_and_embeddings(zoo_export, tiny_model):
+    model, tok = tiny_model
+    out = zoo_export("split")
+    cfg = json.loads((out / "config.json").read_text())
+    assert {"encoder", "decoder", "mel", "special_tokens"} <= cfg.keys()
+    text = model.config.text_config
+    assert cfg["embed_tokens_shape"] == [text.vocab_size, text.hidden_size]
+    table = np.fromfile(out / "embed_tokens.bin", dtype=cfg["embed_tokens_dtype"]).reshape(cfg["embed_tokens_shape"])
+    np.testing.assert_array_equal(table, model.model.language_model.embed_tokens.weight.detach().numpy())
+    assert cfg["special_tokens"]["audio_pad_token_id"] == tok.token_to_id("<|audio_pad|>")
+    for name in ("<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|audio_end|>", "<|audio_pad|>", "<asr_text>"):
+        assert tok.token_to_id(name) is not None
+
+
+def test_split_decoders_share_one_weight_file(zoo_export, tiny_model):
+    out = zoo_export("split")
+    locations = set()
+    for name in ("decoder_init.onnx", "decoder_step.onnx"):
+        model = onnx.load(str(out / name), load_external_data=False)
+        locations |= {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}
+    assert locations == {"decoder_weights.data"}
+    size = (out / "decoder_weights.data").stat().st_size
+    decoder_bytes = 4 * sum(p.numel() for p in tiny_model[0].model.language_model.parameters())
+    assert size < 1.6 * decoder_bytes, "decoder weights were stored twice"
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_merged_layout_io_names(zoo_export, exporter, tiny_model):
+    out = zoo_export("merged", exporter)
+    layers = tiny_model[0].config.text_config.num_hidden_layers
+    inputs, outputs = io_names(out / "decoder_model_merged.onnx")
+    assert inputs[:2] == ["inputs_embeds", "attention_mask"]
+    assert inputs[2:] == [f"past_key_values.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+    assert outputs == ["logits"] + [f"present.{i}.{kv}" for i in range(layers) for kv in ("key", "value")]
+
+
+def torch_greedy(model, tok, mel: torch.Tensor, steps: int) -> list[int]:
+    """Greedy tokens from the upstream torch model, recomputing the whole sequence each step."""
+    t = mel.shape[2]
+    padded = (t + 99) // 100 * 100
+    mask = torch.zeros(1, padded, dtype=torch.int64)
+    mask[:, :t] = 1
+    feats = F.pad(mel, (0, padded - t))
+    ids = build_prompt(tok, audio_token_count(t)).ids
+    out = []
+    with torch.no_grad():
+        for _ in range(steps):
+            logits = model(input_ids=torch.tensor([ids + out]), input_features=feats, input_features_mask=mask).logits
+            out.append(int(logits[0, -1].argmax()))
+    return out
+
+
+def onnx_greedy(model_dir, pcm: np.ndarray, steps: int) -> list[int]:
+    runner = load_transcriber(model_dir)
+    audio = runner.audio_features(pcm)
+    logits, state = runner.decoder.prefill(build_prompt(runner.tokenizer, audio.shape[1]), audio)
+    out = []
+    for _ in range(steps):
+        out.append(int(np.argmax(logits)))
+        logits, state = runner.decoder.step(out[-1], state)
+    return out
+
+
+@pytest.mark.parametrize("layout", ["split", "merged"])
+def test_greedy_decode_equals_torch(zoo_export, tiny_model, layout):
+    model, tok = tiny_model
+    pcm = (np.random.RandomState(3).randn(16000 * 2 + 1234) * 0.1).astype(np.float32)
+    mel = torch.from_numpy(log_mel(pcm))[None]
+    want = torch_greedy(model, tok, mel, steps=12)
+    assert onnx_greedy(zoo_export(layout), pcm, steps=12) == want
+
+
+def test_zoo_refuses_existing_output(tmp_path, tiny_model):
+    from pipeline.zoo.export import export_model
+
+    with pytest.raises(FileExistsError):
+        export_model(*tiny_model, tmp_path, "split")
