@@ -2,6 +2,8 @@
 //   node web_template/tests/bench-load-memory.mjs --site DIR        (a folder holding manifest.json)
 //   node web_template/tests/bench-load-memory.mjs --synthetic-0.6b  (random bytes, 0.6b int4/fp16 sizes)
 // Prints one JSON line: model bytes, renderer peak RSS idle / cold (network) / warm (Cache API).
+// --ort DIR (onnxruntime-web's dist/): also create ORT sessions (wasm EP) from the loaded bytes,
+//   with ORT's wasm taken from the shards; proves the reassembled files work in the runtime.
 // --max-ratio R: exit 1 if (peak - idle) / model bytes exceeds R (a guard for CI; 1.0 = one copy).
 import { rmSync } from 'node:fs';
 import path from 'node:path';
@@ -27,12 +29,15 @@ try {
       { maxBytes: 25 * MIB, modelId: 'synthetic-0.6b' }).dir;
   const srv = await startServer(site, { mounts: {
     '/runtime/': path.join(REPO, 'web_template/runtime'), '/page/': path.join(REPO, 'web_template/tests/browser'),
+    ...(args.includes('--ort') && { '/ort/': path.resolve(args[args.indexOf('--ort') + 1]) }),
   } });
   const profile = path.join(tmp, 'profile');
   const page = (q) => runPage(srv, `${srv.url}page/page.html?${q}`, profile, { timeoutMs: 300000 });
   const idle = await page('action=idle');
   const cold = await page('action=load&check=0');
   const warm = await page('action=load&check=0');
+  const sessions = args.includes('--ort') ? await page('action=session') : undefined;
+  if (sessions) sessions.ortWasmRequests = srv.log.filter((r) => r.path.startsWith('/ort/') && r.path.endsWith('.wasm')).length;
   await srv.close();
   for (const r of [cold, warm]) if (r.error) throw new Error(r.error);
   const mib = (b) => Math.round(b / MIB);
@@ -42,6 +47,7 @@ try {
     cold: { peak_rss_mib: mib(cold.rendererPeakRssBytes), over_idle_per_model_byte: ratio(cold), ms: cold.ms },
     warm: { peak_rss_mib: mib(warm.rendererPeakRssBytes), over_idle_per_model_byte: ratio(warm), ms: warm.ms },
     warnings: [...cold.warnings, ...warm.warnings],
+    ...(sessions && { session: { ...sessions, peak_rss_mib: mib(sessions.rendererPeakRssBytes ?? 0) } }),
   }));
   const max = args.includes('--max-ratio') ? Number(args[args.indexOf('--max-ratio') + 1]) : Infinity;
   if (Math.max(ratio(cold), ratio(warm)) > max) {
