@@ -139,8 +139,9 @@ async function pruneStale(store, keep, o) {
 
 // ---------------------------------------------------------------- planning
 
-function plan(manifest, names) {
-  const unknown = names.filter((n) => !manifest.files[n]);
+function plan(manifest, requested) {
+  const names = [...new Set(requested)];
+  const unknown = names.filter((n) => !Object.hasOwn(manifest.files, n));
   if (unknown.length) throw new LoadError(`manifest has no file(s) ${unknown.join(', ')}`, { code: 'unknown-file' });
   const shards = new Map(manifest.shards.map((s) => [s.path, s]));
   const outputs = new Map();

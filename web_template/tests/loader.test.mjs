@@ -103,6 +103,9 @@ describe('loading', () => {
   it('rejects unknown files and foreign manifests', async () => {
     const manifest = await loadManifest(srv.url);
     await assert.rejects(loadFiles(manifest, ['nope.onnx'], FAST), { code: 'unknown-file', message: /nope\.onnx/ });
+    await assert.rejects(loadFiles(manifest, ['constructor'], FAST), { code: 'unknown-file' });
+    const twice = await loadFiles(manifest, ['config.json', 'config.json'], { cache: null, ...FAST });
+    assert.deepEqual([...twice.keys()], ['config.json']);
     srv.faults.set('/manifest.json', ['corrupt']);
     await assert.rejects(loadManifest(srv.url), { code: 'manifest' });
     srv.root = path.join(v1.dir, 'shards');
