@@ -1,0 +1,38 @@
+# Two entry points that work on a fresh machine:
+#   make site   set up .venv and build the embedded example (examples/tiny-asr) into dist/
+#   make test   set up .venv (and espeak-ng + chromium through apt when missing) and run every test
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup system-deps site test test-python test-js clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# the CPU build of torch; an unpinned torch would pull a multi-GB CUDA build
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[zoo,test]"
+	touch $@
+
+setup: $(STAMP)
+
+# espeak-ng makes the speech, chromium runs the site; installed only when missing.
+system-deps:
+	@command -v espeak-ng >/dev/null && command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q espeak-ng chromium; \
+	  else echo "install espeak-ng and chromium (e.g. sudo apt-get install espeak-ng chromium)"; exit 1; fi; }
+
+site: setup
+	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o dist
+
+test: setup system-deps test-python test-js
+
+test-python:
+	$(PY) -m pytest -q
+
+test-js:
+	node --test web_template/tests/
+
+clean:
+	rm -rf dist $(VENV)
