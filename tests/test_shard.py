@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from pipeline.manifest import (
@@ -101,6 +100,7 @@ def test_identical_ranges_are_stored_once(tmp_path):
 
 def test_manifest_matches_schema_and_is_on_disk(sources, tmp_path):
     out = tmp_path / "dist"
+    jsonschema = pytest.importorskip("jsonschema")  # in the `test` extra
     m = _shard(sources, out, variants={"fp16": {"files": ["decoder.fp16.onnx.data"], "requires": ["shader-f16"]}})
     schema = json.loads(SCHEMA_PATH.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -111,6 +111,7 @@ def test_manifest_matches_schema_and_is_on_disk(sources, tmp_path):
 
 
 def test_schema_rejects_broken_manifests(sources, tmp_path):
+    jsonschema = pytest.importorskip("jsonschema")
     m = _shard(sources, tmp_path / "dist")
     schema = json.loads(SCHEMA_PATH.read_text())
     bad_hash = json.loads(json.dumps(m))
