@@ -202,3 +202,19 @@ def test_command_line(sources, tmp_path):
     r = subprocess.run([sys.executable, "-m", "pipeline.shard", str(out), "x=/nonexistent", "--model-id", "m"],
                        capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert r.returncode == 2 and "x: source /nonexistent does not exist" in r.stderr
+
+
+def test_streams_without_holding_files_in_memory(tmp_path):
+    import tracemalloc
+
+    big = tmp_path / "big.data"
+    with big.open("wb") as f:
+        for _ in range(48):
+            f.write(os.urandom(1 << 20))
+    tracemalloc.start()
+    m = _shard({"big.data": big}, tmp_path / "dist", max_bytes=16 << 20)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(m["shards"]) == 3
+    assert peak < 4 << 20, f"peak Python allocation {peak} bytes while sharding 48 MiB"
+    assert verify_manifest(tmp_path / "dist") == []
