@@ -56,8 +56,8 @@ def log_mel(pcm: np.ndarray) -> np.ndarray:
     pcm = np.asarray(pcm, dtype=np.float32)
     if pcm.ndim != 1:
         raise ValueError(f"expected mono PCM (1-D), got shape {pcm.shape}")
-    if len(pcm) < HOP:
-        raise ValueError(f"audio too short: {len(pcm)} samples, need at least {HOP}")
+    if len(pcm) <= N_FFT // 2:  # reflect padding needs more samples than it pads
+        raise ValueError(f"audio too short: {len(pcm)} samples, need at least {N_FFT // 2 + 1}")
     padded = np.pad(pcm, N_FFT // 2, mode="reflect")
     n_frames = 1 + (len(padded) - N_FFT) // HOP
     idx = np.arange(N_FFT)[None, :] + HOP * np.arange(n_frames)[:, None]

@@ -92,6 +92,9 @@ class Transcriber:
     eos_ids: frozenset[int]
 
     def audio_features(self, pcm: np.ndarray) -> np.ndarray:
+        # built encoders carry the mel front-end in the graph and take PCM directly
+        if self.encoder.get_inputs()[0].name == "pcm":
+            return self.encoder.run(None, {"pcm": np.asarray(pcm, np.float32)[None]})[0]
         return self.encoder.run(None, {"mel": log_mel(pcm)[None]})[0]
 
     def generate(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[int]:
@@ -126,9 +129,11 @@ def load_transcriber(model_dir: Path) -> Transcriber:
         decoder = SplitDecoder(model_dir, cfg)
     elif (model_dir / "decoder_model_merged.onnx").is_file():
         decoder = MergedDecoder(model_dir, cfg)
+    elif (model_dir / "decoder.onnx").is_file():  # fused decoder of a build, same interface
+        decoder = MergedDecoder(model_dir, cfg, graph="decoder.onnx")
     else:
-        raise ModelDirError(f"{model_dir}: found neither decoder_init.onnx (split layout) "
-                            "nor decoder_model_merged.onnx (merged layout)")
+        raise ModelDirError(f"{model_dir}: found none of decoder_init.onnx (split layout), "
+                            "decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
     return Transcriber(_session(model_dir / "encoder.onnx"), decoder, tok, eos)

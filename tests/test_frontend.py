@@ -1,0 +1,52 @@
+"""The mel front-end graph equals the numpy reference, and composes in front of the encoder."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+from pipeline.frontend import add_mel_frontend, mel_graph
+from pipeline.mel import log_mel
+
+
+@pytest.fixture(scope="module")
+def frontend():
+    model = mel_graph(17)
+    onnx.checker.check_model(model)
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("samples", [201, 1000, 16000 * 3 + 77])
+def test_graph_matches_numpy_front_end(frontend, samples):
+    pcm = (np.random.RandomState(samples).randn(samples) * 0.1).astype(np.float32)
+    got = frontend.run(None, {"pcm": pcm[None]})[0][0]
+    np.testing.assert_allclose(got, log_mel(pcm), atol=1e-4)
+
+
+def test_silence_then_speech_keeps_the_dynamic_range_floor(frontend):
+    pcm = (np.random.RandomState(0).randn(16000 * 2) * 0.2).astype(np.float32)
+    pcm[:16000] = 0
+    got = frontend.run(None, {"pcm": pcm[None]})[0][0]
+    want = log_mel(pcm)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+    assert want.min() == pytest.approx(want.max() - 2.0, abs=1e-5)  # the max - 8 floor, scaled by 1/4
+
+
+def test_encoder_takes_pcm(zoo_export, tmp_path):
+    src = zoo_export("split") / "encoder.onnx"
+    add_mel_frontend(src, tmp_path / "encoder.onnx")
+    pcm_enc = ort.InferenceSession(str(tmp_path / "encoder.onnx"), providers=["CPUExecutionProvider"])
+    mel_enc = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
+    assert [i.name for i in pcm_enc.get_inputs()] == ["pcm"]
+    assert [o.name for o in pcm_enc.get_outputs()] == ["audio_features"]
+    pcm = (np.random.RandomState(1).randn(16000 * 2 + 500) * 0.1).astype(np.float32)
+    got = pcm_enc.run(None, {"pcm": pcm[None]})[0]
+    want = mel_enc.run(None, {"mel": log_mel(pcm)[None]})[0]
+    np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_rejects_encoder_without_mel_input(zoo_export, tmp_path):
+    with pytest.raises(ValueError, match="expected one input named 'mel'"):
+        add_mel_frontend(zoo_export("split") / "decoder_step.onnx", tmp_path / "x.onnx")
