@@ -48,14 +48,21 @@ def _write_shard(job: tuple[Path, list[str], int]) -> Path:
     return path
 
 
+def _complete(path: Path, texts: list[str]) -> bool:
+    if not path.exists():
+        return False
+    with np.load(path) as shard:
+        return [str(t) for t in shard["texts"]] == list(texts)
+
+
 def build_shards(out_dir: Path, texts: list[str], seed: int, workers: int, prefix: str = "train") -> list[Path]:
-    """Synthesize `texts` into shards under `out_dir` (existing complete shards are reused)."""
+    """Synthesize `texts` into shards under `out_dir` (shards already holding the same texts are reused)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [
         (out_dir / f"{prefix}-{k:05d}.npz", texts[i : i + SHARD_CLIPS], seed * 100_003 + k)
         for k, i in enumerate(range(0, len(texts), SHARD_CLIPS))
     ]
-    todo = [j for j in jobs if not j[0].exists()]
+    todo = [j for j in jobs if not _complete(j[0], j[1])]
     with mp.get_context("fork").Pool(workers) as pool:
         for _ in pool.imap_unordered(_write_shard, todo):
             pass

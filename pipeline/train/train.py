@@ -21,6 +21,7 @@ from pipeline.tokenizer import build_tokenizer, special_ids
 from pipeline.train.batches import ClipStore, features, token_batch
 from pipeline.train.dataset import build_shards, load_shards
 from pipeline.train.evaluate import heldout_wer
+from pipeline.train.fastpath import logits_and_loss
 from pipeline.train.sentences import HELDOUT_SEED, heldout_sentences, load_vocabulary, training_sentences
 from pipeline.zoo.presets import get_preset, make_config
 
@@ -41,11 +42,11 @@ def make_model(tok):
     return Qwen3ASRForConditionalGeneration(config)
 
 
-def lr_at(step: int, steps: int, peak: float, warmup: int) -> float:
+def lr_at(step: int, progress: float, peak: float, warmup: int) -> float:
+    """Linear warmup over `warmup` steps, then cosine to 5% of `peak` as `progress` goes 0 -> 1."""
     if step < warmup:
         return peak * (step + 1) / warmup
-    progress = (step - warmup) / max(1, steps - warmup)
-    return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress)))
+    return peak * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
 def hardware(device: str) -> str:
@@ -60,13 +61,12 @@ def train_step(model, opt, tok, store, idx, device, lr):
     feats, mask = features(store, idx, random_pad=True)
     ids, att, labels = token_batch(store, idx, mask, tok, train=True)
     with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=device.startswith("cuda")):
-        out = model(input_ids=ids.to(device), attention_mask=att.to(device), input_features=feats,
-                    input_features_mask=mask, labels=labels.to(device))
+        _, loss = logits_and_loss(model, ids.to(device), att.to(device), feats, mask, labels.to(device))
     opt.zero_grad(set_to_none=True)
-    out.loss.backward()
+    loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
-    return out.loss
+    return loss
 
 
 @click.command()
@@ -83,7 +83,8 @@ def train_step(model, opt, tok, store, idx, device, lr):
 @click.option("--warmup", default=300, show_default=True)
 @click.option("--heldout", default=500, show_default=True, help="held-out clips for the final WER")
 @click.option("--eval-every", default=1000, show_default=True)
-@click.option("--max-minutes", default=0.0, help="stop early (and save) after this long training; 0 = off")
+@click.option("--max-minutes", default=0.0,
+              help="training time budget: the schedule follows whichever of steps or time runs out first; 0 = off")
 @click.option("--shard-size", default="10MB", show_default=True, help="max_shard_size for save_pretrained")
 def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr, warmup, heldout,
          eval_every, max_minutes, shard_size):
@@ -106,23 +107,29 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
 
     model = make_model(tok).to(device)
     print(f"params: {sum(p.numel() for p in model.parameters()):,}", flush=True)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01,
+                            fused=device.startswith("cuda"))
     gen = torch.Generator(device=device).manual_seed(seed)
     t_train, losses, evals, step = time.time(), [], [], 0
     for step in range(steps):
+        # progress by steps or by time, whichever is further, so the cosine always completes
+        progress = max(step / steps, (time.time() - t_train) / (60 * max_minutes) if max_minutes else 0.0)
+        if progress >= 1.0:
+            print(f"time budget reached at step {step}", flush=True)
+            break
+        rate = lr_at(step, progress, lr, warmup)
         idx = torch.randint(0, len(store), (batch_size,), device=device, generator=gen)
-        losses.append(train_step(model, opt, tok, store, idx, device, lr_at(step, steps, lr, warmup)).detach())
+        losses.append(train_step(model, opt, tok, store, idx, device, rate).detach())
         if (step + 1) % 100 == 0:
             mean = torch.stack(losses[-100:]).mean().item()
-            print(f"step {step + 1} loss {mean:.4f} lr {lr_at(step, steps, lr, warmup):.2e} "
+            print(f"step {step + 1} loss {mean:.4f} lr {rate:.2e} "
                   f"{(time.time() - t_train) / (step + 1) * 1000:.0f} ms/step", flush=True)
-        if eval_every and (step + 1) % eval_every == 0 and step + 1 < steps:
+        if eval_every and (step + 1) % eval_every == 0:
             sub = ClipStore(held.pcm, held.offsets[:200], held.lengths[:200], held.texts[:200], held.answers[:200])
             evals.append((step + 1, heldout_wer(model, tok, sub)[0]))
             print(f"step {step + 1} held-out WER (200 clips) {evals[-1][1]:.4f}", flush=True)
-        if max_minutes and time.time() - t_train > 60 * max_minutes:
-            print(f"time limit reached at step {step + 1}", flush=True)
-            break
+    else:
+        step += 1
     train_s = time.time() - t_train
     final_wer, hyps = heldout_wer(model, tok, held)
     print(f"final held-out WER ({len(held)} clips) {final_wer:.4f}", flush=True)
@@ -132,7 +139,7 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     out_dir.mkdir(parents=True, exist_ok=True)
     model.to("cpu").float().save_pretrained(out_dir, max_shard_size=shard_size)
     tok.save(str(out_dir / "tokenizer.json"))
-    log = dict(seed=seed, steps=step + 1, planned_steps=steps, batch_size=batch_size, clips=len(store),
+    log = dict(seed=seed, steps=step, planned_steps=steps, batch_size=batch_size, clips=len(store),
                heldout_clips=len(held), lr=lr, warmup=warmup, hardware=hardware(device), device=device,
                torch=torch.__version__, synth_seconds=round(synth_s, 1), train_seconds=round(train_s, 1),
                wall_seconds=round(time.time() - t0, 1),
