@@ -1,0 +1,66 @@
+"""Driver: a decoder export (split dir or merged .onnx) -> one fused decoder graph + a report.
+
+Order matters: norms first (GQA looks for Q/K norms as SimplifiedLayerNormalization), then the
+residual Skip fold, attention, the split->single-graph interface, packing, lm_head pruning.
+Every step leaves a valid graph; a pattern a rule does not recognise stays as it was and the
+report says where and why.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import onnx_ir as ir
+
+from fusion import cleanup, gqa, merge_split, prune_lm_head, rms_norm, skip_rms_norm
+from fusion._ir import census, dead_code_elimination
+from fusion.report import Report
+
+SPLIT_INIT = "decoder_init.onnx"
+
+
+def load_source(src: Path) -> tuple[ir.Model, dict]:
+    """(decoder graph to fuse, decoder config or {}) for a split dir or a merged .onnx file."""
+    src = Path(src)
+    path = src / SPLIT_INIT if src.is_dir() else src
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: not found; give a split-layout folder or a merged decoder .onnx")
+    cfg_path = (src if src.is_dir() else src.parent) / "config.json"
+    cfg = json.loads(cfg_path.read_text()).get("decoder", {}) if cfg_path.is_file() else {}
+    return ir.load(path), cfg
+
+
+def fuse_decoder(src: Path | ir.Model, max_positions: int | None = None,
+                 prune_lm_head_: bool = True) -> tuple[ir.Model, dict]:
+    """Fuse a decoder; returns (model, report dict with census before/after and what was not fused)."""
+    model, cfg = (src, {}) if isinstance(src, ir.Model) else load_source(src)
+    max_positions = max_positions or cfg.get("max_position_embeddings")
+    report = Report()
+    before = census(model)
+    if cleanup.needs_fusion(model):
+        cleanup.apply(model)
+        _run(model, rms_norm.apply, report)
+        _run(model, skip_rms_norm.apply, report)
+        _run(model, lambda m, r: gqa.apply(m, r, max_positions), report)
+    if merge_split.is_split_init(model):
+        _run(model, merge_split.apply, report)
+    if prune_lm_head_:
+        _run(model, prune_lm_head.apply, report)
+    out = report.as_dict()
+    out.update(nodes_before=sum(before.values()), nodes_after=len(model.graph),
+               ops_before=before, ops_after=census(model))
+    return model, out
+
+
+def _run(model: ir.Model, rule, report: Report) -> None:
+    rule(model, report)
+    dead_code_elimination(model)
+
+
+def save(model: ir.Model, out_dir: Path, name: str = "decoder.onnx") -> Path:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / name
+    ir.save(model, path, external_data=f"{name}.data")
+    return path

@@ -1,0 +1,74 @@
+"""Zoo exports shared by the fusion tests, built once and cached across sessions.
+
+The cache key hashes the zoo's source and the torch/transformers versions, so a change to the
+exporters rebuilds the fixtures instead of testing stale graphs. Dynamo exports (~40 s each) are
+only built when a test asks for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+ZOO_DIR = Path(__file__).resolve().parents[2] / "pipeline" / "zoo"
+SOURCES = [("split", "torchscript"), ("merged", "torchscript"), ("split", "dynamo"), ("merged", "dynamo")]
+SOURCE_IDS = [f"{layout}-{exporter}" for layout, exporter in SOURCES]
+
+
+def _key() -> str:
+    import torch
+    import transformers
+
+    h = hashlib.sha256(f"{torch.__version__} {transformers.__version__}".encode())
+    for f in sorted(ZOO_DIR.glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class Zoo:
+    def __init__(self, root: Path):
+        self.root = root
+        self._model = None
+
+    def model(self):
+        if self._model is None:
+            from pipeline.zoo.build import random_model
+
+            self._model = random_model("tiny", seed=0)
+        return self._model
+
+    def export(self, layout: str, exporter: str) -> Path:
+        """The export folder for (layout, exporter)."""
+        from pipeline.zoo.export import export_model
+
+        out = self.root / f"{layout}-{exporter}"
+        if not out.exists():
+            export_model(*self.model(), out, layout=layout, exporter=exporter, progress=lambda _: None)
+        return out
+
+    def source(self, layout: str, exporter: str) -> Path:
+        """What fuse_decoder takes: the split folder, or the merged .onnx file."""
+        out = self.export(layout, exporter)
+        return out if layout == "split" else out / "decoder_model_merged.onnx"
+
+    def hf(self) -> Path:
+        from pipeline.zoo.build import save_text_decoder_hf
+
+        out = self.root / "hf"
+        if not out.exists():
+            save_text_decoder_hf(*self.model(), out)
+        return out
+
+
+@pytest.fixture(scope="session")
+def zoo(request) -> Zoo:
+    root = Path(request.config.cache.mkdir(f"fusion-zoo-{_key()}"))
+    return Zoo(root)
+
+
+@pytest.fixture(scope="session", params=SOURCES, ids=SOURCE_IDS)
+def source(request, zoo) -> tuple[str, str, Path]:
+    layout, exporter = request.param
+    return layout, exporter, zoo.source(layout, exporter)

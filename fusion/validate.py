@@ -1,0 +1,43 @@
+"""Graph validity after a rewrite: onnx checker, onnx shape inference, onnxruntime session creation."""
+
+from __future__ import annotations
+
+import onnx
+import onnx_ir as ir
+import onnxruntime as ort
+
+# onnxruntime registers these in the default domain; onnx's checker has no schema for them
+_ORT_DEFAULT_DOMAIN_OPS = {"SimplifiedLayerNormalization"}
+_CHECK_ONLY = "webbuild.check_only"
+
+
+def check(model: ir.Model) -> ort.InferenceSession:
+    """Raise if the graph is invalid; return a CPU session on it. Loads external weights into memory
+    (fine for test-sized models; for big ones check the saved file with `check_file`)."""
+    ir.external_data.load_to_model(model)
+    proto = ir.to_proto(model)
+    renamed = [n for n in proto.graph.node if n.domain == "" and n.op_type in _ORT_DEFAULT_DOMAIN_OPS]
+    for n in renamed:
+        n.domain = _CHECK_ONLY
+    proto.opset_import.append(onnx.helper.make_opsetid(_CHECK_ONLY, 1))
+    try:
+        onnx.checker.check_model(proto, full_check=False)
+        onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=False)
+    finally:
+        for n in renamed:
+            n.domain = ""
+        proto.opset_import.pop()
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def check_file(path) -> None:
+    """Checker (by path, so external data is found) and onnxruntime session creation on a saved model."""
+    proto = onnx.load(str(path), load_external_data=False)
+    renamed = [n for n in proto.graph.node if n.domain == "" and n.op_type in _ORT_DEFAULT_DOMAIN_OPS]
+    if not renamed:
+        onnx.checker.check_model(str(path), full_check=False)
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
