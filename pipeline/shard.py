@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from pipeline.manifest import (
+    BROWSER_MAX_FILE_BYTES,
     DEFAULT_MAX_BYTES,
     FORMAT,
     FORMAT_VERSION,
@@ -60,9 +61,14 @@ def shard_files(
     model_id: str,
     variants: Mapping[str, Mapping[str, Any]] | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    max_file_bytes: int | None = BROWSER_MAX_FILE_BYTES,
 ) -> dict:
-    """Write content-hashed shards of `files` and `manifest.json` into `out_dir`; return the manifest."""
+    """Write content-hashed shards of `files` and `manifest.json` into `out_dir`; return the manifest.
+
+    `max_file_bytes` refuses logical files a browser cannot hold in one buffer (None: no check).
+    """
     _check_inputs(files, model_id, variants or {}, max_bytes)
+    _check_browser_sizes(files, max_file_bytes)
     out = Path(out_dir)
     shard_dir = out / SHARD_DIR
     shard_dir.mkdir(parents=True, exist_ok=True)
@@ -104,6 +110,16 @@ def _check_inputs(files, model_id, variants, max_bytes) -> None:
             raise ShardError(f"variant {vname!r} must be a mapping with a 'files' list")
         if missing:
             raise ShardError(f"variant {vname!r} names files that are not packaged: {', '.join(missing)}")
+
+
+def _check_browser_sizes(files, limit) -> None:
+    # The loader hands each logical file to onnxruntime-web as one Uint8Array; Chrome cannot
+    # allocate one of 2 GiB or more, so such a site would build fine and never load.
+    for name, src in files.items():
+        size = Path(src).stat().st_size
+        if limit is not None and size > limit:
+            raise ShardError(f"{name}: {size / 2**30:.2f} GiB is more than a browser can hold in one buffer "
+                             f"({limit / 2**30:.2f} GiB); quantize it or split the external data per graph")
 
 
 def _shard_one(name: str, src: Path, shard_dir: Path, max_bytes: int, shards: dict) -> dict:
@@ -175,6 +191,8 @@ def _parse_args(argv):
     ap.add_argument("--model-id", required=True)
     ap.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES)
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=FILE,FILE")
+    ap.add_argument("--no-browser-limit", action="store_true",
+                    help="allow logical files over 2 GiB (not loadable in a browser)")
     return ap.parse_args(argv)
 
 
@@ -184,7 +202,8 @@ def main(argv=None) -> int:
         files = dict(_split_eq(a) for a in args.files)
         variants = {k: {"files": v.split(",") if v else []} for k, v in map(_split_eq, args.variant)}
         m = shard_files(files, args.out_dir, model_id=args.model_id, variants=variants,
-                        max_bytes=args.max_bytes)
+                        max_bytes=args.max_bytes,
+                        max_file_bytes=None if args.no_browser_limit else BROWSER_MAX_FILE_BYTES)
     except ShardError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -186,6 +186,15 @@ def test_missing_source_names_file(tmp_path):
         _shard({"/etc/passwd": tmp_path}, tmp_path / "dist")
 
 
+def test_refuses_files_a_browser_cannot_hold(tmp_path):
+    huge = tmp_path / "decoder_weights.data"
+    with huge.open("wb") as f:
+        f.truncate(2**31)  # sparse: no disk, no time
+    with pytest.raises(ShardError, match=r"decoder_weights.data: 2.00 GiB is more than a browser can hold"):
+        _shard({"decoder_weights.data": huge}, tmp_path / "dist")
+    assert not (tmp_path / "dist").exists()  # refused before writing anything
+
+
 def test_default_limit_is_25_mib():
     assert DEFAULT_MAX_BYTES == 26214400
 

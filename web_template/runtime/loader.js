@@ -19,7 +19,7 @@ export class LoadError extends Error {
   constructor(message, { code, shard, status, cause } = {}) {
     super(message, { cause });
     this.name = 'LoadError';
-    this.code = code; // 'http' | 'network' | 'corrupt' | 'manifest' | 'unknown-file'
+    this.code = code; // 'http' | 'network' | 'corrupt' | 'manifest' | 'unknown-file' | 'memory'
     this.shard = shard;
     this.status = status;
   }
@@ -148,7 +148,7 @@ function plan(manifest, requested) {
   const jobs = new Map(); // shard path -> {shard, url, targets}
   for (const name of names) {
     const f = manifest.files[name];
-    const dest = new Uint8Array(f.size); // the one allocation per file
+    const dest = allocate(name, f.size); // the one allocation per file
     outputs.set(name, dest);
     let at = 0;
     for (const p of f.parts) {
@@ -160,6 +160,15 @@ function plan(manifest, requested) {
     }
   }
   return { outputs, jobs: [...jobs.values()] };
+}
+
+function allocate(name, size) {
+  try {
+    return new Uint8Array(size);
+  } catch (e) { // RangeError: Chrome holds no single buffer of 2 GiB or more, and tabs have limits
+    throw new LoadError(`${name}: cannot allocate ${(size / 2 ** 20).toFixed(0)} MiB in this browser tab ` +
+      `(${e.message}); a model file must stay under 2 GiB and fit in the tab's memory`, { code: 'memory', cause: e });
+  }
 }
 
 function shardUrl(manifest, path) {

@@ -274,3 +274,11 @@ describe('cache, resume, stale builds', () => {
     assert.match(warnings[0].message, /storage is full.*MiB.*clearCache/);
   });
 });
+
+describe('limits', () => {
+  it('names the file when its buffer cannot be allocated', async () => {
+    const manifest = await loadManifest(srv.url);
+    manifest.files['config.json'].size = 2 ** 53; // beyond any engine's typed-array limit
+    await assert.rejects(loadFiles(manifest, ['config.json'], FAST), { code: 'memory', message: /^config\.json: cannot allocate/ });
+  });
+});
