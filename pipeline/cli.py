@@ -134,24 +134,50 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line: {\"audio\": path, \"text\": ...}.")
 @click.option("--max-new-tokens", type=int, default=200, show_default=True)
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int):
-    """Transcribe WAV files with MODEL (a source export folder) on onnxruntime CPU.
+    """Transcribe WAV files with MODEL (a source export or built model folder) on onnxruntime CPU.
 
-    WAV of any sample rate and channel count is resampled to 16 kHz mono; decoding is greedy.
+    AUDIO are WAV files or folders of them. WAV of any sample rate and channel count is resampled
+    to 16 kHz mono; decoding is greedy. Where a clip has a same-named .txt transcript beside it,
+    its word error rate is reported too (and a total at the end, on stderr).
 
     \b
-    Example:
+    Examples:
       webbuild transcribe examples/tiny-asr/model examples/tiny-asr/samples/*.wav --json
+      webbuild transcribe examples/tiny-asr/model /tmp/heldout    # folder of .wav + .txt
     """
     from pipeline.audio import read_wav
     from pipeline.transcribe import load_transcriber
+    from pipeline.wer import corpus_wer, wer
 
     try:
         runner = load_transcriber(model)
-        for path in audio:
-            text = runner.transcribe(read_wav(path), max_new_tokens)
-            click.echo(json.dumps({"audio": str(path), "text": text}) if as_json else f"{path}\t{text}")
+        pairs = []
+        for path in _wav_paths(audio):
+            row = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}
+            expected = path.with_suffix(".txt")
+            if expected.is_file():
+                row["expected"] = expected.read_text().strip()
+                row["wer"] = round(wer(row["expected"], row["text"]), 4)
+                pairs.append((row["expected"], row["text"]))
+            click.echo(json.dumps(row) if as_json else "\t".join(str(v) for v in row.values()))
+        if pairs:
+            click.echo(f"WER {100 * corpus_wer(pairs):.2f}% over {len(pairs)} clips", err=True)
     except _input_errors() as exc:
         fail(str(exc))
+
+
+def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
+    """Files as given; folders expand to their *.wav files in name order."""
+    out = []
+    for p in paths:
+        if p.is_dir():
+            wavs = sorted(p.glob("*.wav"))
+            if not wavs:
+                fail(f"{p}: folder holds no .wav files")
+            out += wavs
+        else:
+            out.append(p)
+    return out
 
 
 @main.command()
@@ -185,14 +211,28 @@ def _not_built(name: str):
 @main.command()
 @click.argument("dir", type=click.Path(path_type=Path))
 @click.option("--port", type=int, default=8000, show_default=True)
-def serve(dir: Path, port: int):
-    """Preview a built site on http://127.0.0.1:PORT/ (loopback only).
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; loopback keeps it private.")
+@click.option("--base-path", default="/", show_default=True, help="Serve the site under this path, like model.yaml's site.base_path.")
+@click.option("--coop-coep", is_flag=True, help="Send COOP/COEP (cross-origin isolation: wasm threads) even where _headers does not.")
+def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
+    """Preview a built site on http://127.0.0.1:PORT/ (loopback only unless --host says otherwise).
+
+    Only files inside DIR are served (no `..` or symlink escapes); the site's `_headers` file
+    is applied, as Netlify and Cloudflare Pages do.
 
     \b
     Example:
       webbuild serve dist
+      webbuild serve dist --base-path /my-repo/ --port 8080
     """
-    _not_built("serve")
+    from pipeline.serve import ServeError, serve_forever
+
+    try:
+        serve_forever(dir, host, port, base_path=base_path, coop_coep=coop_coep)
+    except FileNotFoundError:
+        fail(f"{dir} does not exist; build the site first (webbuild model.yaml)")
+    except (ServeError, OSError) as exc:
+        fail(str(exc))
 
 
 @main.command()

@@ -59,3 +59,18 @@ def test_transcribe_bad_model_dir(tmp_path):
     result = CliRunner().invoke(main, ["transcribe", str(tmp_path), str(clip)])
     assert result.exit_code == 2
     assert "config.json" in result.output
+
+
+def test_transcribe_folder_with_transcripts_reports_wer(zoo_export, tmp_path):
+    import json
+
+    for name in ("b", "a"):
+        write_wav(tmp_path / f"{name}.wav", np.random.RandomState(1).randn(9000) * 0.05)
+    (tmp_path / "a.txt").write_text("hello world\n")
+    result = CliRunner().invoke(main, ["transcribe", str(zoo_export("split")), str(tmp_path),
+                                                       "--json", "--max-new-tokens", "2"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(l) for l in result.stdout.splitlines()]
+    assert [r["audio"] for r in rows] == [str(tmp_path / "a.wav"), str(tmp_path / "b.wav")]
+    assert rows[0]["expected"] == "hello world" and 0.0 <= rows[0]["wer"] and "wer" not in rows[1]
+    assert "over 1 clips" in result.stderr
