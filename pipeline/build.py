@@ -14,8 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.assemble import assemble_model
 from pipeline.config import BuildConfig
+from pipeline.manifest import dist_file_stats
+from pipeline.render import ORT_WASM, ort_dist, render_site
 from pipeline.report import BuildReport, graph_census, peak_rss_bytes
+from pipeline.shard import shard_files
 
 
 @dataclass
@@ -24,22 +28,69 @@ class BuildContext:
     stage_dir: Path
     report: BuildReport
     progress: Callable[[str], None]
+    work_dir: Path  # scratch space beside the site: model files never land in dist/ unsharded
     state: dict = field(default_factory=dict)
 
 
 def stage_source(ctx: BuildContext) -> None:
     """Copy the source export into the build and take its op census."""
     src = ctx.cfg.source.dir
-    dest = ctx.stage_dir / "model"
+    dest = ctx.work_dir / "source"
     shutil.copytree(src, dest)
     for graph in sorted(dest.glob("*.onnx")):
         ctx.report.graphs[graph.stem] = graph_census(graph)
     ctx.state["model_dir"] = dest
 
 
+def stage_assemble(ctx: BuildContext) -> None:
+    """The runtime's model files (pipeline.assemble); a fuse stage may set ctx.state['decoder']."""
+    out = ctx.work_dir / "model"
+    # TODO(fuse): the fuse stage puts its fused decoder path in ctx.state["decoder"] (split sources need it)
+    ctx.state["variants"] = assemble_model(ctx.state["model_dir"], ctx.cfg.source.layout, out,
+                                           decoder=ctx.state.get("decoder"))
+    ctx.state["assembled"] = out
+    missing = [v for v in ctx.cfg.variants if v not in ctx.state["variants"]]
+    if missing:  # quantization makes fp16; until then the site offers what exists
+        ctx.progress(f"variants {', '.join(missing)} not built yet (quantize stage); site gets "
+                     f"{', '.join(ctx.state['variants'])}")
+
+
+def stage_shard(ctx: BuildContext) -> None:
+    """Every model file and ORT's wasm binary -> content-hashed shards under dist/model/."""
+    model = ctx.state["assembled"]
+    variants = ctx.state["variants"]
+    files = {name: model / name for roles in variants.values() for name in roles.values()}
+    files |= {"runtime.json": model / "runtime.json", "tokens.bin": model / "tokens.bin",
+              ORT_WASM: ort_dist() / ORT_WASM}
+    manifest = shard_files(files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
+                           max_bytes=ctx.cfg.shard.max_bytes,
+                           variants={v: {"files": list(roles.values()), "requires": VARIANT_REQUIRES[v], **roles}
+                                     for v, roles in variants.items()})
+    ctx.state["manifest"] = manifest
+    for v, roles in variants.items():
+        ctx.report.variants[v] = {name: manifest["files"][name]["size"] for name in roles.values()}
+
+
+def stage_render(ctx: BuildContext) -> None:
+    render_site(ctx.cfg, ctx.stage_dir, {"variants": list(ctx.state["variants"])})
+    stats = dist_file_stats(ctx.stage_dir, ctx.cfg.shard.max_bytes)
+    if stats["oversize_files"]:
+        raise BuildError(f"files over shard.max_bytes ({ctx.cfg.shard.max_bytes}): "
+                         f"{', '.join(stats['oversize_files'])}")
+
+
+VARIANT_REQUIRES = {"fp16": ["shader-f16"], "fp32": []}
+
 STAGES: list[tuple[str, Callable[[BuildContext], None]]] = [
     ("source", stage_source),
+    ("assemble", stage_assemble),
+    ("shard", stage_shard),
+    ("render", stage_render),
 ]
+
+
+class BuildError(ValueError):
+    """A stage found a problem with the build's output; the message says which files."""
 
 
 def run_build(cfg: BuildConfig, output: Path, progress: Callable[[str], None]) -> BuildReport:
@@ -48,14 +99,17 @@ def run_build(cfg: BuildConfig, output: Path, progress: Callable[[str], None]) -
     output.parent.mkdir(parents=True, exist_ok=True)
     report = BuildReport(name=cfg.name)
     with tempfile.TemporaryDirectory(prefix=f".{output.name}-", dir=output.parent) as tmp:
-        ctx = BuildContext(cfg, Path(tmp) / "site", report, progress)
+        ctx = BuildContext(cfg, Path(tmp) / "site", report, progress, Path(tmp) / "work")
         ctx.stage_dir.mkdir()
+        ctx.work_dir.mkdir()
         for name, stage in STAGES:
             progress(f"stage {name}")
             start = time.monotonic()
             stage(ctx)
             report.add_stage(name, time.monotonic() - start, peak_rss_bytes())
         report.measure_files(ctx.stage_dir)
+        report.files["shards"] = len(ctx.state["manifest"]["shards"])
+        report.files["shard_limit_bytes"] = cfg.shard.max_bytes
         report.write(ctx.stage_dir / "build-report.json")
         _replace(output, ctx.stage_dir)
     progress(f"wrote {output}")

@@ -1,0 +1,20 @@
+// Formats the worker's numbers into the metrics panel.
+
+const $ = (id) => document.getElementById(id);
+const ms = (v) => (v >= 1000 ? `${(v / 1000).toFixed(2)} s` : `${v.toFixed(0)} ms`);
+const rate = (v) => (v == null ? 'n/a' : `${v.toFixed(1)} tok/s`);
+
+export function renderInfo(info) {
+  const l = info.load;
+  $('m-adapter').textContent = info.adapter;
+  $('m-runtime').textContent = `${info.ep === 'webgpu' ? 'WebGPU' : `WebAssembly, ${info.threads} thread${info.threads === 1 ? '' : 's'}`} · ${info.variant} · ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
+  $('m-load').textContent = `${ms(l.total_ms)} (download ${ms(l.download_ms)}, sessions ${ms(l.session_ms)}, warm-up ${ms(l.warmup_ms)})`;
+}
+
+export function renderMetrics(m) {
+  $('m-encoder').textContent = ms(m.encoder_ms);
+  $('m-ttft').textContent = ms(m.ttft_ms);
+  $('m-prefill').textContent = rate(m.prefill_tokens_per_s);
+  $('m-decode').textContent = `${rate(m.decode_tokens_per_s)} (${m.generated_tokens} tokens)`;
+  $('m-rtf').textContent = `${m.rtf.toFixed(3)}${m.chunks > 1 ? ` over ${m.chunks} chunks` : ''}`;
+}

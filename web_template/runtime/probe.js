@@ -1,0 +1,34 @@
+// Capability probe: which execution provider and which precision variant this device gets.
+// Runs in the worker (navigator.gpu exists in dedicated workers).
+
+export async function probeWebGPU() {
+  if (!globalThis.navigator?.gpu) return { adapter: null, reason: 'this browser has no WebGPU (navigator.gpu is missing)' };
+  let adapter;
+  try {
+    adapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
+  } catch (e) {
+    return { adapter: null, reason: `WebGPU adapter request failed: ${e.message}` };
+  }
+  if (!adapter) return { adapter: null, reason: 'WebGPU is present but no adapter is available (disabled, blocklisted or no GPU)' };
+  const info = adapter.info ?? {};
+  return {
+    adapter,
+    description: [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(' / ') || 'unknown adapter',
+    fallbackAdapter: Boolean(info.isFallbackAdapter ?? adapter.isFallbackAdapter),
+    shaderF16: adapter.features.has('shader-f16'),
+    limits: { maxBufferSize: adapter.limits.maxBufferSize, maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize },
+  };
+}
+
+// Picks {ep, variant}. fp16 needs shader-f16 (software adapters and many Linux drivers lack it);
+// without an adapter the wasm EP runs the fp32 variant on the CPU.
+export function chooseVariant(manifest, gpu, forceEp) {
+  const variants = manifest.variants ?? {};
+  const ok = (name) => name in variants && (variants[name].requires ?? []).every((f) => f === 'shader-f16' ? gpu.shaderF16 : false);
+  if (forceEp === 'wasm' || !gpu.adapter) {
+    const variant = 'fp32' in variants ? 'fp32' : Object.keys(variants)[0];
+    return { ep: 'wasm', variant };
+  }
+  const variant = ['fp16', 'fp32'].find(ok) ?? Object.keys(variants)[0];
+  return { ep: 'webgpu', variant };
+}
