@@ -7,12 +7,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup system-deps site test test-python test-js clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml package.json package-lock.json
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU build of torch; an unpinned torch would pull a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[zoo,test]"
+	# onnxruntime-web, pinned in package-lock.json: the build copies its files into every site
+	npm ci --no-audit --no-fund
 	touch $@
 
 setup: $(STAMP)
