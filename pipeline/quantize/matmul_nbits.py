@@ -1,0 +1,78 @@
+"""MatMul with a constant [K, N] weight -> com.microsoft.MatMulNBits, through onnxruntime's quantizer.
+
+RTN is onnxruntime's DefaultWeightOnlyQuantizer (C++ block quantization, symmetric here: no zero
+points, the layout the WebGPU DP4A / subgroup-matrix kernels want). HQQ is its HQQWeightOnlyQuantizer;
+HQQ stores float zero points, which we repack as uint8 (they are whole numbers, round_zero=True) so
+that the WebGPU kernel, which reads packed uint8 zero points, runs them too; the quantizer also omits
+accuracy_level for HQQ, so we set it.
+"""
+
+from __future__ import annotations
+
+import logging
+from fnmatch import fnmatchcase
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnxruntime.quantization.matmul_nbits_quantizer import (
+    DefaultWeightOnlyQuantConfig,
+    HQQWeightOnlyQuantConfig,
+    MatMulNBitsQuantizer,
+)
+
+from pipeline.quantize.packing import n_blocks, pack_codes
+from pipeline.quantize.settings import QuantSettings
+
+MS_DOMAIN = "com.microsoft"
+
+
+def excluded_nodes(model: onnx.ModelProto, patterns) -> list[str]:
+    """Names of MatMul nodes matching any fnmatch pattern (e.g. '*lm_head*', '/layers.0/*')."""
+    return [n.name for n in model.graph.node
+            if n.op_type == "MatMul" and any(fnmatchcase(n.name, p) for p in patterns)]
+
+
+def quantize_matmuls(model: onnx.ModelProto, s: QuantSettings) -> onnx.ModelProto:
+    """Quantize every MatMul whose B is a constant initializer, except the excluded ones."""
+    if s.method == "none":
+        return model
+    if s.method == "hqq":
+        algo = HQQWeightOnlyQuantConfig(block_size=s.block_size, bits=s.bits)
+    else:
+        algo = DefaultWeightOnlyQuantConfig(block_size=s.block_size, is_symmetric=True,
+                                            accuracy_level=s.accuracy_level, bits=s.bits)
+    quantizer = MatMulNBitsQuantizer(model, nodes_to_exclude=excluded_nodes(model, s.exclude), algo_config=algo)
+    # the quantizer logs every node at INFO through its own handler: thousands of lines for a real model
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    quantizer.process()
+    out = quantizer.model.model
+    if s.method == "hqq":
+        _hqq_fixups(out, s)
+    return out
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _hqq_fixups(model: onnx.ModelProto, s: QuantSettings) -> None:
+    inits = {t.name: t for t in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type != "MatMulNBits" or node.domain != MS_DOMAIN:
+            continue
+        if "accuracy_level" not in _attrs(node):
+            node.attribute.append(onnx.helper.make_attribute("accuracy_level", s.accuracy_level))
+        if len(node.input) > 3 and node.input[3] in inits:
+            _repack_zero_points(inits[node.input[3]], _attrs(node))
+
+
+def _repack_zero_points(t: onnx.TensorProto, attrs: dict) -> None:
+    zp = numpy_helper.to_array(t)
+    if zp.dtype.kind != "f":
+        return
+    n, blocks, bits = attrs["N"], n_blocks(attrs["K"], attrs["block_size"]), attrs["bits"]
+    codes = np.clip(np.rint(zp.astype(np.float32)), 0, 2 ** bits - 1).reshape(n, blocks)
+    if bits == 4 and blocks % 2:
+        codes = np.pad(codes, ((0, 0), (0, 1)))
+    t.CopyFrom(numpy_helper.from_array(pack_codes(codes, bits), t.name))
