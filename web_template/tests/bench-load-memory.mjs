@@ -4,7 +4,7 @@
 // Prints one JSON line: model bytes, renderer peak RSS idle / cold (network) / warm (Cache API).
 // --ort DIR (onnxruntime-web's dist/): also create ORT sessions (wasm EP) from the loaded bytes,
 //   with ORT's wasm taken from the shards; proves the reassembled files work in the runtime.
-// --files A,B: load only these logical files (default: all).
+// --files A,B: load only these logical files (default: all). --no-cache: loader without a cache.
 // --max-ratio R: exit 1 if (peak - idle) / model bytes exceeds R (a guard for CI; 1.0 = one copy).
 import { rmSync } from 'node:fs';
 import path from 'node:path';
@@ -35,7 +35,7 @@ try {
   const profile = path.join(tmp, 'profile');
   const page = (q) => runPage(srv, `${srv.url}page/page.html?${q}`, profile, { timeoutMs: 300000 });
   const idle = await page('action=idle');
-  const only = args.includes('--files') ? `&files=${encodeURIComponent(args[args.indexOf('--files') + 1])}` : '';
+  const only = (args.includes('--files') ? `&files=${encodeURIComponent(args[args.indexOf('--files') + 1])}` : '') + (args.includes('--no-cache') ? '&cache=0' : '');
   const cold = await page(`action=load&check=0${only}`);
   const warm = await page(`action=load&check=0${only}`);
   const sessions = args.includes('--ort') ? await page('action=session') : undefined;
