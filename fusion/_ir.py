@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import onnx_ir as ir
+import onnx_ir.passes.common  # noqa: F401  (registers ir.passes.common)
 
 MS = "com.microsoft"
 _ids = itertools.count()
@@ -126,3 +127,8 @@ def census(model: ir.Model) -> dict[str, int]:
     for n in model.graph:
         counts[n.op_type] = counts.get(n.op_type, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def import_ms_domain(graph: ir.Graph) -> None:
+    """Contrib ops need the com.microsoft opset imported."""
+    graph.opset_imports.setdefault(MS, 1)

@@ -7,6 +7,7 @@ run only when there is something to fuse, so an already-fused graph is left byte
 from __future__ import annotations
 
 import onnx_ir as ir
+import onnx_ir.passes.common  # noqa: F401  (registers ir.passes.common)
 import onnxscript.optimizer
 
 ANCHORS = {"Softmax", "ReduceMean"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from fusion import cleanup, gqa, merge_split, prune_lm_head, rms_norm, skip_rms_norm
+from fusion import cleanup, gqa, merge_split, packed_qkv, prune_lm_head, rms_norm, skip_rms_norm, static_reshape
 from fusion._ir import census, dead_code_elimination
 from fusion.report import Report
 
@@ -32,7 +32,7 @@ def load_source(src: Path) -> tuple[ir.Model, dict]:
 
 
 def fuse_decoder(src: Path | ir.Model, max_positions: int | None = None,
-                 prune_lm_head_: bool = True) -> tuple[ir.Model, dict]:
+                 prune_lm_head_: bool = True, pack_qkv: bool = True) -> tuple[ir.Model, dict]:
     """Fuse a decoder; returns (model, report dict with census before/after and what was not fused)."""
     model, cfg = (src, {}) if isinstance(src, ir.Model) else load_source(src)
     max_positions = max_positions or cfg.get("max_position_embeddings")
@@ -45,8 +45,13 @@ def fuse_decoder(src: Path | ir.Model, max_positions: int | None = None,
         _run(model, lambda m, r: gqa.apply(m, r, max_positions), report)
     if merge_split.is_split_init(model):
         _run(model, merge_split.apply, report)
+    if pack_qkv:
+        _run(model, packed_qkv.apply, report)
     if prune_lm_head_:
         _run(model, prune_lm_head.apply, report)
+    _run(model, static_reshape.apply, report)
+    if report.fused:
+        cleanup.apply(model)  # fold what the rewrites left constant (e.g. a tied weight's Transpose)
     out = report.as_dict()
     out.update(nodes_before=sum(before.values()), nodes_after=len(model.graph),
                ops_before=before, ops_after=census(model))

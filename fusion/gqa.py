@@ -18,7 +18,7 @@ import numpy as np
 import onnx_ir as ir
 
 from fusion import rope
-from fusion._ir import MS, attr, axes_of, const, only_user, prod, replace, scalar, scalar_operand, shared_const, width
+from fusion._ir import MS, attr, axes_of, const, only_user, prod, replace, scalar, scalar_operand, shared_const, width, import_ms_domain
 from fusion.attention_mask import gqa_lengths
 from fusion.report import Report
 
@@ -219,6 +219,7 @@ def _gqa_input(g: ir.Graph, b: _Heads, new: list[ir.Node]) -> ir.Value:
 
 
 def _rewrite(g: ir.Graph, m: _Match, tables: tuple[np.ndarray, np.ndarray]) -> None:
+    import_ms_domain(g)
     seqlens, total = gqa_lengths(g)
     cos = shared_const(g, "cos_cache", tables[0])
     sin = shared_const(g, "sin_cache", tables[1])

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from fusion._ir import MS, attr, const, prod, replace
+from fusion._ir import MS, attr, const, prod, replace, import_ms_domain
 from fusion.report import Report
 
 RULE = "skip_rms_norm"
@@ -34,6 +34,7 @@ def apply(model: ir.Model, report: Report) -> int:
 
 
 def _rewrite(g: ir.Graph, sln: ir.Node, add: ir.Node) -> None:
+    import_ms_domain(g)
     node = ir.node("SkipSimplifiedLayerNormalization", [add.inputs[0], add.inputs[1], sln.inputs[1]],
                    {"epsilon": attr(sln, "epsilon", 1e-5)}, domain=MS, num_outputs=4,
                    name=(sln.name or "norm") + "/Skip")

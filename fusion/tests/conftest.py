@@ -72,3 +72,30 @@ def zoo(request) -> Zoo:
 def source(request, zoo) -> tuple[str, str, Path]:
     layout, exporter = request.param
     return layout, exporter, zoo.source(layout, exporter)
+
+
+@pytest.fixture(scope="session")
+def fused(source, tmp_path_factory):
+    """(layout, exporter, source path, fused model, report, saved decoder.onnx path) per zoo source."""
+    from fusion.fuse import fuse_decoder, save
+
+    layout, exporter, path = source
+    model, report = fuse_decoder(path)
+    out = save(model, tmp_path_factory.mktemp(f"fused-{layout}-{exporter}"))
+    return layout, exporter, path, model, report, out
+
+
+def partly_fused(path: Path, rules):
+    """Load + cleanup a zoo source and apply `rules` (callables (model, report)) in order."""
+    from fusion import cleanup
+    from fusion._ir import dead_code_elimination
+    from fusion.fuse import load_source
+    from fusion.report import Report
+
+    model, _ = load_source(path)
+    cleanup.apply(model)
+    report = Report()
+    for rule in rules:
+        rule(model, report)
+        dead_code_elimination(model)
+    return model, report
