@@ -33,10 +33,39 @@ def excluded_nodes(model: onnx.ModelProto, patterns) -> list[str]:
             if n.op_type == "MatMul" and any(fnmatchcase(n.name, p) for p in patterns)]
 
 
+def gemm_to_matmul(model: onnx.ModelProto) -> int:
+    """Gemm(A, const B, C) -> MatMul(A, B as [K, N]) + Add(C): the quantizer only takes MatMul.
+
+    torchscript exports Linear on 2-D activations (the audio encoder's) as Gemm with transB=1.
+    Returns how many were rewritten; Gemms with transA, alpha/beta != 1 or a computed B stay.
+    """
+    inits = {t.name: t for t in model.graph.initializer}
+    nodes, count = [], 0
+    for node in model.graph.node:
+        a = _attrs(node)
+        if (node.op_type != "Gemm" or node.input[1] not in inits or a.get("transA", 0)
+                or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0):
+            nodes.append(node)
+            continue
+        w = numpy_helper.to_array(inits[node.input[1]])
+        name = f"{node.input[1]}_kn{count}"
+        model.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(w.T if a.get("transB") else w), name))
+        has_bias = len(node.input) > 2 and node.input[2]
+        mm_out = node.output[0] + "_mm" if has_bias else node.output[0]
+        nodes.append(onnx.helper.make_node("MatMul", [node.input[0], name], [mm_out], name=node.name + "/MatMul"))
+        if has_bias:
+            nodes.append(onnx.helper.make_node("Add", [mm_out, node.input[2]], [node.output[0]], name=node.name + "/Add"))
+        count += 1
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return count
+
+
 def quantize_matmuls(model: onnx.ModelProto, s: QuantSettings) -> onnx.ModelProto:
-    """Quantize every MatMul whose B is a constant initializer, except the excluded ones."""
+    """Quantize every MatMul (and Gemm, rewritten) whose B is a constant initializer, except the excluded."""
     if s.method == "none":
         return model
+    gemm_to_matmul(model)
     if s.method == "hqq":
         algo = HQQWeightOnlyQuantConfig(block_size=s.block_size, bits=s.bits)
     else:
