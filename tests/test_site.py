@@ -1,0 +1,249 @@
+"""The built site: its files, and transcription in headless Chromium (WebGPU on SwiftShader, and
+the wasm fallback) against the Python reference on the same graphs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from pipeline.audio import read_wav, write_wav
+from pipeline.build import run_build
+from pipeline.config import load_config
+from pipeline.manifest import load_manifest, verify_manifest
+from pipeline.prompt import build_prompt
+
+CHROMIUM = Path("/usr/bin/chromium")
+QUIET = ["--no-sandbox", "--disable-background-networking", "--disable-component-update"]
+WEBGPU = ["--enable-unsafe-webgpu", "--enable-unsafe-swiftshader", "--use-webgpu-adapter=swiftshader"]
+MAX_BYTES = 4 * 2**20  # small, so the decoder data and ORT's wasm arrive in several shards
+NEW_TOKENS = 6  # SwiftShader decodes about one token a second: keep browser runs short
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium")
+
+
+@pytest.fixture(scope="session")
+def site(zoo_export, tmp_path_factory):
+    """A tiny site built from the merged zoo export, with one sample clip."""
+    root = tmp_path_factory.mktemp("site")
+    t = np.arange(int(16000 * 1.2)) / 16000
+    noise = np.random.default_rng(1).standard_normal(t.size)
+    write_wav(root / "clip.wav", 0.3 * np.sin(2 * np.pi * 330 * t) * np.exp(-2 * t) + 0.02 * noise)
+    (root / "model.yaml").write_text(json.dumps({
+        "name": "tiny-test", "source": {"layout": "merged", "dir": str(zoo_export("merged"))},
+        "shard": {"max_bytes": MAX_BYTES},
+        "site": {"title": "Tiny test", "base_path": "/demo/", "samples": [{"audio": "clip.wav", "text": "a tone"}]},
+    }))
+    cfg = load_config(root / "model.yaml")
+    run_build(cfg, root / "dist", progress=lambda _: None)
+    return root
+
+
+@pytest.fixture(scope="session")
+def reference(site, zoo_export, tmp_path_factory):
+    """The Python reference Transcriber on the graphs reassembled from the site's own shards."""
+    from pipeline.transcribe import load_transcriber
+
+    out = tmp_path_factory.mktemp("reassembled")
+    manifest = load_manifest(site / "dist" / "model")
+    for name in manifest["variants"]["fp32"]["files"]:
+        with (out / name).open("wb") as f:
+            for part in manifest["files"][name]["parts"]:
+                f.write((site / "dist" / "model" / part["shard"]).read_bytes()[part["offset"]:][:part["length"]])
+    for name in ("config.json", "tokenizer.json"):
+        shutil.copyfile(zoo_export("merged") / name, out / name)
+    return load_transcriber(out)
+
+
+# ---------------------------------------------------------------- build output
+
+
+def test_every_file_within_the_shard_limit_and_no_loose_model_files(site):
+    dist = site / "dist"
+    files = [p for p in dist.rglob("*") if p.is_file()]
+    assert max(p.stat().st_size for p in files) <= MAX_BYTES
+    assert not [p for p in files if p.suffix in (".onnx", ".data", ".wasm") or p.name == "embed_tokens.bin"]
+    assert verify_manifest(dist / "model") == []
+    report = json.loads((dist / "build-report.json").read_text())
+    manifest = load_manifest(dist / "model")
+    assert report["files"]["shards"] == len(manifest["shards"]) > 8
+    assert report["files"]["max_file_bytes"] <= MAX_BYTES
+    wasm = manifest["files"]["ort-wasm-simd-threaded.asyncify.wasm"]
+    assert len(wasm["parts"]) == 7  # 25.5 MiB in 4 MiB shards
+
+
+def test_site_files(site):
+    dist = site / "dist"
+    for name in ("index.html", "app.js", "worker.js", "style.css", "theme.css", "runtime/loader.js",
+                 "ort/ort.webgpu.min.mjs", "ort/ort-wasm-simd-threaded.asyncify.mjs", "samples/00-clip.wav", "_headers"):
+        assert (dist / name).is_file(), name
+    html = (dist / "index.html").read_text()
+    assert "<title>Tiny test</title>" in html and 'data-src="samples/00-clip.wav"' in html
+    assert "<script>" not in html and "style=" not in html  # nothing inline: the CSP allows only files
+    headers = (dist / "_headers").read_text()
+    assert "/demo/*\n" in headers and "/demo/model/shards/*\n  Cache-Control: public, max-age=31536000, immutable" in headers
+    assert "default-src 'self'" in headers
+
+
+def test_runtime_config_and_token_table(site, zoo_export):
+    from pipeline.assemble import token_table
+
+    src = zoo_export("merged")
+    tok = Tokenizer.from_file(str(src / "tokenizer.json"))
+    manifest = load_manifest(site / "dist" / "model")
+    part = manifest["files"]["runtime.json"]["parts"][0]
+    rt = json.loads((site / "dist" / "model" / part["shard"]).read_bytes())
+    prompt = build_prompt(tok, 5)
+    assert rt["prompt"]["prefix"] + [rt["prompt"]["audio_pad"]] * 5 + rt["prompt"]["suffix"] == prompt.ids
+    table = token_table(tok)
+    count = int.from_bytes(table[:4], "little")
+    offsets = np.frombuffer(table[4:4 * (count + 2)], "<u4")
+    data = table[4 * (count + 2):]
+    ids = np.random.default_rng(0).integers(0, count, size=(200, 12))
+    for seq in ids:
+        raw = b"".join(data[offsets[i]:offsets[i + 1]] for i in seq)
+        assert raw.decode("utf-8", "replace") == tok.decode(seq.tolist(), skip_special_tokens=False)
+
+
+# ---------------------------------------------------------------- in the browser
+
+
+@pytest.fixture(scope="session")
+def playwright():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        yield p
+
+
+def served(site, **kw):
+    from pipeline.serve import start
+
+    return start(site / "dist", quiet=True, base_path="/demo/", **kw)
+
+
+def open_site(playwright, srv, query: str, webgpu: bool, viewport=None):
+    """(browser, page, log) with the page loaded and its model ready (or failed)."""
+    browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=QUIET + (WEBGPU if webgpu else []))
+    page = browser.new_page(viewport=viewport)
+    log = {"requests": [], "console": [], "errors": []}
+    page.on("request", lambda r: log["requests"].append(r.url))
+    page.on("console", lambda m: log["console"].append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: log["errors"].append(str(e)))
+    page.goto(srv.url + query)
+    wait_for(page, "() => ['ready', 'error'].includes(window.webbuild?.status)", 400)
+    return browser, page, log
+
+
+def wait_for(page, predicate: str, timeout_s: float):
+    # polled from Python: Playwright's wait_for_function evaluates strings, which the CSP forbids
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if page.evaluate(predicate):
+            return
+        time.sleep(0.25)
+    raise TimeoutError(f"{predicate} not true after {timeout_s} s; state {page.evaluate('() => window.webbuild')}")
+
+
+def transcribe_sample(page) -> dict:
+    page.click("#sample-0")
+    wait_for(page, "() => window.webbuild.status === 'done' || window.webbuild.error", 400)
+    return page.evaluate("() => window.webbuild")
+
+
+def check_against_reference(state, site, reference):
+    pcm = read_wav(site / "clip.wav")
+    assert state["error"] is None
+    assert state["tokens"] == [reference.generate(pcm, NEW_TOKENS)]
+    assert state["text"] == (reference.transcribe(pcm, NEW_TOKENS) or "(no speech recognised)")
+
+
+def check_metrics(page, state):
+    m = state["metrics"]
+    assert m["encoder_ms"] > 0 and m["ttft_ms"] >= m["encoder_ms"] and m["prefill_tokens_per_s"] > 0
+    assert m["generated_tokens"] == NEW_TOKENS and m["decode_tokens_per_s"] > 0 and m["rtf"] > 0
+    assert abs(m["audio_ms"] - 1200) < 1
+    load = state["info"]["load"]
+    assert min(load.values()) > 0
+    for key in ("adapter", "runtime", "load", "encoder", "ttft", "prefill", "decode", "rtf"):
+        assert page.inner_text(f"#m-{key}") not in ("", "–"), key
+
+
+def check_same_origin(srv, log):
+    origin = srv.url.split("/demo/")[0]
+    assert log["requests"] and all(u.startswith(origin + "/demo/") for u in log["requests"]), log["requests"]
+    assert not [c for c in log["console"] if "Content Security Policy" in c], log["console"]
+    assert not log["errors"], log["errors"]
+
+
+@needs_chromium
+def test_webgpu_transcribes_like_the_reference(playwright, site, reference):
+    srv = served(site)
+    browser, page, log = open_site(playwright, srv, f"?max_new_tokens={NEW_TOKENS}", webgpu=True)
+    try:
+        state = page.evaluate("() => window.webbuild")
+        assert state["status"] == "ready", state
+        assert state["info"]["ep"] == "webgpu" and state["info"]["variant"] == "fp32"  # no shader-f16 here
+        assert "swiftshader" in state["info"]["adapter"].lower()
+        assert page.is_hidden("#notice")
+        state = transcribe_sample(page)
+        check_against_reference(state, site, reference)
+        check_metrics(page, state)
+        assert page.inner_text("#transcript") == state["text"]
+        check_same_origin(srv, log)
+    finally:
+        browser.close()
+        srv.shutdown()
+
+
+@needs_chromium
+def test_without_webgpu_falls_back_to_wasm(playwright, site, reference):
+    # No COOP/COEP here (as on GitHub Pages): single-threaded wasm must work too.
+    srv = served(site)
+    srv.rules = [(p, [h for h in hs if not h[0].startswith("Cross-Origin")]) for p, hs in srv.rules]
+    browser, page, log = open_site(playwright, srv, f"?max_new_tokens={NEW_TOKENS}", webgpu=False,
+                                   viewport={"width": 360, "height": 740})
+    try:
+        state = page.evaluate("() => window.webbuild")
+        assert state["status"] == "ready", state
+        assert state["info"]["ep"] == "wasm" and state["info"]["threads"] == 1
+        assert "WebGPU is not available" in page.inner_text("#notice")
+        state = transcribe_sample(page)
+        check_against_reference(state, site, reference)
+        check_metrics(page, state)
+        check_same_origin(srv, log)
+        # narrow phone viewport: nothing wider than the screen
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 360
+        # denied / missing microphone gives a readable message, not a dead button
+        page.click("#mic")
+        wait_for(page, "() => !document.getElementById('error').hidden", 20)
+        assert any(w in page.inner_text("#error") for w in ("denied", "no microphone", "microphone"))
+        assert page.get_attribute("#mic", "aria-pressed") == "false"
+    finally:
+        browser.close()
+        srv.shutdown()
+
+
+@needs_chromium
+def test_controls_are_labelled_and_keyboard_reachable(playwright, site):
+    srv = served(site)
+    browser, page, _ = open_site(playwright, srv, "?ep=wasm&max_new_tokens=2", webgpu=False)
+    try:
+        names = page.evaluate("""() => [...document.querySelectorAll('button, input')].map((el) =>
+            [el.id, el.labels?.[0]?.textContent || el.textContent || el.getAttribute('aria-label') || ''])""")
+        assert all(name.strip() for _, name in names), names
+        focused = []
+        for _ in range(6):
+            page.keyboard.press("Tab")
+            focused.append(page.evaluate("() => document.activeElement.id"))
+        assert {"sample-0", "file", "mic"} <= set(focused), focused
+        page.focus("#sample-0")
+        page.keyboard.press("Enter")
+        wait_for(page, "() => window.webbuild.status === 'done'", 120)
+    finally:
+        browser.close()
+        srv.shutdown()
