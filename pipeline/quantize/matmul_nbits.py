@@ -2,9 +2,10 @@
 
 RTN is onnxruntime's DefaultWeightOnlyQuantizer (C++ block quantization, symmetric here: no zero
 points, the layout the WebGPU DP4A / subgroup-matrix kernels want). HQQ is its HQQWeightOnlyQuantizer;
-HQQ stores float zero points, which we repack as uint8 (they are whole numbers, round_zero=True) so
-that the WebGPU kernel, which reads packed uint8 zero points, runs them too; the quantizer also omits
-accuracy_level for HQQ, so we set it.
+HQQ stores float zero points (W = (q - z) * s, z fractional after its optimisation), but the WebGPU
+MatMulNBits kernel accepts uint8 zero points only ("Currently, only uint8 is supported for zero
+points"), so we round them and pack them as uint8: that moves each weight by at most half a step
+(tested). The quantizer also omits accuracy_level for HQQ, so we set it.
 """
 
 from __future__ import annotations
