@@ -53,4 +53,4 @@ def dequantize(packed: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, k:
     zero = zero_points(zp, bits, n, blocks)
     scale = np.asarray(scales, np.float32).reshape(n, blocks)
     w = (codes - zero[..., None]) * scale[..., None]
-    return np.ascontiguousarray(w.reshape(n, -1)[:, :k].T)
+    return np.ascontiguousarray(w.reshape(n, -1)[:, :k].T, dtype=np.float32)
