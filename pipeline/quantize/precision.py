@@ -64,6 +64,32 @@ def to_fp16(model: onnx.ModelProto, keep_io: bool | list[str] = False,
             extra_fp32_prefixes: tuple[str, ...] = ()) -> onnx.ModelProto:
     """The fp16 variant of `model`; `keep_io` = True or a list of graph I/O names left fp32."""
     name_nodes(model)
-    return convert_float_to_float16(
+    out = convert_float_to_float16(
         model, keep_io_types=keep_io, op_block_list=DEFAULT_OP_BLOCK_LIST + FP32_OPS,
         node_block_list=fp32_nodes(model, extra_fp32_prefixes), disable_shape_infer=False)
+    drop_round_trips(out)
+    return out
+
+
+def drop_round_trips(model: onnx.ModelProto) -> int:
+    """Cast(fp32->fp16) -> Cast(fp16->fp32) pairs: read the fp32 value directly.
+
+    The converter routes a value between two fp32 nodes through fp16 (it retypes the value itself),
+    which would bring back the overflow the block list avoids. Returns how many pairs were bypassed.
+    """
+    g = model.graph
+    producer = {o: n for n in g.node for o in n.output}
+    to = lambda n: next((a.i for a in n.attribute if a.name == "to"), None)  # noqa: E731
+    rename = {}
+    for n in g.node:
+        src = producer.get(n.input[0]) if n.op_type == "Cast" else None
+        if (src is not None and src.op_type == "Cast" and to(n) == onnx.TensorProto.FLOAT
+                and to(src) == onnx.TensorProto.FLOAT16 and n.output[0] not in {o.name for o in g.output}):
+            rename[n.output[0]] = src.input[0]
+    for n in g.node:
+        n.input[:] = [rename.get(i, i) for i in n.input]
+    used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    keep = [n for n in g.node if n.op_type != "Cast" or any(o in used for o in n.output)]
+    del g.node[:]
+    g.node.extend(keep)
+    return len(rename)
