@@ -132,3 +132,11 @@ def census(model: ir.Model) -> dict[str, int]:
 def import_ms_domain(graph: ir.Graph) -> None:
     """Contrib ops need the com.microsoft opset imported."""
     graph.opset_imports.setdefault(MS, 1)
+
+
+def nodes_per_layer(model: ir.Model) -> int | None:
+    """Nodes (Constant excluded) from one GroupQueryAttention up to the next: one decoder layer's
+    worth in a layer-ordered graph; None with fewer than two GQA nodes."""
+    nodes = [n for n in model.graph if n.op_type != "Constant"]
+    at = [i for i, n in enumerate(nodes) if n.op_type == "GroupQueryAttention"]
+    return at[1] - at[0] if len(at) > 1 else None

@@ -24,6 +24,8 @@ def apply(model: ir.Model, report: Report) -> int:
     for gqa in [n for n in g if n.op_type == "GroupQueryAttention"]:
         if gqa.inputs[1] is None:
             continue  # already packed
+        if _already_packed(gqa):
+            continue
         projs = [_projection(gqa, slot) for slot in range(3)]
         why = _why_not(projs)
         if why:
@@ -33,6 +35,19 @@ def apply(model: ir.Model, report: Report) -> int:
         done += 1
     report.hit(RULE, done) if done else None
     return done
+
+
+def _already_packed(gqa: ir.Node) -> bool:
+    """Q, K, V are the three outputs of one Split (this rule's own output)."""
+    splits = set()
+    for slot in range(3):
+        v = gqa.inputs[slot]
+        flat = prod(v, "Reshape")
+        norm = prod(flat.inputs[0], "SimplifiedLayerNormalization") if flat else None
+        heads = prod(norm.inputs[0], "Reshape") if norm else None
+        split = prod(heads.inputs[0] if heads else v, "Split")
+        splits.add(id(split) if split else None)
+    return len(splits) == 1 and None not in splits
 
 
 def _projection(gqa: ir.Node, slot: int) -> tuple[ir.Value, ir.Node, ir.Value | None] | None:

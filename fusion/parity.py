@@ -47,8 +47,10 @@ class SplitRunner:
 class MergedRunner:
     """inputs_embeds / attention_mask / past_key_values.{i}.* -> logits, present.{i}.* (source or fused)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, kv_dims: tuple[int, int] | None = None):
+        """`kv_dims` (kv heads, head dim) for graphs that declare them symbolically."""
         self.sess = _session(path)
+        self.kv_dims = kv_dims
         self.past_names = [i.name for i in self.sess.get_inputs() if i.name.startswith("past_key_values.")]
         self.shapes = {i.name: i.shape for i in self.sess.get_inputs()}
         self.out_names = [o.name for o in self.sess.get_outputs()]
@@ -59,11 +61,19 @@ class MergedRunner:
         past_len = 0 if self.past is None else next(iter(self.past.values())).shape[2]
         feeds = {"inputs_embeds": embeds, "attention_mask": np.ones((b, past_len + s), np.int64)}
         for name in self.past_names:
-            feeds[name] = self.past[name] if self.past else np.zeros(
-                (b, self.shapes[name][1], 0, self.shapes[name][3]), np.float32)
+            feeds[name] = self.past[name] if self.past else np.zeros((b, *self._kv_dims(name)[:1], 0,
+                                                                         self._kv_dims(name)[1]), np.float32)
         outs = dict(zip(self.out_names, self.sess.run(None, feeds)))
         self.past = {n: outs[n.replace("past_key_values.", "present.")] for n in self.past_names}
         return outs["logits"][:, -1]
+
+    def _kv_dims(self, name: str) -> tuple[int, int]:
+        _, kv, _, hd = self.shapes[name]
+        if isinstance(kv, int) and isinstance(hd, int):
+            return kv, hd
+        if self.kv_dims is None:
+            raise ValueError(f"{name}: symbolic KV shape {self.shapes[name]}; pass kv_dims")
+        return self.kv_dims
 
     prefill = step = _run
 

@@ -26,7 +26,7 @@ def apply(model: ir.Model, report: Report, output: str = "logits") -> int:
         report.miss(RULE, output, "logits are not produced by a MatMul-like lm_head")
         return 0
     h = head.inputs[0]
-    if _is_last_slice(h):
+    if _is_last_slice(h) or _one_position(logits):
         return 0  # already pruned
     if h.shape is not None and len(h.shape) != 3:
         report.miss(RULE, output, "lm_head input is not [B, S, H]")
@@ -44,6 +44,11 @@ def apply(model: ir.Model, report: Report, output: str = "logits") -> int:
         logits.shape = ir.Shape([logits.shape[0], 1, logits.shape[2]])
     report.hit(RULE)
     return 1
+
+
+def _one_position(v: ir.Value) -> bool:
+    """Declared [B, 1, V] (e.g. the genai builder's Gather(-1) + Unsqueeze)."""
+    return v.shape is not None and len(v.shape) == 3 and v.shape[1] == 1
 
 
 def _is_last_slice(v: ir.Value) -> bool:
