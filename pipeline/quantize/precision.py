@@ -83,8 +83,11 @@ def drop_round_trips(model: onnx.ModelProto) -> int:
     rename = {}
     for n in g.node:
         src = producer.get(n.input[0]) if n.op_type == "Cast" else None
+        # only the converter's own casts: it renames a blocked node's fp32 output to "<name>_cast_to_fp16";
+        # an exported Cast(to=FLOAT) it retyped to fp16 reads an fp16 value and must stay
         if (src is not None and src.op_type == "Cast" and to(n) == onnx.TensorProto.FLOAT
-                and to(src) == onnx.TensorProto.FLOAT16 and n.output[0] not in {o.name for o in g.output}):
+                and to(src) == onnx.TensorProto.FLOAT16 and src.input[0].endswith("_cast_to_fp16")
+                and n.output[0] not in {o.name for o in g.output}):
             rename[n.output[0]] = src.input[0]
     for n in g.node:
         n.input[:] = [rename.get(i, i) for i in n.input]
@@ -92,4 +95,6 @@ def drop_round_trips(model: onnx.ModelProto) -> int:
     keep = [n for n in g.node if n.op_type != "Cast" or any(o in used for o in n.output)]
     del g.node[:]
     g.node.extend(keep)
+    if rename:  # the converter's value_info typed some of these values fp16; onnxruntime re-infers them
+        del g.value_info[:]
     return len(rename)
