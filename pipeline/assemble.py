@@ -34,7 +34,12 @@ class AssembleError(ValueError):
 
 
 def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = None) -> dict:
-    """Write the runtime's fp32 model files into `out`; return {variant: {role: file name}}.
+    """Write the runtime's fp32 model files into `out`; return {variant: Variant dict}.
+
+    A variant: {"dir": folder, "dtype": float type of audio_features / past / present,
+    "files": {role: file name}}, roles: encoder, encoder_data, decoder, decoder_data, embed
+    (embed only for decoders that take inputs_embeds). The quantize stage returns the same shape
+    (see `quantized_variants`).
 
     `decoder` is a ready decoder graph with the merged interface (the fuse stage's output);
     without it a merged-layout source's decoder is used as is.
@@ -53,8 +58,24 @@ def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = 
     tok = Tokenizer.from_file(str(source / "tokenizer.json"))
     (out / "runtime.json").write_text(json.dumps(runtime_config(cfg, tok), indent=1) + "\n")
     (out / "tokens.bin").write_bytes(token_table(tok))
-    return {"fp32": {"encoder": "encoder.onnx", "decoder": "decoder.onnx",
-                     "decoder_data": "decoder.onnx.data", "embed": "embed_tokens.bin"}}
+    shutil.copyfile(source / "config.json", out / "config.json")  # what the quantize stage reads
+    return {"fp32": {"dir": out, "dtype": "float32", "files": _present(out, {
+        "encoder": "encoder.onnx", "encoder_data": "encoder.onnx.data",
+        "decoder": "decoder.onnx", "decoder_data": "decoder.onnx.data", "embed": "embed_tokens.bin"})}}
+
+
+def quantized_variants(out: Path, report: dict) -> dict:
+    """Variants in `assemble_model`'s shape from `pipeline.quantize.variants.quantize_variants`'s report."""
+    found = {}
+    for v, r in report["variants"].items():
+        dec, enc = r["decoder"]["file"], r["encoder"]["file"]
+        found[v] = {"dir": out, "dtype": "float16" if v == "fp16" else "float32", "files": _present(out, {
+            "encoder": enc, "encoder_data": enc + ".data", "decoder": dec, "decoder_data": dec + ".data"})}
+    return found
+
+
+def _present(folder: Path, roles: dict[str, str]) -> dict[str, str]:
+    return {role: name for role, name in roles.items() if (folder / name).is_file()}
 
 
 def save_graph(src: Path, dest: Path) -> None:

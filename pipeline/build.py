@@ -45,7 +45,8 @@ def stage_source(ctx: BuildContext) -> None:
 def stage_assemble(ctx: BuildContext) -> None:
     """The runtime's model files (pipeline.assemble); a fuse stage may set ctx.state['decoder']."""
     out = ctx.work_dir / "model"
-    # TODO(fuse): the fuse stage puts its fused decoder path in ctx.state["decoder"] (split sources need it)
+    # TODO(fuse): the fuse stage puts its fused decoder path in ctx.state["decoder"] (split sources need it);
+    # a quantize stage after this one replaces ctx.state["variants"] (assemble.quantized_variants)
     ctx.state["variants"] = assemble_model(ctx.state["model_dir"], ctx.cfg.source.layout, out,
                                            decoder=ctx.state.get("decoder"))
     ctx.state["assembled"] = out
@@ -59,16 +60,17 @@ def stage_shard(ctx: BuildContext) -> None:
     """Every model file and ORT's wasm binary -> content-hashed shards under dist/model/."""
     model = ctx.state["assembled"]
     variants = ctx.state["variants"]
-    files = {name: model / name for roles in variants.values() for name in roles.values()}
+    files = {name: v["dir"] / name for v in variants.values() for name in v["files"].values()}
     files |= {"runtime.json": model / "runtime.json", "tokens.bin": model / "tokens.bin",
               ORT_WASM: ort_dist() / ORT_WASM}
+    # the runtime finds each file by role (encoder, decoder_data, ...) in the variant entry
+    entries = {name: {"files": list(v["files"].values()), "requires": VARIANT_REQUIRES[name],
+                      "dtype": v["dtype"], **v["files"]} for name, v in variants.items()}
     manifest = shard_files(files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
-                           max_bytes=ctx.cfg.shard.max_bytes,
-                           variants={v: {"files": list(roles.values()), "requires": VARIANT_REQUIRES[v], **roles}
-                                     for v, roles in variants.items()})
+                           max_bytes=ctx.cfg.shard.max_bytes, variants=entries)
     ctx.state["manifest"] = manifest
-    for v, roles in variants.items():
-        ctx.report.variants[v] = {name: manifest["files"][name]["size"] for name in roles.values()}
+    for name, v in variants.items():
+        ctx.report.variants[name] = {f: manifest["files"][f]["size"] for f in v["files"].values()}
 
 
 def stage_render(ctx: BuildContext) -> None:

@@ -1,6 +1,11 @@
 // The speech recogniser on onnxruntime-web: encoder (PCM in, mel inside the graph), prompt with
 // the audio features spliced over the <|audio_pad|> positions, prefill, then greedy decoding
 // with the KV cache kept on the GPU. pipeline/transcribe.py's greedy loop is the spec.
+//
+// Two decoder interfaces (the manifest variant says which files; the graph says which inputs):
+// - inputs_embeds: rows looked up here in embed_tokens.bin, audio features spliced in here;
+// - input_ids + audio_features + audio_offset (quantized builds): the graph does the int4 lookup
+//   and the splice, and no float table is shipped. Decode steps pass an empty audio_features.
 
 import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 
@@ -9,16 +14,22 @@ export class Recogniser {
   static async create(ort, files, roles, runtime, ep) {
     const r = new Recogniser(ort, runtime, ep);
     const opts = r.sessionOptions();
-    r.encoder = await ort.InferenceSession.create(files.get(roles.encoder), { ...opts, executionProviders: [ep] });
+    r.encoder = await ort.InferenceSession.create(files.get(roles.encoder), {
+      ...opts, executionProviders: [ep], externalData: external(files, roles.encoder_data),
+    });
     r.decoder = await ort.InferenceSession.create(files.get(roles.decoder), {
       ...opts,
       executionProviders: [ep],
-      externalData: [{ path: roles.decoder_data, data: files.get(roles.decoder_data) }],
+      externalData: external(files, roles.decoder_data),
       // present.* stay on the GPU and come back as the next step's past: no round trip per token
       ...(ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(r.presentNames().map((n) => [n, 'gpu-buffer'])) }),
     });
-    const embed = files.get(roles.embed);
-    r.embed = new Float32Array(embed.buffer, embed.byteOffset, embed.byteLength / 4);
+    r.dtype = roles.dtype ?? 'float32'; // of past/present and audio_features
+    r.takesIds = r.decoder.inputNames.includes('input_ids');
+    if (!r.takesIds) {
+      const embed = files.get(roles.embed);
+      r.embed = new Float32Array(embed.buffer, embed.byteOffset, embed.byteLength / 4);
+    }
     r.tokens = new TokenTable(files.get('tokens.bin'));
     return r;
   }
@@ -46,22 +57,18 @@ export class Recogniser {
 
   async encode(pcm) {
     const out = await this.encoder.run({ pcm: new this.ort.Tensor('float32', pcm, [1, pcm.length]) });
-    const feats = out.audio_features;
-    return { data: feats.data, tokens: feats.dims[1] };
+    return out.audio_features;
   }
 
   // Greedy transcription of one chunk. onToken(text so far, token id) streams the transcript.
   async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false } = {}) {
-    const H = this.d.hidden_size;
     const t0 = performance.now();
     const audio = await this.encode(pcm);
     const tEnc = performance.now();
     const { prefix, suffix, audio_pad } = this.rt.prompt;
-    const ids = [...prefix, ...new Array(audio.tokens).fill(audio_pad), ...suffix];
-    const x = this.embedRows(ids);
-    x.set(audio.data.subarray(0, audio.tokens * H), prefix.length * H); // splice the audio features
+    const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix];
     let past = this.emptyPast();
-    let { logits, present } = await this.step(x, ids.length, ids.length, past);
+    let { logits, present } = await this.step(this.inputs(ids, audio, prefix.length), ids.length, past);
     const tPrefill = performance.now();
     const eos = new Set(this.rt.eos_token_ids);
     const text = new StreamingDecoder(this.tokens);
@@ -76,7 +83,7 @@ export class Recogniser {
         onToken(answerText(text.push(token), this.rt.answer), token);
         if (i + 1 === maxNewTokens) break; // the loop would not use the next logits
         past = present;
-        ({ logits, present } = await this.step(this.embedRows([token]), 1, ids.length + generated.length, past));
+        ({ logits, present } = await this.step(this.inputs([token]), ids.length + generated.length, past));
         dispose(past);
       }
     } finally {
@@ -92,11 +99,28 @@ export class Recogniser {
     };
   }
 
-  // One decoder run over `s` new embeddings with `total` = past + s positions.
-  async step(x, s, total, past) {
+  // Decoder inputs for new token `ids`; `audio` (encoder output) goes over the positions from
+  // `offset` on, in the prefill only.
+  inputs(ids, audio = null, offset = 0) {
+    const { Tensor } = this.ort;
+    const H = this.d.hidden_size;
+    if (this.takesIds) {
+      return {
+        input_ids: new Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]),
+        audio_features: audio ?? new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, 0, H]),
+        audio_offset: new Tensor('int64', BigInt64Array.from([BigInt(offset)]), [1]),
+      };
+    }
+    const x = this.embedRows(ids);
+    if (audio) x.set(toFloat32(audio.data), offset * H); // splice the audio features
+    return { inputs_embeds: new Tensor('float32', x, [1, ids.length, H]) };
+  }
+
+  // One decoder run with `total` = past + new positions.
+  async step(inputs, total, past) {
     const { Tensor } = this.ort;
     const feeds = {
-      inputs_embeds: new Tensor('float32', x, [1, s, this.d.hidden_size]),
+      ...inputs,
       attention_mask: new Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]),
       ...past,
     };
@@ -112,10 +136,11 @@ export class Recogniser {
   emptyPast() {
     const { Tensor } = this.ort;
     const dims = [1, this.d.num_key_value_heads, 0, this.d.head_dim];
+    const empty = () => new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims);
     const past = {};
     for (let i = 0; i < this.d.num_layers; i++) {
-      past[`past_key_values.${i}.key`] = new Tensor('float32', new Float32Array(0), dims);
-      past[`past_key_values.${i}.value`] = new Tensor('float32', new Float32Array(0), dims);
+      past[`past_key_values.${i}.key`] = empty();
+      past[`past_key_values.${i}.value`] = empty();
     }
     return past;
   }
@@ -128,13 +153,34 @@ export class Recogniser {
   }
 }
 
+// External weights as onnxruntime-web wants them: the path as written inside the graph.
+function external(files, name) {
+  return name ? [{ path: name, data: files.get(name) }] : undefined;
+}
+
+// fp16 tensors arrive as raw bits (Uint16Array) or, in browsers that have it, Float16Array.
+function toFloat32(data) {
+  if (!(data instanceof Uint16Array)) return data instanceof Float32Array ? data : Float32Array.from(data);
+  const out = new Float32Array(data.length);
+  for (let i = 0; i < data.length; i++) out[i] = halfToFloat(data[i]);
+  return out;
+}
+
+function halfToFloat(h) {
+  const exp = (h >> 10) & 0x1f;
+  const frac = h & 0x3ff;
+  const sign = h & 0x8000 ? -1 : 1;
+  if (exp === 0) return sign * 2 ** -14 * (frac / 1024);
+  if (exp === 31) return frac ? NaN : sign * Infinity;
+  return sign * 2 ** (exp - 15) * (1 + frac / 1024);
+}
+
 // Greedy choice over the last position (a pruned graph has only that one); the first maximum
 // wins ties, as numpy's argmax does.
 function argmaxLast(logits, vocab) {
-  const data = logits.data;
-  const base = data.length - vocab;
+  const data = toFloat32(logits.data.subarray(logits.data.length - vocab));
   let best = 0;
-  for (let i = 1; i < vocab; i++) if (data[base + i] > data[base + best]) best = i;
+  for (let i = 1; i < vocab; i++) if (data[i] > data[best]) best = i;
   return best;
 }
 
