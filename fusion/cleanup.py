@@ -6,11 +6,15 @@ run only when there is something to fuse, so an already-fused graph is left byte
 
 from __future__ import annotations
 
+import logging
+
 import onnx_ir as ir
 import onnx_ir.passes.common  # noqa: F401  (registers ir.passes.common)
 import onnxscript.optimizer
 
 ANCHORS = {"Softmax", "ReduceMean"}
+# contrib ops whose output dtype is that of one of their constant inputs (the dequantization scales)
+_SCALES_INPUT = {"MatMulNBits": 2, "GatherBlockQuantized": 2}
 
 
 def needs_fusion(model: ir.Model) -> bool:
@@ -18,5 +22,20 @@ def needs_fusion(model: ir.Model) -> bool:
 
 
 def apply(model: ir.Model) -> None:
+    _type_contrib_outputs(model)
+    # the optimizer logs every contrib op it has no schema for; that is expected here
+    logging.getLogger("onnx_ir.passes.common.unused_removal").setLevel(logging.WARNING)
     onnxscript.optimizer.optimize_ir(model)
     ir.passes.common.TopologicalSortPass()(model)
+
+
+def _type_contrib_outputs(model: ir.Model) -> None:
+    """Give quantized contrib ops an output dtype so type inference (and with it the removal of
+    no-op Casts between them and the norms) reaches past them; onnx has no schema for them."""
+    for n in model.graph:
+        slot = _SCALES_INPUT.get(n.op_type)
+        if slot is None or n.domain != "com.microsoft" or n.outputs[0].type is not None:
+            continue
+        scales = n.inputs[slot] if len(n.inputs) > slot else None
+        if scales is not None and scales.const_value is not None:
+            n.outputs[0].type = ir.TensorType(scales.const_value.dtype)

@@ -129,8 +129,9 @@ def _packed_matmul(g: ir.Graph, nodes, name: str) -> ir.Node:
     if nodes[0].op_type == "MatMul":
         w = new_const(g, name + ".weight", np.concatenate([const(n.inputs[1]) for n in nodes], axis=1))
         return ir.node("MatMul", [h, w], name=name + "/MatMul")
+    arity = min(len(nodes[0].inputs), 4)
     packed = [new_const(g, f"{name}.{i}", np.concatenate([const(n.inputs[i]) for n in nodes], axis=0))
-              if nodes[0].inputs[i] is not None else None for i in range(1, 4)]
+              if nodes[0].inputs[i] is not None else None for i in range(1, arity)]
     attrs = {a: attr(nodes[0], a) for a in _NBITS_ATTRS}
     attrs["N"] = sum(int(attr(n, "N")) for n in nodes)
     while packed and packed[-1] is None:

@@ -75,7 +75,12 @@ def _entries(v: ir.Value) -> list | None:
             return None
         return [(x, i) for i in range(start, end)]
     if n.op_type == "Gather":
-        dims, idx = _entries(n.inputs[0]), const(n.inputs[1])
+        shape, idx = prod(n.inputs[0], "Shape"), const(n.inputs[1])
+        if (shape is not None and idx is not None and idx.size == 1 and int(idx.reshape(-1)[0]) >= 0
+                and attr(shape, "start", 0) >= 0):
+            # Gather(Shape(x), i): axis start + i of x, known even when x's rank is not
+            return [(shape.inputs[0], attr(shape, "start", 0) + int(idx.reshape(-1)[0]))]
+        dims = _entries(n.inputs[0])
         if dims is None or idx is None or idx.size != 1:
             return None
         i = int(idx.reshape(-1)[0])

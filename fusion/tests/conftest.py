@@ -53,6 +53,24 @@ class Zoo:
         out = self.export(layout, exporter)
         return out if layout == "split" else out / "decoder_model_merged.onnx"
 
+    def family(self, name: str) -> Path:
+        """A merged export of a tiny Llama / Qwen2 / Qwen3 CausalLM (fusion.tests.sources)."""
+        from fusion.tests.sources import export_family
+
+        out = self.root / f"family-{name}"
+        if not out.exists():
+            export_family(name, out)
+        return out / "decoder_model_merged.onnx"
+
+    def quantized(self) -> Path:
+        """The merged torchscript zoo export with int4 MatMulNBits (block 64) projections."""
+        from fusion.tests.sources import quantize_merged
+
+        out = self.root / "merged-torchscript-q4"
+        if not out.exists():
+            quantize_merged(self.export("merged", "torchscript"), out)
+        return out / "decoder_model_merged.onnx"
+
     def hf(self) -> Path:
         from pipeline.zoo.build import save_text_decoder_hf
 
