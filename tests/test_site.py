@@ -247,3 +247,31 @@ def test_controls_are_labelled_and_keyboard_reachable(playwright, site):
     finally:
         browser.close()
         srv.shutdown()
+
+
+@needs_chromium
+def test_file_upload_any_rate_and_channels(playwright, site, tmp_path):
+    # 44.1 kHz stereo, 16-bit: decoded and resampled to 16 kHz mono in the page
+    import wave
+
+    t = np.arange(int(44100 * 0.8)) / 44100
+    left, right = np.sin(2 * np.pi * 220 * t), np.sin(2 * np.pi * 440 * t)
+    frames = (np.stack([left, right], 1) * 0.3 * 32767).astype("<i2")
+    path = tmp_path / "stereo-44k.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(2), w.setsampwidth(2), w.setframerate(44100), w.writeframes(frames.tobytes())
+    srv = served(site)
+    browser, page, _ = open_site(playwright, srv, "?ep=wasm&max_new_tokens=2", webgpu=False)
+    try:
+        page.set_input_files("#file", str(path))
+        wait_for(page, "() => window.webbuild.status === 'done' || window.webbuild.error", 120)
+        state = page.evaluate("() => window.webbuild")
+        assert state["error"] is None and abs(state["metrics"]["audio_ms"] - 800) < 1
+        assert len(state["tokens"][0]) == 2
+        page.set_input_files("#file", {"name": "junk.wav", "mimeType": "audio/wav", "buffer": b"not audio at all"})
+        wait_for(page, "() => window.webbuild.error", 60)
+        assert "could not be decoded" in page.inner_text("#error")
+        assert page.is_enabled("#sample-0")  # the page recovers from a bad file
+    finally:
+        browser.close()
+        srv.shutdown()

@@ -1,0 +1,75 @@
+"""The site runtime's pure modules under Node: quiet-point chunking, streaming detokenising, answer
+parsing, and variant choice. (The same modules run in the browser in tests/test_site.py.)"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from pipeline.render import TEMPLATE_DIR
+
+pytestmark = pytest.mark.skipif(not shutil.which("node"), reason="no node")
+
+
+def node(script: str):
+    """Run an ES module snippet with the runtime folder importable as ./runtime/; returns its JSON."""
+    out = subprocess.run(["node", "--input-type=module", "-e", script], cwd=TEMPLATE_DIR,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_long_audio_is_cut_at_the_quiet_moment():
+    # 70 s of tone with silences at 25 s and 52 s: max 30 s chunks must cut inside those silences
+    r = node("""
+      import { splitAtQuiet } from './runtime/chunk.js';
+      const sr = 16000, pcm = new Float32Array(70 * sr);
+      for (let i = 0; i < pcm.length; i++) pcm[i] = 0.5 * Math.sin(i / 7);
+      for (const s of [25, 52]) pcm.fill(0, s * sr, (s + 0.3) * sr);
+      console.log(JSON.stringify({ long: splitAtQuiet(pcm, sr, 30), short: splitAtQuiet(pcm.subarray(0, sr), sr, 30),
+                                   empty: splitAtQuiet(new Float32Array(0), sr, 30) }));
+    """)
+    sr = 16000
+    (a0, a1), (b0, b1), (c0, c1) = r["long"]
+    assert a0 == 0 and 25 * sr <= a1 <= 25.3 * sr
+    assert b0 == a1 and 52 * sr <= b1 <= 52.3 * sr
+    assert c0 == b1 and c1 == 70 * sr
+    assert r["short"] == [[0, sr]] and r["empty"] == [[0, 0]]
+
+
+def test_streaming_decoder_and_answer_text():
+    r = node("""
+      import { StreamingDecoder, answerText } from './runtime/tokens.js';
+      // table: 0 'lang', 1 '<asr_text>', 2 first two bytes of 'é…' (é = c3 a9), 3 'a9 20 6f 6b', 4 '<|im_end|>'
+      const enc = new TextEncoder();
+      const pieces = [enc.encode('language English'), enc.encode('<asr_text>'), new Uint8Array([0x68, 0xc3]),
+                      new Uint8Array([0xa9, 0x20, 0x6f, 0x6b]), enc.encode('<|im_end|>')];
+      const table = { bytes: (id) => pieces[id] };
+      const answer = { text_start: '<asr_text>', end: '<|im_end|>' };
+      const d = new StreamingDecoder(table), seen = [];
+      for (const id of [0, 1, 2, 3, 4]) seen.push(answerText(d.push(id), answer));
+      console.log(JSON.stringify({ seen, final: answerText(d.finish(), answer, true),
+                                   noMarker: answerText('just text<|im_end|>', answer, true) }));
+    """)
+    # nothing before the marker; the split 'é' is held back until its second byte arrives
+    assert r["seen"] == ["", "", "h", "hé ok", "hé ok"]
+    assert r["final"] == "hé ok" and r["noMarker"] == "just text"
+
+
+def test_variant_choice():
+    r = node("""
+      import { chooseVariant } from './runtime/probe.js';
+      const m = { variants: { fp16: { requires: ['shader-f16'] }, fp32: { requires: [] } } };
+      const only32 = { variants: { fp32: { requires: [] } } };
+      console.log(JSON.stringify([
+        chooseVariant(m, { adapter: {}, shaderF16: true }), chooseVariant(m, { adapter: {}, shaderF16: false }),
+        chooseVariant(m, { adapter: null }), chooseVariant(m, { adapter: {}, shaderF16: true }, 'wasm'),
+        chooseVariant(only32, { adapter: {}, shaderF16: true }),
+      ]));
+    """)
+    assert r == [{"ep": "webgpu", "variant": "fp16"}, {"ep": "webgpu", "variant": "fp32"},
+                 {"ep": "wasm", "variant": "fp32"}, {"ep": "wasm", "variant": "fp32"},
+                 {"ep": "webgpu", "variant": "fp32"}]
