@@ -13,7 +13,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from fusion import cleanup, gqa, merge_split, packed_qkv, prune_lm_head, rms_norm, skip_rms_norm, static_reshape
+from fusion import cleanup, gqa, merge_split, packed_qkv, prune_lm_head, qk_norm_in_gqa, rms_norm, skip_rms_norm, static_reshape
 from fusion._ir import census, dead_code_elimination
 from fusion.report import Report
 
@@ -32,8 +32,14 @@ def load_source(src: Path) -> tuple[ir.Model, dict]:
 
 
 def fuse_decoder(src: Path | ir.Model, max_positions: int | None = None,
-                 prune_lm_head_: bool = True, pack_qkv: bool = True) -> tuple[ir.Model, dict]:
-    """Fuse a decoder; returns (model, report dict with census before/after and what was not fused)."""
+                 prune_lm_head_: bool = True, pack_qkv: bool = True,
+                 qk_norm: str = "explicit") -> tuple[ir.Model, dict]:
+    """Fuse a decoder; returns (model, report dict with census before/after and what was not fused).
+
+    qk_norm: "explicit" keeps Qwen3's Q/K norms as SimplifiedLayerNormalization (runs everywhere);
+    "gqa" moves them into GroupQueryAttention (WebGPU/CUDA only, as the genai builder's webgpu graph)."""
+    if qk_norm not in ("explicit", "gqa"):
+        raise ValueError(f"qk_norm must be 'explicit' or 'gqa', not {qk_norm!r}")
     model, cfg = (src, {}) if isinstance(src, ir.Model) else load_source(src)
     max_positions = max_positions or cfg.get("max_position_embeddings")
     report = Report()
@@ -47,6 +53,8 @@ def fuse_decoder(src: Path | ir.Model, max_positions: int | None = None,
         _run(model, merge_split.apply, report)
     if pack_qkv:
         _run(model, packed_qkv.apply, report)
+    if qk_norm == "gqa":
+        _run(model, qk_norm_in_gqa.apply, report)
     if prune_lm_head_:
         _run(model, prune_lm_head.apply, report)
     _run(model, static_reshape.apply, report)

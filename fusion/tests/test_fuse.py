@@ -60,16 +60,19 @@ def test_fusing_twice_changes_nothing(fused):
     assert report["fused"] == {} and report["not_fused"] == []
 
 
-@pytest.fixture(scope="session")
-def genai_graph(zoo, tmp_path_factory):
-    """onnxruntime-genai builder output for the same weights (fp32, CPU, embeddings excluded)."""
+def build_genai(zoo, out, ep: str):
+    """onnxruntime-genai builder output for the same weights (fp32, embeddings excluded)."""
     pytest.importorskip("onnxruntime_genai")
-    out = tmp_path_factory.mktemp("genai")
     subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(zoo.hf()), "-o", str(out),
-                    "-p", "fp32", "-e", "cpu", "-c", str(out / "cache"),
+                    "-p", "fp32", "-e", ep, "-c", str(out / "cache"),
                     "--extra_options", "exclude_embeds=true", "prune_lm_head=true"],
                    check=True, capture_output=True)
     return out / "model.onnx"
+
+
+@pytest.fixture(scope="session")
+def genai_graph(zoo, tmp_path_factory):
+    return build_genai(zoo, tmp_path_factory.mktemp("genai"), "cpu")
 
 
 def test_no_more_nodes_per_layer_than_genai_builder(fused, genai_graph):
