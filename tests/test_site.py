@@ -188,6 +188,7 @@ def test_webgpu_transcribes_like_the_reference(playwright, site, reference):
         state = page.evaluate("() => window.webbuild")
         assert state["status"] == "ready", state
         assert state["info"]["ep"] == "webgpu" and state["info"]["variant"] == "fp32"  # no shader-f16 here
+        assert state["info"]["kvCache"] == "gpu-buffer"
         assert "swiftshader" in state["info"]["adapter"].lower()
         assert page.is_hidden("#notice")
         state = transcribe_sample(page)
@@ -210,7 +211,7 @@ def test_without_webgpu_falls_back_to_wasm(playwright, site, reference):
     try:
         state = page.evaluate("() => window.webbuild")
         assert state["status"] == "ready", state
-        assert state["info"]["ep"] == "wasm" and state["info"]["threads"] == 1
+        assert state["info"]["ep"] == "wasm" and state["info"]["threads"] == 1 and state["info"]["kvCache"] == "cpu"
         assert "WebGPU is not available" in page.inner_text("#notice")
         state = transcribe_sample(page)
         check_against_reference(state, site, reference)

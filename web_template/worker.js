@@ -49,7 +49,7 @@ async function load({ manifestUrl, forceEp }) {
     info: {
       ep: made.ep, variant, notice: made.notice ?? notice,
       adapter: made.ep === 'webgpu' ? gpu.description : 'none (WebAssembly on the CPU)',
-      shaderF16: Boolean(gpu.shaderF16), threads: ort.env.wasm.numThreads,
+      shaderF16: Boolean(gpu.shaderF16), threads: ort.env.wasm.numThreads, kvCache: recogniser.kvLocation,
       modelBytes: roles.files.reduce((n, f) => n + manifest.files[f].size, 0),
       load: { download_ms: tDownload - t0, session_ms: tSession - tDownload, warmup_ms: tWarm - tSession, total_ms: tWarm - t0 },
     },

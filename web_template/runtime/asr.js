@@ -125,6 +125,7 @@ export class Recogniser {
       ...past,
     };
     const out = await this.decoder.run(feeds);
+    this.kvLocation = out['present.0.key'].location; // 'gpu-buffer' when the cache stays on the GPU
     const present = {};
     for (let i = 0; i < this.d.num_layers; i++) {
       present[`past_key_values.${i}.key`] = out[`present.${i}.key`];
