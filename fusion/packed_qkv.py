@@ -24,7 +24,10 @@ def apply(model: ir.Model, report: Report) -> int:
     for gqa in [n for n in g if n.op_type == "GroupQueryAttention"]:
         if gqa.inputs[1] is None:
             continue  # already packed
-        if _already_packed(gqa):
+        split = _already_packed(gqa)
+        if split is not None:
+            if _unsplit(gqa, split):
+                done += 1
             continue
         projs = [_projection(gqa, slot) for slot in range(3)]
         why = _why_not(projs)
@@ -37,17 +40,26 @@ def apply(model: ir.Model, report: Report) -> int:
     return done
 
 
-def _already_packed(gqa: ir.Node) -> bool:
-    """Q, K, V are the three outputs of one Split (this rule's own output)."""
-    splits = set()
+def _already_packed(gqa: ir.Node) -> ir.Node | None:
+    """The Split whose three outputs are Q, K, V (this rule's own output, or a packed source's)."""
+    splits = []
     for slot in range(3):
         v = gqa.inputs[slot]
         flat = prod(v, "Reshape")
         norm = prod(flat.inputs[0], "SimplifiedLayerNormalization") if flat else None
         heads = prod(norm.inputs[0], "Reshape") if norm else None
-        split = prod(heads.inputs[0] if heads else v, "Split")
-        splits.add(id(split) if split else None)
-    return len(splits) == 1 and None not in splits
+        splits.append(prod(heads.inputs[0] if heads else v, "Split"))
+    same = splits[0] is not None and all(s is splits[0] for s in splits)
+    return splits[0] if same else None
+
+
+def _unsplit(gqa: ir.Node, split: ir.Node) -> bool:
+    """Without Q/K norms GQA unpacks QKV itself: feed it the packed tensor, drop the Split."""
+    if list(gqa.inputs[:3]) != list(split.outputs) or attr(split, "axis", 0) not in (-1, 2):
+        return False
+    for slot, v in ((0, split.inputs[0]), (1, None), (2, None)):
+        gqa.replace_input_with(slot, v)
+    return True
 
 
 def _projection(gqa: ir.Node, slot: int) -> tuple[ir.Value, ir.Node, ir.Value | None] | None:

@@ -52,6 +52,9 @@ def _is_rotate_half(r: ir.Value, x: ir.Value) -> bool:
 
 def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int) -> tuple[np.ndarray, np.ndarray] | str:
     """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not."""
+    tables = _tables(cos), _tables(sin)
+    if all(t is not None for t in tables):
+        return _from_tables(*tables, head_dim, max_pos)
     c, s = _trace(cos, "Cos"), _trace(sin, "Sin")
     if isinstance(c, str) or isinstance(s, str):
         return c if isinstance(c, str) else s
@@ -63,6 +66,31 @@ def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int) -> tuple[n
     # positions x inv_freq in fp32, as the exported graph computes it, so the caches match bit for bit
     freqs = np.arange(max_pos, dtype=np.float32)[:, None] * inv_c.astype(np.float32)[None, :]
     return (np.cos(freqs) * np.float32(scale_c)).astype(np.float32), (np.sin(freqs) * np.float32(scale_s)).astype(np.float32)
+
+
+def _tables(v: ir.Value) -> np.ndarray | None:
+    """A precomputed [positions, hd] table gathered by position (HF's cos_cached, our decompose)."""
+    for _ in range(4):
+        n = prod(v)
+        if n is None:
+            return None
+        if n.op_type == "Gather" and attr(n, "axis", 0) == 0:
+            t = const(n.inputs[0])
+            return t if t is not None and t.ndim == 2 else None
+        if n.op_type not in ("Unsqueeze", "Cast", "Reshape"):
+            return None
+        v = n.inputs[0]
+    return None
+
+
+def _from_tables(cos: np.ndarray, sin: np.ndarray, head_dim: int, max_pos: int) -> tuple[np.ndarray, np.ndarray] | str:
+    half = head_dim // 2
+    if cos.shape != sin.shape or cos.shape[1] != head_dim:
+        return f"cos/sin tables of shape {cos.shape} for head_dim {head_dim}"
+    if not (np.array_equal(cos[:, :half], cos[:, half:]) and np.array_equal(sin[:, :half], sin[:, half:])):
+        return "cos/sin tables are not duplicated halves (interleaved rotary?)"
+    rows = min(max_pos, cos.shape[0])  # the source cannot address positions past its own table
+    return cos[:rows, :half].astype(np.float32), sin[:rows, :half].astype(np.float32)
 
 
 def _trace(v: ir.Value, op: str) -> tuple[np.ndarray, float] | str:
