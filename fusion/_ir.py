@@ -106,6 +106,9 @@ def width(v: ir.Value) -> int | None:
         return None if w is None else int(w.shape[-1])
     if n.op_type == "MatMulNBits":
         return int(attr(n, "N"))
+    if n.op_type == "Split" and attr(n, "axis", 0) == -1 and len(n.inputs) > 1:
+        sizes = const(n.inputs[1])
+        return None if sizes is None else int(sizes[v.index()])
     if n.op_type == "Add":
         for x in n.inputs:
             c = const(x)

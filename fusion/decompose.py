@@ -3,17 +3,22 @@
 GroupQueryAttention -> reshape/transpose, rotate_half RoPE from the cos/sin caches gathered by
 position, Concat with the past, repeat_kv, scaled scores + causal mask, Softmax, MatMul;
 SkipSimplifiedLayerNormalization -> Add + RMSNorm; SimplifiedLayerNormalization -> the dynamo
-spelling of RMSNorm (Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul).
+spelling of RMSNorm (Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul); 4-bit MatMulNBits ->
+blocked DequantizeLinear (uint4, opset 21; the graph's opset is raised when its ops allow) + MatMul.
 Limits: the decomposed attention masks causally only (seqlens_k padding is not reproduced),
 positions start at the past length, as for unpadded batches.
 """
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
+import onnx
 import onnx_ir as ir
 
-from fusion._ir import attr, dead_code_elimination, replace, shared_const
+from fusion._ir import attr, const, dead_code_elimination, new_const, replace, shared_const
+from fusion.matmul_nbits import ACCURACY_KEY
+from fusion.qk_norm_in_gqa import head_norm
 
 _NEG = -1e9
 
@@ -37,8 +42,10 @@ class _Builder:
 def decompose(model: ir.Model) -> dict[str, int]:
     """Rewrite every fused node of `model` into primitives; returns op -> nodes decomposed."""
     done: dict[str, int] = {}
+    if any(n.op_type == "MatMulNBits" for n in model.graph):
+        _raise_opset(model, 21)
     for op, fn in (("GroupQueryAttention", _gqa), ("SkipSimplifiedLayerNormalization", _skip),
-                   ("SimplifiedLayerNormalization", _sln)):
+                   ("SimplifiedLayerNormalization", _sln), ("MatMulNBits", _matmul_nbits)):
         for node in [n for n in model.graph if n.op_type == op]:
             b = _Builder(model.graph, node.name or op)
             new_outputs = fn(b, node)
@@ -109,6 +116,9 @@ def _table(b: _Builder, name: str, cache: np.ndarray, pos: ir.Value) -> ir.Value
 
 
 def _to_heads(b: _Builder, x, heads: int, hd: int, norm_w, eps: float) -> ir.Value:
+    normed = head_norm(x)
+    if normed is not None:  # an explicit head-wise norm flattened for GQA: use its 4-D output as is
+        return b.op("Transpose", normed[1].outputs[0], perm=[0, 2, 1, 3])
     x = b.op("Reshape", x, b.const(f"shape_heads_{heads}_{hd}", [0, 0, heads, hd]))
     if norm_w is not None:
         x = _rms(b, x, norm_w, eps)
@@ -128,3 +138,45 @@ def _repeat(b: _Builder, x, heads: int, kv: int, hd: int) -> ir.Value:
         return x
     wide = b.op("Expand", b.op("Unsqueeze", x, b.const("axes_2", [2])), b.const(f"groups_{heads // kv}", [1, 1, heads // kv, 1, 1]))
     return b.op("Reshape", wide, b.const(f"shape_rep_{heads}_{hd}", [0, heads, -1, hd]))
+
+
+def _raise_opset(model: ir.Model, target: int) -> None:
+    """Blocked DequantizeLinear needs opset 21; refuse when an op's inputs/attributes changed since."""
+    current = model.graph.opset_imports.get("", 1)
+    if current >= target:
+        return
+    for n in model.graph:
+        if n.domain != "" or not onnx.defs.has(n.op_type):
+            continue
+        old, new = onnx.defs.get_schema(n.op_type, current), onnx.defs.get_schema(n.op_type, target)
+        added = set(new.attributes) - set(old.attributes)
+        if ([i.name for i in old.inputs] != [i.name for i in new.inputs] or not set(old.attributes) <= set(new.attributes)
+                or any(new.attributes[a].required for a in added)):
+            raise ValueError(f"{n.op_type} changed between opset {current} and {target}; cannot decompose MatMulNBits")
+    model.graph.opset_imports[""] = target
+
+
+def _unpack_pairs(packed: np.ndarray, count: int) -> np.ndarray:
+    """bytes along the last axis -> 4-bit values (low nibble first), the first `count` of them."""
+    out = np.stack([packed & 15, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
+    return out[..., :count]
+
+
+def _matmul_nbits(b: _Builder, n: ir.Node) -> list:
+    k, width, bs = int(attr(n, "K")), int(attr(n, "N")), int(attr(n, "block_size"))
+    if attr(n, "bits", 4) != 4 or any(x is not None for x in n.inputs[4:]):
+        raise ValueError(f"{n.name}: only 4-bit MatMulNBits without g_idx/bias decompose")
+    blocks = -(-k // bs)
+    q = _unpack_pairs(const(n.inputs[1]).reshape(width, blocks, bs // 2), bs).reshape(width, -1)[:, :k]
+    scales = const(n.inputs[2]).reshape(width, blocks)
+    zp = const(n.inputs[3]) if len(n.inputs) > 3 and n.inputs[3] is not None else None
+    if zp is not None and zp.dtype != np.uint8:
+        raise ValueError(f"{n.name}: float zero points do not decompose to DequantizeLinear")
+    zero = _unpack_pairs(zp.reshape(width, -1), blocks) if zp is not None else np.full((width, blocks), 8, np.uint8)
+    g, name = b.graph, n.name or "MatMulNBits"
+    inputs = [new_const(g, f"{name}.q", np.ascontiguousarray(q.T).astype(ml_dtypes.uint4)),
+              new_const(g, f"{name}.scale", np.ascontiguousarray(scales.T)),
+              new_const(g, f"{name}.zero_point", np.ascontiguousarray(zero.T).astype(ml_dtypes.uint4))]
+    weight = b.op("DequantizeLinear", *inputs, axis=0, block_size=bs)
+    b.nodes[-1].metadata_props[ACCURACY_KEY] = str(attr(n, "accuracy_level", 0))
+    return [b.op("MatMul", n.inputs[0], weight)]

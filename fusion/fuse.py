@@ -13,7 +13,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from fusion import cleanup, gqa, merge_split, packed_qkv, prune_lm_head, qk_norm_in_gqa, rms_norm, skip_rms_norm, static_reshape
+from fusion import cleanup, gqa, matmul_nbits, merge_split, packed_qkv, prune_lm_head, qk_norm_in_gqa, rms_norm, skip_rms_norm, static_reshape
 from fusion._ir import census, dead_code_elimination
 from fusion.report import Report
 
@@ -44,6 +44,8 @@ def fuse_decoder(src: Path | ir.Model, max_positions: int | None = None,
     max_positions = max_positions or cfg.get("max_position_embeddings")
     report = Report()
     before = census(model)
+    if any(n.op_type == "DequantizeLinear" for n in model.graph):
+        _run(model, matmul_nbits.apply, report)  # before cleanup folds the weights to float
     if cleanup.needs_fusion(model):
         cleanup.apply(model)
         _run(model, rms_norm.apply, report)

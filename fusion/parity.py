@@ -14,9 +14,11 @@ import numpy as np
 import onnxruntime as ort
 
 
-def _session(path: Path) -> ort.InferenceSession:
+def _session(path: Path, config: dict[str, str] | None = None) -> ort.InferenceSession:
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    for key, value in (config or {}).items():
+        opts.add_session_config_entry(key, value)
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
@@ -47,9 +49,10 @@ class SplitRunner:
 class MergedRunner:
     """inputs_embeds / attention_mask / past_key_values.{i}.* -> logits, present.{i}.* (source or fused)."""
 
-    def __init__(self, path: Path, kv_dims: tuple[int, int] | None = None):
-        """`kv_dims` (kv heads, head dim) for graphs that declare them symbolically."""
-        self.sess = _session(path)
+    def __init__(self, path: Path, kv_dims: tuple[int, int] | None = None, config: dict[str, str] | None = None):
+        """`kv_dims` (kv heads, head dim) for graphs that declare them symbolically; `config`:
+        onnxruntime session config entries."""
+        self.sess = _session(path, config)
         self.kv_dims = kv_dims
         self.past_names = [i.name for i in self.sess.get_inputs() if i.name.startswith("past_key_values.")]
         self.shapes = {i.name: i.shape for i in self.sess.get_inputs()}

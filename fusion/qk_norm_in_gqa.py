@@ -22,7 +22,7 @@ def apply(model: ir.Model, report: Report) -> int:
     for gqa in [n for n in model.graph if n.op_type == "GroupQueryAttention"]:
         if len(gqa.inputs) > _Q_NORM and gqa.inputs[_Q_NORM] is not None:
             continue  # already inside
-        norms = [_head_norm(gqa.inputs[slot]) for slot in (0, 1)]
+        norms = [head_norm(gqa.inputs[slot]) for slot in (0, 1)]
         if None in norms:
             continue  # no Q/K norm (Llama, Qwen2): nothing to move
         (xq, q), (xk, k) = norms
@@ -36,7 +36,7 @@ def apply(model: ir.Model, report: Report) -> int:
     return done
 
 
-def _head_norm(v: ir.Value) -> tuple[ir.Value, ir.Node] | None:
+def head_norm(v: ir.Value) -> tuple[ir.Value, ir.Node] | None:
     """v = Reshape(SimplifiedLayerNormalization(Reshape(x, [.., heads, hd])), [0, 0, -1]) -> (x, norm)."""
     flat = prod(v, "Reshape")
     norm = prod(flat.inputs[0], "SimplifiedLayerNormalization") if flat else None

@@ -39,3 +39,30 @@ def test_round_trip_without_qk_norm(zoo, family, tmp_path):
     src = zoo.family(family)
     fused_path = save(fuse_decoder(src)[0], tmp_path / "fused")
     _round_trip(fused_path, tmp_path, parity.embed_table(src.parent))
+
+
+def test_round_trip_matmulnbits(zoo, tmp_path):
+    """MatMulNBits <-> blocked DequantizeLinear + MatMul. onnxruntime turns DQ + MatMul back into
+    MatMulNBits at session creation with accuracy_level 4 (int8 activations) unless told otherwise,
+    so the numeric check pins both sides to accuracy level 0."""
+    src = zoo.quantized()
+    fused = fuse_decoder(src)[0]
+    for n in fused.graph:
+        if n.op_type == "MatMulNBits":
+            n.attributes["accuracy_level"] = ir.AttrInt64("accuracy_level", 0)
+    fused_path = save(fused, tmp_path / "fused")
+    want = census(ir.load(fused_path))
+    flat = ir.load(fused_path)
+    assert decompose(flat)["MatMulNBits"] == 21
+    assert "MatMulNBits" not in census(flat) and census(flat)["DequantizeLinear"] == 21
+    assert flat.graph.opset_imports[""] == 21
+    flat_path = save(flat, tmp_path / "flat")
+    check_file(flat_path)
+    table = parity.embed_table(src.parent)
+    exact = {"session.qdq_matmulnbits_accuracy_level": "0"}
+    near = parity.compare(parity.MergedRunner(fused_path), parity.MergedRunner(flat_path, config=exact), table)
+    assert near["max_rel_err"] < 1e-5 and near["tokens_equal"], near
+    again, report = fuse_decoder(ir.load(flat_path), max_positions=2048)
+    assert census(again) == want and report["not_fused"] == [] and report["fused"]["matmul_nbits"] == 21
+    back = parity.compare(parity.MergedRunner(fused_path), parity.MergedRunner(save(again, tmp_path / "again")), table)
+    assert back["max_rel_err"] < 1e-6 and back["tokens_equal"], back
