@@ -39,6 +39,20 @@ def synthesize_clips(texts: list[str], seed: int) -> Clips:
     return Clips(pcm16, np.array([len(p) for p in pcms], np.int64), list(texts))
 
 
+def shard_seed(seed: int, k: int) -> int:
+    return seed * 100_003 + k
+
+
+def _shard_texts(texts: list[str]) -> list[list[str]]:
+    return [texts[i : i + SHARD_CLIPS] for i in range(0, len(texts), SHARD_CLIPS)]
+
+
+def synthesize_sharded(texts: list[str], seed: int) -> Clips:
+    """In this process, the same clips that `build_shards(..., texts, seed, ...)` writes."""
+    parts = [synthesize_clips(t, shard_seed(seed, k)) for k, t in enumerate(_shard_texts(texts))]
+    return Clips(np.concatenate([p.pcm for p in parts]), np.concatenate([p.lengths for p in parts]), list(texts))
+
+
 def _write_shard(job: tuple[Path, list[str], int]) -> Path:
     path, texts, seed = job
     clips = synthesize_clips(texts, seed)
@@ -58,10 +72,7 @@ def _complete(path: Path, texts: list[str]) -> bool:
 def build_shards(out_dir: Path, texts: list[str], seed: int, workers: int, prefix: str = "train") -> list[Path]:
     """Synthesize `texts` into shards under `out_dir` (shards already holding the same texts are reused)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    jobs = [
-        (out_dir / f"{prefix}-{k:05d}.npz", texts[i : i + SHARD_CLIPS], seed * 100_003 + k)
-        for k, i in enumerate(range(0, len(texts), SHARD_CLIPS))
-    ]
+    jobs = [(out_dir / f"{prefix}-{k:05d}.npz", t, shard_seed(seed, k)) for k, t in enumerate(_shard_texts(texts))]
     todo = [j for j in jobs if not _complete(j[0], j[1])]
     with mp.get_context("fork").Pool(workers) as pool:
         for _ in pool.imap_unordered(_write_shard, todo):

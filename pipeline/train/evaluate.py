@@ -1,4 +1,8 @@
-"""Greedy transcription of held-out clips with the torch model, and word error rate."""
+"""Greedy transcription of held-out clips with the torch model, and word error rate.
+
+`python -m pipeline.train.evaluate CKPT [N]` prints the held-out WER of a saved checkpoint over the
+same N clips that training evaluated (N = 500 by default).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from tokenizers import Tokenizer
 
 from pipeline.prompt import parse_answer
 from pipeline.train.batches import ClipStore, features, token_batch
+from pipeline.train.dataset import synthesize_sharded
+from pipeline.train.sentences import HELDOUT_SEED, heldout_sentences, load_vocabulary
 
 MAX_NEW_TOKENS = 64
 
@@ -50,3 +56,23 @@ def heldout_wer(model, tok: Tokenizer, store: ClipStore, batch_size: int = 128) 
         hyps += transcribe(model, tok, store, idx)
     model.train(was_training)
     return wer(store.texts, hyps), hyps
+
+
+
+def main(argv=None):
+    import sys
+    from pathlib import Path
+
+    from transformers import Qwen3ASRForConditionalGeneration
+
+    args = sys.argv[1:] if argv is None else argv
+    ckpt, n = Path(args[0]), int(args[1]) if len(args) > 1 else 500
+    tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
+    model = Qwen3ASRForConditionalGeneration.from_pretrained(ckpt).eval()
+    clips = synthesize_sharded(heldout_sentences(load_vocabulary(), n), HELDOUT_SEED)
+    score, _ = heldout_wer(model, tok, ClipStore.build(clips, tok, "cpu"), batch_size=64)
+    print(f"held-out WER over {n} clips: {score:.4f}")
+
+
+if __name__ == "__main__":
+    main()
