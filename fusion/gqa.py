@@ -51,6 +51,7 @@ class _Match:
 
 def apply(model: ir.Model, report: Report, max_positions: int | None = None) -> int:
     g, done = model.graph, 0
+    verified: dict[tuple[int, int], float | str] = {}
     for sm in [n for n in g if n.op_type == "Softmax"]:
         m = match(sm)
         if isinstance(m, str):
@@ -60,12 +61,32 @@ def apply(model: ir.Model, report: Report, max_positions: int | None = None) -> 
         if isinstance(tables, str):
             report.miss(RULE, sm.name or "Softmax", tables)
             continue
+        if not _verified(m, tables, verified, report):
+            continue
         _rewrite(g, m, tables)
         done += 1
     if done and not max_positions:
         report.notes.append(f"gqa: max positions unknown, cos/sin caches sized {DEFAULT_MAX_POSITIONS}")
     report.hit(RULE, done) if done else None
     return done
+
+
+ROPE_TOLERANCE = 1e-3  # fp32 angles near position 65k carry ~1e-4 of rounding either way
+
+
+def _verified(m: _Match, tables, verified: dict, report: Report) -> bool:
+    """Check the caches against the source's own cos/sin once per table pair (layers share it)."""
+    key = (id(m.rope.cos), id(m.rope.sin))
+    if key not in verified:
+        verified[key] = rope.verify(m.rope.cos, m.rope.sin, tables)
+        err = verified[key]
+        report.notes.append(f"gqa: cos/sin caches vs the source at the first and last 16 positions: "
+                            + (f"max abs error {err:.2e}" if not isinstance(err, str) else f"not checked ({err})"))
+    err = verified[key]
+    if not isinstance(err, str) and err > ROPE_TOLERANCE:
+        report.miss(RULE, m.anchor.name or "Softmax", f"cos/sin caches differ from the source by {err:.2e}")
+        return False
+    return True
 
 
 def match(sm: ir.Node) -> _Match | str:

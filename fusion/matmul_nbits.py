@@ -44,8 +44,10 @@ def _weights(dq: ir.Node):
         return "not a constant 2-D weight blocked along K"
     if q.dtype not in (ml_dtypes.int4, ml_dtypes.uint4) or bs % 2 or bs < 16:
         return f"{q.dtype} weights or block size {bs} (MatMulNBits packs 4-bit, blocks >= 16)"
-    unsigned = q.astype(np.int16) + (8 if q.dtype == ml_dtypes.int4 else 0)
-    zero = (zp.astype(np.int16) + (8 if zp.dtype == ml_dtypes.int4 else 0)) if zp is not None else None
+    shift = 8 if q.dtype == ml_dtypes.int4 else 0  # MatMulNBits stores unsigned nibbles
+    unsigned = q.astype(np.int16) + shift
+    # DequantizeLinear's missing zero point is 0 (8 once shifted for int4; uint4 needs an explicit 0)
+    zero = (zp.astype(np.int16) if zp is not None else np.zeros(scale.shape, np.int16)) + shift
     return unsigned.astype(np.uint8), scale, zero, bs
 
 
@@ -65,7 +67,7 @@ def _rewrite(g: ir.Graph, mm: ir.Node, dq: ir.Node, q: np.ndarray, scale: np.nda
     b = _pack_pairs(padded.T.reshape(n, blocks, bs))            # [N, blocks, bs/2]
     inputs = [mm.inputs[0], new_const(g, f"{dq.name}.B", b),
               new_const(g, f"{dq.name}.scales", np.ascontiguousarray(scale.T).reshape(-1))]
-    if zero is not None and not np.all(zero == 8):
+    if not np.all(zero == 8):  # 8 is MatMulNBits' default
         inputs.append(new_const(g, f"{dq.name}.zero_points", _pack_pairs(zero.T.astype(np.uint8)).reshape(-1)))
     level = int(dq.metadata_props.get(ACCURACY_KEY, 0))
     node = ir.node("MatMulNBits", inputs, {"K": k, "N": n, "bits": 4, "block_size": bs, "accuracy_level": level},

@@ -130,3 +130,21 @@ def _inv_freq(freqs: ir.Value, scale: float) -> tuple[np.ndarray, float] | str:
             seen.add(id(n))
             todo.extend(x for x in n.inputs if x is not None)
     return "inv_freq constant not found"
+
+
+def verify(cos: ir.Value, sin: ir.Value, tables: tuple[np.ndarray, np.ndarray], n: int = 16) -> float | str:
+    """Max |source - cache| over probe positions at both ends of the caches, or why it cannot run.
+    The source's own cos/sin subgraph is evaluated on onnxruntime (fusion.probe)."""
+    from fusion import probe
+
+    worst = 0.0
+    for past in (0, tables[0].shape[0] - n):
+        got = probe.evaluate([cos, sin], probe.decoder_feeds(past, n))
+        if isinstance(got, str):
+            return got
+        for src, cache in zip(got, tables):
+            src = src.reshape(n, -1)
+            half = cache.shape[1]
+            want = cache[past:past + n]
+            worst = max(worst, float(np.abs(src[:, :half] - want).max()), float(np.abs(src[:, half:] - want).max()))
+    return worst

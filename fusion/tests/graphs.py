@@ -59,7 +59,13 @@ def residual_graph(bias: bool) -> ir.Model:
     return m
 
 
-def run(model: ir.Model, feeds: dict) -> list[np.ndarray]:
+def run(model: ir.Model, feeds: dict, optimize: bool = True) -> list[np.ndarray]:
+    """`optimize=False` keeps onnxruntime from rewriting the graph first (it turns DequantizeLinear +
+    MatMul into MatMulNBits with int8 activations, which is not the graph under test)."""
     import onnxruntime as ort
 
-    return ort.InferenceSession(ir.to_proto(model).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    opts = ort.SessionOptions()
+    if not optimize:
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(ir.to_proto(model).SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)

@@ -1,0 +1,90 @@
+"""Evaluate a small part of a graph on onnxruntime: the upstream closure of some values, fed with
+probe inputs. Used to check rebuilt constants (RoPE caches) against what the source computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+import onnxruntime as ort
+
+_LIMIT = 400  # nodes; a closure bigger than this is not a cheap side computation
+
+
+def closure(targets: list[ir.Value]) -> list[ir.Node] | None:
+    """Nodes the targets depend on, in graph order; None when that is most of the graph."""
+    seen: set[int] = set()
+    todo = [t.producer() for t in targets if t.producer() is not None]
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if len(seen) > _LIMIT:
+            return None
+        todo.extend(v.producer() for v in n.inputs if v is not None and v.producer() is not None)
+    graph = targets[0].graph
+    return [n for n in graph if id(n) in seen]
+
+
+def evaluate(targets: list[ir.Value], feeds_for) -> list[np.ndarray] | str:
+    """Run the closure of `targets`; `feeds_for(value)` gives an array per graph input (or None)."""
+    nodes = closure(targets)
+    if nodes is None:
+        return "too much of the graph"
+    mapping: dict[int, ir.Value] = {}
+    inputs, inits, feeds = [], [], {}
+
+    def new(v: ir.Value) -> ir.Value:
+        if id(v) not in mapping:
+            if v.const_value is not None:
+                c = ir.Value(name=f"c{len(mapping)}", const_value=ir.tensor(v.const_value.numpy()))
+                inits.append(c)
+            else:  # a graph input
+                c = ir.Value(name=f"in{len(mapping)}", type=v.type)
+                feeds[c.name] = feeds_for(v)
+                inputs.append(c)
+            mapping[id(v)] = c
+        return mapping[id(v)]
+
+    copies = []
+    for n in nodes:
+        ins = [None if v is None else mapping.get(id(v)) or new(v) for v in n.inputs]
+        c = ir.Node(n.domain, n.op_type, ins, list(n.attributes.values()), num_outputs=len(n.outputs))
+        for old, fresh in zip(n.outputs, c.outputs):
+            fresh.name = f"v{len(mapping)}"
+            mapping[id(old)] = fresh
+        copies.append(c)
+    if any(a is None for a in feeds.values()):
+        return "needs an input it cannot probe: " + ", ".join(k for k, a in feeds.items() if a is None)
+    outs = [mapping[id(t)] for t in targets]
+    graph = ir.Graph(inputs, outs, nodes=copies, initializers=inits, opset_imports=dict(targets[0].graph.opset_imports))
+    proto = ir.to_proto(ir.Model(graph, ir_version=10))
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, {i.name: feeds[i.name] for i in inputs})
+
+
+def decoder_feeds(past: int, n: int):
+    """Probe inputs for a decoder at positions past .. past+n-1 (known interface names only)."""
+
+    def feeds_for(v: ir.Value):
+        dims = [d if isinstance(d, int) else None for d in (v.shape or [])]
+        name = v.name or ""
+        if name == "position_ids":
+            return np.arange(past, past + n, dtype=np.int64)[None]
+        if name == "attention_mask":
+            return np.ones((1, past + n), np.int64)
+        if name in ("inputs_embeds", "input_embeds"):
+            return np.zeros((1, n, dims[-1] or 1), np.float32)
+        if name == "input_ids":
+            return np.zeros((1, n), np.int64)
+        if name.startswith("past_key_values."):
+            return np.zeros((1, dims[1] or 1, past, dims[3] or 1), np.float32)
+        if name == "audio_features":
+            return np.zeros((1, 1, dims[-1] or 1), np.float32)
+        if name == "audio_offset":
+            return np.zeros(1, np.int64)
+        return None
+
+    return feeds_for
