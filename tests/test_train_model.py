@@ -7,13 +7,14 @@ pytest.importorskip("transformers")
 
 from pipeline.prompt import audio_token_count, build_prompt  # noqa: E402
 from pipeline.train.fastpath import logits_and_loss  # noqa: E402
-from pipeline.train.train import make_model, make_tokenizer  # noqa: E402
-from pipeline.train.sentences import load_vocabulary  # noqa: E402
+from pipeline.tokenizer import build_tokenizer  # noqa: E402
+from pipeline.train.sentences import load_vocabulary, training_sentences  # noqa: E402
+from pipeline.train.train import make_model  # noqa: E402
 
 
 def test_fastpath_matches_upstream():
     torch.manual_seed(0)
-    tok = make_tokenizer(load_vocabulary()[:200], 400)
+    tok = build_tokenizer(training_sentences(load_vocabulary()[:200], 500, seed=0), 400)
     model = make_model(tok).eval()
     frames = [830, 240, 117]  # > one 8 s window, a partial chunk, a 17-frame tail
     t_pad = 900

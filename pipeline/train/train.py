@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 import numpy as np
 import torch
+from tokenizers import Tokenizer
 
 from pipeline.tokenizer import build_tokenizer, special_ids
 from pipeline.train.batches import ClipStore, features, token_batch
@@ -40,6 +41,12 @@ def make_model(tok):
 
     config = make_config(get_preset("tiny"), tok.get_vocab_size(), special_ids(tok))
     return Qwen3ASRForConditionalGeneration(config)
+
+
+def load_model(path: Path):
+    from transformers import Qwen3ASRForConditionalGeneration
+
+    return Qwen3ASRForConditionalGeneration.from_pretrained(path)
 
 
 def lr_at(step: int, progress: float, peak: float, warmup: int) -> float:
@@ -88,15 +95,17 @@ def train_step(model, opt, tok, store, idx, device, lr, ctc_weight):
 @click.option("--eval-every", default=1000, show_default=True)
 @click.option("--max-minutes", default=0.0,
               help="training time budget: the schedule follows whichever of steps or time runs out first; 0 = off")
+@click.option("--init", "init_dir", type=click.Path(path_type=Path), default=None,
+              help="continue from this checkpoint (its model and tokenizer) instead of starting from scratch")
 @click.option("--shard-size", default="10MB", show_default=True, help="max_shard_size for save_pretrained")
 def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr, warmup, ctc_weight, heldout,
-         eval_every, max_minutes, shard_size):
+         eval_every, max_minutes, init_dir, shard_size):
     t0 = time.time()
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     torch.backends.cuda.matmul.allow_tf32 = True
     preset = get_preset("tiny")
     vocab = load_vocabulary()
-    tok = make_tokenizer(vocab, preset.bpe_vocab_size)
+    tok = Tokenizer.from_file(str(init_dir / "tokenizer.json")) if init_dir else make_tokenizer(vocab, preset.bpe_vocab_size)
 
     texts = training_sentences(vocab, clips, seed)
     train_paths = build_shards(data_dir / f"seed{seed}", texts, seed, workers)
@@ -108,7 +117,7 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     print(f"data: {len(store)} train clips, {len(held)} held-out, {store.pcm.numel() / 16000 / 3600:.1f} h, "
           f"{synth_s:.0f} s", flush=True)
 
-    model = make_model(tok).to(device)
+    model = (load_model(init_dir) if init_dir else make_model(tok)).to(device)
     print(f"params: {sum(p.numel() for p in model.parameters()):,}", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01,
                             fused=device.startswith("cuda"))
@@ -141,7 +150,7 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     out_dir.mkdir(parents=True, exist_ok=True)
     model.to("cpu").float().save_pretrained(out_dir, max_shard_size=shard_size)
     tok.save(str(out_dir / "tokenizer.json"))
-    log = dict(seed=seed, steps=step, planned_steps=steps, batch_size=batch_size, clips=len(store),
+    log = dict(init=str(init_dir) if init_dir else None, seed=seed, steps=step, planned_steps=steps, batch_size=batch_size, clips=len(store),
                heldout_clips=len(held), lr=lr, warmup=warmup, hardware=hardware(device), device=device,
                torch=torch.__version__, synth_seconds=round(synth_s, 1), train_seconds=round(train_s, 1),
                wall_seconds=round(time.time() - t0, 1),
