@@ -26,15 +26,13 @@ NEW_TOKENS = 6  # SwiftShader decodes about one token a second: keep browser run
 needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium")
 
 
-@pytest.fixture(scope="session")
-def site(zoo_export, tmp_path_factory):
-    """A tiny site built from the merged zoo export, with one sample clip."""
-    root = tmp_path_factory.mktemp("site")
+def build_site(root: Path, source: Path) -> Path:
+    """A tiny site built from a merged-layout `source`, with one sample clip, under /demo/."""
     t = np.arange(int(16000 * 1.2)) / 16000
     noise = np.random.default_rng(1).standard_normal(t.size)
     write_wav(root / "clip.wav", 0.3 * np.sin(2 * np.pi * 330 * t) * np.exp(-2 * t) + 0.02 * noise)
     (root / "model.yaml").write_text(json.dumps({
-        "name": "tiny-test", "source": {"layout": "merged", "dir": str(zoo_export("merged"))},
+        "name": "tiny-test", "source": {"layout": "merged", "dir": str(source)},
         "shard": {"max_bytes": MAX_BYTES},
         "site": {"title": "Tiny test", "base_path": "/demo/", "samples": [{"audio": "clip.wav", "text": "a tone"}]},
     }))
@@ -44,19 +42,44 @@ def site(zoo_export, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def reference(site, zoo_export, tmp_path_factory):
-    """The Python reference Transcriber on the graphs reassembled from the site's own shards."""
+def site(zoo_export, tmp_path_factory):
+    return build_site(tmp_path_factory.mktemp("site"), zoo_export("merged"))
+
+
+@pytest.fixture(scope="session")
+def fused_site(zoo_export, tmp_path_factory):
+    """The same model with the decoder rebuilt by `webbuild fuse` (GroupQueryAttention inside)."""
+    from click.testing import CliRunner
+
+    from pipeline.assemble import save_graph
+    from pipeline.cli import main
+
+    src, work = zoo_export("merged"), tmp_path_factory.mktemp("fused")
+    res = CliRunner().invoke(main, ["fuse", str(src / "decoder_model_merged.onnx"), "-o", str(work / "fused"), "--no-quantize"])
+    assert res.exit_code == 0, res.output
+    source = work / "source"
+    shutil.copytree(src, source, ignore=shutil.ignore_patterns("decoder_model_merged.onnx*"))
+    save_graph(work / "fused" / "decoder.onnx", source / "decoder_model_merged.onnx")
+    return build_site(work, source)
+
+
+def reference_for(site_root: Path, zoo_export, out: Path):
+    """The Python reference Transcriber on the graphs reassembled from a site's own shards."""
     from pipeline.transcribe import load_transcriber
 
-    out = tmp_path_factory.mktemp("reassembled")
-    manifest = load_manifest(site / "dist" / "model")
+    manifest = load_manifest(site_root / "dist" / "model")
     for name in manifest["variants"]["fp32"]["files"]:
         with (out / name).open("wb") as f:
             for part in manifest["files"][name]["parts"]:
-                f.write((site / "dist" / "model" / part["shard"]).read_bytes()[part["offset"]:][:part["length"]])
+                f.write((site_root / "dist" / "model" / part["shard"]).read_bytes()[part["offset"]:][:part["length"]])
     for name in ("config.json", "tokenizer.json"):
         shutil.copyfile(zoo_export("merged") / name, out / name)
     return load_transcriber(out)
+
+
+@pytest.fixture(scope="session")
+def reference(site, zoo_export, tmp_path_factory):
+    return reference_for(site, zoo_export, tmp_path_factory.mktemp("reassembled"))
 
 
 # ---------------------------------------------------------------- build output
@@ -167,6 +190,7 @@ def check_metrics(page, state):
     assert m["encoder_ms"] > 0 and m["ttft_ms"] >= m["encoder_ms"] and m["prefill_tokens_per_s"] > 0
     assert m["generated_tokens"] == NEW_TOKENS and m["decode_tokens_per_s"] > 0 and m["rtf"] > 0
     assert abs(m["audio_ms"] - 1200) < 1
+    assert m["prompt_tokens"] == 35  # > 31: the fused graph's prefill really is split on WebGPU
     load = state["info"]["load"]
     assert min(load.values()) > 0
     for key in ("adapter", "runtime", "load", "encoder", "ttft", "prefill", "decode", "rtf"):
@@ -181,7 +205,13 @@ def check_same_origin(srv, log):
 
 
 @needs_chromium
-def test_webgpu_transcribes_like_the_reference(playwright, site, reference):
+@pytest.mark.parametrize("graph", ["export", "fused"])
+def test_webgpu_transcribes_like_the_reference(playwright, graph, request, zoo_export, tmp_path):
+    site = request.getfixturevalue("site" if graph == "export" else "fused_site")
+    reference = reference_for(site, zoo_export, tmp_path)
+    if graph == "fused":  # the GQA graph prefills in runs the WebGPU kernel gets right
+        rt = json.loads(next((site / "dist" / "model" / "shards").glob("runtime.json.*")).read_bytes())
+        assert rt["webgpu_prefill_chunk"] == 31
     srv = served(site)
     browser, page, log = open_site(playwright, srv, f"?max_new_tokens={NEW_TOKENS}", webgpu=True)
     try:

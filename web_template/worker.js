@@ -99,6 +99,7 @@ function summarise(results) {
     chunks: results.length,
     encoder_ms: sum('encoder_ms'),
     ttft_ms: t.ttft_ms,
+    prompt_tokens: sum('prompt_tokens'),
     prefill_tokens_per_s: (sum('prompt_tokens') / sum('prefill_ms')) * 1000,
     decode_tokens_per_s: sum('decode_tokens') ? (sum('decode_tokens') / sum('decode_ms')) * 1000 : null,
     generated_tokens: results.reduce((n, r) => n + r.tokens.length, 0),

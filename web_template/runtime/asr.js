@@ -67,8 +67,8 @@ export class Recogniser {
     const tEnc = performance.now();
     const { prefix, suffix, audio_pad } = this.rt.prompt;
     const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix];
-    let past = this.emptyPast();
-    let { logits, present } = await this.step(this.inputs(ids, audio, prefix.length), ids.length, past);
+    let { logits, present } = await this.prefill(ids, audio, prefix.length);
+    let past;
     const tPrefill = performance.now();
     const eos = new Set(this.rt.eos_token_ids);
     const text = new StreamingDecoder(this.tokens);
@@ -99,20 +99,40 @@ export class Recogniser {
     };
   }
 
-  // Decoder inputs for new token `ids`; `audio` (encoder output) goes over the positions from
-  // `offset` on, in the prefill only.
+  // The prompt in one run, or on WebGPU in runs of at most rt.webgpu_prefill_chunk tokens: the
+  // build sets that when onnxruntime-web's WebGPU GroupQueryAttention is wrong for longer runs
+  // (1.30: 32 or more new tokens, see pipeline/assemble.py).
+  async prefill(ids, audio, offset) {
+    const n = (this.ep === 'webgpu' && this.rt.webgpu_prefill_chunk) || ids.length;
+    let past = this.emptyPast();
+    let out;
+    for (let at = 0; at < ids.length; at += n) {
+      const part = ids.slice(at, at + n);
+      out = await this.step(this.inputs(part, audio, offset - at), at + part.length, past);
+      dispose(past);
+      past = out.present;
+    }
+    return out;
+  }
+
+  // Decoder inputs for new token `ids`; the rows of `audio` (encoder output) go over the
+  // positions from `offset` on (relative to ids[0]; negative when the audio began earlier).
   inputs(ids, audio = null, offset = 0) {
     const { Tensor } = this.ort;
     const H = this.d.hidden_size;
+    const A = audio ? audio.dims[1] : 0;
+    const r0 = Math.max(0, -offset), r1 = Math.min(A, ids.length - offset); // rows in this run
     if (this.takesIds) {
+      const whole = r0 === 0 && r1 === A;
+      const rows = r1 > r0 ? (whole ? audio : new Tensor(audio.type, audio.data.slice(r0 * H, r1 * H), [1, r1 - r0, H])) : null;
       return {
         input_ids: new Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]),
-        audio_features: audio ?? new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, 0, H]),
-        audio_offset: new Tensor('int64', BigInt64Array.from([BigInt(offset)]), [1]),
+        audio_features: rows ?? new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, 0, H]),
+        audio_offset: new Tensor('int64', BigInt64Array.from([BigInt(rows ? offset + r0 : 0)]), [1]),
       };
     }
     const x = this.embedRows(ids);
-    if (audio) x.set(toFloat32(audio.data), offset * H); // splice the audio features
+    if (r1 > r0) x.set(toFloat32(audio.data.subarray(r0 * H, r1 * H)), (offset + r0) * H); // the audio splice
     return { inputs_embeds: new Tensor('float32', x, [1, ids.length, H]) };
   }
 
