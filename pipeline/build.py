@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.assemble import assemble_model
-from pipeline.config import BuildConfig
+from pipeline.assemble import AssembleError, assemble_model
+from pipeline.config import BuildConfig, ConfigError
 from pipeline.manifest import dist_file_stats
-from pipeline.render import ORT_WASM, ort_dist, render_site
+from pipeline.render import ORT_WASM, RenderError, ort_dist, render_site
 from pipeline.report import BuildReport, graph_census, peak_rss_bytes
-from pipeline.shard import shard_files
+from pipeline.shard import ShardError, shard_files
 
 
 @dataclass
@@ -45,6 +45,10 @@ def stage_source(ctx: BuildContext) -> None:
 def stage_assemble(ctx: BuildContext) -> None:
     """The runtime's model files (pipeline.assemble); a fuse stage may set ctx.state['decoder']."""
     out = ctx.work_dir / "model"
+    if ctx.cfg.source.layout != "merged" and "decoder" not in ctx.state:
+        raise AssembleError(f"{ctx.cfg.source.dir}: a {ctx.cfg.source.layout} source needs the fuse stage, "
+                            "which is not wired into the build yet; use a merged-layout source for now "
+                            "(webbuild zoo ... --layout merged)")
     # TODO(fuse): the fuse stage puts its fused decoder path in ctx.state["decoder"] (split sources need it);
     # a quantize stage after this one replaces ctx.state["variants"] (assemble.quantized_variants)
     ctx.state["variants"] = assemble_model(ctx.state["model_dir"], ctx.cfg.source.layout, out,
@@ -95,6 +99,9 @@ class BuildError(ValueError):
     """A stage found a problem with the build's output; the message says which files."""
 
 
+STAGE_ERRORS = (AssembleError, RenderError, ShardError, BuildError)
+
+
 def run_build(cfg: BuildConfig, output: Path, progress: Callable[[str], None]) -> BuildReport:
     """Run every stage; `output` is replaced only when all of them succeed."""
     output = Path(output).resolve()
@@ -107,7 +114,10 @@ def run_build(cfg: BuildConfig, output: Path, progress: Callable[[str], None]) -
         for name, stage in STAGES:
             progress(f"stage {name}")
             start = time.monotonic()
-            stage(ctx)
+            try:
+                stage(ctx)
+            except STAGE_ERRORS as exc:  # bad input, not a bug: one line and exit code 2 from the CLI
+                raise ConfigError([f"stage {name}: {exc}"]) from exc
             report.add_stage(name, time.monotonic() - start, peak_rss_bytes())
         report.measure_files(ctx.stage_dir)
         report.files["shards"] = len(ctx.state["manifest"]["shards"])
