@@ -57,6 +57,7 @@ function wireInputs() {
       return;
     }
     clearError();
+    document.querySelectorAll('button.sample, #file').forEach((el) => { el.disabled = true; }); // one input at a time
     button.setAttribute('aria-pressed', 'true');
     button.textContent = 'Stop and transcribe';
     setStatus('Recording… press the button again to stop.');
