@@ -306,3 +306,28 @@ def test_file_upload_any_rate_and_channels(playwright, site, tmp_path):
     finally:
         browser.close()
         srv.shutdown()
+
+
+@needs_chromium
+def test_microphone_recording(playwright, site):
+    # Chromium's fake capture device (a beeping tone) stands in for a microphone
+    srv = served(site)
+    browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=QUIET + [
+        "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"])
+    try:
+        context = browser.new_context(permissions=["microphone"])
+        page = context.new_page()
+        page.goto(srv.url + "?ep=wasm&max_new_tokens=2")
+        wait_for(page, "() => window.webbuild?.status === 'ready'", 120)
+        page.click("#mic")
+        wait_for(page, "() => document.getElementById('mic').ariaPressed === 'true' || window.webbuild.error", 20)
+        assert page.evaluate("() => window.webbuild.error") is None and page.is_disabled("#sample-0")
+        time.sleep(1.5)
+        page.click("#mic")
+        wait_for(page, "() => window.webbuild.status === 'done' || window.webbuild.error", 120)
+        state = page.evaluate("() => window.webbuild")
+        assert state["error"] is None and 1000 < state["metrics"]["audio_ms"] < 3000, state
+        assert page.get_attribute("#mic", "aria-pressed") == "false"
+    finally:
+        browser.close()
+        srv.shutdown()
