@@ -60,6 +60,8 @@ def apply(model: ir.Model, report: Report) -> bool:
     g.inputs.extend([embeds, mask, *pasts])
     g.outputs.clear()
     g.outputs.extend([logits, *presents])
+    report.notes.append("merge_split: decoder_init became the single decoder; decoder_step.onnx is not needed "
+                        "(same weights; GQA serves steps)")
     report.hit(RULE)
     return True
 
