@@ -62,14 +62,14 @@ class Zoo:
             export_family(name, out)
         return out / "decoder_model_merged.onnx"
 
-    def quantized(self) -> Path:
-        """The merged torchscript zoo export with int4 MatMulNBits (block 64) projections."""
-        from fusion.tests.sources import quantize_merged
+    def quantized(self, layout: str = "merged") -> Path:
+        """A torchscript zoo export with int4 MatMulNBits (block 64) weights, as fuse_decoder takes it."""
+        from fusion.tests.sources import quantize_export
 
-        out = self.root / "merged-torchscript-q4"
+        out = self.root / f"{layout}-torchscript-q4"
         if not out.exists():
-            quantize_merged(self.export("merged", "torchscript"), out)
-        return out / "decoder_model_merged.onnx"
+            quantize_export(self.export(layout, "torchscript"), out)
+        return out if layout == "split" else out / "decoder_model_merged.onnx"
 
     def hf(self) -> Path:
         from pipeline.zoo.build import save_text_decoder_hf

@@ -104,19 +104,22 @@ def export_family(family: str, out: Path, exporter: str = "torchscript") -> Path
     return out
 
 
-def quantize_merged(src_dir: Path, out: Path, block_size: int = 64) -> Path:
-    """The merged decoder with its MatMul weights as MatMulNBits int4 (as published variants ship)."""
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
+def quantize_export(src_dir: Path, out: Path, block_size: int = 64) -> Path:
+    """A copy of an export folder whose decoder MatMuls are int4 MatMulNBits (as published variants
+    ship); split decoders get one data file each."""
     import logging
 
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
-    model = onnx.load(str(src_dir / "decoder_model_merged.onnx"), load_external_data=True)
-    q = MatMulNBitsQuantizer(model, bits=4, block_size=block_size, is_symmetric=True, accuracy_level=4)
-    q.process()
     out.mkdir(parents=True)
-    onnx.save(q.model.model, str(out / "decoder_model_merged.onnx"), save_as_external_data=True,
-              location="decoder_model_merged.onnx.data")
+    for name in ("decoder_model_merged.onnx", "decoder_init.onnx", "decoder_step.onnx"):
+        if not (src_dir / name).is_file():
+            continue
+        model = onnx.load(str(src_dir / name), load_external_data=True)
+        q = MatMulNBitsQuantizer(model, bits=4, block_size=block_size, is_symmetric=True, accuracy_level=4)
+        q.process()
+        onnx.save(q.model.model, str(out / name), save_as_external_data=True, location=f"{name}.data")
     for side in ("embed_tokens.bin", "config.json"):
         shutil.copy(src_dir / side, out / side)
     return out

@@ -12,7 +12,8 @@ def _fuse_and_compare(path, tmp_path):
     model, report = fuse_decoder(path)
     out = save(model, tmp_path)
     check_file(out)
-    r = parity.compare(parity.source_runner(path), parity.MergedRunner(out), parity.embed_table(path.parent))
+    folder = path if path.is_dir() else path.parent
+    r = parity.compare(parity.source_runner(path), parity.MergedRunner(out), parity.embed_table(folder))
     return model, report, r
 
 
@@ -34,8 +35,9 @@ def test_decoder_families(zoo, family, tmp_path):
     assert r["max_rel_err"] < 1e-4 and r["tokens_equal"], r
 
 
-def test_matmulnbits_source(zoo, tmp_path):
-    model, report, r = _fuse_and_compare(zoo.quantized(), tmp_path)
+@pytest.mark.parametrize("layout", ["merged", "split"])
+def test_matmulnbits_source(zoo, layout, tmp_path):
+    model, report, r = _fuse_and_compare(zoo.quantized(layout), tmp_path)
     ops = report["ops_after"]
     assert report["ops_before"]["MatMulNBits"] == 29  # 7 per layer + lm_head
     assert ops["MatMulNBits"] == 21 and ops["GroupQueryAttention"] == 4 and "MatMul" not in ops
