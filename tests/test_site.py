@@ -63,8 +63,9 @@ def fused_site(zoo_export, tmp_path_factory):
     return build_site(work, source)
 
 
-def reference_for(site_root: Path, zoo_export, out: Path):
-    """The Python reference Transcriber on the graphs reassembled from a site's own shards."""
+def reference_for(site_root: Path, source: Path, out: Path):
+    """The Python reference Transcriber on the graphs reassembled from a site's own shards
+    (config.json and tokenizer.json, which the site does not ship, from `source`)."""
     from pipeline.transcribe import load_transcriber
 
     manifest = load_manifest(site_root / "dist" / "model")
@@ -73,13 +74,13 @@ def reference_for(site_root: Path, zoo_export, out: Path):
             for part in manifest["files"][name]["parts"]:
                 f.write((site_root / "dist" / "model" / part["shard"]).read_bytes()[part["offset"]:][:part["length"]])
     for name in ("config.json", "tokenizer.json"):
-        shutil.copyfile(zoo_export("merged") / name, out / name)
+        shutil.copyfile(source / name, out / name)
     return load_transcriber(out)
 
 
 @pytest.fixture(scope="session")
 def reference(site, zoo_export, tmp_path_factory):
-    return reference_for(site, zoo_export, tmp_path_factory.mktemp("reassembled"))
+    return reference_for(site, zoo_export("merged"), tmp_path_factory.mktemp("reassembled"))
 
 
 # ---------------------------------------------------------------- build output
@@ -208,7 +209,7 @@ def check_same_origin(srv, log):
 @pytest.mark.parametrize("graph", ["export", "fused"])
 def test_webgpu_transcribes_like_the_reference(playwright, graph, request, zoo_export, tmp_path):
     site = request.getfixturevalue("site" if graph == "export" else "fused_site")
-    reference = reference_for(site, zoo_export, tmp_path)
+    reference = reference_for(site, zoo_export("merged"), tmp_path)
     if graph == "fused":  # the GQA graph prefills in runs the WebGPU kernel gets right
         rt = json.loads(next((site / "dist" / "model" / "shards").glob("runtime.json.*")).read_bytes())
         assert rt["webgpu_prefill_chunk"] == 31
