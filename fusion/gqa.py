@@ -18,7 +18,8 @@ import numpy as np
 import onnx_ir as ir
 
 from fusion import rope
-from fusion._ir import MS, attr, axes_of, const, only_user, prod, replace, scalar, scalar_operand, shared_const, width, import_ms_domain
+from fusion._ir import (MS, attr, axes_of, const, import_ms_domain, only_user, prod, replace, scalar, scalar_operand,
+                        shared_const, width)
 from fusion.attention_mask import gqa_lengths
 from fusion.report import Report
 
@@ -30,7 +31,8 @@ DEFAULT_MAX_POSITIONS = 4096
 class _Heads:
     proj: ir.Value             # [B, S, heads*hd], what GQA consumes (before any norm)
     norm: ir.Node | None       # SimplifiedLayerNormalization on [B, S, heads, hd]
-    count: int
+    head_dim: int
+    count: int = 0             # heads, known once all three branches are read
 
 
 @dataclass
@@ -119,7 +121,9 @@ def match(sm: ir.Node) -> _Match | str:
     q, k, v = _heads(r.x), _heads(rk.x), _heads(v_new)
     if isinstance(q, str) or isinstance(k, str) or isinstance(v, str):
         return next(x for x in (q, k, v) if isinstance(x, str))
-    head_dim = q.count
+    head_dim = q.head_dim
+    if k.head_dim != head_dim or v.head_dim != head_dim:
+        return "Q, K and V head sizes differ"
     return _finish(q, k, v, past_k, past_v, k_all, v_all, out, scale, head_dim, r, sm)
 
 
@@ -216,7 +220,7 @@ def _heads(v: ir.Value) -> _Heads | str:
     hd = _head_dim(r) if r is not None else None
     if hd is None:
         return "Q/K/V not reshaped to [B, S, heads, hd] with a known hd"
-    return _Heads(r.inputs[0], norm, hd)  # count holds hd until _finish
+    return _Heads(r.inputs[0], norm, hd)
 
 
 def _head_dim(reshape: ir.Node) -> int | None:

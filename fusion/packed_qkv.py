@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from fusion._ir import attr, const, new_const, prod, replace, shared_const, import_ms_domain
+from fusion._ir import attr, const, import_ms_domain, new_const, prod, replace, shared_const
 from fusion.report import Report
 
 RULE = "packed_qkv"

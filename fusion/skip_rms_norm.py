@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from fusion._ir import MS, attr, const, prod, replace, import_ms_domain
+from fusion._ir import MS, attr, const, import_ms_domain, prod, replace
 from fusion.report import Report
 
 RULE = "skip_rms_norm"

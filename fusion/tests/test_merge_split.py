@@ -3,7 +3,6 @@ import onnx_ir as ir
 from fusion import gqa, merge_split, rms_norm, skip_rms_norm
 from fusion._ir import dead_code_elimination
 from fusion.pipeline_names import merged_names
-from fusion.report import Report
 from fusion.tests.conftest import partly_fused
 from fusion.validate import check
 

@@ -1,8 +1,8 @@
+import numpy as np
+
 from fusion import prune_lm_head
-from fusion.report import Report
 from fusion.tests.conftest import partly_fused
 from fusion.validate import check
-import numpy as np
 
 
 def test_logits_only_for_last_position(zoo):

@@ -1,5 +1,4 @@
 import numpy as np
-import onnx_ir as ir
 import pytest
 
 from fusion import cleanup, rms_norm

@@ -2,7 +2,6 @@
 subgraph evaluated on onnxruntime at both ends of the cache."""
 
 import numpy as np
-import onnx_ir as ir
 
 from fusion import cleanup, gqa, rms_norm, rope
 from fusion.fuse import load_source
