@@ -88,7 +88,8 @@ async function run(what, getPcm, keepExpected = false) {
     const done = await new Promise((resolve, reject) => {
       pending = { id: nextId++, resolve, reject };
       const maxNewTokens = Number(params.get('max_new_tokens')) || undefined;
-      worker.postMessage({ type: 'transcribe', id: pending.id, pcm, maxNewTokens }, [pcm.buffer]);
+      const chunkSeconds = Number(params.get('chunk_seconds')) || undefined; // models trained on short clips
+      worker.postMessage({ type: 'transcribe', id: pending.id, pcm, maxNewTokens, chunkSeconds }, [pcm.buffer]);
     });
     Object.assign(state, { status: 'done', text: done.text, tokens: done.tokens, metrics: done.metrics });
     showText(done.text || '(no speech recognised)');

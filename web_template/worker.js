@@ -75,9 +75,9 @@ async function createRecogniser(files, roles, ep) {
   }
 }
 
-async function transcribe({ id, pcm, maxNewTokens }) {
+async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
   if (!recogniser) throw new Error('the model is not loaded yet');
-  const chunks = splitAtQuiet(pcm, runtime.sample_rate, runtime.max_chunk_seconds);
+  const chunks = splitAtQuiet(pcm, runtime.sample_rate, chunkSeconds ?? runtime.max_chunk_seconds);
   const texts = [];
   const results = [];
   for (const [start, end] of chunks) {
