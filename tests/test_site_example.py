@@ -66,10 +66,17 @@ def playwright():
 def transcribe_all(page, n: int) -> list[str]:
     texts = []
     for i in range(n):
+        # every text the transcript shows on the way, to see it stream token by token
+        page.evaluate("""() => { window.seen = []; new MutationObserver(() => window.seen.push(
+            document.getElementById('transcript').textContent)).observe(document.getElementById('transcript'),
+            { childList: true, characterData: true, subtree: true }); }""")
         page.click(f"#sample-{i}")
         wait_for(page, "() => window.webbuild.status === 'done' || window.webbuild.error", 400)
         state = page.evaluate("() => window.webbuild")
         assert state["error"] is None, state["error"]
+        seen = [t for t in page.evaluate("() => window.seen") if t]
+        assert len(set(seen)) >= len(state["text"].split()), seen  # at least one update per word
+        assert all(state["text"].startswith(t.rstrip()) for t in seen), seen  # growing prefixes of the result
         texts.append(state["text"])
     return texts
 
