@@ -25,7 +25,8 @@ class ModelDirError(Exception):
     pass
 
 
-def _session(path: Path) -> ort.InferenceSession:
+def cpu_session(path: Path) -> ort.InferenceSession:
+    """An onnxruntime CPU session that logs only errors."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
@@ -41,8 +42,8 @@ class SplitDecoder:
     """decoder_init (prefill with the audio splice) + decoder_step (one token, stacked KV)."""
 
     def __init__(self, model_dir: Path, cfg: dict):
-        self.init = _session(model_dir / "decoder_init.onnx")
-        self.step_sess = _session(model_dir / "decoder_step.onnx")
+        self.init = cpu_session(model_dir / "decoder_init.onnx")
+        self.step_sess = cpu_session(model_dir / "decoder_step.onnx")
         self.embed = _embed_table(model_dir, cfg)
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
@@ -64,7 +65,7 @@ class MergedDecoder:
     """optimum-style decoder: inputs_embeds + attention_mask + per-layer past -> logits + present."""
 
     def __init__(self, model_dir: Path, cfg: dict, graph: str = "decoder_model_merged.onnx"):
-        self.sess = _session(model_dir / graph)
+        self.sess = cpu_session(model_dir / graph)
         self.embed = _embed_table(model_dir, cfg)
         self.past_names = [i.name for i in self.sess.get_inputs() if i.name.startswith("past_key_values.")]
         dec = cfg["decoder"]
@@ -136,4 +137,4 @@ def load_transcriber(model_dir: Path) -> Transcriber:
                             "decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
-    return Transcriber(_session(model_dir / "encoder.onnx"), decoder, tok, eos)
+    return Transcriber(cpu_session(model_dir / "encoder.onnx"), decoder, tok, eos)

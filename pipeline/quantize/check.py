@@ -14,7 +14,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from pipeline.train.evaluate import edit_distance
-from pipeline.transcribe import Transcriber, _session, load_transcriber
+from pipeline.transcribe import Transcriber, cpu_session, load_transcriber
 
 DEFAULT_MAX_NEW_TOKENS = 64
 
@@ -23,7 +23,7 @@ class IdsDecoder:
     """decoder.<variant>.onnx: input_ids, audio_features, audio_offset, attention_mask, past -> logits, present."""
 
     def __init__(self, path: Path, cfg: dict):
-        self.sess = _session(path)
+        self.sess = cpu_session(path)
         types = {i.name: i.type for i in self.sess.get_inputs()}
         self.dtype = np.float16 if types["audio_features"] == "tensor(float16)" else np.float32
         self.past_names = [n for n in types if n.startswith("past_key_values.")]
@@ -50,7 +50,7 @@ def variant_transcriber(out_dir: Path, variant: str, side_dir: Path) -> Transcri
     """Transcriber over encoder.<variant>.onnx + decoder.<variant>.onnx; tokenizer/config from side_dir."""
     cfg = json.loads((Path(side_dir) / "config.json").read_text())
     tok = Tokenizer.from_file(str(Path(side_dir) / "tokenizer.json"))
-    return Transcriber(_session(Path(out_dir) / f"encoder.{variant}.onnx"),
+    return Transcriber(cpu_session(Path(out_dir) / f"encoder.{variant}.onnx"),
                        IdsDecoder(Path(out_dir) / f"decoder.{variant}.onnx", cfg), tok,
                        frozenset(cfg["special_tokens"]["eos_token_ids"]))
 

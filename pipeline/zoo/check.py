@@ -5,22 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 import torch
 import torch.nn.functional as F
 
 from pipeline.prompt import audio_token_count, build_prompt
+from pipeline.transcribe import cpu_session
 from pipeline.zoo.onnx_export import as_numpy
 
 
 class ExportCheckError(RuntimeError):
     pass
-
-
-def session(path: Path) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
 def assert_close(what: str, got: np.ndarray, want: np.ndarray, tol: float = 1e-3) -> None:
@@ -53,7 +47,7 @@ def check_export(stage: Path, layout: str, model, tok) -> None:
     mel = torch.randn(1, 128, CHECK_FRAMES, generator=torch.Generator().manual_seed(1))
     prompt = build_prompt(tok, audio_token_count(CHECK_FRAMES))
     audio_ref, logits_ref = torch_reference(model, mel, prompt.ids)
-    audio = session(stage / "encoder.onnx").run(None, {"mel": as_numpy(mel)})[0]
+    audio = cpu_session(stage / "encoder.onnx").run(None, {"mel": as_numpy(mel)})[0]
     assert_close("encoder audio_features", audio, audio_ref)
     nxt = int(logits_ref[0, -1].argmax())
     _, logits2_ref = torch_reference(model, mel, prompt.ids + [nxt])
@@ -66,21 +60,21 @@ def check_export(stage: Path, layout: str, model, tok) -> None:
 
 def _check_split(stage, prompt, audio, logits_ref, logits2_ref, next_embed):
     n = len(prompt.ids)
-    logits, keys, values = session(stage / "decoder_init.onnx").run(None, {
+    logits, keys, values = cpu_session(stage / "decoder_init.onnx").run(None, {
         "input_ids": np.array([prompt.ids], dtype=np.int64),
         "position_ids": np.arange(n, dtype=np.int64)[None],
         "audio_features": audio,
         "audio_offset": np.array([prompt.audio_offset], dtype=np.int64),
     })
     assert_close("decoder_init logits", logits, logits_ref)
-    step = session(stage / "decoder_step.onnx").run(None, {
+    step = cpu_session(stage / "decoder_step.onnx").run(None, {
         "input_embeds": next_embed.astype(np.float32), "position_ids": np.array([[n]], dtype=np.int64),
         "past_keys": keys, "past_values": values})
     assert_close("decoder_step logits", step[0][:, -1], logits2_ref[:, -1])
 
 
 def _check_merged(stage, model, prompt, audio, logits_ref, logits2_ref, embed, nxt):
-    sess = session(stage / "decoder_model_merged.onnx")
+    sess = cpu_session(stage / "decoder_model_merged.onnx")
     text = model.config.text_config
     x = embed[prompt.ids][None].copy()
     x[0, prompt.audio_offset:prompt.audio_offset + prompt.audio_tokens] = audio[0]
