@@ -42,15 +42,30 @@ def stage_source(ctx: BuildContext) -> None:
     ctx.state["model_dir"] = dest
 
 
+def stage_fuse(ctx: BuildContext) -> None:
+    """One decoder graph with fused operators (fusion.cli.run_fuse) for the assemble stage.
+
+    Split sources always need it (it also merges decoder_init + decoder_step); merged sources
+    only when `fusion.enabled`.
+    """
+    cfg, src = ctx.cfg, ctx.state["model_dir"]
+    if cfg.source.layout == "merged" and not cfg.fusion.enabled:
+        return
+    from fusion.cli import run_fuse
+
+    out = ctx.work_dir / "fused"
+    quiet = lambda line: ctx.progress(line) if line.startswith(("not fused", "wrote")) else None  # noqa: E731
+    rep = run_fuse(src if cfg.source.layout != "merged" else src / "decoder_model_merged.onnx", out, progress=quiet)
+    ctx.report.graphs["decoder"] = {k: rep[k] for k in ("nodes_before", "nodes_after", "ops_before", "ops_after")
+                                    if k in rep}
+    ctx.state["decoder"] = out / "decoder.onnx"
+
+
 def stage_assemble(ctx: BuildContext) -> None:
     """The runtime's model files (pipeline.assemble); a fuse stage may set ctx.state['decoder']."""
     out = ctx.work_dir / "model"
-    if ctx.cfg.source.layout != "merged" and "decoder" not in ctx.state:
-        raise AssembleError(f"{ctx.cfg.source.dir}: a {ctx.cfg.source.layout} source needs the fuse stage, "
-                            "which is not wired into the build yet; use a merged-layout source for now "
-                            "(webbuild zoo ... --layout merged)")
-    # TODO(fuse): the fuse stage puts its fused decoder path in ctx.state["decoder"] (split sources need it);
-    # a quantize stage after this one replaces ctx.state["variants"] (assemble.quantized_variants)
+    # TODO(quantize): a quantize stage after this one replaces ctx.state["variants"]
+    # (assemble.quantized_variants turns its report into the variants the shard stage packs)
     ctx.state["variants"] = assemble_model(ctx.state["model_dir"], ctx.cfg.source.layout, out,
                                            decoder=ctx.state.get("decoder"))
     ctx.state["assembled"] = out
@@ -89,6 +104,7 @@ VARIANT_REQUIRES = {"fp16": ["shader-f16"], "fp32": []}
 
 STAGES: list[tuple[str, Callable[[BuildContext], None]]] = [
     ("source", stage_source),
+    ("fuse", stage_fuse),
     ("assemble", stage_assemble),
     ("shard", stage_shard),
     ("render", stage_render),

@@ -26,14 +26,14 @@ NEW_TOKENS = 6  # SwiftShader decodes about one token a second: keep browser run
 needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium")
 
 
-def build_site(root: Path, source: Path) -> Path:
+def build_site(root: Path, source: Path, fusion: bool) -> Path:
     """A tiny site built from a merged-layout `source`, with one sample clip, under /demo/."""
     t = np.arange(int(16000 * 1.2)) / 16000
     noise = np.random.default_rng(1).standard_normal(t.size)
     write_wav(root / "clip.wav", 0.3 * np.sin(2 * np.pi * 330 * t) * np.exp(-2 * t) + 0.02 * noise)
     (root / "model.yaml").write_text(json.dumps({
         "name": "tiny-test", "source": {"layout": "merged", "dir": str(source)},
-        "shard": {"max_bytes": MAX_BYTES},
+        "shard": {"max_bytes": MAX_BYTES}, "fusion": {"enabled": fusion},
         "site": {"title": "Tiny test", "base_path": "/demo/", "samples": [{"audio": "clip.wav", "text": "a tone"}]},
     }))
     cfg = load_config(root / "model.yaml")
@@ -43,24 +43,14 @@ def build_site(root: Path, source: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def site(zoo_export, tmp_path_factory):
-    return build_site(tmp_path_factory.mktemp("site"), zoo_export("merged"))
+    """The exported (decomposed) decoder as is: fusion off."""
+    return build_site(tmp_path_factory.mktemp("site"), zoo_export("merged"), fusion=False)
 
 
 @pytest.fixture(scope="session")
 def fused_site(zoo_export, tmp_path_factory):
-    """The same model with the decoder rebuilt by `webbuild fuse` (GroupQueryAttention inside)."""
-    from click.testing import CliRunner
-
-    from pipeline.assemble import save_graph
-    from pipeline.cli import main
-
-    src, work = zoo_export("merged"), tmp_path_factory.mktemp("fused")
-    res = CliRunner().invoke(main, ["fuse", str(src / "decoder_model_merged.onnx"), "-o", str(work / "fused"), "--no-quantize"])
-    assert res.exit_code == 0, res.output
-    source = work / "source"
-    shutil.copytree(src, source, ignore=shutil.ignore_patterns("decoder_model_merged.onnx*"))
-    save_graph(work / "fused" / "decoder.onnx", source / "decoder_model_merged.onnx")
-    return build_site(work, source)
+    """The same model through the build's fuse stage (GroupQueryAttention inside)."""
+    return build_site(tmp_path_factory.mktemp("fused"), zoo_export("merged"), fusion=True)
 
 
 def reference_for(site_root: Path, source: Path, out: Path):
@@ -136,7 +126,7 @@ def test_runtime_config_and_token_table(site, zoo_export):
 # ---------------------------------------------------------------- in the browser
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # per module: two live sync drivers in one thread refuse to start
 def playwright():
     from playwright.sync_api import sync_playwright
 

@@ -4,7 +4,6 @@ text of the Python reference on the same built graphs (and the clip's transcript
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import yaml
 from pipeline.audio import read_wav
 from pipeline.build import run_build
 from pipeline.config import load_config
-from tests.test_site import needs_chromium, open_site, reference_for, wait_for
+from tests.test_site import needs_chromium, open_site, playwright, reference_for, wait_for  # noqa: F401 (fixture)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 pytestmark = pytest.mark.skipif(not (EXAMPLE / "model" / "config.json").is_file(), reason="no trained example")
@@ -21,24 +20,10 @@ pytestmark = pytest.mark.skipif(not (EXAMPLE / "model" / "config.json").is_file(
 
 @pytest.fixture(scope="module")
 def example_site(tmp_path_factory):
-    """examples/tiny-asr built with its decoder fused by `webbuild fuse`.
-
-    The build does not fuse split sources yet, so the fused decoder is handed over as a merged-layout
-    source; once the fuse stage is wired in, this becomes a plain build of examples/tiny-asr/model.yaml.
-    """
-    from click.testing import CliRunner
-
-    from pipeline.assemble import save_graph
-    from pipeline.cli import main
-
+    """examples/tiny-asr/model.yaml built as is (split source, fused by the build), under /demo/."""
     work = tmp_path_factory.mktemp("example")
-    res = CliRunner().invoke(main, ["fuse", str(EXAMPLE / "model"), "-o", str(work / "fused"), "--no-quantize"])
-    assert res.exit_code == 0, res.output
-    source = work / "source"
-    shutil.copytree(EXAMPLE / "model", source, ignore=shutil.ignore_patterns("decoder_*"))
-    save_graph(work / "fused" / "decoder.onnx", source / "decoder_model_merged.onnx")
     cfg = yaml.safe_load((EXAMPLE / "model.yaml").read_text())
-    cfg["source"] = {"layout": "merged", "dir": str(source)}
+    cfg["source"]["dir"] = str(EXAMPLE / cfg["source"]["dir"])
     cfg["site"]["base_path"] = "/demo/"
     for s in cfg["site"]["samples"]:
         s["audio"] = str(EXAMPLE / s["audio"])
@@ -53,14 +38,6 @@ def expected(example_site, tmp_path_factory):
     work, samples = example_site
     ref = reference_for(work, EXAMPLE / "model", tmp_path_factory.mktemp("ref"))
     return [(ref.transcribe(read_wav(Path(s["audio"]))), s["text"]) for s in samples]
-
-
-@pytest.fixture(scope="module")
-def playwright():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        yield p
 
 
 def transcribe_all(page, n: int) -> list[str]:
