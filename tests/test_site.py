@@ -266,6 +266,11 @@ def test_controls_are_labelled_and_keyboard_reachable(playwright, site):
         page.focus("#sample-0")
         page.keyboard.press("Enter")
         wait_for(page, "() => window.webbuild.status === 'done'", 120)
+        # the stored model can be removed (Cache API entry of the loader)
+        assert "webbuild-tiny-test" in page.evaluate("() => caches.keys()")
+        page.click("#clear-cache")
+        wait_for(page, "() => document.getElementById('status').textContent.includes('removed')", 20)
+        assert "webbuild-tiny-test" not in page.evaluate("() => caches.keys()")
     finally:
         browser.close()
         srv.shutdown()

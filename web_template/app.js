@@ -27,6 +27,7 @@ const handlers = {
   },
   token: ({ id, text }) => { if (pending?.id === id) showText(text); },
   done: (msg) => pending?.id === msg.id && pending.resolve(msg),
+  'cache-cleared': ({ existed }) => setStatus(existed ? 'The stored model was removed from this browser; the next visit downloads it again.' : 'No stored model to remove.'),
   error: (msg) => (pending?.id === msg.id && msg.id ? pending.reject(new Error(msg.message)) : fail(msg.message)),
 };
 
@@ -41,6 +42,7 @@ function wireInputs() {
     if (file) await run(`“${file.name}”`, async () => decodeToMono16k(await file.arrayBuffer()));
     e.target.value = '';
   });
+  $('clear-cache').addEventListener('click', () => worker.postMessage({ type: 'clear-cache' }));
   const mic = new MicRecorder();
   $('mic').addEventListener('click', async () => {
     const button = $('mic');

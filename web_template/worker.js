@@ -2,7 +2,7 @@
 // warms up, and transcribes. The page only talks to it by messages (see app.js).
 
 import * as ort from './ort/ort.webgpu.min.mjs';
-import { loadFiles, loadManifest } from './runtime/loader.js';
+import { clearCache, loadFiles, loadManifest } from './runtime/loader.js';
 import { chooseVariant, probeWebGPU } from './runtime/probe.js';
 import { Recogniser } from './runtime/asr.js';
 import { splitAtQuiet } from './runtime/chunk.js';
@@ -10,6 +10,7 @@ import { splitAtQuiet } from './runtime/chunk.js';
 const ORT_WASM = 'ort-wasm-simd-threaded.asyncify.wasm';
 let recogniser = null;
 let runtime = null;
+let modelId = null;
 
 const post = (msg) => self.postMessage(msg);
 
@@ -17,6 +18,7 @@ self.onmessage = async ({ data }) => {
   try {
     if (data.type === 'load') await load(data);
     else if (data.type === 'transcribe') await transcribe(data);
+    else if (data.type === 'clear-cache') post({ type: 'cache-cleared', existed: await clearCache(modelId) });
   } catch (e) {
     post({ type: 'error', id: data.id, message: e?.message ?? String(e) });
   }
@@ -25,6 +27,7 @@ self.onmessage = async ({ data }) => {
 async function load({ manifestUrl, forceEp }) {
   const t0 = performance.now();
   const manifest = await loadManifest(manifestUrl);
+  modelId = manifest.model_id;
   const gpu = await probeWebGPU();
   const { ep, variant } = chooseVariant(manifest, gpu, forceEp);
   const notice = ep === 'wasm' && forceEp !== 'wasm'
