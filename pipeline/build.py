@@ -93,7 +93,8 @@ def stage_shard(ctx: BuildContext) -> None:
 
 
 def stage_render(ctx: BuildContext) -> None:
-    render_site(ctx.cfg, ctx.stage_dir, {"variants": list(ctx.state["variants"])})
+    for warning in render_site(ctx.cfg, ctx.stage_dir, {"variants": list(ctx.state["variants"])}):
+        ctx.progress(f"warning: {warning}")
     stats = dist_file_stats(ctx.stage_dir, ctx.cfg.shard.max_bytes)
     if stats["oversize_files"]:
         raise BuildError(f"files over shard.max_bytes ({ctx.cfg.shard.max_bytes}): "

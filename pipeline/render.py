@@ -44,8 +44,10 @@ def ort_dist() -> Path:
     return pkg / "dist"
 
 
-def render_site(cfg: BuildConfig, dist: Path, runtime: dict) -> None:
-    """Write the site's pages and scripts into `dist` (the model shards are written separately)."""
+def render_site(cfg: BuildConfig, dist: Path, runtime: dict) -> list[str]:
+    """Write the site's pages and scripts into `dist` (the model shards are written separately).
+
+    Returns warnings (theme colours too close for readable text)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), autoescape=True,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     context = site_context(cfg, runtime)
@@ -62,6 +64,27 @@ def render_site(cfg: BuildConfig, dist: Path, runtime: dict) -> None:
     _copy_ort(dist / "ort")
     _copy_samples(cfg, dist / "samples")
     (dist / "_headers").write_text(env.get_template("_headers.j2").render(**context))
+    return theme_warnings(cfg.site.theme)
+
+
+def theme_warnings(theme) -> list[str]:
+    """WCAG AA wants 4.5:1 for body text: text on background, and white button labels on accent."""
+    pairs = [("site.theme.text on site.theme.background", theme.text, theme.background),
+             ("button labels (#ffffff) on site.theme.accent", "#ffffff", theme.accent)]
+    return [f"{what}: contrast {ratio:.1f}:1 is below 4.5:1; text will be hard to read"
+            for what, a, b in pairs if (ratio := contrast_ratio(a, b)) < 4.5]
+
+
+def contrast_ratio(a: str, b: str) -> float:
+    la, lb = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def _luminance(colour: str) -> float:
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (channel(int(colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
 
 def site_context(cfg: BuildConfig, runtime: dict) -> dict:

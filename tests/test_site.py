@@ -123,6 +123,16 @@ def test_runtime_config_and_token_table(site, zoo_export):
         assert raw.decode("utf-8", "replace") == tok.decode(seq.tolist(), skip_special_tokens=False)
 
 
+def test_theme_contrast_warnings():
+    from pipeline.config import Theme
+    from pipeline.render import contrast_ratio, theme_warnings
+
+    assert round(contrast_ratio("#000000", "#ffffff"), 1) == 21.0
+    assert theme_warnings(Theme()) == []  # the defaults are readable
+    low = theme_warnings(Theme(accent="#ffdd00", text="#777777", background="#888888"))
+    assert len(low) == 2 and "site.theme.text" in low[0] and "accent" in low[1]
+
+
 # ---------------------------------------------------------------- in the browser
 
 
