@@ -40,6 +40,7 @@ def stage_source(ctx: BuildContext) -> None:
     for graph in sorted(dest.glob("*.onnx")):
         ctx.report.graphs[graph.stem] = graph_census(graph)
     ctx.state["model_dir"] = dest
+    ctx.state["assembled_source"] = dest  # tokenizer.json / config.json for the variant checks
 
 
 def stage_fuse(ctx: BuildContext) -> None:
@@ -64,15 +65,49 @@ def stage_fuse(ctx: BuildContext) -> None:
 def stage_assemble(ctx: BuildContext) -> None:
     """The runtime's model files (pipeline.assemble); a fuse stage may set ctx.state['decoder']."""
     out = ctx.work_dir / "model"
-    # TODO(quantize): a quantize stage after this one replaces ctx.state["variants"]
-    # (assemble.quantized_variants turns its report into the variants the shard stage packs)
     ctx.state["variants"] = assemble_model(ctx.state["model_dir"], ctx.cfg.source.layout, out,
                                            decoder=ctx.state.get("decoder"))
     ctx.state["assembled"] = out
     missing = [v for v in ctx.cfg.variants if v not in ctx.state["variants"]]
-    if missing:  # quantization makes fp16; until then the site offers what exists
-        ctx.progress(f"variants {', '.join(missing)} not built yet (quantize stage); site gets "
-                     f"{', '.join(ctx.state['variants'])}")
+    if missing and ctx.cfg.quantize.method == "none":  # only the quantize stage makes fp16
+        ctx.progress(f"variants {', '.join(missing)} need quantization (quantize.method is 'none'); "
+                     f"site gets {', '.join(ctx.state['variants'])}")
+
+
+def stage_quantize(ctx: BuildContext) -> None:
+    """int4 MatMulNBits + int4 embedding lookup, written as the configured precision variants,
+    each checked on the sample clips against the fp32 unfused source (pipeline.quantize)."""
+    cfg = ctx.cfg
+    if cfg.quantize.method == "none":
+        return
+    from pipeline.assemble import quantized_variants
+    from pipeline.quantize.variants import quantize_variants
+
+    out = ctx.work_dir / "quantized"
+    rep = quantize_variants(ctx.state["assembled"], out, cfg.quantize, cfg.variants, cfg.encoder.precision)
+    ctx.state["variants"] = quantized_variants(out, rep)
+    ctx.report.quantize = {k: v for k, v in rep.items() if k != "variants"}
+    for name, v in rep["variants"].items():
+        ctx.report.variants[name] = {"decoder_bytes": v["decoder"]["bytes"], "encoder_bytes": v["encoder"]["bytes"],
+                                     "decoder_ops": v["decoder"]["ops"]}
+    _check_variants(ctx, out)
+
+
+def _check_variants(ctx: BuildContext, out: Path) -> None:
+    """Session creation and greedy transcripts of every variant; agreement with the source."""
+    from pipeline.audio import read_wav
+    from pipeline.quantize.check import check_variant, reference_tokens, variant_transcriber
+
+    clips = {s.audio.name: read_wav(s.audio) for s in ctx.cfg.site.samples}
+    reference = reference_tokens(ctx.cfg.source.dir, clips) if clips else None
+    for name in ctx.state["variants"]:
+        runner = variant_transcriber(out, name, ctx.state["assembled_source"])
+        result = check_variant(runner, clips, reference)
+        ctx.report.variants[name]["check"] = result
+        agreement = result.get("mean_token_agreement")
+        if agreement is not None:
+            ctx.progress(f"variant {name}: token agreement with the fp32 source {agreement:.3f} "
+                         f"on {len(clips)} sample clips")
 
 
 def stage_shard(ctx: BuildContext) -> None:
@@ -89,7 +124,8 @@ def stage_shard(ctx: BuildContext) -> None:
                            max_bytes=ctx.cfg.shard.max_bytes, variants=entries)
     ctx.state["manifest"] = manifest
     for name, v in variants.items():
-        ctx.report.variants[name] = {f: manifest["files"][f]["size"] for f in v["files"].values()}
+        ctx.report.variants.setdefault(name, {})["files"] = {
+            f: manifest["files"][f]["size"] for f in v["files"].values()}
 
 
 def stage_render(ctx: BuildContext) -> None:
@@ -107,6 +143,7 @@ STAGES: list[tuple[str, Callable[[BuildContext], None]]] = [
     ("source", stage_source),
     ("fuse", stage_fuse),
     ("assemble", stage_assemble),
+    ("quantize", stage_quantize),
     ("shard", stage_shard),
     ("render", stage_render),
 ]

@@ -62,6 +62,24 @@ def load_manifest(dist_dir: str | os.PathLike) -> dict:
     return m
 
 
+def reassemble(dist_dir: str | os.PathLike, manifest: dict, name: str, dest: str | os.PathLike) -> None:
+    """Write logical file `name` to `dest` from its shards (streamed, range by range)."""
+    root = Path(dist_dir)
+    if name not in manifest["files"]:
+        raise KeyError(f"{root}/{MANIFEST_NAME}: no file {name!r}")
+    with open(dest, "wb") as out:
+        for part in manifest["files"][name]["parts"]:
+            with open(root / part["shard"], "rb") as shard:
+                shard.seek(part["offset"])
+                left = part["length"]
+                while left:
+                    block = shard.read(min(left, 1 << 20))
+                    if not block:
+                        raise ValueError(f"{root / part['shard']}: shorter than the manifest says")
+                    out.write(block)
+                    left -= len(block)
+
+
 def verify_manifest(dist_dir: str | os.PathLike, *, check_files: bool = True) -> list[str]:
     """Problems found in the package under dist_dir (empty list: all shards and files intact)."""
     root = Path(dist_dir)

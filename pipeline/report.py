@@ -32,6 +32,7 @@ class BuildReport:
     name: str
     graphs: dict[str, dict] = field(default_factory=dict)
     variants: dict[str, dict] = field(default_factory=dict)
+    quantize: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)
     stages: list[dict] = field(default_factory=list)
 

@@ -85,12 +85,72 @@ class MergedDecoder:
         return self._run(np.asarray(self.embed[[token]], np.float32)[None], past, total + 1)
 
 
+class IdsDecoder:
+    """A built decoder (decoder.<variant>.onnx): input_ids + audio splice inside the graph,
+    attention_mask and per-layer past -> logits, present."""
+
+    def __init__(self, path: Path, decoder_cfg: dict):
+        self.sess = cpu_session(path)
+        types = {i.name: i.type for i in self.sess.get_inputs()}
+        self.dtype = np.float16 if types["audio_features"] == "tensor(float16)" else np.float32
+        self.past_names = [n for n in types if n.startswith("past_key_values.")]
+        d = decoder_cfg
+        self.empty = np.zeros((1, d["num_key_value_heads"], 0, d["head_dim"]), self.dtype)
+        self.no_audio = np.zeros((1, 0, d["hidden_size"]), self.dtype)
+
+    def _run(self, ids, audio, offset: int, past: dict, total: int):
+        out = self.sess.run(None, {"input_ids": np.array([ids], np.int64), "audio_features": audio,
+                                   "audio_offset": np.array([offset], np.int64),
+                                   "attention_mask": np.ones((1, total), np.int64), **past})
+        return out[0][0, -1].astype(np.float32), (dict(zip(self.past_names, out[1:])), total)
+
+    def prefill(self, prompt: Prompt, audio: np.ndarray):
+        past = {n: self.empty for n in self.past_names}
+        return self._run(prompt.ids, audio.astype(self.dtype), prompt.audio_offset, past, len(prompt.ids))
+
+    def step(self, token: int, state):
+        past, total = state
+        return self._run([token], self.no_audio, 0, past, total + 1)
+
+
+class TokenizerCodec:
+    """Prompt and decoding through a source export's tokenizer.json."""
+
+    def __init__(self, tok: Tokenizer):
+        self.tokenizer = tok
+
+    def prompt(self, audio_tokens: int) -> Prompt:
+        return build_prompt(self.tokenizer, audio_tokens)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+class SiteCodec:
+    """Prompt and decoding from what a built site ships: runtime.json and the tokens.bin table."""
+
+    def __init__(self, runtime: dict, table: bytes):
+        self.prefix, self.suffix = runtime["prompt"]["prefix"], runtime["prompt"]["suffix"]
+        self.pad = runtime["prompt"]["audio_pad"]
+        count = int(np.frombuffer(table, "<u4", 1)[0])
+        self.offsets = np.frombuffer(table, "<u4", count + 1, offset=4)
+        self.data = table[4 * (count + 2):]
+
+    def prompt(self, audio_tokens: int) -> Prompt:
+        return Prompt(self.prefix + [self.pad] * audio_tokens + self.suffix, len(self.prefix), audio_tokens)
+
+    def decode(self, ids: list[int]) -> str:
+        raw = b"".join(self.data[self.offsets[i]:self.offsets[i + 1]] for i in ids)
+        return raw.decode("utf-8", errors="replace")
+
+
 @dataclass
 class Transcriber:
     encoder: ort.InferenceSession
-    decoder: SplitDecoder | MergedDecoder
-    tokenizer: Tokenizer
+    decoder: SplitDecoder | MergedDecoder | IdsDecoder
+    codec: TokenizerCodec | SiteCodec
     eos_ids: frozenset[int]
+    keep: object = None  # e.g. the temporary folder a built site was reassembled into
 
     def audio_features(self, pcm: np.ndarray) -> np.ndarray:
         # built encoders carry the mel front-end in the graph and take PCM directly
@@ -100,11 +160,10 @@ class Transcriber:
 
     def generate(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[int]:
         audio = self.audio_features(pcm)
-        prompt = build_prompt(self.tokenizer, audio.shape[1])
         if audio.shape[1] != audio_token_count(len(pcm) // 160):
             raise RuntimeError(f"encoder gave {audio.shape[1]} audio tokens, expected "
                                f"{audio_token_count(len(pcm) // 160)}")
-        logits, state = self.decoder.prefill(prompt, audio)
+        logits, state = self.decoder.prefill(self.codec.prompt(audio.shape[1]), audio)
         tokens: list[int] = []
         for _ in range(max_new_tokens):
             token = int(np.argmax(logits))
@@ -115,13 +174,22 @@ class Transcriber:
         return tokens
 
     def transcribe(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> str:
-        ids = self.generate(pcm, max_new_tokens)
-        return parse_answer(self.tokenizer.decode(ids, skip_special_tokens=False))
+        return parse_answer(self.codec.decode(self.generate(pcm, max_new_tokens)))
 
 
-def load_transcriber(model_dir: Path) -> Transcriber:
-    """A Transcriber for a source export folder (split or merged layout)."""
+def site_model_dir(path: Path) -> Path | None:
+    """The folder holding manifest.json when `path` is a built site (dist/) or its model/ folder."""
+    for candidate in (Path(path) / "model", Path(path)):
+        if (candidate / "manifest.json").is_file():
+            return candidate
+    return None
+
+
+def load_transcriber(model_dir: Path, variant: str = "fp32") -> Transcriber:
+    """A Transcriber for a source export (split or merged layout) or a built site's `variant`."""
     model_dir = Path(model_dir)
+    if (site := site_model_dir(model_dir)) is not None:
+        return load_site(site, variant)
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
         raise ModelDirError(f"{model_dir}: no config.json; pass a model folder (split or merged layout)")
@@ -137,4 +205,25 @@ def load_transcriber(model_dir: Path) -> Transcriber:
                             "decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
-    return Transcriber(cpu_session(model_dir / "encoder.onnx"), decoder, tok, eos)
+    return Transcriber(cpu_session(model_dir / "encoder.onnx"), decoder, TokenizerCodec(tok), eos)
+
+
+def load_site(site: Path, variant: str = "fp32") -> Transcriber:
+    """The Python reference on a built site's own graphs, reassembled from its shards."""
+    import tempfile
+
+    from pipeline.manifest import load_manifest, reassemble
+
+    manifest = load_manifest(site)
+    if variant not in manifest["variants"]:
+        raise ModelDirError(f"{site}: no variant {variant!r}; the site has {', '.join(manifest['variants'])}")
+    tmp = tempfile.TemporaryDirectory(prefix="webbuild-site-")
+    roles = manifest["variants"][variant]  # file names by role: encoder, decoder, ...
+    out = Path(tmp.name)
+    for name in roles["files"] + ["runtime.json", "tokens.bin"]:
+        reassemble(site, manifest, name, out / name)
+    runtime = json.loads((out / "runtime.json").read_text())
+    encoder = cpu_session(out / roles["encoder"])
+    decoder = IdsDecoder(out / roles["decoder"], runtime["decoder"])
+    codec = SiteCodec(runtime, (out / "tokens.bin").read_bytes())
+    return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp)

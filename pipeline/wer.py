@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 _NON_WORD = re.compile(r"[^\w']+")
 
@@ -12,15 +13,20 @@ def normalize(text: str) -> list[str]:
     return [w.strip("'") for w in _NON_WORD.sub(" ", text.lower()).split() if w.strip("'")]
 
 
+def edit_distance(ref: Sequence, hyp: Sequence) -> int:
+    """Levenshtein distance between two sequences (words, token ids, ...)."""
+    row = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        prev, row[0] = row[0], i
+        for j, h in enumerate(hyp, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
+    return row[-1]
+
+
 def word_errors(ref: str, hyp: str) -> tuple[int, int]:
     """(substitutions + deletions + insertions, reference word count)."""
-    r, h = normalize(ref), normalize(hyp)
-    row = list(range(len(h) + 1))
-    for i, rw in enumerate(r, 1):
-        prev, row[0] = row[0], i
-        for j, hw in enumerate(h, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (rw != hw))
-    return row[-1], len(r)
+    r = normalize(ref)
+    return edit_distance(r, normalize(hyp)), len(r)
 
 
 def wer(ref: str, hyp: str) -> float:

@@ -54,18 +54,10 @@ def fused_site(zoo_export, tmp_path_factory):
 
 
 def reference_for(site_root: Path, source: Path, out: Path):
-    """The Python reference Transcriber on the graphs reassembled from a site's own shards
-    (config.json and tokenizer.json, which the site does not ship, from `source`)."""
+    """The Python reference Transcriber on the graphs reassembled from a site's own shards."""
     from pipeline.transcribe import load_transcriber
 
-    manifest = load_manifest(site_root / "dist" / "model")
-    for name in manifest["variants"]["fp32"]["files"]:
-        with (out / name).open("wb") as f:
-            for part in manifest["files"][name]["parts"]:
-                f.write((site_root / "dist" / "model" / part["shard"]).read_bytes()[part["offset"]:][:part["length"]])
-    for name in ("config.json", "tokenizer.json"):
-        shutil.copyfile(source / name, out / name)
-    return load_transcriber(out)
+    return load_transcriber(site_root / "dist")
 
 
 @pytest.fixture(scope="session")

@@ -34,3 +34,49 @@ def test_samples_transcribe_exactly(example):
 def test_example_stays_small():
     size = sum(p.stat().st_size for p in EXAMPLE.rglob("*") if p.is_file())
     assert size < 30 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def built_example(tmp_path_factory):
+    from pipeline.build import run_build
+
+    cfg = load_config(EXAMPLE / "model.yaml")
+    out = tmp_path_factory.mktemp("example") / "dist"
+    report = run_build(cfg, out, progress=lambda _: None)
+    return cfg, out, report
+
+
+@pytest.mark.parametrize("variant", ["fp32", "fp16"])
+def test_built_variants_transcribe_the_samples(built_example, variant):
+    """The Python reference on the site's own int4 graphs, reassembled from its shards."""
+    cfg, dist, report = built_example
+    runner = load_transcriber(dist, variant)
+    for sample in cfg.site.samples:
+        assert runner.transcribe(read_wav(sample.audio)) == sample.text
+    assert report.variants[variant]["check"]["mean_token_agreement"] == 1.0
+
+
+def test_built_site_ships_no_float_embedding_table(built_example):
+    import json
+
+    _, dist, _ = built_example
+    manifest = json.loads((dist / "model" / "manifest.json").read_text())
+    assert not [name for name in manifest["files"] if "embed_tokens" in name]
+    assert all(size <= cfg_limit() for size in (p.stat().st_size for p in dist.rglob("*") if p.is_file()))
+
+
+def cfg_limit() -> int:
+    return load_config(EXAMPLE / "model.yaml").shard.max_bytes
+
+
+def test_cli_transcribes_a_built_site(built_example):
+    from click.testing import CliRunner
+
+    from pipeline.cli import main
+
+    cfg, dist, _ = built_example
+    sample = cfg.site.samples[0]
+    result = CliRunner().invoke(main, ["transcribe", str(dist), str(sample.audio)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.split("\t")[:2] == [str(sample.audio), sample.text]
+    assert "WER 0.00% over 1 clips" in result.stderr  # sample-1.txt beside the clip

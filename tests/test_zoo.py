@@ -89,7 +89,7 @@ def torch_greedy(model, tok, mel: torch.Tensor, steps: int) -> list[int]:
 def onnx_greedy(model_dir, pcm: np.ndarray, steps: int) -> list[int]:
     runner = load_transcriber(model_dir)
     audio = runner.audio_features(pcm)
-    logits, state = runner.decoder.prefill(build_prompt(runner.tokenizer, audio.shape[1]), audio)
+    logits, state = runner.decoder.prefill(runner.codec.prompt(audio.shape[1]), audio)
     out = []
     for _ in range(steps):
         out.append(int(np.argmax(logits)))

@@ -13,22 +13,13 @@ from pipeline.prompt import parse_answer
 from pipeline.train.batches import ClipStore, features, token_batch
 from pipeline.train.dataset import synthesize_sharded
 from pipeline.train.sentences import HELDOUT_SEED, heldout_sentences, load_vocabulary
+from pipeline.wer import corpus_wer
 
 MAX_NEW_TOKENS = 64
 
 
-def edit_distance(ref: list[str], hyp: list[str]) -> int:
-    row = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        prev, row[0] = row[0], i
-        for j, h in enumerate(hyp, 1):
-            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (r != h))
-    return row[-1]
-
-
 def wer(refs: list[str], hyps: list[str]) -> float:
-    errors = sum(edit_distance(r.split(), h.split()) for r, h in zip(refs, hyps))
-    return errors / max(1, sum(len(r.split()) for r in refs))
+    return corpus_wer(list(zip(refs, hyps)))
 
 
 @torch.no_grad()
