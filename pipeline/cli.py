@@ -133,8 +133,10 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.argument("audio", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line: {\"audio\": path, \"text\": ...}.")
 @click.option("--max-new-tokens", type=int, default=200, show_default=True)
-def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int):
-    """Transcribe WAV files with MODEL (a source export or built model folder) on onnxruntime CPU.
+@click.option("--variant", default="fp32", show_default=True, help="Precision variant of a built site (fp32, fp16).")
+def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str):
+    """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder (split or merged
+    layout) or a built site (dist/; its own graphs, reassembled from the shards).
 
     AUDIO are WAV files or folders of them. WAV of any sample rate and channel count is resampled
     to 16 kHz mono; decoding is greedy. Where a clip has a same-named .txt transcript beside it,
@@ -144,13 +146,14 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
     Examples:
       webbuild transcribe examples/tiny-asr/model examples/tiny-asr/samples/*.wav --json
       webbuild transcribe examples/tiny-asr/model /tmp/heldout    # folder of .wav + .txt
+      webbuild transcribe dist /tmp/heldout --variant fp16        # a built site's fp16 graphs
     """
     from pipeline.audio import read_wav
     from pipeline.transcribe import load_transcriber
     from pipeline.wer import corpus_wer, wer
 
     try:
-        runner = load_transcriber(model)
+        runner = load_transcriber(model, variant)
         pairs = []
         for path in _wav_paths(audio):
             row = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}
