@@ -17,7 +17,9 @@ export class Recogniser {
     r.encoder = await ort.InferenceSession.create(files.get(roles.encoder), {
       ...opts, executionProviders: [ep], externalData: external(files, roles.encoder_data),
     });
-    r.decoder = await ort.InferenceSession.create(files.get(roles.decoder), {
+    // the wasm build lacks GatherBlockQuantized: quantized builds carry a twin graph for it
+    const decoderFile = ep === 'wasm' && roles.decoder_wasm ? roles.decoder_wasm : roles.decoder;
+    r.decoder = await ort.InferenceSession.create(files.get(decoderFile), {
       ...opts,
       executionProviders: [ep],
       externalData: external(files, roles.decoder_data),
