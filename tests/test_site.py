@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
+from e2e.browser import QUIET, open_site, wait_for  # noqa: F401 (one copy, shared with webbuild verify)
 from pipeline.audio import read_wav, write_wav
 from pipeline.build import run_build
 from pipeline.config import load_config
@@ -19,8 +20,6 @@ from pipeline.manifest import load_manifest, verify_manifest
 from pipeline.prompt import build_prompt
 
 CHROMIUM = Path("/usr/bin/chromium")
-QUIET = ["--no-sandbox", "--disable-background-networking", "--disable-component-update"]
-WEBGPU = ["--enable-unsafe-webgpu", "--enable-unsafe-swiftshader", "--use-webgpu-adapter=swiftshader"]
 MAX_BYTES = 4 * 2**20  # small, so the decoder data and ORT's wasm arrive in several shards
 NEW_TOKENS = 6  # SwiftShader decodes about one token a second: keep browser runs short
 needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium")
@@ -115,6 +114,34 @@ def test_runtime_config_and_token_table(site, zoo_export):
         assert raw.decode("utf-8", "replace") == tok.decode(seq.tolist(), skip_special_tokens=False)
 
 
+def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):
+    """The wasm fallback's graph (GatherBlockQuantized spelt in standard ops) gives the same logits."""
+    import onnxruntime as ort
+
+    from pipeline.manifest import reassemble
+
+    manifest = load_manifest(fused_site / "dist" / "model")
+    roles = manifest["variants"]["fp32"]
+    assert "decoder_wasm" in roles and roles["decoder_wasm"] in roles["files"]
+    for role in ("decoder", "decoder_data", "decoder_wasm"):
+        reassemble(fused_site / "dist" / "model", manifest, roles[role], tmp_path / roles[role])
+    graphs = [ort.InferenceSession(str(tmp_path / roles[r]), providers=["CPUExecutionProvider"])
+              for r in ("decoder", "decoder_wasm")]
+    assert not [n for n in onnx_ops(tmp_path / roles["decoder_wasm"]) if n == "GatherBlockQuantized"]
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, 600, (1, 9)), "audio_features": rng.standard_normal((1, 4, 256)).astype(np.float32),
+             "audio_offset": np.array([2]), "attention_mask": np.ones((1, 9), np.int64)}
+    feeds |= {i.name: np.zeros((1, 2, 0, 64), np.float32) for i in graphs[0].get_inputs() if i.name.startswith("past")}
+    a, b = (g.run(["logits"], feeds)[0] for g in graphs)
+    assert np.array_equal(a, b)
+
+
+def onnx_ops(path: Path) -> list[str]:
+    import onnx
+
+    return [n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node]
+
+
 def test_theme_contrast_warnings():
     from pipeline.config import Theme
     from pipeline.render import contrast_ratio, theme_warnings
@@ -140,29 +167,6 @@ def served(site, **kw):
     from pipeline.serve import start
 
     return start(site / "dist", quiet=True, base_path="/demo/", **kw)
-
-
-def open_site(playwright, srv, query: str, webgpu: bool, viewport=None):
-    """(browser, page, log) with the page loaded and its model ready (or failed)."""
-    browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=QUIET + (WEBGPU if webgpu else []))
-    page = browser.new_page(viewport=viewport)
-    log = {"requests": [], "console": [], "errors": []}
-    page.on("request", lambda r: log["requests"].append(r.url))
-    page.on("console", lambda m: log["console"].append(f"{m.type}: {m.text}"))
-    page.on("pageerror", lambda e: log["errors"].append(str(e)))
-    page.goto(srv.url + query)
-    wait_for(page, "() => ['ready', 'error'].includes(window.webbuild?.status)", 400)
-    return browser, page, log
-
-
-def wait_for(page, predicate: str, timeout_s: float):
-    # polled from Python: Playwright's wait_for_function evaluates strings, which the CSP forbids
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if page.evaluate(predicate):
-            return
-        time.sleep(0.25)
-    raise TimeoutError(f"{predicate} not true after {timeout_s} s; state {page.evaluate('() => window.webbuild')}")
 
 
 def transcribe_sample(page) -> dict:
