@@ -63,6 +63,7 @@ def render_site(cfg: BuildConfig, dist: Path, runtime: dict) -> list[str]:
             shutil.copyfile(src, dest)
     _copy_ort(dist / "ort")
     _copy_samples(cfg, dist / "samples")
+    _write_verify_data(cfg, context, dist / "samples.json")
     (dist / "_headers").write_text(env.get_template("_headers.j2").render(**context))
     return theme_warnings(cfg.site.theme)
 
@@ -95,6 +96,13 @@ def site_context(cfg: BuildConfig, runtime: dict) -> dict:
                     for i, s in enumerate(cfg.site.samples)],
         "variants": runtime.get("variants", []),
     }
+
+
+def _write_verify_data(cfg: BuildConfig, context: dict, dest: Path) -> None:
+    """What `webbuild verify` checks a deployed site against: its samples, expected texts, WER bound."""
+    samples = [{k: s[k] for k in ("id", "src", "text")} for s in context["samples"]]
+    dest.write_text(json.dumps({"name": cfg.name, "base_path": cfg.site.base_path,
+                                "max_wer": cfg.verify.max_wer, "samples": samples}, indent=1) + "\n")
 
 
 def _sample_name(i: int, audio: Path) -> str:

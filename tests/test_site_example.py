@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from e2e.browser import open_site, wait_for
 from pipeline.audio import read_wav
 from pipeline.build import run_build
 from pipeline.config import load_config
-from tests.test_site import needs_chromium, open_site, playwright, reference_for, wait_for  # noqa: F401 (fixture)
+from tests.test_site import needs_chromium, playwright, reference_for  # noqa: F401 (fixture)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 pytestmark = pytest.mark.skipif(not (EXAMPLE / "model" / "config.json").is_file(), reason="no trained example")

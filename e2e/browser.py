@@ -1,0 +1,110 @@
+"""Which Chrome/Chromium to drive, with which flags, and small page helpers shared by the tests.
+
+Selection order: an explicit path or channel (argument, else $WEBBUILD_BROWSER), else a system
+Chrome/Chromium on PATH, else Playwright's own download. Without a GPU, WebGPU runs on SwiftShader
+(Chrome's software Vulkan), which needs the unsafe flags below.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV = "WEBBUILD_BROWSER"
+CHANNELS = {"chrome", "chrome-beta", "chrome-dev", "chrome-canary", "msedge", "chromium"}
+SYSTEM = ("google-chrome", "google-chrome-stable", "chromium", "chromium-browser", "/usr/bin/chromium")
+QUIET = ["--no-sandbox", "--disable-background-networking", "--disable-component-update"]
+WEBGPU = ["--enable-unsafe-webgpu"]
+SWIFTSHADER = ["--enable-unsafe-swiftshader", "--use-webgpu-adapter=swiftshader"]
+# Removes navigator.gpu in pages and workers: the site must fall back to wasm.
+NO_WEBGPU = ["--disable-blink-features=WebGPU"]
+
+
+@dataclass
+class BrowserChoice:
+    """Keyword arguments for playwright's chromium.launch (minus args) and how they were found."""
+
+    executable: str | None = None
+    channel: str | None = None
+    source: str = "playwright"  # explicit | env | system | playwright
+    gpu: bool = False
+    args: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        what = self.executable or (f"channel {self.channel}" if self.channel else "Playwright's Chromium")
+        return f"{what} ({self.source}; {'GPU' if self.gpu else 'no GPU: SwiftShader WebGPU'})"
+
+
+def has_gpu() -> bool:
+    """A GPU the browser can use: a DRM render node or an NVIDIA device node."""
+    return bool(glob.glob("/dev/dri/renderD*") or glob.glob("/dev/nvidia[0-9]*"))
+
+
+def choose(explicit: str | None = None, env: dict | None = None, which=shutil.which,
+           gpu: bool | None = None) -> BrowserChoice:
+    env = os.environ if env is None else env
+    gpu = has_gpu() if gpu is None else gpu
+    args = QUIET + WEBGPU + ([] if gpu else SWIFTSHADER)
+    for source, value in (("explicit", explicit), ("env", env.get(ENV))):
+        if value:
+            if value in CHANNELS:
+                return BrowserChoice(channel=value, source=source, gpu=gpu, args=args)
+            if not Path(value).is_file():
+                raise FileNotFoundError(f"browser {value!r} ({source}) is neither a file nor one of the "
+                                        f"channels {', '.join(sorted(CHANNELS))}")
+            return BrowserChoice(executable=str(value), source=source, gpu=gpu, args=args)
+    for name in SYSTEM:
+        if path := which(name):
+            return BrowserChoice(executable=path, source="system", gpu=gpu, args=args)
+    return BrowserChoice(source="playwright", gpu=gpu, args=args)
+
+
+def launch(playwright, choice: BrowserChoice, webgpu: bool = True, extra: list[str] = ()):
+    """A headless browser; webgpu=False launches it with WebGPU switched off."""
+    args = choice.args if webgpu else QUIET + NO_WEBGPU
+    kw = {"executable_path": choice.executable} if choice.executable else {}
+    if choice.channel:
+        kw["channel"] = choice.channel
+    return playwright.chromium.launch(args=[*args, *extra], **kw)
+
+
+def watch(page, log: dict | None = None) -> dict:
+    """Collects the page's requests (workers' included), console messages and uncaught errors."""
+    log = log if log is not None else {"requests": [], "console": [], "errors": []}
+    page.on("request", lambda r: log["requests"].append(r.url))
+    page.on("console", lambda m: log["console"].append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: log["errors"].append(str(e)))
+    return log
+
+
+def wait_for(page, predicate: str, timeout_s: float):
+    # polled from Python: Playwright's wait_for_function evaluates strings, which the CSP forbids
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if page.evaluate(predicate):
+            return
+        time.sleep(0.25)
+    raise TimeoutError(f"{predicate} not true after {timeout_s} s; state {page.evaluate('() => window.webbuild')}")
+
+
+def open_page(page, url: str, timeout_s: float = 400):
+    """Load the site and wait until its model is ready (or failed)."""
+    page.goto(url)
+    wait_for(page, "() => ['ready', 'error'].includes(window.webbuild?.status)", timeout_s)
+
+
+def open_site(playwright, srv, query: str, webgpu: bool, viewport=None, choice: BrowserChoice | None = None):
+    """(browser, page, log) with the page loaded and its model ready (or failed).
+
+    webgpu=False launches without WebGPU flags (as the site tests always did)."""
+    choice = choice or choose()
+    kw = {"executable_path": choice.executable} if choice.executable else {}
+    browser = playwright.chromium.launch(args=choice.args if webgpu else QUIET, **kw)
+    page = browser.new_page(viewport=viewport)
+    log = watch(page)
+    open_page(page, srv.url + query)
+    return browser, page, log
