@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system-deps site test test-python test-js clean
+.PHONY: setup system-deps site test test-python test-js e2e clean
 
 $(STAMP): pyproject.toml package.json package-lock.json
 	python3 -m venv $(VENV)
@@ -28,13 +28,29 @@ system-deps:
 site: setup
 	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o dist
 
-test: setup system-deps test-python test-js
+test: setup system-deps test-python test-js e2e
 
 test-python:
 	$(PY) -m pytest -q
 
 test-js:
 	node --test web_template/tests/
+
+# `webbuild verify` on the embedded example, as a deployer would run it: the 4 samples on the page's own
+# choice (SwiftShader WebGPU here), 20 held-out clips on wasm (SwiftShader is ~100x slower), and
+# the cache / corrupted shard / fallback / origin / console checks. The report is kept in
+# e2e-report.json and printed; held-out clips may differ from their transcript by one word in four
+# (the model's held-out WER is 2.9%), but must equal the Python reference exactly.
+E2E_DIR ?= /tmp/webbuild-e2e
+e2e: setup system-deps
+	rm -rf $(E2E_DIR) && mkdir -p $(E2E_DIR)
+	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o $(E2E_DIR)/dist
+	$(PY) -m pipeline.train.clips $(E2E_DIR)/clips --count 20
+	@start=$$(date +%s); rc=0; \
+	$(VENV)/bin/webbuild verify $(E2E_DIR)/dist --clips $(E2E_DIR)/clips --clips-ep wasm --clips-max-wer 0.25 \
+	  --json e2e-report.json || rc=$$?; \
+	echo "--- e2e-report.json"; cat e2e-report.json; \
+	echo "webbuild verify took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 clean:
 	rm -rf dist $(VENV)

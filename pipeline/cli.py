@@ -242,15 +242,46 @@ def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
 @click.argument("target")
 @click.option("--clips", type=click.Path(path_type=Path), help="Folder of *.wav with same-named *.txt transcripts.")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
-@click.option("--browser", help="Chrome/Chromium executable or channel.")
-def verify(target: str, clips: Path | None, report: Path | None, browser: str | None):
+@click.option("--browser", help="Chrome/Chromium executable or channel (default: $WEBBUILD_BROWSER, "
+              "a system Chrome/Chromium, Playwright's own).")
+@click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
+              help="Execution provider for the samples (auto: the page's own choice).")
+@click.option("--clips-ep", type=click.Choice(["auto", "webgpu", "wasm"]),
+              help="Run --clips on this provider, on a second visit (default: with the samples).")
+@click.option("--clips-max-wer", type=click.FloatRange(0, 1),
+              help="WER bound per --clips clip (default: the site's verify.max_wer).")
+@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds per load or clip.")
+def verify(target: str, clips: Path | None, report: Path | None, browser: str | None, ep: str,
+           clips_ep: str | None, clips_max_wer: float | None, timeout: float):
     """Check in a real browser that a built site (folder or URL) transcribes correctly and fast.
+
+    Transcribes every sample of the site (and --clips) and compares with the expected text
+    (normalised: case and punctuation do not count; model.yaml verify.max_wer bounds the WER) and,
+    for a local folder, with the Python reference on the same graphs. Also checks that a shard
+    corrupted in transit is caught and re-fetched, that a second visit loads from the cache, that the
+    site falls back to wasm without WebGPU, that no request leaves the origin and that the console
+    shows no errors. Exit code 1 when anything fails.
 
     \b
     Example:
       webbuild verify dist --json verify.json
+      webbuild verify dist --clips heldout/ --clips-ep wasm
+      webbuild verify https://user.github.io/my-asr/ --browser chrome
     """
-    _not_built("verify")
+    from e2e.report import table, write_json
+    from e2e.runner import Options, VerifyInputError
+    from e2e.runner import verify as run_verify
+
+    opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_ep, clips_max_wer, timeout)
+    try:
+        result = run_verify(opts, progress=Progress())
+    except (VerifyInputError, FileNotFoundError) as exc:
+        fail(str(exc))
+    click.echo(table(result))
+    if report:
+        write_json(result, report)
+        click.echo(f"report: {report}")
+    sys.exit(0 if result["ok"] else 1)
 
 
 @main.command()
