@@ -93,3 +93,20 @@ def test_quantized_logits_stay_close_to_float(merged, tmp_path):
             "attention_mask": mask, **past(dt)})[0][0, -1].astype(np.float32)
         assert np.abs(out - ref).max() < 0.5 * np.abs(ref).max(), v
         assert np.corrcoef(out, ref)[0, 1] > 0.9, v
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int4"])
+def test_fp32_variant_encoder_has_no_fp16_compute(merged, precision):
+    """The fp32 variant serves adapters without shader-f16: whatever the encoder precision,
+    no fp16 tensor may appear in its graph; the fp16 variant does compute in fp16."""
+    from pipeline.quantize.encoder import encoder_variant
+
+    def fp16_tensors(model):
+        inits = [t for t in model.graph.initializer if t.data_type == TensorProto.FLOAT16]
+        casts = [n for n in model.graph.node if n.op_type == "Cast"
+                 and any(a.name == "to" and a.i == TensorProto.FLOAT16 for a in n.attribute)]
+        return inits + casts
+
+    src = onnx.load(merged / "encoder.onnx")
+    assert not fp16_tensors(encoder_variant(onnx.load(merged / "encoder.onnx"), precision, "fp32"))
+    assert fp16_tensors(encoder_variant(src, precision, "fp16"))

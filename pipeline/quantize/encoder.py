@@ -1,7 +1,8 @@
 """Encoder variants: weights/compute at `precision`, output `audio_features` in the decoder variant's type.
 
-precision: fp32 (as exported), fp16 (to_fp16), int8 / int4 (MatMulNBits weight-only, block 32,
-symmetric; compute in the variant's float type). The input (`pcm` or `mel`) stays fp32 in every file
+precision: fp32 (as exported), fp16 (to_fp16; the fp32 variant keeps fp32, since it serves adapters
+without shader-f16), int8 / int4 (MatMulNBits weight-only, block 32, symmetric; compute in the
+variant's float type). The input (`pcm` or `mel`) stays fp32 in every file
 (Web Audio gives Float32Array) and the mel front-end, if present (node outputs `fe_*`), stays fp32:
 |STFT|^2 of a full-scale 400-sample frame exceeds the fp16 range and log10's 1e-10 floor underflows.
 The output is cast to the decoder variant's float type, so the page feeds it to the decoder as is.
@@ -25,6 +26,8 @@ def encoder_variant(model: onnx.ModelProto, precision: str, variant: str, accura
     """`model` (fp32 encoder) at `precision`, output typed for decoder variant `variant` (fp16|fp32)."""
     if precision not in PRECISIONS:
         raise ValueError(f"encoder precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    if precision == "fp16" and variant == "fp32":
+        precision = "fp32"  # the fp32 variant is for adapters without shader-f16: no fp16 compute
     if precision in ("int8", "int4"):
         model = quantize_matmuls(model, QuantSettings(bits=int(precision[3:]), accuracy_level=accuracy_level))
     if precision == "fp16" or (precision != "fp32" and variant == "fp16"):
