@@ -138,6 +138,7 @@ class Verifier:
         self.checks: list[dict] = []
         self.log = {"requests": [], "console": [], "errors": []}
         self.visits: dict[str, dict] = {}
+        self.reference = Reference(None)
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         self.checks.append({"name": name, "ok": bool(ok), "detail": detail})
@@ -149,8 +150,11 @@ class Verifier:
         br.watch(page, self.log)
         start = len(self.log["requests"])
         t0 = time.monotonic()
-        br.open_page(page, url, self.opts.timeout_s)
-        state = page.evaluate("() => window.webbuild")
+        try:
+            br.open_page(page, url, self.opts.timeout_s)
+        except TimeoutError:
+            pass  # still loading: reported below as not ready
+        state = page.evaluate("() => window.webbuild") or {"status": "no page state", "error": "app did not start"}
         info = state.get("info") or {}
         self.visits[name] = {"url": url, "status": state["status"], "error": state["error"],
                              "wall_s": round(time.monotonic() - t0, 2), "warnings": state.get("warnings", []),
@@ -163,10 +167,15 @@ class Verifier:
     def run_clips(self, page, clips: list[Clip], state: dict, max_wer: float, run: str) -> None:
         variant = state["info"]["variant"]
         for clip in clips:
-            result = transcribe(page, clip, self.opts.timeout_s)
+            try:
+                result = transcribe(page, clip, self.opts.timeout_s)
+            except TimeoutError as exc:
+                result = {**state, "status": "timeout", "text": "", "metrics": None, "error": str(exc)}
             self.rows.append(row(clip, result, self.reference.text(clip, variant), max_wer, run))
             r = self.rows[-1]
             self.progress(f"  {clip.name}: {'ok' if r['ok'] else 'FAIL'} {r['got']!r} (WER {r['wer']:.2f})")
+            if result["status"] == "timeout":
+                break  # the page is stuck on this clip: the others would only time out too
 
     def first_visit(self, context, url, samples, clips, max_wer) -> bool:
         corrupted = []
