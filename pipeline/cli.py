@@ -287,16 +287,38 @@ def verify(target: str, clips: Path | None, report: Path | None, browser: str | 
 @main.command()
 @click.argument("dir", type=click.Path(path_type=Path))
 @click.option("--runtime", type=click.Choice(["node", "browser"]), default="node", show_default=True)
-@click.option("--json", "report", type=click.Path(path_type=Path))
-def bench(dir: Path, runtime: str, report: Path | None):
-    """Measure load time, TTFT, prefill and decode speed of a built site's runtime.
+@click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
+              help="Execution provider; auto takes WebGPU when an adapter exists.")
+@click.option("--decode-tokens", type=click.IntRange(1), default=128, show_default=True,
+              help="Length of the synthetic greedy decode that gives ms/token.")
+@click.option("--repeat", type=click.IntRange(1), default=1, show_default=True, help="Timed runs per sample clip.")
+@click.option("--max-clips", type=click.IntRange(0), help="Transcribe only the first N sample clips.")
+@click.option("--swiftshader", is_flag=True, help="WebGPU on Chromium's software Vulkan (correctness, not speed).")
+@click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
+def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
+          swiftshader: bool, report: Path | None):
+    """Measure load time, encoder time, TTFT, prefill and decode speed of a built site's runtime.
+
+    Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
+    Dawn, or the wasm EP): load and warm-up, the sample clips, then a synthetic greedy decode.
 
     \b
     Example:
-      webbuild bench dist --runtime node --json bench.json
+      webbuild bench dist --ep wasm --json bench.json
+      webbuild bench dist --ep webgpu --swiftshader --decode-tokens 16
     """
-    _not_built("bench")
+    from pipeline.bench import BenchError, run_node, table
 
+    if runtime == "browser":
+        _not_built("bench --runtime browser")
+    try:
+        result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader)
+    except BenchError as exc:
+        fail(str(exc))
+    click.echo(table(result))
+    if report:
+        report.write_text(json.dumps(result, indent=1) + "\n")
+        click.echo(f"report: {report}")
 
 if __name__ == "__main__":
     main()

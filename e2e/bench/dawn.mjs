@@ -1,0 +1,38 @@
+// WebGPU in Node through Dawn (the `webgpu` npm package's dawn.node), set up the way
+// onnxruntime-web expects it in a browser: navigator.gpu plus the GPU* globals.
+// Vulkan driver choice is the environment's: VK_DRIVER_FILES / VK_ICD_FILENAMES (SwiftShader
+// here, the NVIDIA ICD on a GPU machine).
+import { create, globals } from 'webgpu';
+
+export function installDawn() {
+  Object.assign(globalThis, globals);
+  // Node 20 has no navigator; Node >= 21 has one without gpu.
+  const gpu = create([]);
+  if (globalThis.navigator) Object.defineProperty(globalThis.navigator, 'gpu', { value: gpu, configurable: true });
+  else globalThis.navigator = { gpu };
+  shimWriteBuffer();
+  shimBindGroups();
+  return gpu;
+}
+
+// dawn.node rejects writeBuffer from a SharedArrayBuffer view (threaded ORT's wasm heap is one):
+// copy such views into an ordinary ArrayBuffer first.
+function shimWriteBuffer() {
+  const write = GPUQueue.prototype.writeBuffer;
+  GPUQueue.prototype.writeBuffer = function (buffer, offset, data, dataOffset, size) {
+    if (typeof SharedArrayBuffer !== 'undefined' && (data instanceof SharedArrayBuffer || data?.buffer instanceof SharedArrayBuffer)) {
+      data = data instanceof SharedArrayBuffer ? new Uint8Array(data).slice() : data.slice();
+    }
+    return write.call(this, buffer, offset, data, ...[dataOffset, size].filter((v) => v !== undefined));
+  };
+}
+
+// Browsers accept a bare GPUBuffer as a bind-group entry's resource (newer spec); dawn.node
+// wants {buffer}.
+function shimBindGroups() {
+  const createBindGroup = GPUDevice.prototype.createBindGroup;
+  GPUDevice.prototype.createBindGroup = function (desc) {
+    const entries = desc.entries.map((e) => (e.resource instanceof GPUBuffer ? { ...e, resource: { buffer: e.resource } } : e));
+    return createBindGroup.call(this, { ...desc, entries });
+  };
+}

@@ -1,0 +1,72 @@
+"""`webbuild bench`: runs a built site's own runtime modules under Node (e2e/bench/bench.mjs)
+and turns its JSON report into a printed table (and a file with --json)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+HARNESS = Path(__file__).resolve().parent.parent / "e2e" / "bench" / "bench.mjs"
+# Chromium's software Vulkan driver: WebGPU without a GPU (correct, not fast).
+SWIFTSHADER_ENV = {
+    "LD_LIBRARY_PATH": "/usr/lib/chromium",
+    "VK_ICD_FILENAMES": "/usr/lib/chromium/vk_swiftshader_icd.json",
+}
+
+
+class BenchError(Exception):
+    """A bench that could not run; the message says why."""
+
+
+def run_node(
+    dist: Path,
+    ep: str = "auto",
+    decode_tokens: int = 128,
+    repeat: int = 1,
+    max_clips: int | None = None,
+    swiftshader: bool = False,
+    timeout: float | None = None,
+) -> dict:
+    """Runs the Node harness on `dist` and returns its report."""
+    if not (dist / "model" / "manifest.json").is_file():
+        raise BenchError(f"{dist}: not a built site (no model/manifest.json); build it with `webbuild model.yaml -o {dist}`")
+    node = os.environ.get("WEBBUILD_NODE") or shutil.which("node")
+    if not node:
+        raise BenchError("node not found: install Node >= 20 or set WEBBUILD_NODE")
+    cmd = [node, str(HARNESS), str(dist), "--ep", ep, "--decode-tokens", str(decode_tokens), "--repeat", str(repeat)]
+    if max_clips is not None:
+        cmd += ["--max-clips", str(max_clips)]
+    env = {**os.environ, **(SWIFTSHADER_ENV if swiftshader else {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-5:]
+        raise BenchError("bench harness failed: " + (" | ".join(tail) or f"exit code {proc.returncode}"))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def table(r: dict) -> str:
+    """The report as aligned lines for the terminal."""
+    s, load, dec = r["summary"], r["load"], r["synthetic_decode"]["ms_per_token"]
+    lines = [
+        f"runtime     node {r['node']}, ep {r['ep']}, variant {r['variant']}, threads {r['threads']}, kv cache {r['kv_cache']}",
+        f"adapter     {r['adapter']}" + (" (shader-f16)" if r["shader_f16"] else ""),
+        f"load        {load['total_ms']:.0f} ms (download {load['download_ms']:.0f}, sessions {load['session_ms']:.0f}, warm-up {load['warmup_ms']:.0f})",
+        f"encoder     {_ms(s['encoder_ms'])} (median over {s['clips']} clips)",
+        f"TTFT        {_ms(s['ttft_ms'])}",
+        f"prefill     {_num(s['prefill_tokens_per_s'])} tok/s ({_num(s['prompt_tokens'], 0)} prompt tokens in {_ms(s['prefill_ms'])})",
+        f"decode      {_num(dec['median'])} ms/token median, p10 {_num(dec['p10'])}, p90 {_num(dec['p90'])} "
+        f"({dec['n']} synthetic tokens)",
+        f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text",
+    ]
+    return "\n".join(lines)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f} ms"
+
+
+def _num(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"

@@ -1,0 +1,52 @@
+"""`webbuild bench` on the embedded example built as is: the Node harness runs the built site's own
+runtime modules on the wasm EP and reports sane fields (no timing asserts beyond > 0)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
+pytestmark = [
+    pytest.mark.skipif(not (EXAMPLE / "model" / "config.json").is_file(), reason="no trained example"),
+    pytest.mark.skipif(not shutil.which("node"), reason="no node"),
+]
+
+
+def webbuild(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    dist = tmp_path_factory.mktemp("bench") / "dist"
+    built = webbuild(str(EXAMPLE / "model.yaml"), "-o", str(dist))
+    assert built.returncode == 0, built.stderr
+    return dist
+
+
+def test_bench_wasm_reports_the_metrics(site, tmp_path):
+    out = tmp_path / "bench.json"
+    run = webbuild("bench", str(site), "--ep", "wasm", "--decode-tokens", "8", "--max-clips", "2", "--json", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "ms/token" in run.stdout and "TTFT" in run.stdout
+    r = json.loads(out.read_text())
+    assert (r["ep"], r["variant"], r["kv_cache"]) == ("wasm", "fp32", "cpu")
+    assert r["adapter"].startswith("none")
+    assert r["load"]["total_ms"] >= r["load"]["session_ms"] > 0
+    s = r["summary"]
+    assert s["clips"] == 2 and s["clips_matching"] == 2  # the example transcribes its samples exactly
+    assert s["encoder_ms"] > 0 and s["ttft_ms"] > s["encoder_ms"] and s["prefill_tokens_per_s"] > 0
+    d = r["synthetic_decode"]["ms_per_token"]
+    assert d["n"] == 8 and 0 < d["p10"] <= d["median"] <= d["p90"]
+
+
+def test_bench_rejects_a_folder_that_is_not_a_site(tmp_path):
+    run = webbuild("bench", str(tmp_path))
+    assert run.returncode == 2
+    assert "not a built site" in run.stderr
