@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-HARNESS = Path(__file__).resolve().parent.parent / "e2e" / "bench" / "bench.mjs"
+HARNESSES = Path(__file__).resolve().parent.parent / "e2e" / "bench"
 # Chromium's software Vulkan driver: WebGPU without a GPU (correct, not fast).
 SWIFTSHADER_ENV = {
     "LD_LIBRARY_PATH": "/usr/lib/chromium",
@@ -30,37 +30,48 @@ def run_node(
     swiftshader: bool = False,
     timeout: float | None = None,
 ) -> dict:
-    """Runs the Node harness on `dist` and returns its report."""
-    if not (dist / "model" / "manifest.json").is_file():
-        raise BenchError(f"{dist}: not a built site (no model/manifest.json); build it with `webbuild model.yaml -o {dist}`")
+    """Runs the Node harness on `dist` and returns its report.
+
+    A built site runs through its own runtime (bench.mjs); a split source export (the baseline,
+    which the site runtime does not take) through split.mjs on synthetic inputs of the same shapes.
+    """
+    if (dist / "model" / "manifest.json").is_file():
+        harness, extra = HARNESSES / "bench.mjs", ["--repeat", str(repeat)]
+        if max_clips is not None:
+            extra += ["--max-clips", str(max_clips)]
+    elif (dist / "decoder_init.onnx").is_file():
+        harness, extra = HARNESSES / "split.mjs", []
+    else:
+        raise BenchError(f"{dist}: not a built site (no model/manifest.json) nor a split export (no decoder_init.onnx); "
+                         f"build it with `webbuild model.yaml -o {dist}`")
     node = os.environ.get("WEBBUILD_NODE") or shutil.which("node")
     if not node:
         raise BenchError("node not found: install Node >= 20 or set WEBBUILD_NODE")
-    cmd = [node, str(HARNESS), str(dist), "--ep", ep, "--decode-tokens", str(decode_tokens), "--repeat", str(repeat)]
-    if max_clips is not None:
-        cmd += ["--max-clips", str(max_clips)]
+    cmd = [node, str(harness), str(dist), "--ep", ep, "--decode-tokens", str(decode_tokens), *extra]
     env = {**os.environ, **(SWIFTSHADER_ENV if swiftshader else {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-5:]
-        raise BenchError("bench harness failed: " + (" | ".join(tail) or f"exit code {proc.returncode}"))
+        raise BenchError(f"{harness.name} failed: " + (" | ".join(tail) or f"exit code {proc.returncode}"))
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def table(r: dict) -> str:
     """The report as aligned lines for the terminal."""
     s, load, dec = r["summary"], r["load"], r["synthetic_decode"]["ms_per_token"]
+    parts = ", ".join(f"{k.removesuffix('_ms')} {v:.0f}" for k, v in load.items() if k != "total_ms")
     lines = [
         f"runtime     node {r['node']}, ep {r['ep']}, variant {r['variant']}, threads {r['threads']}, kv cache {r['kv_cache']}",
         f"adapter     {r['adapter']}" + (" (shader-f16)" if r["shader_f16"] else ""),
-        f"load        {load['total_ms']:.0f} ms (download {load['download_ms']:.0f}, sessions {load['session_ms']:.0f}, warm-up {load['warmup_ms']:.0f})",
-        f"encoder     {_ms(s['encoder_ms'])} (median over {s['clips']} clips)",
+        f"load        {load['total_ms']:.0f} ms ({parts})",
+        f"encoder     {_ms(s['encoder_ms'])}" + (f" (median over {s['clips']} clips)" if "clips" in s else " (synthetic input)"),
         f"TTFT        {_ms(s['ttft_ms'])}",
         f"prefill     {_num(s['prefill_tokens_per_s'])} tok/s ({_num(s['prompt_tokens'], 0)} prompt tokens in {_ms(s['prefill_ms'])})",
         f"decode      {_num(dec['median'])} ms/token median, p10 {_num(dec['p10'])}, p90 {_num(dec['p90'])} "
         f"({dec['n']} synthetic tokens)",
-        f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text",
     ]
+    if "clips" in s:
+        lines.append(f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text")
     return "\n".join(lines)
 
 

@@ -301,11 +301,14 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
 
     Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
     Dawn, or the wasm EP): load and warm-up, the sample clips, then a synthetic greedy decode.
+    DIR may also be a split source export (the baseline): its three graphs then run directly on
+    synthetic inputs of the site's shapes (speed only).
 
     \b
     Example:
       webbuild bench dist --ep wasm --json bench.json
       webbuild bench dist --ep webgpu --swiftshader --decode-tokens 16
+      webbuild bench examples/tiny-asr/model --ep wasm
     """
     from pipeline.bench import BenchError, run_node, table
 

@@ -18,6 +18,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 import { startServer } from '../../web_template/tests/server.mjs';
+import { quantile, spread } from './stats.mjs';
 import { decodeWav } from './wav.mjs';
 
 const ORT_WASM = 'ort-wasm-simd-threaded.asyncify.wasm'; // as worker.js loads it
@@ -99,17 +100,7 @@ async function timedTranscribe(rec, pcm, opts = {}) {
   };
 }
 
-function quantile(xs, q) {
-  if (!xs.length) return null;
-  const s = [...xs].sort((a, b) => a - b);
-  const at = (s.length - 1) * q;
-  const lo = Math.floor(at);
-  return s[lo] + (at - lo) * ((s[lo + 1] ?? s[lo]) - s[lo]);
-}
-
 const log = (line) => console.error(`[bench] ${line}`); // progress on stderr; the report alone on stdout
-
-const spread = (xs) => ({ median: quantile(xs, 0.5), p10: quantile(xs, 0.1), p90: quantile(xs, 0.9), n: xs.length });
 
 async function main() {
   const o = parseArgs(process.argv.slice(2));

@@ -1,0 +1,11 @@
+// Order statistics for timing lists (linear interpolation between ranks).
+
+export function quantile(xs, q) {
+  if (!xs.length) return null;
+  const s = [...xs].sort((a, b) => a - b);
+  const at = (s.length - 1) * q;
+  const lo = Math.floor(at);
+  return s[lo] + (at - lo) * ((s[lo + 1] ?? s[lo]) - s[lo]);
+}
+
+export const spread = (xs) => ({ median: quantile(xs, 0.5), p10: quantile(xs, 0.1), p90: quantile(xs, 0.9), n: xs.length });
