@@ -58,17 +58,19 @@ def run_node(
 
 def table(r: dict) -> str:
     """The report as aligned lines for the terminal."""
-    s, load, dec = r["summary"], r["load"], r["synthetic_decode"]["ms_per_token"]
+    s, load = r["summary"], r["load"]
+    synth = r.get("synthetic_decode")
+    dec = synth["ms_per_token"] if synth else s["decode_ms_per_token_clips"]
     parts = ", ".join(f"{k.removesuffix('_ms')} {v:.0f}" for k, v in load.items() if k != "total_ms")
     lines = [
-        f"runtime     node {r['node']}, ep {r['ep']}, variant {r['variant']}, threads {r['threads']}, kv cache {r['kv_cache']}",
-        f"adapter     {r['adapter']}" + (" (shader-f16)" if r["shader_f16"] else ""),
+        f"runtime     {('node ' + r['node']) if 'node' in r else r['browser']}, ep {r['ep']}, variant {r['variant']}, threads {r['threads']}, kv cache {r['kv_cache']}",
+        f"adapter     {r['adapter']}" + (" (shader-f16)" if r.get("shader_f16") else ""),
         f"load        {load['total_ms']:.0f} ms ({parts})",
         f"encoder     {_ms(s['encoder_ms'])}" + (f" (median over {s['clips']} clips)" if "clips" in s else " (synthetic input)"),
         f"TTFT        {_ms(s['ttft_ms'])}",
         f"prefill     {_num(s['prefill_tokens_per_s'])} tok/s ({_num(s['prompt_tokens'], 0)} prompt tokens in {_ms(s['prefill_ms'])})",
         f"decode      {_num(dec['median'])} ms/token median, p10 {_num(dec['p10'])}, p90 {_num(dec['p90'])} "
-        f"({dec['n']} synthetic tokens)",
+        + (f"({dec['n']} synthetic tokens)" if synth else f"(over {dec['n']} clips)"),
     ]
     if "clips" in s:
         lines.append(f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text")

@@ -301,6 +301,7 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
 
     Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
     Dawn, or the wasm EP): load and warm-up, the sample clips, then a synthetic greedy decode.
+    --runtime browser opens the site's own page in Chromium instead and clicks its sample clips.
     DIR may also be a split source export (the baseline): its three graphs then run directly on
     synthetic inputs of the site's shapes (speed only).
 
@@ -312,11 +313,14 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
     """
     from pipeline.bench import BenchError, run_node, table
 
-    if runtime == "browser":
-        _not_built("bench --runtime browser")
     try:
-        result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader)
-    except BenchError as exc:
+        if runtime == "browser":
+            from e2e.bench.browser import run_browser
+
+            result = run_browser(dir, ep, repeat, max_clips)
+        else:
+            result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader)
+    except (BenchError, FileNotFoundError) as exc:
         fail(str(exc))
     click.echo(table(result))
     if report:
