@@ -48,7 +48,7 @@ class Quantize(_Strict):
 
 
 class Encoder(_Strict):
-    # int4 by default: measured +0.27 pt WER on the tiny example (BENCHMARKS.md) for a 4x smaller encoder
+    # int4 by default: measured +0.3 to +0.4 pt WER on the tiny example (BENCHMARKS.md), 4x smaller encoder
     precision: Literal["fp32", "fp16", "int8", "int4"] = "int4"
 
 
