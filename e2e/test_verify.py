@@ -22,7 +22,6 @@ CHECKS = {"first visit: model loads", "corrupted shard detected and recovered", 
           "wasm fallback when WebGPU is off", "wasm fallback transcribes", "no request leaves the origin",
           "console has no errors", "every transcript within the WER bound (and equal to the Python reference)"}
 pytestmark = [
-    pytest.mark.skipif(not (EXAMPLE / "model" / "config.json").is_file(), reason="no trained example"),
     pytest.mark.skipif(choose().source == "playwright", reason="no system Chrome/Chromium"),
 ]
 

@@ -4,7 +4,6 @@ the wasm fallback) against the Python reference on the same graphs."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 

@@ -16,7 +16,7 @@ from pipeline.config import load_config
 from tests.test_site import needs_chromium, playwright, reference_for  # noqa: F401 (fixture)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
-pytestmark = pytest.mark.skipif(not (EXAMPLE / "model" / "config.json").is_file(), reason="no trained example")
+
 
 
 @pytest.fixture(scope="module")
