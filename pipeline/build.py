@@ -33,14 +33,12 @@ class BuildContext:
 
 
 def stage_source(ctx: BuildContext) -> None:
-    """Copy the source export into the build and take its op census."""
+    """Take the source export's op census. Later stages read the source in place (they never write
+    to it), so a multi-GB export is not copied."""
     src = ctx.cfg.source.dir
-    dest = ctx.work_dir / "source"
-    shutil.copytree(src, dest)
-    for graph in sorted(dest.glob("*.onnx")):
+    for graph in sorted(src.glob("*.onnx")):
         ctx.report.graphs[graph.stem] = graph_census(graph)
-    ctx.state["model_dir"] = dest
-    ctx.state["assembled_source"] = dest  # tokenizer.json / config.json for the variant checks
+    ctx.state["model_dir"] = src
 
 
 def stage_fuse(ctx: BuildContext) -> None:
@@ -101,7 +99,7 @@ def _check_variants(ctx: BuildContext, out: Path) -> None:
     clips = {s.audio.name: read_wav(s.audio) for s in ctx.cfg.site.samples}
     reference = reference_tokens(ctx.cfg.source.dir, clips) if clips else None
     for name in ctx.state["variants"]:
-        runner = variant_transcriber(out, name, ctx.state["assembled_source"])
+        runner = variant_transcriber(out, name, ctx.state["model_dir"])
         result = check_variant(runner, clips, reference)
         ctx.report.variants[name]["check"] = result
         agreement = result.get("mean_token_agreement")

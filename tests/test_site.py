@@ -3,6 +3,7 @@ the wasm fallback) against the Python reference on the same graphs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -51,7 +52,7 @@ def fused_site(zoo_export, tmp_path_factory):
     return build_site(tmp_path_factory.mktemp("fused"), zoo_export("merged"), fusion=True)
 
 
-def reference_for(site_root: Path, source: Path, out: Path):
+def reference_for(site_root: Path):
     """The Python reference Transcriber on the graphs reassembled from a site's own shards."""
     from pipeline.transcribe import load_transcriber
 
@@ -59,8 +60,8 @@ def reference_for(site_root: Path, source: Path, out: Path):
 
 
 @pytest.fixture(scope="session")
-def reference(site, zoo_export, tmp_path_factory):
-    return reference_for(site, zoo_export("merged"), tmp_path_factory.mktemp("reassembled"))
+def reference(site):
+    return reference_for(site)
 
 
 # ---------------------------------------------------------------- build output
@@ -168,6 +169,18 @@ def served(site, **kw):
     return start(site / "dist", quiet=True, base_path="/demo/", **kw)
 
 
+@contextlib.contextmanager
+def site_page(playwright, site, query: str, webgpu: bool):
+    """(server, page, request log) of the site opened in Chromium; both closed afterwards."""
+    srv = served(site)
+    browser, page, log = open_site(playwright, srv, query, webgpu=webgpu)
+    try:
+        yield srv, page, log
+    finally:
+        browser.close()
+        srv.shutdown()
+
+
 def transcribe_sample(page) -> dict:
     page.click("#sample-0")
     wait_for(page, "() => window.webbuild.status === 'done' || window.webbuild.error", 400)
@@ -202,15 +215,13 @@ def check_same_origin(srv, log):
 
 @needs_chromium
 @pytest.mark.parametrize("graph", ["export", "fused"])
-def test_webgpu_transcribes_like_the_reference(playwright, graph, request, zoo_export, tmp_path):
+def test_webgpu_transcribes_like_the_reference(playwright, graph, request):
     site = request.getfixturevalue("site" if graph == "export" else "fused_site")
-    reference = reference_for(site, zoo_export("merged"), tmp_path)
+    reference = reference_for(site)
     if graph == "fused":  # the GQA graph prefills in runs the WebGPU kernel gets right
         rt = json.loads(next((site / "dist" / "model" / "shards").glob("runtime.json.*")).read_bytes())
         assert rt["webgpu_prefill_chunk"] == 31
-    srv = served(site)
-    browser, page, log = open_site(playwright, srv, f"?max_new_tokens={NEW_TOKENS}", webgpu=True)
-    try:
+    with site_page(playwright, site, f"?max_new_tokens={NEW_TOKENS}", webgpu=True) as (srv, page, log):
         state = page.evaluate("() => window.webbuild")
         assert state["status"] == "ready", state
         assert state["info"]["ep"] == "webgpu" and state["info"]["variant"] == "fp32"  # no shader-f16 here
@@ -222,9 +233,6 @@ def test_webgpu_transcribes_like_the_reference(playwright, graph, request, zoo_e
         check_metrics(page, state)
         assert page.inner_text("#transcript") == state["text"]
         check_same_origin(srv, log)
-    finally:
-        browser.close()
-        srv.shutdown()
 
 
 @needs_chromium
@@ -257,9 +265,7 @@ def test_without_webgpu_falls_back_to_wasm(playwright, site, reference):
 
 @needs_chromium
 def test_controls_are_labelled_and_keyboard_reachable(playwright, site):
-    srv = served(site)
-    browser, page, _ = open_site(playwright, srv, "?ep=wasm&max_new_tokens=2", webgpu=False)
-    try:
+    with site_page(playwright, site, "?ep=wasm&max_new_tokens=2", webgpu=False) as (srv, page, _):
         names = page.evaluate("""() => [...document.querySelectorAll('button, input')].map((el) =>
             [el.id, el.labels?.[0]?.textContent || el.textContent || el.getAttribute('aria-label') || ''])""")
         assert all(name.strip() for _, name in names), names
@@ -276,9 +282,6 @@ def test_controls_are_labelled_and_keyboard_reachable(playwright, site):
         page.click("#clear-cache")
         wait_for(page, "() => document.getElementById('status').textContent.includes('removed')", 20)
         assert "webbuild-tiny-test" not in page.evaluate("() => caches.keys()")
-    finally:
-        browser.close()
-        srv.shutdown()
 
 
 @needs_chromium
@@ -292,9 +295,7 @@ def test_file_upload_any_rate_and_channels(playwright, site, tmp_path):
     path = tmp_path / "stereo-44k.wav"
     with wave.open(str(path), "wb") as w:
         w.setnchannels(2), w.setsampwidth(2), w.setframerate(44100), w.writeframes(frames.tobytes())
-    srv = served(site)
-    browser, page, _ = open_site(playwright, srv, "?ep=wasm&max_new_tokens=2", webgpu=False)
-    try:
+    with site_page(playwright, site, "?ep=wasm&max_new_tokens=2", webgpu=False) as (srv, page, _):
         page.set_input_files("#file", str(path))
         wait_for(page, "() => window.webbuild.status === 'done' || window.webbuild.error", 120)
         state = page.evaluate("() => window.webbuild")
@@ -304,9 +305,6 @@ def test_file_upload_any_rate_and_channels(playwright, site, tmp_path):
         wait_for(page, "() => window.webbuild.error", 60)
         assert "could not be decoded" in page.inner_text("#error")
         assert page.is_enabled("#sample-0")  # the page recovers from a bad file
-    finally:
-        browser.close()
-        srv.shutdown()
 
 
 @needs_chromium

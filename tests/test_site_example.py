@@ -34,10 +34,10 @@ def example_site(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def expected(example_site, tmp_path_factory):
+def expected(example_site):
     """Per sample: (the Python reference's text on the site's own graphs, the clip's transcript)."""
     work, samples = example_site
-    ref = reference_for(work, EXAMPLE / "model", tmp_path_factory.mktemp("ref"))
+    ref = reference_for(work)
     return [(ref.transcribe(read_wav(Path(s["audio"]))), s["text"]) for s in samples]
 
 
