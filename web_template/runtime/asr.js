@@ -13,27 +13,31 @@ export class Recogniser {
   // files: Map of logical name -> bytes (from the loader); roles: the manifest variant entry.
   static async create(ort, files, roles, runtime, ep) {
     const r = new Recogniser(ort, runtime, ep);
-    const opts = r.sessionOptions();
     r.encoder = await ort.InferenceSession.create(files.get(roles.encoder), {
-      ...opts, executionProviders: [ep], externalData: external(files, roles.encoder_data),
+      ...r.sessionOptions(), executionProviders: [ep], externalData: external(files, roles.encoder_data),
     });
-    // the wasm build lacks GatherBlockQuantized: quantized builds carry a twin graph for it
-    const decoderFile = ep === 'wasm' && roles.decoder_wasm ? roles.decoder_wasm : roles.decoder;
-    r.decoder = await ort.InferenceSession.create(files.get(decoderFile), {
-      ...opts,
-      executionProviders: [ep],
-      externalData: external(files, roles.decoder_data),
-      // present.* stay on the GPU and come back as the next step's past: no round trip per token
-      ...(ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(r.presentNames().map((n) => [n, 'gpu-buffer'])) }),
-    });
-    r.dtype = roles.dtype ?? 'float32'; // of past/present and audio_features
-    r.takesIds = r.decoder.inputNames.includes('input_ids');
-    if (!r.takesIds) {
-      const embed = files.get(roles.embed);
-      r.embed = new Float32Array(embed.buffer, embed.byteOffset, embed.byteLength / 4);
-    }
+    await r.loadDecoder(files, roles);
     r.tokens = new TokenTable(files.get('tokens.bin'));
     return r;
+  }
+
+  // The decoder session as the site runs it (tests/test_decoder_webgpu.py drives it alone).
+  async loadDecoder(files, roles) {
+    // the wasm build lacks GatherBlockQuantized: quantized builds carry a twin graph for it
+    const decoderFile = this.ep === 'wasm' && roles.decoder_wasm ? roles.decoder_wasm : roles.decoder;
+    this.decoder = await this.ort.InferenceSession.create(files.get(decoderFile), {
+      ...this.sessionOptions(),
+      executionProviders: [this.ep],
+      externalData: external(files, roles.decoder_data),
+      // present.* stay on the GPU and come back as the next step's past: no round trip per token
+      ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
+    });
+    this.dtype = roles.dtype ?? 'float32'; // of past/present and audio_features
+    this.takesIds = this.decoder.inputNames.includes('input_ids');
+    if (!this.takesIds) {
+      const embed = files.get(roles.embed);
+      this.embed = new Float32Array(embed.buffer, embed.byteOffset, embed.byteLength / 4);
+    }
   }
 
   constructor(ort, runtime, ep) {
@@ -200,7 +204,7 @@ function halfToFloat(h) {
 
 // Greedy choice over the last position (a pruned graph has only that one); the first maximum
 // wins ties, as numpy's argmax does.
-function argmaxLast(logits, vocab) {
+export function argmaxLast(logits, vocab) {
   const data = toFloat32(logits.data.subarray(logits.data.length - vocab));
   let best = 0;
   for (let i = 1; i < vocab; i++) if (data[i] > data[best]) best = i;
