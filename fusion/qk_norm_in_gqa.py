@@ -1,16 +1,18 @@
 """Opt-in (WebGPU/CUDA only): Q/K RMSNorm moved into GroupQueryAttention (q_norm_weight /
 k_norm_weight, inputs 14/15, attribute qk_norm_epsilon), as the genai builder emits for `-e webgpu`.
 
-Removes 2 SimplifiedLayerNormalization + 4 Reshape per layer. onnxruntime's CPU GQA rejects these
-inputs, so graphs fused this way cannot be checked against the source on CPU; the default
-keeps the norms explicit.
+Removes 2 SimplifiedLayerNormalization + 4 Reshape per layer. onnxruntime's CPU GQA (and so
+onnxruntime-web's wasm EP) rejects these inputs at run time; `take_out` is the exact inverse, for
+those runtimes. fuse_decoder keeps the norms explicit by default (checkable on CPU); the build moves
+them into GQA for the WebGPU decoders only (pipeline/decoder_forms.py).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
-from fusion._ir import attr, prod
+from fusion._ir import attr, prod, shared_const
 from fusion.report import Report
 
 RULE = "qk_norm_in_gqa"
@@ -50,3 +52,28 @@ def _rewrite(gqa: ir.Node, xq, xk, wq, wk, eps: float) -> None:
     for slot, v in ((0, xq), (1, xk), (_Q_NORM, wq), (_K_NORM, wk)):
         gqa.replace_input_with(slot, v)
     gqa.attributes["qk_norm_epsilon"] = ir.AttrFloat32("qk_norm_epsilon", eps)
+
+
+def take_out(model: ir.Model) -> int:
+    """The inverse of `apply`: Reshape -> SimplifiedLayerNormalization -> Reshape before GQA's Q and K
+    again, with the weights and epsilon GQA held. Returns how many GQA nodes changed."""
+    g, done = model.graph, 0
+    flat = shared_const(g, "qk_norm/flat", np.array([0, 0, -1], np.int64))
+    for gqa in [n for n in g if n.op_type == "GroupQueryAttention"]:
+        if len(gqa.inputs) <= _K_NORM or gqa.inputs[_Q_NORM] is None:
+            continue
+        eps = attr(gqa, "qk_norm_epsilon", 1e-6)
+        for slot, w in ((0, gqa.inputs[_Q_NORM]), (1, gqa.inputs[_K_NORM])):
+            heads = shared_const(g, "qk_norm/heads", np.array([0, 0, -1, w.shape[0]], np.int64))
+            split = ir.node("Reshape", [gqa.inputs[slot], heads], name=f"{gqa.name}/qk_norm{slot}/Reshape")
+            norm = ir.node("SimplifiedLayerNormalization", [split.outputs[0], w],
+                           {"axis": -1, "epsilon": eps, "stash_type": 1}, name=f"{gqa.name}/qk_norm{slot}")
+            join = ir.node("Reshape", [norm.outputs[0], flat], name=f"{gqa.name}/qk_norm{slot}/Flatten")
+            g.insert_before(gqa, [split, norm, join])
+            gqa.replace_input_with(slot, join.outputs[0])
+        for slot in (_Q_NORM, _K_NORM):
+            gqa.replace_input_with(slot, None)
+        gqa.resize_inputs(max(i for i, v in enumerate(gqa.inputs) if v is not None) + 1)
+        gqa.attributes.pop("qk_norm_epsilon", None)
+        done += 1
+    return done

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.assemble import AssembleError, assemble_model, wasm_decoder
+from pipeline.assemble import AssembleError, assemble_model
 from pipeline.config import BuildConfig, ConfigError
 from pipeline.manifest import dist_file_stats
 from pipeline.render import ORT_WASM, RenderError, ort_dist, render_site
@@ -112,7 +112,7 @@ def stage_shard(ctx: BuildContext) -> None:
     """Every model file and ORT's wasm binary -> content-hashed shards under dist/model/."""
     model = ctx.state["assembled"]
     variants = ctx.state["variants"]
-    _add_wasm_decoders(variants)
+    _webgpu_and_wasm_decoders(variants)
     files = {name: v["dir"] / name for v in variants.values() for name in v["files"].values()}
     files |= {"runtime.json": model / "runtime.json", "tokens.bin": model / "tokens.bin",
               ORT_WASM: ort_dist() / ORT_WASM}
@@ -127,15 +127,16 @@ def stage_shard(ctx: BuildContext) -> None:
             f: manifest["files"][f]["size"] for f in v["files"].values()}
 
 
-def _add_wasm_decoders(variants: dict) -> None:
-    """fp32 variants whose decoder uses GatherBlockQuantized get a twin graph for the wasm
-    fallback (role decoder_wasm; same weights file, so it costs a few KB)."""
+def _webgpu_and_wasm_decoders(variants: dict) -> None:
+    """Every decoder becomes the WebGPU form (Q/K norms inside GroupQueryAttention); fp32 variants keep
+    the form the wasm fallback runs as a twin graph (role decoder_wasm; same weights file, so it costs
+    a few KB). See pipeline.decoder_forms."""
+    from pipeline.decoder_forms import webgpu_decoder
+
     for v in variants.values():
         dec = v["files"].get("decoder")
-        if v["dtype"] == "float32" and dec:
-            twin = dec.removesuffix(".onnx") + ".wasm.onnx"
-            if wasm_decoder(v["dir"] / dec, v["dir"] / twin):
-                v["files"]["decoder_wasm"] = twin
+        if dec and (twin := webgpu_decoder(v["dir"], dec, wasm_twin=v["dtype"] == "float32")):
+            v["files"]["decoder_wasm"] = twin
 
 
 def stage_render(ctx: BuildContext) -> None:

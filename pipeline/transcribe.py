@@ -208,6 +208,15 @@ def load_transcriber(model_dir: Path, variant: str = "fp32") -> Transcriber:
     return Transcriber(cpu_session(model_dir / "encoder.onnx"), decoder, TokenizerCodec(tok), eos)
 
 
+def cpu_form(decoder: Path) -> Path:
+    """`decoder`, or a copy beside it with the Q/K norms taken back out of GroupQueryAttention: the
+    site's WebGPU form, which onnxruntime CPU refuses (pipeline.decoder_forms)."""
+    from pipeline.decoder_forms import norms_out_of_gqa
+
+    explicit = decoder.with_name(decoder.name.removesuffix(".onnx") + ".cpu.onnx")
+    return explicit if norms_out_of_gqa(decoder, explicit) else decoder
+
+
 def load_site(site: Path, variant: str = "fp32") -> Transcriber:
     """The Python reference on a built site's own graphs, reassembled from its shards."""
     import tempfile
@@ -224,6 +233,6 @@ def load_site(site: Path, variant: str = "fp32") -> Transcriber:
         reassemble(site, manifest, name, out / name)
     runtime = json.loads((out / "runtime.json").read_text())
     encoder = cpu_session(out / roles["encoder"])
-    decoder = IdsDecoder(out / roles["decoder"], runtime["decoder"])
+    decoder = IdsDecoder(cpu_form(out / roles["decoder"]), runtime["decoder"])
     codec = SiteCodec(runtime, (out / "tokens.bin").read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import onnx
 import pytest
 import yaml
 
@@ -39,6 +40,23 @@ def expected(example_site):
     work, samples = example_site
     ref = reference_for(work)
     return [(ref.transcribe(read_wav(Path(s["audio"]))), s["text"]) for s in samples]
+
+
+def test_python_reference_runs_both_variants_webgpu_graphs(example_site, expected, tmp_path):
+    """The shipped decoders hold the Q/K norms inside GroupQueryAttention (the WebGPU form), which
+    onnxruntime CPU refuses; the reference takes them back out and gets every sample right."""
+    from pipeline.manifest import load_manifest, reassemble
+    from pipeline.transcribe import load_transcriber
+
+    work, samples = example_site
+    manifest = load_manifest(work / "dist" / "model")
+    for variant in ("fp16", "fp32"):
+        name = manifest["variants"][variant]["decoder"]
+        reassemble(work / "dist" / "model", manifest, name, tmp_path / name)
+        ops = [n.op_type for n in onnx.load(str(tmp_path / name), load_external_data=False).graph.node]
+        assert ops.count("SimplifiedLayerNormalization") == 1 and ops.count("GroupQueryAttention") == 4, variant
+        ref = load_transcriber(work / "dist", variant)
+        assert [ref.transcribe(read_wav(Path(s["audio"]))) for s in samples] == [t for _, t in expected], variant
 
 
 def transcribe_all(page, n: int) -> list[str]:

@@ -1,11 +1,14 @@
-"""Opt-in WebGPU form: Q/K norms inside GQA. Structure only: onnxruntime's CPU GQA refuses
-q_norm_weight, so numbers can only be checked on a WebGPU/CUDA runtime."""
+"""Opt-in WebGPU form: Q/K norms inside GQA, and its inverse. onnxruntime's CPU GQA refuses
+q_norm_weight, so the form's numbers are checked on WebGPU (tests/test_decoder_webgpu.py); here its
+structure, and that the inverse gives back the explicit graph."""
 
 import onnx_ir as ir
 import pytest
 
-from fusion._ir import nodes_per_layer
+from fusion import qk_norm_in_gqa
+from fusion._ir import census, dead_code_elimination, nodes_per_layer
 from fusion.fuse import fuse_decoder, save
+from fusion.parity import MergedRunner, compare, embed_table
 from fusion.tests.test_fuse import build_genai
 from fusion.validate import check_file
 
@@ -32,3 +35,18 @@ def test_norm_weights_move_into_gqa(zoo, tmp_path, genai_webgpu):
 def test_unknown_mode_is_rejected(zoo):
     with pytest.raises(ValueError, match="qk_norm"):
         fuse_decoder(zoo.source("merged", "torchscript"), qk_norm="inside")
+
+
+def test_take_out_gives_back_the_explicit_graph(zoo, tmp_path):
+    src = zoo.source("merged", "torchscript")
+    explicit, _ = fuse_decoder(src)
+    inside, _ = fuse_decoder(src, qk_norm="gqa")
+    assert qk_norm_in_gqa.take_out(inside) == 4
+    dead_code_elimination(inside)
+    assert census(inside) == census(explicit)
+    gqa = next(n for n in inside.graph if n.op_type == "GroupQueryAttention")
+    assert len(gqa.inputs) == 9 and "qk_norm_epsilon" not in gqa.attributes  # as fuse_decoder makes it
+    runners = [MergedRunner(save(m, tmp_path / name)) for name, m in (("explicit", explicit), ("taken_out", inside))]
+    result = compare(*runners, embed_table(src.parent))
+    assert result["max_rel_err"] == 0.0 and result["tokens_equal"]
+    assert qk_norm_in_gqa.take_out(explicit) == 0

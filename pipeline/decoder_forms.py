@@ -1,0 +1,58 @@
+"""Per-runtime forms of a built decoder graph, rewritten file to file; the weights file is shared.
+
+onnxruntime-web's WebGPU EP runs Qwen3's Q/K RMS norms inside GroupQueryAttention (q_norm_weight /
+k_norm_weight: 6 nodes fewer per layer, as the onnxruntime-genai builder emits for WebGPU; logits
+equal to the explicit form's on SwiftShader, tests/test_decoder_webgpu.py). onnxruntime CPU and
+onnxruntime-web's wasm EP refuse those inputs, so the wasm fallback twin and the Python reference
+run the explicit form (fusion.qk_norm_in_gqa has both directions).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+
+from fusion import qk_norm_in_gqa
+from fusion._ir import dead_code_elimination
+from fusion.report import Report
+from pipeline.assemble import wasm_decoder
+
+
+def _rewrite(src: Path, dest: Path, rule: Callable[[ir.Model], int]) -> bool:
+    """Apply `rule` to the graph of `src` and write `dest` beside it; False (nothing written) when the
+    rule changes nothing. External weights are not loaded: `dest` refers to `src`'s data file."""
+    model = ir.serde.deserialize_model(onnx.load(str(src), load_external_data=False))
+    if not rule(model):
+        return False
+    dead_code_elimination(model)
+    onnx.save(ir.serde.serialize_model(model), str(dest))
+    return True
+
+
+def norms_into_gqa(src: Path, dest: Path) -> bool:
+    """The WebGPU form: Q/K norms moved into GroupQueryAttention."""
+    return _rewrite(src, dest, lambda m: qk_norm_in_gqa.apply(m, Report()))
+
+
+def norms_out_of_gqa(src: Path, dest: Path) -> bool:
+    """The form onnxruntime CPU and the wasm EP run: explicit SimplifiedLayerNormalization nodes."""
+    return _rewrite(src, dest, qk_norm_in_gqa.take_out)
+
+
+def webgpu_decoder(folder: Path, name: str, wasm_twin: bool) -> str | None:
+    """Rewrite `folder/name` in place into the WebGPU form. With `wasm_twin`, first keep the form the
+    wasm EP runs as `<name>.wasm.onnx` (explicit norms, int4 lookup in standard ops: see
+    pipeline.assemble.wasm_decoder) and return its name; None when no twin is needed."""
+    path, webgpu = folder / name, folder / f"{name}.webgpu"
+    twin = folder / (name.removesuffix(".onnx") + ".wasm.onnx")
+    moved = norms_into_gqa(path, webgpu)
+    rewritten = wasm_twin and wasm_decoder(path, twin)
+    if wasm_twin and moved and not rewritten:
+        shutil.copyfile(path, twin)  # the explicit graph as it is
+    if moved:
+        webgpu.replace(path)
+    return twin.name if wasm_twin and (moved or rewritten) else None

@@ -1,0 +1,69 @@
+"""pipeline.decoder_forms: the WebGPU form written in place with a wasm twin, both reading the same
+weights file, and the CPU form the Python reference runs."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import onnx
+import pytest
+
+from fusion.fuse import fuse_decoder, save
+from fusion.parity import MergedRunner, compare, embed_table
+from pipeline.decoder_forms import norms_out_of_gqa, webgpu_decoder
+from pipeline.transcribe import cpu_form
+
+EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
+
+
+@pytest.fixture(scope="module")
+def fused(tmp_path_factory) -> Path:
+    model, _ = fuse_decoder(EXAMPLE_MODEL)
+    return save(model, tmp_path_factory.mktemp("fused"))
+
+
+def ops(path: Path) -> list[str]:
+    return [n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node]
+
+
+def locations(path: Path) -> set[str]:
+    model = onnx.load(str(path), load_external_data=False)
+    return {e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"}
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_webgpu_form_in_place_with_the_explicit_graph_as_wasm_twin(fused, tmp_path):
+    shutil.copytree(fused.parent, tmp_path, dirs_exist_ok=True)
+    explicit, data = digest(fused), digest(fused.with_name("decoder.onnx.data"))
+    assert webgpu_decoder(tmp_path, "decoder.onnx", wasm_twin=True) == "decoder.wasm.onnx"
+    webgpu = ops(tmp_path / "decoder.onnx")
+    assert webgpu.count("SimplifiedLayerNormalization") == 1 and len(webgpu) == len(ops(fused)) - 6 * 4
+    assert digest(tmp_path / "decoder.wasm.onnx") == explicit  # unquantized: no lookup to rewrite
+    assert digest(tmp_path / "decoder.onnx.data") == data  # the weights file is shared, untouched
+    assert locations(tmp_path / "decoder.onnx") == locations(fused) == {"decoder.onnx.data"}
+    assert not (tmp_path / "decoder.onnx.webgpu").exists()
+
+
+def test_no_twin_for_fp16_and_nothing_written_without_norms_to_move(fused, tmp_path):
+    shutil.copytree(fused.parent, tmp_path, dirs_exist_ok=True)
+    assert webgpu_decoder(tmp_path, "decoder.onnx", wasm_twin=False) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["decoder.onnx", "decoder.onnx.data"]
+    before = digest(tmp_path / "decoder.onnx")
+    assert webgpu_decoder(tmp_path, "decoder.onnx", wasm_twin=False) is None  # already the WebGPU form
+    assert digest(tmp_path / "decoder.onnx") == before
+    assert not norms_out_of_gqa(fused, tmp_path / "unused.onnx") and not (tmp_path / "unused.onnx").exists()
+
+
+def test_cpu_form_runs_on_onnxruntime_cpu_like_the_fused_graph(fused, tmp_path):
+    shutil.copytree(fused.parent, tmp_path, dirs_exist_ok=True)
+    webgpu_decoder(tmp_path, "decoder.onnx", wasm_twin=False)
+    cpu = cpu_form(tmp_path / "decoder.onnx")
+    assert cpu.name == "decoder.cpu.onnx" and ops(cpu).count("SimplifiedLayerNormalization") == 9
+    result = compare(MergedRunner(fused), MergedRunner(cpu), embed_table(EXAMPLE_MODEL))
+    assert result["max_rel_err"] == 0.0 and result["tokens_equal"]
+    assert cpu_form(fused) == fused  # an explicit graph is used as it is
