@@ -111,3 +111,56 @@ def test_zoo_refuses_existing_output(tmp_path, tiny_model):
 
     with pytest.raises(FileExistsError):
         export_model(*tiny_model, tmp_path, "split")
+
+
+def _weights_graph(names_values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """Sum of the given initializers (all [4, 300]) plus the input: a graph that only carries weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    inits = [numpy_helper.from_array(v, n) for n, v in names_values.items()]
+    node = helper.make_node("Sum", ["x", *names_values], ["y"])
+    graph = helper.make_graph([node], "w", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 300])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 300])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shared_weights_stream_external_files_once(tmp_path, monkeypatch):
+    """Graphs saved one file per tensor (as torchscript writes models over 2 GB) end up in one data
+    file, copied in small chunks, equal tensors stored once, and run as before."""
+    import onnxruntime as ort
+
+    from pipeline.zoo import onnx_export
+
+    monkeypatch.setattr(onnx_export, "CHUNK", 1000)  # several chunks per tensor
+    rng = np.random.RandomState(0)
+    shared, own_a, own_b = (rng.randn(4, 300).astype(np.float32) for _ in range(3))
+    out = tmp_path / "out"
+    out.mkdir()
+    with onnx_export.SharedWeights(out / "w.data") as data:
+        for name, own in (("a", own_a), ("b", own_b)):
+            src = tmp_path / name / "model.onnx"
+            src.parent.mkdir()
+            onnx.save(_weights_graph({"shared": shared, name: own}), str(src), save_as_external_data=True,
+                      all_tensors_to_one_file=False, size_threshold=0)
+            data.add_file(src, out / f"{name}.onnx")
+    assert (out / "w.data").stat().st_size < 3 * shared.nbytes + 3 * 64, "the shared tensor was stored twice"
+    x = np.ones((4, 300), np.float32)
+    for name, own in (("a", own_a), ("b", own_b)):
+        y = ort.InferenceSession(str(out / f"{name}.onnx")).run(None, {"x": x})[0]
+        np.testing.assert_array_equal(y, x + shared + own)
+
+
+def test_hf_folder_is_the_text_decoder(tmp_path, tiny_model):
+    from transformers import Qwen3ForCausalLM
+
+    from pipeline.zoo.build import save_text_decoder_hf
+
+    model, tok = tiny_model
+    save_text_decoder_hf(model, tok, tmp_path / "hf")
+    lm = Qwen3ForCausalLM.from_pretrained(str(tmp_path / "hf"))
+    ids = torch.tensor([[1, 5, 9, 33, 2]])
+    with torch.no_grad():
+        want = model.lm_head(model.model.language_model(input_ids=ids).last_hidden_state)
+        got = lm(ids).logits
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert lm.config.eos_token_id == [tok.token_to_id("<|endoftext|>"), tok.token_to_id("<|im_end|>")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -54,12 +55,13 @@ def load_checkpoint(ckpt_dir: Path):
 
 
 def save_text_decoder_hf(model, tok: Tokenizer, hf_dir: Path) -> None:
-    """The text decoder as a Hugging Face `Qwen3ForCausalLM` folder (for onnxruntime-genai's builder)."""
+    """The text decoder as a Hugging Face `Qwen3ForCausalLM` folder (for onnxruntime-genai's builder).
+    It wraps the model's own decoder module, so no second copy of the weights is made."""
     from transformers import Qwen3ForCausalLM
 
-    text_cfg = model.config.text_config
-    lm = Qwen3ForCausalLM(text_cfg)
-    lm.model.load_state_dict(model.model.language_model.state_dict())
+    with torch.device("meta"):
+        lm = Qwen3ForCausalLM(copy.deepcopy(model.config.text_config))
+    lm.model = model.model.language_model
     lm.lm_head.weight = lm.model.embed_tokens.weight
     lm.config.tie_word_embeddings = True
     ids = special_ids(tok)

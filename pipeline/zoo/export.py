@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from pipeline.prompt import audio_token_count, build_prompt
 from pipeline.tokenizer import special_ids
 from pipeline.zoo import check, wrappers
-from pipeline.zoo.onnx_export import as_numpy, export_graph, save_inline, save_sharing_weights
+from pipeline.zoo.onnx_export import SharedWeights, as_numpy, export_file, save_inline_file
 
 LAYOUTS = ("split", "merged")
 Progress = Callable[[str], None]
@@ -62,11 +62,25 @@ def _sample_inputs(model, tok) -> dict:
     return {"mel": mel, "prompt": prompt}
 
 
+def _scratch(stage: Path) -> tempfile.TemporaryDirectory:
+    """A folder for one exporter's raw output, beside the stage (same disk; removed with it on failure)."""
+    return tempfile.TemporaryDirectory(prefix="graph-", dir=stage.parent)
+
+
 def _export_encoder(model, samples, stage: Path, exporter: str, progress: Progress) -> None:
     progress(f"exporting encoder ({exporter})")
-    graph = export_graph(wrappers.Encoder(model), (samples["mel"],), exporter, ["mel"], ["audio_features"],
-                         {"mel": {2: "frames"}, "audio_features": {1: "audio_len"}})
-    save_inline(graph, stage / "encoder.onnx")
+    with _scratch(stage) as tmp:
+        src = export_file(wrappers.Encoder(model), (samples["mel"],), exporter, ["mel"], ["audio_features"],
+                          {"mel": {2: "frames"}, "audio_features": {1: "audio_len"}}, Path(tmp) / "model.onnx")
+        save_inline_file(src, stage / "encoder.onnx")
+
+
+def _export_sharing(shared: SharedWeights, dst: Path, module, args, exporter: str, inputs, outputs, dynamic) -> None:
+    """Export one graph to a scratch folder, move its weights into `shared`, drop the scratch copy:
+    one graph's weights on disk at a time, none of them in memory."""
+    with _scratch(dst.parent) as tmp:
+        src = export_file(module, args, exporter, inputs, outputs, dynamic, Path(tmp) / "model.onnx")
+        shared.add_file(src, dst)
 
 
 def _init_args(model, samples):
@@ -76,31 +90,34 @@ def _init_args(model, samples):
     return ids, torch.arange(ids.shape[1])[None], audio, torch.tensor([samples["prompt"].audio_offset])
 
 
+SPLIT_INIT_IO = (
+    ["input_ids", "position_ids", "audio_features", "audio_offset"],
+    ["logits", "present_keys", "present_values"],
+    {"input_ids": {0: "batch", 1: "seq_len"}, "position_ids": {0: "batch", 1: "seq_len"},
+     "audio_features": {0: "batch", 1: "audio_len"}, "logits": {0: "batch", 1: "seq_len"},
+     "present_keys": {1: "batch", 3: "seq_len"}, "present_values": {1: "batch", 3: "seq_len"}},
+)
+SPLIT_STEP_IO = (
+    ["input_embeds", "position_ids", "past_keys", "past_values"],
+    ["logits", "present_keys", "present_values"],
+    {"input_embeds": {0: "batch"}, "position_ids": {0: "batch"},
+     "past_keys": {1: "batch", 3: "past_seq_len"}, "past_values": {1: "batch", 3: "past_seq_len"},
+     "logits": {0: "batch"}, "present_keys": {1: "batch", 3: "total_seq_len"},
+     "present_values": {1: "batch", 3: "total_seq_len"}},
+)
+
+
 def _export_split_decoder(model, samples, stage: Path, exporter: str, progress: Progress) -> None:
     text = model.config.text_config
-    progress(f"exporting decoder_init ({exporter})")
-    init_args = _init_args(model, samples)
-    init = export_graph(
-        wrappers.SplitDecoderInit(model), init_args, exporter,
-        ["input_ids", "position_ids", "audio_features", "audio_offset"],
-        ["logits", "present_keys", "present_values"],
-        {"input_ids": {0: "batch", 1: "seq_len"}, "position_ids": {0: "batch", 1: "seq_len"},
-         "audio_features": {0: "batch", 1: "audio_len"}, "logits": {0: "batch", 1: "seq_len"},
-         "present_keys": {1: "batch", 3: "seq_len"}, "present_values": {1: "batch", 3: "seq_len"}})
-    progress(f"exporting decoder_step ({exporter})")
-    past = torch.randn(text.num_hidden_layers, 1, text.num_key_value_heads, 20, text.head_dim)
-    step_args = (torch.randn(1, 1, text.hidden_size), torch.tensor([[20]]), past, past.clone())
-    step = export_graph(
-        wrappers.SplitDecoderStep(model), step_args, exporter,
-        ["input_embeds", "position_ids", "past_keys", "past_values"],
-        ["logits", "present_keys", "present_values"],
-        {"input_embeds": {0: "batch"}, "position_ids": {0: "batch"},
-         "past_keys": {1: "batch", 3: "past_seq_len"}, "past_values": {1: "batch", 3: "past_seq_len"},
-         "logits": {0: "batch"}, "present_keys": {1: "batch", 3: "total_seq_len"},
-         "present_values": {1: "batch", 3: "total_seq_len"}})
-    progress("writing shared decoder weights")
-    save_sharing_weights({stage / "decoder_init.onnx": init, stage / "decoder_step.onnx": step},
-                         stage / "decoder_weights.data")
+    with SharedWeights(stage / "decoder_weights.data") as data:
+        progress(f"exporting decoder_init ({exporter})")
+        _export_sharing(data, stage / "decoder_init.onnx", wrappers.SplitDecoderInit(model),
+                        _init_args(model, samples), exporter, *SPLIT_INIT_IO)
+        progress(f"exporting decoder_step ({exporter})")
+        past = torch.randn(text.num_hidden_layers, 1, text.num_key_value_heads, 20, text.head_dim)
+        step_args = (torch.randn(1, 1, text.hidden_size), torch.tensor([[20]]), past, past.clone())
+        _export_sharing(data, stage / "decoder_step.onnx", wrappers.SplitDecoderStep(model), step_args, exporter,
+                        *SPLIT_STEP_IO)
 
 
 def merged_io_names(n_layers: int) -> tuple[list[str], list[str]]:
@@ -120,12 +137,13 @@ def _export_merged_decoder(model, samples, stage: Path, exporter: str, progress:
                "logits": {0: "batch", 1: "seq_len"}}
     dynamic.update({n: {0: "batch", 2: "past_seq_len"} for n in inputs[2:]})
     dynamic.update({n: {0: "batch", 2: "total_seq_len"} for n in outputs[1:]})
-    graph = export_graph(wrappers.MergedDecoder(model), args, exporter, inputs, outputs, dynamic)
-    save_sharing_weights({stage / "decoder_model_merged.onnx": graph}, stage / "decoder_model_merged.onnx.data")
+    with SharedWeights(stage / "decoder_model_merged.onnx.data") as data:
+        _export_sharing(data, stage / "decoder_model_merged.onnx", wrappers.MergedDecoder(model), args, exporter,
+                        inputs, outputs, dynamic)
 
 
 def _write_side_files(model, tok: Tokenizer, stage: Path) -> None:
-    embed = as_numpy(model.model.language_model.embed_tokens.weight).astype(np.float32)
+    embed = as_numpy(model.model.language_model.embed_tokens.weight).astype(np.float32, copy=False)
     embed.tofile(stage / "embed_tokens.bin")
     tok.save(str(stage / "tokenizer.json"))
     (stage / "config.json").write_text(json.dumps(split_config(model, tok, embed.shape), indent=2) + "\n")
