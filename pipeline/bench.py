@@ -17,6 +17,10 @@ SWIFTSHADER_ENV = {
 }
 
 
+# merged decoders benched as peers: the onnxruntime-genai builder's, optimum's
+MERGED_NAMES = ("model.onnx", "decoder_model_merged.onnx")
+
+
 class BenchError(Exception):
     """A bench that could not run; the message says why."""
 
@@ -33,7 +37,9 @@ def run_node(
     """Runs the Node harness on `dist` and returns its report.
 
     A built site runs through its own runtime (bench.mjs); a split source export (the baseline,
-    which the site runtime does not take) through split.mjs on synthetic inputs of the same shapes.
+    which the site runtime does not take) through split.mjs, and a merged decoder (a peer such as
+    the onnxruntime-genai builder's graph) through merged.mjs, both on synthetic inputs of the
+    site's shapes.
     """
     if (dist / "model" / "manifest.json").is_file():
         harness, extra = HARNESSES / "bench.mjs", ["--repeat", str(repeat)]
@@ -41,9 +47,11 @@ def run_node(
             extra += ["--max-clips", str(max_clips)]
     elif (dist / "decoder_init.onnx").is_file():
         harness, extra = HARNESSES / "split.mjs", []
+    elif merged := next((n for n in MERGED_NAMES if (dist / n).is_file()), None):
+        harness, extra = HARNESSES / "merged.mjs", ["--model", merged]
     else:
-        raise BenchError(f"{dist}: not a built site (no model/manifest.json) nor a split export (no decoder_init.onnx); "
-                         f"build it with `webbuild model.yaml -o {dist}`")
+        raise BenchError(f"{dist}: not a built site (no model/manifest.json), a split export (no decoder_init.onnx) "
+                         f"nor a merged decoder ({' or '.join(MERGED_NAMES)}); build it with `webbuild model.yaml -o {dist}`")
     node = os.environ.get("WEBBUILD_NODE") or shutil.which("node")
     if not node:
         raise BenchError("node not found: install Node >= 20 or set WEBBUILD_NODE")

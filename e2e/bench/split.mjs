@@ -8,49 +8,24 @@
 //        [--kv gpu|cpu] [--ort DIR]   (DIR: onnxruntime-web's dist/, default node_modules')
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
 
+import { adapterName, argmaxLast, disposeGpu, externalData, fileBytes, int64, openOrt, parseArgs } from './ort.mjs';
 import { spread } from './stats.mjs';
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const USAGE = 'split.mjs MODEL_DIR [--ep wasm|webgpu] [--decode-tokens N] [--audio-seconds S] [--kv gpu|cpu] [--ort DIR]';
 
-function parseArgs(argv) {
-  const o = { dir: null, ep: 'auto', decodeTokens: 128, audioSeconds: 2, kv: 'gpu', ort: path.join(REPO, 'node_modules/onnxruntime-web/dist') };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    const val = () => argv[++i];
-    if (a === '--ep') o.ep = val();
-    else if (a === '--decode-tokens') o.decodeTokens = Number(val());
-    else if (a === '--audio-seconds') o.audioSeconds = Number(val());
-    else if (a === '--kv') o.kv = val();
-    else if (a === '--ort') o.ort = path.resolve(val());
-    else if (!a.startsWith('--') && !o.dir) o.dir = path.resolve(a);
-    else throw new Error(`unknown argument ${a}`);
-  }
-  if (!o.dir) throw new Error('usage: split.mjs MODEL_DIR [--ep wasm|webgpu] [--decode-tokens N] [--audio-seconds S] [--kv gpu|cpu] [--ort DIR]');
-  return o;
-}
-
-// Sessions for the three graphs; decoders share one external data file as published.
+// Sessions for the three graphs. Decoders share one external data file as published
+// (decoder_weights.data), or have one each (<graph>.data, as int4 re-exports do).
 async function sessions(ort, dir, ep, kvOnGpu) {
-  const file = (n) => readFile(path.join(dir, n)).then((b) => new Uint8Array(b.buffer, b.byteOffset, b.byteLength));
   const opts = { executionProviders: [ep], graphOptimizationLevel: 'all', logSeverityLevel: 3 };
-  const data = await file('decoder_weights.data').then((d) => [{ path: 'decoder_weights.data', data: d }]).catch(() => undefined);
   const kv = kvOnGpu ? { preferredOutputLocation: { present_keys: 'gpu-buffer', present_values: 'gpu-buffer' } } : {};
+  const decoder = async (name) => ort.InferenceSession.create(await fileBytes(dir, name),
+    { ...opts, ...kv, externalData: await externalData(dir, ['decoder_weights.data', `${name}.data`]) });
   return {
-    encoder: await ort.InferenceSession.create(await file('encoder.onnx'), opts),
-    init: await ort.InferenceSession.create(await file('decoder_init.onnx'), { ...opts, ...kv, externalData: data }),
-    step: await ort.InferenceSession.create(await file('decoder_step.onnx'), { ...opts, ...kv, externalData: data }),
+    encoder: await ort.InferenceSession.create(await fileBytes(dir, 'encoder.onnx'), { ...opts, externalData: await externalData(dir, ['encoder.onnx.data']) }),
+    init: await decoder('decoder_init.onnx'),
+    step: await decoder('decoder_step.onnx'),
   };
-}
-
-const int64 = (ort, values, dims) => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims);
-
-function argmaxLast(logits, vocab) {
-  const d = logits.data;
-  let best = 0;
-  for (let i = 1, at = d.length - vocab; i < vocab; i++) if (d[at + i] > d[at + best]) best = i;
-  return best;
 }
 
 // One synthetic transcription: encoder, prefill, then `n` decode steps timed one by one.
@@ -78,11 +53,11 @@ async function run(ort, s, cfg, embed, o) {
       position_ids: int64(ort, [ids.length + i], [1, 1]),
       past_keys: prev.present_keys, past_values: prev.present_values,
     });
-    for (const k of ['present_keys', 'present_values']) if (prev[k].location === 'gpu-buffer') prev[k].dispose();
+    disposeGpu(prev, ['present_keys', 'present_values']);
     token = argmaxLast(out.logits, V);
     steps.push(performance.now() - t);
   }
-  for (const k of ['present_keys', 'present_values']) if (out[k].location === 'gpu-buffer') out[k].dispose();
+  disposeGpu(out, ['present_keys', 'present_values']);
   return { encoder_ms: tEnc - t0, prefill_ms: tFirst - tEnc, prompt_tokens: ids.length, ttft_ms: tFirst - t0, steps, kv: out.present_keys.location };
 }
 
@@ -101,27 +76,19 @@ function embedTable(bytes, dtype) {
 }
 
 async function main() {
-  const o = parseArgs(process.argv.slice(2));
-  const gpu = o.ep !== 'wasm' ? (await import('./dawn.mjs')).installDawn() : null;
-  const adapter = gpu && await gpu.requestAdapter({ powerPreference: 'high-performance' });
-  if (o.ep === 'auto') o.ep = adapter ? 'webgpu' : 'wasm'; // as the site's probe decides
-  if (o.ep === 'webgpu' && !adapter) throw new Error('no WebGPU adapter');
-  const ort = await import(pathToFileURL(path.join(o.ort, 'ort.webgpu.min.mjs')).href);
-  ort.env.wasm.wasmBinary = await readFile(path.join(o.ort, 'ort-wasm-simd-threaded.asyncify.wasm'));
-  ort.env.wasm.numThreads = 1; // as bench.mjs: threaded glue does not load from file: URLs in Node
-  ort.env.logLevel = 'error';
+  const o = parseArgs(process.argv.slice(2), { audioSeconds: 2, kv: 'gpu' }, USAGE);
+  const { ort, adapter } = await openOrt(o);
   const cfg = JSON.parse(await readFile(path.join(o.dir, 'config.json'), 'utf8'));
   const t0 = performance.now();
   const s = await sessions(ort, o.dir, o.ep, o.ep === 'webgpu' && o.kv === 'gpu');
-  const embed = embedTable(new Uint8Array(await readFile(path.join(o.dir, 'embed_tokens.bin'))), cfg.embed_tokens_dtype);
+  const embed = embedTable(await fileBytes(o.dir, 'embed_tokens.bin'), cfg.embed_tokens_dtype);
   const tSession = performance.now();
   await run(ort, s, cfg, embed, { ...o, decodeTokens: 2 }); // warm-up: shader compilation
   const tWarm = performance.now();
   const r = await run(ort, s, cfg, embed, o);
-  const info = adapter?.info ?? {};
   console.log(JSON.stringify({
     bench: 'split-baseline-node', node: process.version, dir: o.dir, ep: o.ep, variant: `split ${cfg.embed_tokens_dtype}`, threads: 1,
-    kv_cache: r.kv, adapter: o.ep === 'webgpu' ? [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(' / ') : 'none (WebAssembly on the CPU)',
+    kv_cache: r.kv, adapter: adapterName(o.ep, adapter),
     load: { session_ms: tSession - t0, warmup_ms: tWarm - tSession, total_ms: tWarm - t0 },
     summary: { encoder_ms: r.encoder_ms, ttft_ms: r.ttft_ms, prefill_ms: r.prefill_ms, prompt_tokens: r.prompt_tokens, prefill_tokens_per_s: (r.prompt_tokens / r.prefill_ms) * 1000 },
     synthetic_decode: { prompt_tokens: r.prompt_tokens, prefill_ms: r.prefill_ms, tokens: r.steps.length, ms_per_token: spread(r.steps) },

@@ -64,7 +64,7 @@ class Zoo:
 
     def quantized(self, layout: str = "merged") -> Path:
         """A torchscript zoo export with int4 MatMulNBits (block 64) weights, as fuse_decoder takes it."""
-        from fusion.tests.sources import quantize_export
+        from pipeline.zoo.published_int4 import quantize_export
 
         out = self.root / f"{layout}-torchscript-q4"
         if not out.exists():

@@ -8,7 +8,6 @@ rules see what published exports look like for Llama (no Q/K norm), Qwen2 (Q/K/V
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -101,25 +100,4 @@ def export_family(family: str, out: Path, exporter: str = "torchscript") -> Path
     cfg = {"decoder": {"max_position_embeddings": d["max_position_embeddings"], "head_dim": d["head_dim"]},
            "embed_tokens_shape": list(embed.shape), "embed_tokens_dtype": "float32"}
     (out / "config.json").write_text(json.dumps(cfg))
-    return out
-
-
-def quantize_export(src_dir: Path, out: Path, block_size: int = 64) -> Path:
-    """A copy of an export folder whose decoder MatMuls are int4 MatMulNBits (as published variants
-    ship); split decoders get one data file each."""
-    import logging
-
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
-    out.mkdir(parents=True)
-    for name in ("decoder_model_merged.onnx", "decoder_init.onnx", "decoder_step.onnx"):
-        if not (src_dir / name).is_file():
-            continue
-        model = onnx.load(str(src_dir / name), load_external_data=True)
-        q = MatMulNBitsQuantizer(model, bits=4, block_size=block_size, is_symmetric=True, accuracy_level=4)
-        q.process()
-        onnx.save(q.model.model, str(out / name), save_as_external_data=True, location=f"{name}.data")
-    for side in ("embed_tokens.bin", "config.json"):
-        shutil.copy(src_dir / side, out / side)
     return out

@@ -1,0 +1,70 @@
+// What the drivers that run graphs directly (split.mjs, merged.mjs) share: argument parsing,
+// onnxruntime-web on Dawn or wasm, and small tensor helpers.
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+// `--name value` options over `defaults` (numbers stay numbers), plus one positional directory.
+export function parseArgs(argv, defaults, usage) {
+  const o = { dir: null, ep: 'auto', decodeTokens: 128, ort: path.join(REPO, 'node_modules/onnxruntime-web/dist'), ...defaults };
+  const key = (flag) => flag.slice(2).replace(/-([a-z])/g, (_, c) => c.toUpperCase());
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a.startsWith('--') && key(a) in o) {
+      const v = argv[++i];
+      o[key(a)] = typeof o[key(a)] === 'number' ? Number(v) : v;
+    } else if (!a.startsWith('--') && !o.dir) o.dir = path.resolve(a);
+    else throw new Error(`unknown argument ${a}\nusage: ${usage}`);
+  }
+  if (!o.dir) throw new Error(`usage: ${usage}`);
+  o.ort = path.resolve(o.ort);
+  return o;
+}
+
+// onnxruntime-web's webgpu build, on Dawn when a WebGPU adapter is there (or asked for), else wasm.
+// Resolves `o.ep` ('auto' -> as the site's probe decides) and returns { ort, adapter }.
+export async function openOrt(o) {
+  const gpu = o.ep !== 'wasm' ? (await import('./dawn.mjs')).installDawn() : null;
+  const adapter = gpu && await gpu.requestAdapter({ powerPreference: 'high-performance' });
+  if (o.ep === 'auto') o.ep = adapter ? 'webgpu' : 'wasm';
+  if (o.ep === 'webgpu' && !adapter) throw new Error('no WebGPU adapter');
+  const ort = await import(pathToFileURL(path.join(o.ort, 'ort.webgpu.min.mjs')).href);
+  ort.env.wasm.wasmBinary = await readFile(path.join(o.ort, 'ort-wasm-simd-threaded.asyncify.wasm'));
+  ort.env.wasm.numThreads = 1; // as bench.mjs: threaded glue does not load from file: URLs in Node
+  ort.env.logLevel = 'error';
+  return { ort, adapter };
+}
+
+export function adapterName(ep, adapter) {
+  if (ep !== 'webgpu') return 'none (WebAssembly on the CPU)';
+  const info = adapter?.info ?? {};
+  return [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(' / ');
+}
+
+export const fileBytes = (dir, name) => readFile(path.join(dir, name)).then((b) => new Uint8Array(b.buffer, b.byteOffset, b.byteLength));
+
+// The external data files a graph may name, as onnxruntime-web wants them.
+export async function externalData(dir, names) {
+  const found = [];
+  for (const name of names) {
+    const data = await fileBytes(dir, name).catch(() => null);
+    if (data) found.push({ path: name, data });
+  }
+  return found.length ? found : undefined;
+}
+
+export const int64 = (ort, values, dims) => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims);
+
+export function argmaxLast(logits, vocab) {
+  const d = logits.data;
+  let best = 0;
+  for (let i = 1, at = d.length - vocab; i < vocab; i++) if (d[at + i] > d[at + best]) best = i;
+  return best;
+}
+
+// Disposes GPU-resident outputs (the KV cache kept on the device between steps).
+export function disposeGpu(outputs, names) {
+  for (const k of names) if (outputs[k]?.location === 'gpu-buffer') outputs[k].dispose();
+}
