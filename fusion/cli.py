@@ -1,4 +1,4 @@
-"""`webbuild fuse SRC -o OUT [--report R.json]` as a plain function (the CLI wiring lives in pipeline/)."""
+"""`webbuild fuse SRC -o OUT [--report R.json] [--no-quantize]` as a plain function (the CLI wiring lives in pipeline/)."""
 
 from __future__ import annotations
 
@@ -14,20 +14,32 @@ from fusion.validate import check_file
 OUT_NAME = "decoder.onnx"
 
 
-def run_fuse(src: Path, out: Path, report: Path | None = None, progress: Callable[[str], None] = print) -> dict:
+def run_fuse(src: Path, out: Path, report: Path | None = None, progress: Callable[[str], None] = print,
+             quantize: bool = True) -> dict:
     """Fuse the decoder of SRC (split-layout folder or merged .onnx) into OUT/decoder.onnx(.data).
 
-    Prints the op table (op, nodes before -> after) through `progress`; returns the report dict and
-    writes it to `report` when given. Raises when the result is not a valid onnxruntime graph."""
+    With `quantize` (`webbuild fuse` without --no-quantize) the build's default quantization follows
+    (see `quantize_in_place`). Prints the op table (op, nodes before -> after) through `progress`;
+    returns the report dict and writes it to `report` when given. Raises when the result is not a
+    valid onnxruntime graph."""
     t0 = time.perf_counter()
+    side = _side_dir(Path(src)) if quantize else None  # checked first: no partial output
     progress(f"fusing {src}")
     model, rep = fuse_decoder(Path(src))
     t1 = time.perf_counter()
     path = save(model, Path(out), OUT_NAME)
-    check_file(path)
+    del model
+    seconds = {"fuse": round(t1 - t0, 2)}
+    if quantize:
+        progress("quantizing (int4 MatMulNBits, block 32, accuracy level 4; int4 embedding lookup)")
+        rep["quantize"] = quantize_in_place(path, side)
+        rep.update(ops_fused=rep["ops_after"], ops_after=rep["quantize"].pop("ops"))
+        rep["nodes_after"] = sum(rep["ops_after"].values())
+        seconds["quantize"] = round(time.perf_counter() - t1, 2)
     t2 = time.perf_counter()
+    check_file(path)
     rep.update(source=str(src), output=str(path),
-               seconds={"fuse": round(t1 - t0, 2), "save_and_check": round(t2 - t1, 2)},
+               seconds=seconds | {"save_and_check": round(time.perf_counter() - t2, 2)},
                peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
     for line in op_table(rep["ops_before"], rep["ops_after"]):
         progress(line)
@@ -40,6 +52,37 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, progress: Callabl
         Path(report).parent.mkdir(parents=True, exist_ok=True)
         Path(report).write_text(json.dumps(rep, indent=2) + "\n")
     return rep
+
+
+def quantize_in_place(path: Path, side: Path) -> dict:
+    """The build's default quantization (pipeline.quantize: int4 symmetric MatMulNBits, block 32,
+    accuracy level 4; the embeddings an int4 GatherBlockQuantized lookup, sharing lm_head's weight when
+    tied) of the saved graph at `path`. The graph then takes input_ids, audio_features and audio_offset
+    instead of inputs_embeds, as the build's decoders do. `side`: where config.json and
+    embed_tokens.bin are. Returns the quantize report with the new op census under "ops"."""
+    from collections import Counter
+
+    import onnx
+
+    from pipeline.quantize.settings import QuantSettings
+    from pipeline.quantize.variants import embed_table, quantize_decoder, save_model
+
+    s = QuantSettings()
+    table, cfg = embed_table(side)
+    model, rep = quantize_decoder(onnx.load(str(path)), table, cfg, s)
+    save_model(model, path)
+    return {"settings": s.__dict__ | {"exclude": list(s.exclude)}, **rep,
+            "ops": dict(Counter(n.op_type for n in model.graph.node).most_common())}
+
+
+def _side_dir(src: Path) -> Path:
+    """The folder of config.json and embed_tokens.bin, which quantization needs."""
+    side = src if src.is_dir() else src.parent
+    missing = [n for n in ("config.json", "embed_tokens.bin") if not (side / n).is_file()]
+    if missing and src.exists():  # a missing source gets load_source's error
+        raise FileNotFoundError(f"{side}: quantization needs {' and '.join(missing)} beside the decoder "
+                                "(the embedding table becomes an int4 lookup); add them or pass --no-quantize")
+    return side
 
 
 def op_table(before: dict[str, int], after: dict[str, int]) -> list[str]:

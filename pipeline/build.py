@@ -54,7 +54,9 @@ def stage_fuse(ctx: BuildContext) -> None:
 
     out = ctx.work_dir / "fused"
     quiet = lambda line: ctx.progress(line) if line.startswith(("not fused", "wrote")) else None  # noqa: E731
-    rep = run_fuse(src if cfg.source.layout != "merged" else src / "decoder_model_merged.onnx", out, progress=quiet)
+    # quantize=False: the quantize stage quantizes (with model.yaml's settings), after assemble
+    rep = run_fuse(src if cfg.source.layout != "merged" else src / "decoder_model_merged.onnx", out, progress=quiet,
+                   quantize=False)
     ctx.report.graphs["decoder"] = {k: rep[k] for k in ("nodes_before", "nodes_after", "ops_before", "ops_after")
                                     if k in rep}
     ctx.state["decoder"] = out / "decoder.onnx"

@@ -188,21 +188,25 @@ def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 @click.option("--report", type=click.Path(path_type=Path), help="Write the op census (before/after) as JSON.")
 @click.option("--no-quantize", is_flag=True,
-              help="Fuse only, keeping float weights. This is what `fuse` does today either way: "
-                   "quantization runs in the full build (webbuild model.yaml).")
+              help="Fuse only: float weights, and the graph keeps its inputs_embeds input.")
 def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool):
-    """Rebuild fused operators (GroupQueryAttention, RMSNorm, packed QKV) in a decoder.
+    """Rebuild fused operators (GroupQueryAttention, RMSNorm, packed QKV) in a decoder, then quantize.
 
-    SRC is a split-layout source folder or a merged decoder .onnx file.
+    SRC is a split-layout source folder or a merged decoder .onnx file. The quantization is the
+    build's default: int4 MatMulNBits (symmetric, block 32, accuracy level 4) and the embeddings as
+    an int4 lookup (GatherBlockQuantized, sharing lm_head's weight when tied), so the graph takes
+    input_ids, audio_features and audio_offset instead of inputs_embeds (config.json and
+    embed_tokens.bin are read from the source's folder). Writes OUTPUT/decoder.onnx(.data).
 
     \b
     Example:
       webbuild fuse examples/tiny-asr/model -o /tmp/fused --report /tmp/fuse.json
+      webbuild fuse examples/tiny-asr/model -o /tmp/fused-fp32 --no-quantize
     """
     from fusion.cli import run_fuse
 
     try:
-        run_fuse(src, output, report, Progress())
+        run_fuse(src, output, report, Progress(), quantize=not no_quantize)
     except _input_errors() as exc:
         fail(str(exc))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -74,3 +76,40 @@ def test_transcribe_folder_with_transcripts_reports_wer(zoo_export, tmp_path):
     assert [r["audio"] for r in rows] == [str(tmp_path / "a.wav"), str(tmp_path / "b.wav")]
     assert rows[0]["expected"] == "hello world" and 0.0 <= rows[0]["wer"] and "wer" not in rows[1]
     assert "over 1 clips" in result.stderr
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
+
+
+def test_fuse_quantizes_by_default_and_the_result_transcribes(tmp_path):
+    """`webbuild fuse` on the trained example: the fused int4 decoder (input_ids + int4 lookup), driven
+    by the Python reference with the source's encoder, still reads every sample right."""
+    import json
+
+    import yaml
+    from tokenizers import Tokenizer
+
+    from pipeline.audio import read_wav
+    from pipeline.transcribe import IdsDecoder, TokenizerCodec, Transcriber, cpu_session
+
+    src = EXAMPLE / "model"
+    result = CliRunner().invoke(main, ["fuse", str(src), "-o", str(tmp_path / "q"), "--report", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.output
+    assert "quantizing" in result.output and "MatMulNBits" in result.output
+    assert json.loads((tmp_path / "r.json").read_text())["quantize"]["settings"]["block_size"] == 32
+    cfg = json.loads((src / "config.json").read_text())
+    t = Transcriber(cpu_session(src / "encoder.onnx"), IdsDecoder(tmp_path / "q" / "decoder.onnx", cfg["decoder"]),
+                    TokenizerCodec(Tokenizer.from_file(str(src / "tokenizer.json"))),
+                    frozenset(cfg["special_tokens"]["eos_token_ids"]))
+    samples = yaml.safe_load((EXAMPLE / "model.yaml").read_text())["site"]["samples"]
+    assert [t.transcribe(read_wav(EXAMPLE / s["audio"])) for s in samples] == [s["text"] for s in samples]
+
+
+def test_fuse_no_quantize_and_missing_side_files(tmp_path):
+    result = CliRunner().invoke(main, ["fuse", str(EXAMPLE / "model"), "-o", str(tmp_path / "f"), "--no-quantize"])
+    assert result.exit_code == 0, result.output
+    assert "quantizing" not in result.output and "MatMulNBits" not in result.output
+    # the fused graph alone, without config.json / embed_tokens.bin beside it: nothing to quantize the lookup from
+    result = CliRunner().invoke(main, ["fuse", str(tmp_path / "f" / "decoder.onnx"), "-o", str(tmp_path / "q")])
+    assert result.exit_code == 2 and "--no-quantize" in result.output
+    assert not (tmp_path / "q").exists()  # checked before anything is written

@@ -66,11 +66,18 @@ def save_model(model: onnx.ModelProto, path: Path) -> int:
 
 
 def quantized_decoder(model_dir: Path, s: QuantSettings) -> tuple[onnx.ModelProto, dict]:
-    """The fp32 decoder with MatMulNBits weights and the input_ids lookup."""
+    """The fp32 decoder of `model_dir` with MatMulNBits weights and the input_ids lookup."""
     src = decoder_source(model_dir)
     table, cfg = embed_table(model_dir)
-    model = onnx.load(src)
-    report = {"source": src.name, "requantized": requantize(model, s) if s.method != "none" else []}
+    model, report = quantize_decoder(onnx.load(src), table, cfg, s)
+    return model, {"source": src.name, **report}
+
+
+def quantize_decoder(model: onnx.ModelProto, table: np.ndarray, cfg: dict,
+                     s: QuantSettings) -> tuple[onnx.ModelProto, dict]:
+    """MatMulNBits weights and the int4 input_ids lookup (`table`: the float embeddings, `cfg`: the
+    source's config.json) for a decoder taking inputs_embeds; returns (model, report)."""
+    report = {"requantized": requantize(model, s) if s.method != "none" else []}
     model = quantize_matmuls(model, s)
     tied = cfg.get("decoder", {}).get("tie_word_embeddings")
     report["embeddings"] = add_input_ids(model, table, bits=4, block_size=s.block_size, tied=None if tied else False)
