@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import torch
 import torch.nn.functional as F
 
 from pipeline.prompt import audio_token_count, build_prompt
-from pipeline.transcribe import cpu_session
 from pipeline.zoo.onnx_export import as_numpy
 
 
@@ -38,6 +38,16 @@ def torch_reference(model, mel: torch.Tensor, ids: list[int]):
         audio = model.get_audio_features(mel, mask, return_dict=True).pooler_output
         logits = model(input_ids=torch.tensor([ids]), input_features=mel, input_features_mask=mask).logits
     return as_numpy(audio)[None], as_numpy(logits)
+
+
+def cpu_session(path: Path) -> ort.InferenceSession:
+    """An onnxruntime CPU session that reads the weights in place: without prepacking, external
+    data stays memory-mapped (file pages the kernel can drop) instead of being copied into packed
+    buffers beside the torch model that is still in memory."""
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.add_session_config_entry("session.disable_prepacking", "1")
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
 CHECK_FRAMES = 412  # differs from the tracing input, so baked-in shapes fail the check
