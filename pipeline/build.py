@@ -114,7 +114,7 @@ def stage_shard(ctx: BuildContext) -> None:
     """Every model file and ORT's wasm binary -> content-hashed shards under dist/model/."""
     model = ctx.state["assembled"]
     variants = ctx.state["variants"]
-    _webgpu_and_wasm_decoders(variants)
+    _webgpu_and_wasm_decoders(variants, ctx.report)
     files = {name: v["dir"] / name for v in variants.values() for name in v["files"].values()}
     files |= {"runtime.json": model / "runtime.json", "tokens.bin": model / "tokens.bin",
               ORT_WASM: ort_dist() / ORT_WASM}
@@ -129,16 +129,18 @@ def stage_shard(ctx: BuildContext) -> None:
             f: manifest["files"][f]["size"] for f in v["files"].values()}
 
 
-def _webgpu_and_wasm_decoders(variants: dict) -> None:
+def _webgpu_and_wasm_decoders(variants: dict, report: BuildReport) -> None:
     """Every decoder becomes the WebGPU form (Q/K norms inside GroupQueryAttention); fp32 variants keep
     the form the wasm fallback runs as a twin graph (role decoder_wasm; same weights file, so it costs
-    a few KB). See pipeline.decoder_forms."""
-    from pipeline.decoder_forms import webgpu_decoder
+    a few KB). See pipeline.decoder_forms. The report's decoder_ops then count the shipped graph."""
+    from pipeline.decoder_forms import op_counts, webgpu_decoder
 
-    for v in variants.values():
+    for name, v in variants.items():
         dec = v["files"].get("decoder")
         if dec and (twin := webgpu_decoder(v["dir"], dec, wasm_twin=v["dtype"] == "float32")):
             v["files"]["decoder_wasm"] = twin
+        if dec and name in report.variants:
+            report.variants[name]["decoder_ops"] = op_counts(v["dir"] / dec)
 
 
 def stage_render(ctx: BuildContext) -> None:

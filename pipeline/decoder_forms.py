@@ -10,6 +10,7 @@ run the explicit form (fusion.qk_norm_in_gqa has both directions).
 from __future__ import annotations
 
 import shutil
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -56,3 +57,9 @@ def webgpu_decoder(folder: Path, name: str, wasm_twin: bool) -> str | None:
     if moved:
         webgpu.replace(path)
     return twin.name if wasm_twin and (moved or rewritten) else None
+
+
+def op_counts(path: Path) -> dict[str, int]:
+    """op type -> nodes of the graph at `path` (weights not loaded)."""
+    graph = onnx.load(str(path), load_external_data=False).graph
+    return dict(Counter(n.op_type for n in graph.node).most_common())

@@ -4,6 +4,8 @@ text of the Python reference on the same built graphs (and the clip's transcript
 
 from __future__ import annotations
 
+import json
+from collections import Counter
 from pathlib import Path
 
 import onnx
@@ -50,11 +52,13 @@ def test_python_reference_runs_both_variants_webgpu_graphs(example_site, expecte
 
     work, samples = example_site
     manifest = load_manifest(work / "dist" / "model")
+    report = json.loads((work / "dist" / "build-report.json").read_text())
     for variant in ("fp16", "fp32"):
         name = manifest["variants"][variant]["decoder"]
         reassemble(work / "dist" / "model", manifest, name, tmp_path / name)
         ops = [n.op_type for n in onnx.load(str(tmp_path / name), load_external_data=False).graph.node]
         assert ops.count("SimplifiedLayerNormalization") == 1 and ops.count("GroupQueryAttention") == 4, variant
+        assert report["variants"][variant]["decoder_ops"] == dict(Counter(ops)), variant  # what ships
         ref = load_transcriber(work / "dist", variant)
         assert [ref.transcribe(read_wav(Path(s["audio"]))) for s in samples] == [t for _, t in expected], variant
 
