@@ -80,3 +80,16 @@ def test_untied_table_is_quantized_on_its_own():
     ids = [1, 2, 3]
     embeds, _ = run(m, _feeds(ids, np.zeros((0, H), np.float32), 0))
     assert np.abs(embeds[0] - TABLE[ids]).max() <= np.abs(TABLE).max() / 8
+
+
+@pytest.mark.parametrize("rows", [7, 80, 1000])
+def test_tied_check_in_row_chunks_sees_every_row(rows):
+    """is_tied compares a few rows at a time; a table that differs in its last row only is not tied."""
+    from pipeline.quantize.embeddings import is_tied, lm_head_node
+
+    m = _decoder(TABLE)
+    lm = lm_head_node(m, V, H)
+    assert is_tied(m, lm, TABLE, rows=rows)
+    moved = TABLE.copy()
+    moved[-1] += 4.0  # far beyond one quantization step (absmax / 8 of a block)
+    assert not is_tied(m, lm, moved, rows=rows)

@@ -33,10 +33,11 @@ def requantize(model: onnx.ModelProto, s: QuantSettings) -> list[str]:
         if node.op_type == "MatMulNBits" and node.domain == MS_DOMAIN and _needs(node, s):
             model.graph.initializer.extend(_requantize_node(node, inits, s))
             done.append(node.name)
-    names = {i for n in model.graph.node for i in n.input}
-    keep = [t for t in model.graph.initializer if t.name in names]
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(keep)
+    if done:  # rebuilding the list copies every initializer: only when some were replaced
+        names = {i for n in model.graph.node for i in n.input}
+        keep = [t for t in model.graph.initializer if t.name in names]
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(keep)
     return done
 
 

@@ -26,6 +26,7 @@ import onnx
 
 from pipeline.quantize.embeddings import add_input_ids
 from pipeline.quantize.encoder import encoder_variant
+from pipeline.quantize.lazy import load_deferred, load_lazily
 from pipeline.quantize.matmul_nbits import quantize_matmuls
 from pipeline.quantize.precision import to_fp16
 from pipeline.quantize.requantize import requantize
@@ -51,7 +52,7 @@ def embed_table(model_dir: Path) -> tuple[np.ndarray, dict]:
     cfg = json.loads((Path(model_dir) / "config.json").read_text())
     shape = cfg.get("embed_tokens_shape") or [cfg["decoder"]["vocab_size"], cfg["decoder"]["hidden_size"]]
     dtype = np.dtype(cfg.get("embed_tokens_dtype", "float32"))
-    table = np.fromfile(Path(model_dir) / "embed_tokens.bin", dtype).reshape(shape).astype(np.float32)
+    table = np.fromfile(Path(model_dir) / "embed_tokens.bin", dtype).reshape(shape).astype(np.float32, copy=False)
     return table, cfg
 
 
@@ -66,10 +67,11 @@ def save_model(model: onnx.ModelProto, path: Path) -> int:
 
 
 def quantized_decoder(model_dir: Path, s: QuantSettings) -> tuple[onnx.ModelProto, dict]:
-    """The fp32 decoder of `model_dir` with MatMulNBits weights and the input_ids lookup."""
+    """The fp32 decoder of `model_dir` with MatMulNBits weights and the input_ids lookup; its float
+    MatMul weights are read one at a time as they are quantized (pipeline.quantize.lazy)."""
     src = decoder_source(model_dir)
     table, cfg = embed_table(model_dir)
-    model, report = quantize_decoder(onnx.load(src), table, cfg, s)
+    model, report = quantize_decoder(load_lazily(src), table, cfg, s)
     return model, {"source": src.name, **report}
 
 
@@ -79,6 +81,7 @@ def quantize_decoder(model: onnx.ModelProto, table: np.ndarray, cfg: dict,
     source's config.json) for a decoder taking inputs_embeds; returns (model, report)."""
     report = {"requantized": requantize(model, s) if s.method != "none" else []}
     model = quantize_matmuls(model, s)
+    load_deferred(model)  # weights the quantizer left as they were (excluded, method none)
     tied = cfg.get("decoder", {}).get("tie_word_embeddings")
     report["embeddings"] = add_input_ids(model, table, bits=4, block_size=s.block_size, tied=None if tied else False)
     return model, report
@@ -92,13 +95,14 @@ def quantize_variants(model_dir: Path, out_dir: Path, quantize=None, variants=VA
     out_dir = Path(out_dir)
     start = time.monotonic()
     decoder, report = quantized_decoder(Path(model_dir), s)
-    encoder = onnx.load(Path(model_dir) / "encoder.onnx")
     report.update(settings=s.__dict__ | {"exclude": list(s.exclude)}, encoder_precision=encoder_precision, variants={})
     for v in variants:
         if v not in VARIANTS:
             raise ValueError(f"variant {v!r}: expected one of {', '.join(VARIANTS)}")
         dec = to_fp16(_copy(decoder)) if v == "fp16" else decoder
-        enc = encoder_variant(_copy(encoder), encoder_precision, v, ENCODER_ACCURACY_LEVEL)
+        # loaded per variant rather than copied: one float encoder in memory at a time
+        enc = encoder_variant(onnx.load(Path(model_dir) / "encoder.onnx"), encoder_precision, v,
+                              ENCODER_ACCURACY_LEVEL)
         report["variants"][v] = {
             "decoder": {"file": f"decoder.{v}.onnx", "bytes": save_model(dec, out_dir / f"decoder.{v}.onnx"),
                         "ops": dict(Counter(n.op_type for n in dec.graph.node))},
