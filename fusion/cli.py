@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fusion.fuse import fuse_decoder, save
+from fusion.fuse_encoder import ENCODER as ENCODER_NAME
+from fusion.fuse_encoder import fuse_encoder
 from fusion.validate import check_file
 
 OUT_NAME = "decoder.onnx"
@@ -16,7 +18,8 @@ OUT_NAME = "decoder.onnx"
 
 def run_fuse(src: Path, out: Path, report: Path | None = None, progress: Callable[[str], None] = print,
              quantize: bool = True) -> dict:
-    """Fuse the decoder of SRC (split-layout folder or merged .onnx) into OUT/decoder.onnx(.data).
+    """Fuse the decoder of SRC (split-layout folder or merged .onnx) into OUT/decoder.onnx(.data), and
+    the encoder beside it into OUT/encoder.onnx (report under "encoder"; see `run_fuse_encoder`).
 
     With `quantize` (`webbuild fuse` without --no-quantize) the build's default quantization follows
     (see `quantize_in_place`). Prints the op table (op, nodes before -> after) through `progress`;
@@ -41,6 +44,36 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, progress: Callabl
     rep.update(source=str(src), output=str(path),
                seconds=seconds | {"save_and_check": round(time.perf_counter() - t2, 2)},
                peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
+    _print(rep, path, progress)
+    encoder = run_fuse_encoder(Path(src), Path(out), progress)
+    if encoder is not None:
+        rep["encoder"] = encoder
+        rep["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    if report is not None:
+        Path(report).parent.mkdir(parents=True, exist_ok=True)
+        Path(report).write_text(json.dumps(rep, indent=2) + "\n")
+    return rep
+
+
+def run_fuse_encoder(src: Path, out: Path, progress: Callable[[str], None] = print) -> dict | None:
+    """Fuse the encoder beside SRC's decoder (SRC/encoder.onnx, or next to a merged .onnx) into
+    OUT/encoder.onnx(.data), weights left float (the build quantizes them per encoder.precision);
+    None when the source has no encoder. Returns its report (census before/after, what was not fused)."""
+    src = (src if src.is_dir() else src.parent) / ENCODER_NAME
+    if not src.is_file():
+        return None
+    t0 = time.perf_counter()
+    model, rep = fuse_encoder(src)
+    path = save(model, out, ENCODER_NAME)
+    del model
+    check_file(path)
+    rep.update(source=str(src), output=str(path), seconds={"fuse_save_and_check": round(time.perf_counter() - t0, 2)})
+    progress("encoder:")
+    _print(rep, path, progress)
+    return rep
+
+
+def _print(rep: dict, path: Path, progress: Callable[[str], None]) -> None:
     for line in op_table(rep["ops_before"], rep["ops_after"]):
         progress(line)
     for miss in rep["not_fused"]:
@@ -48,10 +81,6 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, progress: Callabl
     for note in rep["notes"]:
         progress(f"note: {note}")
     progress(f"wrote {path} ({rep['nodes_before']} -> {rep['nodes_after']} nodes)")
-    if report is not None:
-        Path(report).parent.mkdir(parents=True, exist_ok=True)
-        Path(report).write_text(json.dumps(rep, indent=2) + "\n")
-    return rep
 
 
 def quantize_in_place(path: Path, side: Path) -> dict:

@@ -1,6 +1,7 @@
 """The encoder driver on real exports: the trained example (torchscript) and zoo exports of both
 exporters, against the unfused graph on onnxruntime CPU."""
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 from fusion import encoder_attention
 from fusion._ir import census
+from fusion.cli import run_fuse
 from fusion.fuse_encoder import fuse_encoder
 from fusion.tests.encoder_graphs import attention_graph
 from fusion.validate import check
@@ -75,3 +77,15 @@ def test_unrecognised_attention_stays_valid_and_is_reported():
     assert report["not_fused"][0]["rule"] == encoder_attention.RULE
     assert "Softmax" in report["ops_after"]
     check(model)
+
+
+def test_webbuild_fuse_reports_the_encoder_as_a_second_graph(zoo, tmp_path):
+    lines = []
+    rep = run_fuse(zoo.source("merged", "torchscript"), tmp_path / "out", tmp_path / "r.json", lines.append,
+                   quantize=False)
+    enc = json.loads((tmp_path / "r.json").read_text())["encoder"]
+    assert enc == rep["encoder"] and enc["ops_after"]["MultiHeadAttention"] == LAYERS
+    assert len(list(ir.load(tmp_path / "out" / "encoder.onnx").graph)) == enc["nodes_after"]
+    table = lines[lines.index("encoder:"):]
+    assert next(line for line in table if line.startswith("MultiHeadAttention")).split()[1:] == ["0", "->", "4"]
+    assert table[-1].startswith("wrote") and table[-1].endswith(f"({enc['nodes_before']} -> {enc['nodes_after']} nodes)")
