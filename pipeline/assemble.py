@@ -39,7 +39,8 @@ class AssembleError(ValueError):
     """The source cannot be turned into the runtime's model folder; the message says why."""
 
 
-def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = None) -> dict:
+def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = None,
+                   encoder: Path | None = None) -> dict:
     """Write the runtime's fp32 model files into `out`; return {variant: Variant dict}.
 
     A variant: {"dir": folder, "dtype": float type of audio_features / past / present,
@@ -48,7 +49,8 @@ def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = 
     (see `quantized_variants`).
 
     `decoder` is a ready decoder graph with the merged interface (the fuse stage's output);
-    without it a merged-layout source's decoder is used as is.
+    without it a merged-layout source's decoder is used as is. `encoder`: the fuse stage's encoder,
+    else the source's.
     """
     out.mkdir(parents=True, exist_ok=True)
     if decoder is None:
@@ -58,7 +60,7 @@ def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = 
                 "(ctx.state['decoder']); until it is wired into the build use a merged-layout source")
         decoder = source / "decoder_model_merged.onnx"
     save_graph(decoder, out / "decoder.onnx")
-    _encoder(source / "encoder.onnx", out / "encoder.onnx")
+    _encoder(encoder or source / "encoder.onnx", out / "encoder.onnx")
     shutil.copyfile(source / "embed_tokens.bin", out / "embed_tokens.bin")
     cfg = json.loads((source / "config.json").read_text())
     tok = Tokenizer.from_file(str(source / "tokenizer.json"))

@@ -42,7 +42,7 @@ def stage_source(ctx: BuildContext) -> None:
 
 
 def stage_fuse(ctx: BuildContext) -> None:
-    """One decoder graph with fused operators (fusion.cli.run_fuse) for the assemble stage.
+    """One decoder graph and the encoder with fused operators (fusion.cli.run_fuse) for the assemble stage.
 
     Split sources always need it (it also merges decoder_init + decoder_step); merged sources
     only when `fusion.enabled`.
@@ -57,16 +57,19 @@ def stage_fuse(ctx: BuildContext) -> None:
     # quantize=False: the quantize stage quantizes (with model.yaml's settings), after assemble
     rep = run_fuse(src if cfg.source.layout != "merged" else src / "decoder_model_merged.onnx", out, progress=quiet,
                    quantize=False)
-    ctx.report.graphs["decoder"] = {k: rep[k] for k in ("nodes_before", "nodes_after", "ops_before", "ops_after")
-                                    if k in rep}
+    census = ("nodes_before", "nodes_after", "ops_before", "ops_after")
+    ctx.report.graphs["decoder"] = {k: rep[k] for k in census if k in rep}
     ctx.state["decoder"] = out / "decoder.onnx"
+    if "encoder" in rep:  # fused before quantization; assemble puts the mel front-end in front
+        ctx.report.graphs["encoder"] = {k: rep["encoder"][k] for k in census}
+        ctx.state["encoder"] = out / "encoder.onnx"
 
 
 def stage_assemble(ctx: BuildContext) -> None:
-    """The runtime's model files (pipeline.assemble); a fuse stage may set ctx.state['decoder']."""
+    """The runtime's model files (pipeline.assemble); a fuse stage may set ctx.state['decoder'] / ['encoder']."""
     out = ctx.work_dir / "model"
     ctx.state["variants"] = assemble_model(ctx.state["model_dir"], ctx.cfg.source.layout, out,
-                                           decoder=ctx.state.get("decoder"))
+                                           decoder=ctx.state.get("decoder"), encoder=ctx.state.get("encoder"))
     ctx.state["assembled"] = out
     missing = [v for v in ctx.cfg.variants if v not in ctx.state["variants"]]
     if missing and ctx.cfg.quantize.method == "none":  # only the quantize stage makes fp16
