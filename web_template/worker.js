@@ -3,7 +3,7 @@
 
 import * as ort from './ort/ort.webgpu.min.mjs';
 import { clearCache, loadFiles, loadManifest } from './runtime/loader.js';
-import { chooseVariant, probeWebGPU } from './runtime/probe.js';
+import { chooseVariant, probeWebGPU, webgpuProvider } from './runtime/probe.js';
 import { Recogniser } from './runtime/asr.js';
 import { splitAtQuiet } from './runtime/chunk.js';
 
@@ -41,7 +41,7 @@ async function load({ manifestUrl, forceEp }) {
   runtime = JSON.parse(new TextDecoder().decode(files.get('runtime.json')));
   configureOrt(files.get(ORT_WASM));
   post({ type: 'progress', phase: 'session', loaded: 0, total: 1 });
-  const made = await createRecogniser(files, roles, ep);
+  const made = await createRecogniser(files, roles, ep, gpu.adapter);
   recogniser = made.recogniser;
   const tSession = performance.now();
   post({ type: 'progress', phase: 'warmup', loaded: 0, total: 1 });
@@ -68,9 +68,10 @@ function configureOrt(wasmBinary) {
 
 // WebGPU first; a session that fails there (missing kernel, lost device) falls back to wasm
 // with a notice instead of leaving the page dead.
-async function createRecogniser(files, roles, ep) {
+async function createRecogniser(files, roles, ep, adapter) {
   try {
-    return { ep, recogniser: await Recogniser.create(ort, files, roles, runtime, ep) };
+    const provider = ep === 'webgpu' ? await webgpuProvider(adapter) : ep;
+    return { ep, recogniser: await Recogniser.create(ort, files, roles, runtime, provider) };
   } catch (e) {
     if (ep !== 'webgpu') throw e;
     const recogniserWasm = await Recogniser.create(ort, files, roles, runtime, 'wasm');

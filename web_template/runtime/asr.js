@@ -13,12 +13,17 @@ export class Recogniser {
   // files: Map of logical name -> bytes (from the loader); roles: the manifest variant entry.
   static async create(ort, files, roles, runtime, ep) {
     const r = new Recogniser(ort, runtime, ep);
-    r.encoder = await ort.InferenceSession.create(files.get(roles.encoder), {
-      ...r.sessionOptions(), executionProviders: [ep], externalData: external(files, roles.encoder_data),
-    });
+    await r.loadEncoder(files, roles);
     await r.loadDecoder(files, roles);
     r.tokens = new TokenTable(files.get('tokens.bin'));
     return r;
+  }
+
+  // The encoder session as the site runs it (tests/test_encoder_webgpu.py drives it alone).
+  async loadEncoder(files, roles) {
+    this.encoder = await this.ort.InferenceSession.create(files.get(roles.encoder), {
+      ...this.sessionOptions(), executionProviders: [this.provider], externalData: external(files, roles.encoder_data),
+    });
   }
 
   // The decoder session as the site runs it (tests/test_decoder_webgpu.py drives it alone).
@@ -27,7 +32,7 @@ export class Recogniser {
     const decoderFile = this.ep === 'wasm' && roles.decoder_wasm ? roles.decoder_wasm : roles.decoder;
     this.decoder = await this.ort.InferenceSession.create(files.get(decoderFile), {
       ...this.sessionOptions(),
-      executionProviders: [this.ep],
+      executionProviders: [this.provider],
       externalData: external(files, roles.decoder_data),
       // present.* stay on the GPU and come back as the next step's past: no round trip per token
       ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
@@ -40,10 +45,12 @@ export class Recogniser {
     }
   }
 
+  // ep: 'webgpu' | 'wasm', or a provider entry such as {name: 'webgpu', device} (probe.js webgpuProvider)
   constructor(ort, runtime, ep) {
     this.ort = ort;
     this.rt = runtime;
-    this.ep = ep;
+    this.provider = ep;
+    this.ep = typeof ep === 'string' ? ep : ep.name;
     this.d = runtime.decoder;
   }
 

@@ -20,6 +20,21 @@ export async function probeWebGPU() {
   };
 }
 
+// The execution-provider entry for WebGPU sessions. onnxruntime-web 1.30's WebGPU flash attention
+// (MultiHeadAttention, and GroupQueryAttention for 32+ new tokens) assumes subgroups of at least 8
+// lanes and returns wrong results on adapters with smaller ones (SwiftShader: 4). There the sessions
+// get a device without the subgroups feature, and onnxruntime takes its subgroup-free attention path.
+export const MIN_SUBGROUP_SIZE = 8;
+
+export async function webgpuProvider(adapter) {
+  const min = adapter?.info?.subgroupMinSize;
+  if (!adapter?.features.has('subgroups') || !(min < MIN_SUBGROUP_SIZE)) return 'webgpu';
+  const requiredLimits = {};
+  for (const key in adapter.limits) requiredLimits[key] = adapter.limits[key];
+  const requiredFeatures = [...adapter.features].filter((f) => !f.startsWith('subgroup'));
+  return { name: 'webgpu', device: await adapter.requestDevice({ requiredFeatures, requiredLimits }) };
+}
+
 // Picks {ep, variant}. fp16 needs shader-f16 (software adapters and many Linux drivers lack it);
 // without an adapter the wasm EP runs the fp32 variant on the CPU.
 export function chooseVariant(manifest, gpu, forceEp) {

@@ -1,0 +1,146 @@
+"""The fused encoder (MultiHeadAttention, SkipLayerNormalization, BiasGelu; mel front-end in front)
+in onnxruntime-web in headless Chromium, SwiftShader WebGPU and the wasm EP, against onnxruntime CPU
+in Python, through the site's own runtime (runtime/asr.js loadEncoder/encode, probe.js webgpuProvider).
+
+Clips longer than 32 audio tokens matter: onnxruntime-web 1.30 runs MultiHeadAttention through its
+subgroup flash-attention shader from 32 tokens on, and that shader assumes subgroups of 8+ lanes;
+SwiftShader's have 4. The runtime then asks for a device without the subgroups feature; the last test
+shows what happens without that.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from e2e.browser import choose, launch
+from fusion.fuse import save
+from fusion.fuse_encoder import fuse_encoder
+from pipeline.audio import read_wav
+from pipeline.frontend import add_mel_frontend
+from pipeline.render import ORT_WASM, TEMPLATE_DIR, ort_dist
+from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
+ORT_FILES = ("ort.webgpu.min.mjs", "ort-wasm-simd-threaded.asyncify.mjs", ORT_WASM)
+# Measured: SwiftShader WebGPU within 9.0e-7 of the features' range, wasm 6.9e-7 (BENCHMARKS.md); 100x
+# that leaves room for a real adapter's summation order and still catches a wrong kernel (0.1 and more).
+REL_TOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    """The page's folder: onnxruntime-web, the site's runtime modules, the example's encoder fused
+    (float weights) with the mel front-end in front, as the build assembles it."""
+    root = tmp_path_factory.mktemp("encoder-page")
+    (root / "index.html").write_text("<!doctype html><title>encoder</title>\n")
+    shutil.copytree(TEMPLATE_DIR / "runtime", root / "runtime")
+    (root / "ort").mkdir()
+    for name in ORT_FILES:
+        shutil.copyfile(ort_dist() / name, root / "ort" / name)
+    model, report = fuse_encoder(EXAMPLE / "model")
+    assert report["ops_after"]["MultiHeadAttention"] == 4
+    save(model, root / "fused", "encoder.onnx")
+    add_mel_frontend(root / "fused" / "encoder.onnx", root / "encoder.onnx")
+    return root
+
+
+@pytest.fixture(scope="module")
+def clips() -> list[np.ndarray]:
+    """Sample 4 (4.0 s: 53 tokens, one attention window) and all samples back to back (11.5 s:
+    150 tokens, two windows of 104 and 46)."""
+    pcm = [read_wav(p) for p in sorted((EXAMPLE / "samples").glob("*.wav"))]
+    return [pcm[3], np.concatenate(pcm)]
+
+
+@pytest.fixture(scope="module")
+def cpu(root, clips) -> list[np.ndarray]:
+    sess = ort.InferenceSession(str(root / "encoder.onnx"), providers=["CPUExecutionProvider"])
+    return [sess.run(None, {"pcm": c[None].astype(np.float32)})[0] for c in clips]
+
+
+RUN = """async ({ ep, pcm, plain }) => {
+  const ort = await import('./ort/ort.webgpu.min.mjs');
+  const { Recogniser } = await import('./runtime/asr.js');
+  const { webgpuProvider } = await import('./runtime/probe.js');
+  ort.env.wasm.numThreads = 1;  // no COOP/COEP here
+  ort.env.logLevel = 'error';
+  const files = new Map([['encoder.onnx', new Uint8Array(await (await fetch('encoder.onnx')).arrayBuffer())]]);
+  let provider = ep, adapter = null;
+  if (ep === 'webgpu') {
+    const a = await navigator.gpu.requestAdapter();
+    adapter = { subgroupMinSize: a.info.subgroupMinSize, subgroups: a.features.has('subgroups') };
+    if (!plain) provider = await webgpuProvider(a);
+  }
+  try {
+    const r = new Recogniser(ort, { decoder: {} }, provider);
+    await r.loadEncoder(files, { encoder: 'encoder.onnx' });
+    const features = [];
+    for (const x of pcm) {
+      const f = await r.encode(Float32Array.from(x));
+      features.push({ dims: f.dims, data: Array.from(f.data) });
+    }
+    return { features, adapter, ownDevice: typeof provider !== 'string' };
+  } catch (e) {
+    return { error: e?.message ?? String(e) };
+  }
+}"""
+
+
+@pytest.fixture(scope="module")
+def browser_run(playwright, root, clips):
+    """browser_run(ep, plain=False) -> the page's result; each run in a fresh page (its own
+    onnxruntime-web instance, so the plain-device run does not share the other's device)."""
+    from pipeline.serve import start
+
+    srv = start(root, quiet=True)
+    browser = launch(playwright, choose())
+    done = {}
+
+    def run(ep: str, plain: bool = False) -> dict:
+        if (ep, plain) not in done:
+            page = browser.new_page()
+            page.goto(srv.url + "index.html")
+            done[ep, plain] = page.evaluate(RUN, {"ep": ep, "plain": plain, "pcm": [c.tolist() for c in clips]})
+            page.close()
+        return done[ep, plain]
+
+    yield run
+    browser.close()
+    srv.shutdown()
+
+
+def rel_errors(cpu: list[np.ndarray], out: dict) -> list[float]:
+    errs = []
+    for ref, got in zip(cpu, out["features"]):
+        assert list(got["dims"]) == list(ref.shape)
+        errs.append(float(np.abs(np.asarray(got["data"], np.float32).reshape(ref.shape) - ref).max()
+                          / (ref.max() - ref.min())))
+    return errs
+
+
+@needs_chromium
+@pytest.mark.parametrize("ep", ["webgpu", "wasm"])
+def test_fused_encoder_matches_onnxruntime_cpu(browser_run, cpu, ep):
+    out = browser_run(ep)
+    assert "error" not in out, out.get("error")
+    assert [f["dims"][1] for f in out["features"]] == [53, 150]
+    errs = rel_errors(cpu, out)
+    print(f"{ep}: max error of the features' range {max(errs):.1e} ({', '.join(f'{e:.1e}' for e in errs)})")
+    assert max(errs) < REL_TOL
+
+
+@needs_chromium
+def test_small_subgroups_get_their_own_device(browser_run, cpu):
+    """SwiftShader's subgroups have 4 lanes: webgpuProvider hands onnxruntime a device without them,
+    and with the default device the same graph is wrong from 32 tokens on."""
+    out, plain = browser_run("webgpu"), browser_run("webgpu", plain=True)
+    assert out["adapter"] == {"subgroupMinSize": 4, "subgroups": True} and out["ownDevice"]
+    assert "error" not in plain, plain.get("error")
+    errs = rel_errors(cpu, plain)
+    print(f"webgpu with subgroups: errors {', '.join(f'{e:.1e}' for e in errs)} of the features' range")
+    assert min(errs) > 1e-2
