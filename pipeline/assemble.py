@@ -19,9 +19,7 @@ import shutil
 import struct
 from pathlib import Path
 
-import numpy as np
 import onnx
-import onnx.numpy_helper
 from tokenizers import Tokenizer
 
 from pipeline.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX
@@ -185,57 +183,3 @@ def _unicode_to_byte() -> dict[str, int]:
             table[chr(256 + extra)] = b
             extra += 1
     return table
-
-
-def wasm_decoder(src: Path, dest: Path) -> bool:
-    """Write `dest`: `src` with GatherBlockQuantized lookups spelt in standard ops; False if none.
-
-    onnxruntime-web 1.30's wasm (CPU) build has no GatherBlockQuantized kernel, so the int4
-    embedding lookup of quantized decoders cannot run on the wasm fallback. The rewrite gathers
-    the packed uint8 rows and unpacks them (low nibble first, symmetric zero point 8) with Cast /
-    Div / Mul / Sub; the weights stay where they are, so `dest` shares `src`'s external data file.
-    """
-    model = onnx.load(str(src), load_external_data=False)
-    nodes = list(model.graph.node)
-    found = [n for n in nodes if n.op_type == "GatherBlockQuantized"]
-    if not found:
-        return False
-    for node in found:
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        if attrs.get("bits", 4) != 4 or attrs.get("gather_axis", 0) != 0 or len(node.input) > 3:
-            raise AssembleError(f"{src}: {node.name}: only 4-bit symmetric row lookups can be rewritten for wasm")
-        at = nodes.index(node)
-        nodes[at:at + 1] = _unpack_nodes(node)
-    model.graph.ClearField("node")
-    model.graph.node.extend(nodes)
-    model.graph.initializer.extend([
-        onnx.numpy_helper.from_array(np.array(v, dtype), f"wasm_lookup/{name}")
-        for name, v, dtype in (("sixteen", 16, np.int32), ("eight", 8, np.int32), ("last", [-1], np.int64),
-                               ("zero", [0], np.int64))])
-    onnx.save(model, str(dest))
-    return True
-
-
-def _unpack_nodes(gbq: onnx.NodeProto) -> list[onnx.NodeProto]:
-    data, ids, scales = gbq.input[:3]
-    p = f"wasm_lookup/{gbq.name}/"
-    n = onnx.helper.make_node
-    c = "wasm_lookup/"
-    return [
-        n("Gather", [data, ids], [p + "packed"], axis=0),                       # [B, S, blocks, block/2] uint8
-        n("Cast", [p + "packed"], [p + "bytes"], to=onnx.TensorProto.INT32),
-        n("Div", [p + "bytes", c + "sixteen"], [p + "high"]),                    # high nibble
-        n("Mul", [p + "high", c + "sixteen"], [p + "high16"]),
-        n("Sub", [p + "bytes", p + "high16"], [p + "low"]),                      # low nibble
-        n("Unsqueeze", [p + "low", c + "last"], [p + "low1"]),
-        n("Unsqueeze", [p + "high", c + "last"], [p + "high1"]),
-        n("Concat", [p + "low1", p + "high1"], [p + "pairs"], axis=-1),          # low first
-        n("Shape", [p + "packed"], [p + "shape"]),
-        n("Slice", [p + "shape", c + "zero", c + "last"], [p + "lead"]),
-        n("Concat", [p + "lead", c + "last"], [p + "unpacked_shape"], axis=0),
-        n("Reshape", [p + "pairs", p + "unpacked_shape"], [p + "codes"]),       # [B, S, blocks, block]
-        n("Sub", [p + "codes", c + "eight"], [p + "centred"]),
-        n("Gather", [scales, ids], [p + "scales"], axis=0),                      # [B, S, blocks, 1]
-        n("CastLike", [p + "centred", p + "scales"], [p + "values"]),
-        n("Mul", [p + "values", p + "scales"], [gbq.output[0]]),
-    ]

@@ -20,7 +20,7 @@ import onnx_ir as ir
 from fusion import qk_norm_in_gqa
 from fusion._ir import dead_code_elimination
 from fusion.report import Report
-from pipeline.assemble import wasm_decoder
+from pipeline.wasm_twin import wasm_decoder
 
 
 def _rewrite(src: Path, dest: Path, rule: Callable[[ir.Model], int]) -> bool:
@@ -46,8 +46,8 @@ def norms_out_of_gqa(src: Path, dest: Path) -> bool:
 
 def webgpu_decoder(folder: Path, name: str, wasm_twin: bool) -> str | None:
     """Rewrite `folder/name` in place into the WebGPU form. With `wasm_twin`, first keep the form the
-    wasm EP runs as `<name>.wasm.onnx` (explicit norms, int4 lookup in standard ops: see
-    pipeline.assemble.wasm_decoder) and return its name; None when no twin is needed."""
+    wasm EP runs as `<name>.wasm.onnx` (explicit norms, int4 lookup and weights in standard ops: see
+    pipeline.wasm_twin) and return its name; None when no twin is needed."""
     path, webgpu = folder / name, folder / f"{name}.webgpu"
     twin = folder / (name.removesuffix(".onnx") + ".wasm.onnx")
     moved = norms_into_gqa(path, webgpu)

@@ -116,8 +116,10 @@ def test_runtime_config_and_token_table(site, zoo_export):
 
 def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):
     """The WebGPU decoder has the Q/K norms inside GroupQueryAttention; the wasm fallback's graph has
-    them explicit and GatherBlockQuantized spelt in standard ops. On onnxruntime CPU the WebGPU graph
-    with its norms taken back out (the Python reference's form) gives the twin's logits exactly."""
+    them explicit and GatherBlockQuantized / MatMulNBits spelt in standard ops (pipeline.wasm_twin).
+    On onnxruntime CPU the WebGPU graph with its norms taken back out (the Python reference's form)
+    gives the twin's greedy token, and its logits within the int8 rounding of the activations that
+    CPU's MatMulNBits (accuracy level 4) does and the twin's float weights do not."""
     import onnxruntime as ort
 
     from pipeline.manifest import reassemble
@@ -130,15 +132,15 @@ def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):
         reassemble(fused_site / "dist" / "model", manifest, roles[role], tmp_path / roles[role])
     webgpu, wasm = onnx_ops(tmp_path / roles["decoder"]), onnx_ops(tmp_path / roles["decoder_wasm"])
     assert webgpu.count("SimplifiedLayerNormalization") == 1 and wasm.count("SimplifiedLayerNormalization") == 9
-    assert "GatherBlockQuantized" in webgpu and "GatherBlockQuantized" not in wasm
+    assert "GatherBlockQuantized" in webgpu and not {"GatherBlockQuantized", "MatMulNBits"} & set(wasm)
     graphs = [ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
               for path in (cpu_form(tmp_path / roles["decoder"]), tmp_path / roles["decoder_wasm"])]
     rng = np.random.default_rng(0)
     feeds = {"input_ids": rng.integers(0, 600, (1, 9)), "audio_features": rng.standard_normal((1, 4, 256)).astype(np.float32),
              "audio_offset": np.array([2]), "attention_mask": np.ones((1, 9), np.int64)}
     feeds |= {i.name: np.zeros((1, 2, 0, 64), np.float32) for i in graphs[0].get_inputs() if i.name.startswith("past")}
-    a, b = (g.run(["logits"], feeds)[0] for g in graphs)
-    assert np.array_equal(a, b)
+    a, b = (g.run(["logits"], feeds)[0][0, -1] for g in graphs)
+    assert np.argmax(a) == np.argmax(b) and np.max(np.abs(a - b)) / np.ptp(a) < 0.02
 
 
 def onnx_ops(path: Path) -> list[str]:
