@@ -33,6 +33,7 @@ def run_node(
     max_clips: int | None = None,
     swiftshader: bool = False,
     timeout: float | None = None,
+    session_config: dict[str, str] | None = None,
 ) -> dict:
     """Runs the Node harness on `dist` and returns its report.
 
@@ -55,6 +56,8 @@ def run_node(
     node = os.environ.get("WEBBUILD_NODE") or shutil.which("node")
     if not node:
         raise BenchError("node not found: install Node >= 20 or set WEBBUILD_NODE")
+    for key, value in (session_config or {}).items():
+        extra += ["--session-config", f"{key}={value}"]
     cmd = [node, str(harness), str(dist), "--ep", ep, "--decode-tokens", str(decode_tokens), *extra]
     env = {**os.environ, **(SWIFTSHADER_ENV if swiftshader else {})}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)

@@ -294,16 +294,20 @@ def verify(target: str, clips: Path | None, report: Path | None, browser: str | 
 @click.option("--repeat", type=click.IntRange(1), default=1, show_default=True, help="Timed runs per sample clip.")
 @click.option("--max-clips", type=click.IntRange(0), help="Transcribe only the first N sample clips.")
 @click.option("--swiftshader", is_flag=True, help="WebGPU on Chromium's software Vulkan (correctness, not speed).")
+@click.option("--session-config", "session_config", multiple=True, metavar="KEY=VALUE",
+              help="An onnxruntime session config entry to try on top of the runtime's own (node only), e.g. "
+                   "ep.webgpuexecutionprovider.maxNumPendingDispatches=256; repeatable.")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
 def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
-          swiftshader: bool, report: Path | None):
+          swiftshader: bool, session_config: tuple[str, ...], report: Path | None):
     """Measure load time, encoder time, TTFT, prefill and decode speed of a built site's runtime.
 
     Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
     Dawn, or the wasm EP): load and warm-up, the sample clips, then a synthetic greedy decode.
     --runtime browser opens the site's own page in Chromium instead and clicks its sample clips.
-    DIR may also be a split source export (the baseline): its three graphs then run directly on
-    synthetic inputs of the site's shapes (speed only).
+    DIR may also be a split source export (the baseline) or a folder with a merged decoder (a peer
+    such as the onnxruntime-genai builder's model.onnx): its graphs then run directly on synthetic
+    inputs of the site's shapes (speed only).
 
     \b
     Example:
@@ -319,7 +323,10 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
 
             result = run_browser(dir, ep, repeat, max_clips)
         else:
-            result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader)
+            config = dict(entry.split("=", 1) for entry in session_config if "=" in entry)
+            if len(config) != len(session_config):
+                fail(f"--session-config wants KEY=VALUE, got {', '.join(e for e in session_config if '=' not in e)}")
+            result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config)
     except (BenchError, FileNotFoundError) as exc:
         fail(str(exc))
     click.echo(table(result))

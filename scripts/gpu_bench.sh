@@ -1,50 +1,149 @@
 #!/usr/bin/env bash
-# The 0.6b comparison on an NVIDIA GPU machine without network (issue 7): zoo preset generated
-# there, built by webbuild (fusion + int4), then webbuild's site and the split export benched by
-# the same Node harness on Dawn/Vulkan in one run. Reports land in $OUT (or ./gpu-bench-out).
+# The 0.6b speed comparison on an NVIDIA GPU machine without network (issue 7). Three builds of the
+# same zoo weights, benched one after another by the same onnxruntime-web on Dawn/Vulkan:
+#   baseline  the split export as published: decoder_init + decoder_step, int4 MatMulNBits block 64
+#             (pipeline.zoo.published_int4), float embedding table, KV cache on the GPU
+#   peer      the onnxruntime-genai builder's graph (-p int4 -e webgpu, exclude_embeds=true so audio
+#             can be spliced in; use_webgpu_fp32=true where the adapter lacks shader-f16)
+#   webbuild  `webbuild model.yaml`: fused, int4, the site's own runtime
+# Reports land in $OUT (or ./gpu-bench-out): one JSON per build plus the log.
 #
-# Here, once:  scripts/gpu_bench.sh prepare      (fills .gpu/ .whl/ .gl/, all in .git/info/exclude)
-# There:       bash scripts/gpu_bench.sh run     (device `run` tool, carry [".gpu", ".whl", ".gl"])
-#
-# Payload check before calling: tracked tree + .gpu + .whl + .gl must stay under the 64 MiB a
-# call may carry (du -shc $(git ls-files) .gpu .whl .gl).
+# Here, once:  scripts/gpu_bench.sh prepare   (fills .gpu/ .whl/ .gl/, all in .git/info/exclude)
+# There:       bash scripts/gpu_bench.sh run  (device `run` tool, carry [".gpu", ".whl", ".gl"])
+# Every step keeps its result in $WORK and is skipped when that is there: a run cut off by the
+# 10-minute limit goes on where it stopped when called again on the same (still warm) machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-bench-out}
+WORK=${WORK:-/tmp/gpu-bench}
+PRESET=${PRESET:-0.6b}
+TOKENS=${TOKENS:-128}
 
 prepare() {
   for d in .gpu .whl .gl; do grep -qx "/$d/" .git/info/exclude || echo "/$d/" >> .git/info/exclude; done
-  mkdir -p .gpu .whl .gl
-  xz -T0 -c "$(command -v node)" > .gpu/node.xz
-  # Only the runtime files: onnxruntime-web's webgpu bundle + asyncify wasm, webgpu's linux dawn.node.
-  tar -cJf .gpu/node_modules.tar.xz node_modules/onnxruntime-web/package.json \
+  rm -rf .gpu .whl .gl && mkdir -p .gpu .whl .gl
+  local tmp; tmp=$(mktemp -d)
+  # Node and dawn.node stripped of symbols: the whole call must stay under 64 MiB.
+  cp "$(command -v node)" "$tmp/node" && strip "$tmp/node" && xz -9 -T0 -c "$tmp/node" > .gpu/node.xz
+  mkdir -p "$tmp/nm" && cp -r --parents node_modules/onnxruntime-web/package.json \
     node_modules/onnxruntime-web/dist/ort.webgpu.min.mjs node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.{mjs,wasm} \
-    node_modules/webgpu/{package.json,index.js} node_modules/webgpu/dist/linux-x64/dawn.node
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-    -d .whl transformers==5.24.0 pydantic pydantic-core typing-inspection annotated-types
-  o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
-  mkdir -p /tmp/amd64/partial && apt-get $o update -q && (cd .gl && apt-get $o download libvulkan1)
-  du -shc $(git ls-files) .gpu .whl .gl | tail -1
+    node_modules/webgpu/{package.json,index.js} node_modules/webgpu/dist/linux-x64/dawn.node "$tmp/nm/"
+  strip "$tmp/nm/node_modules/webgpu/dist/linux-x64/dawn.node"
+  tar -C "$tmp/nm" -cJf .gpu/node_modules.tar.xz node_modules
+  # transformers with only the model families the zoo and the genai builder import (and what those
+  # import in turn), plus every configuration, which the auto classes import: ~2 MB, not 13.5.
+  local site=.venv/lib/python3*/site-packages
+  python3 - "$tmp/tf" $site/transformers <<'EOF'
+import re, shutil, sys
+from pathlib import Path
+dst, src = Path(sys.argv[1]) / "transformers", Path(sys.argv[2])
+keep, todo = set(), ["auto", "qwen3_asr", "qwen3", "llama", "gemma3", "lfm2_vl", "mistral3", "qwen2_5_vl",
+                     "qwen3_5", "qwen3_5_moe", "qwen3_vl", "qwen2"]
+while todo:
+    m = todo.pop()
+    if m in keep or not (src / "models" / m).is_dir():
+        continue
+    keep.add(m)
+    for f in (src / "models" / m).glob("*.py"):
+        todo += re.findall(r"from \.\.(\w+)", f.read_text())
+def ignore(d, names):
+    p = Path(d)
+    drop = {n for n in names if n == "__pycache__"}
+    if p.parent == src / "models" and p.name not in keep:
+        drop |= {n for n in names if n != "__init__.py" and not n.startswith("configuration_")}
+    return drop
+shutil.copytree(src, dst, ignore=ignore)
+EOF
+  tar -C "$tmp/tf" -cJf .gpu/transformers.tar.xz transformers
+  # onnxruntime-genai's model builder is plain Python; its native runtime is not needed to build.
+  mkdir -p "$tmp/genai/onnxruntime_genai"
+  cp -r $site/onnxruntime_genai/models "$tmp/genai/onnxruntime_genai/"
+  find "$tmp/genai" -name __pycache__ -prune -exec rm -rf {} +
+  echo "__version__ = '$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("onnxruntime-genai"))')'" > "$tmp/genai/onnxruntime_genai/__init__.py"
+  tar -C "$tmp/genai" -cJf .gpu/genai.tar.xz onnxruntime_genai
+  .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+    "pydantic==$(.venv/bin/python -c 'import pydantic; print(pydantic.VERSION)')" \
+    "pydantic-core==$(.venv/bin/python -c 'import pydantic_core; print(pydantic_core.__version__)')" \
+    typing-inspection annotated-types "onnx-ir==$(.venv/bin/python -c 'import onnx_ir; print(onnx_ir.__version__)')"
+  # the Vulkan loader and the GL dispatch libraries the NVIDIA ICD loads (the GPU image has neither)
+  local o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
+  mkdir -p /tmp/amd64/partial && apt-get $o update -q >/dev/null && (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+  rm -rf "$tmp"
+  du -bc $(git ls-files) $(git ls-files --others --exclude-standard) .gpu/* .whl/* .gl/* | tail -1 |
+    awk '{printf "payload %.1f MiB of the 64 MiB a call may carry\n", $1 / 1048576}'
 }
 
-run() {
-  mkdir -p "$OUT"
+setup() {
+  [ -x /tmp/bin/node ] && return
   for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-  export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
-  mkdir -p /tmp/bin && xz -dc .gpu/node.xz > /tmp/bin/node && chmod +x /tmp/bin/node && export PATH=/tmp/bin:$PATH
+  tar -C /tmp/site -xJf .gpu/transformers.tar.xz
+  tar -C /tmp/site -xJf .gpu/genai.tar.xz
   tar -xJf .gpu/node_modules.tar.xz
-  nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  python3 -m pipeline.cli zoo 0.6b -o /tmp/q06
-  # One variant (fp16 when the adapter has shader-f16, which the probe picks) keeps the build short.
-  printf 'name: q06\nsource: {layout: qwen3-asr-split, dir: /tmp/q06}\nvariants: [fp16, fp32]\nencoder: {precision: fp32}\n' > /tmp/q06.yaml
-  python3 -m pipeline.cli /tmp/q06.yaml -o /tmp/dist-q06 2>&1 | tail -20
-  python3 -m pipeline.cli bench /tmp/dist-q06 --ep webgpu --json "$OUT/webbuild.json"
-  # The split export keeps 3 GB of fp32 decoder weights in one file: onnxruntime-web's wasm32
-  # heap may refuse it; the report then says so instead of a number.
-  python3 -m pipeline.cli bench /tmp/q06 --ep webgpu --json "$OUT/split.json" || echo "split baseline failed"
+  mkdir -p /tmp/bin && xz -dc .gpu/node.xz > /tmp/bin/node.part && chmod +x /tmp/bin/node.part && mv /tmp/bin/node.part /tmp/bin/node
+}
+
+# step NAME COMMAND...: runs COMMAND once; its result lives in $WORK/NAME (written to NAME.part first)
+step() {
+  local name=$1; shift
+  [ -e "$WORK/$name" ] && { echo "== $name: done before"; return; }
+  echo "== $name"; local t0=$SECONDS
+  rm -rf "$WORK/$name.part"
+  "$@"
+  mv "$WORK/$name.part" "$WORK/$name"
+  echo "== $name: $((SECONDS - t0)) s"
+}
+
+f16() { node --input-type=module -e "import { installDawn } from './e2e/bench/dawn.mjs';
+  const a = await installDawn().requestAdapter({ powerPreference: 'high-performance' });
+  console.log(a.features.has('shader-f16') ? 'yes' : 'no'); process.exit(0);"; }
+
+zoo() { mkdir -p "$WORK/zoo.part" && python3 -m pipeline.cli zoo "$PRESET" -o "$WORK/zoo.part/export" --hf-dir "$WORK/zoo.part/hf"; }
+baseline() { python3 -m pipeline.zoo.published_int4 "$WORK/zoo/export" "$WORK/baseline.part"; }
+peer() {
+  local extra="exclude_embeds=true"; [ "$(f16)" = yes ] || extra+=" use_webgpu_fp32=true"
+  python3 -m onnxruntime_genai.models.builder -i "$WORK/zoo/hf" -o "$WORK/peer.part" -p int4 -e webgpu \
+    -c "$WORK/genai-cache" --extra_options $extra 2>&1 | grep -v "^Saving\|it/s" | tail -5
+}
+webbuild() {
+  local variant=fp32; [ "$(f16)" = yes ] && variant=fp16
+  printf 'name: %s\nsource: {layout: qwen3-asr-split, dir: %s}\nvariants: [%s]\n' "$PRESET" "$WORK/zoo/export" "$variant" > "$WORK/model.yaml"
+  python3 -m pipeline.cli "$WORK/model.yaml" -o "$WORK/webbuild.part" 2>&1 | tail -15
+}
+# bench BUILD [TAG KEY=VALUE...]: the build's report as bench-BUILD[-TAG].json, with onnxruntime
+# session config entries (the sweep) when given
+bench() {
+  local build=$1 tag=${2:+-$2} args=(); shift $(( $# > 1 ? 2 : 1 ))
+  for kv in "$@"; do args+=(--session-config "$kv"); done
+  python3 -m pipeline.cli bench "$WORK/$build" --ep webgpu --decode-tokens "$TOKENS" "${args[@]}" --json "$WORK/bench-$build$tag.json.part"
+}
+
+# WebGPU EP settings tried on the same builds: command buffers flushed every N dispatches (ORT's
+# default is 16), and Dawn's validation off
+EP=ep.webgpuexecutionprovider
+SWEEP=("d64 $EP.maxNumPendingDispatches=64" "d1024 $EP.maxNumPendingDispatches=1024"
+       "d1024-novalidation $EP.maxNumPendingDispatches=1024 $EP.validationMode=disabled")
+
+run() {
+  mkdir -p "$OUT" "$WORK"
+  setup
+  export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/bin:$PATH
+  export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; echo "shader-f16: $(f16)"
+  step zoo zoo
+  step baseline baseline
+  step peer peer
+  step webbuild webbuild
+  for b in webbuild peer baseline; do step "bench-$b.json" bench "$b" || echo "$b bench failed"; done
+  for entry in "${SWEEP[@]}"; do
+    read -r tag kvs <<< "$entry"
+    for b in webbuild peer; do step "bench-$b-$tag.json" bench "$b" "$tag" $kvs || echo "$b $tag bench failed"; done
+  done
+  # one file back ($OUT brings back 8 at most): {"bench-NAME": report, ...}
+  python3 -c 'import json, sys, pathlib; print(json.dumps({pathlib.Path(p).stem: json.load(open(p)) for p in sys.argv[1:]}, indent=1))' \
+    "$WORK"/bench-*.json > "$OUT/benches.json"
+  du -sb "$WORK"/{baseline,peer,webbuild/model} 2>/dev/null || true
 }
 
 "${1:-run}"

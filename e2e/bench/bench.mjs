@@ -4,7 +4,7 @@
 // encoder, prefill and greedy decode. Prints one JSON report on stdout.
 //
 //   node e2e/bench/bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens 128] [--repeat 1]
-//        [--threads N] [--variant NAME] [--max-clips N]
+//        [--threads N] [--variant NAME] [--max-clips N] [--session-config K=V]...
 //
 // --threads: ORT's wasm threads; 1 by default because onnxruntime-web's threaded glue loads its
 // worker through fetch() + a blob: URL import, which Node's file: URLs do not allow.
@@ -18,13 +18,14 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 import { startServer } from '../../web_template/tests/server.mjs';
+import { sessionConfigEntry } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
 import { decodeWav } from './wav.mjs';
 
 const ORT_WASM = 'ort-wasm-simd-threaded.asyncify.wasm'; // as worker.js loads it
 
 function parseArgs(argv) {
-  const o = { dir: null, ep: 'auto', decodeTokens: 128, repeat: 1, threads: 1, variant: null, maxClips: Infinity };
+  const o = { dir: null, ep: 'auto', decodeTokens: 128, repeat: 1, threads: 1, variant: null, maxClips: Infinity, sessionConfig: {} };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const val = () => argv[++i];
@@ -34,6 +35,7 @@ function parseArgs(argv) {
     else if (a === '--threads') o.threads = Number(val());
     else if (a === '--variant') o.variant = val();
     else if (a === '--max-clips') o.maxClips = Number(val());
+    else if (a === '--session-config') Object.assign(o.sessionConfig, sessionConfigEntry(val()));
     else if (!a.startsWith('--') && !o.dir) o.dir = path.resolve(a);
     else throw new Error(`unknown argument ${a}`);
   }
@@ -70,6 +72,10 @@ async function loadModel(m, srv, o) {
   m.ort.env.wasm.wasmBinary = files.get(ORT_WASM);
   m.ort.env.wasm.numThreads = o.threads;
   m.ort.env.logLevel = 'error';
+  if (Object.keys(o.sessionConfig).length) { // config entries to try on top of the site's own session options
+    const own = m.asr.Recogniser.prototype.sessionOptions;
+    m.asr.Recogniser.prototype.sessionOptions = function () { const opts = own.call(this); return { ...opts, extra: { ...opts.extra, ...o.sessionConfig } }; };
+  }
   const rec = await m.asr.Recogniser.create(m.ort, files, roles, runtime, pick.ep);
   const tSession = performance.now();
   await rec.warmUp();
@@ -124,7 +130,7 @@ async function main() {
     const clipSteps = clips.flatMap((c) => c.steps);
     const median = (k) => quantile(clips.map((c) => c[k]), 0.5);
     console.log(JSON.stringify({
-      bench: 'webbuild-node', node: process.version, dir: o.dir, ...model.info, load: model.load,
+      bench: 'webbuild-node', node: process.version, dir: o.dir, session_config: o.sessionConfig, ...model.info, load: model.load,
       clips: clips.map(({ steps, ...c }) => ({ ...c, decode_ms_per_token: quantile(steps, 0.5) })),
       summary: {
         clips: clips.length, clips_matching: clips.filter((c) => c.match).length,

@@ -6,14 +6,14 @@
 // Graph I/O precision (float16 or float32) is read from the session.
 //
 //   node e2e/bench/merged.mjs DIR [--model model.onnx] [--ep auto|wasm|webgpu] [--decode-tokens 128]
-//        [--prompt-tokens 41] [--ort DIR]
+//        [--prompt-tokens 41] [--ort DIR] [--session-config K=V]...
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 
 import { adapterName, disposeGpu, externalData, fileBytes, int64, openOrt, parseArgs } from './ort.mjs';
 import { spread } from './stats.mjs';
 
-const USAGE = 'merged.mjs DIR [--model model.onnx] [--ep wasm|webgpu] [--decode-tokens N] [--prompt-tokens N] [--ort DIR]';
+const USAGE = 'merged.mjs DIR [--model model.onnx] [--ep wasm|webgpu] [--decode-tokens N] [--prompt-tokens N] [--ort DIR] [--session-config K=V]...';
 
 function floats(ort, type, n, dims, seed) {
   // a fixed pseudo-random pattern in [-1, 1): decode speed does not depend on the values
@@ -75,7 +75,7 @@ async function main() {
   // every output stays on the device (the KV cache between steps, as the site keeps it); the
   // logits are read back each step
   const session = await ort.InferenceSession.create(await fileBytes(o.dir, o.model), {
-    executionProviders: [o.ep], graphOptimizationLevel: 'all', logSeverityLevel: 3,
+    executionProviders: [o.ep], graphOptimizationLevel: 'all', logSeverityLevel: 3, extra: o.sessionConfig,
     externalData: await externalData(o.dir, [`${o.model}.data`]),
     ...(o.ep === 'webgpu' ? { preferredOutputLocation: 'gpu-buffer' } : {}),
   });
@@ -85,7 +85,7 @@ async function main() {
   const tWarm = performance.now();
   const r = await run(ort, session, g, o);
   console.log(JSON.stringify({
-    bench: 'merged-node', node: process.version, dir: o.dir, ep: o.ep, variant: `merged ${g.type}`, threads: 1,
+    bench: 'merged-node', node: process.version, dir: o.dir, session_config: o.sessionConfig, ep: o.ep, variant: `merged ${g.type}`, threads: 1,
     kv_cache: r.kv, adapter: adapterName(o.ep, adapter),
     load: { session_ms: tSession - t0, warmup_ms: tWarm - tSession, total_ms: tWarm - t0 },
     summary: { encoder_ms: null, ttft_ms: r.prefill_ms, prefill_ms: r.prefill_ms, prompt_tokens: r.prompt_tokens, prefill_tokens_per_s: (r.prompt_tokens / r.prefill_ms) * 1000 },

@@ -8,11 +8,12 @@ const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..')
 
 // `--name value` options over `defaults` (numbers stay numbers), plus one positional directory.
 export function parseArgs(argv, defaults, usage) {
-  const o = { dir: null, ep: 'auto', decodeTokens: 128, ort: path.join(REPO, 'node_modules/onnxruntime-web/dist'), ...defaults };
+  const o = { dir: null, ep: 'auto', decodeTokens: 128, ort: path.join(REPO, 'node_modules/onnxruntime-web/dist'), sessionConfig: {}, ...defaults };
   const key = (flag) => flag.slice(2).replace(/-([a-z])/g, (_, c) => c.toUpperCase());
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
-    if (a.startsWith('--') && key(a) in o) {
+    if (a === '--session-config') Object.assign(o.sessionConfig, sessionConfigEntry(argv[++i]));
+    else if (a.startsWith('--') && key(a) in o) {
       const v = argv[++i];
       o[key(a)] = typeof o[key(a)] === 'number' ? Number(v) : v;
     } else if (!a.startsWith('--') && !o.dir) o.dir = path.resolve(a);
@@ -21,6 +22,14 @@ export function parseArgs(argv, defaults, usage) {
   if (!o.dir) throw new Error(`usage: ${usage}`);
   o.ort = path.resolve(o.ort);
   return o;
+}
+
+// `--session-config KEY=VALUE`: an onnxruntime session config entry, e.g.
+// ep.webgpuexecutionprovider.maxNumPendingDispatches=256, passed through the session options' `extra`.
+export function sessionConfigEntry(arg) {
+  const at = arg?.indexOf('=') ?? -1;
+  if (at < 1) throw new Error(`--session-config wants KEY=VALUE, got ${arg}`);
+  return { [arg.slice(0, at)]: arg.slice(at + 1) };
 }
 
 // onnxruntime-web's webgpu build, on Dawn when a WebGPU adapter is there (or asked for), else wasm.

@@ -5,19 +5,19 @@
 // Qwen3-ASR prompt length: 9 prefix + audio + 6 suffix tokens), then --decode-tokens greedy steps.
 //
 //   node e2e/bench/split.mjs MODEL_DIR [--ep auto|wasm|webgpu] [--decode-tokens 128] [--audio-seconds 2]
-//        [--kv gpu|cpu] [--ort DIR]   (DIR: onnxruntime-web's dist/, default node_modules')
+//        [--kv gpu|cpu] [--ort DIR] [--session-config K=V]...   (DIR: onnxruntime-web's dist/, default node_modules')
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 
 import { adapterName, argmaxLast, disposeGpu, externalData, fileBytes, int64, openOrt, parseArgs } from './ort.mjs';
 import { spread } from './stats.mjs';
 
-const USAGE = 'split.mjs MODEL_DIR [--ep wasm|webgpu] [--decode-tokens N] [--audio-seconds S] [--kv gpu|cpu] [--ort DIR]';
+const USAGE = 'split.mjs MODEL_DIR [--ep wasm|webgpu] [--decode-tokens N] [--audio-seconds S] [--kv gpu|cpu] [--ort DIR] [--session-config K=V]...';
 
 // Sessions for the three graphs. Decoders share one external data file as published
 // (decoder_weights.data), or have one each (<graph>.data, as int4 re-exports do).
-async function sessions(ort, dir, ep, kvOnGpu) {
-  const opts = { executionProviders: [ep], graphOptimizationLevel: 'all', logSeverityLevel: 3 };
+async function sessions(ort, dir, ep, kvOnGpu, extra) {
+  const opts = { executionProviders: [ep], graphOptimizationLevel: 'all', logSeverityLevel: 3, extra };
   const kv = kvOnGpu ? { preferredOutputLocation: { present_keys: 'gpu-buffer', present_values: 'gpu-buffer' } } : {};
   const decoder = async (name) => ort.InferenceSession.create(await fileBytes(dir, name),
     { ...opts, ...kv, externalData: await externalData(dir, ['decoder_weights.data', `${name}.data`]) });
@@ -80,14 +80,14 @@ async function main() {
   const { ort, adapter } = await openOrt(o);
   const cfg = JSON.parse(await readFile(path.join(o.dir, 'config.json'), 'utf8'));
   const t0 = performance.now();
-  const s = await sessions(ort, o.dir, o.ep, o.ep === 'webgpu' && o.kv === 'gpu');
+  const s = await sessions(ort, o.dir, o.ep, o.ep === 'webgpu' && o.kv === 'gpu', o.sessionConfig);
   const embed = embedTable(await fileBytes(o.dir, 'embed_tokens.bin'), cfg.embed_tokens_dtype);
   const tSession = performance.now();
   await run(ort, s, cfg, embed, { ...o, decodeTokens: 2 }); // warm-up: shader compilation
   const tWarm = performance.now();
   const r = await run(ort, s, cfg, embed, o);
   console.log(JSON.stringify({
-    bench: 'split-baseline-node', node: process.version, dir: o.dir, ep: o.ep, variant: `split ${cfg.embed_tokens_dtype}`, threads: 1,
+    bench: 'split-baseline-node', node: process.version, dir: o.dir, session_config: o.sessionConfig, ep: o.ep, variant: `split ${cfg.embed_tokens_dtype}`, threads: 1,
     kv_cache: r.kv, adapter: adapterName(o.ep, adapter),
     load: { session_ms: tSession - t0, warmup_ms: tWarm - tSession, total_ms: tWarm - t0 },
     summary: { encoder_ms: r.encoder_ms, ttft_ms: r.ttft_ms, prefill_ms: r.prefill_ms, prompt_tokens: r.prompt_tokens, prefill_tokens_per_s: (r.prompt_tokens / r.prefill_ms) * 1000 },
