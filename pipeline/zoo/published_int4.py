@@ -18,9 +18,10 @@ import onnx
 DECODERS = ("decoder_model_merged.onnx", "decoder_init.onnx", "decoder_step.onnx")
 
 
-def quantize_export(src_dir: Path, out: Path, block_size: int = 64) -> Path:
+def quantize_export(src_dir: Path, out: Path, block_size: int = 64, accuracy_level: int = 4) -> Path:
     """A copy of `src_dir` whose decoders are int4 MatMulNBits; each decoder gets its own data file
-    (<graph>.data), every other file (encoder, tables, configs) is copied as is."""
+    (<graph>.data), every other file (encoder, tables, configs) is copied as is. Accuracy level 4 lets
+    kernels round activations to int8 (as WebGPU's do); 0 keeps them float (exact CPU parity)."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
@@ -31,7 +32,8 @@ def quantize_export(src_dir: Path, out: Path, block_size: int = 64) -> Path:
     for f in sorted(src_dir.iterdir()):
         if f.name in DECODERS:
             model = onnx.load(str(f), load_external_data=True)
-            q = MatMulNBitsQuantizer(model, bits=4, block_size=block_size, is_symmetric=True, accuracy_level=4)
+            q = MatMulNBitsQuantizer(model, bits=4, block_size=block_size, is_symmetric=True,
+                                     accuracy_level=accuracy_level)
             q.process()
             onnx.save(q.model.model, str(out / f.name), save_as_external_data=True, location=f"{f.name}.data")
         elif f.is_file() and f.name not in data_files:
