@@ -1,8 +1,10 @@
 """Driver: an audio encoder graph (`mel` -> `audio_features`) -> the same graph with fused operators
-(LayerNormalization, SkipLayerNormalization, Gelu / BiasGelu, MultiHeadAttention) + a report.
+(LayerNormalization, SkipLayerNormalization, Gelu / BiasGelu, MultiHeadAttention fed by one packed
+QKV projection) + a report.
 
 Order matters: decomposed LayerNorms first (the Skip fold looks for LayerNormalization), Gelu before
-BiasGelu, then the residual Skip fold (which also takes the projections' biases) and attention.
+BiasGelu, then the residual Skip fold (which also takes the projections' biases), attention, and
+the packing of attention's projections.
 Every step leaves a valid graph; a pattern a rule does not recognise stays as it was and the report
 says where and why. A graph with nothing decomposed (already fused) is returned untouched. The ops
 emitted all have kernels in onnxruntime CPU, onnxruntime-web's WebGPU EP and its wasm EP.
@@ -14,13 +16,14 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from fusion import bias_gelu, cleanup, encoder_attention, gelu, layer_norm, skip_layer_norm
+from fusion import bias_gelu, cleanup, encoder_attention, encoder_packed_qkv, gelu, layer_norm, skip_layer_norm
 from fusion._ir import census, dead_code_elimination
 from fusion.report import Report
 
 ENCODER = "encoder.onnx"
 ANCHORS = {"Erf", "Softmax", "ReduceMean"}
-RULES = (layer_norm.apply, gelu.apply, bias_gelu.apply, skip_layer_norm.apply, encoder_attention.apply)
+RULES = (layer_norm.apply, gelu.apply, bias_gelu.apply, skip_layer_norm.apply, encoder_attention.apply,
+         encoder_packed_qkv.apply)
 
 
 def load_encoder(src: Path) -> ir.Model:

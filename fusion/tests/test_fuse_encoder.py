@@ -40,6 +40,7 @@ def test_layers_fuse_completely(fused):
     ops = report["ops_after"]
     assert not report["not_fused"]
     assert report["fused"]["encoder_attention"] == ops["MultiHeadAttention"] == LAYERS
+    assert report["fused"]["encoder_packed_qkv"] == ops["Split"] == LAYERS  # one Q/K/V projection each
     # every norm but the first takes the residual: 2 per layer (the second layer norm and ln_post)
     assert report["fused"]["skip_layer_norm"] == ops["SkipLayerNormalization"] == 2 * LAYERS
     assert ops["LayerNormalization"] == 1
@@ -49,6 +50,14 @@ def test_layers_fuse_completely(fused):
     assert not {"Erf", "Softmax", "ReduceMean", "Pow", "Sqrt"} & set(ops)
     assert report["nodes_after"] < report["nodes_before"]
     print(f"{name}: {report['nodes_before']} -> {report['nodes_after']} nodes")
+
+
+def test_a_layer_is_eleven_nodes(fused):
+    """Skip norm, packed QKV projection, Unsqueeze, Split, attention, Squeeze, output projection, Skip
+    norm, MLP in, (Bias)Gelu, MLP out."""
+    ops = [n.op_type for n in ir.load(fused[2]).graph]
+    at = [i for i, op in enumerate(ops) if op == "MultiHeadAttention"]
+    assert {b - a for a, b in zip(at, at[1:])} == {11}
 
 
 def test_outputs_equal_the_unfused_graph(fused):
