@@ -196,7 +196,9 @@ def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool):
     build's default: int4 MatMulNBits (symmetric, block 32, accuracy level 4) and the embeddings as
     an int4 lookup (GatherBlockQuantized, sharing lm_head's weight when tied), so the graph takes
     input_ids, audio_features and audio_offset instead of inputs_embeds (config.json and
-    embed_tokens.bin are read from the source's folder). Writes OUTPUT/decoder.onnx(.data).
+    embed_tokens.bin are read from the source's folder). Writes OUTPUT/decoder.onnx(.data). The
+    encoder.onnx beside it, if any, is fused too (LayerNorm / SkipLayerNorm, Gelu / BiasGelu,
+    MultiHeadAttention; float weights) into OUTPUT/encoder.onnx, reported as a second graph.
 
     \b
     Example:
