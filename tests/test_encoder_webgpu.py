@@ -27,7 +27,7 @@ from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 ORT_FILES = ("ort.webgpu.min.mjs", "ort-wasm-simd-threaded.asyncify.mjs", ORT_WASM)
-# Measured: SwiftShader WebGPU within 9.0e-7 of the features' range, wasm 6.9e-7 (BENCHMARKS.md); 100x
+# Measured: SwiftShader WebGPU within 9.9e-7 of the features' range, wasm 6.9e-7 (BENCHMARKS.md); 100x
 # that leaves room for a real adapter's summation order and still catches a wrong kernel (0.1 and more).
 REL_TOL = 1e-4
 
