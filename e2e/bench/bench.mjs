@@ -76,7 +76,9 @@ async function loadModel(m, srv, o) {
     const own = m.asr.Recogniser.prototype.sessionOptions;
     m.asr.Recogniser.prototype.sessionOptions = function () { const opts = own.call(this); return { ...opts, extra: { ...opts.extra, ...o.sessionConfig } }; };
   }
-  const rec = await m.asr.Recogniser.create(m.ort, files, roles, runtime, pick.ep);
+  // the provider entry the site's worker passes (a device without subgroups on small-subgroup adapters)
+  const provider = pick.ep === 'webgpu' && m.probe.webgpuProvider ? await m.probe.webgpuProvider(gpu.adapter) : pick.ep;
+  const rec = await m.asr.Recogniser.create(m.ort, files, roles, runtime, provider);
   const tSession = performance.now();
   await rec.warmUp();
   const tWarm = performance.now();
