@@ -8,11 +8,12 @@ GPU, where DFT/STFT operators often fall back to the CPU.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, compose, helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from pipeline.mel import HOP, N_FFT, hann_window, mel_filters
 
@@ -79,23 +80,47 @@ def mel_graph(opset: int) -> onnx.ModelProto:
 
 
 def add_mel_frontend(encoder_in: Path, encoder_out: Path) -> None:
-    """Write `encoder_out`: `encoder_in` (input `mel`) with the front-end in front (input `pcm`)."""
-    encoder = onnx.load(str(encoder_in))
-    names = [i.name for i in encoder.graph.input]
+    """Write `encoder_out`: `encoder_in` (input `mel`) with the front-end in front (input `pcm`).
+
+    The front-end's nodes and constants are spliced in ahead of the encoder's, whose `mel` input they
+    produce. Only the graph is rewritten: weights in an external data file are not read (a 1.3 GB
+    encoder would otherwise be copied several times over); the file is copied beside `encoder_out`
+    as `<name>.data`. An inline encoder stays inline."""
+    encoder = onnx.load(str(encoder_in), load_external_data=False)
+    g = encoder.graph
+    names = [i.name for i in g.input]
     if names != ["mel"]:
         raise ValueError(f"{encoder_in}: expected one input named 'mel', found {names}")
     opset = next(o.version for o in encoder.opset_import if o.domain in ("", "ai.onnx"))
-    front = mel_graph(opset)
-    front.ir_version = encoder.ir_version
-    merged = compose.merge_models(front, encoder, io_map=[("mel", "mel")], prefix2="enc_")
-    merged.graph.output[0].name = "audio_features"
-    _rename_output(merged, "enc_audio_features", "audio_features")
-    onnx.checker.check_model(merged)
-    onnx.save(merged, str(encoder_out))
+    front = mel_graph(opset).graph
+    clash = _names(front) & _names(g) - {"mel"}
+    if clash:
+        raise ValueError(f"{encoder_in}: names {sorted(clash)[:5]} clash with the mel front-end's")
+    nodes = [*front.node, *g.node]
+    del g.node[:]
+    g.node.extend(nodes)
+    g.initializer.extend(front.initializer)
+    del g.input[:]
+    g.input.extend(front.input)
+    _move_external_data(encoder, Path(encoder_in), Path(encoder_out))
+    onnx.save(encoder, str(encoder_out))
+    onnx.checker.check_model(str(encoder_out))  # by path: external data is looked up beside the file
 
 
-def _rename_output(model: onnx.ModelProto, old: str, new: str) -> None:
-    for node in model.graph.node:
-        for i, name in enumerate(node.output):
-            if name == old:
-                node.output[i] = new
+def _names(g: onnx.GraphProto) -> set[str]:
+    return ({o for n in g.node for o in n.output} | {t.name for t in g.initializer} | {i.name for i in g.input}) - {""}
+
+
+def _move_external_data(model: onnx.ModelProto, src: Path, dest: Path) -> None:
+    """Point external tensors at `dest.name + '.data'` and copy `src`'s data file there."""
+    entries = [e for t in model.graph.initializer if t.data_location == TensorProto.EXTERNAL
+               for e in t.external_data if e.key == "location"]
+    locations = {e.value for e in entries}
+    if not locations:
+        return
+    if len(locations) > 1:
+        raise ValueError(f"{src}: external data spread over {sorted(locations)}; expected one file")
+    data = dest.with_name(dest.name + ".data")
+    shutil.copyfile(src.parent / locations.pop(), data)
+    for e in entries:
+        e.value = data.name

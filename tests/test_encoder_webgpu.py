@@ -46,6 +46,7 @@ def root(tmp_path_factory) -> Path:
     assert report["ops_after"]["MultiHeadAttention"] == 4
     save(model, root / "fused", "encoder.onnx")
     add_mel_frontend(root / "fused" / "encoder.onnx", root / "encoder.onnx")
+    assert (root / "encoder.onnx.data").is_file()  # the weights stay in the fused graph's data file
     return root
 
 
@@ -69,7 +70,8 @@ RUN = """async ({ ep, pcm, plain }) => {
   const { webgpuProvider } = await import('./runtime/probe.js');
   ort.env.wasm.numThreads = 1;  // no COOP/COEP here
   ort.env.logLevel = 'error';
-  const files = new Map([['encoder.onnx', new Uint8Array(await (await fetch('encoder.onnx')).arrayBuffer())]]);
+  const get = async (name) => new Uint8Array(await (await fetch(name)).arrayBuffer());
+  const files = new Map([['encoder.onnx', await get('encoder.onnx')], ['encoder.onnx.data', await get('encoder.onnx.data')]]);
   let provider = ep, adapter = null;
   if (ep === 'webgpu') {
     const a = await navigator.gpu.requestAdapter();
@@ -78,7 +80,7 @@ RUN = """async ({ ep, pcm, plain }) => {
   }
   try {
     const r = new Recogniser(ort, { decoder: {} }, provider);
-    await r.loadEncoder(files, { encoder: 'encoder.onnx' });
+    await r.loadEncoder(files, { encoder: 'encoder.onnx', encoder_data: 'encoder.onnx.data' });
     const features = [];
     for (const x of pcm) {
       const f = await r.encode(Float32Array.from(x));

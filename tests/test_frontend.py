@@ -50,3 +50,20 @@ def test_encoder_takes_pcm(zoo_export, tmp_path):
 def test_rejects_encoder_without_mel_input(zoo_export, tmp_path):
     with pytest.raises(ValueError, match="expected one input named 'mel'"):
         add_mel_frontend(zoo_export("split") / "decoder_step.onnx", tmp_path / "x.onnx")
+
+
+def test_external_weights_are_copied_not_loaded(zoo_export, tmp_path):
+    """An encoder whose weights live in a data file (the fused encoder's) keeps them in one: the
+    front-end is spliced into the graph alone and the file is copied beside the output."""
+    src = zoo_export("split") / "encoder.onnx"
+    model = onnx.load(str(src))
+    (tmp_path / "in").mkdir()
+    onnx.save(model, str(tmp_path / "in" / "enc.onnx"), save_as_external_data=True, location="w.bin")
+    add_mel_frontend(tmp_path / "in" / "enc.onnx", tmp_path / "encoder.onnx")
+    assert (tmp_path / "encoder.onnx.data").read_bytes() == (tmp_path / "in" / "w.bin").read_bytes()
+    assert (tmp_path / "encoder.onnx").stat().st_size < 1_000_000
+    add_mel_frontend(src, tmp_path / "inline.onnx")
+    pcm = (np.random.RandomState(2).randn(16000 * 3) * 0.1).astype(np.float32)[None]
+    got, want = (ort.InferenceSession(str(tmp_path / n), providers=["CPUExecutionProvider"]).run(None, {"pcm": pcm})[0]
+                 for n in ("encoder.onnx", "inline.onnx"))
+    np.testing.assert_array_equal(got, want)
