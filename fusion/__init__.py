@@ -17,6 +17,16 @@ One rule per module, applied in this order:
   prune_lm_head  lm_head on the last position only
   static_reshape computed Reshape targets -> constants
 
+`fusion.fuse_encoder.fuse_encoder(src)` does the same for the audio encoder (mel -> audio_features),
+after the same cleanup:
+
+  layer_norm         decomposed LayerNorm -> LayerNormalization
+  gelu               Erf GELU -> Gelu
+  bias_gelu          linear bias + Gelu -> BiasGelu (linear_bias: the bias of an Add or a Gemm)
+  skip_layer_norm    residual Add (+ projection bias) + LayerNormalization -> SkipLayerNormalization
+  encoder_attention  windowed eager attention -> MultiHeadAttention, the mask as attention_bias
+  encoder_packed_qkv Q/K/V projections -> one projection + Split
+
 `fusion.decompose` is the inverse (round-trip tests), `fusion.parity` the onnxruntime CPU harness,
 `fusion.cli.run_fuse` the `webbuild fuse` entry point.
 """
