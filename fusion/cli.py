@@ -17,18 +17,18 @@ OUT_NAME = "decoder.onnx"
 
 
 def run_fuse(src: Path, out: Path, report: Path | None = None, progress: Callable[[str], None] = print,
-             quantize: bool = True) -> dict:
+             quantize: bool = True, pack_qkv: bool = True, prune_lm_head: bool = True) -> dict:
     """Fuse the decoder of SRC (split-layout folder or merged .onnx) into OUT/decoder.onnx(.data), and
     the encoder beside it into OUT/encoder.onnx (report under "encoder"; see `run_fuse_encoder`).
 
     With `quantize` (`webbuild fuse` without --no-quantize) the build's default quantization follows
     (see `quantize_in_place`). Prints the op table (op, nodes before -> after) through `progress`;
-    returns the report dict and writes it to `report` when given. Raises when the result is not a
-    valid onnxruntime graph."""
+    returns the report dict and writes it to `report` when given. `pack_qkv` and `prune_lm_head` go
+    to fusion.fuse.fuse_decoder. Raises when the result is not a valid onnxruntime graph."""
     t0 = time.perf_counter()
     side = _side_dir(Path(src)) if quantize else None  # checked first: no partial output
     progress(f"fusing {src}")
-    model, rep = fuse_decoder(Path(src))
+    model, rep = fuse_decoder(Path(src), pack_qkv=pack_qkv, prune_lm_head_=prune_lm_head)
     t1 = time.perf_counter()
     path = save(model, Path(out), OUT_NAME)
     del model

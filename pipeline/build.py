@@ -56,7 +56,7 @@ def stage_fuse(ctx: BuildContext) -> None:
     quiet = lambda line: ctx.progress(line) if line.startswith(("not fused", "wrote")) else None  # noqa: E731
     # quantize=False: the quantize stage quantizes (with model.yaml's settings), after assemble
     rep = run_fuse(src if cfg.source.layout != "merged" else src / "decoder_model_merged.onnx", out, progress=quiet,
-                   quantize=False)
+                   quantize=False, pack_qkv=cfg.fusion.pack_qkv, prune_lm_head=cfg.fusion.prune_lm_head)
     census = ("nodes_before", "nodes_after", "ops_before", "ops_after")
     ctx.report.graphs["decoder"] = {k: rep[k] for k in census if k in rep}
     ctx.state["decoder"] = out / "decoder.onnx"

@@ -37,6 +37,10 @@ class Source(_Strict):
 class Fusion(_Strict):
     enabled: bool = True
     prune_lm_head: bool = True
+    # false: Q, K, V stay three MatMulNBits, which onnxruntime-web's WebGPU EP fuses with the norm
+    # before them into one MatMulNBitsQkv at session creation (5 dispatches per layer instead of 7);
+    # true: one packed projection + Split, fewer nodes in the file but no runtime fusion
+    pack_qkv: bool = False
 
 
 class Quantize(_Strict):

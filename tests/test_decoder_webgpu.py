@@ -34,18 +34,23 @@ REL_TOL = 1e-5
 ORT_FILES = ("ort.webgpu.min.mjs", "ort-wasm-simd-threaded.asyncify.mjs", ORT_WASM)
 
 
+# gqa-apart: what the build ships for WebGPU (fusion.pack_qkv false: onnxruntime-web fuses the norm
+# and the three int4 projections into MatMulNBitsQkv itself; here, unquantized, GQA takes Q, K, V apart)
+FORMS = {"explicit": {"qk_norm": "explicit"}, "gqa": {"qk_norm": "gqa"}, "gqa-apart": {"qk_norm": "gqa", "pack_qkv": False}}
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     """A folder the page is served from: onnxruntime-web, the site's runtime modules, and the
-    example's decoder fused in both Q/K norm forms (graphs/<form>/)."""
+    example's decoder fused in each form of FORMS (graphs/<form>/)."""
     root = tmp_path_factory.mktemp("decoder-page")
     (root / "index.html").write_text("<!doctype html><title>decoder</title>\n")
     shutil.copytree(TEMPLATE_DIR / "runtime", root / "runtime")
     (root / "ort").mkdir()
     for name in ORT_FILES:
         shutil.copyfile(ort_dist() / name, root / "ort" / name)
-    for form in ("explicit", "gqa"):
-        model, _ = fuse_decoder(EXAMPLE_MODEL, qk_norm=form)
+    for form, options in FORMS.items():
+        model, _ = fuse_decoder(EXAMPLE_MODEL, **options)
         save(model, root / "graphs" / form)
     shutil.copyfile(EXAMPLE_MODEL / "embed_tokens.bin", root / "graphs" / "embed_tokens.bin")
     return root
@@ -121,7 +126,7 @@ def rel_err(ref: np.ndarray, got: list[list[float]]) -> np.ndarray:
 
 
 @needs_chromium
-@pytest.mark.parametrize("form", ["explicit", "gqa"])
+@pytest.mark.parametrize("form", list(FORMS))
 def test_webgpu_logits_match_onnxruntime_cpu(browser_run, cpu, form):
     ref_logits, ref_tokens = cpu
     out = browser_run(form, "webgpu")
