@@ -128,8 +128,12 @@ def _splice(model: onnx.ModelProto, nodes: list, embeds_in, text: str, hidden: i
         n("Shape", ["audio_features"], ["alen"], start=1, end=2),
         n("GreaterOrEqual", [P + "rel", zero], ["ge0"]),
         n("Less", [P + "rel", P + "alen"], ["ltA"]),
+        # row = rel inside the audio, else A (the zero row appended below), from the two comparisons
+        # rather than from in_audio: onnxruntime-web puts the int64 Wheres on the CPU and the bool And
+        # on the GPU, and a CPU node fed from the GPU stalls every step on a read-back
+        n("Where", [P + "ltA", P + "rel", P + "alen"], ["row_lt"]),
+        n("Where", [P + "ge0", P + "row_lt", P + "alen"], ["row"]),
         n("And", [P + "ge0", P + "ltA"], ["in_audio"]),
-        n("Where", [P + "in_audio", P + "rel", P + "alen"], ["row"]),  # A = the zero row appended below
         n("Pad", ["audio_features", pads], ["audio_padded"]),
         n("Gather", [P + "audio_padded", P + "row"], ["audio_rows"], axis=1),
         n("Unsqueeze", [P + "in_audio", axes02], ["mask"]),
