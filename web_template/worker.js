@@ -41,8 +41,16 @@ async function load({ manifestUrl, forceEp }) {
   runtime = JSON.parse(new TextDecoder().decode(files.get('runtime.json')));
   configureOrt(files.get(ORT_WASM));
   post({ type: 'progress', phase: 'session', loaded: 0, total: 1 });
-  const made = await createRecogniser(files, roles, ep, gpu.adapter);
+  // the variant the wasm EP runs (fp32 with its wasm twin), fetched only if WebGPU fails on another
+  const wasmVariant = async () => {
+    const v = chooseVariant(manifest, gpu, 'wasm').variant;
+    const r = manifest.variants[v];
+    return { variant: v, roles: r, files: v === variant ? files : await loadFiles(manifest, r.files, {
+      onProgress: (e) => post({ type: 'progress', ...e }), onWarning: (w) => post({ type: 'warning', message: w.message }) }) };
+  };
+  const made = await createRecogniser(files, roles, ep, gpu.adapter, wasmVariant);
   recogniser = made.recogniser;
+  const used = made.variant ?? variant;
   const tSession = performance.now();
   post({ type: 'progress', phase: 'warmup', loaded: 0, total: 1 });
   await recogniser.warmUp();
@@ -50,10 +58,10 @@ async function load({ manifestUrl, forceEp }) {
   post({
     type: 'ready',
     info: {
-      ep: made.ep, variant, notice: made.notice ?? notice,
+      ep: made.ep, variant: used, notice: made.notice ?? notice,
       adapter: made.ep === 'webgpu' ? gpu.description : 'none (WebAssembly on the CPU)',
       shaderF16: Boolean(gpu.shaderF16), threads: ort.env.wasm.numThreads, kvCache: recogniser.kvLocation,
-      modelBytes: roles.files.reduce((n, f) => n + manifest.files[f].size, 0),
+      modelBytes: manifest.variants[used].files.reduce((n, f) => n + manifest.files[f].size, 0),
       load: { download_ms: tDownload - t0, session_ms: tSession - tDownload, warmup_ms: tWarm - tSession, total_ms: tWarm - t0 },
     },
   });
@@ -67,15 +75,18 @@ function configureOrt(wasmBinary) {
 }
 
 // WebGPU first; a session that fails there (missing kernel, lost device) falls back to wasm
-// with a notice instead of leaving the page dead.
-async function createRecogniser(files, roles, ep, adapter) {
+// with a notice instead of leaving the page dead. The fallback runs the wasm EP's own variant
+// (wasmVariant: fp32 and its twin decoder; the fp16 graphs have int4 lookups wasm cannot run).
+async function createRecogniser(files, roles, ep, adapter, wasmVariant) {
   try {
     const provider = ep === 'webgpu' ? await webgpuProvider(adapter) : ep;
     return { ep, recogniser: await Recogniser.create(ort, files, roles, runtime, provider) };
   } catch (e) {
     if (ep !== 'webgpu') throw e;
-    const recogniserWasm = await Recogniser.create(ort, files, roles, runtime, 'wasm');
-    return { ep: 'wasm', recogniser: recogniserWasm, notice: `WebGPU session failed (${e.message}); running on WebAssembly instead.` };
+    const fallback = await wasmVariant();
+    const recogniserWasm = await Recogniser.create(ort, fallback.files, fallback.roles, runtime, 'wasm');
+    return { ep: 'wasm', variant: fallback.variant, recogniser: recogniserWasm,
+      notice: `WebGPU session failed (${e.message}); running on WebAssembly instead.` };
   }
 }
 
