@@ -117,7 +117,7 @@ def stage_shard(ctx: BuildContext) -> None:
     """Every model file and ORT's wasm binary -> content-hashed shards under dist/model/."""
     model = ctx.state["assembled"]
     variants = ctx.state["variants"]
-    _webgpu_and_wasm_decoders(variants, ctx.report)
+    _webgpu_forms_and_wasm_twins(variants, ctx.report)
     files = {name: v["dir"] / name for v in variants.values() for name in v["files"].values()}
     files |= {"runtime.json": model / "runtime.json", "tokens.bin": model / "tokens.bin",
               ORT_WASM: ort_dist() / ORT_WASM}
@@ -132,16 +132,21 @@ def stage_shard(ctx: BuildContext) -> None:
             f: manifest["files"][f]["size"] for f in v["files"].values()}
 
 
-def _webgpu_and_wasm_decoders(variants: dict, report: BuildReport) -> None:
+def _webgpu_forms_and_wasm_twins(variants: dict, report: BuildReport) -> None:
     """Every decoder becomes the WebGPU form (Q/K norms inside GroupQueryAttention); fp32 variants keep
     the form the wasm fallback runs as a twin graph (role decoder_wasm; same weights file, so it costs
-    a few KB). See pipeline.decoder_forms. The report's decoder_ops then count the shipped graph."""
+    a few KB), and a quantized encoder gets one too (role encoder_wasm). See pipeline.decoder_forms and
+    pipeline.wasm_twin. The report's decoder_ops then count the shipped graph."""
     from pipeline.decoder_forms import op_counts, webgpu_decoder
+    from pipeline.wasm_twin import wasm_graph
 
     for name, v in variants.items():
-        dec = v["files"].get("decoder")
+        dec, enc = v["files"].get("decoder"), v["files"].get("encoder")
         if dec and (twin := webgpu_decoder(v["dir"], dec, wasm_twin=v["dtype"] == "float32")):
             v["files"]["decoder_wasm"] = twin
+        # the int4 encoder too: onnxruntime-web's wasm MatMulNBits is slow (pipeline.wasm_twin)
+        if enc and v["dtype"] == "float32" and wasm_graph(v["dir"] / enc, v["dir"] / enc.replace(".onnx", ".wasm.onnx")):
+            v["files"]["encoder_wasm"] = enc.replace(".onnx", ".wasm.onnx")
         if dec and name in report.variants:
             report.variants[name]["decoder_ops"] = op_counts(v["dir"] / dec)
 

@@ -20,7 +20,7 @@ import onnx_ir as ir
 from fusion import qk_norm_in_gqa
 from fusion._ir import dead_code_elimination
 from fusion.report import Report
-from pipeline.wasm_twin import wasm_decoder
+from pipeline.wasm_twin import wasm_graph
 
 
 def _rewrite(src: Path, dest: Path, rule: Callable[[ir.Model], int]) -> bool:
@@ -51,7 +51,7 @@ def webgpu_decoder(folder: Path, name: str, wasm_twin: bool) -> str | None:
     path, webgpu = folder / name, folder / f"{name}.webgpu"
     twin = folder / (name.removesuffix(".onnx") + ".wasm.onnx")
     moved = norms_into_gqa(path, webgpu)
-    rewritten = wasm_twin and wasm_decoder(path, twin)
+    rewritten = wasm_twin and wasm_graph(path, twin)
     if wasm_twin and moved and not rewritten:
         shutil.copyfile(path, twin)  # the explicit graph as it is
     if moved:

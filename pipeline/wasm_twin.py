@@ -1,5 +1,6 @@
-"""The wasm twin of a quantized decoder: the same graph and the same weights file, with the int4
-operators that onnxruntime-web's wasm (CPU) build lacks or runs slowly spelt in standard ops.
+"""The wasm twin of a quantized graph (decoder or encoder): the same graph and the same weights file,
+with the int4 operators that onnxruntime-web's wasm (CPU) build lacks or runs slowly spelt in
+standard ops.
 
 - GatherBlockQuantized (the int4 embedding lookup) has no kernel in the 1.30 wasm build: the twin
   gathers the packed uint8 rows and unpacks only those.
@@ -31,7 +32,7 @@ class WasmTwinError(AssembleError):
     """A quantized operator of a form the twin cannot spell in standard ops."""
 
 
-def wasm_decoder(src: Path, dest: Path) -> bool:
+def wasm_graph(src: Path, dest: Path) -> bool:
     """Write `dest`: `src` with GatherBlockQuantized lookups (and, within WASM_FLOAT_WEIGHTS_MAX,
     MatMulNBits) spelt in standard ops; False (nothing written) when there is none."""
     model = onnx.load(str(src), load_external_data=False)

@@ -143,6 +143,29 @@ def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):
     assert np.argmax(a) == np.argmax(b) and np.max(np.abs(a - b)) / np.ptp(a) < 0.02
 
 
+def test_wasm_twin_encoder_matches_the_int4_encoder(fused_site, tmp_path):
+    """The int4 encoder's wasm twin (pipeline.wasm_twin): no MatMulNBits, the same weights file, and
+    the same features on onnxruntime CPU up to float rounding (the encoder's int4 is accuracy level
+    0: CPU computes it in float too)."""
+    import onnxruntime as ort
+
+    from pipeline.manifest import reassemble
+
+    manifest = load_manifest(fused_site / "dist" / "model")
+    roles = manifest["variants"]["fp32"]
+    assert roles.get("encoder_wasm") in roles["files"]
+    for role in ("encoder", "encoder_data", "encoder_wasm"):
+        reassemble(fused_site / "dist" / "model", manifest, roles[role], tmp_path / roles[role])
+    assert "MatMulNBits" in onnx_ops(tmp_path / roles["encoder"])
+    assert "MatMulNBits" not in onnx_ops(tmp_path / roles["encoder_wasm"])
+    pcm = {"pcm": (np.random.default_rng(0).standard_normal((1, 16000)) * 0.1).astype(np.float32)}
+    a, b = (ort.InferenceSession(str(tmp_path / roles[r]), providers=["CPUExecutionProvider"]).run(None, pcm)[0]
+            for r in ("encoder", "encoder_wasm"))
+    err = np.max(np.abs(a - b)) / np.ptp(a)
+    print(f"encoder twin vs int4 encoder: {err:.1e} of the range")
+    assert a.shape == b.shape and err < 1e-5
+
+
 def onnx_ops(path: Path) -> list[str]:
     import onnx
 

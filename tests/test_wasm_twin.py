@@ -11,7 +11,7 @@ import onnxruntime as ort
 import pytest
 
 from fusion.cli import run_fuse
-from pipeline.wasm_twin import WasmTwinError, wasm_decoder
+from pipeline.wasm_twin import WasmTwinError, wasm_graph
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
 INT4_OPS = {"MatMulNBits", "GatherBlockQuantized"}
@@ -46,7 +46,7 @@ def prefill_logits(s: ort.InferenceSession, ids: list[int]) -> np.ndarray:
 
 def test_twin_spells_int4_in_standard_ops_that_fold_to_float(quantized, tmp_path):
     twin = quantized.with_name("decoder.wasm.onnx")
-    assert wasm_decoder(quantized, twin)
+    assert wasm_graph(quantized, twin)
     source = onnx.load(str(quantized), load_external_data=False).graph
     graph = onnx.load(str(twin), load_external_data=False).graph
     assert not INT4_OPS & {n.op_type for n in graph.node}
@@ -75,4 +75,4 @@ def test_twin_refuses_asymmetric_weights(quantized, tmp_path):
     bad = quantized.with_name("asymmetric.onnx")
     onnx.save(model, str(bad))
     with pytest.raises(WasmTwinError, match="zero points"):
-        wasm_decoder(bad, tmp_path / "twin.onnx")
+        wasm_graph(bad, tmp_path / "twin.onnx")

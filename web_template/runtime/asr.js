@@ -21,7 +21,9 @@ export class Recogniser {
 
   // The encoder session as the site runs it (tests/test_encoder_webgpu.py drives it alone).
   async loadEncoder(files, roles) {
-    this.encoder = await this.ort.InferenceSession.create(files.get(roles.encoder), {
+    // quantized builds carry a wasm twin: the same weights, folded to float at session creation
+    const encoderFile = this.ep === 'wasm' && roles.encoder_wasm ? roles.encoder_wasm : roles.encoder;
+    this.encoder = await this.ort.InferenceSession.create(files.get(encoderFile), {
       ...this.sessionOptions(), executionProviders: [this.provider], externalData: external(files, roles.encoder_data),
     });
   }
