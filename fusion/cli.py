@@ -91,14 +91,14 @@ def quantize_in_place(path: Path, side: Path) -> dict:
     embed_tokens.bin are. Returns the quantize report with the new op census under "ops"."""
     from collections import Counter
 
-    import onnx
-
+    from pipeline.quantize.lazy import load_lazily
     from pipeline.quantize.settings import QuantSettings
     from pipeline.quantize.variants import embed_table, quantize_decoder, save_model
 
     s = QuantSettings()
     table, cfg = embed_table(side)
-    model, rep = quantize_decoder(onnx.load(str(path)), table, cfg, s)
+    # float weights read one at a time, as the build's quantize stage does (pipeline.quantize.lazy)
+    model, rep = quantize_decoder(load_lazily(path), table, cfg, s)
     save_model(model, path)
     return {"settings": s.__dict__ | {"exclude": list(s.exclude)}, **rep,
             "ops": dict(Counter(n.op_type for n in model.graph.node).most_common())}
