@@ -138,15 +138,15 @@ def _webgpu_forms_and_wasm_twins(variants: dict, report: BuildReport) -> None:
     a few KB), and a quantized encoder gets one too (role encoder_wasm). See pipeline.decoder_forms and
     pipeline.wasm_twin. The report's decoder_ops then count the shipped graph."""
     from pipeline.decoder_forms import op_counts, webgpu_decoder
-    from pipeline.wasm_twin import wasm_graph
+    from pipeline.wasm_twin import twin_name, wasm_graph
 
     for name, v in variants.items():
         dec, enc = v["files"].get("decoder"), v["files"].get("encoder")
         if dec and (twin := webgpu_decoder(v["dir"], dec, wasm_twin=v["dtype"] == "float32")):
             v["files"]["decoder_wasm"] = twin
         # the int4 encoder too: onnxruntime-web's wasm MatMulNBits is slow (pipeline.wasm_twin)
-        if enc and v["dtype"] == "float32" and wasm_graph(v["dir"] / enc, v["dir"] / enc.replace(".onnx", ".wasm.onnx")):
-            v["files"]["encoder_wasm"] = enc.replace(".onnx", ".wasm.onnx")
+        if enc and v["dtype"] == "float32" and wasm_graph(v["dir"] / enc, v["dir"] / twin_name(enc)):
+            v["files"]["encoder_wasm"] = twin_name(enc)
         if dec and name in report.variants:
             report.variants[name]["decoder_ops"] = op_counts(v["dir"] / dec)
 

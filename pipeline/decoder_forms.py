@@ -20,7 +20,7 @@ import onnx_ir as ir
 from fusion import qk_norm_in_gqa
 from fusion._ir import dead_code_elimination
 from fusion.report import Report
-from pipeline.wasm_twin import wasm_graph
+from pipeline.wasm_twin import twin_name, wasm_graph
 
 
 def _rewrite(src: Path, dest: Path, rule: Callable[[ir.Model], int]) -> bool:
@@ -49,7 +49,7 @@ def webgpu_decoder(folder: Path, name: str, wasm_twin: bool) -> str | None:
     wasm EP runs as `<name>.wasm.onnx` (explicit norms, int4 lookup and weights in standard ops: see
     pipeline.wasm_twin) and return its name; None when no twin is needed."""
     path, webgpu = folder / name, folder / f"{name}.webgpu"
-    twin = folder / (name.removesuffix(".onnx") + ".wasm.onnx")
+    twin = folder / twin_name(name)
     moved = norms_into_gqa(path, webgpu)
     rewritten = wasm_twin and wasm_graph(path, twin)
     if wasm_twin and moved and not rewritten:

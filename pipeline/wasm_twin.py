@@ -32,6 +32,11 @@ class WasmTwinError(AssembleError):
     """A quantized operator of a form the twin cannot spell in standard ops."""
 
 
+def twin_name(name: str) -> str:
+    """decoder.fp32.onnx -> decoder.fp32.wasm.onnx"""
+    return name.removesuffix(".onnx") + ".wasm.onnx"
+
+
 def wasm_graph(src: Path, dest: Path) -> bool:
     """Write `dest`: `src` with GatherBlockQuantized lookups (and, within WASM_FLOAT_WEIGHTS_MAX,
     MatMulNBits) spelt in standard ops; False (nothing written) when there is none."""
@@ -39,7 +44,7 @@ def wasm_graph(src: Path, dest: Path) -> bool:
     nodes = list(model.graph.node)
     lookups = [n for n in nodes if n.op_type == "GatherBlockQuantized"]
     matmuls = [n for n in nodes if n.op_type == "MatMulNBits"]
-    if sum(4 * _attrs(n)["K"] * _attrs(n)["N"] for n in matmuls) > WASM_FLOAT_WEIGHTS_MAX:
+    if sum(4 * a["K"] * a["N"] for a in map(_attrs, matmuls)) > WASM_FLOAT_WEIGHTS_MAX:
         matmuls = []
     if not lookups and not matmuls:
         return False

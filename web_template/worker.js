@@ -33,10 +33,11 @@ async function load({ manifestUrl, forceEp }) {
   const notice = ep === 'wasm' && forceEp !== 'wasm'
     ? `WebGPU is not available (${gpu.reason}); running on the CPU with WebAssembly, which is slower.` : null;
   const roles = manifest.variants[variant];
-  const files = await loadFiles(manifest, [...roles.files, 'runtime.json', 'tokens.bin', ORT_WASM], {
+  const reporting = {
     onProgress: (e) => post({ type: 'progress', ...e }),
     onWarning: (w) => post({ type: 'warning', message: w.message }),
-  });
+  };
+  const files = await loadFiles(manifest, [...roles.files, 'runtime.json', 'tokens.bin', ORT_WASM], reporting);
   const tDownload = performance.now();
   runtime = JSON.parse(new TextDecoder().decode(files.get('runtime.json')));
   configureOrt(files.get(ORT_WASM));
@@ -45,8 +46,7 @@ async function load({ manifestUrl, forceEp }) {
   const wasmVariant = async () => {
     const v = chooseVariant(manifest, gpu, 'wasm').variant;
     const r = manifest.variants[v];
-    return { variant: v, roles: r, files: v === variant ? files : await loadFiles(manifest, r.files, {
-      onProgress: (e) => post({ type: 'progress', ...e }), onWarning: (w) => post({ type: 'warning', message: w.message }) }) };
+    return { variant: v, roles: r, files: v === variant ? files : await loadFiles(manifest, r.files, reporting) };
   };
   const made = await createRecogniser(files, roles, ep, gpu.adapter, wasmVariant);
   recogniser = made.recogniser;

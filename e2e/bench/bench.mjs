@@ -18,30 +18,14 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 import { startServer } from '../../web_template/tests/server.mjs';
-import { sessionConfigEntry } from './ort.mjs';
+import { parseArgs } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
 import { decodeWav } from './wav.mjs';
 
 const ORT_WASM = 'ort-wasm-simd-threaded.asyncify.wasm'; // as worker.js loads it
 
-function parseArgs(argv) {
-  const o = { dir: null, ep: 'auto', decodeTokens: 128, repeat: 1, threads: 1, variant: null, maxClips: Infinity, sessionConfig: {} };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    const val = () => argv[++i];
-    if (a === '--ep') o.ep = val();
-    else if (a === '--decode-tokens') o.decodeTokens = Number(val());
-    else if (a === '--repeat') o.repeat = Number(val());
-    else if (a === '--threads') o.threads = Number(val());
-    else if (a === '--variant') o.variant = val();
-    else if (a === '--max-clips') o.maxClips = Number(val());
-    else if (a === '--session-config') Object.assign(o.sessionConfig, sessionConfigEntry(val()));
-    else if (!a.startsWith('--') && !o.dir) o.dir = path.resolve(a);
-    else throw new Error(`unknown argument ${a}`);
-  }
-  if (!o.dir) throw new Error('usage: bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N]');
-  return o;
-}
+const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--session-config K=V]...';
+const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity };
 
 // The site's modules, from the built folder.
 async function siteModules(dir) {
@@ -111,7 +95,7 @@ async function timedTranscribe(rec, pcm, opts = {}) {
 const log = (line) => console.error(`[bench] ${line}`); // progress on stderr; the report alone on stdout
 
 async function main() {
-  const o = parseArgs(process.argv.slice(2));
+  const o = parseArgs(process.argv.slice(2), OPTIONS, USAGE);
   if (o.ep !== 'wasm') (await import('./dawn.mjs')).installDawn();
   const srv = await startServer(o.dir);
   try {

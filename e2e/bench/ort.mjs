@@ -1,8 +1,11 @@
-// What the drivers that run graphs directly (split.mjs, merged.mjs) share: argument parsing,
-// onnxruntime-web on Dawn or wasm, and small tensor helpers.
+// What the bench drivers share: argument parsing; and for those that run graphs directly (split.mjs,
+// merged.mjs) onnxruntime-web on Dawn or wasm and small tensor helpers.
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+
+// greedy choice over the last position, as the site's runtime makes it
+export { argmaxLast } from '../../web_template/runtime/asr.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
@@ -65,13 +68,6 @@ export async function externalData(dir, names) {
 }
 
 export const int64 = (ort, values, dims) => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims);
-
-export function argmaxLast(logits, vocab) {
-  const d = logits.data;
-  let best = 0;
-  for (let i = 1, at = d.length - vocab; i < vocab; i++) if (d[at + i] > d[at + best]) best = i;
-  return best;
-}
 
 // Disposes GPU-resident outputs (the KV cache kept on the device between steps).
 export function disposeGpu(outputs, names) {

@@ -21,18 +21,14 @@ export class Recogniser {
 
   // The encoder session as the site runs it (tests/test_encoder_webgpu.py drives it alone).
   async loadEncoder(files, roles) {
-    // quantized builds carry a wasm twin: the same weights, folded to float at session creation
-    const encoderFile = this.ep === 'wasm' && roles.encoder_wasm ? roles.encoder_wasm : roles.encoder;
-    this.encoder = await this.ort.InferenceSession.create(files.get(encoderFile), {
+    this.encoder = await this.ort.InferenceSession.create(files.get(this.graphFile(roles, 'encoder')), {
       ...this.sessionOptions(), executionProviders: [this.provider], externalData: external(files, roles.encoder_data),
     });
   }
 
   // The decoder session as the site runs it (tests/test_decoder_webgpu.py drives it alone).
   async loadDecoder(files, roles) {
-    // the wasm build lacks GatherBlockQuantized: quantized builds carry a twin graph for it
-    const decoderFile = this.ep === 'wasm' && roles.decoder_wasm ? roles.decoder_wasm : roles.decoder;
-    this.decoder = await this.ort.InferenceSession.create(files.get(decoderFile), {
+    this.decoder = await this.ort.InferenceSession.create(files.get(this.graphFile(roles, 'decoder')), {
       ...this.sessionOptions(),
       executionProviders: [this.provider],
       externalData: external(files, roles.decoder_data),
@@ -45,6 +41,13 @@ export class Recogniser {
       const embed = files.get(roles.embed);
       this.embed = new Float32Array(embed.buffer, embed.byteOffset, embed.byteLength / 4);
     }
+  }
+
+  // The graph file of `role` for this EP. Quantized builds carry wasm twins (roles encoder_wasm,
+  // decoder_wasm; pipeline/wasm_twin.py): the same weights with the int4 ops the wasm build lacks
+  // (GatherBlockQuantized) or runs slowly (MatMulNBits) in standard ops.
+  graphFile(roles, role) {
+    return (this.ep === 'wasm' && roles[`${role}_wasm`]) || roles[role];
   }
 
   // ep: 'webgpu' | 'wasm', or a provider entry such as {name: 'webgpu', device} (probe.js webgpuProvider)
