@@ -21,7 +21,7 @@ import pytest
 from e2e.browser import choose, launch
 from fusion.fuse import fuse_decoder, save
 from fusion.parity import MergedRunner, embed_table, greedy
-from pipeline.render import ORT_WASM, TEMPLATE_DIR, ort_dist
+from tests.runtime_page import runtime_page
 from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
@@ -31,7 +31,6 @@ STEPS = 8
 # both forms; 10x that leaves room for a real adapter's summation order and still catches a wrong
 # kernel (a 32-token prefill run is off by 0.18 of the range here).
 REL_TOL = 1e-5
-ORT_FILES = ("ort.webgpu.min.mjs", "ort-wasm-simd-threaded.asyncify.mjs", ORT_WASM)
 
 
 # gqa-apart: what the build ships for WebGPU (fusion.pack_qkv false: onnxruntime-web fuses the norm
@@ -43,12 +42,7 @@ FORMS = {"explicit": {"qk_norm": "explicit"}, "gqa": {"qk_norm": "gqa"}, "gqa-ap
 def root(tmp_path_factory) -> Path:
     """A folder the page is served from: onnxruntime-web, the site's runtime modules, and the
     example's decoder fused in each form of FORMS (graphs/<form>/)."""
-    root = tmp_path_factory.mktemp("decoder-page")
-    (root / "index.html").write_text("<!doctype html><title>decoder</title>\n")
-    shutil.copytree(TEMPLATE_DIR / "runtime", root / "runtime")
-    (root / "ort").mkdir()
-    for name in ORT_FILES:
-        shutil.copyfile(ort_dist() / name, root / "ort" / name)
+    root = runtime_page(tmp_path_factory.mktemp("decoder-page"), "decoder")
     for form, options in FORMS.items():
         model, _ = fuse_decoder(EXAMPLE_MODEL, **options)
         save(model, root / "graphs" / form)

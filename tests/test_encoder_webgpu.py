@@ -10,7 +10,6 @@ shows what happens without that.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +21,10 @@ from fusion.fuse import save
 from fusion.fuse_encoder import fuse_encoder
 from pipeline.audio import read_wav
 from pipeline.frontend import add_mel_frontend
-from pipeline.render import ORT_WASM, TEMPLATE_DIR, ort_dist
+from tests.runtime_page import runtime_page
 from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
-ORT_FILES = ("ort.webgpu.min.mjs", "ort-wasm-simd-threaded.asyncify.mjs", ORT_WASM)
 # Measured: SwiftShader WebGPU within 9.9e-7 of the features' range, wasm 6.9e-7 (BENCHMARKS.md); 100x
 # that leaves room for a real adapter's summation order and still catches a wrong kernel (0.1 and more).
 REL_TOL = 1e-4
@@ -36,12 +34,7 @@ REL_TOL = 1e-4
 def root(tmp_path_factory) -> Path:
     """The page's folder: onnxruntime-web, the site's runtime modules, the example's encoder fused
     (float weights) with the mel front-end in front, as the build assembles it."""
-    root = tmp_path_factory.mktemp("encoder-page")
-    (root / "index.html").write_text("<!doctype html><title>encoder</title>\n")
-    shutil.copytree(TEMPLATE_DIR / "runtime", root / "runtime")
-    (root / "ort").mkdir()
-    for name in ORT_FILES:
-        shutil.copyfile(ort_dist() / name, root / "ort" / name)
+    root = runtime_page(tmp_path_factory.mktemp("encoder-page"), "encoder")
     model, report = fuse_encoder(EXAMPLE / "model")
     assert report["ops_after"]["MultiHeadAttention"] == 4
     save(model, root / "fused", "encoder.onnx")
