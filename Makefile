@@ -34,7 +34,7 @@ test-python:
 	$(PY) -m pytest -q
 
 test-js:
-	node --test web_template/tests/
+	node --test tests/js/
 
 # `webbuild verify` on the embedded example, as a deployer would run it: the 4 samples on the page's own
 # choice (SwiftShader WebGPU here), 20 held-out clips on wasm (SwiftShader is ~100x slower), and
@@ -45,7 +45,7 @@ E2E_DIR ?= /tmp/webbuild-e2e
 e2e: setup system-deps
 	rm -rf $(E2E_DIR) && mkdir -p $(E2E_DIR)
 	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o $(E2E_DIR)/dist
-	$(PY) -m pipeline.train.clips $(E2E_DIR)/clips --count 20
+	$(PY) -m webbuild.train.clips $(E2E_DIR)/clips --count 20
 	@start=$$(date +%s); rc=0; \
 	$(VENV)/bin/webbuild verify $(E2E_DIR)/dist --clips $(E2E_DIR)/clips --clips-ep wasm --clips-max-wer 0.25 \
 	  --json e2e-report.json || rc=$$?; \

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from pipeline.serve import start
+from webbuild.tools.serve import start
 
 ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update"]
 WEBGPU = ["--enable-unsafe-webgpu", "--enable-unsafe-swiftshader", "--use-webgpu-adapter=swiftshader"]

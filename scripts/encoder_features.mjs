@@ -6,9 +6,9 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 
-import { installDawn } from '../e2e/bench/dawn.mjs';
-import { Recogniser } from '../web_template/runtime/asr.js';
-import { webgpuProvider } from '../web_template/runtime/probe.js';
+import { installDawn } from '../webbuild/tools/bench/dawn.mjs';
+import { Recogniser } from '../webbuild/template/runtime/asr.js';
+import { webgpuProvider } from '../webbuild/template/runtime/probe.js';
 
 const [encoder, reference, ortDir] = process.argv.slice(2);
 const gpu = installDawn();

@@ -1,12 +1,12 @@
 // Runs scripts/encoder_ops.py's probe graphs on onnxruntime-web's WebGPU EP in Node (Dawn, see
-// e2e/bench/dawn.mjs; VK_ICD_FILENAMES / VK_DRIVER_FILES pick the Vulkan driver) with the default device
+// webbuild/tools/bench/dawn.mjs; VK_ICD_FILENAMES / VK_DRIVER_FILES pick the Vulkan driver) with the default device
 // or (nosubgroups) a device without the subgroups feature, as the site's runtime makes for adapters
 // with subgroups under 8 lanes. Prints each graph's max error relative to the reference's range.
 //   node scripts/encoder_ops.mjs OPS_DIR ORT_DIST_DIR [default|nosubgroups]
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 const [dir, ortDir] = process.argv.slice(2);
-const { installDawn } = await import('../e2e/bench/dawn.mjs');
+const { installDawn } = await import('../webbuild/tools/bench/dawn.mjs');
 const gpu = installDawn();
 const ort = await import(path.resolve(ortDir, 'ort.webgpu.min.mjs'));
 ort.env.wasm.wasmBinary = await readFile(path.resolve(ortDir, 'ort-wasm-simd-threaded.asyncify.wasm'));

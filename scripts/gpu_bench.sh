@@ -2,7 +2,7 @@
 # The 0.6b speed comparison on an NVIDIA GPU machine without network (issue 7). Three builds of the
 # same zoo weights, benched one after another by the same onnxruntime-web on Dawn/Vulkan:
 #   baseline  the split export as published: decoder_init + decoder_step, int4 MatMulNBits block 64
-#             (pipeline.zoo.published_int4), float embedding table, KV cache on the GPU
+#             (webbuild.zoo.published_int4), float embedding table, KV cache on the GPU
 #   peer      the onnxruntime-genai builder's graph (-p int4 -e webgpu, exclude_embeds=true so audio
 #             can be spliced in; use_webgpu_fp32=true where the adapter lacks shader-f16)
 #   webbuild  `webbuild model.yaml`: fused, int4, the site's own runtime
@@ -95,12 +95,12 @@ step() {
   echo "== $name: $((SECONDS - t0)) s"
 }
 
-f16() { node --input-type=module -e "import { installDawn } from './e2e/bench/dawn.mjs';
+f16() { node --input-type=module -e "import { installDawn } from './webbuild/tools/bench/dawn.mjs';
   const a = await installDawn().requestAdapter({ powerPreference: 'high-performance' });
   console.log(a.features.has('shader-f16') ? 'yes' : 'no'); process.exit(0);"; }
 
-zoo() { mkdir -p "$WORK/zoo.part" && python3 -m pipeline.cli zoo "$PRESET" -o "$WORK/zoo.part/export" --hf-dir "$WORK/zoo.part/hf"; }
-baseline() { python3 -m pipeline.zoo.published_int4 "$WORK/zoo/export" "$WORK/baseline.part"; }
+zoo() { mkdir -p "$WORK/zoo.part" && python3 -m webbuild.cli zoo "$PRESET" -o "$WORK/zoo.part/export" --hf-dir "$WORK/zoo.part/hf"; }
+baseline() { python3 -m webbuild.zoo.published_int4 "$WORK/zoo/export" "$WORK/baseline.part"; }
 peer() {
   local extra="exclude_embeds=true"; [ "$(f16)" = yes ] || extra+=" use_webgpu_fp32=true"
   python3 -m onnxruntime_genai.models.builder -i "$WORK/zoo/hf" -o "$WORK/peer.part" -p int4 -e webgpu \
@@ -109,14 +109,14 @@ peer() {
 webbuild() {
   local variant=fp32; [ "$(f16)" = yes ] && variant=fp16
   printf 'name: %s\nsource: {layout: qwen3-asr-split, dir: %s}\nvariants: [%s]\n' "$PRESET" "$WORK/zoo/export" "$variant" > "$WORK/model.yaml"
-  python3 -m pipeline.cli "$WORK/model.yaml" -o "$WORK/webbuild.part" 2>&1 | tail -15
+  python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/webbuild.part" 2>&1 | tail -15
 }
 # bench BUILD [TAG KEY=VALUE...]: the build's report as bench-BUILD[-TAG].json, with onnxruntime
 # session config entries (the sweep) when given
 bench() {
   local build=$1 tag=${2:+-$2} args=(); shift $(( $# > 1 ? 2 : 1 ))
   for kv in "$@"; do args+=(--session-config "$kv"); done
-  python3 -m pipeline.cli bench "$WORK/$build" --ep webgpu --decode-tokens "$TOKENS" "${args[@]}" --json "$WORK/bench-$build$tag.json.part"
+  python3 -m webbuild.cli bench "$WORK/$build" --ep webgpu --decode-tokens "$TOKENS" "${args[@]}" --json "$WORK/bench-$build$tag.json.part"
 }
 
 # With SWEEP=1, WebGPU EP settings tried on the same builds: command buffers flushed every N

@@ -18,9 +18,9 @@ import onnx
 from pathlib import Path
 from fusion.fuse import save
 from fusion.fuse_encoder import fuse_encoder
-from pipeline.frontend import add_mel_frontend
-from pipeline.quantize.encoder import encoder_variant
-from pipeline.quantize.variants import ENCODER_ACCURACY_LEVEL, save_model
+from webbuild.build.frontend import add_mel_frontend
+from webbuild.quantize.encoder import encoder_variant
+from webbuild.quantize.variants import ENCODER_ACCURACY_LEVEL, save_model
 out = Path(".gpu-enc")
 save(fuse_encoder(Path("examples/tiny-asr/model"))[0], out / "fused", "encoder.onnx")
 add_mel_frontend(out / "fused" / "encoder.onnx", out / "fused" / "frontend.onnx")

@@ -6,8 +6,8 @@ encoder fusion on the 0.6b/1.7b shapes without the decoders' export (minutes and
 import argparse
 from pathlib import Path
 
-from pipeline.zoo.build import random_model
-from pipeline.zoo.export import _export_encoder, _sample_inputs
+from webbuild.zoo.build import random_model
+from webbuild.zoo.export import export_encoder, sample_inputs
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -18,5 +18,5 @@ if __name__ == "__main__":
     a.out.mkdir(parents=True, exist_ok=True)
     model, tok = random_model(a.preset)
     model = model.eval().float()
-    _export_encoder(model, _sample_inputs(model, tok), a.out, a.exporter, print)
+    export_encoder(model, sample_inputs(model, tok), a.out, a.exporter, print)
     print(f"wrote {a.out / 'encoder.onnx'}")

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session")
 def tiny_model():
-    from pipeline.zoo.build import random_model
+    from webbuild.zoo.build import random_model
 
     return random_model("tiny", seed=0)
 
@@ -19,7 +19,7 @@ def tiny_model():
 @pytest.fixture(scope="session")
 def zoo_export(tiny_model, tmp_path_factory):
     """zoo_export(layout, exporter) -> folder of that export of the same random tiny model."""
-    from pipeline.zoo.export import export_model
+    from webbuild.zoo.export import export_model
 
     made: dict[tuple[str, str], Path] = {}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from pipeline.render import ORT_MODULES, ORT_WASM, TEMPLATE_DIR, ort_dist
+from webbuild.build.render import ORT_MODULES, ORT_WASM, TEMPLATE_DIR, ort_dist
 
 
 def runtime_page(root: Path, title: str) -> Path:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy.io import wavfile
 
-from pipeline.audio import AudioError, read_wav
-from pipeline.mel import log_mel
+from webbuild.reference.audio import AudioError, read_wav
+from webbuild.reference.mel import log_mel
 
 
 def tone(rate: int, seconds: float, freq: float = 440.0) -> np.ndarray:

@@ -18,7 +18,7 @@ pytestmark = [
 
 
 def webbuild(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True, text=True, timeout=900)
+    return subprocess.run([sys.executable, "-m", "webbuild.cli", *args], capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from pipeline.audio import write_wav
-from pipeline.cli import main
+from webbuild.reference.audio import write_wav
+from webbuild.cli import main
 
 SUBCOMMANDS = ["build", "zoo", "fuse", "transcribe", "serve", "verify", "bench"]
 
@@ -89,8 +89,8 @@ def test_fuse_quantizes_by_default_and_the_result_transcribes(tmp_path):
     import yaml
     from tokenizers import Tokenizer
 
-    from pipeline.audio import read_wav
-    from pipeline.transcribe import IdsDecoder, TokenizerCodec, Transcriber, cpu_session
+    from webbuild.reference.audio import read_wav
+    from webbuild.reference.transcribe import IdsDecoder, TokenizerCodec, Transcriber, cpu_session
 
     src = EXAMPLE / "model"
     result = CliRunner().invoke(main, ["fuse", str(src), "-o", str(tmp_path / "q"), "--report", str(tmp_path / "r.json")])

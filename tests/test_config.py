@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import main
+from webbuild.cli import main
 
 
 def write_yaml(tmp_path: Path, text: str) -> Path:
@@ -51,7 +51,7 @@ def test_missing_yaml_file(tmp_path):
 
 
 def test_minimal_yaml_gets_defaults(tmp_path, zoo_export):
-    from pipeline.config import load_config
+    from webbuild.config import load_config
 
     path = tmp_path / "model.yaml"
     path.write_text(f"name: tiny-asr\nsource: {{layout: qwen3-asr-split, dir: {zoo_export('split')}}}\n")
@@ -65,7 +65,7 @@ def test_minimal_yaml_gets_defaults(tmp_path, zoo_export):
 def test_relative_source_dir_resolves_against_yaml(tmp_path, zoo_export):
     import shutil
 
-    from pipeline.config import load_config
+    from webbuild.config import load_config
 
     shutil.copytree(zoo_export("split"), tmp_path / "sub" / "model")
     path = tmp_path / "sub" / "model.yaml"

@@ -1,4 +1,4 @@
-"""pipeline.decoder_forms: the WebGPU form written in place with a wasm twin, both reading the same
+"""webbuild.build.forms: the WebGPU form written in place with a wasm twin, both reading the same
 weights file, and the CPU form the Python reference runs."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import onnx
 import pytest
 
-from fusion.fuse import fuse_decoder, save
-from fusion.parity import MergedRunner, compare, embed_table
-from pipeline.decoder_forms import norms_out_of_gqa, webgpu_decoder
-from pipeline.transcribe import cpu_form
+from webbuild.fusion.fuse import fuse_decoder, save
+from webbuild.fusion.parity import MergedRunner, compare, embed_table
+from webbuild.build.forms import norms_out_of_gqa, webgpu_decoder
+from webbuild.reference.transcribe import cpu_form
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
 

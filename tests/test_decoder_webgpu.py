@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from e2e.browser import choose, launch
-from fusion.fuse import fuse_decoder, save
-from fusion.parity import MergedRunner, embed_table, greedy
+from webbuild.tools.browser import choose, launch
+from webbuild.fusion.fuse import fuse_decoder, save
+from webbuild.fusion.parity import MergedRunner, embed_table, greedy
 from tests.runtime_page import runtime_page
 from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
 
@@ -93,7 +93,7 @@ RUN = """async ({ form, ep, ids, steps, decoder }) => {
 @pytest.fixture(scope="module")
 def browser_run(playwright, root, prompt):
     """browser_run(form, ep) -> the page's result dict (logits, tokens, kv location, or error)."""
-    from pipeline.serve import start
+    from webbuild.tools.serve import start
 
     decoder = json.loads((EXAMPLE_MODEL / "config.json").read_text())["decoder"]
     srv = start(root, quiet=True)

@@ -16,11 +16,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from e2e.browser import choose, launch
-from fusion.fuse import save
-from fusion.fuse_encoder import fuse_encoder
-from pipeline.audio import read_wav
-from pipeline.frontend import add_mel_frontend
+from webbuild.tools.browser import choose, launch
+from webbuild.fusion.fuse import save
+from webbuild.fusion.fuse_encoder import fuse_encoder
+from webbuild.reference.audio import read_wav
+from webbuild.build.frontend import add_mel_frontend
 from tests.runtime_page import runtime_page
 from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
 
@@ -90,7 +90,7 @@ RUN = """async ({ ep, pcm, plain }) => {
 def browser_run(playwright, root, clips):
     """browser_run(ep, plain=False) -> the page's result; each run in a fresh page (its own
     onnxruntime-web instance, so the plain-device run does not share the other's device)."""
-    from pipeline.serve import start
+    from webbuild.tools.serve import start
 
     srv = start(root, quiet=True)
     browser = launch(playwright, choose())

@@ -7,8 +7,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from pipeline.frontend import add_mel_frontend, mel_graph
-from pipeline.mel import log_mel
+from webbuild.build.frontend import add_mel_frontend, mel_graph
+from webbuild.reference.mel import log_mel
 
 
 @pytest.fixture(scope="module")

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from pipeline.quantize.embeddings import add_input_ids
-from pipeline.quantize.matmul_nbits import quantize_matmuls
-from pipeline.quantize.settings import QuantSettings
+from webbuild.quantize.embeddings import add_input_ids
+from webbuild.quantize.matmul_nbits import quantize_matmuls
+from webbuild.quantize.settings import QuantSettings
 from tests.quantize_graphs import initializer, model, nbits_weight, nodes_of, run
 
 V, H = 80, 64
@@ -85,7 +85,7 @@ def test_untied_table_is_quantized_on_its_own():
 @pytest.mark.parametrize("rows", [7, 80, 1000])
 def test_tied_check_in_row_chunks_sees_every_row(rows):
     """is_tied compares a few rows at a time; a table that differs in its last row only is not tied."""
-    from pipeline.quantize.embeddings import is_tied, lm_head_node
+    from webbuild.quantize.embeddings import is_tied, lm_head_node
 
     m = _decoder(TABLE)
     lm = lm_head_node(m, V, H)

@@ -9,9 +9,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from pipeline.quantize.lazy import load_deferred, load_lazily
-from pipeline.quantize.settings import QuantSettings
-from pipeline.quantize.variants import embed_table, quantize_decoder
+from webbuild.quantize.lazy import load_deferred, load_lazily
+from webbuild.quantize.settings import QuantSettings
+from webbuild.quantize.variants import embed_table, quantize_decoder
 
 
 def _deferred(model: onnx.ModelProto) -> list[str]:

@@ -7,8 +7,8 @@ import pytest
 from onnx import TensorProto, helper
 from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
-from pipeline.quantize.matmul_nbits import quantize_matmuls
-from pipeline.quantize.settings import QuantSettings
+from webbuild.quantize.matmul_nbits import quantize_matmuls
+from webbuild.quantize.settings import QuantSettings
 from tests.quantize_graphs import attrs, initializer, matmul_model, model, nbits_weight, nodes_of, run
 
 K, N = 128, 96

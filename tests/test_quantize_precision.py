@@ -7,9 +7,9 @@ import onnx
 from onnx import TensorProto, helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
-from pipeline.quantize.matmul_nbits import quantize_matmuls
-from pipeline.quantize.precision import to_fp16
-from pipeline.quantize.settings import QuantSettings
+from webbuild.quantize.matmul_nbits import quantize_matmuls
+from webbuild.quantize.precision import to_fp16
+from webbuild.quantize.settings import QuantSettings
 from tests.quantize_graphs import initializer, model, nodes_of, run
 
 H = 64

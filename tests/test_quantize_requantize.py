@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
-from pipeline.quantize.matmul_nbits import quantize_matmuls
-from pipeline.quantize.requantize import requantize
-from pipeline.quantize.settings import QuantSettings
+from webbuild.quantize.matmul_nbits import quantize_matmuls
+from webbuild.quantize.requantize import requantize
+from webbuild.quantize.settings import QuantSettings
 from tests.quantize_graphs import attrs, initializer, matmul_model, nbits_weight, nodes_of, run
 
 K, N = 256, 64

@@ -10,8 +10,8 @@ import onnx
 import pytest
 from onnx import TensorProto
 
-from pipeline.quantize.check import check_variant, reference_tokens, variant_transcriber
-from pipeline.quantize.variants import quantize_variants
+from webbuild.build.check import check_variant, reference_tokens, variant_transcriber
+from webbuild.quantize.variants import quantize_variants
 
 CLIPS = {f"noise{i}": (np.random.default_rng(i).standard_normal(12000 + 4000 * i) * 0.1).astype(np.float32)
          for i in range(2)}
@@ -99,7 +99,7 @@ def test_quantized_logits_stay_close_to_float(merged, tmp_path):
 def test_fp32_variant_encoder_has_no_fp16_compute(merged, precision):
     """The fp32 variant serves adapters without shader-f16: whatever the encoder precision,
     no fp16 tensor may appear in its graph; the fp16 variant does compute in fp16."""
-    from pipeline.quantize.encoder import encoder_variant
+    from webbuild.quantize.encoder import encoder_variant
 
     def fp16_tensors(model):
         inits = [t for t in model.graph.initializer if t.data_type == TensorProto.FLOAT16]

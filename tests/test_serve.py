@@ -8,8 +8,8 @@ import os
 import pytest
 from click.testing import CliRunner
 
-from pipeline.cli import main
-from pipeline.serve import parse_headers_file, headers_for, start
+from webbuild.cli import main
+from webbuild.tools.serve import parse_headers_file, headers_for, start
 
 
 @pytest.fixture()

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.manifest import (
+from webbuild.site.manifest import (
     DEFAULT_MAX_BYTES,
     SCHEMA_PATH,
     dist_file_stats,
@@ -19,7 +19,7 @@ from pipeline.manifest import (
     verify_manifest,
     version_hash,
 )
-from pipeline.shard import ShardError, shard_files
+from webbuild.build.shard import ShardError, shard_files
 
 LIMIT = 1000
 
@@ -202,13 +202,13 @@ def test_default_limit_is_25_mib():
 def test_command_line(sources, tmp_path):
     out = tmp_path / "dist"
     args = [f"{n}={p}" for n, p in sources.items()]
-    r = subprocess.run([sys.executable, "-m", "pipeline.shard", str(out), *args, "--model-id", "m",
+    r = subprocess.run([sys.executable, "-m", "webbuild.build.shard", str(out), *args, "--model-id", "m",
                         "--max-bytes", str(LIMIT), "--variant", "all=one.bin,over.bin"],
                        capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert r.returncode == 0, r.stderr
     assert load_manifest(out)["variants"] == {"all": {"files": ["one.bin", "over.bin"]}}
     assert verify_manifest(out) == []
-    r = subprocess.run([sys.executable, "-m", "pipeline.shard", str(out), "x=/nonexistent", "--model-id", "m"],
+    r = subprocess.run([sys.executable, "-m", "webbuild.build.shard", str(out), "x=/nonexistent", "--model-id", "m"],
                        capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert r.returncode == 2 and "x: source /nonexistent does not exist" in r.stderr
 

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from e2e.browser import QUIET, open_site, wait_for  # noqa: F401 (one copy, shared with webbuild verify)
-from pipeline.audio import read_wav, write_wav
-from pipeline.build import run_build
-from pipeline.config import load_config
-from pipeline.manifest import load_manifest, verify_manifest
-from pipeline.prompt import build_prompt
+from webbuild.tools.browser import QUIET, open_site, wait_for  # noqa: F401 (one copy, shared with webbuild verify)
+from webbuild.reference.audio import read_wav, write_wav
+from webbuild.build.runner import run_build
+from webbuild.config import load_config
+from webbuild.site.manifest import load_manifest, verify_manifest
+from webbuild.reference.prompt import build_prompt
 
 CHROMIUM = Path("/usr/bin/chromium")
 MAX_BYTES = 4 * 2**20  # small, so the decoder data and ORT's wasm arrive in several shards
@@ -54,7 +54,7 @@ def fused_site(zoo_export, tmp_path_factory):
 
 def reference_for(site_root: Path):
     """The Python reference Transcriber on the graphs reassembled from a site's own shards."""
-    from pipeline.transcribe import load_transcriber
+    from webbuild.reference.transcribe import load_transcriber
 
     return load_transcriber(site_root / "dist")
 
@@ -95,7 +95,7 @@ def test_site_files(site):
 
 
 def test_runtime_config_and_token_table(site, zoo_export):
-    from pipeline.assemble import token_table
+    from webbuild.build.assemble import token_table
 
     src = zoo_export("merged")
     tok = Tokenizer.from_file(str(src / "tokenizer.json"))
@@ -116,14 +116,14 @@ def test_runtime_config_and_token_table(site, zoo_export):
 
 def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):
     """The WebGPU decoder has the Q/K norms inside GroupQueryAttention; the wasm fallback's graph has
-    them explicit and GatherBlockQuantized / MatMulNBits spelt in standard ops (pipeline.wasm_twin).
+    them explicit and GatherBlockQuantized / MatMulNBits spelt in standard ops (webbuild.quantize.wasm_twin).
     On onnxruntime CPU the WebGPU graph with its norms taken back out (the Python reference's form)
     gives the twin's greedy token, and its logits within the int8 rounding of the activations that
     CPU's MatMulNBits (accuracy level 4) does and the twin's float weights do not."""
     import onnxruntime as ort
 
-    from pipeline.manifest import reassemble
-    from pipeline.transcribe import cpu_form
+    from webbuild.site.manifest import reassemble
+    from webbuild.reference.transcribe import cpu_form
 
     manifest = load_manifest(fused_site / "dist" / "model")
     roles = manifest["variants"]["fp32"]
@@ -144,12 +144,12 @@ def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):
 
 
 def test_wasm_twin_encoder_matches_the_int4_encoder(fused_site, tmp_path):
-    """The int4 encoder's wasm twin (pipeline.wasm_twin): no MatMulNBits, the same weights file, and
+    """The int4 encoder's wasm twin (webbuild.quantize.wasm_twin): no MatMulNBits, the same weights file, and
     the same features on onnxruntime CPU up to float rounding (the encoder's int4 is accuracy level
     0: CPU computes it in float too)."""
     import onnxruntime as ort
 
-    from pipeline.manifest import reassemble
+    from webbuild.site.manifest import reassemble
 
     manifest = load_manifest(fused_site / "dist" / "model")
     roles = manifest["variants"]["fp32"]
@@ -173,8 +173,8 @@ def onnx_ops(path: Path) -> list[str]:
 
 
 def test_theme_contrast_warnings():
-    from pipeline.config import Theme
-    from pipeline.render import contrast_ratio, theme_warnings
+    from webbuild.config import Theme
+    from webbuild.build.render import contrast_ratio, theme_warnings
 
     assert round(contrast_ratio("#000000", "#ffffff"), 1) == 21.0
     assert theme_warnings(Theme()) == []  # the defaults are readable
@@ -194,7 +194,7 @@ def playwright():
 
 
 def served(site, **kw):
-    from pipeline.serve import start
+    from webbuild.tools.serve import start
 
     return start(site / "dist", quiet=True, base_path="/demo/", **kw)
 

@@ -12,10 +12,10 @@ import onnx
 import pytest
 import yaml
 
-from e2e.browser import open_site, wait_for
-from pipeline.audio import read_wav
-from pipeline.build import run_build
-from pipeline.config import load_config
+from webbuild.tools.browser import open_site, wait_for
+from webbuild.reference.audio import read_wav
+from webbuild.build.runner import run_build
+from webbuild.config import load_config
 from tests.test_site import needs_chromium, playwright, reference_for  # noqa: F401 (fixture)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
@@ -47,8 +47,8 @@ def expected(example_site):
 def test_python_reference_runs_both_variants_webgpu_graphs(example_site, expected, tmp_path):
     """The shipped decoders hold the Q/K norms inside GroupQueryAttention (the WebGPU form), which
     onnxruntime CPU refuses; the reference takes them back out and gets every sample right."""
-    from pipeline.manifest import load_manifest, reassemble
-    from pipeline.transcribe import load_transcriber
+    from webbuild.site.manifest import load_manifest, reassemble
+    from webbuild.reference.transcribe import load_transcriber
 
     work, samples = example_site
     manifest = load_manifest(work / "dist" / "model")
@@ -84,7 +84,7 @@ def transcribe_all(page, n: int) -> list[str]:
 @needs_chromium
 @pytest.mark.parametrize("webgpu", [pytest.param(True, marks=pytest.mark.slow), False], ids=["webgpu", "wasm"])
 def test_example_site_transcribes_its_samples(playwright, example_site, expected, webgpu):
-    from pipeline.serve import start
+    from webbuild.tools.serve import start
 
     work, samples = example_site
     srv = start(work / "dist", quiet=True, base_path="/demo/")

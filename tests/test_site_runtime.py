@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from pipeline.render import TEMPLATE_DIR
+from webbuild.build.render import TEMPLATE_DIR
 
 pytestmark = pytest.mark.skipif(not shutil.which("node"), reason="no node")
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.audio import read_wav
-from pipeline.config import load_config
-from pipeline.transcribe import load_transcriber
+from webbuild.reference.audio import read_wav
+from webbuild.config import load_config
+from webbuild.reference.transcribe import load_transcriber
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "tiny-asr"
@@ -38,7 +38,7 @@ def test_example_stays_small():
 
 @pytest.fixture(scope="module")
 def built_example(tmp_path_factory):
-    from pipeline.build import run_build
+    from webbuild.build.runner import run_build
 
     cfg = load_config(EXAMPLE / "model.yaml")
     out = tmp_path_factory.mktemp("example") / "dist"
@@ -72,7 +72,7 @@ def cfg_limit() -> int:
 def test_cli_transcribes_a_built_site(built_example):
     from click.testing import CliRunner
 
-    from pipeline.cli import main
+    from webbuild.cli import main
 
     cfg, dist, _ = built_example
     sample = cfg.site.samples[0]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline.prompt import PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count, build_prompt, parse_answer
-from pipeline.tokenizer import QWEN_SPECIAL_IDS, build_tokenizer
+from webbuild.reference.prompt import PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count, build_prompt, parse_answer
+from webbuild.reference.tokenizer import QWEN_SPECIAL_IDS, build_tokenizer
 
 TEXT = ["the quick brown fox jumps over the lazy dog system user assistant language English"] * 5
 

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.mel import log_mel
-from pipeline.prompt import answer_text, parse_answer
-from pipeline.tokenizer import build_tokenizer
-from pipeline.train.dataset import synthesize_clips
-from pipeline.train.features import log_mel_batch
-from pipeline.train.sentences import heldout_sentences, load_vocabulary, training_sentences
-from pipeline.train.speech import SAMPLE_RATE, Style, synthesize
+from webbuild.reference.mel import log_mel
+from webbuild.reference.prompt import answer_text, parse_answer
+from webbuild.reference.tokenizer import build_tokenizer
+from webbuild.train.dataset import synthesize_clips
+from webbuild.train.features import log_mel_batch
+from webbuild.train.sentences import heldout_sentences, load_vocabulary, training_sentences
+from webbuild.train.speech import SAMPLE_RATE, Style, synthesize
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 

@@ -5,11 +5,11 @@ import torch
 
 pytest.importorskip("transformers")
 
-from pipeline.prompt import audio_token_count, build_prompt  # noqa: E402
-from pipeline.train.fastpath import logits_and_loss  # noqa: E402
-from pipeline.tokenizer import build_tokenizer  # noqa: E402
-from pipeline.train.sentences import load_vocabulary, training_sentences  # noqa: E402
-from pipeline.train.train import make_model  # noqa: E402
+from webbuild.reference.prompt import audio_token_count, build_prompt  # noqa: E402
+from webbuild.train.fastpath import logits_and_loss  # noqa: E402
+from webbuild.reference.tokenizer import build_tokenizer  # noqa: E402
+from webbuild.train.sentences import load_vocabulary, training_sentences  # noqa: E402
+from webbuild.train.train import make_model  # noqa: E402
 
 
 def test_fastpath_matches_upstream():

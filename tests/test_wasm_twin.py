@@ -1,4 +1,4 @@
-"""pipeline.wasm_twin on the example's quantized decoder: no int4 operator left, every weight
+"""webbuild.quantize.wasm_twin on the example's quantized decoder: no int4 operator left, every weight
 folded to float32 by onnxruntime at session creation, and the logits of the int4 graph."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from fusion.cli import run_fuse
-from pipeline.wasm_twin import WasmTwinError, wasm_graph
+from webbuild.build.fuse import run_fuse
+from webbuild.quantize.wasm_twin import WasmTwinError, wasm_graph
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
 INT4_OPS = {"MatMulNBits", "GatherBlockQuantized"}

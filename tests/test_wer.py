@@ -1,4 +1,4 @@
-from pipeline.wer import corpus_wer, normalize, wer
+from webbuild.reference.wer import corpus_wer, normalize, wer
 
 
 def test_normalisation_ignores_case_and_punctuation():

@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pipeline.mel import log_mel
-from pipeline.prompt import audio_token_count, build_prompt
-from pipeline.transcribe import load_transcriber
+from webbuild.reference.mel import log_mel
+from webbuild.reference.prompt import audio_token_count, build_prompt
+from webbuild.reference.transcribe import load_transcriber
 
 SPLIT_FILES = {"encoder.onnx", "decoder_init.onnx", "decoder_step.onnx", "decoder_weights.data",
                "embed_tokens.bin", "config.json", "preprocessor_config.json", "tokenizer.json"}
@@ -107,7 +107,7 @@ def test_greedy_decode_equals_torch(zoo_export, tiny_model, layout):
 
 
 def test_zoo_refuses_existing_output(tmp_path, tiny_model):
-    from pipeline.zoo.export import export_model
+    from webbuild.zoo.export import export_model
 
     with pytest.raises(FileExistsError):
         export_model(*tiny_model, tmp_path, "split")
@@ -129,7 +129,7 @@ def test_shared_weights_stream_external_files_once(tmp_path, monkeypatch):
     file, copied in small chunks, equal tensors stored once, and run as before."""
     import onnxruntime as ort
 
-    from pipeline.zoo import onnx_export
+    from webbuild.zoo import onnx_export
 
     monkeypatch.setattr(onnx_export, "CHUNK", 1000)  # several chunks per tensor
     rng = np.random.RandomState(0)
@@ -153,7 +153,7 @@ def test_shared_weights_stream_external_files_once(tmp_path, monkeypatch):
 def test_hf_folder_is_the_text_decoder(tmp_path, tiny_model):
     from transformers import Qwen3ForCausalLM
 
-    from pipeline.zoo.build import save_text_decoder_hf
+    from webbuild.zoo.build import save_text_decoder_hf
 
     model, tok = tiny_model
     save_text_decoder_hf(model, tok, tmp_path / "hf")

@@ -1,3 +1,0 @@
-from pipeline.train.train import main
-
-main()

@@ -1,0 +1,68 @@
+"""decompose() undoes the fusion; fusing its output gives back the same graph (census and outputs)."""
+
+import onnx_ir as ir
+import pytest
+
+from webbuild.fusion import parity
+from webbuild.graph.ir import census
+from webbuild.fusion.decompose import decompose
+from webbuild.fusion.fuse import fuse_decoder, save
+from webbuild.fusion.validate import check_file
+
+FUSED_OPS = {"GroupQueryAttention", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization"}
+
+
+def _round_trip(fused_path, tmp_path, table):
+    original = ir.load(fused_path)
+    want = census(original)
+    flat = ir.load(fused_path)
+    decompose(flat)
+    assert not FUSED_OPS & set(census(flat)) and census(flat)["Softmax"] >= 2
+    flat_path = save(flat, tmp_path / "flat")
+    check_file(flat_path)
+    near = parity.compare(parity.MergedRunner(fused_path), parity.MergedRunner(flat_path), table)
+    assert near["max_rel_err"] < 1e-4 and near["tokens_equal"], near
+    n_pos = original.graph.initializers["cos_cache"].const_value.shape[0]
+    again, report = fuse_decoder(ir.load(flat_path), max_positions=n_pos)
+    assert census(again) == want and report["not_fused"] == []
+    back = parity.compare(parity.MergedRunner(fused_path), parity.MergedRunner(save(again, tmp_path / "again")), table)
+    assert back["max_rel_err"] < 1e-5 and back["tokens_equal"], back
+
+
+def test_round_trip_zoo(fused, tmp_path):
+    layout, exporter, path, model, report, out = fused
+    _round_trip(out, tmp_path, parity.embed_table(path if path.is_dir() else path.parent))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_round_trip_without_qk_norm(zoo, family, tmp_path):
+    src = zoo.family(family)
+    fused_path = save(fuse_decoder(src)[0], tmp_path / "fused")
+    _round_trip(fused_path, tmp_path, parity.embed_table(src.parent))
+
+
+def test_round_trip_matmulnbits(zoo, tmp_path):
+    """MatMulNBits <-> blocked DequantizeLinear + MatMul. onnxruntime turns DQ + MatMul back into
+    MatMulNBits at session creation with accuracy_level 4 (int8 activations) unless told otherwise,
+    so the numeric check pins both sides to accuracy level 0."""
+    src = zoo.quantized()
+    fused = fuse_decoder(src)[0]
+    for n in fused.graph:
+        if n.op_type == "MatMulNBits":
+            n.attributes["accuracy_level"] = ir.AttrInt64("accuracy_level", 0)
+    fused_path = save(fused, tmp_path / "fused")
+    want = census(ir.load(fused_path))
+    flat = ir.load(fused_path)
+    assert decompose(flat)["MatMulNBits"] == 21
+    assert "MatMulNBits" not in census(flat) and census(flat)["DequantizeLinear"] == 21
+    assert flat.graph.opset_imports[""] == 21
+    flat_path = save(flat, tmp_path / "flat")
+    check_file(flat_path)
+    table = parity.embed_table(src.parent)
+    exact = {"session.qdq_matmulnbits_accuracy_level": "0"}
+    near = parity.compare(parity.MergedRunner(fused_path), parity.MergedRunner(flat_path, config=exact), table)
+    assert near["max_rel_err"] < 1e-5 and near["tokens_equal"], near
+    again, report = fuse_decoder(ir.load(flat_path), max_positions=2048)
+    assert census(again) == want and report["not_fused"] == [] and report["fused"]["matmul_nbits"] == 21
+    back = parity.compare(parity.MergedRunner(fused_path), parity.MergedRunner(save(again, tmp_path / "again")), table)
+    assert back["max_rel_err"] < 1e-6 and back["tokens_equal"], back

@@ -1,0 +1,36 @@
+import onnx_ir as ir
+
+from webbuild.fusion import gqa, merge_split, rms_norm, skip_rms_norm
+from webbuild.graph.ir import dead_code_elimination
+from webbuild.fusion.pipeline_names import merged_names
+from tests.fusion.conftest import partly_fused
+from webbuild.fusion.validate import check
+
+
+def test_split_becomes_one_decoder_with_merged_interface(zoo):
+    m, report = partly_fused(zoo.source("split", "torchscript"),
+                             [rms_norm.apply, skip_rms_norm.apply, lambda m, r: gqa.apply(m, r, 2048)])
+    assert merge_split.is_split_init(m)
+    assert merge_split.apply(m, report)
+    dead_code_elimination(m)
+    inputs, outputs = merged_names(4)
+    assert [v.name for v in m.graph.inputs] == inputs
+    assert [v.name for v in m.graph.outputs] == outputs
+    key = m.graph.inputs[2]
+    assert list(key.shape)[1:2] == [2] and list(key.shape)[3:] == [64]
+    check(m)
+
+
+def test_split_without_gqa_is_left_alone(zoo):
+    """No GQA (e.g. attention not recognised): the stacked KV cannot be unstacked per layer."""
+    m, report = partly_fused(zoo.source("split", "torchscript"), [rms_norm.apply])
+    names = [v.name for v in m.graph.inputs]
+    assert not merge_split.apply(m, report)
+    assert [v.name for v in m.graph.inputs] == names
+    assert report.missed[-1]["rule"] == "merge_split"
+    check(m)
+
+
+def test_merged_source_is_not_a_split_init(zoo):
+    m = ir.load(zoo.source("merged", "torchscript"))
+    assert not merge_split.is_split_init(m)

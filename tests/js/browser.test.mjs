@@ -1,0 +1,65 @@
+// The loader in real Chromium with the real Cache API: a second browser start with the same
+// profile makes zero shard requests; clearCache empties it. Skipped where no Chromium exists.
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { rmSync } from 'node:fs';
+import path from 'node:path';
+
+import { CHROMIUM, runPage } from './chromium.mjs';
+import { REPO, buildFixture, tempDir } from './fixture.mjs';
+import { startServer } from '../../webbuild/tools/bench/server.mjs';
+
+const MAX = 256 * 1024;
+
+describe('loader in Chromium', { skip: !CHROMIUM && 'no Chromium' }, () => {
+  let tmp, fx, srv, profile;
+  before(async () => {
+    tmp = tempDir();
+    profile = path.join(tmp, 'profile');
+    fx = buildFixture(path.join(tmp, 'fx'), { 'model.onnx.data': 3 * MAX + 5, 'model.onnx': 1000 }, { maxBytes: MAX });
+    srv = await startServer(fx.dir, { mounts: {
+      '/runtime/': path.join(REPO, 'webbuild/template/runtime'), '/page/': path.join(REPO, 'tests/js/browser'),
+    } });
+  });
+  after(async () => {
+    await srv?.close();
+    rmSync(tmp, { recursive: true, force: true });
+  });
+  const shardHits = () => srv.log.filter((r) => r.path.startsWith('/shards/')).length;
+  const page = (q) => runPage(srv, `${srv.url}page/page.html?${q}`, profile);
+
+  it('downloads, verifies and caches every shard', async () => {
+    const r = await page('action=load');
+    assert.equal(r.error, undefined);
+    assert.equal(r.filesOk, true);
+    assert.equal(r.bytes, 3 * MAX + 5 + 1000);
+    assert.equal(r.cacheKeys, fx.manifest.shards.length);
+    assert.equal(shardHits(), fx.manifest.shards.length);
+  });
+
+  it('serves a browser restart from the Cache API with zero shard requests', async () => {
+    srv.log.length = 0;
+    const r = await page('action=load');
+    assert.equal(r.filesOk, true);
+    assert.equal(shardHits(), 0);
+    assert.equal(r.lastProgress.loaded, fx.manifest.total_bytes);
+  });
+
+  it('clearCache deletes the cache and the next load downloads again', async () => {
+    const r = await page(`action=clear&model=${fx.manifest.model_id}`);
+    assert.deepEqual({ before: r.before, cleared: r.cleared, after: r.after }, { before: true, cleared: true, after: false });
+    srv.log.length = 0;
+    assert.equal((await page('action=load')).filesOk, true);
+    assert.equal(shardHits(), fx.manifest.shards.length);
+  });
+
+  it('works inside a module worker, from the same cache', async () => {
+    srv.log.length = 0;
+    const r = await page('action=worker');
+    assert.equal(r.error, undefined);
+    assert.equal(r.filesOk, true);
+    assert.deepEqual(r.names.sort(), Object.keys(fx.manifest.files).sort());
+    assert.ok(r.progress > fx.manifest.shards.length);
+    assert.equal(shardHits(), 0); // the page's previous load cached everything
+  });
+});

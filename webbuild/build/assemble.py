@@ -1,0 +1,185 @@
+"""Assemble stage: the model folder the site runtime is written against.
+
+Output (``ctx.work_dir / "model"``), one set per variant:
+
+- ``encoder.onnx``: ``pcm`` [1, N] float32 16 kHz -> ``audio_features`` [1, A, H] (the mel
+  front-end is prepended here when the source encoder still takes ``mel``);
+- ``decoder.onnx`` + ``decoder.onnx.data``: ``inputs_embeds``, ``attention_mask``,
+  ``past_key_values.{i}.key|value`` -> ``logits``, ``present.{i}.key|value``;
+- ``embed_tokens.bin``: float32 [V, H];
+- ``runtime.json``: prompt ids, special ids, decoder shape: everything the browser needs so that
+  it carries no tokenizer for the prompt;
+- ``tokens.bin``: the decode table (see ``token_table``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import onnx
+from tokenizers import Tokenizer
+
+from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX
+
+RUNTIME_FORMAT = 1
+MAX_CHUNK_SECONDS = 30.0  # long audio is cut at quiet points into chunks at most this long
+# onnxruntime-web 1.30's WebGPU GroupQueryAttention gives wrong results when one run adds 32 or
+# more tokens (measured: 31 exact to 5e-7, 32 off by 0.1 in the logits, whatever the past length).
+# Sites whose decoder has GQA prefill on WebGPU in runs of at most this many tokens.
+WEBGPU_GQA_PREFILL_CHUNK = 31
+DEFAULT_MAX_NEW_TOKENS = 200
+
+
+class AssembleError(ValueError):
+    """The source cannot be turned into the runtime's model folder; the message says why."""
+
+
+def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = None,
+                   encoder: Path | None = None) -> dict:
+    """Write the runtime's fp32 model files into `out`; return {variant: Variant dict}.
+
+    A variant: {"dir": folder, "dtype": float type of audio_features / past / present,
+    "files": {role: file name}}, roles: encoder, encoder_data, decoder, decoder_data, embed
+    (embed only for decoders that take inputs_embeds). The quantize stage returns the same shape
+    (see `quantized_variants`).
+
+    `decoder` is a ready decoder graph with the merged interface (the fuse stage's output);
+    without it a merged-layout source's decoder is used as is. `encoder`: the fuse stage's encoder,
+    else the source's.
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    if decoder is None:
+        if layout != "merged":
+            raise AssembleError(
+                f"{source}: a {layout} source needs the fuse stage to make one decoder graph "
+                "(ctx.state['decoder']); until it is wired into the build use a merged-layout source")
+        decoder = source / "decoder_model_merged.onnx"
+    save_graph(decoder, out / "decoder.onnx")
+    _encoder(encoder or source / "encoder.onnx", out / "encoder.onnx")
+    shutil.copyfile(source / "embed_tokens.bin", out / "embed_tokens.bin")
+    cfg = json.loads((source / "config.json").read_text())
+    tok = Tokenizer.from_file(str(source / "tokenizer.json"))
+    rt = runtime_config(cfg, tok, prefill_chunk=WEBGPU_GQA_PREFILL_CHUNK if _has_gqa(out / "decoder.onnx") else 0)
+    (out / "runtime.json").write_text(json.dumps(rt, indent=1) + "\n")
+    (out / "tokens.bin").write_bytes(token_table(tok))
+    shutil.copyfile(source / "config.json", out / "config.json")  # what the quantize stage reads
+    return {"fp32": {"dir": out, "dtype": "float32", "files": _present(out, {
+        "encoder": "encoder.onnx", "encoder_data": "encoder.onnx.data",
+        "decoder": "decoder.onnx", "decoder_data": "decoder.onnx.data", "embed": "embed_tokens.bin"})}}
+
+
+def quantized_variants(out: Path, report: dict) -> dict:
+    """Variants in `assemble_model`'s shape from `webbuild.quantize.variants.quantize_variants`'s report."""
+    found = {}
+    for v, r in report["variants"].items():
+        dec, enc = r["decoder"]["file"], r["encoder"]["file"]
+        found[v] = {"dir": out, "dtype": "float16" if v == "fp16" else "float32", "files": _present(out, {
+            "encoder": enc, "encoder_data": enc + ".data", "decoder": dec, "decoder_data": dec + ".data"})}
+    return found
+
+
+def _present(folder: Path, roles: dict[str, str]) -> dict[str, str]:
+    return {role: name for role, name in roles.items() if (folder / name).is_file()}
+
+
+def save_graph(src: Path, dest: Path) -> None:
+    """Copy an ONNX graph to `dest`, its external data (if any) to one file `dest.name + '.data'`.
+
+    onnxruntime-web resolves external data by the location written inside the graph, so the
+    graph is re-saved with the new location rather than renamed on disk.
+    """
+    model = onnx.load(str(src), load_external_data=False)
+    locations = {e.value for t in _external_tensors(model) for e in t.external_data if e.key == "location"}
+    if not locations:
+        shutil.copyfile(src, dest)
+        return
+    if len(locations) > 1:
+        raise AssembleError(f"{src}: external data spread over {sorted(locations)}; expected one file")
+    data_name = dest.name + ".data"
+    shutil.copyfile(src.parent / locations.pop(), dest.parent / data_name)
+    for t in _external_tensors(model):
+        for e in t.external_data:
+            if e.key == "location":
+                e.value = data_name
+    onnx.save(model, str(dest))
+
+
+def _external_tensors(model: onnx.ModelProto):
+    return [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+
+
+def _encoder(src: Path, dest: Path) -> None:
+    inputs = [i.name for i in onnx.load(str(src), load_external_data=False).graph.input]
+    if inputs == ["pcm"]:
+        save_graph(src, dest)
+    elif inputs == ["mel"]:
+        from webbuild.build.frontend import add_mel_frontend  # the one mel implementation, in the graph
+
+        add_mel_frontend(src, dest)
+    else:
+        raise AssembleError(f"{src}: expected one encoder input named 'pcm' or 'mel', found {inputs}")
+
+
+def _has_gqa(graph: Path) -> bool:
+    model = onnx.load(str(graph), load_external_data=False)
+    return any(n.op_type == "GroupQueryAttention" for n in model.graph.node)
+
+
+def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0) -> dict:
+    """What the browser needs besides the graphs; the prompt is pre-tokenised here."""
+    dec, special = cfg["decoder"], cfg["special_tokens"]
+    ids = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    return {
+        "format": "webbuild-runtime", "format_version": RUNTIME_FORMAT,
+        "sample_rate": 16000,
+        "prompt": {"prefix": ids(PROMPT_PREFIX), "suffix": ids(PROMPT_SUFFIX),
+                   "audio_pad": tok.token_to_id("<|audio_pad|>")},
+        "eos_token_ids": special["eos_token_ids"],
+        "answer": {"text_start": "<asr_text>", "end": ANSWER_END},
+        "decoder": {k: dec[k] for k in ("num_layers", "num_key_value_heads", "head_dim", "hidden_size",
+                                        "vocab_size")},
+        "max_new_tokens": DEFAULT_MAX_NEW_TOKENS,
+        "max_chunk_seconds": MAX_CHUNK_SECONDS,
+        "webgpu_prefill_chunk": prefill_chunk,  # 0: the whole prompt in one run
+    }
+
+
+def token_table(tok: Tokenizer) -> bytes:
+    """Decode table: u32 count, u32 offsets[count + 1], then every token's bytes back to back.
+
+    Byte-level BPE tokens map each character back to one byte (GPT-2's byte alphabet); added
+    (special) tokens decode to their UTF-8 text, as `Tokenizer.decode(skip_special_tokens=False)`.
+    The browser concatenates a sequence's bytes and decodes them with a streaming TextDecoder.
+    """
+    to_byte = _unicode_to_byte()
+    added = {t.content for t in tok.get_added_tokens_decoder().values()}
+    count = tok.get_vocab_size(with_added_tokens=True)
+    pieces = []
+    for i in range(count):
+        t = tok.id_to_token(i)
+        if t is None:
+            pieces.append(b"")
+        elif t in added:
+            pieces.append(t.encode())
+        else:
+            pieces.append(bytes(to_byte[c] for c in t))
+    offsets = [0]
+    for p in pieces:
+        offsets.append(offsets[-1] + len(p))
+    return struct.pack(f"<{count + 2}I", count, *offsets) + b"".join(pieces)
+
+
+def _unicode_to_byte() -> dict[str, int]:
+    """Inverse of GPT-2's bytes_to_unicode (the ByteLevel pre-tokenizer's alphabet)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[chr(b)] = b
+        else:
+            table[chr(256 + extra)] = b
+            extra += 1
+    return table

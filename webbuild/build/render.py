@@ -1,0 +1,124 @@
+"""Render stage: webbuild/template/ -> dist/ (pages, app, worker, runtime, ORT glue, samples, _headers).
+
+Files named ``*.j2`` are Jinja2 templates and lose the suffix; everything else is copied as is.
+Every URL inside the site is relative, so one build works at any path; ``site.base_path`` is used
+where hosts need absolute paths (``_headers``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import jinja2
+
+from webbuild.config import BuildConfig
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "template"
+REPO = TEMPLATE_DIR.parents[1]  # package.json and node_modules/ (npm ci)
+SKIP = {"tests", "__init__.py", "__pycache__", "_headers.j2"}
+ORT_PACKAGE = "onnxruntime-web"
+# The webgpu build of onnxruntime-web (native WebGPU EP; wasm EP included) and its wasm glue.
+# The wasm binary itself (25.5 MiB) goes through the shard manifest, not here.
+ORT_MODULES = ("ort.webgpu.min.mjs", "ort-wasm-simd-threaded.asyncify.mjs")
+ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
+
+
+class RenderError(ValueError):
+    """The site cannot be rendered; the message says what to do."""
+
+
+def ort_dist() -> Path:
+    """onnxruntime-web's dist/ at exactly the version pinned in package.json."""
+    pinned = json.loads((REPO / "package.json").read_text())["dependencies"][ORT_PACKAGE]
+    pkg = REPO / "node_modules" / ORT_PACKAGE
+    try:
+        have = json.loads((pkg / "package.json").read_text())["version"]
+    except OSError:
+        raise RenderError(f"{pkg} is missing; run `make setup` (npm ci) to install the pinned "
+                          f"{ORT_PACKAGE} {pinned}") from None
+    if have != pinned:
+        raise RenderError(f"{pkg} is version {have}, package.json pins {pinned}; run `npm ci`")
+    return pkg / "dist"
+
+
+def render_site(cfg: BuildConfig, dist: Path, runtime: dict) -> list[str]:
+    """Write the site's pages and scripts into `dist` (the model shards are written separately).
+
+    Returns warnings (theme colours too close for readable text)."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), autoescape=True,
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    context = site_context(cfg, runtime)
+    for src in sorted(TEMPLATE_DIR.rglob("*")):
+        rel = src.relative_to(TEMPLATE_DIR)
+        if src.is_dir() or SKIP & set(rel.parts):
+            continue
+        dest = dist / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if src.suffix == ".j2":
+            dest.with_suffix("").write_text(env.get_template(rel.as_posix()).render(**context))
+        else:
+            shutil.copyfile(src, dest)
+    _copy_ort(dist / "ort")
+    _copy_samples(cfg, dist / "samples")
+    _write_verify_data(cfg, context, dist / "samples.json")
+    (dist / "_headers").write_text(env.get_template("_headers.j2").render(**context))
+    return theme_warnings(cfg.site.theme)
+
+
+def theme_warnings(theme) -> list[str]:
+    """WCAG AA wants 4.5:1 for body text: text on background, and white button labels on accent."""
+    pairs = [("site.theme.text on site.theme.background", theme.text, theme.background),
+             ("button labels (#ffffff) on site.theme.accent", "#ffffff", theme.accent)]
+    return [f"{what}: contrast {ratio:.1f}:1 is below 4.5:1; text will be hard to read"
+            for what, a, b in pairs if (ratio := contrast_ratio(a, b)) < 4.5]
+
+
+def contrast_ratio(a: str, b: str) -> float:
+    la, lb = sorted((_luminance(a), _luminance(b)), reverse=True)
+    return (la + 0.05) / (lb + 0.05)
+
+
+def _luminance(colour: str) -> float:
+    def channel(c: float) -> float:
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (channel(int(colour[i:i + 2], 16) / 255) for i in (1, 3, 5))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def site_context(cfg: BuildConfig, runtime: dict) -> dict:
+    return {
+        "title": cfg.title, "name": cfg.name, "base_path": cfg.site.base_path, "theme": cfg.site.theme,
+        "samples": [{"id": f"sample-{i}", "src": f"samples/{_sample_name(i, s.audio)}", "text": s.text,
+                     "label": s.audio.stem.replace("_", " ").replace("-", " ")}
+                    for i, s in enumerate(cfg.site.samples)],
+        "variants": runtime.get("variants", []),
+    }
+
+
+def _write_verify_data(cfg: BuildConfig, context: dict, dest: Path) -> None:
+    """What `webbuild verify` checks a deployed site against: its samples, expected texts, WER bound."""
+    samples = [{k: s[k] for k in ("id", "src", "text")} for s in context["samples"]]
+    dest.write_text(json.dumps({"name": cfg.name, "base_path": cfg.site.base_path,
+                                "max_wer": cfg.verify.max_wer, "samples": samples}, indent=1) + "\n")
+
+
+def _sample_name(i: int, audio: Path) -> str:
+    return f"{i:02d}-{re.sub(r'[^A-Za-z0-9._-]+', '_', audio.name)}"
+
+
+def _copy_samples(cfg: BuildConfig, dest: Path) -> None:
+    if not cfg.site.samples:
+        return
+    dest.mkdir(exist_ok=True)
+    for i, s in enumerate(cfg.site.samples):
+        shutil.copyfile(s.audio, dest / _sample_name(i, s.audio))
+
+
+def _copy_ort(dest: Path) -> None:
+    src = ort_dist()
+    dest.mkdir(exist_ok=True)
+    for name in ORT_MODULES:
+        shutil.copyfile(src / name, dest / name)

@@ -1,0 +1,341 @@
+"""The `webbuild` command line: `webbuild model.yaml` builds a site; subcommands run single stages."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from webbuild.config import ConfigError
+
+
+def _input_errors():
+    """Exceptions that mean bad user input (exit code 2), imported lazily to keep --help fast."""
+    from webbuild.reference.audio import AudioError
+    from webbuild.reference.transcribe import ModelDirError
+
+    return (ConfigError, AudioError, ModelDirError, FileExistsError, FileNotFoundError, KeyError)
+
+
+def fail(message: str, code: int = 2) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+class Progress:
+    """Timestamped progress lines on stderr for long work."""
+
+    def __init__(self):
+        self.start = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        click.echo(f"[{time.monotonic() - self.start:6.1f}s] {message}", err=True)
+
+
+class BuildGroup(click.Group):
+    """`webbuild model.yaml ...` is short for `webbuild build model.yaml ...`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["build", *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=BuildGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="webbuild")
+def main():
+    """Build a Qwen3-ASR ONNX export into a static speech-recognition website.
+
+    \b
+    Example:
+      webbuild examples/tiny-asr/model.yaml          # build the site into dist/
+      webbuild examples/tiny-asr/model.yaml -o out   # ... into out/
+      webbuild serve dist                            # preview it locally
+    """
+
+
+@main.command()
+@click.argument("config", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Output folder (default: model.yaml's `output`, dist/).")
+def build(config: Path, output: Path | None):
+    """Build the site described by CONFIG (a model.yaml) into dist/.
+
+    \b
+    Example:
+      webbuild build examples/tiny-asr/model.yaml -o dist
+    """
+    from webbuild.build.runner import run_build
+    from webbuild.config import load_config
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        for line in exc.problems:
+            click.echo(f"error: {line}", err=True)
+        sys.exit(2)
+    try:
+        report = run_build(cfg, output or cfg.output, Progress())
+    except _input_errors() as exc:
+        fail(str(exc))
+    click.echo(report.table())
+
+
+@main.command()
+@click.argument("preset")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Folder to create (must not exist).")
+@click.option("--layout", type=click.Choice(["split", "merged"]), default="split", show_default=True,
+              help="split: encoder + decoder_init + decoder_step (published layout); merged: one decoder with past_key_values.")
+@click.option("--exporter", type=click.Choice(["torchscript", "dynamo"]), default="torchscript", show_default=True,
+              help="torch.onnx path; they decompose operators differently.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
+@click.option("--hf-dir", type=click.Path(path_type=Path), help="Also save the text decoder as a Hugging Face Qwen3ForCausalLM folder.")
+def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir: Path | None):
+    """Make a Qwen3-ASR source export: PRESET (tiny, 0.6b, 1.7b) with random weights,
+    or a trained checkpoint folder (save_pretrained + tokenizer.json).
+
+    The export is checked against the torch model with onnxruntime before it is written.
+
+    \b
+    Examples:
+      webbuild zoo tiny -o /tmp/tiny                       # a few MB, seconds
+      webbuild zoo 0.6b -o /tmp/q06 --hf-dir /tmp/q06-hf   # published 0.6B dimensions
+      webbuild zoo tiny -o /tmp/tm --layout merged --exporter dynamo
+    """
+    from webbuild.zoo.build import load_checkpoint, random_model, save_text_decoder_hf
+    from webbuild.zoo.export import export_model
+    from webbuild.zoo.presets import PRESET_NAMES
+
+    progress = Progress()
+    if output.exists():
+        fail(f"{output} already exists; choose a new output folder")
+    try:
+        if preset in PRESET_NAMES:
+            progress(f"building preset {preset} (seed {seed})")
+            model, tok = random_model(preset, seed)
+        elif Path(preset).is_dir():
+            progress(f"loading checkpoint {preset}")
+            model, tok = load_checkpoint(Path(preset))
+        else:
+            fail(f"{preset!r} is neither a preset ({', '.join(PRESET_NAMES)}) nor a checkpoint folder")
+        export_model(model, tok, output, layout, exporter, progress)
+        if hf_dir:
+            save_text_decoder_hf(model, tok, hf_dir)
+            progress(f"wrote {hf_dir}")
+    except _input_errors() as exc:
+        fail(str(exc))
+
+
+@main.command()
+@click.argument("model", type=click.Path(path_type=Path))
+@click.argument("audio", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line: {\"audio\": path, \"text\": ...}.")
+@click.option("--max-new-tokens", type=int, default=200, show_default=True)
+@click.option("--variant", default="fp32", show_default=True, help="Precision variant of a built site (fp32, fp16).")
+def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str):
+    """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder (split or merged
+    layout) or a built site (dist/; its own graphs, reassembled from the shards).
+
+    AUDIO are WAV files or folders of them. WAV of any sample rate and channel count is resampled
+    to 16 kHz mono; decoding is greedy. Where a clip has a same-named .txt transcript beside it,
+    its word error rate is reported too (and a total at the end, on stderr).
+
+    \b
+    Examples:
+      webbuild transcribe examples/tiny-asr/model examples/tiny-asr/samples/*.wav --json
+      webbuild transcribe examples/tiny-asr/model /tmp/heldout    # folder of .wav + .txt
+      webbuild transcribe dist /tmp/heldout --variant fp16        # a built site's fp16 graphs
+    """
+    from webbuild.reference.audio import read_wav
+    from webbuild.reference.transcribe import load_transcriber
+    from webbuild.reference.wer import corpus_wer, wer
+
+    try:
+        runner = load_transcriber(model, variant)
+        pairs = []
+        for path in _wav_paths(audio):
+            row = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}
+            expected = path.with_suffix(".txt")
+            if expected.is_file():
+                row["expected"] = expected.read_text().strip()
+                row["wer"] = round(wer(row["expected"], row["text"]), 4)
+                pairs.append((row["expected"], row["text"]))
+            click.echo(json.dumps(row) if as_json else "\t".join(str(v) for v in row.values()))
+        if pairs:
+            click.echo(f"WER {100 * corpus_wer(pairs):.2f}% over {len(pairs)} clips", err=True)
+    except _input_errors() as exc:
+        fail(str(exc))
+
+
+def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
+    """Files as given; folders expand to their *.wav files in name order."""
+    out = []
+    for p in paths:
+        if p.is_dir():
+            wavs = sorted(p.glob("*.wav"))
+            if not wavs:
+                fail(f"{p}: folder holds no .wav files")
+            out += wavs
+        else:
+            out.append(p)
+    return out
+
+
+@main.command()
+@click.argument("src", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
+@click.option("--report", type=click.Path(path_type=Path), help="Write the op census (before/after) as JSON.")
+@click.option("--no-quantize", is_flag=True,
+              help="Fuse only: float weights, and the graph keeps its inputs_embeds input.")
+def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool):
+    """Rebuild fused operators (GroupQueryAttention, RMSNorm, packed QKV) in a decoder, then quantize.
+
+    SRC is a split-layout source folder or a merged decoder .onnx file. The quantization is the
+    build's default: int4 MatMulNBits (symmetric, block 32, accuracy level 4) and the embeddings as
+    an int4 lookup (GatherBlockQuantized, sharing lm_head's weight when tied), so the graph takes
+    input_ids, audio_features and audio_offset instead of inputs_embeds (config.json and
+    embed_tokens.bin are read from the source's folder). Writes OUTPUT/decoder.onnx(.data). The
+    encoder.onnx beside it, if any, is fused too (LayerNorm / SkipLayerNorm, Gelu / BiasGelu,
+    MultiHeadAttention; float weights) into OUTPUT/encoder.onnx, reported as a second graph.
+
+    \b
+    Example:
+      webbuild fuse examples/tiny-asr/model -o /tmp/fused --report /tmp/fuse.json
+      webbuild fuse examples/tiny-asr/model -o /tmp/fused-fp32 --no-quantize
+    """
+    from webbuild.build.fuse import run_fuse
+
+    try:
+        run_fuse(src, output, report, Progress(), quantize=not no_quantize)
+    except _input_errors() as exc:
+        fail(str(exc))
+
+
+@main.command()
+@click.argument("dir", type=click.Path(path_type=Path))
+@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; loopback keeps it private.")
+@click.option("--base-path", default="/", show_default=True, help="Serve the site under this path, like model.yaml's site.base_path.")
+@click.option("--coop-coep", is_flag=True, help="Send COOP/COEP (cross-origin isolation: wasm threads) even where _headers does not.")
+def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
+    """Preview a built site on http://127.0.0.1:PORT/ (loopback only unless --host says otherwise).
+
+    Only files inside DIR are served (no `..` or symlink escapes); the site's `_headers` file
+    is applied, as Netlify and Cloudflare Pages do.
+
+    \b
+    Example:
+      webbuild serve dist
+      webbuild serve dist --base-path /my-repo/ --port 8080
+    """
+    from webbuild.tools.serve import ServeError, serve_forever
+
+    try:
+        serve_forever(dir, host, port, base_path=base_path, coop_coep=coop_coep)
+    except FileNotFoundError:
+        fail(f"{dir} does not exist; build the site first (webbuild model.yaml)")
+    except (ServeError, OSError) as exc:
+        fail(str(exc))
+
+
+@main.command()
+@click.argument("target")
+@click.option("--clips", type=click.Path(path_type=Path), help="Folder of *.wav with same-named *.txt transcripts.")
+@click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
+@click.option("--browser", help="Chrome/Chromium executable or channel (default: $WEBBUILD_BROWSER, "
+              "a system Chrome/Chromium, Playwright's own).")
+@click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
+              help="Execution provider for the samples (auto: the page's own choice).")
+@click.option("--clips-ep", type=click.Choice(["auto", "webgpu", "wasm"]),
+              help="Run --clips on this provider, on a second visit (default: with the samples).")
+@click.option("--clips-max-wer", type=click.FloatRange(0, 1),
+              help="WER bound per --clips clip (default: the site's verify.max_wer).")
+@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds per load or clip.")
+def verify(target: str, clips: Path | None, report: Path | None, browser: str | None, ep: str,
+           clips_ep: str | None, clips_max_wer: float | None, timeout: float):
+    """Check in a real browser that a built site (folder or URL) transcribes correctly and fast.
+
+    Transcribes every sample of the site (and --clips) and compares with the expected text
+    (normalised: case and punctuation do not count; model.yaml verify.max_wer bounds the WER) and,
+    for a local folder, with the Python reference on the same graphs. Also checks that a shard
+    corrupted in transit is caught and re-fetched, that a second visit loads from the cache, that the
+    site falls back to wasm without WebGPU, that no request leaves the origin and that the console
+    shows no errors. Exit code 1 when anything fails.
+
+    \b
+    Example:
+      webbuild verify dist --json verify.json
+      webbuild verify dist --clips heldout/ --clips-ep wasm
+      webbuild verify https://user.github.io/my-asr/ --browser chrome
+    """
+    from webbuild.tools.verify.report import table, write_json
+    from webbuild.tools.verify.runner import Options, VerifyInputError
+    from webbuild.tools.verify.runner import verify as run_verify
+
+    opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_ep, clips_max_wer, timeout)
+    try:
+        result = run_verify(opts, progress=Progress())
+    except (VerifyInputError, FileNotFoundError) as exc:
+        fail(str(exc))
+    click.echo(table(result))
+    if report:
+        write_json(result, report)
+        click.echo(f"report: {report}")
+    sys.exit(0 if result["ok"] else 1)
+
+
+@main.command()
+@click.argument("dir", type=click.Path(path_type=Path))
+@click.option("--runtime", type=click.Choice(["node", "browser"]), default="node", show_default=True)
+@click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
+              help="Execution provider; auto takes WebGPU when an adapter exists.")
+@click.option("--decode-tokens", type=click.IntRange(1), default=128, show_default=True,
+              help="Length of the synthetic greedy decode that gives ms/token.")
+@click.option("--repeat", type=click.IntRange(1), default=1, show_default=True, help="Timed runs per sample clip.")
+@click.option("--max-clips", type=click.IntRange(0), help="Transcribe only the first N sample clips.")
+@click.option("--swiftshader", is_flag=True, help="WebGPU on Chromium's software Vulkan (correctness, not speed).")
+@click.option("--session-config", "session_config", multiple=True, metavar="KEY=VALUE",
+              help="An onnxruntime session config entry to try on top of the runtime's own (node only), e.g. "
+                   "ep.webgpuexecutionprovider.maxNumPendingDispatches=256; repeatable.")
+@click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
+def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
+          swiftshader: bool, session_config: tuple[str, ...], report: Path | None):
+    """Measure load time, encoder time, TTFT, prefill and decode speed of a built site's runtime.
+
+    Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
+    Dawn, or the wasm EP): load and warm-up, the sample clips, then a synthetic greedy decode.
+    --runtime browser opens the site's own page in Chromium instead and clicks its sample clips.
+    DIR may also be a split source export (the baseline) or a folder with a merged decoder (a peer
+    such as the onnxruntime-genai builder's model.onnx): its graphs then run directly on synthetic
+    inputs of the site's shapes (speed only).
+
+    \b
+    Example:
+      webbuild bench dist --ep wasm --json bench.json
+      webbuild bench dist --ep webgpu --swiftshader --decode-tokens 16
+      webbuild bench examples/tiny-asr/model --ep wasm
+    """
+    from webbuild.tools.bench import BenchError, run_node, table
+
+    try:
+        if runtime == "browser":
+            from webbuild.tools.bench.browser import run_browser
+
+            result = run_browser(dir, ep, repeat, max_clips)
+        else:
+            config = dict(entry.split("=", 1) for entry in session_config if "=" in entry)
+            if len(config) != len(session_config):
+                fail(f"--session-config wants KEY=VALUE, got {', '.join(e for e in session_config if '=' not in e)}")
+            result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config)
+    except (BenchError, FileNotFoundError) as exc:
+        fail(str(exc))
+    click.echo(table(result))
+    if report:
+        report.write_text(json.dumps(result, indent=1) + "\n")
+        click.echo(f"report: {report}")
+
+
+if __name__ == "__main__":
+    main()

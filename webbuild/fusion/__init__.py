@@ -1,0 +1,32 @@
+"""Graph fusion for exported Qwen3-ASR (and Llama/Qwen2/Qwen3) decoders.
+
+`fusion.fuse.fuse_decoder(src)` turns a decomposed decoder export (split dir or merged .onnx,
+torchscript or dynamo, float or MatMulNBits) into one decoder graph for onnxruntime(-web):
+inputs_embeds, attention_mask, past_key_values.{i}.key|value -> logits [B,1,V], present.{i}.*.
+One rule per module, applied in this order:
+
+  matmul_nbits   blocked int4 DequantizeLinear + MatMul -> MatMulNBits (before folding)
+  cleanup        constant folding, CSE (not a rule: gives the rules one spelling per op)
+  rms_norm       RMSNorm -> SimplifiedLayerNormalization
+  skip_rms_norm  residual Add + norm -> SkipSimplifiedLayerNormalization
+  gqa            attention + RoPE + KV concat -> GroupQueryAttention (rope, attention_mask helpers)
+  merge_split    split layout's prefill graph -> the single decoder interface
+  packed_qkv     Q/K/V projections -> one MatMul(NBits) (+ Split when Q/K norms sit between)
+  qk_norm_in_gqa opt-in, WebGPU/CUDA only: Q/K norms into GQA (and back out: take_out); the build
+                 applies it to its WebGPU decoders after quantization (webbuild/build/forms.py)
+  prune_lm_head  lm_head on the last position only
+  static_reshape computed Reshape targets -> constants
+
+`fusion.fuse_encoder.fuse_encoder(src)` does the same for the audio encoder (mel -> audio_features),
+after the same cleanup:
+
+  layer_norm         decomposed LayerNorm -> LayerNormalization
+  gelu               Erf GELU -> Gelu
+  bias_gelu          linear bias + Gelu -> BiasGelu (linear_bias: the bias of an Add or a Gemm)
+  skip_layer_norm    residual Add (+ projection bias) + LayerNormalization -> SkipLayerNormalization
+  encoder_attention  windowed eager attention -> MultiHeadAttention, the mask as attention_bias
+  encoder_packed_qkv Q/K/V projections -> one projection + Split
+
+`fusion.decompose` is the inverse (round-trip tests), `fusion.parity` the onnxruntime CPU harness,
+`fusion.cli.run_fuse` the `webbuild fuse` entry point.
+"""

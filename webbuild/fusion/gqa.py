@@ -1,0 +1,266 @@
+"""Eager attention -> com.microsoft.GroupQueryAttention with RoPE folded in (do_rotary=1).
+
+Anchored on Softmax, it walks the exporters' spelling of
+    softmax(Q_rope @ repeat_kv(K_all)^T * scale + mask) @ repeat_kv(V_all) -> Transpose -> Reshape
+where Q/K/V are projection outputs reshaped to heads (optional Q/K RMSNorm, already fused into
+SimplifiedLayerNormalization) and transposed to BNSH, K_all = Concat(past_k, K_rope) or K_rope.
+The GQA node takes the projection outputs (Q/K norms stay as explicit SimplifiedLayerNormalization
+on the head axis, then a Reshape back to [B, S, heads*hd]), the past KV (BNSH), seqlens_k /
+total_sequence_length from attention_mask, and cos/sin caches; its present outputs replace K_all /
+V_all (so a graph output keeps its name). The source's causal mask is dropped: GQA masks causally.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx_ir as ir
+
+from webbuild.fusion import rope
+from webbuild.graph.ir import (MS, attr, axes_of, const, import_ms_domain, only_user, prod, replace, scalar, scalar_operand,
+                        shared_const, width)
+from webbuild.fusion.attention_mask import gqa_lengths
+from webbuild.fusion.report import Report
+
+RULE = "gqa"
+DEFAULT_MAX_POSITIONS = 4096
+
+
+@dataclass
+class _Heads:
+    proj: ir.Value             # [B, S, heads*hd], what GQA consumes (before any norm)
+    norm: ir.Node | None       # SimplifiedLayerNormalization on [B, S, heads, hd]
+    head_dim: int
+    count: int = 0             # heads, known once all three branches are read
+
+
+@dataclass
+class _Match:
+    q: _Heads
+    k: _Heads
+    v: _Heads
+    past_k: ir.Value | None
+    past_v: ir.Value | None
+    k_all: ir.Value
+    v_all: ir.Value
+    out: ir.Value              # [B, S, heads*hd], the attention output fed to o_proj
+    scale: float
+    head_dim: int
+    rope: rope.Rope
+    anchor: ir.Node
+
+
+def apply(model: ir.Model, report: Report, max_positions: int | None = None) -> int:
+    g, done = model.graph, 0
+    verified: dict[tuple[int, int], float | str] = {}
+    for sm in [n for n in g if n.op_type == "Softmax"]:
+        m = match(sm)
+        if isinstance(m, str):
+            report.miss(RULE, sm.name or "Softmax", m)
+            continue
+        tables = rope.caches(m.rope.cos, m.rope.sin, m.head_dim, max_positions or DEFAULT_MAX_POSITIONS)
+        if isinstance(tables, str):
+            report.miss(RULE, sm.name or "Softmax", tables)
+            continue
+        if not _verified(m, tables, verified, report):
+            continue
+        _rewrite(g, m, tables)
+        done += 1
+    if done and not max_positions:
+        report.notes.append(f"gqa: max positions unknown, cos/sin caches sized {DEFAULT_MAX_POSITIONS}")
+    report.hit(RULE, done) if done else None
+    return done
+
+
+ROPE_TOLERANCE = 1e-3  # fp32 angles near position 65k carry ~1e-4 of rounding either way
+
+
+def _verified(m: _Match, tables, verified: dict, report: Report) -> bool:
+    """Check the caches against the source's own cos/sin once per table pair (layers share it)."""
+    key = (id(m.rope.cos), id(m.rope.sin))
+    if key not in verified:
+        verified[key] = rope.verify(m.rope.cos, m.rope.sin, tables)
+        err = verified[key]
+        report.notes.append(f"gqa: cos/sin caches vs the source at the first and last 16 positions: "
+                            + (f"max abs error {err:.2e}" if not isinstance(err, str) else f"not checked ({err})"))
+    err = verified[key]
+    if not isinstance(err, str) and err > ROPE_TOLERANCE:
+        report.miss(RULE, m.anchor.name or "Softmax", f"cos/sin caches differ from the source by {err:.2e}")
+        return False
+    return True
+
+
+def match(sm: ir.Node) -> _Match | str:
+    if attr(sm, "axis", -1) not in (-1, 3):
+        return "Softmax not over the last axis"
+    scores = _strip_cast(sm.inputs[0])
+    found = _scores(scores)
+    if found is None:
+        return "Softmax input is not (Q @ K^T) * scale [+ mask]"
+    qk, scale = found
+    q_rot, k_t = qk.inputs
+    kt = prod(k_t, "Transpose")
+    if kt is None or list(attr(kt, "perm", [])) != [0, 1, 3, 2]:
+        return "K is not transposed to [B, heads, hd, T]"
+    pv = _probs_times_v(sm.outputs[0])
+    if pv is None:
+        return "Softmax output is not multiplied by V"
+    out = _merge_heads(pv.outputs[0])
+    if out is None:
+        return "attention output is not transposed/reshaped back to [B, S, heads*hd]"
+    r = rope.match(q_rot)
+    if r is None:
+        return "no rotate_half RoPE on Q"
+    k_all, v_all = _unrepeat(kt.inputs[0]), _unrepeat(pv.inputs[1])
+    past_k, k_new = _split_past(k_all)
+    past_v, v_new = _split_past(v_all)
+    rk = rope.match(k_new)
+    if rk is None or rk.cos is not r.cos or rk.sin is not r.sin:
+        return "K is not rotated with Q's cos/sin"
+    q, k, v = _heads(r.x), _heads(rk.x), _heads(v_new)
+    if isinstance(q, str) or isinstance(k, str) or isinstance(v, str):
+        return next(x for x in (q, k, v) if isinstance(x, str))
+    head_dim = q.head_dim
+    if k.head_dim != head_dim or v.head_dim != head_dim:
+        return "Q, K and V head sizes differ"
+    return _finish(q, k, v, past_k, past_v, k_all, v_all, out, scale, head_dim, r, sm)
+
+
+def _finish(q, k, v, past_k, past_v, k_all, v_all, out, scale, head_dim, r, sm) -> _Match | str:
+    """Turn per-branch head sizes into head counts and check them against each other."""
+    widths = [width(b.proj) for b in (q, k, v)]
+    if None in widths:
+        return "projection widths unknown"
+    for b, w in zip((q, k, v), widths):
+        b.count = w // head_dim
+    if k.count != v.count or q.count % k.count or widths[0] % head_dim:
+        return f"inconsistent heads: q {widths[0]}, k {widths[1]}, v {widths[2]}, head_dim {head_dim}"
+    return _Match(q, k, v, past_k, past_v, k_all, v_all, out, scale, head_dim, r, sm)
+
+
+def _strip_cast(v: ir.Value) -> ir.Value:
+    while (n := prod(v, "Cast")) is not None:
+        v = n.inputs[0]
+    return v
+
+
+def _scores(v: ir.Value) -> tuple[ir.Node, float] | None:
+    """(the Q @ K^T MatMul, scale) under an optional additive mask and scalar Mul/Div."""
+    add = prod(v, "Add")
+    starts = [add.inputs[0], add.inputs[1]] if add is not None else [v]
+    for s in starts:
+        found = _scaled_matmul(s)
+        if found is not None:
+            return found
+    return None
+
+
+def _scaled_matmul(v: ir.Value) -> tuple[ir.Node, float] | None:
+    scale = 1.0
+    for _ in range(4):
+        n = prod(v)
+        if n is None:
+            return None
+        if n.op_type == "MatMul":
+            return n, scale
+        if n.op_type == "Div" and scalar(n.inputs[1]) is not None:
+            v, scale = n.inputs[0], scale / scalar(n.inputs[1])
+        elif n.op_type == "Mul" and scalar_operand(n) is not None:
+            v, k = scalar_operand(n)
+            scale *= k
+        else:
+            return None
+    return None
+
+
+def _probs_times_v(probs: ir.Value) -> ir.Node | None:
+    users = list(probs.consumers())
+    if len(users) == 1 and users[0].op_type == "Cast":
+        probs, users = users[0].outputs[0], list(users[0].outputs[0].consumers())
+    mm = users[0] if len(users) == 1 and users[0].op_type == "MatMul" else None
+    return mm if mm is not None and mm.inputs[0] is probs else None
+
+
+def _merge_heads(v: ir.Value) -> ir.Value | None:
+    t = only_user(v, "Transpose")
+    if t is None or list(attr(t, "perm", [])) != [0, 2, 1, 3]:
+        return None
+    r = only_user(t.outputs[0], "Reshape")
+    return r.outputs[0] if r is not None else None
+
+
+def _unrepeat(v: ir.Value) -> ir.Value:
+    """Strip repeat_kv: Reshape(Expand(Unsqueeze(x, 2))) -> x."""
+    r = prod(v, "Reshape")
+    e = prod(r.inputs[0], "Expand") if r else None
+    u = prod(e.inputs[0], "Unsqueeze") if e else None
+    return u.inputs[0] if u is not None and axes_of(u) == [2] else v
+
+
+def _split_past(v: ir.Value) -> tuple[ir.Value | None, ir.Value]:
+    cat = prod(v, "Concat")
+    if cat is not None and len(cat.inputs) == 2 and attr(cat, "axis") in (2, -2):
+        return cat.inputs[0], cat.inputs[1]
+    return None, v
+
+
+def _heads(v: ir.Value) -> _Heads | str:
+    """BNSH tensor -> its projection: Transpose(0,2,1,3)(optional norm(Reshape(proj, [.., heads, hd])))."""
+    t = prod(v, "Transpose")
+    if t is None or list(attr(t, "perm", [])) != [0, 2, 1, 3]:
+        return "Q/K/V not transposed from [B, S, heads, hd]"
+    x = t.inputs[0]
+    norm = prod(x, "SimplifiedLayerNormalization")
+    if norm is not None and norm.domain == "":
+        x = norm.inputs[0]
+    else:
+        norm = None
+    r = prod(x, "Reshape")
+    hd = _head_dim(r) if r is not None else None
+    if hd is None:
+        return "Q/K/V not reshaped to [B, S, heads, hd] with a known hd"
+    return _Heads(r.inputs[0], norm, hd)
+
+
+def _head_dim(reshape: ir.Node) -> int | None:
+    """Last entry of the target shape: a constant, or the constant last input of a Concat."""
+    c = const(reshape.inputs[1])
+    if c is not None:
+        return int(c[-1]) if c.size == 4 and c[-1] > 0 else None
+    cat = prod(reshape.inputs[1], "Concat")
+    last = const(cat.inputs[-1]) if cat is not None and len(cat.inputs) == 4 else None
+    return int(last.reshape(-1)[-1]) if last is not None and last.size == 1 and last.reshape(-1)[-1] > 0 else None
+
+
+def _gqa_input(g: ir.Graph, b: _Heads, new: list[ir.Node]) -> ir.Value:
+    """What GQA takes for Q or K: the projection, or the head-wise norm reshaped back to 3-D."""
+    if b.norm is None:
+        return b.proj
+    flat = shared_const(g, "gqa/shape_bs_flat", np.array([0, 0, -1], np.int64))
+    r = ir.node("Reshape", [b.norm.outputs[0], flat], name=f"{b.norm.name}/Flatten")
+    new.append(r)
+    return r.outputs[0]
+
+
+def _rewrite(g: ir.Graph, m: _Match, tables: tuple[np.ndarray, np.ndarray]) -> None:
+    import_ms_domain(g)
+    seqlens, total = gqa_lengths(g)
+    cos = shared_const(g, "cos_cache", tables[0])
+    sin = shared_const(g, "sin_cache", tables[1])
+    new: list[ir.Node] = []
+    q_in, k_in = _gqa_input(g, m.q, new), _gqa_input(g, m.k, new)
+    node = ir.node("GroupQueryAttention",
+                   [q_in, k_in, m.v.proj, m.past_k, m.past_v, seqlens, total, cos, sin],
+                   {"num_heads": m.q.count, "kv_num_heads": m.k.count, "scale": float(m.scale),
+                    "do_rotary": 1, "rotary_interleaved": 0},
+                   domain=MS, num_outputs=3, name=f"{m.anchor.name}/GroupQueryAttention")
+    new.append(node)
+    out, present_k, present_v = node.outputs
+    out.shape, out.type = m.out.shape, m.out.type
+    for p, src in ((present_k, m.k_all), (present_v, m.v_all)):
+        p.shape, p.type = src.shape, src.type
+    g.insert_after(m.out.producer(), new)
+    replace(m.out, out)
+    replace(m.k_all, present_k)
+    replace(m.v_all, present_v)

@@ -1,0 +1,141 @@
+"""Split layout (decoder_init + decoder_step) -> one decoder serving prefill and step.
+
+After GQA fusion the prefill graph already does everything the step graph does: GQA takes a past
+KV of any length (0 on the first call) and masks causally itself. So the init graph becomes the
+one decoder by giving it the merged interface:
+  inputs  inputs_embeds [B,S,H] (replacing the embedding lookup + audio splice, which move out of
+          the graph for now), attention_mask [B,T], past_key_values.{i}.key|value [B,kv,P,hd]
+  outputs logits, present.{i}.key|value (GQA's present outputs, instead of the stacked tensors).
+The front (Gather on the tied weight + audio splice) can come back later as its own rule.
+"""
+
+from __future__ import annotations
+
+import onnx_ir as ir
+
+from webbuild.graph.ir import attr, axes_of, prod
+from webbuild.fusion.attention_mask import mask_input
+from webbuild.fusion.report import Report
+
+RULE = "merge_split"
+SPLIT_INPUTS = {"input_ids", "audio_features", "audio_offset"}
+STACKED = ("present_keys", "present_values")
+
+
+def is_split_init(model: ir.Model) -> bool:
+    g = model.graph
+    return SPLIT_INPUTS <= {v.name for v in g.inputs} and set(STACKED) <= {v.name for v in g.outputs}
+
+
+def apply(model: ir.Model, report: Report) -> bool:
+    g = model.graph
+    layers = [_unstack(next(v for v in g.outputs if v.name == name)) for name in STACKED]
+    if any(isinstance(x, str) for x in layers):
+        report.miss(RULE, "present_keys", next(x for x in layers if isinstance(x, str)))
+        return False
+    keys, values = layers
+    gqas = [prod(k, "GroupQueryAttention") for k in keys]
+    if any(n is None for n in gqas) or any(prod(v) is not n for v, n in zip(values, gqas)):
+        report.miss(RULE, "present_keys", "stacked KV does not come from GroupQueryAttention outputs")
+        return False
+    start = _stream_start(g)
+    if start is None:
+        report.miss(RULE, "inputs", "first decoder norm not found")
+        return False
+    x0, hidden = start
+    embeds = ir.Value(name="inputs_embeds", shape=ir.Shape(["batch_size", "sequence_length", hidden]),
+                      type=gqas[0].outputs[0].type)
+    left = _blocking_input(g, x0)
+    if left:
+        report.miss(RULE, left, "used by more than the embedding splice and shape reads")
+        return False
+    ir.convenience.replace_all_uses_with(x0, embeds)
+    for v in g.inputs:
+        for user in [u for u in v.consumers() if _shape_read(u, v)]:
+            user.replace_input_with(0, embeds)
+    pasts, presents = _kv_io(gqas)
+    logits = next(v for v in g.outputs if v.name == "logits")
+    mask = mask_input(g)
+    g.inputs.clear()
+    g.inputs.extend([embeds, mask, *pasts])
+    g.outputs.clear()
+    g.outputs.extend([logits, *presents])
+    report.notes.append("merge_split: decoder_init became the single decoder; decoder_step.onnx is not needed "
+                        "(same weights; GQA serves steps)")
+    report.hit(RULE)
+    return True
+
+
+def _shape_read(node: ir.Node, v: ir.Value) -> bool:
+    """Shape of batch/sequence axes of an old [B, S, ...] input: the same as of inputs_embeds.
+    (dynamo reads the sequence length from input_ids and the batch size from audio_features)."""
+    if node.op_type != "Shape":
+        return False
+    start, end = attr(node, "start", 0), attr(node, "end", None)
+    if v.name in ("input_ids", "position_ids"):
+        return start in (0, 1) and end is not None and 0 < end <= 2
+    return v.name == "audio_features" and start == 0 and end == 1
+
+
+def _blocking_input(g: ir.Graph, x0: ir.Value) -> str | None:
+    """An old input that reaches an output other than through x0 or a shape read, if any."""
+    for v in g.inputs:
+        if v.name in SPLIT_INPUTS | {"position_ids"}:
+            if any(_live(u, x0) for u in v.consumers() if not _shape_read(u, v)):
+                return v.name
+    return None
+
+
+def _live(node: ir.Node, stop: ir.Value) -> bool:
+    """Whether `node` feeds a kept graph output without passing through `stop`."""
+    seen, todo = set(), [node]
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        for o in n.outputs:
+            if o is stop:
+                continue
+            if o.is_graph_output() and o.name not in STACKED:
+                return True
+            todo.extend(o.consumers())
+    return False
+
+
+def _unstack(v: ir.Value) -> list[ir.Value] | str:
+    """torch.stack spelled Concat(Unsqueeze(x_i, 0), ...) -> [x_i]."""
+    cat = prod(v, "Concat")
+    if cat is None or attr(cat, "axis") != 0:
+        return f"{v.name} is not a stack of per-layer tensors"
+    parts = [prod(x, "Unsqueeze") for x in cat.inputs]
+    if any(u is None or axes_of(u) != [0] for u in parts):
+        return f"{v.name} is not a stack of per-layer tensors"
+    return [u.inputs[0] for u in parts]
+
+
+def _stream_start(g: ir.Graph) -> tuple[ir.Value, int] | None:
+    """(residual stream entering layer 0, hidden size): the first norm whose input feeds a residual
+    SkipSimplifiedLayerNormalization (Q/K norms never do)."""
+    for n in g:
+        if n.op_type == "SimplifiedLayerNormalization":
+            x = n.inputs[0]
+            if any(u.op_type == "SkipSimplifiedLayerNormalization" for u in x.consumers()):
+                return x, int(n.inputs[1].const_value.shape[0])
+    return None
+
+
+def _kv_io(gqas: list[ir.Node]) -> tuple[list[ir.Value], list[ir.Value]]:
+    pasts, presents = [], []
+    for i, n in enumerate(gqas):
+        kv, hd = int(attr(n, "kv_num_heads")), int(n.inputs[7].const_value.shape[1]) * 2
+        for slot, kind in ((3, "key"), (4, "value")):
+            past = ir.Value(name=f"past_key_values.{i}.{kind}", type=n.outputs[0].type,
+                            shape=ir.Shape(["batch_size", kv, "past_sequence_length", hd]))
+            n.replace_input_with(slot, past)
+            present = n.outputs[slot - 2]
+            present.name = f"present.{i}.{kind}"
+            present.shape = ir.Shape(["batch_size", kv, "total_sequence_length", hd])
+            pasts.append(past)
+            presents.append(present)
+    return pasts, presents

@@ -1,0 +1,59 @@
+"""lm_head on the last position only: logits [B, S, V] -> [B, 1, V].
+
+Generation only needs the next-token distribution; slicing the hidden state before the vocab
+projection saves a [S, H] x [H, V] product on prefill. The slice goes right before the lm_head
+(MatMul / MatMulNBits / Gemm) so the norm before it still sees the whole sequence (harmless) and
+the rule works whether or not the final norm is fused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from webbuild.graph.ir import const, prod, shared_const
+from webbuild.fusion.report import Report
+
+RULE = "prune_lm_head"
+_HEADS = ("MatMul", "MatMulNBits", "Gemm")
+
+
+def apply(model: ir.Model, report: Report, output: str = "logits") -> int:
+    g = model.graph
+    logits = next((v for v in g.outputs if v.name == output), None)
+    head = prod(logits, *_HEADS) if logits is not None else None
+    if head is None:
+        report.miss(RULE, output, "logits are not produced by a MatMul-like lm_head")
+        return 0
+    h = head.inputs[0]
+    if _is_last_slice(h) or _one_position(logits):
+        return 0  # already pruned
+    if h.shape is not None and len(h.shape) != 3:
+        report.miss(RULE, output, "lm_head input is not [B, S, H]")
+        return 0
+    starts = shared_const(g, "prune/minus_one", np.array([-1], np.int64))
+    ends = shared_const(g, "prune/int_max", np.array([np.iinfo(np.int64).max], np.int64))
+    axes = shared_const(g, "prune/axis_1", np.array([1], np.int64))
+    sl = ir.node("Slice", [h, starts, ends, axes], name="lm_head/prune/Slice")
+    sl.outputs[0].type = h.type
+    if h.shape is not None:
+        sl.outputs[0].shape = ir.Shape([h.shape[0], 1, h.shape[2]])
+    g.insert_before(head, sl)
+    head.replace_input_with(0, sl.outputs[0])
+    if logits.shape is not None and len(logits.shape) == 3:
+        logits.shape = ir.Shape([logits.shape[0], 1, logits.shape[2]])
+    report.hit(RULE)
+    return 1
+
+
+def _one_position(v: ir.Value) -> bool:
+    """Declared [B, 1, V] (e.g. the genai builder's Gather(-1) + Unsqueeze)."""
+    return v.shape is not None and len(v.shape) == 3 and v.shape[1] == 1
+
+
+def _is_last_slice(v: ir.Value) -> bool:
+    sl = prod(v, "Slice")
+    if sl is None or len(sl.inputs) < 4:
+        return False
+    starts, axes = const(sl.inputs[1]), const(sl.inputs[3])
+    return starts is not None and axes is not None and starts.tolist() == [-1] and axes.tolist() == [1]

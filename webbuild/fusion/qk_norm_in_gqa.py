@@ -1,0 +1,79 @@
+"""Opt-in (WebGPU/CUDA only): Q/K RMSNorm moved into GroupQueryAttention (q_norm_weight /
+k_norm_weight, inputs 14/15, attribute qk_norm_epsilon), as the genai builder emits for `-e webgpu`.
+
+Removes 2 SimplifiedLayerNormalization + 4 Reshape per layer. onnxruntime's CPU GQA (and so
+onnxruntime-web's wasm EP) rejects these inputs at run time; `take_out` is the exact inverse, for
+those runtimes. fuse_decoder keeps the norms explicit by default (checkable on CPU); the build moves
+them into GQA for the WebGPU decoders only (webbuild/build/forms.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from webbuild.graph.ir import attr, prod, shared_const
+from webbuild.fusion.report import Report
+
+RULE = "qk_norm_in_gqa"
+_Q_NORM, _K_NORM = 14, 15
+
+
+def apply(model: ir.Model, report: Report) -> int:
+    done = 0
+    for gqa in [n for n in model.graph if n.op_type == "GroupQueryAttention"]:
+        if len(gqa.inputs) > _Q_NORM and gqa.inputs[_Q_NORM] is not None:
+            continue  # already inside
+        norms = [head_norm(gqa.inputs[slot]) for slot in (0, 1)]
+        if None in norms:
+            continue  # no Q/K norm (Llama, Qwen2): nothing to move
+        (xq, q), (xk, k) = norms
+        eps = {attr(q, "epsilon"), attr(k, "epsilon")}
+        if len(eps) != 1:
+            report.miss(RULE, gqa.name or "GroupQueryAttention", "Q and K norms use different epsilons")
+            continue
+        _rewrite(gqa, xq, xk, q.inputs[1], k.inputs[1], eps.pop())
+        done += 1
+    report.hit(RULE, done) if done else None
+    return done
+
+
+def head_norm(v: ir.Value) -> tuple[ir.Value, ir.Node] | None:
+    """v = Reshape(SimplifiedLayerNormalization(Reshape(x, [.., heads, hd])), [0, 0, -1]) -> (x, norm)."""
+    flat = prod(v, "Reshape")
+    norm = prod(flat.inputs[0], "SimplifiedLayerNormalization") if flat else None
+    heads = prod(norm.inputs[0], "Reshape") if norm else None
+    return (heads.inputs[0], norm) if heads is not None else None
+
+
+def _rewrite(gqa: ir.Node, xq, xk, wq, wk, eps: float) -> None:
+    if len(gqa.inputs) < 16:
+        gqa.resize_inputs(16)  # inputs are positional: the weights go to slots 14 and 15
+    for slot, v in ((0, xq), (1, xk), (_Q_NORM, wq), (_K_NORM, wk)):
+        gqa.replace_input_with(slot, v)
+    gqa.attributes["qk_norm_epsilon"] = ir.AttrFloat32("qk_norm_epsilon", eps)
+
+
+def take_out(model: ir.Model) -> int:
+    """The inverse of `apply`: Reshape -> SimplifiedLayerNormalization -> Reshape before GQA's Q and K
+    again, with the weights and epsilon GQA held. Returns how many GQA nodes changed."""
+    g, done = model.graph, 0
+    flat = shared_const(g, "qk_norm/flat", np.array([0, 0, -1], np.int64))
+    for gqa in [n for n in g if n.op_type == "GroupQueryAttention"]:
+        if len(gqa.inputs) <= _K_NORM or gqa.inputs[_Q_NORM] is None:
+            continue
+        eps = attr(gqa, "qk_norm_epsilon", 1e-6)
+        for slot, w in ((0, gqa.inputs[_Q_NORM]), (1, gqa.inputs[_K_NORM])):
+            heads = shared_const(g, "qk_norm/heads", np.array([0, 0, -1, w.shape[0]], np.int64))
+            split = ir.node("Reshape", [gqa.inputs[slot], heads], name=f"{gqa.name}/qk_norm{slot}/Reshape")
+            norm = ir.node("SimplifiedLayerNormalization", [split.outputs[0], w],
+                           {"axis": -1, "epsilon": eps, "stash_type": 1}, name=f"{gqa.name}/qk_norm{slot}")
+            join = ir.node("Reshape", [norm.outputs[0], flat], name=f"{gqa.name}/qk_norm{slot}/Flatten")
+            g.insert_before(gqa, [split, norm, join])
+            gqa.replace_input_with(slot, join.outputs[0])
+        for slot in (_Q_NORM, _K_NORM):
+            gqa.replace_input_with(slot, None)
+        gqa.resize_inputs(max(i for i, v in enumerate(gqa.inputs) if v is not None) + 1)
+        gqa.attributes.pop("qk_norm_epsilon", None)
+        done += 1
+    return done

@@ -1,0 +1,23 @@
+"""Graph rewrites from file to file that never load the weights: the output refers to the input's
+external data file, so a rewrite of a multi-GB model costs only its graph."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import onnx
+import onnx_ir as ir
+
+from webbuild.graph.ir import dead_code_elimination
+
+
+def rewrite_file(src: Path, dest: Path, rule: Callable[[ir.Model], int]) -> bool:
+    """Apply `rule` to the graph of `src` and write `dest` beside it; False (nothing written) when the
+    rule changes nothing."""
+    model = ir.serde.deserialize_model(onnx.load(str(src), load_external_data=False))
+    if not rule(model):
+        return False
+    dead_code_elimination(model)
+    onnx.save(ir.serde.serialize_model(model), str(dest))
+    return True

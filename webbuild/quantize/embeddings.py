@@ -1,0 +1,164 @@
+"""Give the decoder an `input_ids` path with an int4 embedding lookup, so no float table ships.
+
+The graph's `inputs_embeds` input is replaced by three inputs:
+  input_ids [B, S] int64, audio_features [B, A, H] (graph float type), audio_offset [1] int64
+and the embeddings are GatherBlockQuantized(input_ids) with rows offset .. offset+A-1 taken from
+audio_features (A may be 0: decode steps pass an empty [B, 0, H]). `audio_offset` indexes this call's
+input_ids.
+
+Tied embeddings (Qwen3 ties embed_tokens and lm_head): the lm_head MatMulNBits weight B is uint8
+[V, H/block, block*bits/8], codes along H, low nibble first, symmetric (default zero point 8, or 128
+for 8-bit). GatherBlockQuantized reads uint8 data with the same conventions, so the *same initializer*
+serves both: gather_axis=0, quantize_axis=2 (the block axis; the kernels reinterpret the uint8 last
+axis as 2 x 4-bit), block_size=block. Its scales must have data's rank, [V, H/block, 1]; they are a
+Reshape of lm_head's [V, H/block] scales (folded at session creation), so the file stores them once.
+Untied tables, asymmetric or HQQ lm_heads are quantized separately (RTN symmetric) for the lookup.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from webbuild.quantize.matmul_nbits import MS_DOMAIN, _attrs
+from webbuild.quantize.packing import dequantize
+from webbuild.quantize.requantize import block_quantize
+
+P = "embed/"  # prefix of every name this transform adds
+
+
+def lm_head_node(model: onnx.ModelProto, vocab: int, hidden: int) -> onnx.NodeProto | None:
+    """The symmetric MatMulNBits projecting hidden -> vocab, if the graph has exactly that."""
+    found = [n for n in model.graph.node if n.op_type == "MatMulNBits" and n.domain == MS_DOMAIN
+             and _attrs(n)["N"] == vocab and _attrs(n)["K"] == hidden]
+    return found[-1] if found else None
+
+
+def _shares(node: onnx.NodeProto | None) -> bool:
+    return node is not None and (len(node.input) < 4 or not node.input[3])
+
+
+def _initializer(model: onnx.ModelProto, name: str) -> np.ndarray:
+    return numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == name))
+
+
+def is_tied(model: onnx.ModelProto, node: onnx.NodeProto, table: np.ndarray, rows: int = 8192) -> bool:
+    """Does lm_head's quantized weight approximate `table` (within its own quantization step)?
+    Compared `rows` vocabulary rows at a time: a whole 1.7B table dequantized is several GB of temporaries."""
+    a = _attrs(node)
+    n = a["N"]
+    packed = _initializer(model, node.input[1])
+    scales = _initializer(model, node.input[2]).reshape(n, -1)
+    step = float(np.abs(scales).max())
+    for i in range(0, n, rows):
+        j = min(i + rows, n)
+        w = dequantize(packed[i:j], scales[i:j], None, a["K"], j - i, a["bits"], a["block_size"])
+        if float(np.abs(w.T - table[i:j]).max()) > step:
+            return False
+    return True
+
+
+def add_input_ids(model: onnx.ModelProto, table: np.ndarray, bits: int = 4, block_size: int = 32,
+                  tied: bool | None = None) -> dict:
+    """Replace `inputs_embeds` by input_ids + audio splice (see module doc); returns a small report."""
+    embeds_in = next((i for i in model.graph.input if i.name == "inputs_embeds"), None)
+    if embeds_in is None:
+        raise ValueError("the decoder has no 'inputs_embeds' input to replace")
+    vocab, hidden = table.shape
+    lm = lm_head_node(model, vocab, hidden)
+    share = _shares(lm) and (tied if tied is not None else is_tied(model, lm, table))
+    nodes: list[onnx.NodeProto] = []
+    if share:
+        a = _attrs(lm)
+        data, bits, block_size = lm.input[1], a["bits"], a["block_size"]
+        scales = _reshape_scales(model, nodes, lm.input[2], vocab, hidden, block_size)
+    else:
+        data, scales = _own_table(model, table, bits, block_size)
+    text = _lookup(model, nodes, data, scales, bits, block_size, hidden)
+    _splice(model, nodes, embeds_in, text, hidden)
+    _prepend(model, nodes)
+    _add_ms_opset(model)
+    return {"tied_shared": share, "data": data, "bits": bits, "block_size": block_size}
+
+
+def _reshape_scales(model, nodes, name, vocab, hidden, block_size) -> str:
+    shape = [vocab, -(-hidden // block_size), 1]
+    model.graph.initializer.append(numpy_helper.from_array(np.array(shape, np.int64), P + "scales_shape"))
+    nodes.append(helper.make_node("Reshape", [name, P + "scales_shape"], [P + "scales"], name=P + "ScalesReshape"))
+    return P + "scales"
+
+
+def _own_table(model, table, bits, block_size) -> tuple[str, str]:
+    packed, scales = block_quantize(np.asarray(table, np.float32).T, bits, block_size)
+    model.graph.initializer.extend([numpy_helper.from_array(packed, P + f"table_q{bits}"),
+                                    numpy_helper.from_array(scales[..., None], P + "table_scales")])
+    return P + f"table_q{bits}", P + "table_scales"
+
+
+def _lookup(model, nodes, data, scales, bits, block_size, hidden) -> str:
+    """GatherBlockQuantized -> [B, S, blocks, block] -> Reshape [B, S, H]."""
+    model.graph.initializer.append(numpy_helper.from_array(np.array([0, 0, hidden], np.int64), P + "bsh"))
+    nodes.extend([
+        helper.make_node("GatherBlockQuantized", [data, "input_ids", scales], [P + "blocks"], name=P + "Lookup",
+                         domain=MS_DOMAIN, bits=bits, block_size=block_size, gather_axis=0, quantize_axis=2),
+        helper.make_node("Reshape", [P + "blocks", P + "bsh"], [P + "text"], name=P + "LookupReshape"),
+    ])
+    return P + "text"
+
+
+def _const(model, name, value) -> str:
+    model.graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), P + name))
+    return P + name
+
+
+def _splice(model: onnx.ModelProto, nodes: list, embeds_in, text: str, hidden: int) -> None:
+    """embeds[:, s] = audio_features[:, s - offset] where 0 <= s - offset < A, else text[:, s]."""
+    dims = embeds_in.type.tensor_type.shape.dim
+    batch, seq = (d.dim_param or d.dim_value for d in dims[:2])
+    elem = embeds_in.type.tensor_type.elem_type
+    zero, one, pads = _const(model, "zero", 0), _const(model, "one", 1), _const(model, "pads", [0, 0, 0, 0, 1, 0])
+    axes02 = _const(model, "axes02", [0, 2])
+    n = lambda op, ins, outs, **kw: helper.make_node(op, ins, [P + o for o in outs], name=P + outs[0], **kw)  # noqa: E731
+    nodes.extend([
+        n("Shape", ["input_ids"], ["seq1"], start=1, end=2),
+        n("Squeeze", [P + "seq1"], ["seq"]),
+        n("Range", [zero, P + "seq", one], ["pos"]),
+        n("Sub", [P + "pos", "audio_offset"], ["rel"]),
+        n("Shape", ["audio_features"], ["alen"], start=1, end=2),
+        n("GreaterOrEqual", [P + "rel", zero], ["ge0"]),
+        n("Less", [P + "rel", P + "alen"], ["ltA"]),
+        # row = rel inside the audio, else A (the zero row appended below), from the two comparisons
+        # rather than from in_audio: onnxruntime-web puts the int64 Wheres on the CPU and the bool And
+        # on the GPU, and a CPU node fed from the GPU stalls every step on a read-back
+        n("Where", [P + "ltA", P + "rel", P + "alen"], ["row_lt"]),
+        n("Where", [P + "ge0", P + "row_lt", P + "alen"], ["row"]),
+        n("And", [P + "ge0", P + "ltA"], ["in_audio"]),
+        n("Pad", ["audio_features", pads], ["audio_padded"]),
+        n("Gather", [P + "audio_padded", P + "row"], ["audio_rows"], axis=1),
+        n("Unsqueeze", [P + "in_audio", axes02], ["mask"]),
+        n("Where", [P + "mask", P + "audio_rows", text], ["embeds"]),
+    ])
+    for node in model.graph.node:
+        for i, name in enumerate(node.input):
+            if name == "inputs_embeds":
+                node.input[i] = P + "embeds"
+    idx = list(model.graph.input).index(embeds_in)
+    model.graph.input.remove(embeds_in)
+    new = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, seq]),
+           helper.make_tensor_value_info("audio_features", elem, [batch, "audio_len", hidden]),
+           helper.make_tensor_value_info("audio_offset", TensorProto.INT64, [1])]
+    for k, vi in enumerate(new):
+        model.graph.input.insert(idx + k, vi)
+
+
+def _prepend(model: onnx.ModelProto, nodes: list) -> None:
+    """The new nodes read only graph inputs and initializers: first in the list keeps topological order."""
+    old = list(model.graph.node)
+    del model.graph.node[:]
+    model.graph.node.extend([*nodes, *old])
+
+
+def _add_ms_opset(model: onnx.ModelProto) -> None:
+    if not any(o.domain == MS_DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))

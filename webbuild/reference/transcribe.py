@@ -1,0 +1,239 @@
+"""Reference transcription in Python with onnxruntime: mel -> encoder -> greedy decoding.
+
+Model folders are recognised by their files: the split layout (decoder_init + decoder_step) and the
+merged layout (decoder_model_merged.onnx). Every decoder exposes the same two calls, `prefill` and
+`step`, so the greedy loop is written once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from webbuild.reference.mel import log_mel
+from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
+
+DEFAULT_MAX_NEW_TOKENS = 200
+
+
+class ModelDirError(Exception):
+    pass
+
+
+def cpu_session(path: Path) -> ort.InferenceSession:
+    """An onnxruntime CPU session that logs only errors."""
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+
+
+def _embed_table(model_dir: Path, cfg: dict) -> np.ndarray:
+    dtype = np.dtype(cfg.get("embed_tokens_dtype", "float32"))
+    shape = cfg.get("embed_tokens_shape") or [cfg["decoder"]["vocab_size"], cfg["decoder"]["hidden_size"]]
+    return np.memmap(model_dir / "embed_tokens.bin", dtype=dtype, mode="r", shape=tuple(shape))
+
+
+class SplitDecoder:
+    """decoder_init (prefill with the audio splice) + decoder_step (one token, stacked KV)."""
+
+    def __init__(self, model_dir: Path, cfg: dict):
+        self.init = cpu_session(model_dir / "decoder_init.onnx")
+        self.step_sess = cpu_session(model_dir / "decoder_step.onnx")
+        self.embed = _embed_table(model_dir, cfg)
+
+    def prefill(self, prompt: Prompt, audio: np.ndarray):
+        n = len(prompt.ids)
+        logits, keys, values = self.init.run(None, {
+            "input_ids": np.array([prompt.ids], np.int64), "position_ids": np.arange(n, dtype=np.int64)[None],
+            "audio_features": audio, "audio_offset": np.array([prompt.audio_offset], np.int64)})
+        return logits[0, -1], (keys, values, n)
+
+    def step(self, token: int, state):
+        keys, values, pos = state
+        logits, keys, values = self.step_sess.run(None, {
+            "input_embeds": np.asarray(self.embed[[token]], np.float32)[None],
+            "position_ids": np.array([[pos]], np.int64), "past_keys": keys, "past_values": values})
+        return logits[0, -1], (keys, values, pos + 1)
+
+
+class MergedDecoder:
+    """optimum-style decoder: inputs_embeds + attention_mask + per-layer past -> logits + present."""
+
+    def __init__(self, model_dir: Path, cfg: dict, graph: str = "decoder_model_merged.onnx"):
+        self.sess = cpu_session(model_dir / graph)
+        self.embed = _embed_table(model_dir, cfg)
+        self.past_names = [i.name for i in self.sess.get_inputs() if i.name.startswith("past_key_values.")]
+        dec = cfg["decoder"]
+        self.empty = np.zeros((1, dec["num_key_value_heads"], 0, dec["head_dim"]), np.float32)
+
+    def _run(self, x: np.ndarray, past: dict, total: int):
+        out = self.sess.run(None, {"inputs_embeds": x, "attention_mask": np.ones((1, total), np.int64), **past})
+        return out[0][0, -1], (dict(zip(self.past_names, out[1:])), total)
+
+    def prefill(self, prompt: Prompt, audio: np.ndarray):
+        x = np.asarray(self.embed[prompt.ids], np.float32)[None].copy()
+        x[0, prompt.audio_offset:prompt.audio_offset + prompt.audio_tokens] = audio[0]
+        return self._run(x, {n: self.empty for n in self.past_names}, len(prompt.ids))
+
+    def step(self, token: int, state):
+        past, total = state
+        return self._run(np.asarray(self.embed[[token]], np.float32)[None], past, total + 1)
+
+
+class IdsDecoder:
+    """A built decoder (decoder.<variant>.onnx): input_ids + audio splice inside the graph,
+    attention_mask and per-layer past -> logits, present."""
+
+    def __init__(self, path: Path, decoder_cfg: dict):
+        self.sess = cpu_session(path)
+        types = {i.name: i.type for i in self.sess.get_inputs()}
+        self.dtype = np.float16 if types["audio_features"] == "tensor(float16)" else np.float32
+        self.past_names = [n for n in types if n.startswith("past_key_values.")]
+        d = decoder_cfg
+        self.empty = np.zeros((1, d["num_key_value_heads"], 0, d["head_dim"]), self.dtype)
+        self.no_audio = np.zeros((1, 0, d["hidden_size"]), self.dtype)
+
+    def _run(self, ids, audio, offset: int, past: dict, total: int):
+        out = self.sess.run(None, {"input_ids": np.array([ids], np.int64), "audio_features": audio,
+                                   "audio_offset": np.array([offset], np.int64),
+                                   "attention_mask": np.ones((1, total), np.int64), **past})
+        return out[0][0, -1].astype(np.float32), (dict(zip(self.past_names, out[1:])), total)
+
+    def prefill(self, prompt: Prompt, audio: np.ndarray):
+        past = {n: self.empty for n in self.past_names}
+        return self._run(prompt.ids, audio.astype(self.dtype), prompt.audio_offset, past, len(prompt.ids))
+
+    def step(self, token: int, state):
+        past, total = state
+        return self._run([token], self.no_audio, 0, past, total + 1)
+
+
+class TokenizerCodec:
+    """Prompt and decoding through a source export's tokenizer.json."""
+
+    def __init__(self, tok: Tokenizer):
+        self.tokenizer = tok
+
+    def prompt(self, audio_tokens: int) -> Prompt:
+        return build_prompt(self.tokenizer, audio_tokens)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+
+class SiteCodec:
+    """Prompt and decoding from what a built site ships: runtime.json and the tokens.bin table."""
+
+    def __init__(self, runtime: dict, table: bytes):
+        self.prefix, self.suffix = runtime["prompt"]["prefix"], runtime["prompt"]["suffix"]
+        self.pad = runtime["prompt"]["audio_pad"]
+        count = int(np.frombuffer(table, "<u4", 1)[0])
+        self.offsets = np.frombuffer(table, "<u4", count + 1, offset=4)
+        self.data = table[4 * (count + 2):]
+
+    def prompt(self, audio_tokens: int) -> Prompt:
+        return Prompt(self.prefix + [self.pad] * audio_tokens + self.suffix, len(self.prefix), audio_tokens)
+
+    def decode(self, ids: list[int]) -> str:
+        raw = b"".join(self.data[self.offsets[i]:self.offsets[i + 1]] for i in ids)
+        return raw.decode("utf-8", errors="replace")
+
+
+@dataclass
+class Transcriber:
+    encoder: ort.InferenceSession
+    decoder: SplitDecoder | MergedDecoder | IdsDecoder
+    codec: TokenizerCodec | SiteCodec
+    eos_ids: frozenset[int]
+    keep: object = None  # e.g. the temporary folder a built site was reassembled into
+
+    def audio_features(self, pcm: np.ndarray) -> np.ndarray:
+        # built encoders carry the mel front-end in the graph and take PCM directly
+        if self.encoder.get_inputs()[0].name == "pcm":
+            return self.encoder.run(None, {"pcm": np.asarray(pcm, np.float32)[None]})[0]
+        return self.encoder.run(None, {"mel": log_mel(pcm)[None]})[0]
+
+    def generate(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[int]:
+        audio = self.audio_features(pcm)
+        if audio.shape[1] != audio_token_count(len(pcm) // 160):
+            raise RuntimeError(f"encoder gave {audio.shape[1]} audio tokens, expected "
+                               f"{audio_token_count(len(pcm) // 160)}")
+        logits, state = self.decoder.prefill(self.codec.prompt(audio.shape[1]), audio)
+        tokens: list[int] = []
+        for _ in range(max_new_tokens):
+            token = int(np.argmax(logits))
+            if token in self.eos_ids:
+                break
+            tokens.append(token)
+            logits, state = self.decoder.step(token, state)
+        return tokens
+
+    def transcribe(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> str:
+        return parse_answer(self.codec.decode(self.generate(pcm, max_new_tokens)))
+
+
+def site_model_dir(path: Path) -> Path | None:
+    """The folder holding manifest.json when `path` is a built site (dist/) or its model/ folder."""
+    for candidate in (Path(path) / "model", Path(path)):
+        if (candidate / "manifest.json").is_file():
+            return candidate
+    return None
+
+
+def load_transcriber(model_dir: Path, variant: str = "fp32") -> Transcriber:
+    """A Transcriber for a source export (split or merged layout) or a built site's `variant`."""
+    model_dir = Path(model_dir)
+    if (site := site_model_dir(model_dir)) is not None:
+        return load_site(site, variant)
+    cfg_path = model_dir / "config.json"
+    if not cfg_path.is_file():
+        raise ModelDirError(f"{model_dir}: no config.json; pass a model folder (split or merged layout)")
+    cfg = json.loads(cfg_path.read_text())
+    if (model_dir / "decoder_init.onnx").is_file():
+        decoder = SplitDecoder(model_dir, cfg)
+    elif (model_dir / "decoder_model_merged.onnx").is_file():
+        decoder = MergedDecoder(model_dir, cfg)
+    elif (model_dir / "decoder.onnx").is_file():  # fused decoder of a build, same interface
+        decoder = MergedDecoder(model_dir, cfg, graph="decoder.onnx")
+    else:
+        raise ModelDirError(f"{model_dir}: found none of decoder_init.onnx (split layout), "
+                            "decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
+    return Transcriber(cpu_session(model_dir / "encoder.onnx"), decoder, TokenizerCodec(tok), eos)
+
+
+def cpu_form(decoder: Path) -> Path:
+    """`decoder`, or a copy beside it with the Q/K norms taken back out of GroupQueryAttention: the
+    site's WebGPU form, which onnxruntime CPU refuses (webbuild.build.forms)."""
+    from webbuild.fusion import qk_norm_in_gqa
+    from webbuild.graph.files import rewrite_file
+
+    explicit = decoder.with_name(decoder.name.removesuffix(".onnx") + ".cpu.onnx")
+    return explicit if rewrite_file(decoder, explicit, qk_norm_in_gqa.take_out) else decoder
+
+
+def load_site(site: Path, variant: str = "fp32") -> Transcriber:
+    """The Python reference on a built site's own graphs, reassembled from its shards."""
+    import tempfile
+
+    from webbuild.site.manifest import load_manifest, reassemble
+
+    manifest = load_manifest(site)
+    if variant not in manifest["variants"]:
+        raise ModelDirError(f"{site}: no variant {variant!r}; the site has {', '.join(manifest['variants'])}")
+    tmp = tempfile.TemporaryDirectory(prefix="webbuild-site-")
+    roles = manifest["variants"][variant]  # file names by role: encoder, decoder, ...
+    out = Path(tmp.name)
+    for name in roles["files"] + ["runtime.json", "tokens.bin"]:
+        reassemble(site, manifest, name, out / name)
+    runtime = json.loads((out / "runtime.json").read_text())
+    encoder = cpu_session(out / roles["encoder"])
+    decoder = IdsDecoder(cpu_form(out / roles["decoder"]), runtime["decoder"])
+    codec = SiteCodec(runtime, (out / "tokens.bin").read_bytes())
+    return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp)

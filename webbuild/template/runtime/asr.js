@@ -1,0 +1,229 @@
+// The speech recogniser on onnxruntime-web: encoder (PCM in, mel inside the graph), prompt with
+// the audio features spliced over the <|audio_pad|> positions, prefill, then greedy decoding
+// with the KV cache kept on the GPU. webbuild/reference/transcribe.py's greedy loop is the spec.
+//
+// Two decoder interfaces (the manifest variant says which files; the graph says which inputs):
+// - inputs_embeds: rows looked up here in embed_tokens.bin, audio features spliced in here;
+// - input_ids + audio_features + audio_offset (quantized builds): the graph does the int4 lookup
+//   and the splice, and no float table is shipped. Decode steps pass an empty audio_features.
+
+import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
+
+export class Recogniser {
+  // files: Map of logical name -> bytes (from the loader); roles: the manifest variant entry.
+  static async create(ort, files, roles, runtime, ep) {
+    const r = new Recogniser(ort, runtime, ep);
+    await r.loadEncoder(files, roles);
+    await r.loadDecoder(files, roles);
+    r.tokens = new TokenTable(files.get('tokens.bin'));
+    return r;
+  }
+
+  // The encoder session as the site runs it (tests/test_encoder_webgpu.py drives it alone).
+  async loadEncoder(files, roles) {
+    this.encoder = await this.ort.InferenceSession.create(files.get(this.graphFile(roles, 'encoder')), {
+      ...this.sessionOptions(), executionProviders: [this.provider], externalData: external(files, roles.encoder_data),
+    });
+  }
+
+  // The decoder session as the site runs it (tests/test_decoder_webgpu.py drives it alone).
+  async loadDecoder(files, roles) {
+    this.decoder = await this.ort.InferenceSession.create(files.get(this.graphFile(roles, 'decoder')), {
+      ...this.sessionOptions(),
+      executionProviders: [this.provider],
+      externalData: external(files, roles.decoder_data),
+      // present.* stay on the GPU and come back as the next step's past: no round trip per token
+      ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
+    });
+    this.dtype = roles.dtype ?? 'float32'; // of past/present and audio_features
+    this.takesIds = this.decoder.inputNames.includes('input_ids');
+    if (!this.takesIds) {
+      const embed = files.get(roles.embed);
+      this.embed = new Float32Array(embed.buffer, embed.byteOffset, embed.byteLength / 4);
+    }
+  }
+
+  // The graph file of `role` for this EP. Quantized builds carry wasm twins (roles encoder_wasm,
+  // decoder_wasm; webbuild/quantize/wasm_twin.py): the same weights with the int4 ops the wasm build lacks
+  // (GatherBlockQuantized) or runs slowly (MatMulNBits) in standard ops.
+  graphFile(roles, role) {
+    return (this.ep === 'wasm' && roles[`${role}_wasm`]) || roles[role];
+  }
+
+  // ep: 'webgpu' | 'wasm', or a provider entry such as {name: 'webgpu', device} (probe.js webgpuProvider)
+  constructor(ort, runtime, ep) {
+    this.ort = ort;
+    this.rt = runtime;
+    this.provider = ep;
+    this.ep = typeof ep === 'string' ? ep : ep.name;
+    this.d = runtime.decoder;
+  }
+
+  sessionOptions() {
+    return { graphOptimizationLevel: 'all', logSeverityLevel: 3 };
+  }
+
+  presentNames() {
+    return Array.from({ length: this.d.num_layers }, (_, i) => [`present.${i}.key`, `present.${i}.value`]).flat();
+  }
+
+  // Compiles the shaders for both graphs on a second of silence and two decode steps, so the
+  // visitor's first transcription does not pay for it.
+  async warmUp() {
+    await this.transcribe(new Float32Array(this.rt.sample_rate), { maxNewTokens: 2, forceSteps: true });
+  }
+
+  async encode(pcm) {
+    const out = await this.encoder.run({ pcm: new this.ort.Tensor('float32', pcm, [1, pcm.length]) });
+    return out.audio_features;
+  }
+
+  // Greedy transcription of one chunk. onToken(text so far, token id) streams the transcript.
+  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false } = {}) {
+    const t0 = performance.now();
+    const audio = await this.encode(pcm);
+    const tEnc = performance.now();
+    const { prefix, suffix, audio_pad } = this.rt.prompt;
+    const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix];
+    let { logits, present } = await this.prefill(ids, audio, prefix.length);
+    let past;
+    const tPrefill = performance.now();
+    const eos = new Set(this.rt.eos_token_ids);
+    const text = new StreamingDecoder(this.tokens);
+    const generated = [];
+    let tFirst = null;
+    try {
+      for (let i = 0; i < maxNewTokens; i++) {
+        const token = argmaxLast(logits, this.d.vocab_size);
+        if (eos.has(token) && !forceSteps) break;
+        generated.push(token);
+        tFirst ??= performance.now();
+        onToken(answerText(text.push(token), this.rt.answer), token);
+        if (i + 1 === maxNewTokens) break; // the loop would not use the next logits
+        past = present;
+        ({ logits, present } = await this.step(this.inputs([token]), ids.length + generated.length, past));
+        dispose(past);
+      }
+    } finally {
+      dispose(present);
+    }
+    const tEnd = performance.now();
+    return {
+      text: answerText(text.finish(), this.rt.answer, true),
+      tokens: generated,
+      timings: { encoder_ms: tEnc - t0, prefill_ms: tPrefill - tEnc, prompt_tokens: ids.length,
+        ttft_ms: (tFirst ?? tEnd) - t0, decode_ms: tEnd - (tFirst ?? tEnd), decode_tokens: Math.max(0, generated.length - 1),
+        total_ms: tEnd - t0, audio_ms: (pcm.length / this.rt.sample_rate) * 1000 },
+    };
+  }
+
+  // The prompt in one run, or on WebGPU in runs of at most rt.webgpu_prefill_chunk tokens: the
+  // build sets that when onnxruntime-web's WebGPU GroupQueryAttention is wrong for longer runs
+  // (1.30: 32 or more new tokens, see webbuild/build/assemble.py).
+  async prefill(ids, audio, offset) {
+    const n = (this.ep === 'webgpu' && this.rt.webgpu_prefill_chunk) || ids.length;
+    let past = this.emptyPast();
+    let out;
+    for (let at = 0; at < ids.length; at += n) {
+      const part = ids.slice(at, at + n);
+      out = await this.step(this.inputs(part, audio, offset - at), at + part.length, past);
+      dispose(past);
+      past = out.present;
+    }
+    return out;
+  }
+
+  // Decoder inputs for new token `ids`; the rows of `audio` (encoder output) go over the
+  // positions from `offset` on (relative to ids[0]; negative when the audio began earlier).
+  inputs(ids, audio = null, offset = 0) {
+    const { Tensor } = this.ort;
+    const H = this.d.hidden_size;
+    const A = audio ? audio.dims[1] : 0;
+    const r0 = Math.max(0, -offset), r1 = Math.min(A, ids.length - offset); // rows in this run
+    if (this.takesIds) {
+      const whole = r0 === 0 && r1 === A;
+      const rows = r1 > r0 ? (whole ? audio : new Tensor(audio.type, audio.data.slice(r0 * H, r1 * H), [1, r1 - r0, H])) : null;
+      return {
+        input_ids: new Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]),
+        audio_features: rows ?? new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, 0, H]),
+        audio_offset: new Tensor('int64', BigInt64Array.from([BigInt(rows ? offset + r0 : 0)]), [1]),
+      };
+    }
+    const x = this.embedRows(ids);
+    if (r1 > r0) x.set(toFloat32(audio.data.subarray(r0 * H, r1 * H)), (offset + r0) * H); // the audio splice
+    return { inputs_embeds: new Tensor('float32', x, [1, ids.length, H]) };
+  }
+
+  // One decoder run with `total` = past + new positions.
+  async step(inputs, total, past) {
+    const { Tensor } = this.ort;
+    const feeds = {
+      ...inputs,
+      attention_mask: new Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]),
+      ...past,
+    };
+    const out = await this.decoder.run(feeds);
+    this.kvLocation = out['present.0.key'].location; // 'gpu-buffer' when the cache stays on the GPU
+    const present = {};
+    for (let i = 0; i < this.d.num_layers; i++) {
+      present[`past_key_values.${i}.key`] = out[`present.${i}.key`];
+      present[`past_key_values.${i}.value`] = out[`present.${i}.value`];
+    }
+    return { logits: out.logits, present };
+  }
+
+  emptyPast() {
+    const { Tensor } = this.ort;
+    const dims = [1, this.d.num_key_value_heads, 0, this.d.head_dim];
+    const empty = () => new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims);
+    const past = {};
+    for (let i = 0; i < this.d.num_layers; i++) {
+      past[`past_key_values.${i}.key`] = empty();
+      past[`past_key_values.${i}.value`] = empty();
+    }
+    return past;
+  }
+
+  embedRows(ids) {
+    const H = this.d.hidden_size;
+    const x = new Float32Array(ids.length * H);
+    ids.forEach((id, i) => x.set(this.embed.subarray(id * H, (id + 1) * H), i * H));
+    return x;
+  }
+}
+
+// External weights as onnxruntime-web wants them: the path as written inside the graph.
+function external(files, name) {
+  return name ? [{ path: name, data: files.get(name) }] : undefined;
+}
+
+// fp16 tensors arrive as raw bits (Uint16Array) or, in browsers that have it, Float16Array.
+function toFloat32(data) {
+  if (!(data instanceof Uint16Array)) return data instanceof Float32Array ? data : Float32Array.from(data);
+  const out = new Float32Array(data.length);
+  for (let i = 0; i < data.length; i++) out[i] = halfToFloat(data[i]);
+  return out;
+}
+
+function halfToFloat(h) {
+  const exp = (h >> 10) & 0x1f;
+  const frac = h & 0x3ff;
+  const sign = h & 0x8000 ? -1 : 1;
+  if (exp === 0) return sign * 2 ** -14 * (frac / 1024);
+  if (exp === 31) return frac ? NaN : sign * Infinity;
+  return sign * 2 ** (exp - 15) * (1 + frac / 1024);
+}
+
+// Greedy choice over the last position (a pruned graph has only that one); the first maximum
+// wins ties, as numpy's argmax does.
+export function argmaxLast(logits, vocab) {
+  const data = toFloat32(logits.data.subarray(logits.data.length - vocab));
+  let best = 0;
+  for (let i = 1; i < vocab; i++) if (data[i] > data[best]) best = i;
+  return best;
+}
+
+// GPU tensors hold GPU memory until disposed; CPU tensors are left to the collector.
+function dispose(tensors) {
+  for (const t of Object.values(tensors ?? {})) if (t?.location === 'gpu-buffer') t.dispose();
+}

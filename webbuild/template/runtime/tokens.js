@@ -1,0 +1,50 @@
+// Token id -> bytes table emitted by the build (webbuild/build/assemble.py token_table):
+// u32 count, u32 offsets[count + 1], then the bytes of every token back to back.
+
+export class TokenTable {
+  constructor(bytes) {
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    this.count = view.getUint32(0, true);
+    this.offsets = new Uint32Array(this.count + 1);
+    for (let i = 0; i <= this.count; i++) this.offsets[i] = view.getUint32(4 + 4 * i, true);
+    this.data = bytes.subarray(4 * (this.count + 2));
+  }
+
+  bytes(id) {
+    if (id < 0 || id >= this.count) return new Uint8Array(0);
+    return this.data.subarray(this.offsets[id], this.offsets[id + 1]);
+  }
+}
+
+// Streaming detokeniser: a token may end inside a multi-byte character, which TextDecoder's
+// stream mode holds back until the next token completes it.
+export class StreamingDecoder {
+  constructor(table) {
+    this.table = table;
+    this.decoder = new TextDecoder('utf-8');
+    this.text = '';
+  }
+
+  push(id) {
+    this.text += this.decoder.decode(this.table.bytes(id), { stream: true });
+    return this.text;
+  }
+
+  finish() {
+    this.text += this.decoder.decode();
+    return this.text;
+  }
+}
+
+// The transcript inside the model's answer `language English<asr_text>TEXT<|im_end|>`
+// (same rule as webbuild.reference.prompt.parse_answer). While streaming, nothing is shown before the
+// text marker arrives.
+export function answerText(decoded, answer, final = false) {
+  const at = decoded.indexOf(answer.text_start);
+  if (at < 0) return final ? clean(decoded, answer) : '';
+  return clean(decoded.slice(at + answer.text_start.length), answer);
+}
+
+function clean(text, answer) {
+  return text.split(answer.end).join('').split('<|endoftext|>').join('').trim();
+}

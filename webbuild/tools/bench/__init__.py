@@ -1,0 +1,96 @@
+"""`webbuild bench`: runs a built site's own runtime modules under Node (webbuild/tools/bench/bench.mjs)
+and turns its JSON report into a printed table (and a file with --json)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+HARNESSES = Path(__file__).resolve().parent  # the Node harnesses ship beside this module
+# Chromium's software Vulkan driver: WebGPU without a GPU (correct, not fast).
+SWIFTSHADER_ENV = {
+    "LD_LIBRARY_PATH": "/usr/lib/chromium",
+    "VK_ICD_FILENAMES": "/usr/lib/chromium/vk_swiftshader_icd.json",
+}
+
+
+# merged decoders benched as peers: the onnxruntime-genai builder's, optimum's
+MERGED_NAMES = ("model.onnx", "decoder_model_merged.onnx")
+
+
+class BenchError(Exception):
+    """A bench that could not run; the message says why."""
+
+
+def run_node(
+    dist: Path,
+    ep: str = "auto",
+    decode_tokens: int = 128,
+    repeat: int = 1,
+    max_clips: int | None = None,
+    swiftshader: bool = False,
+    timeout: float | None = None,
+    session_config: dict[str, str] | None = None,
+) -> dict:
+    """Runs the Node harness on `dist` and returns its report.
+
+    A built site runs through its own runtime (bench.mjs); a split source export (the baseline,
+    which the site runtime does not take) through split.mjs, and a merged decoder (a peer such as
+    the onnxruntime-genai builder's graph) through merged.mjs, both on synthetic inputs of the
+    site's shapes.
+    """
+    if (dist / "model" / "manifest.json").is_file():
+        harness, extra = HARNESSES / "bench.mjs", ["--repeat", str(repeat)]
+        if max_clips is not None:
+            extra += ["--max-clips", str(max_clips)]
+    elif (dist / "decoder_init.onnx").is_file():
+        harness, extra = HARNESSES / "split.mjs", []
+    elif merged := next((n for n in MERGED_NAMES if (dist / n).is_file()), None):
+        harness, extra = HARNESSES / "merged.mjs", ["--model", merged]
+    else:
+        raise BenchError(f"{dist}: not a built site (no model/manifest.json), a split export (no decoder_init.onnx) "
+                         f"nor a merged decoder ({' or '.join(MERGED_NAMES)}); build it with `webbuild model.yaml -o {dist}`")
+    node = os.environ.get("WEBBUILD_NODE") or shutil.which("node")
+    if not node:
+        raise BenchError("node not found: install Node >= 20 or set WEBBUILD_NODE")
+    for key, value in (session_config or {}).items():
+        extra += ["--session-config", f"{key}={value}"]
+    cmd = [node, str(harness), str(dist), "--ep", ep, "--decode-tokens", str(decode_tokens), *extra]
+    env = {**os.environ, **(SWIFTSHADER_ENV if swiftshader else {})}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-5:]
+        raise BenchError(f"{harness.name} failed: " + (" | ".join(tail) or f"exit code {proc.returncode}"))
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def table(r: dict) -> str:
+    """The report as aligned lines for the terminal."""
+    s, load = r["summary"], r["load"]
+    synth = r.get("synthetic_decode")
+    dec = synth["ms_per_token"] if synth else s["decode_ms_per_token_clips"]
+    parts = ", ".join(f"{k.removesuffix('_ms')} {v:.0f}" for k, v in load.items() if k != "total_ms")
+    lines = [
+        f"runtime     {('node ' + r['node']) if 'node' in r else r['browser']}, ep {r['ep']}, variant {r['variant']}, threads {r['threads']}, kv cache {r['kv_cache']}",
+        f"adapter     {r['adapter']}" + (" (shader-f16)" if r.get("shader_f16") else ""),
+        f"load        {load['total_ms']:.0f} ms ({parts})",
+        f"encoder     {_ms(s['encoder_ms'])}" + (f" (median over {s['clips']} clips)" if "clips" in s else " (synthetic input)"),
+        f"TTFT        {_ms(s['ttft_ms'])}",
+        f"prefill     {_num(s['prefill_tokens_per_s'])} tok/s ({_num(s['prompt_tokens'], 0)} prompt tokens in {_ms(s['prefill_ms'])})",
+        f"decode      {_num(dec['median'])} ms/token median, p10 {_num(dec['p10'])}, p90 {_num(dec['p90'])} "
+        + (f"({dec['n']} synthetic tokens)" if synth else f"(over {dec['n']} clips)"),
+    ]
+    if "clips" in s:
+        lines.append(f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text")
+    return "\n".join(lines)
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.0f} ms"
+
+
+def _num(v: float | None, digits: int = 1) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"

@@ -1,0 +1,134 @@
+// Benchmarks a built site (dist/) in Node with the site's own runtime modules and its own
+// onnxruntime-web copy, imported from the built folder (not from webbuild/template/): loader.js
+// fetches the shards over loopback HTTP, probe.js picks the EP and variant, asr.js runs the
+// encoder, prefill and greedy decode. Prints one JSON report on stdout.
+//
+//   node webbuild/tools/bench/bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens 128] [--repeat 1]
+//        [--threads N] [--variant NAME] [--max-clips N] [--session-config K=V]...
+//
+// --threads: ORT's wasm threads; 1 by default because onnxruntime-web's threaded glue loads its
+// worker through fetch() + a blob: URL import, which Node's file: URLs do not allow.
+//
+// --ep webgpu runs Dawn (the `webgpu` package); pick the Vulkan driver with the environment:
+//   SwiftShader: LD_LIBRARY_PATH=/usr/lib/chromium VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json
+//   NVIDIA:      VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json (or the driver's ICD file)
+import { readFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+
+import { startServer } from './server.mjs';
+import { parseArgs } from './ort.mjs';
+import { quantile, spread } from './stats.mjs';
+import { decodeWav } from './wav.mjs';
+
+const ORT_WASM = 'ort-wasm-simd-threaded.asyncify.wasm'; // as worker.js loads it
+
+const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--session-config K=V]...';
+const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity };
+
+// The site's modules, from the built folder.
+async function siteModules(dir) {
+  const load = (rel) => import(pathToFileURL(path.join(dir, rel)).href);
+  const [ort, loader, probe, asr] = await Promise.all([
+    load('ort/ort.webgpu.min.mjs'), load('runtime/loader.js'), load('runtime/probe.js'), load('runtime/asr.js')]);
+  return { ort, loader, probe, asr };
+}
+
+// Sample clips as the page lists them: data-src / data-text on index.html's sample buttons.
+async function sampleClips(dir) {
+  const html = await readFile(path.join(dir, 'index.html'), 'utf8').catch(() => '');
+  const unescape = (s) => s.replace(/&quot;/g, '"').replace(/&#39;|&#x27;/g, "'").replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
+  return [...html.matchAll(/data-src="([^"]+)"\s+data-text="([^"]*)"/g)].map((m) => ({ src: unescape(m[1]), text: unescape(m[2]) }));
+}
+
+async function loadModel(m, srv, o) {
+  const t0 = performance.now();
+  const manifest = await m.loader.loadManifest(`${srv.url}model/`);
+  const gpu = o.ep === 'wasm' ? { adapter: null, reason: 'wasm EP asked for' } : await m.probe.probeWebGPU();
+  if (o.ep === 'webgpu' && !gpu.adapter) throw new Error(`no WebGPU adapter: ${gpu.reason}`);
+  const pick = m.probe.chooseVariant(manifest, gpu, o.ep === 'wasm' ? 'wasm' : undefined);
+  const variant = o.variant ?? pick.variant;
+  const roles = manifest.variants[variant];
+  const files = await m.loader.loadFiles(manifest, [...roles.files, 'runtime.json', 'tokens.bin', ORT_WASM], { onWarning: () => {} });
+  const tDownload = performance.now();
+  const runtime = JSON.parse(new TextDecoder().decode(files.get('runtime.json')));
+  m.ort.env.wasm.wasmBinary = files.get(ORT_WASM);
+  m.ort.env.wasm.numThreads = o.threads;
+  m.ort.env.logLevel = 'error';
+  if (Object.keys(o.sessionConfig).length) { // config entries to try on top of the site's own session options
+    const own = m.asr.Recogniser.prototype.sessionOptions;
+    m.asr.Recogniser.prototype.sessionOptions = function () { const opts = own.call(this); return { ...opts, extra: { ...opts.extra, ...o.sessionConfig } }; };
+  }
+  // the provider entry the site's worker passes (a device without subgroups on small-subgroup adapters)
+  const provider = pick.ep === 'webgpu' && m.probe.webgpuProvider ? await m.probe.webgpuProvider(gpu.adapter) : pick.ep;
+  const rec = await m.asr.Recogniser.create(m.ort, files, roles, runtime, provider);
+  const tSession = performance.now();
+  await rec.warmUp();
+  const tWarm = performance.now();
+  return {
+    rec, runtime,
+    info: {
+      ep: pick.ep, variant, threads: o.threads, kv_cache: rec.kvLocation ?? null,
+      adapter: pick.ep === 'webgpu' ? gpu.description : `none (WebAssembly on the CPU, ${os.cpus()[0]?.model ?? 'cpu'})`,
+      shader_f16: Boolean(gpu.shaderF16), fallback_adapter: Boolean(gpu.fallbackAdapter),
+      model_bytes: roles.files.reduce((n, f) => n + manifest.files[f].size, 0),
+    },
+    load: { download_ms: tDownload - t0, session_ms: tSession - tDownload, warmup_ms: tWarm - tSession, total_ms: tWarm - t0 },
+  };
+}
+
+// One transcription with per-token timestamps (onToken fires once per generated token, right
+// after the decoder run that produced it): the gaps between them are the decode step times.
+async function timedTranscribe(rec, pcm, opts = {}) {
+  const stamps = [];
+  const r = await rec.transcribe(pcm, { ...opts, onToken: () => stamps.push(performance.now()) });
+  const steps = stamps.slice(1).map((t, i) => t - stamps[i]);
+  const t = r.timings;
+  return {
+    text: r.text, tokens: r.tokens.length, steps,
+    encoder_ms: t.encoder_ms, prefill_ms: t.prefill_ms, prompt_tokens: t.prompt_tokens, ttft_ms: t.ttft_ms,
+    prefill_tokens_per_s: (t.prompt_tokens / t.prefill_ms) * 1000, audio_ms: t.audio_ms, total_ms: t.total_ms,
+  };
+}
+
+const log = (line) => console.error(`[bench] ${line}`); // progress on stderr; the report alone on stdout
+
+async function main() {
+  const o = parseArgs(process.argv.slice(2), OPTIONS, USAGE);
+  if (o.ep !== 'wasm') (await import('./dawn.mjs')).installDawn();
+  const srv = await startServer(o.dir);
+  try {
+    const m = await siteModules(o.dir);
+    const model = await loadModel(m, srv, o);
+    log(`loaded: ${model.info.ep} ${model.info.variant} on ${model.info.adapter} in ${model.load.total_ms.toFixed(0)} ms`);
+    const clips = [];
+    for (const c of (await sampleClips(o.dir)).slice(0, o.maxClips)) {
+      const pcm = decodeWav(new Uint8Array(await readFile(path.join(o.dir, c.src))), model.runtime.sample_rate);
+      for (let i = 0; i < o.repeat; i++) {
+        const r = await timedTranscribe(model.rec, pcm);
+        clips.push({ src: c.src, expected: c.text, match: r.text === c.text, ...r });
+        log(`${c.src}: ${JSON.stringify(r.text)} ${r.total_ms.toFixed(0)} ms`);
+      }
+    }
+    // Synthetic decode: N greedy steps past any end token, after a one-second prompt of silence.
+    const synth = await timedTranscribe(model.rec, new Float32Array(model.runtime.sample_rate), { maxNewTokens: o.decodeTokens + 1, forceSteps: true });
+    const clipSteps = clips.flatMap((c) => c.steps);
+    const median = (k) => quantile(clips.map((c) => c[k]), 0.5);
+    console.log(JSON.stringify({
+      bench: 'webbuild-node', node: process.version, dir: o.dir, session_config: o.sessionConfig, ...model.info, load: model.load,
+      clips: clips.map(({ steps, ...c }) => ({ ...c, decode_ms_per_token: quantile(steps, 0.5) })),
+      summary: {
+        clips: clips.length, clips_matching: clips.filter((c) => c.match).length,
+        encoder_ms: median('encoder_ms'), ttft_ms: median('ttft_ms'), prefill_ms: median('prefill_ms'),
+        prompt_tokens: median('prompt_tokens'), prefill_tokens_per_s: median('prefill_tokens_per_s'),
+        decode_ms_per_token_clips: spread(clipSteps),
+      },
+      synthetic_decode: { prompt_tokens: synth.prompt_tokens, prefill_ms: synth.prefill_ms, tokens: synth.steps.length, ms_per_token: spread(synth.steps) },
+    }));
+  } finally {
+    await srv.close();
+  }
+}
+
+main().then(() => process.exit(0), (e) => { console.error(e?.stack ?? String(e)); process.exit(1); });

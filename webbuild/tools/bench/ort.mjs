@@ -1,0 +1,75 @@
+// What the bench drivers share: argument parsing; and for those that run graphs directly (split.mjs,
+// merged.mjs) onnxruntime-web on Dawn or wasm and small tensor helpers.
+import { readFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+// greedy choice over the last position, as the site's runtime makes it
+export { argmaxLast } from '../../template/runtime/asr.js';
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+// `--name value` options over `defaults` (numbers stay numbers), plus one positional directory.
+export function parseArgs(argv, defaults, usage) {
+  const o = { dir: null, ep: 'auto', decodeTokens: 128, ort: path.join(REPO, 'node_modules/onnxruntime-web/dist'), sessionConfig: {}, ...defaults };
+  const key = (flag) => flag.slice(2).replace(/-([a-z])/g, (_, c) => c.toUpperCase());
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (a === '--session-config') Object.assign(o.sessionConfig, sessionConfigEntry(argv[++i]));
+    else if (a.startsWith('--') && key(a) in o) {
+      const v = argv[++i];
+      o[key(a)] = typeof o[key(a)] === 'number' ? Number(v) : v;
+    } else if (!a.startsWith('--') && !o.dir) o.dir = path.resolve(a);
+    else throw new Error(`unknown argument ${a}\nusage: ${usage}`);
+  }
+  if (!o.dir) throw new Error(`usage: ${usage}`);
+  o.ort = path.resolve(o.ort);
+  return o;
+}
+
+// `--session-config KEY=VALUE`: an onnxruntime session config entry, e.g.
+// ep.webgpuexecutionprovider.maxNumPendingDispatches=256, passed through the session options' `extra`.
+export function sessionConfigEntry(arg) {
+  const at = arg?.indexOf('=') ?? -1;
+  if (at < 1) throw new Error(`--session-config wants KEY=VALUE, got ${arg}`);
+  return { [arg.slice(0, at)]: arg.slice(at + 1) };
+}
+
+// onnxruntime-web's webgpu build, on Dawn when a WebGPU adapter is there (or asked for), else wasm.
+// Resolves `o.ep` ('auto' -> as the site's probe decides) and returns { ort, adapter }.
+export async function openOrt(o) {
+  const gpu = o.ep !== 'wasm' ? (await import('./dawn.mjs')).installDawn() : null;
+  const adapter = gpu && await gpu.requestAdapter({ powerPreference: 'high-performance' });
+  if (o.ep === 'auto') o.ep = adapter ? 'webgpu' : 'wasm';
+  if (o.ep === 'webgpu' && !adapter) throw new Error('no WebGPU adapter');
+  const ort = await import(pathToFileURL(path.join(o.ort, 'ort.webgpu.min.mjs')).href);
+  ort.env.wasm.wasmBinary = await readFile(path.join(o.ort, 'ort-wasm-simd-threaded.asyncify.wasm'));
+  ort.env.wasm.numThreads = 1; // as bench.mjs: threaded glue does not load from file: URLs in Node
+  ort.env.logLevel = 'error';
+  return { ort, adapter };
+}
+
+export function adapterName(ep, adapter) {
+  if (ep !== 'webgpu') return 'none (WebAssembly on the CPU)';
+  const info = adapter?.info ?? {};
+  return [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(' / ');
+}
+
+export const fileBytes = (dir, name) => readFile(path.join(dir, name)).then((b) => new Uint8Array(b.buffer, b.byteOffset, b.byteLength));
+
+// The external data files a graph may name, as onnxruntime-web wants them.
+export async function externalData(dir, names) {
+  const found = [];
+  for (const name of names) {
+    const data = await fileBytes(dir, name).catch(() => null);
+    if (data) found.push({ path: name, data });
+  }
+  return found.length ? found : undefined;
+}
+
+export const int64 = (ort, values, dims) => new ort.Tensor('int64', BigInt64Array.from(values, BigInt), dims);
+
+// Disposes GPU-resident outputs (the KV cache kept on the device between steps).
+export function disposeGpu(outputs, names) {
+  for (const k of names) if (outputs[k]?.location === 'gpu-buffer') outputs[k].dispose();
+}

@@ -1,0 +1,286 @@
+"""The checks behind `webbuild verify`: a built folder (served here on loopback) or a deployed URL,
+driven in Chrome/Chromium with Playwright. Returns a report dict (see report.py for its printing).
+
+Three visits:
+1. fresh browser profile, one shard corrupted in transit once: the loader must notice and recover;
+   every sample (and the --clips, unless they run on another EP) is transcribed;
+2. same profile again: the model must come from the Cache API (no shard requests); --clips with
+   --clips-ep run here;
+3. a browser with WebGPU switched off: the site must fall back to wasm and still transcribe.
+Across all of them: no request leaves the site's origin and the console shows no errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from webbuild.tools import browser as br
+from webbuild.reference.wer import corpus_wer, wer
+
+SHARDS = "**/model/shards/*"
+DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
+
+
+class VerifyInputError(ValueError):
+    """Bad arguments (missing folder, clips without transcripts, ...): exit code 2."""
+
+
+@dataclass
+class Options:
+    target: str
+    clips: Path | None = None
+    browser: str | None = None
+    ep: str | None = None  # None: the page's own choice
+    clips_ep: str | None = None  # None: same page as the samples; else a second visit on it ('auto' too)
+    clips_max_wer: float | None = None  # None: the site's verify.max_wer
+    timeout_s: float = 600
+
+
+@dataclass
+class Clip:
+    name: str
+    text: str
+    wav: Path | None = None  # an uploaded file (--clips) ...
+    button: str | None = None  # ... or a sample button of the page
+    local: Path | None = None  # the audio on this machine, for the Python reference
+
+
+def read_clips(folder: Path) -> list[Clip]:
+    """*.wav with same-named *.txt transcripts."""
+    if not folder.is_dir():
+        raise VerifyInputError(f"--clips {folder}: not a folder")
+    wavs = sorted(folder.glob("*.wav"))
+    if not wavs:
+        raise VerifyInputError(f"--clips {folder}: no *.wav files")
+    missing = [w.name for w in wavs if not w.with_suffix(".txt").is_file()]
+    if missing:
+        raise VerifyInputError(f"--clips {folder}: no transcript (.txt) for {', '.join(missing[:5])}")
+    return [Clip(w.name, w.with_suffix(".txt").read_text().strip(), wav=w, local=w) for w in wavs]
+
+
+@contextlib.contextmanager
+def site_url(target: str):
+    """(url ending in '/', local dist or None): a folder is served on loopback at its base path."""
+    if urlsplit(target).scheme in ("http", "https"):
+        yield (target if target.endswith("/") else target + "/"), None
+        return
+    dist = Path(target)
+    if not (dist / "index.html").is_file():
+        raise VerifyInputError(f"{target}: no index.html; pass a built site folder (webbuild model.yaml) or a URL")
+    from webbuild.tools.serve import start
+
+    data = dist / "samples.json"
+    base = json.loads(data.read_text()).get("base_path", "/") if data.is_file() else "/"
+    srv = start(dist, quiet=True, base_path=base)
+    try:
+        yield srv.url, dist
+    finally:
+        srv.shutdown()
+
+
+def site_data(context, url: str) -> dict:
+    """samples.json of the site (samples, expected texts, verify.max_wer)."""
+    res = context.request.get(url + "samples.json")
+    if not res.ok:
+        raise VerifyInputError(f"{url}samples.json: HTTP {res.status}; rebuild the site with this webbuild")
+    return res.json()
+
+
+class Reference:
+    """The Python reference on a local build's own graphs, loaded once per variant."""
+
+    def __init__(self, dist: Path | None):
+        self.dist, self.loaded = dist, {}
+
+    def text(self, clip: Clip, variant: str) -> str | None:
+        if self.dist is None or clip.local is None:
+            return None
+        from webbuild.reference.audio import read_wav
+        from webbuild.reference.transcribe import load_transcriber
+
+        if variant not in self.loaded:
+            self.loaded[variant] = load_transcriber(self.dist, variant)
+        return self.loaded[variant].transcribe(read_wav(clip.local))
+
+
+def query(ep: str | None) -> str:
+    return f"?ep={ep}" if ep and ep != "auto" else ""
+
+
+def transcribe(page, clip: Clip, timeout_s: float) -> dict:
+    if clip.button:
+        page.click(f"#{clip.button}")
+    else:
+        page.set_input_files("#file", str(clip.wav))
+    br.wait_for(page, DONE, timeout_s)
+    return page.evaluate("() => window.webbuild")
+
+
+def row(clip: Clip, state: dict, reference: str | None, max_wer: float, run: str) -> dict:
+    got, m = state["text"], state.get("metrics") or {}
+    rate = wer(clip.text, got) if state["error"] is None else 1.0
+    ok = state["error"] is None and rate <= max_wer and (reference is None or got == reference)
+    return {"clip": clip.name, "run": run, "ep": state["info"]["ep"], "expected": clip.text, "got": got,
+            "reference": reference, "wer": rate, "max_wer": max_wer, "ok": ok, "error": state["error"],
+            **{k: m.get(k) for k in ("audio_ms", "encoder_ms", "ttft_ms", "prompt_tokens", "prefill_tokens_per_s",
+                                     "generated_tokens", "decode_tokens_per_s", "rtf")}}
+
+
+class Verifier:
+    def __init__(self, opts: Options, progress=lambda _: None):
+        self.opts, self.progress = opts, progress
+        self.rows: list[dict] = []
+        self.checks: list[dict] = []
+        self.log = {"requests": [], "console": [], "errors": []}
+        self.visits: dict[str, dict] = {}
+        self.reference = Reference(None)
+
+    def check(self, name: str, ok: bool, detail: str = "") -> bool:
+        self.checks.append({"name": name, "ok": bool(ok), "detail": detail})
+        self.progress(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
+        return ok
+
+    def open(self, context, url: str, name: str) -> tuple:
+        page = context.new_page()
+        br.watch(page, self.log)
+        start = len(self.log["requests"])
+        t0 = time.monotonic()
+        try:
+            br.open_page(page, url, self.opts.timeout_s)
+        except TimeoutError:
+            pass  # still loading: reported below as not ready
+        state = page.evaluate("() => window.webbuild") or {"status": "no page state", "error": "app did not start"}
+        info = state.get("info") or {}
+        self.visits[name] = {"url": url, "status": state["status"], "error": state["error"],
+                             "wall_s": round(time.monotonic() - t0, 2), "warnings": state.get("warnings", []),
+                             **{k: info.get(k) for k in ("ep", "variant", "adapter", "threads", "kvCache", "load")}}
+        self.progress(f"{name}: {state['status']} on {info.get('ep')} ({info.get('variant')}) in "
+                      f"{self.visits[name]['wall_s']} s")
+        ready = self.check(f"{name}: model loads", state["status"] == "ready", state["error"] or "")
+        return page, state, self.log["requests"][start:], ready
+
+    def run_clips(self, page, clips: list[Clip], state: dict, max_wer: float, run: str) -> None:
+        variant = state["info"]["variant"]
+        for clip in clips:
+            try:
+                result = transcribe(page, clip, self.opts.timeout_s)
+            except TimeoutError as exc:
+                result = {**state, "status": "timeout", "text": "", "metrics": None, "error": str(exc)}
+            self.rows.append(row(clip, result, self.reference.text(clip, variant), max_wer, run))
+            r = self.rows[-1]
+            self.progress(f"  {clip.name}: {'ok' if r['ok'] else 'FAIL'} {r['got']!r} (WER {r['wer']:.2f})")
+            if result["status"] == "timeout":
+                break  # the page is stuck on this clip: the others would only time out too
+
+    def first_visit(self, context, url, samples, clips, max_wer) -> bool:
+        corrupted = []
+
+        def corrupt_once(route):
+            if corrupted:
+                return route.continue_()
+            corrupted.append(route.request.url)  # before fetch(): other shards' handlers run meanwhile
+            res = route.fetch()
+            body = bytearray(res.body())
+            body[len(body) // 2] ^= 0xFF
+            route.fulfill(response=res, body=bytes(body))
+
+        context.route(SHARDS, corrupt_once)
+        page, state, requests, ready = self.open(context, url + query(self.opts.ep), "first visit")
+        context.unroute(SHARDS)
+        shard = corrupted[0].rsplit("/", 1)[-1] if corrupted else "?"
+        warned = [w for w in state.get("warnings", []) if "sha256" in w]
+        noticed = len(warned) == 1 and shard in warned[0]
+        refetched = sum(u.split("?")[0].endswith("/" + shard) for u in requests)
+        self.check("corrupted shard detected and recovered", bool(corrupted) and noticed and ready and refetched == 2,
+                   f"{shard} corrupted once: warning {'shown' if noticed else 'missing'}, fetched {refetched}x, "
+                   f"status {state['status']}")
+        if ready:
+            self.run_clips(page, samples, state, max_wer, "samples")
+            if clips and self.opts.clips_ep is None:
+                self.run_clips(page, clips, state, self.clips_max_wer(max_wer), "clips")
+        page.close()
+        return ready
+
+    def second_visit(self, context, url, clips, max_wer) -> None:
+        ep = self.opts.clips_ep if clips and self.opts.clips_ep else self.opts.ep
+        page, state, requests, ready = self.open(context, url + query(ep), "second visit")
+        shard_requests = [u for u in requests if "/model/shards/" in u]
+        self.check("second visit loads the model from the cache", ready and not shard_requests,
+                   f"{len(shard_requests)} shard requests; load {self._load_ms('second visit')} ms")
+        if ready and clips and self.opts.clips_ep:
+            self.run_clips(page, clips, state, self.clips_max_wer(max_wer), "clips")
+        page.close()
+
+    def clips_max_wer(self, site_bound: float) -> float:
+        return site_bound if self.opts.clips_max_wer is None else self.opts.clips_max_wer
+
+    def fallback_visit(self, playwright, choice, url, clip: Clip | None, max_wer) -> None:
+        browser = br.launch(playwright, choice, webgpu=False)
+        try:
+            page, state, _, ready = self.open(browser.new_context(), url, "WebGPU off")
+            ep = (state.get("info") or {}).get("ep")
+            if not self.check("wasm fallback when WebGPU is off", ready and ep == "wasm", f"ep {ep}") or clip is None:
+                return
+            self.run_clips(page, [clip], state, max_wer, "wasm fallback")
+            self.check("wasm fallback transcribes", self.rows[-1]["ok"], repr(self.rows[-1]["got"]))
+        finally:
+            browser.close()
+
+    def _load_ms(self, visit: str):
+        load = self.visits.get(visit, {}).get("load") or {}
+        return round(load["total_ms"]) if "total_ms" in load else None
+
+    def final_checks(self, url: str) -> None:
+        origin = "{0.scheme}://{0.netloc}/".format(urlsplit(url))
+        outside = [u for u in self.log["requests"] if not u.startswith(origin)]
+        self.check("no request leaves the origin", self.log["requests"] and not outside,
+                   f"{len(self.log['requests'])} requests, {len(outside)} elsewhere {outside[:3]}")
+        errors = [c for c in self.log["console"] if c.startswith("error:")] + self.log["errors"]
+        self.check("console has no errors", not errors, "; ".join(errors[:3]))
+        self.check("every transcript within the WER bound (and equal to the Python reference)",
+                   self.rows and all(r["ok"] for r in self.rows),
+                   f"{sum(r['ok'] for r in self.rows)}/{len(self.rows)} clips")
+
+    def run(self) -> dict:
+        from playwright.sync_api import sync_playwright
+
+        t0 = time.monotonic()
+        clips = read_clips(self.opts.clips) if self.opts.clips else []
+        choice = br.choose(self.opts.browser)
+        with site_url(self.opts.target) as (url, dist), sync_playwright() as pw:
+            self.reference = Reference(dist)
+            browser = br.launch(pw, choice)
+            try:
+                context = browser.new_context()
+                data = site_data(context, url)
+                max_wer = float(data.get("max_wer", 0.0))
+                samples = [Clip(Path(s["src"]).name, s["text"], button=s["id"],
+                                local=dist / s["src"] if dist else None) for s in data["samples"]]
+                if self.first_visit(context, url, samples, clips, max_wer):
+                    self.second_visit(context, url, clips, max_wer)
+            finally:
+                browser.close()
+            self.fallback_visit(pw, choice, url, (samples or clips or [None])[0], max_wer)
+            self.final_checks(url)
+        return self.report(choice, url, max_wer, time.monotonic() - t0)
+
+    def report(self, choice, url: str, max_wer: float, seconds: float) -> dict:
+        first = self.visits.get("first visit", {})
+        return {
+            "target": self.opts.target, "url": url, "browser": choice.describe(), "ok": all(c["ok"] for c in self.checks),
+            "ep": first.get("ep"), "variant": first.get("variant"), "adapter": first.get("adapter"),
+            "max_wer": max_wer, "reference": self.reference.dist is not None,
+            "load_ms": {"cold": self._load_ms("first visit"), "warm": self._load_ms("second visit")},
+            "clips_wer": corpus_wer([(r["expected"], r["got"]) for r in self.rows if r["run"] == "clips"]),
+            "reference_equal": sum(r["got"] == r["reference"] for r in self.rows if r["reference"] is not None),
+            "visits": self.visits, "checks": self.checks, "clips": self.rows, "duration_s": round(seconds, 1),
+        }
+
+
+def verify(opts: Options, progress=lambda _: None) -> dict:
+    return Verifier(opts, progress).run()

@@ -1,0 +1,3 @@
+from webbuild.train.train import main
+
+main()

@@ -1,0 +1,89 @@
+"""Parallel synthesis of sentence lists into compact shards (int16 PCM + text), and loading.
+
+A shard is one .npz: `pcm` (all clips' int16 samples concatenated), `lengths`, `texts`.
+Each shard has its own seeded RNG, so the data do not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from webbuild.train.speech import random_style, synthesize
+
+SHARD_CLIPS = 500
+
+
+@dataclass
+class Clips:
+    pcm: np.ndarray  # int16, all clips concatenated
+    lengths: np.ndarray  # int64 samples per clip
+    texts: list[str]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.lengths)[:-1]])
+
+    def clip(self, i: int) -> np.ndarray:
+        start = int(self.offsets[i])
+        return self.pcm[start : start + int(self.lengths[i])].astype(np.float32) / 32767.0
+
+
+def synthesize_clips(texts: list[str], seed: int) -> Clips:
+    rng = np.random.default_rng(seed)
+    pcms = [synthesize(t, random_style(rng), rng) for t in texts]
+    pcm16 = np.concatenate([np.round(p * 32767).astype(np.int16) for p in pcms])
+    return Clips(pcm16, np.array([len(p) for p in pcms], np.int64), list(texts))
+
+
+def shard_seed(seed: int, k: int) -> int:
+    return seed * 100_003 + k
+
+
+def _shard_texts(texts: list[str]) -> list[list[str]]:
+    return [texts[i : i + SHARD_CLIPS] for i in range(0, len(texts), SHARD_CLIPS)]
+
+
+def synthesize_sharded(texts: list[str], seed: int) -> Clips:
+    """In this process, the same clips that `build_shards(..., texts, seed, ...)` writes."""
+    parts = [synthesize_clips(t, shard_seed(seed, k)) for k, t in enumerate(_shard_texts(texts))]
+    return Clips(np.concatenate([p.pcm for p in parts]), np.concatenate([p.lengths for p in parts]), list(texts))
+
+
+def _write_shard(job: tuple[Path, list[str], int]) -> Path:
+    path, texts, seed = job
+    clips = synthesize_clips(texts, seed)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, pcm=clips.pcm, lengths=clips.lengths, texts=np.array(clips.texts))
+    tmp.rename(path)  # only complete shards carry the final name
+    return path
+
+
+def _complete(path: Path, texts: list[str]) -> bool:
+    if not path.exists():
+        return False
+    with np.load(path) as shard:
+        return [str(t) for t in shard["texts"]] == list(texts)
+
+
+def build_shards(out_dir: Path, texts: list[str], seed: int, workers: int, prefix: str = "train") -> list[Path]:
+    """Synthesize `texts` into shards under `out_dir` (shards already holding the same texts are reused)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jobs = [(out_dir / f"{prefix}-{k:05d}.npz", t, shard_seed(seed, k)) for k, t in enumerate(_shard_texts(texts))]
+    todo = [j for j in jobs if not _complete(j[0], j[1])]
+    with mp.get_context("fork").Pool(workers) as pool:
+        for _ in pool.imap_unordered(_write_shard, todo):
+            pass
+    return [j[0] for j in jobs]
+
+
+def load_shards(paths: list[Path]) -> Clips:
+    parts = [np.load(p) for p in paths]
+    return Clips(
+        np.concatenate([p["pcm"] for p in parts]),
+        np.concatenate([p["lengths"] for p in parts]),
+        [str(t) for p in parts for t in p["texts"]],
+    )
