@@ -13,11 +13,17 @@
 # `run` stashes the last part, unpacks the browser into /tmp/chrome once (a later `run` on the same
 # warm machine skips that), and runs chrome_gpu_probe.py over $CONFIGS; results land in $OUT.
 #
-# What puts WebGPU on the NVIDIA Vulkan driver (see docs/chrome-gpu.md for why each is needed):
+# What puts WebGPU on the NVIDIA Vulkan driver (docs/chrome-gpu.md says why each is needed; seen
+# working on the H200 2026-11-30, adapter 'nvidia', isFallbackAdapter false):
 #   env:   VK_DRIVER_FILES=VK_ICD_FILENAMES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-#          LD_LIBRARY_PATH=/tmp/chrome/lib (Chromium's libraries, from this machine)
-#   flags: --headless --no-sandbox --enable-unsafe-webgpu --ignore-gpu-blocklist plus a config of
-#          chrome_gpu_probe.py's CONFIGS (GL through ANGLE on the GPU, Skia on Vulkan)
+#          __EGL_VENDOR_LIBRARY_FILENAMES=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+#          LD_LIBRARY_PATH=/tmp/chrome/lib (Chromium's libraries, from this machine); the .gl loader
+#          debs unpacked into / (libvulkan.so.1 must be found by name)
+#   flags: --headless --no-sandbox --enable-unsafe-webgpu --ignore-gpu-blocklist --enable-gpu
+#          --use-angle=vulkan --enable-features=Vulkan --use-vulkan=native --disable-vulkan-surface
+#          (config vk_angle; egl_vk, with --use-gl=angle --use-angle=gl-egl instead, works as well)
+# CONFIGS=vk_angle,sw,egl_vk,gles_vk,egl_gles_webgpu,egl_gl,vk_angle_plain,graphite,sw_vk is the
+# whole matrix that was tried; ORT_CONFIGS names where the onnxruntime-web page runs.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$PWD/chrome-gpu-out}
@@ -26,7 +32,7 @@ NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 NV_EGL=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
 ORT_CONFIGS=${ORT_CONFIGS-vk_angle}  # where the onnxruntime-web page runs ('' for nowhere)
 ORT_OPTS=${ORT_OPTS:-'{"decodeTokens": 64, "rounds": 3}'}
-CONFIGS=${CONFIGS:-vk_angle,sw,egl_vk,gles_vk,egl_gles_webgpu,egl_gl,vk_angle_plain,graphite,sw_vk}
+CONFIGS=${CONFIGS:-vk_angle,egl_vk,sw}
 
 # the checkout the device tool sends (the main one, also when this runs from a worktree)
 carry_root() { (cd "$HERE/.." && cd "$(git rev-parse --path-format=absolute --git-common-dir)/.." && pwd); }
