@@ -6,6 +6,7 @@ reference cannot drift from what the build accepts; tests/test_config_reference.
 
 from __future__ import annotations
 
+import re
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,8 @@ from pydantic.fields import FieldInfo
 from webbuild.config import BuildConfig
 
 COMMAND = "python -m webbuild.config_reference > docs/model-yaml.md"
+WIDTH = 100
+LIST_MARKER = re.compile(r"[-+*]|\d+[.)]")
 SCALARS = {str: "string", bool: "boolean", int: "integer", float: "number", Path: "path"}
 # annotated_types / pydantic metadata attribute -> how the constraint reads
 CONSTRAINTS = {"ge": ">= {}", "gt": "> {}", "le": "<= {}", "lt": "< {}", "min_length": "length >= {}",
@@ -38,14 +41,34 @@ Paths are relative to the model.yaml file. Unknown keys, wrong types, bad values
 each get one line naming the key, and exit code 2:
 `model.yaml: source.layout: expected one of 'qwen3-asr-split', 'merged'; got 'split'`.
 
-| key | type | default | allowed | description |
-| --- | --- | --- | --- | --- |
+Every key, as `key` (type; default; allowed values): description.
+
 """
 
 
 def render_reference() -> str:
     """The Markdown page: every key of model.yaml with its type, default, allowed values and description."""
-    return HEADER + "".join(f"| {' | '.join(row)} |\n" for row in field_rows(BuildConfig))
+    return HEADER + "".join(_entry(*row) for row in field_rows(BuildConfig))
+
+
+def _entry(key: str, kind: str, default: str, allowed: str, description: str) -> str:
+    """One list item, wrapped at WIDTH."""
+    details = "; ".join(filter(None, [kind, default if default in ("", "required") else f"default {default}",
+                                      allowed and f"allowed: {allowed}"]))
+    return _wrap(f"- `{key}` ({details}): {description}") + "\n"
+
+
+def _wrap(text: str) -> str:
+    """Lines of at most WIDTH, continued with two spaces; a word that would open a list at the start of
+    a line ('+', '-', '1.') stays on the line before."""
+    lines, line = [], ""
+    for word in text.split(" "):
+        if line and len(line) + 1 + len(word) > WIDTH and not LIST_MARKER.fullmatch(word):
+            lines.append(line)
+            line = f"  {word}"
+        else:
+            line = f"{line} {word}" if line else word
+    return "\n".join([*lines, line])
 
 
 def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, ...]]:
@@ -57,7 +80,7 @@ def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, 
         kind, allowed, nested = describe_type(field.annotation)
         allowed += [text.format(value) for meta in field.metadata for attr, text in CONSTRAINTS.items()
                     if (value := getattr(meta, attr, None)) is not None]
-        yield (f"`{key}`", kind, _default(field, nested), ", ".join(allowed), field.description or "")
+        yield key, kind, _default(field, nested), ", ".join(allowed), field.description or ""
         if nested is not None:
             yield from field_rows(nested, f"{key}[]." if kind.startswith("list") else f"{key}.")
 
@@ -83,7 +106,7 @@ def _default(field: FieldInfo, nested: type[BaseModel] | None) -> str:
         return "required"
     value = field.get_default(call_default_factory=True)
     if nested is not None and isinstance(value, BaseModel):
-        return "its keys' defaults"
+        return ""  # a section: its keys carry the defaults
     return _code(value)
 
 
