@@ -21,10 +21,16 @@ from webbuild.fusion.rule import Step, fuse_graph
 
 ENCODER = "encoder.onnx"
 ANCHORS = {"Erf", "Softmax", "ReduceMean"}
-# the encoder's rules in order; on a graph with nothing decomposed, none runs
-STEPS = tuple(Step(action, when="decomposed") for action in (
-    cleanup.apply, layer_norm.RULE, gelu.RULE, bias_gelu.RULE, skip_layer_norm.RULE, encoder_attention.RULE,
-    encoder_packed_qkv.RULE))
+# the encoder's rules in order, all under one flag: a graph with nothing decomposed is left untouched
+STEPS = (
+    Step(cleanup.apply, when="decomposed"),
+    Step(layer_norm.RULE, when="decomposed"),
+    Step(gelu.RULE, when="decomposed"),
+    Step(bias_gelu.RULE, when="decomposed"),
+    Step(skip_layer_norm.RULE, when="decomposed"),
+    Step(encoder_attention.RULE, when="decomposed"),
+    Step(encoder_packed_qkv.RULE, when="decomposed"),
+)
 
 
 def load_encoder(src: Path) -> ir.Model:
