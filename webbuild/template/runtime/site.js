@@ -50,8 +50,9 @@ async function openSite(manifestUrl, opts) {
   opts.onManifest?.(manifest);
   const loading = { onProgress: opts.onProgress, onWarning: opts.onWarning };
   loading.cache = await openModelCache(manifest.model_id, loading);
+  // no progress events: the page's bar shows the model's bytes
   const bytes = (await loadFiles(manifest, [RUNTIME_FILE], { ...loading, onProgress: undefined })).get(RUNTIME_FILE);
-  const runtime = JSON.parse(new TextDecoder().decode(bytes)); // (no progress: these are not the model's bytes)
+  const runtime = JSON.parse(new TextDecoder().decode(bytes));
   const ortModule = import(new URL(`../${runtime.files.ort_module}`, import.meta.url).href);
   return { manifest, runtime, loading, ortModule };
 }

@@ -1,7 +1,8 @@
 """`webbuild bench DIR --runtime browser`: the built site's own page and worker in Chromium
 (Playwright), served on loopback; the button of each sample of the site's samples.json is clicked and
-window.webbuild's metrics read back. The page exposes per-transcription rates, not per-token times, so decode ms/token is
-spread over clips (1000 / decode tokens/s of each), and there is no synthetic decode."""
+window.webbuild's metrics read back. The page exposes per-transcription rates, not per-token times,
+so decode ms/token is spread over clips (1000 / decode tokens/s of each), and there is no synthetic
+decode."""
 
 from __future__ import annotations
 
