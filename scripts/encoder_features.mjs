@@ -7,27 +7,25 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 
 import { installDawn } from '../webbuild/tools/bench/dawn.mjs';
+import { importOrt } from '../webbuild/tools/bench/ort.mjs';
 import { Recogniser } from '../webbuild/template/runtime/asr.js';
 import { webgpuProvider } from '../webbuild/template/runtime/probe.js';
 
 const [encoder, reference, ortDir] = process.argv.slice(2);
 const gpu = installDawn();
-const ort = await import(path.resolve(ortDir, 'ort.webgpu.min.mjs'));
-ort.env.wasm.wasmBinary = await readFile(path.resolve(ortDir, 'ort-wasm-simd-threaded.asyncify.wasm'));
-ort.env.wasm.numThreads = 1;
-ort.env.logLevel = 'error';
+const ort = await importOrt(path.resolve(ortDir));
 const adapter = await gpu.requestAdapter({ powerPreference: 'high-performance' });
 const provider = await webgpuProvider(adapter);
 console.log(`adapter ${adapter.info.vendor} ${adapter.info.architecture} ${adapter.info.description}; subgroups ` +
   `${adapter.info.subgroupMinSize}-${adapter.info.subgroupMaxSize}; own device: ${typeof provider !== 'string'}`);
 const files = new Map([['encoder.onnx', await readFile(encoder)]]);
-const roles = { encoder: 'encoder.onnx' };
+const names = { graph: 'encoder.onnx' };
 try {
   files.set('encoder.onnx.data', await readFile(encoder + '.data'));
-  roles.encoder_data = 'encoder.onnx.data';
+  names.data = 'encoder.onnx.data';
 } catch { /* weights inside the graph */ }
 const r = new Recogniser(ort, { decoder: {} }, provider);
-await r.loadEncoder(files, roles);
+await r.loadEncoder(files, names);
 for (const clip of JSON.parse(await readFile(reference, 'utf8'))) {
   const t = performance.now();
   const got = await r.encode(Float32Array.from(clip.pcm));

@@ -1,5 +1,6 @@
 """`webbuild bench` on the embedded example built as is: the Node harness runs the built site's own
-runtime modules on the wasm EP and reports sane fields (no timing asserts beyond > 0)."""
+runtime modules on the wasm EP and reports sane fields (no timing asserts beyond > 0); --runtime browser
+transcribes the site's samples on its own page."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from webbuild.site.contract import SAMPLES_FILE
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 pytestmark = [
@@ -43,6 +46,17 @@ def test_bench_wasm_reports_the_metrics(site, tmp_path):
     assert s["encoder_ms"] > 0 and s["ttft_ms"] > s["encoder_ms"] and s["prefill_tokens_per_s"] > 0
     d = r["synthetic_decode"]["ms_per_token"]
     assert d["n"] == 8 and 0 < d["p10"] <= d["median"] <= d["p90"]
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="no /usr/bin/chromium")
+def test_bench_in_the_browser_clicks_the_samples_of_samples_json(site, tmp_path):
+    out = tmp_path / "bench.json"
+    run = webbuild("bench", str(site), "--runtime", "browser", "--ep", "wasm", "--max-clips", "1", "--json", str(out))
+    assert run.returncode == 0, run.stderr
+    r = json.loads(out.read_text())
+    expected = json.loads((site / SAMPLES_FILE).read_text())["samples"][0]["text"]
+    assert (r["ep"], r["variant"]) == ("wasm", "fp32")
+    assert [(c["expected"], c["match"]) for c in r["clips"]] == [(expected, True)]
 
 
 def test_bench_rejects_a_folder_that_is_not_a_site(tmp_path):

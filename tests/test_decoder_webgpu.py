@@ -21,7 +21,7 @@ import pytest
 from webbuild.tools.browser import choose, launch
 from webbuild.fusion.fuse import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, embed_table, greedy
-from tests.runtime_page import runtime_page
+from tests.runtime_page import ORT_URL, runtime_page
 from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
@@ -65,8 +65,8 @@ def cpu(root, prompt):
     return np.stack([x[0] for x in logits]), tokens
 
 
-RUN = """async ({ form, ep, ids, steps, decoder }) => {
-  const ort = await import('./ort/ort.webgpu.min.mjs');
+RUN = """async ({ ortUrl, form, ep, ids, steps, decoder }) => {
+  const ort = await import(ortUrl);
   const { Recogniser, argmaxLast } = await import('./runtime/asr.js');
   ort.env.wasm.numThreads = 1;  // no COOP/COEP here
   ort.env.logLevel = 'error';
@@ -75,7 +75,7 @@ RUN = """async ({ form, ep, ids, steps, decoder }) => {
     ['decoder.onnx.data', await get(`graphs/${form}/decoder.onnx.data`)], ['embed_tokens.bin', await get('graphs/embed_tokens.bin')]]);
   const r = new Recogniser(ort, { decoder }, ep);
   try {
-    await r.loadDecoder(files, { decoder: 'decoder.onnx', decoder_data: 'decoder.onnx.data', embed: 'embed_tokens.bin' });
+    await r.loadDecoder(files, { graph: 'decoder.onnx', data: 'decoder.onnx.data', embed: 'embed_tokens.bin' });
     let { logits, present } = await r.step(r.inputs(ids), ids.length, r.emptyPast());
     const out = { logits: [Array.from(logits.data)], tokens: [argmaxLast(logits, decoder.vocab_size)], kv: r.kvLocation };
     for (let i = 0; i < steps; i++) {
@@ -104,8 +104,8 @@ def browser_run(playwright, root, prompt):
 
     def run(form: str, ep: str) -> dict:
         if (form, ep) not in done:
-            done[form, ep] = page.evaluate(RUN, {"form": form, "ep": ep, "ids": prompt, "steps": STEPS,
-                                                 "decoder": decoder})
+            done[form, ep] = page.evaluate(RUN, {"ortUrl": ORT_URL, "form": form, "ep": ep, "ids": prompt,
+                                                 "steps": STEPS, "decoder": decoder})
         return done[form, ep]
 
     yield run

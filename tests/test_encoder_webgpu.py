@@ -21,7 +21,7 @@ from webbuild.fusion.fuse import save
 from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.reference.audio import read_wav
 from webbuild.build.frontend import add_mel_frontend
-from tests.runtime_page import runtime_page
+from tests.runtime_page import ORT_URL, runtime_page
 from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
@@ -57,8 +57,8 @@ def cpu(root, clips) -> list[np.ndarray]:
     return [sess.run(None, {"pcm": c[None].astype(np.float32)})[0] for c in clips]
 
 
-RUN = """async ({ ep, pcm, plain }) => {
-  const ort = await import('./ort/ort.webgpu.min.mjs');
+RUN = """async ({ ortUrl, ep, pcm, plain }) => {
+  const ort = await import(ortUrl);
   const { Recogniser } = await import('./runtime/asr.js');
   const { webgpuProvider } = await import('./runtime/probe.js');
   ort.env.wasm.numThreads = 1;  // no COOP/COEP here
@@ -73,7 +73,7 @@ RUN = """async ({ ep, pcm, plain }) => {
   }
   try {
     const r = new Recogniser(ort, { decoder: {} }, provider);
-    await r.loadEncoder(files, { encoder: 'encoder.onnx', encoder_data: 'encoder.onnx.data' });
+    await r.loadEncoder(files, { graph: 'encoder.onnx', data: 'encoder.onnx.data' });
     const features = [];
     for (const x of pcm) {
       const f = await r.encode(Float32Array.from(x));
@@ -100,7 +100,8 @@ def browser_run(playwright, root, clips):
         if (ep, plain) not in done:
             page = browser.new_page()
             page.goto(srv.url + "index.html")
-            done[ep, plain] = page.evaluate(RUN, {"ep": ep, "plain": plain, "pcm": [c.tolist() for c in clips]})
+            done[ep, plain] = page.evaluate(RUN, {"ortUrl": ORT_URL, "ep": ep, "plain": plain,
+                                                  "pcm": [c.tolist() for c in clips]})
             page.close()
         return done[ep, plain]
 

@@ -16,6 +16,7 @@ from webbuild.tools.browser import QUIET, open_site, wait_for  # noqa: F401 (one
 from webbuild.reference.audio import read_wav, write_wav
 from webbuild.build.runner import run_build
 from webbuild.config import load_config
+from webbuild.site.contract import ORT_DIR, ORT_MODULES, ORT_WASM, SAMPLES_FILE
 from webbuild.site.manifest import load_manifest, verify_manifest
 from webbuild.reference.prompt import build_prompt
 
@@ -77,17 +78,20 @@ def test_every_file_within_the_shard_limit_and_no_loose_model_files(site):
     manifest = load_manifest(dist / "model")
     assert report["files"]["shards"] == len(manifest["shards"]) > 8
     assert report["files"]["max_file_bytes"] <= MAX_BYTES
-    wasm = manifest["files"]["ort-wasm-simd-threaded.asyncify.wasm"]
+    wasm = manifest["files"][ORT_WASM]
     assert len(wasm["parts"]) == 7  # 25.5 MiB in 4 MiB shards
 
 
 def test_site_files(site):
     dist = site / "dist"
-    for name in ("index.html", "app.js", "worker.js", "style.css", "theme.css", "runtime/loader.js",
-                 "ort/ort.webgpu.min.mjs", "ort/ort-wasm-simd-threaded.asyncify.mjs", "samples/00-clip.wav", "_headers"):
+    for name in ("index.html", "app.js", "worker.js", "style.css", "theme.css", "runtime/loader.js", "runtime/site.js",
+                 *(f"{ORT_DIR}/{m}" for m in ORT_MODULES), "samples/00-clip.wav", "_headers"):
         assert (dist / name).is_file(), name
     html = (dist / "index.html").read_text()
-    assert "<title>Tiny test</title>" in html and 'data-src="samples/00-clip.wav"' in html
+    assert "<title>Tiny test</title>" in html
+    assert json.loads((dist / SAMPLES_FILE).read_text()) == {
+        "name": "tiny-test", "base_path": "/demo/", "max_wer": 0.0,
+        "samples": [{"id": "sample-0", "src": "samples/00-clip.wav", "text": "a tone", "label": "clip"}]}
     assert "<script>" not in html and "style=" not in html  # nothing inline: the CSP allows only files
     headers = (dist / "_headers").read_text()
     assert "/demo/*\n" in headers and "/demo/model/shards/*\n  Cache-Control: public, max-age=31536000, immutable" in headers
@@ -112,6 +116,24 @@ def test_runtime_config_and_token_table(site, zoo_export):
     for seq in ids:
         raw = b"".join(data[offsets[i]:offsets[i + 1]] for i in seq)
         assert raw.decode("utf-8", "replace") == tok.decode(seq.tolist(), skip_special_tokens=False)
+
+
+def test_runtime_json_carries_the_contract_names(site, fused_site):
+    """runtime.json names the files the JS looks up as webbuild.site.contract does (file roles, the decode
+    table, onnxruntime-web's module and wasm), and every file role of a manifest variant is one of them."""
+    from webbuild.site.contract import FILE_ROLES, ORT_MODULE, RUNTIME_FILE, TOKENS_FILE
+
+    known = {role for table in FILE_ROLES.values() for role in table.values()}
+    for built in (site, fused_site):
+        dist = built / "dist"
+        manifest = load_manifest(dist / "model")
+        rt = json.loads((dist / "model" / manifest["files"][RUNTIME_FILE]["parts"][0]["shard"]).read_bytes())
+        assert rt["files"] == {"tokens": TOKENS_FILE, "ort_module": f"{ORT_DIR}/{ORT_MODULE}", "ort_wasm": ORT_WASM}
+        assert rt["roles"] == FILE_ROLES
+        assert {TOKENS_FILE, ORT_WASM} <= set(manifest["files"]) and (dist / rt["files"]["ort_module"]).is_file()
+        for name, entry in manifest["variants"].items():
+            roles = set(entry) - {"files", "requires", "dtype"}
+            assert roles <= known and sorted(entry[r] for r in roles) == sorted(entry["files"]), name
 
 
 def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):

@@ -16,6 +16,7 @@ from webbuild.tools.browser import open_site, wait_for
 from webbuild.reference.audio import read_wav
 from webbuild.build.runner import run_build
 from webbuild.config import load_config
+from webbuild.site.contract import SAMPLES_FILE
 from tests.test_site import needs_chromium, playwright, reference_for  # noqa: F401 (fixture)
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
@@ -24,7 +25,8 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 
 @pytest.fixture(scope="module")
 def example_site(tmp_path_factory):
-    """examples/tiny-asr/model.yaml built as is (split source, fused by the build), under /demo/."""
+    """examples/tiny-asr/model.yaml built as is (split source, fused by the build), under /demo/; with the
+    samples of its samples.json, each with its clip's path in the built folder."""
     work = tmp_path_factory.mktemp("example")
     cfg = yaml.safe_load((EXAMPLE / "model.yaml").read_text())
     cfg["source"]["dir"] = str(EXAMPLE / cfg["source"]["dir"])
@@ -33,7 +35,9 @@ def example_site(tmp_path_factory):
         s["audio"] = str(EXAMPLE / s["audio"])
     (work / "model.yaml").write_text(yaml.safe_dump(cfg))
     run_build(load_config(work / "model.yaml"), work / "dist", progress=lambda _: None)
-    return work, cfg["site"]["samples"]
+    samples = json.loads((work / "dist" / SAMPLES_FILE).read_text())["samples"]
+    assert [s["text"] for s in samples] == [s["text"] for s in cfg["site"]["samples"]]
+    return work, [{**s, "audio": work / "dist" / s["src"]} for s in samples]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,7 @@ def expected(example_site):
     """Per sample: (the Python reference's text on the site's own graphs, the clip's transcript)."""
     work, samples = example_site
     ref = reference_for(work)
-    return [(ref.transcribe(read_wav(Path(s["audio"]))), s["text"]) for s in samples]
+    return [(ref.transcribe(read_wav(s["audio"])), s["text"]) for s in samples]
 
 
 def test_python_reference_runs_both_variants_webgpu_graphs(example_site, expected, tmp_path):
@@ -60,17 +64,17 @@ def test_python_reference_runs_both_variants_webgpu_graphs(example_site, expecte
         assert ops.count("SimplifiedLayerNormalization") == 1 and ops.count("GroupQueryAttention") == 4, variant
         assert report["variants"][variant]["decoder_ops"] == dict(Counter(ops)), variant  # what ships
         ref = load_transcriber(work / "dist", variant)
-        assert [ref.transcribe(read_wav(Path(s["audio"]))) for s in samples] == [t for _, t in expected], variant
+        assert [ref.transcribe(read_wav(s["audio"])) for s in samples] == [t for _, t in expected], variant
 
 
-def transcribe_all(page, n: int) -> list[str]:
+def transcribe_all(page, samples: list[dict]) -> list[str]:
     texts = []
-    for i in range(n):
+    for sample in samples:
         # every text the transcript shows on the way, to see it stream token by token
         page.evaluate("""() => { window.seen = []; new MutationObserver(() => window.seen.push(
             document.getElementById('transcript').textContent)).observe(document.getElementById('transcript'),
             { childList: true, characterData: true, subtree: true }); }""")
-        page.click(f"#sample-{i}")
+        page.click(f"#{sample['id']}")
         wait_for(page, "() => window.webbuild.status === 'done' || window.webbuild.error", 400)
         state = page.evaluate("() => window.webbuild")
         assert state["error"] is None, state["error"]
@@ -92,7 +96,7 @@ def test_example_site_transcribes_its_samples(playwright, example_site, expected
     try:
         info = page.evaluate("() => window.webbuild.info")
         assert info["ep"] == ("webgpu" if webgpu else "wasm")
-        texts = transcribe_all(page, len(samples))
+        texts = transcribe_all(page, samples)
         assert texts == [reference for reference, _ in expected]
         assert texts == [transcript for _, transcript in expected]  # the trained model gets them all right
         assert page.inner_text("#m-rtf") not in ("", "–")

@@ -73,3 +73,27 @@ def test_variant_choice():
     assert r == [{"ep": "webgpu", "variant": "fp16"}, {"ep": "webgpu", "variant": "fp32"},
                  {"ep": "wasm", "variant": "fp32"}, {"ep": "wasm", "variant": "fp32"},
                  {"ep": "webgpu", "variant": "fp32"}]
+
+
+def test_js_contract_names_equal_the_python_ones():
+    from webbuild.site.contract import RUNTIME_FILE, SAMPLES_FILE
+
+    r = node("""
+      import { RUNTIME_FILE, SAMPLES_FILE } from './runtime/contract.js';
+      console.log(JSON.stringify({ RUNTIME_FILE, SAMPLES_FILE }));
+    """)
+    assert r == {"RUNTIME_FILE": RUNTIME_FILE, "SAMPLES_FILE": SAMPLES_FILE}
+
+
+def test_variant_files_by_graph_through_the_role_table():
+    from webbuild.site.contract import FILE_ROLES
+
+    entry = {"files": ["e.onnx", "e.onnx.data", "d.onnx", "d.onnx.data", "d.wasm.onnx"], "requires": [],
+             "dtype": "float32", "encoder": "e.onnx", "encoder_data": "e.onnx.data", "decoder": "d.onnx",
+             "decoder_data": "d.onnx.data", "decoder_wasm": "d.wasm.onnx"}
+    r = node(f"""
+      import {{ variantGraphs }} from './runtime/site.js';
+      console.log(JSON.stringify(variantGraphs({json.dumps(entry)}, {json.dumps(FILE_ROLES)})));
+    """)
+    assert r == {"dtype": "float32", "encoder": {"graph": "e.onnx", "data": "e.onnx.data"},
+                 "decoder": {"graph": "d.onnx", "data": "d.onnx.data", "wasm": "d.wasm.onnx"}}

@@ -5,7 +5,9 @@ import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import path from 'node:path';
 
-import { LoadError, MemoryStore, loadFiles, loadManifest, loadVariant } from '../../webbuild/template/runtime/loader.js';
+import {
+  LoadError, MemoryStore, loadFiles, loadManifest, loadVariant, openModelCache,
+} from '../../webbuild/template/runtime/loader.js';
 import { buildFixture, tempDir } from './fixture.mjs';
 import { startServer } from '../../webbuild/tools/bench/server.mjs';
 
@@ -261,6 +263,27 @@ describe('cache, resume, stale builds', () => {
     assert.deepEqual(changed.sort(), shardsOf(v2, 'decoder.fp16.onnx.data').sort());
     const keys = (await store.keys()).map((k) => new URL(k).pathname).sort();
     assert.deepEqual(keys, allShards(v2).sort());
+  });
+
+  it('opens one store for several loads of a model, warning once where storage is refused', async () => {
+    const store = new MemoryStore();
+    assert.equal(await openModelCache('m', { cache: store }), store);
+    assert.equal(await openModelCache('m', { cache: null }), null);
+    const refusing = { open: async () => { throw new DOMException('denied', 'SecurityError'); } };
+    const warnings = [];
+    const saved = globalThis.caches;
+    globalThis.caches = refusing;
+    try {
+      assert.equal(await openModelCache('m', { onWarning: (w) => warnings.push(w) }), null);
+    } finally {
+      globalThis.caches = saved;
+    }
+    assert.deepEqual(warnings.map((w) => w.code), ['cache-unavailable']);
+    const manifest = await loadManifest(srv.url);
+    await loadFiles(manifest, ['config.json'], { ...FAST, cache: store });
+    await loadFiles(manifest, ['encoder.onnx'], { ...FAST, cache: store });
+    const cached = (await store.keys()).map((k) => new URL(k).pathname).sort();
+    assert.deepEqual(cached, [...shardsOf(v1, 'config.json'), ...shardsOf(v1, 'encoder.onnx')].sort());
   });
 
   it('keeps loading without the cache on a quota error and says why', async () => {

@@ -23,6 +23,7 @@ import onnx
 from tokenizers import Tokenizer
 
 from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX
+from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE, runtime_names
 
 RUNTIME_FORMAT = 1
 MAX_CHUNK_SECONDS = 30.0  # long audio is cut at quiet points into chunks at most this long
@@ -63,8 +64,8 @@ def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = 
     cfg = json.loads((source / "config.json").read_text())
     tok = Tokenizer.from_file(str(source / "tokenizer.json"))
     rt = runtime_config(cfg, tok, prefill_chunk=WEBGPU_GQA_PREFILL_CHUNK if _has_gqa(out / "decoder.onnx") else 0)
-    (out / "runtime.json").write_text(json.dumps(rt, indent=1) + "\n")
-    (out / "tokens.bin").write_bytes(token_table(tok))
+    (out / RUNTIME_FILE).write_text(json.dumps(rt, indent=1) + "\n")
+    (out / TOKENS_FILE).write_bytes(token_table(tok))
     shutil.copyfile(source / "config.json", out / "config.json")  # what the quantize stage reads
     return {"fp32": {"dir": out, "dtype": "float32", "files": _present(out, {
         "encoder": "encoder.onnx", "encoder_data": "encoder.onnx.data",
@@ -129,7 +130,8 @@ def _has_gqa(graph: Path) -> bool:
 
 
 def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0) -> dict:
-    """What the browser needs besides the graphs; the prompt is pre-tokenised here."""
+    """What the browser needs besides the graphs; the prompt is pre-tokenised here. The names the runtime
+    looks files up by (file roles, the decode table, onnxruntime-web's files) come from webbuild.site.contract."""
     dec, special = cfg["decoder"], cfg["special_tokens"]
     ids = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
     return {
@@ -144,6 +146,7 @@ def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0) -> dict:
         "max_new_tokens": DEFAULT_MAX_NEW_TOKENS,
         "max_chunk_seconds": MAX_CHUNK_SECONDS,
         "webgpu_prefill_chunk": prefill_chunk,  # 0: the whole prompt in one run
+        **runtime_names(),
     }
 
 

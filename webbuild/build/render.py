@@ -1,4 +1,4 @@
-"""Render stage: webbuild/template/ -> dist/ (pages, app, worker, runtime, ORT glue, samples, _headers).
+"""Render stage: webbuild/template/ -> dist/ (pages, app, worker, runtime, ORT glue, samples, samples.json, _headers).
 
 Files named ``*.j2`` are Jinja2 templates and lose the suffix; everything else is copied as is.
 Every URL inside the site is relative, so one build works at any path; ``site.base_path`` is used
@@ -15,15 +15,12 @@ from pathlib import Path
 import jinja2
 
 from webbuild.config import BuildConfig
+from webbuild.site.contract import ORT_DIR, ORT_MODULES, SAMPLES_FILE
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "template"
 REPO = TEMPLATE_DIR.parents[1]  # package.json and node_modules/ (npm ci)
 SKIP = {"tests", "__init__.py", "__pycache__", "_headers.j2"}
-ORT_PACKAGE = "onnxruntime-web"
-# The webgpu build of onnxruntime-web (native WebGPU EP; wasm EP included) and its wasm glue.
-# The wasm binary itself (25.5 MiB) goes through the shard manifest, not here.
-ORT_MODULES = ("ort.webgpu.min.mjs", "ort-wasm-simd-threaded.asyncify.mjs")
-ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
+ORT_PACKAGE = "onnxruntime-web"  # its file names: webbuild.site.contract
 
 
 class RenderError(ValueError):
@@ -61,9 +58,9 @@ def render_site(cfg: BuildConfig, dist: Path, runtime: dict) -> list[str]:
             dest.with_suffix("").write_text(env.get_template(rel.as_posix()).render(**context))
         else:
             shutil.copyfile(src, dest)
-    _copy_ort(dist / "ort")
+    _copy_ort(dist / ORT_DIR)
     _copy_samples(cfg, dist / "samples")
-    _write_verify_data(cfg, context, dist / "samples.json")
+    _write_samples_file(cfg, dist / SAMPLES_FILE)
     (dist / "_headers").write_text(env.get_template("_headers.j2").render(**context))
     return theme_warnings(cfg.site.theme)
 
@@ -91,16 +88,16 @@ def _luminance(colour: str) -> float:
 def site_context(cfg: BuildConfig, runtime: dict) -> dict:
     return {
         "title": cfg.title, "name": cfg.name, "base_path": cfg.site.base_path, "theme": cfg.site.theme,
-        "samples": [{"id": f"sample-{i}", "src": f"samples/{_sample_name(i, s.audio)}", "text": s.text,
-                     "label": s.audio.stem.replace("_", " ").replace("-", " ")}
-                    for i, s in enumerate(cfg.site.samples)],
         "variants": runtime.get("variants", []),
     }
 
 
-def _write_verify_data(cfg: BuildConfig, context: dict, dest: Path) -> None:
-    """What `webbuild verify` checks a deployed site against: its samples, expected texts, WER bound."""
-    samples = [{k: s[k] for k in ("id", "src", "text")} for s in context["samples"]]
+def _write_samples_file(cfg: BuildConfig, dest: Path) -> None:
+    """The one list of the site's sample clips: the page shows them (app.js), `webbuild verify`, the bench and
+    the tests transcribe them; with their expected texts and the WER bound verify allows."""
+    samples = [{"id": f"sample-{i}", "src": f"samples/{_sample_name(i, s.audio)}", "text": s.text,
+                "label": s.audio.stem.replace("_", " ").replace("-", " ")}
+               for i, s in enumerate(cfg.site.samples)]
     dest.write_text(json.dumps({"name": cfg.name, "base_path": cfg.site.base_path,
                                 "max_wer": cfg.verify.max_wer, "samples": samples}, indent=1) + "\n")
 

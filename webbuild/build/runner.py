@@ -16,8 +16,9 @@ from pathlib import Path
 
 from webbuild.build.assemble import AssembleError, assemble_model
 from webbuild.config import BuildConfig, ConfigError
+from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
 from webbuild.site.manifest import dist_file_stats
-from webbuild.build.render import ORT_WASM, RenderError, ort_dist, render_site
+from webbuild.build.render import RenderError, ort_dist, render_site
 from webbuild.build.report import BuildReport, graph_census, peak_rss_bytes
 from webbuild.build.shard import ShardError, shard_files
 from webbuild.quantize.wasm_twin import WasmTwinError
@@ -120,9 +121,8 @@ def stage_shard(ctx: BuildContext) -> None:
     variants = ctx.state["variants"]
     _webgpu_forms_and_wasm_twins(variants, ctx.report)
     files = {name: v["dir"] / name for v in variants.values() for name in v["files"].values()}
-    files |= {"runtime.json": model / "runtime.json", "tokens.bin": model / "tokens.bin",
-              ORT_WASM: ort_dist() / ORT_WASM}
-    # the runtime finds each file by role (encoder, decoder_data, ...) in the variant entry
+    files |= {RUNTIME_FILE: model / RUNTIME_FILE, TOKENS_FILE: model / TOKENS_FILE, ORT_WASM: ort_dist() / ORT_WASM}
+    # the runtime finds each file by role (encoder, decoder_data, ...: webbuild.site.contract.FILE_ROLES)
     entries = {name: {"files": list(v["files"].values()), "requires": VARIANT_REQUIRES[name],
                       "dtype": v["dtype"], **v["files"]} for name, v in variants.items()}
     manifest = shard_files(files, ctx.stage_dir / "model", model_id=ctx.cfg.name,

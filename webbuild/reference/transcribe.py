@@ -222,6 +222,7 @@ def load_site(site: Path, variant: str = "fp32") -> Transcriber:
     """The Python reference on a built site's own graphs, reassembled from its shards."""
     import tempfile
 
+    from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE
     from webbuild.site.manifest import load_manifest, reassemble
 
     manifest = load_manifest(site)
@@ -230,10 +231,10 @@ def load_site(site: Path, variant: str = "fp32") -> Transcriber:
     tmp = tempfile.TemporaryDirectory(prefix="webbuild-site-")
     roles = manifest["variants"][variant]  # file names by role: encoder, decoder, ...
     out = Path(tmp.name)
-    for name in roles["files"] + ["runtime.json", "tokens.bin"]:
+    for name in roles["files"] + [RUNTIME_FILE, TOKENS_FILE]:
         reassemble(site, manifest, name, out / name)
-    runtime = json.loads((out / "runtime.json").read_text())
+    runtime = json.loads((out / RUNTIME_FILE).read_text())
     encoder = cpu_session(out / roles["encoder"])
     decoder = IdsDecoder(cpu_form(out / roles["decoder"]), runtime["decoder"])
-    codec = SiteCodec(runtime, (out / "tokens.bin").read_bytes())
+    codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp)

@@ -1,8 +1,10 @@
-// The page: starts the model worker, wires the inputs, streams the transcript, shows progress
-// and metrics. State for tests and scripts is on window.webbuild.
+// The page: starts the model worker, shows the sample clips of samples.json, wires the inputs,
+// streams the transcript, shows progress and metrics. The worker's messages: runtime/contract.js.
+// State for tests and scripts is on window.webbuild.
 
 import { MicRecorder, decodeToMono16k } from './app/audio.js';
 import { renderMetrics, renderInfo } from './app/metrics.js';
+import { FROM_WORKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
@@ -13,10 +15,13 @@ let nextId = 1;
 
 worker.onmessage = ({ data }) => handlers[data.type]?.(data);
 worker.onerror = (e) => fail(`the model worker failed to start (${e.message || 'script error'})`);
+const warn = (message) => { state.warnings.push(message); showNotice(message); };
+const samplesShown = showSamples().catch((e) => warn(`the sample clips could not be loaded (${e.message})`));
 const handlers = {
-  progress: showProgress,
-  warning: (w) => { state.warnings.push(w.message); showNotice(w.message); },
-  ready: ({ info }) => {
+  [FROM_WORKER.progress]: showProgress,
+  [FROM_WORKER.warning]: (w) => warn(w.message),
+  [FROM_WORKER.ready]: async ({ info }) => {
+    await samplesShown; // their buttons exist before the page says it is ready
     Object.assign(state, { status: 'ready', info });
     $('progress').hidden = true;
     $('progress-text').textContent = '';
@@ -25,24 +30,41 @@ const handlers = {
     renderInfo(info);
     setEnabled(true);
   },
-  token: ({ id, text }) => { if (pending?.id === id) showText(text); },
-  done: (msg) => pending?.id === msg.id && pending.resolve(msg),
-  'cache-cleared': ({ existed }) => setStatus(existed ? 'The stored model was removed from this browser; the next visit downloads it again.' : 'No stored model to remove.'),
-  error: (msg) => (pending?.id === msg.id && msg.id ? pending.reject(new Error(msg.message)) : fail(msg.message)),
+  [FROM_WORKER.token]: ({ id, text }) => { if (pending?.id === id) showText(text); },
+  [FROM_WORKER.done]: (msg) => pending?.id === msg.id && pending.resolve(msg),
+  [FROM_WORKER.cacheCleared]: ({ existed }) => setStatus(existed
+    ? 'The stored model was removed from this browser; the next visit downloads it again.'
+    : 'No stored model to remove.'),
+  [FROM_WORKER.error]: (msg) =>
+    (pending?.id === msg.id && msg.id ? pending.reject(new Error(msg.message)) : fail(msg.message)),
 };
 
-worker.postMessage({ type: 'load', manifestUrl: new URL('model/manifest.json', location.href).href, forceEp: params.get('ep') });
+const manifestUrl = new URL('model/manifest.json', location.href).href;
+worker.postMessage({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep') });
 setStatus('Loading the model…');
 wireInputs();
 
+// One button per sample clip of samples.json (the build's list; webbuild verify clicks them by id).
+async function showSamples() {
+  const res = await fetch(new URL(SAMPLES_FILE, location.href));
+  if (!res.ok) throw new Error(`${SAMPLES_FILE}: HTTP ${res.status}`);
+  const { samples } = await res.json();
+  for (const sample of samples) {
+    const button = Object.assign(document.createElement('button'),
+      { type: 'button', className: 'sample', id: sample.id, textContent: sample.label, disabled: true });
+    button.addEventListener('click', () => runSample(sample));
+    $('samples').append(button);
+  }
+  $('samples').hidden = !samples.length;
+}
+
 function wireInputs() {
-  document.querySelectorAll('button.sample').forEach((b) => b.addEventListener('click', () => runSample(b)));
   $('file').addEventListener('change', async (e) => {
     const file = e.target.files[0];
     if (file) await run(`“${file.name}”`, async () => decodeToMono16k(await file.arrayBuffer()));
     e.target.value = '';
   });
-  $('clear-cache').addEventListener('click', () => worker.postMessage({ type: 'clear-cache' }));
+  $('clear-cache').addEventListener('click', () => worker.postMessage({ type: TO_WORKER.clearCache }));
   const mic = new MicRecorder();
   $('mic').addEventListener('click', async () => {
     const button = $('mic');
@@ -66,12 +88,12 @@ function wireInputs() {
   });
 }
 
-async function runSample(button) {
+async function runSample(sample) {
   $('expected').hidden = false;
-  $('expected').textContent = `Expected: ${button.dataset.text}`;
-  await run(`sample “${button.textContent}”`, async () => {
-    const res = await fetch(button.dataset.src);
-    if (!res.ok) throw new Error(`could not load ${button.dataset.src} (HTTP ${res.status})`);
+  $('expected').textContent = `Expected: ${sample.text}`;
+  await run(`sample “${sample.label}”`, async () => {
+    const res = await fetch(sample.src);
+    if (!res.ok) throw new Error(`could not load ${sample.src} (HTTP ${res.status})`);
     return decodeToMono16k(await res.arrayBuffer());
   }, true);
 }
@@ -91,7 +113,7 @@ async function run(what, getPcm, keepExpected = false) {
       pending = { id: nextId++, resolve, reject };
       const maxNewTokens = Number(params.get('max_new_tokens')) || undefined;
       const chunkSeconds = Number(params.get('chunk_seconds')) || undefined; // models trained on short clips
-      worker.postMessage({ type: 'transcribe', id: pending.id, pcm, maxNewTokens, chunkSeconds }, [pcm.buffer]);
+      worker.postMessage({ type: TO_WORKER.transcribe, id: pending.id, pcm, maxNewTokens, chunkSeconds }, [pcm.buffer]);
     });
     Object.assign(state, { status: 'done', text: done.text, tokens: done.tokens, metrics: done.metrics });
     showText(done.text || '(no speech recognised)');

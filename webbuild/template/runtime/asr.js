@@ -2,7 +2,7 @@
 // the audio features spliced over the <|audio_pad|> positions, prefill, then greedy decoding
 // with the KV cache kept on the GPU. webbuild/reference/transcribe.py's greedy loop is the spec.
 //
-// Two decoder interfaces (the manifest variant says which files; the graph says which inputs):
+// Two decoder interfaces (the variant's files say which graph; the graph says which inputs):
 // - inputs_embeds: rows looked up here in embed_tokens.bin, audio features spliced in here;
 // - input_ids + audio_features + audio_offset (quantized builds): the graph does the int4 lookup
 //   and the splice, and no float table is shipped. Decode steps pass an empty audio_features.
@@ -10,44 +10,46 @@
 import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 
 export class Recogniser {
-  // files: Map of logical name -> bytes (from the loader); roles: the manifest variant entry.
-  static async create(ort, files, roles, runtime, ep) {
+  // files: Map of logical name -> bytes (from the loader); graphs: the variant's file names by graph,
+  // {encoder: {graph, data, wasm}, decoder: {graph, data, wasm, embed}, dtype} (site.js variantGraphs).
+  static async create(ort, files, graphs, runtime, ep) {
     const r = new Recogniser(ort, runtime, ep);
-    await r.loadEncoder(files, roles);
-    await r.loadDecoder(files, roles);
-    r.tokens = new TokenTable(files.get('tokens.bin'));
+    await r.loadEncoder(files, graphs.encoder);
+    await r.loadDecoder(files, graphs.decoder, graphs.dtype);
+    r.tokens = new TokenTable(files.get(runtime.files.tokens));
     return r;
   }
 
   // The encoder session as the site runs it (tests/test_encoder_webgpu.py drives it alone).
-  async loadEncoder(files, roles) {
-    this.encoder = await this.ort.InferenceSession.create(files.get(this.graphFile(roles, 'encoder')), {
-      ...this.sessionOptions(), executionProviders: [this.provider], externalData: external(files, roles.encoder_data),
+  async loadEncoder(files, encoder) {
+    this.encoder = await this.ort.InferenceSession.create(files.get(this.graphFile(encoder)), {
+      ...this.sessionOptions(), executionProviders: [this.provider], externalData: external(files, encoder.data),
     });
   }
 
-  // The decoder session as the site runs it (tests/test_decoder_webgpu.py drives it alone).
-  async loadDecoder(files, roles) {
-    this.decoder = await this.ort.InferenceSession.create(files.get(this.graphFile(roles, 'decoder')), {
+  // The decoder session as the site runs it (tests/test_decoder_webgpu.py drives it alone); dtype: of
+  // past/present and audio_features.
+  async loadDecoder(files, decoder, dtype = 'float32') {
+    this.decoder = await this.ort.InferenceSession.create(files.get(this.graphFile(decoder)), {
       ...this.sessionOptions(),
       executionProviders: [this.provider],
-      externalData: external(files, roles.decoder_data),
+      externalData: external(files, decoder.data),
       // present.* stay on the GPU and come back as the next step's past: no round trip per token
       ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
     });
-    this.dtype = roles.dtype ?? 'float32'; // of past/present and audio_features
+    this.dtype = dtype;
     this.takesIds = this.decoder.inputNames.includes('input_ids');
     if (!this.takesIds) {
-      const embed = files.get(roles.embed);
+      const embed = files.get(decoder.embed);
       this.embed = new Float32Array(embed.buffer, embed.byteOffset, embed.byteLength / 4);
     }
   }
 
-  // The graph file of `role` for this EP. Quantized builds carry wasm twins (roles encoder_wasm,
-  // decoder_wasm; webbuild/quantize/wasm_twin.py): the same weights with the int4 ops the wasm build lacks
+  // Which graph file of `names` ({graph, wasm, ...}) this EP runs. Quantized builds carry wasm twins
+  // (webbuild/quantize/wasm_twin.py): the same weights with the int4 ops the wasm build lacks
   // (GatherBlockQuantized) or runs slowly (MatMulNBits) in standard ops.
-  graphFile(roles, role) {
-    return (this.ep === 'wasm' && roles[`${role}_wasm`]) || roles[role];
+  graphFile(names) {
+    return (this.ep === 'wasm' && names.wasm) || names.graph;
   }
 
   // ep: 'webgpu' | 'wasm', or a provider entry such as {name: 'webgpu', device} (probe.js webgpuProvider)

@@ -115,6 +115,12 @@ export class MemoryStore {
   async keys() { return [...this.entries.keys()]; }
 }
 
+// The store loadFiles opens for `modelId` when opts.cache is unset (the Cache API, or null where there
+// is none). Opened once and passed as `cache` to several loadFiles calls, it warns once.
+export async function openModelCache(modelId, opts = {}) {
+  return resolveStore(opts.cache, modelId, options(opts));
+}
+
 async function resolveStore(cache, modelId, o) {
   if (cache === null || cache === false) return null;
   if (cache) return cache;

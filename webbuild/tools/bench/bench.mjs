@@ -1,7 +1,8 @@
 // Benchmarks a built site (dist/) in Node with the site's own runtime modules and its own
-// onnxruntime-web copy, imported from the built folder (not from webbuild/template/): loader.js
-// fetches the shards over loopback HTTP, probe.js picks the EP and variant, asr.js runs the
-// encoder, prefill and greedy decode. Prints one JSON report on stdout.
+// onnxruntime-web copy, imported from the built folder (not from webbuild/template/): site.js loads
+// the model as the page's worker does (loader.js fetches the shards over loopback HTTP, probe.js picks
+// the EP and variant, asr.js runs the encoder, prefill and greedy decode); the clips are the site's
+// samples.json. Prints one JSON report on stdout.
 //
 //   node webbuild/tools/bench/bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens 128] [--repeat 1]
 //        [--threads N] [--variant NAME] [--max-clips N] [--session-config K=V]...
@@ -22,59 +23,43 @@ import { parseArgs } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
 import { decodeWav } from './wav.mjs';
 
-const ORT_WASM = 'ort-wasm-simd-threaded.asyncify.wasm'; // as worker.js loads it
-
 const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--session-config K=V]...';
 const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity };
 
-// The site's modules, from the built folder.
+// The site's modules, from the built folder (asr.js: the same module instance site.js runs).
 async function siteModules(dir) {
   const load = (rel) => import(pathToFileURL(path.join(dir, rel)).href);
-  const [ort, loader, probe, asr] = await Promise.all([
-    load('ort/ort.webgpu.min.mjs'), load('runtime/loader.js'), load('runtime/probe.js'), load('runtime/asr.js')]);
-  return { ort, loader, probe, asr };
+  const [contract, site, asr] = await Promise.all([
+    load('runtime/contract.js'), load('runtime/site.js'), load('runtime/asr.js')]);
+  return { contract, site, asr };
 }
 
-// Sample clips as the page lists them: data-src / data-text on index.html's sample buttons.
-async function sampleClips(dir) {
-  const html = await readFile(path.join(dir, 'index.html'), 'utf8').catch(() => '');
-  const unescape = (s) => s.replace(/&quot;/g, '"').replace(/&#39;|&#x27;/g, "'").replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
-  return [...html.matchAll(/data-src="([^"]+)"\s+data-text="([^"]*)"/g)].map((m) => ({ src: unescape(m[1]), text: unescape(m[2]) }));
+// The site's sample clips and their expected texts, as the page lists them.
+async function sampleClips(m, dir) {
+  return JSON.parse(await readFile(path.join(dir, m.contract.SAMPLES_FILE), 'utf8')).samples;
 }
 
 async function loadModel(m, srv, o) {
-  const t0 = performance.now();
-  const manifest = await m.loader.loadManifest(`${srv.url}model/`);
-  const gpu = o.ep === 'wasm' ? { adapter: null, reason: 'wasm EP asked for' } : await m.probe.probeWebGPU();
-  if (o.ep === 'webgpu' && !gpu.adapter) throw new Error(`no WebGPU adapter: ${gpu.reason}`);
-  const pick = m.probe.chooseVariant(manifest, gpu, o.ep === 'wasm' ? 'wasm' : undefined);
-  const variant = o.variant ?? pick.variant;
-  const roles = manifest.variants[variant];
-  const files = await m.loader.loadFiles(manifest, [...roles.files, 'runtime.json', 'tokens.bin', ORT_WASM], { onWarning: () => {} });
-  const tDownload = performance.now();
-  const runtime = JSON.parse(new TextDecoder().decode(files.get('runtime.json')));
-  m.ort.env.wasm.wasmBinary = files.get(ORT_WASM);
-  m.ort.env.wasm.numThreads = o.threads;
-  m.ort.env.logLevel = 'error';
   if (Object.keys(o.sessionConfig).length) { // config entries to try on top of the site's own session options
     const own = m.asr.Recogniser.prototype.sessionOptions;
     m.asr.Recogniser.prototype.sessionOptions = function () { const opts = own.call(this); return { ...opts, extra: { ...opts.extra, ...o.sessionConfig } }; };
   }
-  // the provider entry the site's worker passes (a device without subgroups on small-subgroup adapters)
-  const provider = pick.ep === 'webgpu' && m.probe.webgpuProvider ? await m.probe.webgpuProvider(gpu.adapter) : pick.ep;
-  const rec = await m.asr.Recogniser.create(m.ort, files, roles, runtime, provider);
-  const tSession = performance.now();
-  await rec.warmUp();
-  const tWarm = performance.now();
+  // no fallback to wasm: a WebGPU session that fails is the bench's answer
+  const site = await m.site.loadSite(`${srv.url}model/`, {
+    forceEp: o.ep === 'wasm' ? 'wasm' : undefined, variant: o.variant, threads: o.threads,
+    fallback: false, onWarning: () => {},
+  });
+  const { gpu } = site;
+  if (o.ep === 'webgpu' && !gpu.adapter) throw new Error(`no WebGPU adapter: ${gpu.reason}`);
   return {
-    rec, runtime,
+    rec: site.recogniser, runtime: site.runtime,
     info: {
-      ep: pick.ep, variant, threads: o.threads, kv_cache: rec.kvLocation ?? null,
-      adapter: pick.ep === 'webgpu' ? gpu.description : `none (WebAssembly on the CPU, ${os.cpus()[0]?.model ?? 'cpu'})`,
-      shader_f16: Boolean(gpu.shaderF16), fallback_adapter: Boolean(gpu.fallbackAdapter),
-      model_bytes: roles.files.reduce((n, f) => n + manifest.files[f].size, 0),
+      ep: site.ep, variant: site.variant, threads: o.threads, kv_cache: site.recogniser.kvLocation ?? null,
+      adapter: site.ep === 'webgpu' ? gpu.description
+        : `none (WebAssembly on the CPU, ${os.cpus()[0]?.model ?? 'cpu'})`,
+      shader_f16: Boolean(gpu.shaderF16), fallback_adapter: Boolean(gpu.fallbackAdapter), model_bytes: site.modelBytes,
     },
-    load: { download_ms: tDownload - t0, session_ms: tSession - tDownload, warmup_ms: tWarm - tSession, total_ms: tWarm - t0 },
+    load: site.load,
   };
 }
 
@@ -103,7 +88,7 @@ async function main() {
     const model = await loadModel(m, srv, o);
     log(`loaded: ${model.info.ep} ${model.info.variant} on ${model.info.adapter} in ${model.load.total_ms.toFixed(0)} ms`);
     const clips = [];
-    for (const c of (await sampleClips(o.dir)).slice(0, o.maxClips)) {
+    for (const c of (await sampleClips(m, o.dir)).slice(0, o.maxClips)) {
       const pcm = decodeWav(new Uint8Array(await readFile(path.join(o.dir, c.src))), model.runtime.sample_rate);
       for (let i = 0; i < o.repeat; i++) {
         const r = await timedTranscribe(model.rec, pcm);

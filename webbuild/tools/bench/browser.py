@@ -1,7 +1,8 @@
 """`webbuild bench DIR --runtime browser`: the built site's own page and worker in Chromium
-(Playwright), served on loopback; each sample button is clicked and window.webbuild's metrics
-read back. The page exposes per-transcription rates, not per-token times, so decode ms/token is
-spread over clips (1000 / decode tokens/s of each), and there is no synthetic decode."""
+(Playwright), served on loopback; the button of each sample of the site's samples.json is clicked and
+window.webbuild's metrics read back. The page exposes per-transcription rates, not per-token times,
+so decode ms/token is spread over clips (1000 / decode tokens/s of each), and there is no synthetic
+decode."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import platform
 from pathlib import Path
 
 from webbuild.tools import browser as br
-from webbuild.tools.verify.runner import Clip, site_url, transcribe
+from webbuild.tools.verify.runner import Clip, site_data, site_url, transcribe
 
 
 def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | None = None,
@@ -25,9 +26,9 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
             state = page.evaluate("() => window.webbuild")
             if state["status"] == "error":
                 raise RuntimeError(f"the site failed to load: {state['error']}")
-            buttons = page.eval_on_selector_all("button.sample", "bs => bs.map((b) => [b.id, b.dataset.text])")
-            clips = [clip_row(transcribe(page, Clip(i, text, button=i), timeout_s), text)
-                     for i, text in buttons[:max_clips] for _ in range(repeat)]
+            samples = site_data(page.context, url)["samples"][:max_clips]
+            clips = [clip_row(transcribe(page, Clip(s["id"], s["text"], button=s["id"]), timeout_s), s["text"])
+                     for s in samples for _ in range(repeat)]
         finally:
             browser.close()
     return report(state["info"], clips, choice.describe())

@@ -7,11 +7,12 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 // greedy choice over the last position, as the site's runtime makes it
 export { argmaxLast } from '../../template/runtime/asr.js';
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
+export const ORT_DIST = path.join(REPO, 'node_modules/onnxruntime-web/dist'); // `npm ci`'s pinned copy
 
 // `--name value` options over `defaults` (numbers stay numbers), plus one positional directory.
 export function parseArgs(argv, defaults, usage) {
-  const o = { dir: null, ep: 'auto', decodeTokens: 128, ort: path.join(REPO, 'node_modules/onnxruntime-web/dist'), sessionConfig: {}, ...defaults };
+  const o = { dir: null, ep: 'auto', decodeTokens: 128, ort: ORT_DIST, sessionConfig: {}, ...defaults };
   const key = (flag) => flag.slice(2).replace(/-([a-z])/g, (_, c) => c.toUpperCase());
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
@@ -42,11 +43,17 @@ export async function openOrt(o) {
   const adapter = gpu && await gpu.requestAdapter({ powerPreference: 'high-performance' });
   if (o.ep === 'auto') o.ep = adapter ? 'webgpu' : 'wasm';
   if (o.ep === 'webgpu' && !adapter) throw new Error('no WebGPU adapter');
-  const ort = await import(pathToFileURL(path.join(o.ort, 'ort.webgpu.min.mjs')).href);
-  ort.env.wasm.wasmBinary = await readFile(path.join(o.ort, 'ort-wasm-simd-threaded.asyncify.wasm'));
+  return { ort: await importOrt(o.ort), adapter };
+}
+
+// onnxruntime-web's webgpu build from its dist/ folder (a built site names it in runtime.json: this is
+// for the harnesses that run graphs outside a site), single-threaded and quiet. In Node it reads its
+// wasm binary from beside the module.
+export async function importOrt(dir = ORT_DIST) {
+  const ort = await import(pathToFileURL(path.join(dir, 'ort.webgpu.min.mjs')).href);
   ort.env.wasm.numThreads = 1; // as bench.mjs: threaded glue does not load from file: URLs in Node
   ort.env.logLevel = 'error';
-  return { ort, adapter };
+  return ort;
 }
 
 export function adapterName(ep, adapter) {

@@ -6,10 +6,10 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 
+import { importOrt } from './ort.mjs';
+
 const [fusedDir, splitDir] = process.argv.slice(2).map((d) => path.resolve(d));
-const ort = await import('../../node_modules/onnxruntime-web/dist/ort.webgpu.min.mjs');
-ort.env.wasm.wasmBinary = await readFile(new URL('../../node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.wasm', import.meta.url));
-ort.env.wasm.numThreads = 1;
+const ort = await importOrt();
 const P = 60, L = 4, H = 256;
 const f32 = (n) => Float32Array.from({ length: n }, () => Math.random());
 async function bench(s, feeds, n = 200) {

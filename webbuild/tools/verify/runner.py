@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from webbuild.tools import browser as br
 from webbuild.reference.wer import corpus_wer, wer
+from webbuild.site.contract import SAMPLES_FILE
 
 SHARDS = "**/model/shards/*"
 DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
@@ -74,7 +75,7 @@ def site_url(target: str):
         raise VerifyInputError(f"{target}: no index.html; pass a built site folder (webbuild model.yaml) or a URL")
     from webbuild.tools.serve import start
 
-    data = dist / "samples.json"
+    data = dist / SAMPLES_FILE
     base = json.loads(data.read_text()).get("base_path", "/") if data.is_file() else "/"
     srv = start(dist, quiet=True, base_path=base)
     try:
@@ -85,9 +86,9 @@ def site_url(target: str):
 
 def site_data(context, url: str) -> dict:
     """samples.json of the site (samples, expected texts, verify.max_wer)."""
-    res = context.request.get(url + "samples.json")
+    res = context.request.get(url + SAMPLES_FILE)
     if not res.ok:
-        raise VerifyInputError(f"{url}samples.json: HTTP {res.status}; rebuild the site with this webbuild")
+        raise VerifyInputError(f"{url}{SAMPLES_FILE}: HTTP {res.status}; rebuild the site with this webbuild")
     return res.json()
 
 

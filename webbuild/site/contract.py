@@ -1,0 +1,34 @@
+"""The names the built site's browser runtime (webbuild/template) and the Python side agree on.
+
+The build writes `runtime_names()` into runtime.json, so the JS reads the file roles and the
+onnxruntime-web names from there instead of repeating them. The JS knows two names before it can
+read runtime.json: `RUNTIME_FILE` and `SAMPLES_FILE`, in webbuild/template/runtime/contract.js (a
+test keeps them equal to these).
+"""
+
+from __future__ import annotations
+
+RUNTIME_FILE = "runtime.json"  # a logical file of the model manifest: the constants the runtime needs
+TOKENS_FILE = "tokens.bin"  # the decode table (webbuild.build.assemble.token_table)
+SAMPLES_FILE = "samples.json"  # beside index.html: the sample clips, their texts and verify's WER bound
+
+# onnxruntime-web's webgpu build (native WebGPU EP, wasm EP included) and the wasm glue it imports,
+# copied into the site's ORT_DIR. Its wasm binary (25.5 MiB) goes through the shard manifest instead.
+ORT_DIR = "ort"
+ORT_MODULE = "ort.webgpu.min.mjs"
+ORT_MODULES = (ORT_MODULE, "ort-wasm-simd-threaded.asyncify.mjs")
+ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
+
+# A manifest variant entry names its files by role ({"encoder": "encoder.fp16.onnx", "decoder_data": ...});
+# the runtime finds each graph's files through this table: the graph, its external weights, its wasm
+# twin (webbuild.quantize.wasm_twin) and, for decoders that take inputs_embeds, the embedding table.
+FILE_ROLES = {
+    "encoder": {"graph": "encoder", "data": "encoder_data", "wasm": "encoder_wasm"},
+    "decoder": {"graph": "decoder", "data": "decoder_data", "wasm": "decoder_wasm", "embed": "embed"},
+}
+
+
+def runtime_names() -> dict:
+    """runtime.json's keys for the names above (webbuild.build.assemble.runtime_config)."""
+    return {"files": {"tokens": TOKENS_FILE, "ort_module": f"{ORT_DIR}/{ORT_MODULE}", "ort_wasm": ORT_WASM},
+            "roles": FILE_ROLES}

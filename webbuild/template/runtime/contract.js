@@ -1,0 +1,47 @@
+// The JS half of the contract between the build and the site's runtime (webbuild/site/contract.py):
+// the two file names the runtime knows before it reads runtime.json, where the build writes the rest
+// (file roles, onnxruntime-web's file names); and the messages between the page (app.js) and the
+// model worker (worker.js). tests/test_site_runtime.py keeps the names equal to the Python ones.
+
+export const RUNTIME_FILE = 'runtime.json'; // a logical file of the model manifest
+export const SAMPLES_FILE = 'samples.json'; // beside index.html: the sample clips and their texts
+
+// ---------------------------------------------------------------- page -> worker
+
+/**
+ * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null}} LoadMessage
+ *   Load the model once. forceEp 'wasm' runs the CPU variant whatever the device offers (the page's ?ep=).
+ * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
+ *   chunkSeconds?: number}} TranscribeMessage
+ *   pcm: 16 kHz mono, transferred. Unset limits take runtime.json's max_new_tokens and max_chunk_seconds.
+ * @typedef {{type: 'clear-cache'}} ClearCacheMessage
+ *   Delete the model's cached shards (Cache API).
+ */
+export const TO_WORKER = Object.freeze({ load: 'load', transcribe: 'transcribe', clearCache: 'clear-cache' });
+
+// ---------------------------------------------------------------- worker -> page
+
+/**
+ * @typedef {{type: 'progress', phase: 'download' | 'verify' | 'session' | 'warmup', loaded: number,
+ *   total: number, file?: string, shard?: string}} ProgressMessage
+ *   download / verify: bytes of the model's shards (loader.js); session / warmup: 0 of 1, no fraction.
+ * @typedef {{type: 'warning', message: string}} WarningMessage
+ *   Loading goes on: a shard re-downloaded after a failed check, no cache, a retry.
+ * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, adapter: string,
+ *   shaderF16: boolean, threads: number, kvCache: string, modelBytes: number,
+ *   load: {download_ms: number, session_ms: number, warmup_ms: number, total_ms: number}}} ReadyInfo
+ *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
+ *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu'.
+ * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
+ * @typedef {{type: 'token', id: number, token: number, text: string}} TokenMessage
+ *   One generated token of transcription `id`; text: the transcript so far.
+ * @typedef {{type: 'done', id: number, text: string, tokens: number[][], metrics: object}} DoneMessage
+ *   tokens: per chunk of the audio; metrics: worker.js summarise().
+ * @typedef {{type: 'cache-cleared', existed: boolean}} CacheClearedMessage
+ * @typedef {{type: 'error', id?: number, message: string}} ErrorMessage
+ *   id: the transcription that failed; without it, loading failed.
+ */
+export const FROM_WORKER = Object.freeze({
+  progress: 'progress', warning: 'warning', ready: 'ready', token: 'token', done: 'done',
+  cacheCleared: 'cache-cleared', error: 'error',
+});

@@ -1,0 +1,98 @@
+// The site's model, loaded as the page's worker (worker.js) and the Node bench (bench.mjs) both run
+// it: the manifest; runtime.json, the build's constants (webbuild/site/contract.py); the execution
+// provider and variant for this device; the variant's files and onnxruntime-web's wasm from the
+// verified shards; the sessions, falling back to wasm when a WebGPU session fails; a warm-up.
+
+import { RUNTIME_FILE } from './contract.js';
+import { loadFiles, loadManifest, openModelCache } from './loader.js';
+import { chooseVariant, probeWebGPU, webgpuProvider } from './probe.js';
+import { Recogniser } from './asr.js';
+
+// Options: forceEp ('wasm': the CPU variant whatever the device offers); variant (instead of the
+// choice for this device); threads (wasm threads; by default up to 4 where the page is cross-origin
+// isolated, else 1); fallback (to wasm when a WebGPU session fails; default true); onManifest(manifest);
+// onProgress and onWarning as loader.js calls them, onProgress also with phases 'session' and 'warmup'.
+// gpu in the result: probe.js probeWebGPU()'s.
+// Returns {ort, manifest, runtime, gpu, ep, variant, notice, recogniser, modelBytes, load: {*_ms}}.
+export async function loadSite(manifestUrl, opts = {}) {
+  const t0 = performance.now();
+  const site = await openSite(manifestUrl, opts);
+  const { manifest, runtime } = site;
+  const gpu = await probeWebGPU();
+  const pick = chooseVariant(manifest, gpu, opts.forceEp);
+  const variant = opts.variant ?? pick.variant;
+  const shared = [runtime.files.tokens, runtime.files.ort_wasm];
+  const files = await loadFiles(manifest, [...manifest.variants[variant].files, ...shared], site.loading);
+  const tDownload = performance.now();
+  const ort = await site.ortModule;
+  configureOrt(ort, files.get(runtime.files.ort_wasm), opts.threads ?? defaultThreads());
+  opts.onProgress?.({ phase: 'session', loaded: 0, total: 1 });
+  const made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, files, gpu }, opts.fallback ?? true);
+  const tSession = performance.now();
+  opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1 });
+  await made.recogniser.warmUp();
+  const tWarm = performance.now();
+  const notice = pick.ep === 'wasm' && opts.forceEp !== 'wasm'
+    ? `WebGPU is not available (${gpu.reason}); running on the CPU with WebAssembly, which is slower.` : null;
+  return {
+    ...made, notice: made.notice ?? notice, ort, manifest, runtime, gpu,
+    modelBytes: manifest.variants[made.variant].files.reduce((n, f) => n + manifest.files[f].size, 0),
+    load: {
+      download_ms: tDownload - t0, session_ms: tSession - tDownload, warmup_ms: tWarm - tSession, total_ms: tWarm - t0,
+    },
+  };
+}
+
+// The manifest, runtime.json and (a promise of) onnxruntime-web by the name runtime.json gives; the
+// loader's options with one cache store for every download of this load.
+async function openSite(manifestUrl, opts) {
+  const manifest = await loadManifest(manifestUrl);
+  opts.onManifest?.(manifest);
+  const loading = { onProgress: opts.onProgress, onWarning: opts.onWarning };
+  loading.cache = await openModelCache(manifest.model_id, loading);
+  // no progress events: the page's bar shows the model's bytes
+  const bytes = (await loadFiles(manifest, [RUNTIME_FILE], { ...loading, onProgress: undefined })).get(RUNTIME_FILE);
+  const runtime = JSON.parse(new TextDecoder().decode(bytes));
+  const ortModule = import(new URL(`../${runtime.files.ort_module}`, import.meta.url).href);
+  return { manifest, runtime, loading, ortModule };
+}
+
+// A manifest variant entry ({files, requires, dtype, encoder: 'encoder.fp16.onnx', decoder_data: ...}) as
+// the recogniser takes it: its file names by graph, through runtime.json's role table.
+export function variantGraphs(entry, roles) {
+  const graphs = { dtype: entry.dtype };
+  for (const [graph, table] of Object.entries(roles)) {
+    graphs[graph] = Object.fromEntries(Object.entries(table).map(([kind, role]) => [kind, entry[role]]));
+  }
+  return graphs;
+}
+
+function defaultThreads() {
+  // Threads need SharedArrayBuffer, which needs a cross-origin isolated page (COOP/COEP headers).
+  return globalThis.crossOriginIsolated ? Math.min(4, globalThis.navigator?.hardwareConcurrency || 1) : 1;
+}
+
+function configureOrt(ort, wasmBinary, threads) {
+  ort.env.wasm.wasmBinary = wasmBinary; // from the verified shards: no second download
+  ort.env.wasm.numThreads = threads;
+  ort.env.logLevel = 'error';
+}
+
+// WebGPU first; a session that fails there (missing kernel, lost device) falls back to wasm
+// with a notice instead of leaving the page dead. The fallback runs the wasm EP's own variant
+// (fp32 and its twin graphs; the fp16 graphs have int4 lookups wasm cannot run), fetched only then.
+async function createRecogniser(site, { ep, variant, files, gpu }, fallback) {
+  const { ort, manifest, runtime, loading } = site;
+  const create = (v, vFiles, provider) =>
+    Recogniser.create(ort, vFiles, variantGraphs(manifest.variants[v], runtime.roles), runtime, provider);
+  try {
+    const provider = ep === 'webgpu' ? await webgpuProvider(gpu.adapter) : ep;
+    return { ep, variant, recogniser: await create(variant, files, provider) };
+  } catch (e) {
+    if (ep !== 'webgpu' || !fallback) throw e;
+    const wasm = chooseVariant(manifest, gpu, 'wasm').variant;
+    const wasmFiles = wasm === variant ? files : await loadFiles(manifest, manifest.variants[wasm].files, loading);
+    return { ep: 'wasm', variant: wasm, recogniser: await create(wasm, wasmFiles, 'wasm'),
+      notice: `WebGPU session failed (${e.message}); running on WebAssembly instead.` };
+  }
+}
