@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,55 @@ def test_fuse_no_quantize_and_missing_side_files(tmp_path):
     result = CliRunner().invoke(main, ["fuse", str(tmp_path / "f" / "decoder.onnx"), "-o", str(tmp_path / "q")])
     assert result.exit_code == 2 and "--no-quantize" in result.output
     assert not (tmp_path / "q").exists()  # checked before anything is written
+
+
+def _build_with(monkeypatch, tmp_path, stage, *args: str):
+    """`webbuild examples/tiny-asr/model.yaml` with `stage` as its only stage."""
+    import webbuild.build.runner
+
+    monkeypatch.setattr(webbuild.build.runner, "STAGES", [("probe", stage)])
+    return CliRunner().invoke(main, [str(EXAMPLE / "model.yaml"), "-o", str(tmp_path / "out"), *args])
+
+
+def test_a_bug_in_a_stage_is_a_traceback_not_an_input_error(monkeypatch, tmp_path):
+    def stage(ctx):
+        return {}["missing"]
+
+    result = _build_with(monkeypatch, tmp_path, stage)
+    assert result.exit_code == 1 and isinstance(result.exception, KeyError)
+    assert "error:" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_bad_input_found_by_a_stage_is_one_line_and_exit_code_2(monkeypatch, tmp_path):
+    from webbuild.errors import AudioError
+
+    def stage(ctx):
+        raise AudioError("clip.wav: not a readable WAV file")
+
+    result = _build_with(monkeypatch, tmp_path, stage)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert [line for line in result.stderr.splitlines() if "error" in line] == [
+        "error: stage probe: clip.wav: not a readable WAV file"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, debug", [((), False), (("-v",), True)])
+def test_progress_is_logged_as_timed_lines_and_verbose_adds_debug(monkeypatch, tmp_path, args, debug):
+    import logging
+
+    def stage(ctx):
+        log = logging.getLogger("webbuild.build.probe")
+        log.info("info line")
+        log.debug("debug line")
+        log.warning("warning line")
+        logging.getLogger("onnxscript.probe").info("third-party info line")
+        ctx.state.manifest = {"shards": []}
+
+    result = _build_with(monkeypatch, tmp_path, stage, *args)
+    assert result.exit_code == 0, result.output
+    stamped = [re.fullmatch(r"\[ *\d+\.\ds\] (.*)", line) for line in result.stderr.splitlines()]
+    assert all(stamped), result.stderr
+    lines = [m[1] for m in stamped]
+    expected = ["stage probe", "info line", *(["debug line"] if debug else []), "warning: warning line",
+                f"wrote {tmp_path / 'out'}"]
+    assert lines == expected

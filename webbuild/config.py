@@ -9,20 +9,14 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from webbuild.errors import ConfigError
+
 LAYOUT_FILES = {
     "qwen3-asr-split": ("encoder.onnx", "decoder_init.onnx", "decoder_step.onnx", "embed_tokens.bin",
                         "config.json", "tokenizer.json"),
     "merged": ("encoder.onnx", "decoder_model_merged.onnx", "embed_tokens.bin", "config.json", "tokenizer.json"),
 }
 DEFAULT_SHARD_BYTES = 25 * 1024 * 1024
-
-
-class ConfigError(Exception):
-    """Invalid model.yaml; `problems` holds one line per problem."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 class _Strict(BaseModel):
@@ -44,11 +38,15 @@ class Fusion(_Strict):
 
 
 class Quantize(_Strict):
+    """The `quantize:` block, and the one place the quantization defaults are written: webbuild.quantize
+    takes this value as its settings, and `webbuild fuse` (its help too) quantizes with `Quantize()`."""
+
     method: Literal["rtn", "hqq", "none"] = "rtn"
     bits: Literal[4, 8] = 4
     block_size: Literal[16, 32, 64, 128] = 32
     accuracy_level: Literal[0, 1, 2, 3, 4] = 4
-    exclude: list[str] = Field(default_factory=list, description="node-name patterns left in float")
+    exclude: list[str] = Field(default_factory=list, description="node-name patterns left in float "
+                               "(fnmatch on MatMul node names)")
 
 
 class Encoder(_Strict):

@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from webbuild.config import BuildConfig
+from webbuild.errors import BuildError
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "template"
 REPO = TEMPLATE_DIR.parents[1]  # package.json and node_modules/ (npm ci)
@@ -26,10 +27,6 @@ ORT_MODULES = ("ort.webgpu.min.mjs", "ort-wasm-simd-threaded.asyncify.mjs")
 ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
 
 
-class RenderError(ValueError):
-    """The site cannot be rendered; the message says what to do."""
-
-
 def ort_dist() -> Path:
     """onnxruntime-web's dist/ at exactly the version pinned in package.json."""
     pinned = json.loads((REPO / "package.json").read_text())["dependencies"][ORT_PACKAGE]
@@ -37,10 +34,10 @@ def ort_dist() -> Path:
     try:
         have = json.loads((pkg / "package.json").read_text())["version"]
     except OSError:
-        raise RenderError(f"{pkg} is missing; run `make setup` (npm ci) to install the pinned "
-                          f"{ORT_PACKAGE} {pinned}") from None
+        raise BuildError(f"{pkg} is missing; run `make setup` (npm ci) to install the pinned "
+                         f"{ORT_PACKAGE} {pinned}") from None
     if have != pinned:
-        raise RenderError(f"{pkg} is version {have}, package.json pins {pinned}; run `npm ci`")
+        raise BuildError(f"{pkg} is version {have}, package.json pins {pinned}; run `npm ci`")
     return pkg / "dist"
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
+from webbuild.errors import BenchError
 from webbuild.tools import browser as br
 from webbuild.tools.verify.runner import Clip, site_url, transcribe
 
@@ -24,7 +25,7 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
             br.open_page(page, url + (f"?ep={ep}" if ep != "auto" else ""), timeout_s)
             state = page.evaluate("() => window.webbuild")
             if state["status"] == "error":
-                raise RuntimeError(f"the site failed to load: {state['error']}")
+                raise BenchError(f"the site failed to load: {state['error']}")
             buttons = page.eval_on_selector_all("button.sample", "bs => bs.map((b) => [b.id, b.dataset.text])")
             clips = [clip_row(transcribe(page, Clip(i, text, button=i), timeout_s), text)
                      for i, text in buttons[:max_clips] for _ in range(repeat)]
