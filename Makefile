@@ -1,11 +1,11 @@
 # Two entry points that work on a fresh machine:
 #   make site   set up .venv and build the embedded example (examples/tiny-asr) into dist/
-#   make test   set up .venv (and espeak-ng + chromium through apt when missing) and run every test
+#   make test   set up .venv (and espeak-ng + chromium through apt when missing), lint, and run every test
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup system-deps site test test-python test-js e2e clean
+.PHONY: setup system-deps site lint test test-python test-js e2e clean
 
 $(STAMP): pyproject.toml package.json package-lock.json
 	python3 -m venv $(VENV)
@@ -28,7 +28,11 @@ system-deps:
 site: setup
 	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o dist
 
-test: setup system-deps test-python test-js e2e
+# ruff, configured in pyproject.toml ([tool.ruff]); first, because it takes a second and the tests minutes
+lint: setup
+	$(VENV)/bin/ruff check .
+
+test: setup lint system-deps test-python test-js e2e
 
 test-python:
 	$(PY) -m pytest -q

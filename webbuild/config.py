@@ -24,49 +24,64 @@ class _Strict(BaseModel):
 
 
 class Source(_Strict):
-    layout: Literal["qwen3-asr-split", "merged"] = Field(description="how the source export is laid out")
+    layout: Literal["qwen3-asr-split", "merged"] = Field(
+        description="how the source export is laid out: qwen3-asr-split (encoder.onnx, decoder_init.onnx, "
+                    "decoder_step.onnx; `webbuild zoo --layout split`) or merged (encoder.onnx, "
+                    "decoder_model_merged.onnx); both with embed_tokens.bin, config.json, tokenizer.json")
     dir: Path = Field(description="folder of the source export, relative to model.yaml")
 
 
 class Fusion(_Strict):
-    enabled: bool = True
-    prune_lm_head: bool = True
+    enabled: bool = Field(True, description="operator fusion of a merged-layout source; a split source is always "
+                                            "fused, since the fuse stage also merges decoder_init and decoder_step")
+    prune_lm_head: bool = Field(True, description="compute logits for the last position only")
     # false: Q, K, V stay three MatMulNBits, which onnxruntime-web's WebGPU EP fuses with the norm
     # before them into one MatMulNBitsQkv at session creation (5 dispatches per layer instead of 7);
     # true: one packed projection + Split, fewer nodes in the file but no runtime fusion
-    pack_qkv: bool = False
+    pack_qkv: bool = Field(False, description="one packed Q/K/V projection + Split; left apart (false), "
+                                              "onnxruntime-web's WebGPU EP fuses them with the norm before them "
+                                              "into one MatMulNBitsQkv dispatch")
 
 
 class Quantize(_Strict):
     """The `quantize:` block, and the one place the quantization defaults are written: webbuild.quantize
     takes this value as its settings, and `webbuild fuse` (its help too) quantizes with `Quantize()`."""
 
-    method: Literal["rtn", "hqq", "none"] = "rtn"
-    bits: Literal[4, 8] = 4
-    block_size: Literal[16, 32, 64, 128] = 32
-    accuracy_level: Literal[0, 1, 2, 3, 4] = 4
-    exclude: list[str] = Field(default_factory=list, description="node-name patterns left in float "
-                               "(fnmatch on MatMul node names)")
+    method: Literal["rtn", "hqq", "none"] = Field("rtn", description="how the decoder's weights are quantized: rtn "
+                                                  "(round to nearest), hqq, or none (no quantize stage: float "
+                                                  "weights, no fp16 variant, encoder.precision unused)")
+    bits: Literal[4, 8] = Field(4, description="bits per MatMulNBits weight")
+    block_size: Literal[16, 32, 64, 128] = Field(32, description="weights per quantization block (one scale each)")
+    accuracy_level: Literal[0, 1, 2, 3, 4] = Field(4, description="the decoder's MatMulNBits accuracy_level, the "
+                                                   "lowest compute precision allowed (0 unset, 1 fp32, 2 fp16, "
+                                                   "3 bf16, 4 int8); the encoder always gets 0")
+    exclude: list[str] = Field(default_factory=list, description="fnmatch patterns of MatMul node names left in "
+                                                                 "float, e.g. '*lm_head*'")
 
 
 class Encoder(_Strict):
     # int4 by default: measured +0.3 to +0.4 pt WER on the tiny example (BENCHMARKS.md), 4x smaller encoder
-    precision: Literal["fp32", "fp16", "int8", "int4"] = "int4"
+    precision: Literal["fp32", "fp16", "int8", "int4"] = Field(
+        "int4", description="encoder weights: fp32, fp16 (the fp32 variant keeps fp32), int8 or int4 "
+                            "(MatMulNBits); int4 costs +0.3 to +0.4 points of WER on the tiny example for a "
+                            "4x smaller encoder (BENCHMARKS.md)")
 
 
 class Shard(_Strict):
-    max_bytes: int = Field(DEFAULT_SHARD_BYTES, ge=1024 * 1024, description="largest file written to dist/")
+    max_bytes: int = Field(DEFAULT_SHARD_BYTES, ge=1024 * 1024,
+                           description="largest file written to dist/, in bytes; the default, 25 MiB, is "
+                                       "Cloudflare Pages' limit per file")
 
 
 class Sample(_Strict):
-    audio: Path
-    text: str = Field(min_length=1)
+    audio: Path = Field(description="WAV file, relative to model.yaml")
+    text: str = Field(min_length=1, description="its expected transcript")
 
 
 class Theme(_Strict):
-    accent: str = "#2b6cb0"
-    background: str = "#ffffff"
-    text: str = "#1a202c"
+    accent: str = Field("#2b6cb0", description="buttons, focus rings and the progress bar, as #rrggbb")
+    background: str = Field("#ffffff", description="page background, as #rrggbb")
+    text: str = Field("#1a202c", description="text colour, as #rrggbb")
 
     @field_validator("accent", "background", "text")
     @classmethod
@@ -77,10 +92,13 @@ class Theme(_Strict):
 
 
 class Site(_Strict):
-    title: str | None = None
-    base_path: str = Field("/", description="URL path the site is served under, e.g. /my-repo/")
-    theme: Theme = Theme()
-    samples: list[Sample] = Field(default_factory=list)
+    title: str | None = Field(None, description="page title; unset: the model's name")
+    base_path: str = Field("/", description="URL path the site is served under, starting and ending with '/', "
+                                            "e.g. /my-repo/ for a project page")
+    theme: Theme = Field(Theme(), description="the page's colours")
+    samples: list[Sample] = Field(default_factory=list,
+                                  description="sample clips on the page, checked by the build (token agreement "
+                                              "with the source) and by `webbuild verify`")
 
     @field_validator("base_path")
     @classmethod
@@ -91,20 +109,22 @@ class Site(_Strict):
 
 
 class Verify(_Strict):
-    max_wer: float = Field(0.0, ge=0.0, le=1.0, description="word error rate allowed per sample")
+    max_wer: float = Field(0.0, ge=0.0, le=1.0, description="word error rate allowed per sample in `webbuild verify`")
 
 
 class BuildConfig(_Strict):
-    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="model id: lower case, digits, . _ -")
-    source: Source
-    output: Path = Field(Path("dist"), description="output folder, relative to model.yaml")
-    variants: list[Literal["fp16", "fp32"]] = Field(default_factory=lambda: ["fp16", "fp32"], min_length=1)
-    fusion: Fusion = Fusion()
-    quantize: Quantize = Quantize()
-    encoder: Encoder = Encoder()
-    shard: Shard = Shard()
-    site: Site = Site()
-    verify: Verify = Verify()
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="model id: lower-case letters, digits, . _ -")
+    source: Source = Field(description="the ONNX export to build from")
+    output: Path = Field(Path("dist"), description="output folder, relative to model.yaml (`-o` overrides)")
+    variants: list[Literal["fp16", "fp32"]] = Field(
+        default_factory=lambda: ["fp16", "fp32"], min_length=1,
+        description="precision variants to emit; the page runs fp16 only on adapters with shader-f16, else fp32")
+    fusion: Fusion = Field(Fusion(), description="operator fusion (webbuild.fusion)")
+    quantize: Quantize = Field(Quantize(), description="int4/int8 MatMulNBits weights (webbuild.quantize)")
+    encoder: Encoder = Field(Encoder(), description="the audio encoder's precision")
+    shard: Shard = Field(Shard(), description="content-hashed shards under dist/model/")
+    site: Site = Field(Site(), description="the page")
+    verify: Verify = Field(Verify(), description="bounds for `webbuild verify`")
     config_path: Path | None = Field(None, exclude=True)
 
     @property
@@ -146,7 +166,7 @@ def _loc(loc: tuple) -> str:
 def _message(err: dict) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
-        return "unknown key; remove it or check its spelling (see the model.yaml reference in README.md)"
+        return "unknown key; remove it or check its spelling (see docs/model-yaml.md)"
     if kind == "missing":
         return "required key is missing"
     if kind == "literal_error":

@@ -22,7 +22,7 @@ def test_attention_becomes_multi_head_attention(layout, mask, scale_on):
     m = attention_graph(layout, heads=2, mask=mask, scale_on=scale_on)
     feeds = _feeds(layout, mask)
     want = run(m, feeds)[0]
-    (n,), report = apply_rules(m, encoder_attention.apply)
+    (n,), report = apply_rules(m, encoder_attention.RULE.apply)
     assert n == 1 and not report.missed
     ops = census(m)
     assert ops["MultiHeadAttention"] == 1 and not {"Softmax", "Transpose"} & set(ops)
@@ -41,7 +41,7 @@ def test_attention_becomes_multi_head_attention(layout, mask, scale_on):
 def test_unrecognised_attention_is_left_and_reported(kwargs, why):
     m = attention_graph("batch", **kwargs)
     before = census(m)
-    (n,), report = apply_rules(m, encoder_attention.apply)
+    (n,), report = apply_rules(m, encoder_attention.RULE.apply)
     assert n == 0 and census(m) == before
     assert why in report.missed[0]["why"]
     check(m)

@@ -22,7 +22,7 @@ def test_projections_pack_into_one_with_a_split(layout, projection):
     m = attention_graph(layout)
     feeds = _feeds(layout)
     want = run(m, feeds)[0]
-    counts, report = apply_rules(m, encoder_attention.apply, encoder_packed_qkv.apply)
+    counts, report = apply_rules(m, encoder_attention.RULE.apply, encoder_packed_qkv.RULE.apply)
     assert counts == [1, 1] and not report.missed
     ops = census(m)
     assert ops[projection] == 1 and ops["Split"] == 1 and ops["MultiHeadAttention"] == 1
@@ -37,7 +37,7 @@ def test_cross_attention_is_left_and_reported():
     m = attention_graph("batch", cross=True)
     feeds = _feeds("batch", cross=True)
     want = run(m, feeds)[0]
-    counts, report = apply_rules(m, encoder_attention.apply, encoder_packed_qkv.apply)
+    counts, report = apply_rules(m, encoder_attention.RULE.apply, encoder_packed_qkv.RULE.apply)
     assert counts == [1, 0] and "different tensors" in report.missed[0]["why"]
     assert census(m)["MatMul"] == 3
     np.testing.assert_allclose(run(m, feeds)[0], want, rtol=1e-5, atol=1e-5)

@@ -84,7 +84,7 @@ def test_fused_encoder_is_left_alone(fused):
 
 def test_unrecognised_attention_stays_valid_and_is_reported():
     model, report = fuse_encoder(attention_graph("batch", scale_on="v"))
-    assert report["not_fused"][0]["rule"] == encoder_attention.RULE
+    assert report["not_fused"][0]["rule"] == encoder_attention.RULE.name
     assert "Softmax" in report["ops_after"]
     check(model)
 

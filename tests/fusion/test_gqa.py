@@ -12,7 +12,7 @@ from webbuild.fusion.validate import check
 
 
 def _gqa_fused(path, max_pos=2048):
-    return partly_fused(path, [rms_norm.apply, skip_rms_norm.apply, lambda m, r: gqa.apply(m, r, max_pos)])
+    return partly_fused(path, [rms_norm.RULE.apply, skip_rms_norm.RULE.apply, gqa.rule(max_pos).apply])
 
 
 def test_one_gqa_per_layer_and_no_softmax(source):
@@ -63,7 +63,7 @@ def test_softmax_outside_attention_is_left_and_reported():
     g = ir.Graph([x], [sm.outputs[0]], nodes=[sm], opset_imports={"": 18})
     m = ir.Model(g, ir_version=9)
     report = Report()
-    assert gqa.apply(m, report, 16) == 0
+    assert gqa.rule(16).apply(m, report) == 0
     assert census(m) == {"Softmax": 1}
     assert report.missed[0]["at"] == "plain_softmax"
 

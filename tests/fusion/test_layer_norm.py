@@ -16,7 +16,7 @@ X = (np.random.default_rng(2).standard_normal((2, 5, H)) * 4 + 1).astype(np.floa
 def test_each_spelling_becomes_layer_normalization(square, divide, affine):
     m = layer_norm_graph(square, divide, affine)
     want = run(m, {"x": X})[0]
-    (n,), report = apply_rules(m, layer_norm.apply)
+    (n,), report = apply_rules(m, layer_norm.RULE.apply)
     assert n == 1 and not report.missed
     assert census(m) == {"LayerNormalization": 1, **({} if affine else {"Identity": 1})}
     node = next(n for n in m.graph if n.op_type == "LayerNormalization")
@@ -28,7 +28,7 @@ def test_each_spelling_becomes_layer_normalization(square, divide, affine):
 def test_normalisation_over_another_axis_is_left_and_reported():
     m = layer_norm_graph(axis=1)
     before = census(m)
-    (n,), report = apply_rules(m, layer_norm.apply)
+    (n,), report = apply_rules(m, layer_norm.RULE.apply)
     assert n == 0 and census(m) == before
     assert "last axis" in report.missed[0]["why"]
 
@@ -36,7 +36,7 @@ def test_normalisation_over_another_axis_is_left_and_reported():
 def test_opset_without_layer_normalization_is_left_and_reported():
     m = layer_norm_graph(opset=16)
     before = census(m)
-    (n,), report = apply_rules(m, layer_norm.apply)
+    (n,), report = apply_rules(m, layer_norm.RULE.apply)
     assert n == 0 and census(m) == before
     assert "opset 16" in report.missed[0]["why"]
     check(m)

@@ -38,7 +38,7 @@ def test_packs_to_matmulnbits_with_same_output(signed, zero_point):
     m = _graph(signed, zero_point)
     x = np.random.default_rng(1).standard_normal((2, K)).astype(np.float32)
     want = run(m, {"x": x}, optimize=False)[0]
-    assert matmul_nbits.apply(m, Report()) == 1
+    assert matmul_nbits.RULE.apply(m, Report()) == 1
     dead_code_elimination(m)
     assert census(m) == {"MatMulNBits": 1}
     node = next(iter(m.graph))
@@ -52,5 +52,5 @@ def test_packs_to_matmulnbits_with_same_output(signed, zero_point):
 def test_odd_block_size_is_left_and_reported():
     m = _graph(False, False, block=5)
     report = Report()
-    assert matmul_nbits.apply(m, report) == 0
+    assert matmul_nbits.RULE.apply(m, report) == 0
     assert census(m) == {"DequantizeLinear": 1, "MatMul": 1} and report.missed

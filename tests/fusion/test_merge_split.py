@@ -9,9 +9,9 @@ from webbuild.fusion.validate import check
 
 def test_split_becomes_one_decoder_with_merged_interface(zoo):
     m, report = partly_fused(zoo.source("split", "torchscript"),
-                             [rms_norm.apply, skip_rms_norm.apply, lambda m, r: gqa.apply(m, r, 2048)])
+                             [rms_norm.RULE.apply, skip_rms_norm.RULE.apply, gqa.rule(2048).apply])
     assert merge_split.is_split_init(m)
-    assert merge_split.apply(m, report)
+    assert merge_split.RULE.apply(m, report)
     dead_code_elimination(m)
     inputs, outputs = merged_names(4)
     assert [v.name for v in m.graph.inputs] == inputs
@@ -23,9 +23,9 @@ def test_split_becomes_one_decoder_with_merged_interface(zoo):
 
 def test_split_without_gqa_is_left_alone(zoo):
     """No GQA (e.g. attention not recognised): the stacked KV cannot be unstacked per layer."""
-    m, report = partly_fused(zoo.source("split", "torchscript"), [rms_norm.apply])
+    m, report = partly_fused(zoo.source("split", "torchscript"), [rms_norm.RULE.apply])
     names = [v.name for v in m.graph.inputs]
-    assert not merge_split.apply(m, report)
+    assert not merge_split.RULE.apply(m, report)
     assert [v.name for v in m.graph.inputs] == names
     assert report.missed[-1]["rule"] == "merge_split"
     check(m)

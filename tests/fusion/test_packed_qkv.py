@@ -5,7 +5,7 @@ from webbuild.graph.ir import census
 from tests.fusion.conftest import partly_fused
 from webbuild.fusion.validate import check
 
-PRE = [rms_norm.apply, skip_rms_norm.apply, lambda m, r: gqa.apply(m, r, 2048)]
+PRE = [rms_norm.RULE.apply, skip_rms_norm.RULE.apply, gqa.rule(2048).apply]
 
 
 def _feeds(sess, s=5):
@@ -21,7 +21,7 @@ def test_three_projections_become_one_matmul_and_split(zoo):
     before = census(m)
     sess = check(m)
     want = sess.run(None, _feeds(sess))
-    assert packed_qkv.apply(m, report) == 4
+    assert packed_qkv.RULE.apply(m, report) == 4
     from webbuild.graph.ir import dead_code_elimination
     dead_code_elimination(m)
     after = census(m)
@@ -34,6 +34,6 @@ def test_three_projections_become_one_matmul_and_split(zoo):
 
 
 def test_packed_graph_is_not_packed_again(zoo):
-    m, report = partly_fused(zoo.source("merged", "torchscript"), PRE + [packed_qkv.apply])
-    assert packed_qkv.apply(m, report) == 0
+    m, report = partly_fused(zoo.source("merged", "torchscript"), PRE + [packed_qkv.RULE.apply])
+    assert packed_qkv.RULE.apply(m, report) == 0
     assert not report.missed

@@ -8,7 +8,7 @@ from webbuild.fusion.validate import check
 def test_logits_only_for_last_position(zoo):
     m, report = partly_fused(zoo.source("merged", "torchscript"), [])
     sess_before = check(m)
-    assert prune_lm_head.apply(m, report) == 1
+    assert prune_lm_head.rule().apply(m, report) == 1
     assert list(m.graph.outputs[0].shape)[1] == 1
     sess = check(m)
     rng = np.random.default_rng(0)
@@ -22,12 +22,12 @@ def test_logits_only_for_last_position(zoo):
 
 
 def test_second_application_is_a_no_op(zoo):
-    m, report = partly_fused(zoo.source("merged", "dynamo"), [prune_lm_head.apply])
+    m, report = partly_fused(zoo.source("merged", "dynamo"), [prune_lm_head.rule().apply])
     n = len(m.graph)
-    assert prune_lm_head.apply(m, report) == 0 and len(m.graph) == n
+    assert prune_lm_head.rule().apply(m, report) == 0 and len(m.graph) == n
 
 
 def test_missing_logits_is_reported(zoo):
     m, report = partly_fused(zoo.source("merged", "torchscript"), [])
-    assert prune_lm_head.apply(m, report, output="no_such_output") == 0
+    assert prune_lm_head.rule(output="no_such_output").apply(m, report) == 0
     assert report.missed[0]["rule"] == "prune_lm_head"

@@ -15,7 +15,7 @@ def test_each_spelling_fuses_with_same_output(spelling, weight):
     x = np.random.default_rng(1).standard_normal((2, 3, H)).astype(np.float32) * 3
     want = run(m, {"x": x})[0]
     report = Report()
-    assert rms_norm.apply(m, report) == 1
+    assert rms_norm.RULE.apply(m, report) == 1
     dead_code_elimination(m)
     ops = census(m)
     assert ops.get("SimplifiedLayerNormalization") == 1 and "ReduceMean" not in ops and "Sqrt" not in ops
@@ -30,7 +30,7 @@ def test_reduction_over_other_axis_is_left_and_reported():
     m = rms_graph("recip", axis=1)
     before = census(m)
     report = Report()
-    assert rms_norm.apply(m, report) == 0
+    assert rms_norm.RULE.apply(m, report) == 0
     assert census(m) == before
     assert report.missed and "last axis" in report.missed[0]["why"]
 
@@ -42,7 +42,7 @@ def test_zoo_decoder_has_no_decomposed_norm_left(source):
     m, _ = load_source(path)
     cleanup.apply(m)
     report = Report()
-    n = rms_norm.apply(m, report)
+    n = rms_norm.RULE.apply(m, report)
     dead_code_elimination(m)
     ops = census(m)
     # 4 layers x (input, post-attention, q, k) + final norm

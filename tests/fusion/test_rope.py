@@ -11,7 +11,7 @@ from webbuild.fusion.report import Report
 def _first_attention(path):
     model, _ = load_source(path)
     cleanup.apply(model)
-    rms_norm.apply(model, Report())
+    rms_norm.RULE.apply(model, Report())
     sm = next(n for n in model.graph if n.op_type == "Softmax")
     return model, gqa.match(sm)
 
@@ -39,7 +39,7 @@ def test_fusion_refuses_caches_that_do_not_match(zoo, monkeypatch):
     model, _ = load_source(zoo.source("merged", "torchscript"))
     cleanup.apply(model)
     report = Report()
-    rms_norm.apply(model, report)
-    assert gqa.apply(model, report, 2048) == 0
+    rms_norm.RULE.apply(model, report)
+    assert gqa.rule(2048).apply(model, report) == 0
     assert any("differ from the source" in m["why"] for m in report.missed)
     assert any(n.op_type == "Softmax" for n in model.graph)

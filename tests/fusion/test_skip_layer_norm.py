@@ -15,7 +15,7 @@ FEEDS = {"a": RNG.standard_normal((7, H)).astype(np.float32), "b": RNG.standard_
 def test_residual_and_projection_bias_fold_into_skip_layer_norm(bias, ops):
     m = residual_graph(bias)
     want = run(m, FEEDS)[0]
-    (n,), report = apply_rules(m, skip_layer_norm.apply)
+    (n,), report = apply_rules(m, skip_layer_norm.RULE.apply)
     assert n == 1 and not report.missed
     # the residual goes on from output 3; a projection bias (Add or Gemm C) is the op's 5th input
     assert census(m) == {**ops, "SkipLayerNormalization": 1, "Add": 1}
@@ -30,6 +30,6 @@ def test_residual_and_projection_bias_fold_into_skip_layer_norm(bias, ops):
 def test_non_residual_add_is_left_and_reported(kind, why):
     m = residual_graph(constant_skip=kind == "constant", broadcast=kind == "broadcast")
     before = census(m)
-    (n,), report = apply_rules(m, skip_layer_norm.apply)
+    (n,), report = apply_rules(m, skip_layer_norm.RULE.apply)
     assert n == 0 and census(m) == before
     assert why in report.missed[0]["why"]

@@ -15,8 +15,8 @@ def test_residual_add_folds_and_sum_continues_through_output_3():
              "b_in": rng.standard_normal((2, 3, H)).astype(np.float32)}
     want = run(m, feeds)
     report = Report()
-    rms_norm.apply(m, report)
-    assert skip_rms_norm.apply(m, report) == 1
+    rms_norm.RULE.apply(m, report)
+    assert skip_rms_norm.RULE.apply(m, report) == 1
     dead_code_elimination(m)
     skip = next(n for n in m.graph if n.op_type == "SkipSimplifiedLayerNormalization")
     nxt = next(n for n in m.graph if n.name == "next_residual")
@@ -29,15 +29,15 @@ def test_residual_add_folds_and_sum_continues_through_output_3():
 def test_bias_add_is_not_a_residual():
     m = residual_graph(bias=True)
     report = Report()
-    rms_norm.apply(m, report)
-    assert skip_rms_norm.apply(m, report) == 0
+    rms_norm.RULE.apply(m, report)
+    assert skip_rms_norm.RULE.apply(m, report) == 0
     assert "SkipSimplifiedLayerNormalization" not in census(m)
     assert report.missed[-1]["why"] == "Add has a constant operand"
 
 
 def test_zoo_decoder_residual_chain(source):
     _, _, path = source
-    m, report = partly_fused(path, [rms_norm.apply, skip_rms_norm.apply])
+    m, report = partly_fused(path, [rms_norm.RULE.apply, skip_rms_norm.RULE.apply])
     ops = census(m)
     # 2 per layer (post-attention and next input norm / final norm); layer 0's input norm stays plain
     assert ops["SkipSimplifiedLayerNormalization"] == 8

@@ -3,7 +3,9 @@
 `fusion.fuse.fuse_decoder(src)` turns a decomposed decoder export (split dir or merged .onnx,
 torchscript or dynamo, float or MatMulNBits) into one decoder graph for onnxruntime(-web):
 inputs_embeds, attention_mask, past_key_values.{i}.key|value -> logits [B,1,V], present.{i}.*.
-One rule per module, applied in this order:
+One rule per module, each a `rule.Rule` (the op types it anchors on, match -> match | Miss(reason),
+rewrite) run by the one driver in `fusion.rule`; the decoder's list (`fuse.decoder_steps`, each rule
+under a flag of the source or the options), in order:
 
   matmul_nbits   blocked int4 DequantizeLinear + MatMul -> MatMulNBits (before folding)
   cleanup        constant folding, CSE (not a rule: gives the rules one spelling per op)
@@ -18,7 +20,7 @@ One rule per module, applied in this order:
   static_reshape computed Reshape targets -> constants
 
 `fusion.fuse_encoder.fuse_encoder(src)` does the same for the audio encoder (mel -> audio_features),
-after the same cleanup:
+after the same cleanup (its list: `fuse_encoder.STEPS`):
 
   layer_norm         decomposed LayerNorm -> LayerNormalization
   gelu               Erf GELU -> Gelu
@@ -27,6 +29,7 @@ after the same cleanup:
   encoder_attention  windowed eager attention -> MultiHeadAttention, the mask as attention_bias
   encoder_packed_qkv Q/K/V projections -> one projection + Split
 
-`fusion.decompose` is the inverse (round-trip tests), `fusion.parity` the onnxruntime CPU harness,
-`fusion.cli.run_fuse` the `webbuild fuse` entry point.
+The norm rules share `norm_parts`; the skip norms match with onnxscript patterns, the others are
+structural (`fusion.rule` says why). `fusion.decompose` is the inverse (round-trip tests),
+`fusion.parity` the onnxruntime CPU harness; `webbuild fuse` is webbuild.build.fuse.run_fuse.
 """

@@ -18,11 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import (MS, attr, const, import_ms_domain, only_user, prod, replace, scalar, scalar_operand,
-                        shared_const, width)
-from webbuild.fusion.report import Report
+                               shared_const, width)
 
-RULE = "encoder_attention"
 # perms from the Reshape output to the MatMul operand, per layout (rank of the head split)
 _PERMS = {3: {"qv": [1, 0, 2], "k": [1, 2, 0]}, 4: {"qv": [0, 2, 1, 3], "k": [0, 2, 3, 1]}}
 
@@ -40,47 +39,34 @@ class _Match:
     anchor: ir.Node
 
 
-def apply(model: ir.Model, report: Report) -> int:
-    g, done, made = model.graph, 0, {}
-    for sm in [n for n in g if n.op_type == "Softmax"]:
-        m = match(sm)
-        if isinstance(m, str):
-            report.miss(RULE, sm.name or "Softmax", m)
-            continue
-        _rewrite(g, m, made)
-        done += 1
-    report.hit(RULE, done) if done else None
-    return done
-
-
-def match(sm: ir.Node) -> _Match | str:
+def match(sm: ir.Node) -> _Match | Miss:
     scores = sm.inputs[0]
     rank = len(scores.shape) if scores.shape is not None else None
     if attr(sm, "axis", -1) not in (-1, (rank or 0) - 1):
-        return "Softmax not over the last axis"
+        return Miss("Softmax not over the last axis")
     found = _scores(scores)
     if found is None:
-        return "Softmax input is not Q @ K^T [* scale] [+ bias]"
+        return Miss("Softmax input is not Q @ K^T [* scale] [+ bias]")
     qk, scale, bias = found
     pv = only_user(sm.outputs[0], "MatMul")
     if pv is None or pv.inputs[0] is not sm.outputs[0]:
-        return "Softmax output is not multiplied by V"
+        return Miss("Softmax output is not multiplied by V")
     q, k, v = (_split(x) for x in (qk.inputs[0], qk.inputs[1], pv.inputs[1]))
-    if any(isinstance(b, str) for b in (q, k, v)):
-        return next(b for b in (q, k, v) if isinstance(b, str))
+    if any(isinstance(b, Miss) for b in (q, k, v)):
+        return next(b for b in (q, k, v) if isinstance(b, Miss))
     split_rank = len(q.perm)
     perms = _PERMS.get(split_rank)
     if perms is None or q.perm != perms["qv"] or v.perm != perms["qv"] or k.perm != perms["k"]:
-        return "Q/K/V are not split into heads as [.., heads, S, hd] (K as [.., heads, hd, S])"
+        return Miss("Q/K/V are not split into heads as [.., heads, S, hd] (K as [.., heads, hd, S])")
     if not (q.heads == k.heads == v.heads):
-        return f"head counts differ: q {q.heads}, k {k.heads}, v {v.heads}"
+        return Miss(f"head counts differ: q {q.heads}, k {k.heads}, v {v.heads}")
     if v.scale != 1.0:
-        return "V is scaled before the head split"
+        return Miss("V is scaled before the head split")
     out = _merged(pv.outputs[0], perms["qv"])
     if out is None:
-        return "attention output is not transposed and reshaped back to [.., S, heads*hd]"
+        return Miss("attention output is not transposed and reshaped back to [.., S, heads*hd]")
     if bias is not None and (bias.shape is None or not 2 <= len(bias.shape) <= 4):
-        return "additive bias of unknown rank"
+        return Miss("additive bias of unknown rank")
     return _Match(q.x, k.x, v.x, bias, out, q.heads, scale * q.scale * k.scale, split_rank, sm)
 
 
@@ -114,7 +100,7 @@ class _Split:
     scale: float    # a scalar factor applied to the projection before the split
 
 
-def _split(v: ir.Value) -> _Split | str:
+def _split(v: ir.Value) -> _Split | Miss:
     """Transpose*(Reshape(x [* c], [.., heads, hd])) -> x, composed perm, heads."""
     perm = None
     while (t := prod(v, "Transpose")) is not None:
@@ -124,13 +110,13 @@ def _split(v: ir.Value) -> _Split | str:
     r = prod(v, "Reshape")
     dims = _dims(r.inputs[1]) if r is not None else None
     if perm is None or dims is None or len(dims) != len(perm) or not dims[-2] or dims[-2] < 1:
-        return "Q/K/V are not Transpose(Reshape(x, [.., heads, hd])) with a known head count"
+        return Miss("Q/K/V are not Transpose(Reshape(x, [.., heads, hd])) with a known head count")
     x, scale = _unscaled(r.inputs[0])
     if x.shape is None or len(x.shape) != len(perm) - 1:
-        return "Q/K/V projections of unknown rank or not [.., S, H]"
+        return Miss("Q/K/V projections of unknown rank or not [.., S, H]")
     h = width(x)
     if h is not None and (h % dims[-2] or (dims[-1] > 0 and dims[-1] * dims[-2] != h)):
-        return f"projection width {h} does not split into {dims[-2]} heads of {dims[-1]}"
+        return Miss(f"projection width {h} does not split into {dims[-2]} heads of {dims[-1]}")
     return _Split(x, perm, dims[-2], scale)
 
 
@@ -162,15 +148,14 @@ def _merged(v: ir.Value, perm: list[int]) -> ir.Value | None:
     return r.outputs[0] if r is not None else None
 
 
-def _rewrite(g: ir.Graph, m: _Match, made: dict) -> None:
+def _rewrite(g: ir.Graph, m: _Match) -> None:
     import_ms_domain(g)
     name = m.anchor.name or "attention"
     axis0 = shared_const(g, "encoder_attention/axis0", np.array([0], np.int64))
     ins = [m.q, m.k, m.v]
     if m.rank == 3:
-        ins = [_once(g, made, x, lambda x: ir.node("Unsqueeze", [x, axis0], name=f"{name}/Unsqueeze{i}"))
-               for i, x in enumerate(ins)]
-    bias = _attention_bias(g, m.bias, made, name) if m.bias is not None else None
+        ins = [_unsqueezed(g, x, axis0, f"{name}/Unsqueeze{i}") for i, x in enumerate(ins)]
+    bias = _attention_bias(g, m.bias, name) if m.bias is not None else None
     node = ir.node("MultiHeadAttention", [*ins, None, None, bias] if bias is not None else ins,
                    {"num_heads": m.heads, "scale": float(m.scale)}, domain=MS,
                    name=f"{name}/MultiHeadAttention")
@@ -185,20 +170,24 @@ def _rewrite(g: ir.Graph, m: _Match, made: dict) -> None:
     replace(m.out, out)
 
 
-def _attention_bias(g: ir.Graph, bias: ir.Value, made: dict, name: str) -> ir.Value:
+def _attention_bias(g: ir.Graph, bias: ir.Value, name: str) -> ir.Value:
     """bias [.., S, T] -> [1.., S, T] of rank 4, once per bias value."""
     if len(bias.shape) == 4:
         return bias
     new_axes = 4 - len(bias.shape)
     axes = shared_const(g, f"encoder_attention/axes{new_axes}", np.arange(new_axes, dtype=np.int64))
-    return _once(g, made, bias, lambda x: ir.node("Unsqueeze", [x, axes], name=f"{name}/attention_bias"))
+    return _unsqueezed(g, bias, axes, f"{name}/attention_bias")
 
 
-def _once(g: ir.Graph, made: dict, x: ir.Value, make) -> ir.Value:
-    """make(x)'s output, built once per x and placed right after x's producer (or first)."""
-    if id(x) not in made:
-        node = make(x)
+def _unsqueezed(g: ir.Graph, x: ir.Value, axes: ir.Value, name: str) -> ir.Value:
+    """Unsqueeze(x, axes), made once per x (a later layer takes an earlier one's) right after x's
+    producer (or first). `axes` is this rule's own initializer, so the Unsqueeze found is one it made."""
+    made = next((u for u in x.consumers() if u.op_type == "Unsqueeze" and u.inputs[1] is axes), None)
+    if made is None:
+        made = ir.node("Unsqueeze", [x, axes], name=name)
         p = x.producer()
-        g.insert_after(p, node) if p is not None else g.insert_before(g.node(0), node)
-        made[id(x)] = node.outputs[0]
-    return made[id(x)]
+        g.insert_after(p, made) if p is not None else g.insert_before(g.node(0), made)
+    return made.outputs[0]
+
+
+RULE = Rule("encoder_attention", ("Softmax",), match, _rewrite)

@@ -14,10 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import MS, attr, const, new_const, only_user, prod, replace
-from webbuild.fusion.report import Report
-
-RULE = "encoder_packed_qkv"
 
 
 @dataclass
@@ -29,18 +27,16 @@ class _Proj:
     unsqueeze: ir.Node | None
 
 
-def apply(model: ir.Model, report: Report) -> int:
-    g, done = model.graph, 0
-    for mha in [n for n in g if n.op_type == "MultiHeadAttention" and n.domain == MS]:
-        projs = [_projection(mha, slot) for slot in range(3)]
-        why = _why_not(mha, projs)
-        if why:
-            report.miss(RULE, mha.name or "MultiHeadAttention", why)
-            continue
-        _rewrite(g, mha, projs)
-        done += 1
-    report.hit(RULE, done) if done else None
-    return done
+@dataclass
+class _Match:
+    mha: ir.Node
+    projs: list[_Proj]  # Q, K, V
+
+
+def match(mha: ir.Node) -> _Match | Miss:
+    projs = [_projection(mha, slot) for slot in range(3)]
+    why = _why_not(mha, projs)
+    return Miss(why) if why else _Match(mha, projs)
 
 
 def _projection(mha: ir.Node, slot: int) -> _Proj | None:
@@ -85,7 +81,8 @@ def _why_not(mha: ir.Node, projs: list[_Proj | None]) -> str | None:
     return None
 
 
-def _rewrite(g: ir.Graph, mha: ir.Node, projs: list[_Proj]) -> None:
+def _rewrite(g: ir.Graph, m: _Match) -> None:
+    mha, projs = m.mha, m.projs
     name = mha.name or "attention"
     x, widths = projs[0].x, [p.w.shape[1] for p in projs]
     w = new_const(g, f"{name}/qkv_weight", np.concatenate([p.w for p in projs], axis=1))
@@ -113,3 +110,6 @@ def _packed(x: ir.Value, w: ir.Value, b: ir.Value | None, name: str) -> list[ir.
         return [ir.node("Gemm", [x, w] + ([b] if b is not None else []), name=f"{name}/QKV")]
     mm = ir.node("MatMul", [x, w], name=f"{name}/QKV")
     return [mm] + ([ir.node("Add", [mm.outputs[0], b], name=f"{name}/QKV_bias")] if b is not None else [])
+
+
+RULE = Rule("encoder_packed_qkv", ("MultiHeadAttention",), match, _rewrite, domain=MS)

@@ -2,6 +2,7 @@
 
 Order matters: norms first (GQA looks for Q/K norms as SimplifiedLayerNormalization), then the
 residual Skip fold, attention, the split->single-graph interface, packing, lm_head pruning.
+The flags that turn steps on are read once, from the source and the options, before the first step.
 Every step leaves a valid graph; a pattern a rule does not recognise stays as it was and the
 report says where and why.
 """
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from webbuild.fusion import cleanup, gqa, matmul_nbits, merge_split, packed_qkv, prune_lm_head, qk_norm_in_gqa, rms_norm, skip_rms_norm, static_reshape
-from webbuild.graph.ir import census, dead_code_elimination
-from webbuild.fusion.report import Report
+from webbuild.fusion import (cleanup, gqa, matmul_nbits, merge_split, packed_qkv, prune_lm_head, qk_norm_in_gqa,
+                             rms_norm, skip_rms_norm, static_reshape)
+from webbuild.fusion.rule import Step, fuse_graph
 
 SPLIT_INIT = "decoder_init.onnx"
 
@@ -41,36 +42,28 @@ def fuse_decoder(src: Path | ir.Model, max_positions: int | None = None,
     if qk_norm not in ("explicit", "gqa"):
         raise ValueError(f"qk_norm must be 'explicit' or 'gqa', not {qk_norm!r}")
     model, cfg = (src, {}) if isinstance(src, ir.Model) else load_source(src)
-    max_positions = max_positions or cfg.get("max_position_embeddings")
-    report = Report()
-    before = census(model)
-    if any(n.op_type == "DequantizeLinear" for n in model.graph):
-        _run(model, matmul_nbits.apply, report)  # before cleanup folds the weights to float
-    if cleanup.needs_fusion(model):
-        cleanup.apply(model)
-        _run(model, rms_norm.apply, report)
-        _run(model, skip_rms_norm.apply, report)
-        _run(model, lambda m, r: gqa.apply(m, r, max_positions), report)
-    if merge_split.is_split_init(model):
-        _run(model, merge_split.apply, report)
-    if pack_qkv:
-        _run(model, packed_qkv.apply, report)
-    if qk_norm == "gqa":
-        _run(model, qk_norm_in_gqa.apply, report)
-    if prune_lm_head_:
-        _run(model, prune_lm_head.apply, report)
-    _run(model, static_reshape.apply, report)
-    if report.fused:
-        cleanup.apply(model)  # fold what the rewrites left constant (e.g. a tied weight's Transpose)
-    out = report.as_dict()
-    out.update(nodes_before=sum(before.values()), nodes_after=len(model.graph),
-               ops_before=before, ops_after=census(model))
-    return model, out
+    flags = {"int4_weights": any(n.op_type == "DequantizeLinear" for n in model.graph),
+             "decomposed": cleanup.needs_fusion(model), "split_init": merge_split.is_split_init(model),
+             "pack_qkv": pack_qkv, "qk_norm_in_gqa": qk_norm == "gqa", "prune_lm_head": prune_lm_head_}
+    steps = decoder_steps(max_positions or cfg.get("max_position_embeddings"))
+    return model, fuse_graph(model, steps, flags)
 
 
-def _run(model: ir.Model, rule, report: Report) -> None:
-    rule(model, report)
-    dead_code_elimination(model)
+def decoder_steps(max_positions: int | None) -> tuple[Step, ...]:
+    """The decoder's rules in order, each under the flag (read from the source and the options) that
+    turns it on."""
+    return (
+        Step(matmul_nbits.RULE, when="int4_weights"),  # before cleanup folds the weights to float
+        Step(cleanup.apply, when="decomposed"),
+        Step(rms_norm.RULE, when="decomposed"),
+        Step(skip_rms_norm.RULE, when="decomposed"),
+        Step(gqa.rule(max_positions), when="decomposed"),
+        Step(merge_split.RULE, when="split_init"),
+        Step(packed_qkv.RULE, when="pack_qkv"),
+        Step(qk_norm_in_gqa.RULE, when="qk_norm_in_gqa"),
+        Step(prune_lm_head.rule(), when="prune_lm_head"),
+        Step(static_reshape.RULE),
+    )
 
 
 def save(model: ir.Model, out_dir: Path, name: str = "decoder.onnx") -> Path:

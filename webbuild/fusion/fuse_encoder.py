@@ -17,13 +17,20 @@ from pathlib import Path
 import onnx_ir as ir
 
 from webbuild.fusion import bias_gelu, cleanup, encoder_attention, encoder_packed_qkv, gelu, layer_norm, skip_layer_norm
-from webbuild.graph.ir import census, dead_code_elimination
-from webbuild.fusion.report import Report
+from webbuild.fusion.rule import Step, fuse_graph
 
 ENCODER = "encoder.onnx"
 ANCHORS = {"Erf", "Softmax", "ReduceMean"}
-RULES = (layer_norm.apply, gelu.apply, bias_gelu.apply, skip_layer_norm.apply, encoder_attention.apply,
-         encoder_packed_qkv.apply)
+# the encoder's rules in order, all under one flag: a graph with nothing decomposed is left untouched
+STEPS = (
+    Step(cleanup.apply, when="decomposed"),
+    Step(layer_norm.RULE, when="decomposed"),
+    Step(gelu.RULE, when="decomposed"),
+    Step(bias_gelu.RULE, when="decomposed"),
+    Step(skip_layer_norm.RULE, when="decomposed"),
+    Step(encoder_attention.RULE, when="decomposed"),
+    Step(encoder_packed_qkv.RULE, when="decomposed"),
+)
 
 
 def load_encoder(src: Path) -> ir.Model:
@@ -45,16 +52,4 @@ def needs_fusion(model: ir.Model) -> bool:
 def fuse_encoder(src: Path | ir.Model) -> tuple[ir.Model, dict]:
     """Fuse an encoder; returns (model, report dict with census before/after and what was not fused)."""
     model = src if isinstance(src, ir.Model) else load_encoder(src)
-    report = Report()
-    before = census(model)
-    if needs_fusion(model):
-        cleanup.apply(model)
-        for rule in RULES:
-            rule(model, report)
-            dead_code_elimination(model)
-        if report.fused:
-            cleanup.apply(model)  # fold what the rewrites left constant
-    out = report.as_dict()
-    out.update(nodes_before=sum(before.values()), nodes_after=len(model.graph),
-               ops_before=before, ops_after=census(model))
-    return model, out
+    return model, fuse_graph(model, STEPS, {"decomposed": needs_fusion(model)})

@@ -12,19 +12,21 @@ V_all (so a graph output keeps its name). The source's causal mask is dropped: G
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx_ir as ir
 
 from webbuild.fusion import rope
-from webbuild.graph.ir import (MS, attr, axes_of, const, import_ms_domain, only_user, prod, replace, scalar, scalar_operand,
-                        shared_const, width)
 from webbuild.fusion.attention_mask import gqa_lengths
-from webbuild.fusion.report import Report
+from webbuild.fusion.rule import Miss, Rule
+from webbuild.graph.ir import (MS, attr, axes_of, const, import_ms_domain, only_user, prod, replace, scalar,
+                               scalar_operand, shared_const, width)
 
-RULE = "gqa"
+NAME = "gqa"
 DEFAULT_MAX_POSITIONS = 4096
+ROPE_TOLERANCE = 1e-3  # fp32 angles near position 65k carry ~1e-4 of rounding either way
 
 
 @dataclass
@@ -49,94 +51,93 @@ class _Match:
     head_dim: int
     rope: rope.Rope
     anchor: ir.Node
+    caches: tuple[np.ndarray, np.ndarray] | None = None  # cos/sin for GQA, once checked against the source
 
 
-def apply(model: ir.Model, report: Report, max_positions: int | None = None) -> int:
-    g, done = model.graph, 0
-    verified: dict[tuple[int, int], float | str] = {}
-    for sm in [n for n in g if n.op_type == "Softmax"]:
+def rule(max_positions: int | None = None) -> Rule[_Match]:
+    """The GQA rule for one run, its cos/sin caches max_positions long (DEFAULT_MAX_POSITIONS when unknown)."""
+    caches = _Caches(max_positions)
+    return Rule(NAME, ("Softmax",), caches.match, _rewrite, notes=caches.notes, setup=caches.errors.clear)
+
+
+@dataclass
+class _Caches:
+    """cos/sin caches for the attentions of one graph, checked against the source once per cos/sin pair
+    (the layers share one)."""
+    max_positions: int | None
+    errors: dict[tuple[int, int], float | str] = field(default_factory=dict)  # max abs error, or why unchecked
+
+    def match(self, sm: ir.Node) -> _Match | Miss:
         m = match(sm)
-        if isinstance(m, str):
-            report.miss(RULE, sm.name or "Softmax", m)
-            continue
-        tables = rope.caches(m.rope.cos, m.rope.sin, m.head_dim, max_positions or DEFAULT_MAX_POSITIONS)
+        if isinstance(m, Miss):
+            return m
+        tables = rope.caches(m.rope.cos, m.rope.sin, m.head_dim, self.max_positions or DEFAULT_MAX_POSITIONS)
         if isinstance(tables, str):
-            report.miss(RULE, sm.name or "Softmax", tables)
-            continue
-        if not _verified(m, tables, verified, report):
-            continue
-        _rewrite(g, m, tables)
-        done += 1
-    if done and not max_positions:
-        report.notes.append(f"gqa: max positions unknown, cos/sin caches sized {DEFAULT_MAX_POSITIONS}")
-    report.hit(RULE, done) if done else None
-    return done
+            return Miss(tables)
+        key = (id(m.rope.cos), id(m.rope.sin))
+        if key not in self.errors:
+            self.errors[key] = rope.verify(m.rope.cos, m.rope.sin, tables)
+        err = self.errors[key]
+        if not isinstance(err, str) and err > ROPE_TOLERANCE:
+            return Miss(f"cos/sin caches differ from the source by {err:.2e}")
+        return dataclasses.replace(m, caches=tables)
+
+    def notes(self, hits: int) -> list[str]:
+        checked = [f"{NAME}: cos/sin caches vs the source at the first and last 16 positions: "
+                   + (f"max abs error {err:.2e}" if not isinstance(err, str) else f"not checked ({err})")
+                   for err in self.errors.values()]
+        unsized = [f"{NAME}: max positions unknown, cos/sin caches sized {DEFAULT_MAX_POSITIONS}"]
+        return checked + (unsized if hits and not self.max_positions else [])
 
 
-ROPE_TOLERANCE = 1e-3  # fp32 angles near position 65k carry ~1e-4 of rounding either way
-
-
-def _verified(m: _Match, tables, verified: dict, report: Report) -> bool:
-    """Check the caches against the source's own cos/sin once per table pair (layers share it)."""
-    key = (id(m.rope.cos), id(m.rope.sin))
-    if key not in verified:
-        verified[key] = rope.verify(m.rope.cos, m.rope.sin, tables)
-        err = verified[key]
-        report.notes.append(f"gqa: cos/sin caches vs the source at the first and last 16 positions: "
-                            + (f"max abs error {err:.2e}" if not isinstance(err, str) else f"not checked ({err})"))
-    err = verified[key]
-    if not isinstance(err, str) and err > ROPE_TOLERANCE:
-        report.miss(RULE, m.anchor.name or "Softmax", f"cos/sin caches differ from the source by {err:.2e}")
-        return False
-    return True
-
-
-def match(sm: ir.Node) -> _Match | str:
+def match(sm: ir.Node) -> _Match | Miss:
+    """The attention around Softmax `sm`, caches not yet made."""
     if attr(sm, "axis", -1) not in (-1, 3):
-        return "Softmax not over the last axis"
+        return Miss("Softmax not over the last axis")
     scores = _strip_cast(sm.inputs[0])
     found = _scores(scores)
     if found is None:
-        return "Softmax input is not (Q @ K^T) * scale [+ mask]"
+        return Miss("Softmax input is not (Q @ K^T) * scale [+ mask]")
     qk, scale = found
     q_rot, k_t = qk.inputs
     kt = prod(k_t, "Transpose")
     if kt is None or list(attr(kt, "perm", [])) != [0, 1, 3, 2]:
-        return "K is not transposed to [B, heads, hd, T]"
+        return Miss("K is not transposed to [B, heads, hd, T]")
     pv = _probs_times_v(sm.outputs[0])
     if pv is None:
-        return "Softmax output is not multiplied by V"
+        return Miss("Softmax output is not multiplied by V")
     out = _merge_heads(pv.outputs[0])
     if out is None:
-        return "attention output is not transposed/reshaped back to [B, S, heads*hd]"
+        return Miss("attention output is not transposed/reshaped back to [B, S, heads*hd]")
     r = rope.match(q_rot)
     if r is None:
-        return "no rotate_half RoPE on Q"
+        return Miss("no rotate_half RoPE on Q")
     k_all, v_all = _unrepeat(kt.inputs[0]), _unrepeat(pv.inputs[1])
     past_k, k_new = _split_past(k_all)
     past_v, v_new = _split_past(v_all)
     rk = rope.match(k_new)
     if rk is None or rk.cos is not r.cos or rk.sin is not r.sin:
-        return "K is not rotated with Q's cos/sin"
+        return Miss("K is not rotated with Q's cos/sin")
     q, k, v = _heads(r.x), _heads(rk.x), _heads(v_new)
-    if isinstance(q, str) or isinstance(k, str) or isinstance(v, str):
-        return next(x for x in (q, k, v) if isinstance(x, str))
-    head_dim = q.head_dim
-    if k.head_dim != head_dim or v.head_dim != head_dim:
-        return "Q, K and V head sizes differ"
-    return _finish(q, k, v, past_k, past_v, k_all, v_all, out, scale, head_dim, r, sm)
+    if isinstance(q, Miss) or isinstance(k, Miss) or isinstance(v, Miss):
+        return next(x for x in (q, k, v) if isinstance(x, Miss))
+    if k.head_dim != q.head_dim or v.head_dim != q.head_dim:
+        return Miss("Q, K and V head sizes differ")
+    m = _Match(q=q, k=k, v=v, past_k=past_k, past_v=past_v, k_all=k_all, v_all=v_all, out=out, scale=scale,
+               head_dim=q.head_dim, rope=r, anchor=sm)
+    return _count_heads(m) or m
 
 
-def _finish(q, k, v, past_k, past_v, k_all, v_all, out, scale, head_dim, r, sm) -> _Match | str:
+def _count_heads(m: _Match) -> Miss | None:
     """Turn per-branch head sizes into head counts and check them against each other."""
-    widths = [width(b.proj) for b in (q, k, v)]
+    widths = [width(b.proj) for b in (m.q, m.k, m.v)]
     if None in widths:
-        return "projection widths unknown"
-    for b, w in zip((q, k, v), widths):
-        b.count = w // head_dim
-    if k.count != v.count or q.count % k.count or widths[0] % head_dim:
-        return f"inconsistent heads: q {widths[0]}, k {widths[1]}, v {widths[2]}, head_dim {head_dim}"
-    return _Match(q, k, v, past_k, past_v, k_all, v_all, out, scale, head_dim, r, sm)
+        return Miss("projection widths unknown")
+    for b, w in zip((m.q, m.k, m.v), widths):
+        b.count = w // m.head_dim
+    if m.k.count != m.v.count or m.q.count % m.k.count or widths[0] % m.head_dim:
+        return Miss(f"inconsistent heads: q {widths[0]}, k {widths[1]}, v {widths[2]}, head_dim {m.head_dim}")
+    return None
 
 
 def _strip_cast(v: ir.Value) -> ir.Value:
@@ -205,11 +206,11 @@ def _split_past(v: ir.Value) -> tuple[ir.Value | None, ir.Value]:
     return None, v
 
 
-def _heads(v: ir.Value) -> _Heads | str:
+def _heads(v: ir.Value) -> _Heads | Miss:
     """BNSH tensor -> its projection: Transpose(0,2,1,3)(optional norm(Reshape(proj, [.., heads, hd])))."""
     t = prod(v, "Transpose")
     if t is None or list(attr(t, "perm", [])) != [0, 2, 1, 3]:
-        return "Q/K/V not transposed from [B, S, heads, hd]"
+        return Miss("Q/K/V not transposed from [B, S, heads, hd]")
     x = t.inputs[0]
     norm = prod(x, "SimplifiedLayerNormalization")
     if norm is not None and norm.domain == "":
@@ -219,7 +220,7 @@ def _heads(v: ir.Value) -> _Heads | str:
     r = prod(x, "Reshape")
     hd = _head_dim(r) if r is not None else None
     if hd is None:
-        return "Q/K/V not reshaped to [B, S, heads, hd] with a known hd"
+        return Miss("Q/K/V not reshaped to [B, S, heads, hd] with a known hd")
     return _Heads(r.inputs[0], norm, hd)
 
 
@@ -243,11 +244,11 @@ def _gqa_input(g: ir.Graph, b: _Heads, new: list[ir.Node]) -> ir.Value:
     return r.outputs[0]
 
 
-def _rewrite(g: ir.Graph, m: _Match, tables: tuple[np.ndarray, np.ndarray]) -> None:
+def _rewrite(g: ir.Graph, m: _Match) -> None:
     import_ms_domain(g)
     seqlens, total = gqa_lengths(g)
-    cos = shared_const(g, "cos_cache", tables[0])
-    sin = shared_const(g, "sin_cache", tables[1])
+    cos = shared_const(g, "cos_cache", m.caches[0])
+    sin = shared_const(g, "sin_cache", m.caches[1])
     new: list[ir.Node] = []
     q_in, k_in = _gqa_input(g, m.q, new), _gqa_input(g, m.k, new)
     node = ir.node("GroupQueryAttention",

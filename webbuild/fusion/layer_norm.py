@@ -4,6 +4,9 @@ Exports at opset 17+ usually emit LayerNormalization already; older or hand-writ
     d = x - ReduceMean(x); y = d / Sqrt(ReduceMean(d^2) + eps) [* gamma] [+ beta]
 over the last axis, the square as Pow(d, 2) or Mul(d, d), the division as Div or Mul(Reciprocal).
 Anchored on the ReduceMean of x (the one a Sub subtracts from x).
+
+Structural, not an onnxscript pattern, for the reasons rms_norm gives: the spellings, an optional
+scale and shift at the output, and a report of near misses at the ReduceMean they start from.
 """
 
 from __future__ import annotations
@@ -13,10 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.graph.ir import attr, axes_of, const, new_const, only_user, other, replace, scalar, scalar_operand
-from webbuild.fusion.report import Report
+from webbuild.fusion.norm_parts import sqrt_plus_eps
+from webbuild.fusion.rule import Miss, Rule
+from webbuild.graph.ir import attr, axes_of, const, new_const, only_user, other, replace, scalar
 
-RULE = "layer_norm"
 MIN_OPSET = 17
 
 
@@ -30,26 +33,6 @@ class _Match:
     anchor: ir.Node
 
 
-def apply(model: ir.Model, report: Report) -> int:
-    g, done = model.graph, 0
-    for rm in [n for n in g if n.op_type == "ReduceMean"]:
-        sub = _centering(rm)
-        if sub is None:
-            continue  # the variance's ReduceMean, or another mean
-        m = match(rm, sub)
-        if isinstance(m, str):
-            report.miss(RULE, rm.name or "ReduceMean", m)
-            continue
-        if g.opset_imports.get("", 0) < MIN_OPSET:
-            opset = g.opset_imports.get("")
-            report.miss(RULE, rm.name or "ReduceMean", f"opset {opset} < {MIN_OPSET}: no LayerNormalization")
-            continue
-        _rewrite(g, m)
-        done += 1
-    report.hit(RULE, done) if done else None
-    return done
-
-
 def _centering(rm: ir.Node) -> ir.Node | None:
     """The Sub(x, mean) that makes `rm` the mean of a LayerNorm."""
     x = rm.inputs[0]
@@ -58,28 +41,32 @@ def _centering(rm: ir.Node) -> ir.Node | None:
     return subs[0] if len(subs) == 1 else None
 
 
-def match(rm: ir.Node, sub: ir.Node) -> _Match | str:
+def match(rm: ir.Node) -> _Match | Miss | None:
+    sub = _centering(rm)
+    if sub is None:
+        return None  # the variance's ReduceMean, or another mean
     x, d = rm.inputs[0], sub.outputs[0]
     rank = len(x.shape) if x.shape is not None else None
     last = [[-1]] + ([[rank - 1]] if rank else [])
     if attr(rm, "keepdims", 1) != 1 or axes_of(rm) not in last:
-        return "mean not over the last axis with keepdims"
+        return Miss("mean not over the last axis with keepdims")
     var = _variance(d)
     if var is None or attr(var, "keepdims", 1) != 1 or axes_of(var) not in last:
-        return "no ReduceMean((x - mean)^2) over the last axis"
-    add = only_user(var.outputs[0], "Add")
-    eps = scalar_operand(add) if add is not None else None
-    sqrt = only_user(add.outputs[0], "Sqrt") if eps else None
-    if sqrt is None:
-        return "no Sqrt(variance + eps)"
-    normed = _divided(d, sqrt.outputs[0])
+        return Miss("no ReduceMean((x - mean)^2) over the last axis")
+    root = sqrt_plus_eps(var.outputs[0])
+    if root is None:
+        return Miss("no Sqrt(variance + eps)")
+    normed = _divided(d, root[1].outputs[0])
     if normed is None:
-        return "x - mean is not divided by the standard deviation"
+        return Miss("x - mean is not divided by the standard deviation")
     gamma, out = _affine(normed, "Mul")
     beta, out = _affine(out, "Add")
     if gamma is None and (x.shape is None or not isinstance(x.shape[-1], int)):
-        return "no scale and the normalised width is unknown"
-    return _Match(x, eps[1], gamma, beta, out, rm)
+        return Miss("no scale and the normalised width is unknown")
+    opset = rm.graph.opset_imports.get("")
+    if (opset or 0) < MIN_OPSET:
+        return Miss(f"opset {opset} < {MIN_OPSET}: no LayerNormalization")
+    return _Match(x, root[0], gamma, beta, out, rm)
 
 
 def _variance(d: ir.Value) -> ir.Node | None:
@@ -122,3 +109,6 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     node.outputs[0].shape, node.outputs[0].type = m.out.shape, m.out.type
     g.insert_after(m.out.producer(), node)
     replace(m.out, node.outputs[0])
+
+
+RULE = Rule("layer_norm", ("ReduceMean",), match, _rewrite)

@@ -9,46 +9,50 @@ into a float weight.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import ml_dtypes
 import numpy as np
 import onnx_ir as ir
 
+from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import MS, attr, const, import_ms_domain, new_const, prod, replace
-from webbuild.fusion.report import Report
 
-RULE = "matmul_nbits"
 ACCURACY_KEY = "webbuild.accuracy_level"  # carried by decompose so a round trip keeps it
 
 
-def apply(model: ir.Model, report: Report) -> int:
-    g, done = model.graph, 0
-    for mm in [n for n in g if n.op_type == "MatMul"]:
-        dq = prod(mm.inputs[1], "DequantizeLinear")
-        if dq is None:
-            continue
-        parts = _weights(dq)
-        if isinstance(parts, str):
-            report.miss(RULE, dq.name or "DequantizeLinear", parts)
-            continue
-        _rewrite(g, mm, dq, *parts)
-        done += 1
-    report.hit(RULE, done) if done else None
-    return done
+@dataclass
+class _Match:
+    matmul: ir.Node
+    dq: ir.Node
 
 
-def _weights(dq: ir.Node):
-    q, scale = const(dq.inputs[0]), const(dq.inputs[1])
-    zp = const(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2] is not None else None
-    bs = attr(dq, "block_size", 0)
+def match(mm: ir.Node) -> _Match | Miss | None:
+    dq = prod(mm.inputs[1], "DequantizeLinear")
+    if dq is None:
+        return None
+    why = _unfit(dq)
+    return Miss(why, dq.name or "DequantizeLinear") if why else _Match(mm, dq)
+
+
+def _unfit(dq: ir.Node) -> str | None:
+    q, scale, bs = const(dq.inputs[0]), const(dq.inputs[1]), attr(dq, "block_size", 0)
     if q is None or scale is None or q.ndim != 2 or attr(dq, "axis", 1) != 0 or not bs:
         return "not a constant 2-D weight blocked along K"
     if q.dtype not in (ml_dtypes.int4, ml_dtypes.uint4) or bs % 2 or bs < 16:
         return f"{q.dtype} weights or block size {bs} (MatMulNBits packs 4-bit, blocks >= 16)"
+    return None
+
+
+def _nibbles(dq: ir.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(q, scale, zero points, block size), q and zero points as unsigned nibbles."""
+    q, scale = const(dq.inputs[0]), const(dq.inputs[1])
+    zp = const(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2] is not None else None
     shift = 8 if q.dtype == ml_dtypes.int4 else 0  # MatMulNBits stores unsigned nibbles
     unsigned = q.astype(np.int16) + shift
     # DequantizeLinear's missing zero point is 0 (8 once shifted for int4; uint4 needs an explicit 0)
     zero = (zp.astype(np.int16) if zp is not None else np.zeros(scale.shape, np.int16)) + shift
-    return unsigned.astype(np.uint8), scale, zero, bs
+    return unsigned.astype(np.uint8), scale, zero, attr(dq, "block_size", 0)
 
 
 def _pack_pairs(values: np.ndarray) -> np.ndarray:
@@ -58,8 +62,10 @@ def _pack_pairs(values: np.ndarray) -> np.ndarray:
     return (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
 
 
-def _rewrite(g: ir.Graph, mm: ir.Node, dq: ir.Node, q: np.ndarray, scale: np.ndarray, zero, bs: int) -> None:
+def _rewrite(g: ir.Graph, m: _Match) -> None:
     import_ms_domain(g)
+    mm, dq = m.matmul, m.dq
+    q, scale, zero, bs = _nibbles(dq)
     k, n = q.shape
     blocks = -(-k // bs)
     padded = np.zeros((blocks * bs, n), np.uint8)
@@ -75,3 +81,6 @@ def _rewrite(g: ir.Graph, mm: ir.Node, dq: ir.Node, q: np.ndarray, scale: np.nda
     node.outputs[0].type, node.outputs[0].shape = mm.outputs[0].type, mm.outputs[0].shape
     g.insert_after(mm, node)
     replace(mm.outputs[0], node.outputs[0])
+
+
+RULE = Rule("matmul_nbits", ("MatMul",), match, _rewrite)

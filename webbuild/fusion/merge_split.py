@@ -11,13 +11,14 @@ The front (Gather on the tied weight + audio splice) can come back later as its 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import onnx_ir as ir
 
-from webbuild.graph.ir import attr, axes_of, prod
 from webbuild.fusion.attention_mask import mask_input
-from webbuild.fusion.report import Report
+from webbuild.fusion.rule import Miss, Rule
+from webbuild.graph.ir import attr, axes_of, prod
 
-RULE = "merge_split"
 SPLIT_INPUTS = {"input_ids", "audio_features", "audio_offset"}
 STACKED = ("present_keys", "present_values")
 
@@ -27,43 +28,50 @@ def is_split_init(model: ir.Model) -> bool:
     return SPLIT_INPUTS <= {v.name for v in g.inputs} and set(STACKED) <= {v.name for v in g.outputs}
 
 
-def apply(model: ir.Model, report: Report) -> bool:
-    g = model.graph
+@dataclass
+class _Match:
+    gqas: list[ir.Node]  # per layer, whose present outputs the stacked KV collects
+    x0: ir.Value         # the residual stream entering layer 0, which inputs_embeds replaces
+    hidden: int
+
+
+def match(g: ir.Graph) -> _Match | Miss:
     layers = [_unstack(next(v for v in g.outputs if v.name == name)) for name in STACKED]
-    if any(isinstance(x, str) for x in layers):
-        report.miss(RULE, "present_keys", next(x for x in layers if isinstance(x, str)))
-        return False
+    for name, layer in zip(STACKED, layers):
+        if layer is None:
+            return Miss(f"{name} is not a stack of per-layer tensors", "present_keys")
     keys, values = layers
     gqas = [prod(k, "GroupQueryAttention") for k in keys]
     if any(n is None for n in gqas) or any(prod(v) is not n for v, n in zip(values, gqas)):
-        report.miss(RULE, "present_keys", "stacked KV does not come from GroupQueryAttention outputs")
-        return False
+        return Miss("stacked KV does not come from GroupQueryAttention outputs", "present_keys")
     start = _stream_start(g)
     if start is None:
-        report.miss(RULE, "inputs", "first decoder norm not found")
-        return False
-    x0, hidden = start
-    embeds = ir.Value(name="inputs_embeds", shape=ir.Shape(["batch_size", "sequence_length", hidden]),
-                      type=gqas[0].outputs[0].type)
-    left = _blocking_input(g, x0)
+        return Miss("first decoder norm not found", "inputs")
+    left = _blocking_input(g, start[0])
     if left:
-        report.miss(RULE, left, "used by more than the embedding splice and shape reads")
-        return False
-    ir.convenience.replace_all_uses_with(x0, embeds)
+        return Miss("used by more than the embedding splice and shape reads", left)
+    return _Match(gqas, *start)
+
+
+def _rewrite(g: ir.Graph, m: _Match) -> None:
+    embeds = ir.Value(name="inputs_embeds", shape=ir.Shape(["batch_size", "sequence_length", m.hidden]),
+                      type=m.gqas[0].outputs[0].type)
+    ir.convenience.replace_all_uses_with(m.x0, embeds)
     for v in g.inputs:
         for user in [u for u in v.consumers() if _shape_read(u, v)]:
             user.replace_input_with(0, embeds)
-    pasts, presents = _kv_io(gqas)
+    pasts, presents = _kv_io(m.gqas)
     logits = next(v for v in g.outputs if v.name == "logits")
     mask = mask_input(g)
     g.inputs.clear()
     g.inputs.extend([embeds, mask, *pasts])
     g.outputs.clear()
     g.outputs.extend([logits, *presents])
-    report.notes.append("merge_split: decoder_init became the single decoder; decoder_step.onnx is not needed "
-                        "(same weights; GQA serves steps)")
-    report.hit(RULE)
-    return True
+
+
+def _notes(hits: int) -> list[str]:
+    return ["merge_split: decoder_init became the single decoder; decoder_step.onnx is not needed "
+            "(same weights; GQA serves steps)"] if hits else []
 
 
 def _shape_read(node: ir.Node, v: ir.Value) -> bool:
@@ -103,14 +111,14 @@ def _live(node: ir.Node, stop: ir.Value) -> bool:
     return False
 
 
-def _unstack(v: ir.Value) -> list[ir.Value] | str:
+def _unstack(v: ir.Value) -> list[ir.Value] | None:
     """torch.stack spelled Concat(Unsqueeze(x_i, 0), ...) -> [x_i]."""
     cat = prod(v, "Concat")
     if cat is None or attr(cat, "axis") != 0:
-        return f"{v.name} is not a stack of per-layer tensors"
+        return None
     parts = [prod(x, "Unsqueeze") for x in cat.inputs]
     if any(u is None or axes_of(u) != [0] for u in parts):
-        return f"{v.name} is not a stack of per-layer tensors"
+        return None
     return [u.inputs[0] for u in parts]
 
 
@@ -139,3 +147,6 @@ def _kv_io(gqas: list[ir.Node]) -> tuple[list[ir.Value], list[ir.Value]]:
             pasts.append(past)
             presents.append(present)
     return pasts, presents
+
+
+RULE = Rule("merge_split", (), match, _rewrite, notes=_notes)

@@ -9,35 +9,45 @@ attributes agree: blocks are per output row, so rows concatenate.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_ir as ir
 
+from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import attr, const, import_ms_domain, new_const, prod, replace, shared_const
-from webbuild.fusion.report import Report
 
-RULE = "packed_qkv"
 _NBITS_ATTRS = ("K", "bits", "block_size", "accuracy_level")
 
 
-def apply(model: ir.Model, report: Report) -> int:
-    g, done = model.graph, 0
-    for gqa in [n for n in g if n.op_type == "GroupQueryAttention"]:
-        if gqa.inputs[1] is None:
-            continue  # already packed
-        split = _already_packed(gqa)
-        if split is not None:
-            if _unsplit(gqa, split):
-                done += 1
-            continue
-        projs = [_projection(gqa, slot) for slot in range(3)]
-        why = _why_not(projs)
-        if why:
-            report.miss(RULE, gqa.name or "GroupQueryAttention", why)
-            continue
-        _rewrite(g, gqa, projs)
-        done += 1
-    report.hit(RULE, done) if done else None
-    return done
+@dataclass
+class _Unsplit:
+    gqa: ir.Node
+    split: ir.Node  # a Split whose three outputs feed GQA's Q, K, V directly
+
+
+@dataclass
+class _Pack:
+    gqa: ir.Node
+    projs: list  # (projection output, MatMul-like node, bias) for Q, K, V
+
+
+def match(gqa: ir.Node) -> _Unsplit | _Pack | Miss | None:
+    if gqa.inputs[1] is None:
+        return None  # already packed
+    split = _already_packed(gqa)
+    if split is not None:
+        return _Unsplit(gqa, split) if _unsplittable(gqa, split) else None
+    projs = [_projection(gqa, slot) for slot in range(3)]
+    why = _why_not(projs)
+    return Miss(why) if why else _Pack(gqa, projs)
+
+
+def _rewrite(g: ir.Graph, m: _Unsplit | _Pack) -> None:
+    if isinstance(m, _Unsplit):
+        _unsplit(m.gqa, m.split)
+    else:
+        _pack(g, m.gqa, m.projs)
 
 
 def _already_packed(gqa: ir.Node) -> ir.Node | None:
@@ -53,13 +63,14 @@ def _already_packed(gqa: ir.Node) -> ir.Node | None:
     return splits[0] if same else None
 
 
-def _unsplit(gqa: ir.Node, split: ir.Node) -> bool:
+def _unsplittable(gqa: ir.Node, split: ir.Node) -> bool:
+    return list(gqa.inputs[:3]) == list(split.outputs) and attr(split, "axis", 0) in (-1, 2)
+
+
+def _unsplit(gqa: ir.Node, split: ir.Node) -> None:
     """Without Q/K norms GQA unpacks QKV itself: feed it the packed tensor, drop the Split."""
-    if list(gqa.inputs[:3]) != list(split.outputs) or attr(split, "axis", 0) not in (-1, 2):
-        return False
     for slot, v in ((0, split.inputs[0]), (1, None), (2, None)):
         gqa.replace_input_with(slot, v)
-    return True
 
 
 def _projection(gqa: ir.Node, slot: int) -> tuple[ir.Value, ir.Node, ir.Value | None] | None:
@@ -84,7 +95,7 @@ def _why_not(projs) -> str | None:
         return "projections read different inputs"
     if len({n.op_type for n in nodes}) != 1:
         return "mixed MatMul and MatMulNBits projections"
-    if (nodes[0].op_type == "MatMul" and any(const(n.inputs[1]) is None or const(n.inputs[1]).ndim != 2 for n in nodes)):
+    if nodes[0].op_type == "MatMul" and not all(_constant_matrix(n.inputs[1]) for n in nodes):
         return "a projection weight is not a constant matrix"
     if nodes[0].op_type == "MatMulNBits" and not _nbits_compatible(nodes):
         return "MatMulNBits projections differ in quantization"
@@ -93,6 +104,11 @@ def _why_not(projs) -> str | None:
     if any(len(list(p[0].consumers())) != 1 or p[0].is_graph_output() for p in projs):
         return "a projection output has other users"
     return None
+
+
+def _constant_matrix(v: ir.Value) -> bool:
+    w = const(v)
+    return w is not None and w.ndim == 2
 
 
 def _nbits_compatible(nodes: list[ir.Node]) -> bool:
@@ -104,7 +120,7 @@ def _nbits_compatible(nodes: list[ir.Node]) -> bool:
     return same and simple and arity and consts
 
 
-def _rewrite(g: ir.Graph, gqa: ir.Node, projs) -> None:
+def _pack(g: ir.Graph, gqa: ir.Node, projs) -> None:
     import_ms_domain(g)
     outs, nodes, biases = zip(*projs)
     widths = [_out_width(n) for n in nodes]
@@ -149,3 +165,6 @@ def _packed_matmul(g: ir.Graph, nodes, name: str) -> ir.Node:
     while packed and packed[-1] is None:
         packed.pop()
     return ir.node("MatMulNBits", [h, *packed], attrs, domain="com.microsoft", name=name + "/MatMulNBits")
+
+
+RULE = Rule("packed_qkv", ("GroupQueryAttention",), match, _rewrite)

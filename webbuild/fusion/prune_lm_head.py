@@ -8,29 +8,45 @@ the rule works whether or not the final norm is fused.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import numpy as np
 import onnx_ir as ir
 
+from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import const, prod, shared_const
-from webbuild.fusion.report import Report
 
-RULE = "prune_lm_head"
 _HEADS = ("MatMul", "MatMulNBits", "Gemm")
 
 
-def apply(model: ir.Model, report: Report, output: str = "logits") -> int:
-    g = model.graph
+@dataclass
+class _Match:
+    head: ir.Node     # the lm_head (MatMul-like) node
+    logits: ir.Value
+
+
+def rule(output: str = "logits") -> Rule[_Match]:
+    """The rule for the graph output `output`."""
+    return Rule("prune_lm_head", (), partial(match, output=output), _rewrite)
+
+
+def match(g: ir.Graph, output: str = "logits") -> _Match | Miss | None:
     logits = next((v for v in g.outputs if v.name == output), None)
     head = prod(logits, *_HEADS) if logits is not None else None
     if head is None:
-        report.miss(RULE, output, "logits are not produced by a MatMul-like lm_head")
-        return 0
+        return Miss("logits are not produced by a MatMul-like lm_head", output)
     h = head.inputs[0]
     if _is_last_slice(h) or _one_position(logits):
-        return 0  # already pruned
+        return None  # already pruned
     if h.shape is not None and len(h.shape) != 3:
-        report.miss(RULE, output, "lm_head input is not [B, S, H]")
-        return 0
+        return Miss("lm_head input is not [B, S, H]", output)
+    return _Match(head, logits)
+
+
+def _rewrite(g: ir.Graph, m: _Match) -> None:
+    head, logits = m.head, m.logits
+    h = head.inputs[0]
     starts = shared_const(g, "prune/minus_one", np.array([-1], np.int64))
     ends = shared_const(g, "prune/int_max", np.array([np.iinfo(np.int64).max], np.int64))
     axes = shared_const(g, "prune/axis_1", np.array([1], np.int64))
@@ -42,8 +58,6 @@ def apply(model: ir.Model, report: Report, output: str = "logits") -> int:
     head.replace_input_with(0, sl.outputs[0])
     if logits.shape is not None and len(logits.shape) == 3:
         logits.shape = ir.Shape([logits.shape[0], 1, logits.shape[2]])
-    report.hit(RULE)
-    return 1
 
 
 def _one_position(v: ir.Value) -> bool:

@@ -9,33 +9,36 @@ them into GQA for the WebGPU decoders only (webbuild/build/forms.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.graph.ir import attr, prod, shared_const
 from webbuild.fusion.report import Report
+from webbuild.fusion.rule import Miss, Rule
+from webbuild.graph.ir import attr, prod, shared_const
 
-RULE = "qk_norm_in_gqa"
 _Q_NORM, _K_NORM = 14, 15
 
 
-def apply(model: ir.Model, report: Report) -> int:
-    done = 0
-    for gqa in [n for n in model.graph if n.op_type == "GroupQueryAttention"]:
-        if len(gqa.inputs) > _Q_NORM and gqa.inputs[_Q_NORM] is not None:
-            continue  # already inside
-        norms = [head_norm(gqa.inputs[slot]) for slot in (0, 1)]
-        if None in norms:
-            continue  # no Q/K norm (Llama, Qwen2): nothing to move
-        (xq, q), (xk, k) = norms
-        eps = {attr(q, "epsilon"), attr(k, "epsilon")}
-        if len(eps) != 1:
-            report.miss(RULE, gqa.name or "GroupQueryAttention", "Q and K norms use different epsilons")
-            continue
-        _rewrite(gqa, xq, xk, q.inputs[1], k.inputs[1], eps.pop())
-        done += 1
-    report.hit(RULE, done) if done else None
-    return done
+@dataclass
+class _Match:
+    gqa: ir.Node
+    q: tuple[ir.Value, ir.Node]  # (Q projection, its norm)
+    k: tuple[ir.Value, ir.Node]
+    epsilon: float
+
+
+def match(gqa: ir.Node) -> _Match | Miss | None:
+    if len(gqa.inputs) > _Q_NORM and gqa.inputs[_Q_NORM] is not None:
+        return None  # already inside
+    norms = [head_norm(gqa.inputs[slot]) for slot in (0, 1)]
+    if None in norms:
+        return None  # no Q/K norm (Llama, Qwen2): nothing to move
+    eps = {attr(norm, "epsilon") for _, norm in norms}
+    if len(eps) != 1:
+        return Miss("Q and K norms use different epsilons")
+    return _Match(gqa, *norms, eps.pop())
 
 
 def head_norm(v: ir.Value) -> tuple[ir.Value, ir.Node] | None:
@@ -46,34 +49,45 @@ def head_norm(v: ir.Value) -> tuple[ir.Value, ir.Node] | None:
     return (heads.inputs[0], norm) if heads is not None else None
 
 
-def _rewrite(gqa: ir.Node, xq, xk, wq, wk, eps: float) -> None:
+def _rewrite(g: ir.Graph, m: _Match) -> None:
+    gqa, (xq, q), (xk, k) = m.gqa, m.q, m.k
     if len(gqa.inputs) < 16:
         gqa.resize_inputs(16)  # inputs are positional: the weights go to slots 14 and 15
-    for slot, v in ((0, xq), (1, xk), (_Q_NORM, wq), (_K_NORM, wk)):
+    for slot, v in ((0, xq), (1, xk), (_Q_NORM, q.inputs[1]), (_K_NORM, k.inputs[1])):
         gqa.replace_input_with(slot, v)
-    gqa.attributes["qk_norm_epsilon"] = ir.AttrFloat32("qk_norm_epsilon", eps)
+    gqa.attributes["qk_norm_epsilon"] = ir.AttrFloat32("qk_norm_epsilon", m.epsilon)
+
+
+RULE = Rule("qk_norm_in_gqa", ("GroupQueryAttention",), match, _rewrite)
+apply = RULE.apply  # the build moves the norms into its WebGPU decoders' GQA with this
 
 
 def take_out(model: ir.Model) -> int:
     """The inverse of `apply`: Reshape -> SimplifiedLayerNormalization -> Reshape before GQA's Q and K
     again, with the weights and epsilon GQA held. Returns how many GQA nodes changed."""
-    g, done = model.graph, 0
+    return _TAKE_OUT.apply(model, Report())
+
+
+def _norms_inside(gqa: ir.Node) -> ir.Node | None:
+    """`gqa` when it holds both norm weights."""
+    return gqa if len(gqa.inputs) > _K_NORM and gqa.inputs[_Q_NORM] is not None else None
+
+
+def _take_out(g: ir.Graph, gqa: ir.Node) -> None:
     flat = shared_const(g, "qk_norm/flat", np.array([0, 0, -1], np.int64))
-    for gqa in [n for n in g if n.op_type == "GroupQueryAttention"]:
-        if len(gqa.inputs) <= _K_NORM or gqa.inputs[_Q_NORM] is None:
-            continue
-        eps = attr(gqa, "qk_norm_epsilon", 1e-6)
-        for slot, w in ((0, gqa.inputs[_Q_NORM]), (1, gqa.inputs[_K_NORM])):
-            heads = shared_const(g, "qk_norm/heads", np.array([0, 0, -1, w.shape[0]], np.int64))
-            split = ir.node("Reshape", [gqa.inputs[slot], heads], name=f"{gqa.name}/qk_norm{slot}/Reshape")
-            norm = ir.node("SimplifiedLayerNormalization", [split.outputs[0], w],
-                           {"axis": -1, "epsilon": eps, "stash_type": 1}, name=f"{gqa.name}/qk_norm{slot}")
-            join = ir.node("Reshape", [norm.outputs[0], flat], name=f"{gqa.name}/qk_norm{slot}/Flatten")
-            g.insert_before(gqa, [split, norm, join])
-            gqa.replace_input_with(slot, join.outputs[0])
-        for slot in (_Q_NORM, _K_NORM):
-            gqa.replace_input_with(slot, None)
-        gqa.resize_inputs(max(i for i, v in enumerate(gqa.inputs) if v is not None) + 1)
-        gqa.attributes.pop("qk_norm_epsilon", None)
-        done += 1
-    return done
+    eps = attr(gqa, "qk_norm_epsilon", 1e-6)
+    for slot, w in ((0, gqa.inputs[_Q_NORM]), (1, gqa.inputs[_K_NORM])):
+        heads = shared_const(g, "qk_norm/heads", np.array([0, 0, -1, w.shape[0]], np.int64))
+        split = ir.node("Reshape", [gqa.inputs[slot], heads], name=f"{gqa.name}/qk_norm{slot}/Reshape")
+        norm = ir.node("SimplifiedLayerNormalization", [split.outputs[0], w],
+                       {"axis": -1, "epsilon": eps, "stash_type": 1}, name=f"{gqa.name}/qk_norm{slot}")
+        join = ir.node("Reshape", [norm.outputs[0], flat], name=f"{gqa.name}/qk_norm{slot}/Flatten")
+        g.insert_before(gqa, [split, norm, join])
+        gqa.replace_input_with(slot, join.outputs[0])
+    for slot in (_Q_NORM, _K_NORM):
+        gqa.replace_input_with(slot, None)
+    gqa.resize_inputs(max(i for i, v in enumerate(gqa.inputs) if v is not None) + 1)
+    gqa.attributes.pop("qk_norm_epsilon", None)
+
+
+_TAKE_OUT = Rule("qk_norm_out_of_gqa", ("GroupQueryAttention",), _norms_inside, _take_out)

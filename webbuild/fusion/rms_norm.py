@@ -3,6 +3,10 @@
 Anchored on ReduceMean over the last axis, it accepts the spellings the exporters emit:
 square as Pow(x, 2) or Mul(x, x); x * Div(1, Sqrt(m + eps)) (torchscript), x * Reciprocal(Sqrt(..))
 (dynamo) or Div(x, Sqrt(..)); an optional weight Mul in either operand order.
+
+Structural, not an onnxscript pattern: these spellings, the optional trailing weight Mul (a pattern's
+output cannot be optional) and commuted operands would take a dozen pattern variants, and the rule
+anchors at ReduceMean, the start of the spelling, to report where and why a near miss was not fused.
 """
 
 from __future__ import annotations
@@ -12,10 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.graph.ir import attr, axes_of, const, new_const, only_user, other, prod, replace, scalar, scalar_operand
-from webbuild.fusion.report import Report
-
-RULE = "rms_norm"
+from webbuild.fusion.norm_parts import sqrt_plus_eps
+from webbuild.fusion.rule import Miss, Rule
+from webbuild.graph.ir import attr, axes_of, const, new_const, only_user, other, prod, replace, scalar
 
 
 @dataclass
@@ -27,43 +30,28 @@ class _Match:
     anchor: ir.Node
 
 
-def apply(model: ir.Model, report: Report) -> int:
-    g, done = model.graph, 0
-    for rm in [n for n in g if n.op_type == "ReduceMean"]:
-        m = match(rm)
-        if isinstance(m, str):
-            report.miss(RULE, rm.name or "ReduceMean", m)
-            continue
-        _rewrite(g, m)
-        done += 1
-    report.hit(RULE, done) if done else None
-    return done
-
-
-def match(rm: ir.Node) -> _Match | str:
+def match(rm: ir.Node) -> _Match | Miss:
     if attr(rm, "keepdims", 1) != 1:
-        return "ReduceMean without keepdims"
+        return Miss("ReduceMean without keepdims")
     sq = prod(rm.inputs[0], "Pow", "Mul")
     if sq is None:
-        return "ReduceMean input is not a square"
+        return Miss("ReduceMean input is not a square")
     x = sq.inputs[0]
     if sq.op_type == "Pow" and scalar(sq.inputs[1]) != 2.0 or sq.op_type == "Mul" and sq.inputs[1] is not x:
-        return "ReduceMean input is not x*x"
+        return Miss("ReduceMean input is not x*x")
     rank = len(x.shape) if x.shape is not None else None
     if axes_of(rm) not in ([-1], [rank - 1] if rank else [-1]):
-        return "not a reduction over the last axis"
-    add = only_user(rm.outputs[0], "Add")
-    eps_op = scalar_operand(add) if add is not None else None
-    sqrt = only_user(add.outputs[0], "Sqrt") if eps_op else None
-    if sqrt is None:
-        return "no Add(eps) -> Sqrt after the mean"
-    normed = _normalized(x, sqrt)
+        return Miss("not a reduction over the last axis")
+    root = sqrt_plus_eps(rm.outputs[0])
+    if root is None:
+        return Miss("no Add(eps) -> Sqrt after the mean")
+    normed = _normalized(x, root[1])
     if normed is None:
-        return "x is not scaled by 1/sqrt(mean + eps)"
+        return Miss("x is not scaled by 1/sqrt(mean + eps)")
     weight, out = _weight(normed)
     if weight is not None and const(weight).ndim != 1:
-        return "weight is not a vector"
-    return _Match(x, eps_op[1], weight, out, rm)
+        return Miss("weight is not a vector")
+    return _Match(x, root[0], weight, out, rm)
 
 
 def _normalized(x: ir.Value, sqrt: ir.Node) -> ir.Value | None:
@@ -99,3 +87,6 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     node.outputs[0].shape, node.outputs[0].type = m.out.shape, m.out.type
     g.insert_after(m.out.producer(), node)
     replace(m.out, node.outputs[0])
+
+
+RULE = Rule("rms_norm", ("ReduceMean",), match, _rewrite)

@@ -4,6 +4,7 @@ The residual sum leaves through output 3, so the next residual Add chains from i
 the Add ends in a linear layer's bias (the attention output projection, the second MLP layer), the
 bias moves into the op's `bias` input (see linear_bias). Only an Add of two computed tensors of equal
 rank counts as a residual (a constant operand is a bias, a broadcast is something else).
+Matched with an onnxscript pattern (see fusion.rule).
 """
 
 from __future__ import annotations
@@ -11,26 +12,19 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from webbuild.fusion import linear_bias
-from webbuild.graph.ir import MS, attr, const, import_ms_domain, prod, replace
-from webbuild.fusion.report import Report
+from webbuild.fusion.norm_parts import Residual, fold_residual, match_residual, residual_pattern
+from webbuild.fusion.rule import Miss, Rule
+from webbuild.graph.ir import attr, const
 
-RULE = "skip_layer_norm"
+_PATTERN = residual_pattern("LayerNormalization")
 
 
-def apply(model: ir.Model, report: Report) -> int:
-    g, done = model.graph, 0
-    for ln in [n for n in g if n.op_type == "LayerNormalization" and n.domain == ""]:
-        add = prod(ln.inputs[0], "Add")
-        if add is None:
-            continue  # a norm with no residual before it (the first layer's): nothing to fold
-        why = _unfit(ln, add)
-        if why:
-            report.miss(RULE, ln.name or "LayerNormalization", why)
-            continue
-        _rewrite(g, ln, add)
-        done += 1
-    report.hit(RULE, done) if done else None
-    return done
+def match(ln: ir.Node) -> Residual | Miss | None:
+    m = match_residual(_PATTERN, ln)
+    if m is None:
+        return None  # a norm with no residual before it (the first layer's): nothing to fold
+    why = _unfit(ln, m.add)
+    return Miss(why) if why else m
 
 
 def _unfit(ln: ir.Node, add: ir.Node) -> str | None:
@@ -47,25 +41,18 @@ def _unfit(ln: ir.Node, add: ir.Node) -> str | None:
     return None
 
 
-def _rewrite(g: ir.Graph, ln: ir.Node, add: ir.Node) -> None:
-    import_ms_domain(g)
-    inputs, bias = list(add.inputs), None
+def _rewrite(g: ir.Graph, m: Residual) -> None:
+    inputs, bias = list(m.add.inputs), None
     for i, v in enumerate(inputs):
-        found = linear_bias.find(v, add)
+        found = linear_bias.find(v, m.add)
         if found is not None:
             inputs[i], bias = linear_bias.take(g, found), found.bias
             break
-    gamma = ln.inputs[1]
-    beta = ln.inputs[2] if len(ln.inputs) > 2 else None
-    ins = [*inputs, gamma, beta, bias]
+    beta = m.norm.inputs[2] if len(m.norm.inputs) > 2 else None
+    ins = [*inputs, m.norm.inputs[1], beta, bias]
     while ins[-1] is None:
         ins.pop()
-    node = ir.node("SkipLayerNormalization", ins,
-                   {"epsilon": attr(ln, "epsilon", 1e-5)}, domain=MS, num_outputs=4,
-                   name=(ln.name or "norm") + "/Skip")
-    y, _, _, total = node.outputs
-    y.shape, y.type = ln.outputs[0].shape, ln.outputs[0].type
-    total.shape, total.type = add.outputs[0].shape, add.outputs[0].type
-    g.insert_after(ln, node)
-    replace(ln.outputs[0], y)
-    replace(add.outputs[0], total)
+    fold_residual(g, m, "SkipLayerNormalization", ins)
+
+
+RULE = Rule("skip_layer_norm", ("LayerNormalization",), match, _rewrite, domain="")

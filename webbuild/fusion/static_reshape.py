@@ -8,29 +8,34 @@ equal the reshaped tensor's, the entry becomes 0 and the target a constant.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import onnx_ir as ir
 
+from webbuild.fusion.rule import Rule
 from webbuild.graph.ir import attr, const, prod, shared_const
-from webbuild.fusion.report import Report
 
-RULE = "static_reshape"
 # ops whose output keeps the leading (batch, sequence) axes of their first input(s)
 _KEEPS_LEADING = {"MatMul", "MatMulNBits", "Add", "Mul", "Sub", "Cast", "SimplifiedLayerNormalization",
                   "SkipSimplifiedLayerNormalization", "GroupQueryAttention", "Sigmoid"}
 
 
-def apply(model: ir.Model, report: Report) -> int:
-    g, done = model.graph, 0
-    for r in [n for n in g if n.op_type == "Reshape" and const(n.inputs[1]) is None]:
-        target = _static_target(r)
-        if target is None:
-            continue
-        r.replace_input_with(1, shared_const(g, "reshape/" + "_".join(map(str, target)), np.array(target, np.int64)))
-        r.attributes["allowzero"] = ir.AttrInt64("allowzero", 0)
-        done += 1
-    report.hit(RULE, done) if done else None
-    return done
+@dataclass
+class _Match:
+    reshape: ir.Node
+    target: list[int]
+
+
+def match(r: ir.Node) -> _Match | None:
+    target = _static_target(r) if const(r.inputs[1]) is None else None
+    return _Match(r, target) if target is not None else None
+
+
+def _rewrite(g: ir.Graph, m: _Match) -> None:
+    target = shared_const(g, "reshape/" + "_".join(map(str, m.target)), np.array(m.target, np.int64))
+    m.reshape.replace_input_with(1, target)
+    m.reshape.attributes["allowzero"] = ir.AttrInt64("allowzero", 0)
 
 
 def _static_target(r: ir.Node) -> list[int] | None:
@@ -110,3 +115,6 @@ def _same_leading(data: ir.Value, x: ir.Value, axis: int) -> bool:
         seen.add(id(n))
         todo.extend(i for i in n.inputs[:2] if i is not None and const(i) is None)
     return False
+
+
+RULE = Rule("static_reshape", ("Reshape",), match, _rewrite)
