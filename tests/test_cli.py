@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from webbuild.reference.audio import write_wav
 from webbuild.cli import main
+from webbuild.reference.audio import write_wav
 
 SUBCOMMANDS = ["build", "zoo", "fuse", "transcribe", "serve", "verify", "bench"]
 
@@ -44,7 +44,7 @@ def test_transcribe_json_lines(zoo_export, tmp_path):
     assert result.exit_code == 0, result.output
     import json
 
-    rows = [json.loads(l) for l in result.output.splitlines()]
+    rows = [json.loads(line) for line in result.output.splitlines()]
     assert rows[0]["audio"] == str(clip) and isinstance(rows[0]["text"], str)
 
 
@@ -73,9 +73,9 @@ def test_transcribe_folder_with_transcripts_reports_wer(zoo_export, tmp_path):
     result = CliRunner().invoke(main, ["transcribe", str(zoo_export("split")), str(tmp_path),
                                                        "--json", "--max-new-tokens", "2"])
     assert result.exit_code == 0, result.output
-    rows = [json.loads(l) for l in result.stdout.splitlines()]
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["audio"] for r in rows] == [str(tmp_path / "a.wav"), str(tmp_path / "b.wav")]
-    assert rows[0]["expected"] == "hello world" and 0.0 <= rows[0]["wer"] and "wer" not in rows[1]
+    assert rows[0]["expected"] == "hello world" and rows[0]["wer"] >= 0.0 and "wer" not in rows[1]
     assert "over 1 clips" in result.stderr
 
 
@@ -94,7 +94,8 @@ def test_fuse_quantizes_by_default_and_the_result_transcribes(tmp_path):
     from webbuild.reference.transcribe import IdsDecoder, TokenizerCodec, Transcriber, cpu_session
 
     src = EXAMPLE / "model"
-    result = CliRunner().invoke(main, ["fuse", str(src), "-o", str(tmp_path / "q"), "--report", str(tmp_path / "r.json")])
+    result = CliRunner().invoke(main, ["fuse", str(src), "-o", str(tmp_path / "q"),
+                                       "--report", str(tmp_path / "r.json")])
     assert result.exit_code == 0, result.output
     assert "quantizing" in result.output and "MatMulNBits" in result.output
     assert json.loads((tmp_path / "r.json").read_text())["quantize"]["settings"]["block_size"] == 32

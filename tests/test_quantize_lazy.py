@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from webbuild.quantize.lazy import load_deferred, load_lazily
 from webbuild.config import Quantize
+from webbuild.quantize.lazy import load_deferred, load_lazily
 from webbuild.quantize.variants import embed_table, quantize_decoder
 
 

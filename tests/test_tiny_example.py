@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from webbuild.reference.audio import read_wav
-from webbuild.config import load_config
-from webbuild.reference.transcribe import load_transcriber
 from tests.conftest import REPO
+from webbuild.config import load_config
+from webbuild.reference.audio import read_wav
+from webbuild.reference.transcribe import load_transcriber
 
 EXAMPLE = REPO / "examples" / "tiny-asr"
 

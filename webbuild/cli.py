@@ -94,7 +94,8 @@ def main():
 @main.command()
 @verbose_option(_debug)
 @click.argument("config", type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Output folder (default: model.yaml's `output`, dist/).")
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Output folder (default: model.yaml's `output`, dist/).")
 def build(config: Path, output: Path | None):
     """Build the site described by CONFIG (a model.yaml) into dist/.
 
@@ -112,13 +113,16 @@ def build(config: Path, output: Path | None):
 @main.command()
 @verbose_option(_debug)
 @click.argument("preset")
-@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Folder to create (must not exist).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Folder to create (must not exist).")
 @click.option("--layout", type=click.Choice(["split", "merged"]), default="split", show_default=True,
-              help="split: encoder + decoder_init + decoder_step (published layout); merged: one decoder with past_key_values.")
+              help="split: encoder + decoder_init + decoder_step (published layout); "
+                   "merged: one decoder with past_key_values.")
 @click.option("--exporter", type=click.Choice(["torchscript", "dynamo"]), default="torchscript", show_default=True,
               help="torch.onnx path; they decompose operators differently.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
-@click.option("--hf-dir", type=click.Path(path_type=Path), help="Also save the text decoder as a Hugging Face Qwen3ForCausalLM folder.")
+@click.option("--hf-dir", type=click.Path(path_type=Path),
+              help="Also save the text decoder as a Hugging Face Qwen3ForCausalLM folder.")
 def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir: Path | None):
     """Make a Qwen3-ASR source export: PRESET (tiny, 0.6b, 1.7b) with random weights,
     or a trained checkpoint folder (save_pretrained + tokenizer.json).
@@ -239,8 +243,10 @@ def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool):
 @click.argument("dir", type=click.Path(path_type=Path))
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; loopback keeps it private.")
-@click.option("--base-path", default="/", show_default=True, help="Serve the site under this path, like model.yaml's site.base_path.")
-@click.option("--coop-coep", is_flag=True, help="Send COOP/COEP (cross-origin isolation: wasm threads) even where _headers does not.")
+@click.option("--base-path", default="/", show_default=True,
+              help="Serve the site under this path, like model.yaml's site.base_path.")
+@click.option("--coop-coep", is_flag=True,
+              help="Send COOP/COEP (cross-origin isolation: wasm threads) even where _headers does not.")
 def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
     """Preview a built site on http://127.0.0.1:PORT/ (loopback only unless --host says otherwise).
 

@@ -31,8 +31,9 @@ import hashlib
 import os
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from webbuild.errors import BuildError
 from webbuild.site.manifest import (
