@@ -4,6 +4,7 @@ encoder fusion on the 0.6b/1.7b shapes without the decoders' export (minutes and
 """
 
 import argparse
+import logging
 from pathlib import Path
 
 from webbuild.zoo.build import random_model
@@ -15,8 +16,9 @@ if __name__ == "__main__":
     p.add_argument("out", type=Path)
     p.add_argument("--exporter", default="torchscript", choices=["torchscript", "dynamo"])
     a = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the export's progress lines
     a.out.mkdir(parents=True, exist_ok=True)
     model, tok = random_model(a.preset)
     model = model.eval().float()
-    export_encoder(model, sample_inputs(model, tok), a.out, a.exporter, print)
+    export_encoder(model, sample_inputs(model, tok), a.out, a.exporter)
     print(f"wrote {a.out / 'encoder.onnx'}")

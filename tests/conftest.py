@@ -26,7 +26,7 @@ def zoo_export(tiny_model, tmp_path_factory):
     def get(layout: str = "split", exporter: str = "torchscript") -> Path:
         if (layout, exporter) not in made:
             out = tmp_path_factory.mktemp("zoo") / f"{layout}-{exporter}"
-            export_model(*tiny_model, out, layout, exporter, progress=lambda _: None)
+            export_model(*tiny_model, out, layout, exporter)
             made[layout, exporter] = out
         return made[layout, exporter]
 

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy.io import wavfile
 
-from webbuild.reference.audio import AudioError, read_wav
+from webbuild.errors import AudioError
+from webbuild.reference.audio import read_wav
 from webbuild.reference.mel import log_mel
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from webbuild.reference.audio import write_wav
 from webbuild.cli import main
+from webbuild.reference.audio import write_wav
 
 SUBCOMMANDS = ["build", "zoo", "fuse", "transcribe", "serve", "verify", "bench"]
 
@@ -43,7 +44,7 @@ def test_transcribe_json_lines(zoo_export, tmp_path):
     assert result.exit_code == 0, result.output
     import json
 
-    rows = [json.loads(l) for l in result.output.splitlines()]
+    rows = [json.loads(line) for line in result.output.splitlines()]
     assert rows[0]["audio"] == str(clip) and isinstance(rows[0]["text"], str)
 
 
@@ -72,9 +73,9 @@ def test_transcribe_folder_with_transcripts_reports_wer(zoo_export, tmp_path):
     result = CliRunner().invoke(main, ["transcribe", str(zoo_export("split")), str(tmp_path),
                                                        "--json", "--max-new-tokens", "2"])
     assert result.exit_code == 0, result.output
-    rows = [json.loads(l) for l in result.stdout.splitlines()]
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r["audio"] for r in rows] == [str(tmp_path / "a.wav"), str(tmp_path / "b.wav")]
-    assert rows[0]["expected"] == "hello world" and 0.0 <= rows[0]["wer"] and "wer" not in rows[1]
+    assert rows[0]["expected"] == "hello world" and rows[0]["wer"] >= 0.0 and "wer" not in rows[1]
     assert "over 1 clips" in result.stderr
 
 
@@ -93,7 +94,8 @@ def test_fuse_quantizes_by_default_and_the_result_transcribes(tmp_path):
     from webbuild.reference.transcribe import IdsDecoder, TokenizerCodec, Transcriber, cpu_session
 
     src = EXAMPLE / "model"
-    result = CliRunner().invoke(main, ["fuse", str(src), "-o", str(tmp_path / "q"), "--report", str(tmp_path / "r.json")])
+    result = CliRunner().invoke(main, ["fuse", str(src), "-o", str(tmp_path / "q"),
+                                       "--report", str(tmp_path / "r.json")])
     assert result.exit_code == 0, result.output
     assert "quantizing" in result.output and "MatMulNBits" in result.output
     assert json.loads((tmp_path / "r.json").read_text())["quantize"]["settings"]["block_size"] == 32
@@ -113,3 +115,55 @@ def test_fuse_no_quantize_and_missing_side_files(tmp_path):
     result = CliRunner().invoke(main, ["fuse", str(tmp_path / "f" / "decoder.onnx"), "-o", str(tmp_path / "q")])
     assert result.exit_code == 2 and "--no-quantize" in result.output
     assert not (tmp_path / "q").exists()  # checked before anything is written
+
+
+def _build_with(monkeypatch, tmp_path, stage, *args: str):
+    """`webbuild examples/tiny-asr/model.yaml` with `stage` as its only stage."""
+    import webbuild.build.runner
+
+    monkeypatch.setattr(webbuild.build.runner, "STAGES", [("probe", stage)])
+    return CliRunner().invoke(main, [str(EXAMPLE / "model.yaml"), "-o", str(tmp_path / "out"), *args])
+
+
+def test_a_bug_in_a_stage_is_a_traceback_not_an_input_error(monkeypatch, tmp_path):
+    def stage(ctx):
+        return {}["missing"]
+
+    result = _build_with(monkeypatch, tmp_path, stage)
+    assert result.exit_code == 1 and isinstance(result.exception, KeyError)
+    assert "error:" not in result.output and not (tmp_path / "out").exists()
+
+
+def test_bad_input_found_by_a_stage_is_one_line_and_exit_code_2(monkeypatch, tmp_path):
+    from webbuild.errors import AudioError
+
+    def stage(ctx):
+        raise AudioError("clip.wav: not a readable WAV file")
+
+    result = _build_with(monkeypatch, tmp_path, stage)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert [line for line in result.stderr.splitlines() if "error" in line] == [
+        "error: stage probe: clip.wav: not a readable WAV file"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, debug", [((), False), (("-v",), True)])
+def test_progress_is_logged_as_timed_lines_and_verbose_adds_debug(monkeypatch, tmp_path, args, debug):
+    import logging
+
+    def stage(ctx):
+        log = logging.getLogger("webbuild.build.probe")
+        log.info("info line")
+        log.debug("debug line")
+        log.warning("warning line")
+        logging.getLogger("onnxscript.probe").info("third-party info line")
+        ctx.state.manifest = {"shards": []}
+
+    result = _build_with(monkeypatch, tmp_path, stage, *args)
+    assert result.exit_code == 0, result.output
+    stamped = [re.fullmatch(r"\[ *\d+\.\ds\] (.*)", line) for line in result.stderr.splitlines()]
+    assert all(stamped), result.stderr
+    lines = [m[1] for m in stamped]
+    expected = ["stage probe", "info line", *(["debug line"] if debug else []), "warning: warning line",
+                f"wrote {tmp_path / 'out'}"]
+    assert lines == expected

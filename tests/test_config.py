@@ -39,7 +39,7 @@ def run_build(tmp_path: Path, text: str):
 def test_bad_model_yaml(tmp_path, text, where, expected):
     result = run_build(tmp_path, text)
     assert result.exit_code == 2
-    line = next(l for l in result.output.splitlines() if f": {where}:" in l)
+    line = next(line for line in result.output.splitlines() if f": {where}:" in line)
     assert str(tmp_path / "model.yaml") in line
     assert expected in line
 

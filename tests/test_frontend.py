@@ -8,6 +8,7 @@ import onnxruntime as ort
 import pytest
 
 from webbuild.build.frontend import add_mel_frontend, mel_graph
+from webbuild.errors import BuildError
 from webbuild.reference.mel import log_mel
 
 
@@ -48,7 +49,7 @@ def test_encoder_takes_pcm(zoo_export, tmp_path):
 
 
 def test_rejects_encoder_without_mel_input(zoo_export, tmp_path):
-    with pytest.raises(ValueError, match="expected one input named 'mel'"):
+    with pytest.raises(BuildError, match="expected one input named 'mel'"):
         add_mel_frontend(zoo_export("split") / "decoder_step.onnx", tmp_path / "x.onnx")
 
 

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 
 from webbuild.quantize.embeddings import add_input_ids
 from webbuild.quantize.matmul_nbits import quantize_matmuls
-from webbuild.quantize.settings import QuantSettings
+from webbuild.config import Quantize
 from tests.quantize_graphs import initializer, model, nbits_weight, nodes_of, run
 
 V, H = 80, 64
@@ -24,7 +24,7 @@ def _decoder(table: np.ndarray):
               [helper.make_tensor_value_info("embeds", TensorProto.FLOAT, None),
                helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
               {"lm_head.weight": np.ascontiguousarray(table.T)})
-    return quantize_matmuls(g, QuantSettings())
+    return quantize_matmuls(g, Quantize())
 
 
 def _feeds(ids, audio, offset):

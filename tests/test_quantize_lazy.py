@@ -9,8 +9,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from webbuild.config import Quantize
 from webbuild.quantize.lazy import load_deferred, load_lazily
-from webbuild.quantize.settings import QuantSettings
 from webbuild.quantize.variants import embed_table, quantize_decoder
 
 
@@ -38,7 +38,7 @@ def test_matmul_weights_stay_on_disk_until_read(zoo_export):
 def test_lazy_and_full_load_quantize_to_the_same_graph(zoo_export):
     src = zoo_export("merged")
     table, cfg = embed_table(src)
-    s = QuantSettings()
+    s = Quantize()
     lazy, lazy_rep = quantize_decoder(load_lazily(src / "decoder_model_merged.onnx"), table, cfg, s)
     full, full_rep = quantize_decoder(onnx.load(str(src / "decoder_model_merged.onnx")), table, cfg, s)
     assert not _deferred(lazy)
@@ -49,7 +49,7 @@ def test_lazy_and_full_load_quantize_to_the_same_graph(zoo_export):
 def test_excluded_weights_are_read_back(zoo_export):
     src = zoo_export("merged")
     table, cfg = embed_table(src)
-    s = QuantSettings(exclude=("*",))  # nothing quantized: every deferred weight must come back
+    s = Quantize(exclude=("*",))  # nothing quantized: every deferred weight must come back
     model, _ = quantize_decoder(load_lazily(src / "decoder_model_merged.onnx"), table, cfg, s)
     assert not _deferred(model)
     assert "MatMul" in {n.op_type for n in model.graph.node}

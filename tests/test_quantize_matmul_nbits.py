@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
 from webbuild.quantize.matmul_nbits import quantize_matmuls
-from webbuild.quantize.settings import QuantSettings
+from webbuild.config import Quantize
 from tests.quantize_graphs import attrs, initializer, matmul_model, model, nbits_weight, nodes_of, run
 
 K, N = 128, 96
@@ -25,7 +25,7 @@ def _block_scales(w: np.ndarray, block: int) -> np.ndarray:
 
 @pytest.mark.parametrize("bits,levels", [(4, 8), (8, 128)])
 def test_rtn_packs_symmetric_blocks_within_one_step(bits, levels):
-    m = quantize_matmuls(matmul_model(W, ("proj/MatMul",)), QuantSettings(bits=bits))
+    m = quantize_matmuls(matmul_model(W, ("proj/MatMul",)), Quantize(bits=bits))
     (node,) = nodes_of(m, "MatMulNBits")
     assert not nodes_of(m, "MatMul")
     assert node.domain == "com.microsoft"
@@ -56,9 +56,9 @@ def _drop_attr(node, name: str) -> None:
 
 
 def test_int8_is_tighter_than_int4():
-    e4 = np.abs(nbits_weight(m4 := quantize_matmuls(matmul_model(W), QuantSettings(bits=4)),
+    e4 = np.abs(nbits_weight(m4 := quantize_matmuls(matmul_model(W), Quantize(bits=4)),
                              nodes_of(m4, "MatMulNBits")[0]) - W).max()
-    e8 = np.abs(nbits_weight(m8 := quantize_matmuls(matmul_model(W), QuantSettings(bits=8)),
+    e8 = np.abs(nbits_weight(m8 := quantize_matmuls(matmul_model(W), Quantize(bits=8)),
                              nodes_of(m8, "MatMulNBits")[0]) - W).max()
     assert e8 < e4 / 8
 
@@ -66,13 +66,13 @@ def test_int8_is_tighter_than_int4():
 def test_exclusions_by_node_name_pattern_stay_float():
     w = RNG.standard_normal((K, K)).astype(np.float32)
     names = ("/layers.0/q_proj/MatMul", "/layers.0/mlp/down_proj/MatMul", "/lm_head/MatMul")
-    m = quantize_matmuls(matmul_model(w, names), QuantSettings(exclude=("*down_proj*", "/lm_head/*")))
+    m = quantize_matmuls(matmul_model(w, names), Quantize(exclude=("*down_proj*", "/lm_head/*")))
     assert [n.name for n in nodes_of(m, "MatMul")] == list(names[1:])
     assert [n.name for n in nodes_of(m, "MatMulNBits")] == ["/layers.0/q_proj/MatMul_Q4"]
 
 
 def test_method_none_leaves_the_graph_alone():
-    m = quantize_matmuls(matmul_model(W), QuantSettings(method="none"))
+    m = quantize_matmuls(matmul_model(W), Quantize(method="none"))
     assert len(nodes_of(m, "MatMul")) == 1 and not nodes_of(m, "MatMulNBits")
 
 
@@ -82,7 +82,7 @@ def test_gemm_with_transposed_weight_and_bias_is_quantized():
     g = model([helper.make_node("Gemm", ["x", "w", "b"], ["y"], name="fc/Gemm", transB=1)],
               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", K])],
               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], {"w": wt, "b": bias})
-    m = quantize_matmuls(g, QuantSettings())
+    m = quantize_matmuls(g, Quantize())
     assert [n.op_type for n in m.graph.node] == ["MatMulNBits", "Add"]
     _drop_attr(m.graph.node[0], "accuracy_level")
     x = X[0]
@@ -100,7 +100,7 @@ def test_hqq_zero_points_rounded_to_uint8_move_weights_by_at_most_half_a_step():
     float_zp = q.model.model
     (ref_node,) = nodes_of(float_zp, "MatMulNBits")
     assert initializer(float_zp, ref_node.input[3]).dtype.kind == "f"
-    m = quantize_matmuls(matmul_model(w), QuantSettings(method="hqq"))
+    m = quantize_matmuls(matmul_model(w), Quantize(method="hqq"))
     (node,) = nodes_of(m, "MatMulNBits")
     zp = initializer(m, node.input[3])
     assert zp.dtype == np.uint8 and zp.shape == (32, 1)  # 2 blocks of 4-bit zero points in one byte

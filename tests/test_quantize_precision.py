@@ -9,7 +9,7 @@ from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from webbuild.quantize.matmul_nbits import quantize_matmuls
 from webbuild.quantize.precision import to_fp16
-from webbuild.quantize.settings import QuantSettings
+from webbuild.config import Quantize
 from tests.quantize_graphs import initializer, model, nodes_of, run
 
 H = 64
@@ -64,10 +64,10 @@ def test_matmulnbits_scales_become_fp16():
     g = model([helper.make_node("MatMul", ["x", "w"], ["y"], name="p/MatMul")],
               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["s", H])],
               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], {"w": w})
-    m = to_fp16(quantize_matmuls(g, QuantSettings()))
+    m = to_fp16(quantize_matmuls(g, Quantize()))
     (node,) = nodes_of(m, "MatMulNBits")
     assert initializer(m, node.input[2]).dtype == np.float16
     assert not nodes_of(m, "Cast")  # fp16 end to end: no casts around the MatMulNBits
     x = np.random.default_rng(5).standard_normal((3, H)).astype(np.float32)
-    y32 = run(quantize_matmuls(onnx.load_from_string(g.SerializeToString()), QuantSettings()), {"x": x})[0]
+    y32 = run(quantize_matmuls(onnx.load_from_string(g.SerializeToString()), Quantize()), {"x": x})[0]
     assert np.abs(run(m, {"x": x.astype(np.float16)})[0] - y32).max() < 0.02 * np.abs(y32).max()

@@ -7,7 +7,7 @@ from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQua
 
 from webbuild.quantize.matmul_nbits import quantize_matmuls
 from webbuild.quantize.requantize import requantize
-from webbuild.quantize.settings import QuantSettings
+from webbuild.config import Quantize
 from tests.quantize_graphs import attrs, initializer, matmul_model, nbits_weight, nodes_of, run
 
 K, N = 256, 64
@@ -39,10 +39,10 @@ def _check_block32(m, source_weight):
 def test_symmetric_block64_becomes_block32():
     src = _source(symmetric=True)
     w64 = nbits_weight(src, nodes_of(src, "MatMulNBits")[0])
-    assert requantize(src, QuantSettings()) == ["proj/MatMul_Q4"]
+    assert requantize(src, Quantize()) == ["proj/MatMul_Q4"]
     w32 = _check_block32(src, w64)
     # requantizing a dequantized weight is what quantizing that float weight directly gives
-    direct = quantize_matmuls(matmul_model(w64), QuantSettings())
+    direct = quantize_matmuls(matmul_model(w64), Quantize())
     np.testing.assert_array_equal(w32, nbits_weight(direct, nodes_of(direct, "MatMulNBits")[0]))
     # and still close to the original float weight: within the block-64 step plus a block-32 step
     assert np.abs(w32 - W).max() < 2 * np.abs(W).max() / 8
@@ -54,7 +54,7 @@ def test_asymmetric_source_loses_its_zero_points():
     (node,) = nodes_of(src, "MatMulNBits")
     assert len(node.input) == 4
     w64 = nbits_weight(src, node)
-    requantize(src, QuantSettings())
+    requantize(src, Quantize())
     _check_block32(src, w64)
     y, ref = run(src, {"x": X})[0], X @ W
     # two int4 roundings of a Gaussian weight: ~10% relative rms output error
@@ -62,7 +62,7 @@ def test_asymmetric_source_loses_its_zero_points():
 
 
 def test_matching_block_size_is_left_alone():
-    m = quantize_matmuls(matmul_model(W), QuantSettings())
+    m = quantize_matmuls(matmul_model(W), Quantize())
     before = initializer(m, nodes_of(m, "MatMulNBits")[0].input[1]).copy()
-    assert requantize(m, QuantSettings()) == []
+    assert requantize(m, Quantize()) == []
     np.testing.assert_array_equal(initializer(m, nodes_of(m, "MatMulNBits")[0].input[1]), before)

@@ -19,7 +19,8 @@ from webbuild.site.manifest import (
     verify_manifest,
     version_hash,
 )
-from webbuild.build.shard import ShardError, shard_files
+from webbuild.build.shard import shard_files
+from webbuild.errors import BuildError
 
 LIMIT = 1000
 
@@ -175,14 +176,14 @@ def test_verify_detects_hand_edited_manifest(sources, tmp_path):
     (dict(variants={"fp16": ["one.bin"]}), "fp16"),
 ])
 def test_bad_arguments(sources, tmp_path, kw, match):
-    with pytest.raises(ShardError, match=match):
+    with pytest.raises(BuildError, match=match):
         _shard(sources, tmp_path / "dist", **kw)
 
 
 def test_missing_source_names_file(tmp_path):
-    with pytest.raises(ShardError, match="decoder.onnx.*does not exist"):
+    with pytest.raises(BuildError, match="decoder.onnx.*does not exist"):
         _shard({"decoder.onnx": tmp_path / "absent"}, tmp_path / "dist")
-    with pytest.raises(ShardError, match="relative name"):
+    with pytest.raises(BuildError, match="relative name"):
         _shard({"/etc/passwd": tmp_path}, tmp_path / "dist")
 
 
@@ -190,7 +191,7 @@ def test_refuses_files_a_browser_cannot_hold(tmp_path):
     huge = tmp_path / "decoder_weights.data"
     with huge.open("wb") as f:
         f.truncate(2**31)  # sparse: no disk, no time
-    with pytest.raises(ShardError, match=r"decoder_weights.data: 2.00 GiB is more than a browser can hold"):
+    with pytest.raises(BuildError, match=r"decoder_weights.data: 2.00 GiB is more than a browser can hold"):
         _shard({"decoder_weights.data": huge}, tmp_path / "dist")
     assert not (tmp_path / "dist").exists()  # refused before writing anything
 

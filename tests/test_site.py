@@ -37,7 +37,7 @@ def build_site(root: Path, source: Path, fusion: bool) -> Path:
         "site": {"title": "Tiny test", "base_path": "/demo/", "samples": [{"audio": "clip.wav", "text": "a tone"}]},
     }))
     cfg = load_config(root / "model.yaml")
-    run_build(cfg, root / "dist", progress=lambda _: None)
+    run_build(cfg, root / "dist")
     return root
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from webbuild.reference.audio import read_wav
-from webbuild.config import load_config
-from webbuild.reference.transcribe import load_transcriber
 from tests.conftest import REPO
+from webbuild.config import load_config
+from webbuild.reference.audio import read_wav
+from webbuild.reference.transcribe import load_transcriber
 
 EXAMPLE = REPO / "examples" / "tiny-asr"
 
@@ -42,7 +42,7 @@ def built_example(tmp_path_factory):
 
     cfg = load_config(EXAMPLE / "model.yaml")
     out = tmp_path_factory.mktemp("example") / "dist"
-    report = run_build(cfg, out, progress=lambda _: None)
+    report = run_build(cfg, out)
     return cfg, out, report
 
 
@@ -80,3 +80,37 @@ def test_cli_transcribes_a_built_site(built_example):
     assert result.exit_code == 0, result.output
     assert result.stdout.split("\t")[:2] == [str(sample.audio), sample.text]
     assert "WER 0.00% over 1 clips" in result.stderr  # sample-1.txt beside the clip
+
+
+DATA_KEYS = ("graphs", "variants", "ops", "transcripts", "token_agreement", "files")  # keyed by names in the data
+
+
+def test_build_report_names_every_graph_census_the_same_way(built_example):
+    """A graph is {"nodes", "ops"} wherever it appears (graphs.<name>.source / .fused, variants.<v>.decoder);
+    sizes are "bytes" or end in _bytes; no key says before/after or prefixes a graph's name."""
+    import json
+    import re
+
+    _, dist, _ = built_example
+    report = json.loads((dist / "build-report.json").read_text())
+
+    def walk(node, parent: str = ""):
+        if isinstance(node, dict):
+            if "ops" in node:
+                assert node["nodes"] == sum(node["ops"].values()), parent
+                assert all(isinstance(n, int) for n in node["ops"].values()), parent
+            for key, value in node.items():
+                if parent not in DATA_KEYS:  # a key the report names, not a graph, op or file name
+                    assert re.fullmatch(r"[a-z][a-z0-9_]*", key), key
+                    assert not re.search(r"_(before|after|ops|nodes)$|^(de|en)coder_(ops|nodes|bytes)", key), key
+                    assert "bytes" not in key or key == "bytes" or key.endswith("_bytes"), key
+                walk(value, key)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item, parent)
+
+    walk(report)
+    assert {k for g in report["graphs"].values() for k in g} == {"source", "fused"}
+    assert set(report["graphs"]["decoder"]["fused"]) == {"nodes", "ops"}
+    for variant in report["variants"].values():
+        assert set(variant["decoder"]) == {"bytes", "nodes", "ops"} and set(variant["encoder"]) == {"bytes"}

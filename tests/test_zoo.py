@@ -107,9 +107,10 @@ def test_greedy_decode_equals_torch(zoo_export, tiny_model, layout):
 
 
 def test_zoo_refuses_existing_output(tmp_path, tiny_model):
+    from webbuild.errors import ZooError
     from webbuild.zoo.export import export_model
 
-    with pytest.raises(FileExistsError):
+    with pytest.raises(ZooError, match="already exists"):
         export_model(*tiny_model, tmp_path, "split")
 
 

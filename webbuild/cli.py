@@ -1,51 +1,85 @@
-"""The `webbuild` command line: `webbuild model.yaml` builds a site; subcommands run single stages."""
+"""The `webbuild` command line: `webbuild model.yaml` builds a site; subcommands run single stages.
+
+Bad input raises a webbuild.errors.WebbuildError, which click prints as `error: ...` (exit code 2); any
+other exception is a bug and shows its traceback. Progress is logged (logging.getLogger(__name__) in
+every module) and printed by one handler as `[  12.3s] message` lines on stderr.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from pathlib import Path
 
 import click
 
-from webbuild.config import ConfigError
+from webbuild.config import Quantize
+from webbuild.errors import AudioError, BenchError, ZooError
+
+log = logging.getLogger(__name__)
 
 
-def _input_errors():
-    """Exceptions that mean bad user input (exit code 2), imported lazily to keep --help fast."""
-    from webbuild.reference.audio import AudioError
-    from webbuild.reference.transcribe import ModelDirError
+class ProgressHandler(logging.Handler):
+    """`[  12.3s] message` on stderr, seconds since the command started; warnings and errors say so.
 
-    return (ConfigError, AudioError, ModelDirError, FileExistsError, FileNotFoundError, KeyError)
-
-
-def fail(message: str, code: int = 2) -> None:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(code)
-
-
-class Progress:
-    """Timestamped progress lines on stderr for long work."""
+    It sits on the root logger: third-party warnings print the same way, and onnxruntime's import-time
+    logging.basicConfig finds logging configured and adds no handler of its own (whose INFO lines from
+    onnxscript's passes would flood the output)."""
 
     def __init__(self):
+        super().__init__()
         self.start = time.monotonic()
 
-    def __call__(self, message: str) -> None:
-        click.echo(f"[{time.monotonic() - self.start:6.1f}s] {message}", err=True)
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            level = f"{record.levelname.lower()}: " if record.levelno >= logging.WARNING else ""
+            click.echo(f"[{time.monotonic() - self.start:6.1f}s] {level}{record.getMessage()}", err=True)
+        except Exception:
+            self.handleError(record)
+
+
+def _log_progress(ctx, param, verbose: bool) -> None:
+    """The group's -v: print webbuild's progress (INFO; DEBUG with -v) and others' warnings on stderr."""
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, ProgressHandler)]:
+        root.removeHandler(old)  # an earlier invocation in this process (tests)
+    root.addHandler(ProgressHandler())
+    root.setLevel(logging.WARNING)
+    logging.getLogger("webbuild").setLevel(logging.DEBUG if verbose else logging.INFO)
+
+
+def _debug(ctx, param, verbose: bool) -> None:
+    """A command's own -v (`webbuild model.yaml -v`)."""
+    if verbose:
+        logging.getLogger("webbuild").setLevel(logging.DEBUG)
+
+
+def verbose_option(callback):
+    return click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=callback,
+                        help="Print debug lines too (what each step does).")
+
+
+def _quantize_defaults(command):
+    """Fill {bits}, {block_size}, {accuracy_level} in a command's help from model.yaml's defaults (config.Quantize)."""
+    command.__doc__ = command.__doc__.format(**Quantize().model_dump())
+    return command
 
 
 class BuildGroup(click.Group):
     """`webbuild model.yaml ...` is short for `webbuild build model.yaml ...`."""
 
     def parse_args(self, ctx, args):
-        if args and args[0] not in self.commands and not args[0].startswith("-"):
-            args = ["build", *args]
+        first = next((i for i, arg in enumerate(args) if not arg.startswith("-")), None)
+        if first is not None and args[first] not in self.commands:
+            args = [*args[:first], "build", *args[first:]]
         return super().parse_args(ctx, args)
 
 
 @click.group(cls=BuildGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="webbuild")
+@verbose_option(_log_progress)
 def main():
     """Build a Qwen3-ASR ONNX export into a static speech-recognition website.
 
@@ -58,8 +92,10 @@ def main():
 
 
 @main.command()
+@verbose_option(_debug)
 @click.argument("config", type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path), help="Output folder (default: model.yaml's `output`, dist/).")
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Output folder (default: model.yaml's `output`, dist/).")
 def build(config: Path, output: Path | None):
     """Build the site described by CONFIG (a model.yaml) into dist/.
 
@@ -70,28 +106,23 @@ def build(config: Path, output: Path | None):
     from webbuild.build.runner import run_build
     from webbuild.config import load_config
 
-    try:
-        cfg = load_config(config)
-    except ConfigError as exc:
-        for line in exc.problems:
-            click.echo(f"error: {line}", err=True)
-        sys.exit(2)
-    try:
-        report = run_build(cfg, output or cfg.output, Progress())
-    except _input_errors() as exc:
-        fail(str(exc))
-    click.echo(report.table())
+    cfg = load_config(config)
+    click.echo(run_build(cfg, output or cfg.output).table())
 
 
 @main.command()
+@verbose_option(_debug)
 @click.argument("preset")
-@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Folder to create (must not exist).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Folder to create (must not exist).")
 @click.option("--layout", type=click.Choice(["split", "merged"]), default="split", show_default=True,
-              help="split: encoder + decoder_init + decoder_step (published layout); merged: one decoder with past_key_values.")
+              help="split: encoder + decoder_init + decoder_step (published layout); "
+                   "merged: one decoder with past_key_values.")
 @click.option("--exporter", type=click.Choice(["torchscript", "dynamo"]), default="torchscript", show_default=True,
               help="torch.onnx path; they decompose operators differently.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
-@click.option("--hf-dir", type=click.Path(path_type=Path), help="Also save the text decoder as a Hugging Face Qwen3ForCausalLM folder.")
+@click.option("--hf-dir", type=click.Path(path_type=Path),
+              help="Also save the text decoder as a Hugging Face Qwen3ForCausalLM folder.")
 def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir: Path | None):
     """Make a Qwen3-ASR source export: PRESET (tiny, 0.6b, 1.7b) with random weights,
     or a trained checkpoint folder (save_pretrained + tokenizer.json).
@@ -105,30 +136,26 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
       webbuild zoo tiny -o /tmp/tm --layout merged --exporter dynamo
     """
     from webbuild.zoo.build import load_checkpoint, random_model, save_text_decoder_hf
-    from webbuild.zoo.export import export_model
+    from webbuild.zoo.export import check_new_folder, export_model
     from webbuild.zoo.presets import PRESET_NAMES
 
-    progress = Progress()
-    if output.exists():
-        fail(f"{output} already exists; choose a new output folder")
-    try:
-        if preset in PRESET_NAMES:
-            progress(f"building preset {preset} (seed {seed})")
-            model, tok = random_model(preset, seed)
-        elif Path(preset).is_dir():
-            progress(f"loading checkpoint {preset}")
-            model, tok = load_checkpoint(Path(preset))
-        else:
-            fail(f"{preset!r} is neither a preset ({', '.join(PRESET_NAMES)}) nor a checkpoint folder")
-        export_model(model, tok, output, layout, exporter, progress)
-        if hf_dir:
-            save_text_decoder_hf(model, tok, hf_dir)
-            progress(f"wrote {hf_dir}")
-    except _input_errors() as exc:
-        fail(str(exc))
+    check_new_folder(output)  # before the model is made, which takes a while for the large presets
+    if preset in PRESET_NAMES:
+        log.info(f"building preset {preset} (seed {seed})")
+        model, tok = random_model(preset, seed)
+    elif Path(preset).is_dir():
+        log.info(f"loading checkpoint {preset}")
+        model, tok = load_checkpoint(Path(preset))
+    else:
+        raise ZooError(f"{preset!r} is neither a preset ({', '.join(PRESET_NAMES)}) nor a checkpoint folder")
+    export_model(model, tok, output, layout, exporter)
+    if hf_dir:
+        save_text_decoder_hf(model, tok, hf_dir)
+        log.info(f"wrote {hf_dir}")
 
 
 @main.command()
+@verbose_option(_debug)
 @click.argument("model", type=click.Path(path_type=Path))
 @click.argument("audio", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line: {\"audio\": path, \"text\": ...}.")
@@ -152,21 +179,18 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
     from webbuild.reference.transcribe import load_transcriber
     from webbuild.reference.wer import corpus_wer, wer
 
-    try:
-        runner = load_transcriber(model, variant)
-        pairs = []
-        for path in _wav_paths(audio):
-            row = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}
-            expected = path.with_suffix(".txt")
-            if expected.is_file():
-                row["expected"] = expected.read_text().strip()
-                row["wer"] = round(wer(row["expected"], row["text"]), 4)
-                pairs.append((row["expected"], row["text"]))
-            click.echo(json.dumps(row) if as_json else "\t".join(str(v) for v in row.values()))
-        if pairs:
-            click.echo(f"WER {100 * corpus_wer(pairs):.2f}% over {len(pairs)} clips", err=True)
-    except _input_errors() as exc:
-        fail(str(exc))
+    runner = load_transcriber(model, variant)
+    pairs = []
+    for path in _wav_paths(audio):
+        row = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}
+        expected = path.with_suffix(".txt")
+        if expected.is_file():
+            row["expected"] = expected.read_text().strip()
+            row["wer"] = round(wer(row["expected"], row["text"]), 4)
+            pairs.append((row["expected"], row["text"]))
+        click.echo(json.dumps(row) if as_json else "\t".join(str(v) for v in row.values()))
+    if pairs:
+        click.echo(f"WER {100 * corpus_wer(pairs):.2f}% over {len(pairs)} clips", err=True)
 
 
 def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
@@ -176,7 +200,7 @@ def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
         if p.is_dir():
             wavs = sorted(p.glob("*.wav"))
             if not wavs:
-                fail(f"{p}: folder holds no .wav files")
+                raise AudioError(f"{p}: folder holds no .wav files")
             out += wavs
         else:
             out.append(p)
@@ -184,6 +208,8 @@ def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
 
 
 @main.command()
+@verbose_option(_debug)
+@_quantize_defaults
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
 @click.option("--report", type=click.Path(path_type=Path), help="Write the op census (before/after) as JSON.")
@@ -193,32 +219,34 @@ def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool):
     """Rebuild fused operators (GroupQueryAttention, RMSNorm, packed QKV) in a decoder, then quantize.
 
     SRC is a split-layout source folder or a merged decoder .onnx file. The quantization is the
-    build's default: int4 MatMulNBits (symmetric, block 32, accuracy level 4) and the embeddings as
-    an int4 lookup (GatherBlockQuantized, sharing lm_head's weight when tied), so the graph takes
-    input_ids, audio_features and audio_offset instead of inputs_embeds (config.json and
-    embed_tokens.bin are read from the source's folder). Writes OUTPUT/decoder.onnx(.data). The
-    encoder.onnx beside it, if any, is fused too (LayerNorm / SkipLayerNorm, Gelu / BiasGelu,
-    MultiHeadAttention; float weights) into OUTPUT/encoder.onnx, reported as a second graph.
+    build's default: int{bits} MatMulNBits (symmetric, block {block_size}, accuracy level
+    {accuracy_level}) and the embeddings as an int4 lookup (GatherBlockQuantized, sharing lm_head's
+    weight when tied), so the graph takes input_ids, audio_features and audio_offset instead of
+    inputs_embeds (config.json and embed_tokens.bin are read from the source's folder). Writes
+    OUTPUT/decoder.onnx(.data). The encoder.onnx beside it, if any, is fused too (LayerNorm /
+    SkipLayerNorm, Gelu / BiasGelu, MultiHeadAttention; float weights) into OUTPUT/encoder.onnx,
+    reported as a second graph. Prints the op table of each graph (op, nodes before -> after).
 
     \b
     Example:
       webbuild fuse examples/tiny-asr/model -o /tmp/fused --report /tmp/fuse.json
       webbuild fuse examples/tiny-asr/model -o /tmp/fused-fp32 --no-quantize
     """
-    from webbuild.build.fuse import run_fuse
+    from webbuild.build.fuse import run_fuse, summary
 
-    try:
-        run_fuse(src, output, report, Progress(), quantize=not no_quantize)
-    except _input_errors() as exc:
-        fail(str(exc))
+    for line in summary(run_fuse(src, output, report, quantize=not no_quantize)):
+        click.echo(line)
 
 
 @main.command()
+@verbose_option(_debug)
 @click.argument("dir", type=click.Path(path_type=Path))
 @click.option("--port", type=int, default=8000, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; loopback keeps it private.")
-@click.option("--base-path", default="/", show_default=True, help="Serve the site under this path, like model.yaml's site.base_path.")
-@click.option("--coop-coep", is_flag=True, help="Send COOP/COEP (cross-origin isolation: wasm threads) even where _headers does not.")
+@click.option("--base-path", default="/", show_default=True,
+              help="Serve the site under this path, like model.yaml's site.base_path.")
+@click.option("--coop-coep", is_flag=True,
+              help="Send COOP/COEP (cross-origin isolation: wasm threads) even where _headers does not.")
 def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
     """Preview a built site on http://127.0.0.1:PORT/ (loopback only unless --host says otherwise).
 
@@ -230,17 +258,13 @@ def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
       webbuild serve dist
       webbuild serve dist --base-path /my-repo/ --port 8080
     """
-    from webbuild.tools.serve import ServeError, serve_forever
+    from webbuild.tools.serve import serve_forever
 
-    try:
-        serve_forever(dir, host, port, base_path=base_path, coop_coep=coop_coep)
-    except FileNotFoundError:
-        fail(f"{dir} does not exist; build the site first (webbuild model.yaml)")
-    except (ServeError, OSError) as exc:
-        fail(str(exc))
+    serve_forever(dir, host, port, base_path=base_path, coop_coep=coop_coep)
 
 
 @main.command()
+@verbose_option(_debug)
 @click.argument("target")
 @click.option("--clips", type=click.Path(path_type=Path), help="Folder of *.wav with same-named *.txt transcripts.")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
@@ -271,14 +295,11 @@ def verify(target: str, clips: Path | None, report: Path | None, browser: str | 
       webbuild verify https://user.github.io/my-asr/ --browser chrome
     """
     from webbuild.tools.verify.report import table, write_json
-    from webbuild.tools.verify.runner import Options, VerifyInputError
+    from webbuild.tools.verify.runner import Options
     from webbuild.tools.verify.runner import verify as run_verify
 
     opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_ep, clips_max_wer, timeout)
-    try:
-        result = run_verify(opts, progress=Progress())
-    except (VerifyInputError, FileNotFoundError) as exc:
-        fail(str(exc))
+    result = run_verify(opts)
     click.echo(table(result))
     if report:
         write_json(result, report)
@@ -287,6 +308,7 @@ def verify(target: str, clips: Path | None, report: Path | None, browser: str | 
 
 
 @main.command()
+@verbose_option(_debug)
 @click.argument("dir", type=click.Path(path_type=Path))
 @click.option("--runtime", type=click.Choice(["node", "browser"]), default="node", show_default=True)
 @click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
@@ -317,20 +339,18 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
       webbuild bench dist --ep webgpu --swiftshader --decode-tokens 16
       webbuild bench examples/tiny-asr/model --ep wasm
     """
-    from webbuild.tools.bench import BenchError, run_node, table
+    from webbuild.tools.bench import run_node, table
 
-    try:
-        if runtime == "browser":
-            from webbuild.tools.bench.browser import run_browser
+    if runtime == "browser":
+        from webbuild.tools.bench.browser import run_browser
 
-            result = run_browser(dir, ep, repeat, max_clips)
-        else:
-            config = dict(entry.split("=", 1) for entry in session_config if "=" in entry)
-            if len(config) != len(session_config):
-                fail(f"--session-config wants KEY=VALUE, got {', '.join(e for e in session_config if '=' not in e)}")
-            result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config)
-    except (BenchError, FileNotFoundError) as exc:
-        fail(str(exc))
+        result = run_browser(dir, ep, repeat, max_clips)
+    else:
+        config = dict(entry.split("=", 1) for entry in session_config if "=" in entry)
+        if len(config) != len(session_config):
+            raise BenchError(f"--session-config wants KEY=VALUE, got "
+                             f"{', '.join(e for e in session_config if '=' not in e)}")
+        result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config)
     click.echo(table(result))
     if report:
         report.write_text(json.dumps(result, indent=1) + "\n")

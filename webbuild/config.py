@@ -9,20 +9,14 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from webbuild.errors import ConfigError
+
 LAYOUT_FILES = {
     "qwen3-asr-split": ("encoder.onnx", "decoder_init.onnx", "decoder_step.onnx", "embed_tokens.bin",
                         "config.json", "tokenizer.json"),
     "merged": ("encoder.onnx", "decoder_model_merged.onnx", "embed_tokens.bin", "config.json", "tokenizer.json"),
 }
 DEFAULT_SHARD_BYTES = 25 * 1024 * 1024
-
-
-class ConfigError(Exception):
-    """Invalid model.yaml; `problems` holds one line per problem."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
 
 
 class _Strict(BaseModel):
@@ -50,6 +44,9 @@ class Fusion(_Strict):
 
 
 class Quantize(_Strict):
+    """The `quantize:` block, and the one place the quantization defaults are written: webbuild.quantize
+    takes this value as its settings, and `webbuild fuse` (its help too) quantizes with `Quantize()`."""
+
     method: Literal["rtn", "hqq", "none"] = Field("rtn", description="how the decoder's weights are quantized: rtn "
                                                   "(round to nearest), hqq, or none (no quantize stage: float "
                                                   "weights, no fp16 variant, encoder.precision unused)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from webbuild.errors import BrowserError
 from webbuild.tools.browser import ENV, SWIFTSHADER, choose
 
 NONE = lambda name: None  # noqa: E731 (no browser on PATH)
@@ -27,7 +28,7 @@ def test_channel_from_env_then_system_then_playwright():
 
 
 def test_missing_browser_is_an_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="neither a file nor one of the channels"):
+    with pytest.raises(BrowserError, match="neither a file nor one of the channels"):
         choose(str(tmp_path / "nope"), env={}, which=NONE)
 
 

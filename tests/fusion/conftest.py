@@ -45,7 +45,7 @@ class Zoo:
 
         out = self.root / f"{layout}-{exporter}"
         if not out.exists():
-            export_model(*self.model(), out, layout=layout, exporter=exporter, progress=lambda _: None)
+            export_model(*self.model(), out, layout=layout, exporter=exporter)
         return out
 
     def source(self, layout: str, exporter: str) -> Path:

@@ -4,7 +4,8 @@ import shutil
 import onnx_ir as ir
 import pytest
 
-from webbuild.build.fuse import run_fuse
+from webbuild.build.fuse import run_fuse, summary
+from webbuild.errors import SourceError
 
 
 def attrs(node: ir.Node) -> dict:
@@ -12,8 +13,8 @@ def attrs(node: ir.Node) -> dict:
 
 
 def test_run_fuse_writes_graph_report_and_table(zoo, tmp_path):
-    lines = []
-    rep = run_fuse(zoo.source("split", "torchscript"), tmp_path / "out", tmp_path / "r.json", lines.append)
+    rep = run_fuse(zoo.source("split", "torchscript"), tmp_path / "out", tmp_path / "r.json")
+    lines = summary(rep)
     assert (tmp_path / "out" / "decoder.onnx").is_file() and (tmp_path / "out" / "decoder.onnx.data").is_file()
     saved = json.loads((tmp_path / "r.json").read_text())
     assert saved["ops_after"] == rep["ops_after"] and saved["nodes_before"] > saved["nodes_after"]
@@ -24,7 +25,7 @@ def test_run_fuse_writes_graph_report_and_table(zoo, tmp_path):
 
 
 def test_default_quantization_int4_block_32_level_4_and_tied_lookup(zoo, tmp_path):
-    rep = run_fuse(zoo.source("split", "torchscript"), tmp_path / "out", None, lambda _: None)
+    rep = run_fuse(zoo.source("split", "torchscript"), tmp_path / "out")
     model = ir.load(tmp_path / "out" / "decoder.onnx")
     nbits = [n for n in model.graph if n.op_type == "MatMulNBits"]
     assert len(nbits) == rep["ops_fused"]["MatMul"] == rep["ops_after"]["MatMulNBits"] and "MatMul" not in rep["ops_after"]
@@ -36,7 +37,7 @@ def test_default_quantization_int4_block_32_level_4_and_tied_lookup(zoo, tmp_pat
 
 
 def test_no_quantize_keeps_float_weights_and_inputs_embeds(zoo, tmp_path):
-    rep = run_fuse(zoo.source("split", "torchscript"), tmp_path / "out", None, lambda _: None, quantize=False)
+    rep = run_fuse(zoo.source("split", "torchscript"), tmp_path / "out", quantize=False)
     assert "quantize" not in rep and "MatMulNBits" not in rep["ops_after"] and rep["ops_after"]["MatMul"] > 0
     assert ir.load(tmp_path / "out" / "decoder.onnx").graph.inputs[0].name == "inputs_embeds"
 
@@ -45,11 +46,11 @@ def test_quantizing_needs_the_embedding_table_beside_the_source(zoo, tmp_path):
     merged = zoo.source("merged", "torchscript")
     for f in merged.parent.glob("decoder_model_merged.onnx*"):
         shutil.copyfile(f, tmp_path / f.name)
-    with pytest.raises(FileNotFoundError, match="config.json and embed_tokens.bin.*--no-quantize"):
-        run_fuse(tmp_path / merged.name, tmp_path / "out", None, lambda _: None)
-    run_fuse(tmp_path / merged.name, tmp_path / "out", None, lambda _: None, quantize=False)
+    with pytest.raises(SourceError, match="config.json and embed_tokens.bin.*--no-quantize"):
+        run_fuse(tmp_path / merged.name, tmp_path / "out")
+    run_fuse(tmp_path / merged.name, tmp_path / "out", quantize=False)
 
 
 def test_missing_source_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="split-layout folder or a merged"):
-        run_fuse(tmp_path / "nope", tmp_path / "out", None, lambda _: None)
+    with pytest.raises(SourceError, match="split-layout folder or a merged"):
+        run_fuse(tmp_path / "nope", tmp_path / "out")

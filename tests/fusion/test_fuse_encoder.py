@@ -2,6 +2,7 @@
 exporters, against the unfused graph on onnxruntime CPU."""
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from webbuild.fusion import encoder_attention
 from webbuild.graph.ir import census
-from webbuild.build.fuse import run_fuse
+from webbuild.build.fuse import run_fuse, summary
 from webbuild.fusion.fuse_encoder import fuse_encoder
 from tests.fusion.encoder_graphs import attention_graph
 from webbuild.fusion.validate import check
@@ -88,13 +89,14 @@ def test_unrecognised_attention_stays_valid_and_is_reported():
     check(model)
 
 
-def test_webbuild_fuse_reports_the_encoder_as_a_second_graph(zoo, tmp_path):
-    lines = []
-    rep = run_fuse(zoo.source("merged", "torchscript"), tmp_path / "out", tmp_path / "r.json", lines.append,
-                   quantize=False)
+def test_webbuild_fuse_reports_the_encoder_as_a_second_graph(zoo, tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="webbuild"):
+        rep = run_fuse(zoo.source("merged", "torchscript"), tmp_path / "out", tmp_path / "r.json", quantize=False)
     enc = json.loads((tmp_path / "r.json").read_text())["encoder"]
     assert enc == rep["encoder"] and enc["ops_after"]["MultiHeadAttention"] == LAYERS
     assert len(list(ir.load(tmp_path / "out" / "encoder.onnx").graph)) == enc["nodes_after"]
+    lines = summary(rep)
     table = lines[lines.index("encoder:"):]
     assert next(line for line in table if line.startswith("MultiHeadAttention")).split()[1:] == ["0", "->", "4"]
-    assert table[-1].startswith("wrote") and table[-1].endswith(f"({enc['nodes_before']} -> {enc['nodes_after']} nodes)")
+    nodes = f"({enc['nodes_before']} -> {enc['nodes_after']} nodes)"
+    assert caplog.messages[-1] == f"wrote {tmp_path / 'out' / 'encoder.onnx'} {nodes}"

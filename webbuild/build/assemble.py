@@ -22,6 +22,9 @@ from pathlib import Path
 import onnx
 from tokenizers import Tokenizer
 
+from webbuild.build.state import Variant
+from webbuild.errors import BuildError
+from webbuild.graph.census import op_census
 from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX
 from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE, runtime_names
 
@@ -34,18 +37,10 @@ WEBGPU_GQA_PREFILL_CHUNK = 31
 DEFAULT_MAX_NEW_TOKENS = 200
 
 
-class AssembleError(ValueError):
-    """The source cannot be turned into the runtime's model folder; the message says why."""
-
-
 def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = None,
-                   encoder: Path | None = None) -> dict:
-    """Write the runtime's fp32 model files into `out`; return {variant: Variant dict}.
-
-    A variant: {"dir": folder, "dtype": float type of audio_features / past / present,
-    "files": {role: file name}}, roles: encoder, encoder_data, decoder, decoder_data, embed
-    (embed only for decoders that take inputs_embeds). The quantize stage returns the same shape
-    (see `quantized_variants`).
+                   encoder: Path | None = None) -> Variant:
+    """Write the runtime's fp32 model files into `out`; return them as the fp32 variant, roles encoder,
+    encoder_data, decoder, decoder_data, embed (embed only for decoders that take inputs_embeds).
 
     `decoder` is a ready decoder graph with the merged interface (the fuse stage's output);
     without it a merged-layout source's decoder is used as is. `encoder`: the fuse stage's encoder,
@@ -54,35 +49,25 @@ def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = 
     out.mkdir(parents=True, exist_ok=True)
     if decoder is None:
         if layout != "merged":
-            raise AssembleError(
-                f"{source}: a {layout} source needs the fuse stage to make one decoder graph "
-                "(ctx.state['decoder']); until it is wired into the build use a merged-layout source")
+            raise BuildError(f"{source}: a {layout} source needs the fuse stage to make one decoder graph")
         decoder = source / "decoder_model_merged.onnx"
     save_graph(decoder, out / "decoder.onnx")
     _encoder(encoder or source / "encoder.onnx", out / "encoder.onnx")
     shutil.copyfile(source / "embed_tokens.bin", out / "embed_tokens.bin")
     cfg = json.loads((source / "config.json").read_text())
     tok = Tokenizer.from_file(str(source / "tokenizer.json"))
-    rt = runtime_config(cfg, tok, prefill_chunk=WEBGPU_GQA_PREFILL_CHUNK if _has_gqa(out / "decoder.onnx") else 0)
+    has_gqa = "GroupQueryAttention" in op_census(out / "decoder.onnx")
+    rt = runtime_config(cfg, tok, prefill_chunk=WEBGPU_GQA_PREFILL_CHUNK if has_gqa else 0)
     (out / RUNTIME_FILE).write_text(json.dumps(rt, indent=1) + "\n")
     (out / TOKENS_FILE).write_bytes(token_table(tok))
     shutil.copyfile(source / "config.json", out / "config.json")  # what the quantize stage reads
-    return {"fp32": {"dir": out, "dtype": "float32", "files": _present(out, {
+    return Variant("fp32", out, present_files(out, {
         "encoder": "encoder.onnx", "encoder_data": "encoder.onnx.data",
-        "decoder": "decoder.onnx", "decoder_data": "decoder.onnx.data", "embed": "embed_tokens.bin"})}}
+        "decoder": "decoder.onnx", "decoder_data": "decoder.onnx.data", "embed": "embed_tokens.bin"}))
 
 
-def quantized_variants(out: Path, report: dict) -> dict:
-    """Variants in `assemble_model`'s shape from `webbuild.quantize.variants.quantize_variants`'s report."""
-    found = {}
-    for v, r in report["variants"].items():
-        dec, enc = r["decoder"]["file"], r["encoder"]["file"]
-        found[v] = {"dir": out, "dtype": "float16" if v == "fp16" else "float32", "files": _present(out, {
-            "encoder": enc, "encoder_data": enc + ".data", "decoder": dec, "decoder_data": dec + ".data"})}
-    return found
-
-
-def _present(folder: Path, roles: dict[str, str]) -> dict[str, str]:
+def present_files(folder: Path, roles: dict[str, str]) -> dict[str, str]:
+    """`roles` (role -> file name) without the files `folder` lacks."""
     return {role: name for role, name in roles.items() if (folder / name).is_file()}
 
 
@@ -98,7 +83,7 @@ def save_graph(src: Path, dest: Path) -> None:
         shutil.copyfile(src, dest)
         return
     if len(locations) > 1:
-        raise AssembleError(f"{src}: external data spread over {sorted(locations)}; expected one file")
+        raise BuildError(f"{src}: external data spread over {sorted(locations)}; expected one file")
     data_name = dest.name + ".data"
     shutil.copyfile(src.parent / locations.pop(), dest.parent / data_name)
     for t in _external_tensors(model):
@@ -121,12 +106,7 @@ def _encoder(src: Path, dest: Path) -> None:
 
         add_mel_frontend(src, dest)
     else:
-        raise AssembleError(f"{src}: expected one encoder input named 'pcm' or 'mel', found {inputs}")
-
-
-def _has_gqa(graph: Path) -> bool:
-    model = onnx.load(str(graph), load_external_data=False)
-    return any(n.op_type == "GroupQueryAttention" for n in model.graph.node)
+        raise BuildError(f"{src}: expected one encoder input named 'pcm' or 'mel', found {inputs}")
 
 
 def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0) -> dict:

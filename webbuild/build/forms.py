@@ -10,14 +10,11 @@ run the explicit form (fusion.qk_norm_in_gqa has both directions).
 from __future__ import annotations
 
 import shutil
-from collections import Counter
 from pathlib import Path
 
-import onnx
-
 from webbuild.fusion import qk_norm_in_gqa
-from webbuild.graph.files import rewrite_file
 from webbuild.fusion.report import Report
+from webbuild.graph.files import rewrite_file
 from webbuild.quantize.wasm_twin import twin_name, wasm_graph
 
 
@@ -44,9 +41,3 @@ def webgpu_decoder(folder: Path, name: str, wasm_twin: bool) -> str | None:
     if moved:
         webgpu.replace(path)
     return twin.name if wasm_twin and (moved or rewritten) else None
-
-
-def op_counts(path: Path) -> dict[str, int]:
-    """op type -> nodes of the graph at `path` (weights not loaded)."""
-    graph = onnx.load(str(path), load_external_data=False).graph
-    return dict(Counter(n.op_type for n in graph.node).most_common())

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from webbuild.errors import BuildError
 from webbuild.reference.mel import HOP, N_FFT, hann_window, mel_filters
 
 N_BINS = N_FFT // 2 + 1
@@ -90,12 +91,12 @@ def add_mel_frontend(encoder_in: Path, encoder_out: Path) -> None:
     g = encoder.graph
     names = [i.name for i in g.input]
     if names != ["mel"]:
-        raise ValueError(f"{encoder_in}: expected one input named 'mel', found {names}")
+        raise BuildError(f"{encoder_in}: expected one input named 'mel', found {names}")
     opset = next(o.version for o in encoder.opset_import if o.domain in ("", "ai.onnx"))
     front = mel_graph(opset).graph
     clash = _names(front) & _names(g) - {"mel"}
     if clash:
-        raise ValueError(f"{encoder_in}: names {sorted(clash)[:5]} clash with the mel front-end's")
+        raise BuildError(f"{encoder_in}: names {sorted(clash)[:5]} clash with the mel front-end's")
     nodes = [*front.node, *g.node]
     del g.node[:]
     g.node.extend(nodes)
@@ -119,7 +120,7 @@ def _move_external_data(model: onnx.ModelProto, src: Path, dest: Path) -> None:
     if not locations:
         return
     if len(locations) > 1:
-        raise ValueError(f"{src}: external data spread over {sorted(locations)}; expected one file")
+        raise BuildError(f"{src}: external data spread over {sorted(locations)}; expected one file")
     data = dest.with_name(dest.name + ".data")
     shutil.copyfile(src.parent / locations.pop(), data)
     for e in entries:

@@ -1,40 +1,48 @@
-"""`webbuild fuse SRC -o OUT [--report R.json] [--no-quantize]` as a plain function (the CLI wiring lives in webbuild/)."""
+"""`webbuild fuse SRC -o OUT [--report R.json] [--no-quantize]` as plain functions (the CLI wiring: webbuild.cli)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import resource
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from webbuild.fusion.fuse import fuse_decoder, save
+from webbuild.config import Quantize
+from webbuild.errors import SourceError
+from webbuild.fusion.fuse import SPLIT_INIT, fuse_decoder, save
 from webbuild.fusion.fuse_encoder import ENCODER as ENCODER_NAME
 from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.fusion.validate import check_file
+from webbuild.graph.census import op_census
 
 OUT_NAME = "decoder.onnx"
+log = logging.getLogger(__name__)
 
 
-def run_fuse(src: Path, out: Path, report: Path | None = None, progress: Callable[[str], None] = print,
-             quantize: bool = True, pack_qkv: bool = True, prune_lm_head: bool = True) -> dict:
+def run_fuse(src: Path, out: Path, report: Path | None = None, quantize: bool = True, pack_qkv: bool = True,
+             prune_lm_head: bool = True) -> dict:
     """Fuse the decoder of SRC (split-layout folder or merged .onnx) into OUT/decoder.onnx(.data), and
     the encoder beside it into OUT/encoder.onnx (report under "encoder"; see `run_fuse_encoder`).
 
     With `quantize` (`webbuild fuse` without --no-quantize) the build's default quantization follows
-    (see `quantize_in_place`). Prints the op table (op, nodes before -> after) through `progress`;
-    returns the report dict and writes it to `report` when given. `pack_qkv` and `prune_lm_head` go
-    to fusion.fuse.fuse_decoder. Raises when the result is not a valid onnxruntime graph."""
+    (see `quantize_in_place`). Returns the report dict (`summary` prints it) and writes it to `report`
+    when given; logs what was not fused and the files written. `pack_qkv` and `prune_lm_head` go to
+    fusion.fuse.fuse_decoder. Raises when the result is not a valid onnxruntime graph."""
+    src, out = Path(src), Path(out)
+    _check_source(src)
+    side = _side_dir(src) if quantize else None  # checked first: no partial output
     t0 = time.perf_counter()
-    side = _side_dir(Path(src)) if quantize else None  # checked first: no partial output
-    progress(f"fusing {src}")
-    model, rep = fuse_decoder(Path(src), pack_qkv=pack_qkv, prune_lm_head_=prune_lm_head)
+    log.debug(f"fusing {src}")
+    model, rep = fuse_decoder(src, pack_qkv=pack_qkv, prune_lm_head_=prune_lm_head)
     t1 = time.perf_counter()
-    path = save(model, Path(out), OUT_NAME)
+    path = save(model, out, OUT_NAME)
     del model
     seconds = {"fuse": round(t1 - t0, 2)}
     if quantize:
-        progress("quantizing (int4 MatMulNBits, block 32, accuracy level 4; int4 embedding lookup)")
+        q = Quantize()
+        log.info(f"quantizing (int{q.bits} MatMulNBits, block {q.block_size}, accuracy level {q.accuracy_level}; "
+                 "int4 embedding lookup)")
         rep["quantize"] = quantize_in_place(path, side)
         rep.update(ops_fused=rep["ops_after"], ops_after=rep["quantize"].pop("ops"))
         rep["nodes_after"] = sum(rep["ops_after"].values())
@@ -44,8 +52,8 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, progress: Callabl
     rep.update(source=str(src), output=str(path),
                seconds=seconds | {"save_and_check": round(time.perf_counter() - t2, 2)},
                peak_rss_mib=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1))
-    _print(rep, path, progress)
-    encoder = run_fuse_encoder(Path(src), Path(out), progress)
+    _log_result(rep, path)
+    encoder = run_fuse_encoder(src, out)
     if encoder is not None:
         rep["encoder"] = encoder
         rep["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
@@ -55,7 +63,7 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, progress: Callabl
     return rep
 
 
-def run_fuse_encoder(src: Path, out: Path, progress: Callable[[str], None] = print) -> dict | None:
+def run_fuse_encoder(src: Path, out: Path) -> dict | None:
     """Fuse the encoder beside SRC's decoder (SRC/encoder.onnx, or next to a merged .onnx) into
     OUT/encoder.onnx(.data), weights left float (the build quantizes them per encoder.precision);
     None when the source has no encoder. Returns its report (census before/after, what was not fused)."""
@@ -63,54 +71,61 @@ def run_fuse_encoder(src: Path, out: Path, progress: Callable[[str], None] = pri
     if not src.is_file():
         return None
     t0 = time.perf_counter()
+    log.debug(f"fusing {src}")
     model, rep = fuse_encoder(src)
     path = save(model, out, ENCODER_NAME)
     del model
     check_file(path)
     rep.update(source=str(src), output=str(path), seconds={"fuse_save_and_check": round(time.perf_counter() - t0, 2)})
-    progress("encoder:")
-    _print(rep, path, progress)
+    _log_result(rep, path)
     return rep
 
 
-def _print(rep: dict, path: Path, progress: Callable[[str], None]) -> None:
-    for line in op_table(rep["ops_before"], rep["ops_after"]):
-        progress(line)
+def _log_result(rep: dict, path: Path) -> None:
     for miss in rep["not_fused"]:
-        progress(f"not fused ({miss['rule']}) at {miss['at']}: {miss['why']}")
-    for note in rep["notes"]:
-        progress(f"note: {note}")
-    progress(f"wrote {path} ({rep['nodes_before']} -> {rep['nodes_after']} nodes)")
+        log.info(f"not fused ({miss['rule']}) at {miss['at']}: {miss['why']}")
+    log.info(f"wrote {path} ({rep['nodes_before']} -> {rep['nodes_after']} nodes)")
+
+
+def summary(rep: dict) -> list[str]:
+    """A run_fuse report as lines: the op table and notes of the decoder, then of the encoder after "encoder:"."""
+    lines = [*op_table(rep["ops_before"], rep["ops_after"]), *(f"note: {note}" for note in rep["notes"])]
+    if "encoder" in rep:
+        lines += ["encoder:", *summary(rep["encoder"])]
+    return lines
 
 
 def quantize_in_place(path: Path, side: Path) -> dict:
-    """The build's default quantization (webbuild.quantize: int4 symmetric MatMulNBits, block 32,
-    accuracy level 4; the embeddings an int4 GatherBlockQuantized lookup, sharing lm_head's weight when
+    """The build's default quantization (webbuild.quantize with `Quantize()`, model.yaml's defaults: int4
+    symmetric MatMulNBits; the embeddings an int4 GatherBlockQuantized lookup, sharing lm_head's weight when
     tied) of the saved graph at `path`. The graph then takes input_ids, audio_features and audio_offset
     instead of inputs_embeds, as the build's decoders do. `side`: where config.json and
     embed_tokens.bin are. Returns the quantize report with the new op census under "ops"."""
-    from collections import Counter
-
     from webbuild.quantize.lazy import load_lazily
-    from webbuild.quantize.settings import QuantSettings
     from webbuild.quantize.variants import embed_table, quantize_decoder, save_model
 
-    s = QuantSettings()
+    s = Quantize()
     table, cfg = embed_table(side)
     # float weights read one at a time, as the build's quantize stage does (webbuild.quantize.lazy)
     model, rep = quantize_decoder(load_lazily(path), table, cfg, s)
     save_model(model, path)
-    return {"settings": s.__dict__ | {"exclude": list(s.exclude)}, **rep,
-            "ops": dict(Counter(n.op_type for n in model.graph.node).most_common())}
+    return {"settings": s.model_dump(), **rep, "ops": op_census(model)}
+
+
+def _check_source(src: Path) -> None:
+    """The decoder graph fusion.fuse.load_source will read: a missing one is the user's to fix."""
+    path = src / SPLIT_INIT if src.is_dir() else src
+    if not path.is_file():
+        raise SourceError(f"{path}: not found; give a split-layout folder or a merged decoder .onnx")
 
 
 def _side_dir(src: Path) -> Path:
     """The folder of config.json and embed_tokens.bin, which quantization needs."""
     side = src if src.is_dir() else src.parent
     missing = [n for n in ("config.json", "embed_tokens.bin") if not (side / n).is_file()]
-    if missing and src.exists():  # a missing source gets load_source's error
-        raise FileNotFoundError(f"{side}: quantization needs {' and '.join(missing)} beside the decoder "
-                                "(the embedding table becomes an int4 lookup); add them or pass --no-quantize")
+    if missing:
+        raise SourceError(f"{side}: quantization needs {' and '.join(missing)} beside the decoder "
+                          "(the embedding table becomes an int4 lookup); add them or pass --no-quantize")
     return side
 
 

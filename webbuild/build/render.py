@@ -15,16 +15,13 @@ from pathlib import Path
 import jinja2
 
 from webbuild.config import BuildConfig
+from webbuild.errors import BuildError
 from webbuild.site.contract import ORT_DIR, ORT_MODULES, SAMPLES_FILE
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "template"
 REPO = TEMPLATE_DIR.parents[1]  # package.json and node_modules/ (npm ci)
 SKIP = {"tests", "__init__.py", "__pycache__", "_headers.j2"}
 ORT_PACKAGE = "onnxruntime-web"  # its file names: webbuild.site.contract
-
-
-class RenderError(ValueError):
-    """The site cannot be rendered; the message says what to do."""
 
 
 def ort_dist() -> Path:
@@ -34,10 +31,10 @@ def ort_dist() -> Path:
     try:
         have = json.loads((pkg / "package.json").read_text())["version"]
     except OSError:
-        raise RenderError(f"{pkg} is missing; run `make setup` (npm ci) to install the pinned "
-                          f"{ORT_PACKAGE} {pinned}") from None
+        raise BuildError(f"{pkg} is missing; run `make setup` (npm ci) to install the pinned "
+                         f"{ORT_PACKAGE} {pinned}") from None
     if have != pinned:
-        raise RenderError(f"{pkg} is version {have}, package.json pins {pinned}; run `npm ci`")
+        raise BuildError(f"{pkg} is version {have}, package.json pins {pinned}; run `npm ci`")
     return pkg / "dist"
 
 

@@ -1,26 +1,21 @@
-"""build-report.json: per-graph op census, file sizes, shard figures, stage timings and memory."""
+"""build-report.json: per-graph op census, file sizes, shard figures, stage timings and memory.
+
+One naming convention: a graph is described by `{"nodes": N, "ops": {op type: count}}` (see `census`),
+nested under what it is: graphs.<name>.source / .fused, variants.<name>.decoder (plus its "bytes") and
+variants.<name>.encoder; sizes end in `_bytes` (or are a file's "bytes"), times in `seconds`.
+"""
 
 from __future__ import annotations
 
 import json
 import resource
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import onnx
 
-
-def op_census(model: onnx.ModelProto) -> dict[str, int]:
-    """op type -> count over the main graph (domain-qualified for non-default domains)."""
-    ops = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}" for n in model.graph.node)
-    return dict(sorted(ops.items()))
-
-
-def graph_census(path: Path) -> dict:
-    model = onnx.load(str(path), load_external_data=False)
-    ops = op_census(model)
-    return {"nodes_before": sum(ops.values()), "ops_before": ops}
+def census(ops: dict[str, int]) -> dict:
+    """A graph's entry in the report, from its op census (webbuild.graph.census.op_census)."""
+    return {"nodes": sum(ops.values()), "ops": ops}
 
 
 def peak_rss_bytes() -> int:
@@ -30,8 +25,8 @@ def peak_rss_bytes() -> int:
 @dataclass
 class BuildReport:
     name: str
-    graphs: dict[str, dict] = field(default_factory=dict)
-    variants: dict[str, dict] = field(default_factory=dict)
+    graphs: dict[str, dict] = field(default_factory=dict)  # graph -> {"source": census, "fused": census}
+    variants: dict[str, dict] = field(default_factory=dict)  # variant -> {"decoder", "encoder", "check", "files"}
     quantize: dict = field(default_factory=dict)
     files: dict = field(default_factory=dict)
     stages: list[dict] = field(default_factory=list)
@@ -49,7 +44,7 @@ class BuildReport:
     def table(self) -> str:
         rows = [f"{'graph':<24}{'nodes before':>14}{'nodes after':>13}"]
         for name, g in self.graphs.items():
-            rows.append(f"{name:<24}{g.get('nodes_before', ''):>14}{g.get('nodes_after', '-'):>13}")
+            rows.append(f"{name:<24}{g['source']['nodes']:>14}{g.get('fused', {}).get('nodes', '-'):>13}")
         rows.append(f"files: {self.files.get('count')}  total {self.files.get('total_bytes', 0) / 1e6:.1f} MB  "
                     f"largest {self.files.get('max_file_bytes', 0) / 1e6:.1f} MB")
         rows += [f"stage {s['name']:<12}{s['seconds']:8.1f}s  peak {s['peak_rss_bytes'] / 2**20:8.0f} MiB"

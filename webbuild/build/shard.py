@@ -31,9 +31,11 @@ import hashlib
 import os
 import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
+from webbuild.errors import BuildError
 from webbuild.site.manifest import (
     BROWSER_MAX_FILE_BYTES,
     DEFAULT_MAX_BYTES,
@@ -48,10 +50,6 @@ from webbuild.site.manifest import (
 _BLOCK = 1 << 20  # streaming block; keeps memory flat whatever the file size
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _SHARD_RE = re.compile(r"\.[0-9a-f]{16}\.bin$")
-
-
-class ShardError(ValueError):
-    """Bad input to the packaging stage; the message names the offending file."""
 
 
 def shard_files(
@@ -94,22 +92,22 @@ def shard_files(
 
 def _check_inputs(files, model_id, variants, max_bytes) -> None:
     if not isinstance(max_bytes, int) or max_bytes < 1:
-        raise ShardError(f"shard max_bytes must be a positive integer, got {max_bytes!r}")
+        raise BuildError(f"shard max_bytes must be a positive integer, got {max_bytes!r}")
     if not model_id or _SAFE.search(model_id):
-        raise ShardError(f"model_id {model_id!r} must be non-empty and use only A-Z a-z 0-9 . _ -")
+        raise BuildError(f"model_id {model_id!r} must be non-empty and use only A-Z a-z 0-9 . _ -")
     if not files:
-        raise ShardError("no files to shard")
+        raise BuildError("no files to shard")
     for name, src in files.items():
         if not name or name.startswith(("/", ".")) or "\\" in name:
-            raise ShardError(f"logical file name {name!r} must be a relative name")
+            raise BuildError(f"logical file name {name!r} must be a relative name")
         if not Path(src).is_file():
-            raise ShardError(f"{name}: source {src} does not exist or is not a regular file")
+            raise BuildError(f"{name}: source {src} does not exist or is not a regular file")
     for vname, v in variants.items():
         missing = [f for f in v.get("files", ()) if f not in files] if isinstance(v, Mapping) else None
         if missing is None or "files" not in v:
-            raise ShardError(f"variant {vname!r} must be a mapping with a 'files' list")
+            raise BuildError(f"variant {vname!r} must be a mapping with a 'files' list")
         if missing:
-            raise ShardError(f"variant {vname!r} names files that are not packaged: {', '.join(missing)}")
+            raise BuildError(f"variant {vname!r} names files that are not packaged: {', '.join(missing)}")
 
 
 def _check_browser_sizes(files, limit) -> None:
@@ -118,7 +116,7 @@ def _check_browser_sizes(files, limit) -> None:
     for name, src in files.items():
         size = Path(src).stat().st_size
         if limit is not None and size > limit:
-            raise ShardError(f"{name}: {size / 2**30:.2f} GiB is more than a browser can hold in one buffer "
+            raise BuildError(f"{name}: {size / 2**30:.2f} GiB is more than a browser can hold in one buffer "
                              f"({limit / 2**30:.2f} GiB); quantize it or split the external data per graph")
 
 
@@ -142,7 +140,7 @@ def _shard_one(name: str, src: Path, shard_dir: Path, max_bytes: int, shards: di
     except OSError as e:
         for tmp in shard_dir.glob(f".{stem}.*.tmp"):  # no half-written leftovers in dist/
             tmp.unlink()
-        raise ShardError(f"{name}: cannot shard {src}: {e}") from e
+        raise BuildError(f"{name}: cannot shard {src}: {e}") from e
     # An empty file has no parts: no shard, and the loader allocates a zero-length buffer.
     return {"size": size, "sha256": whole.hexdigest(), "parts": parts}
 
@@ -204,7 +202,7 @@ def main(argv=None) -> int:
         m = shard_files(files, args.out_dir, model_id=args.model_id, variants=variants,
                         max_bytes=args.max_bytes,
                         max_file_bytes=None if args.no_browser_limit else BROWSER_MAX_FILE_BYTES)
-    except ShardError as e:
+    except BuildError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"{len(m['shards'])} shards, {m['total_bytes']} bytes, version {m['version'][:16]}")
@@ -214,7 +212,7 @@ def main(argv=None) -> int:
 def _split_eq(arg: str) -> tuple[str, str]:
     name, sep, value = arg.partition("=")
     if not sep:
-        raise ShardError(f"expected NAME=VALUE, got {arg!r}")
+        raise BuildError(f"expected NAME=VALUE, got {arg!r}")
     return name, value
 
 

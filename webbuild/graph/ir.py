@@ -8,6 +8,8 @@ import numpy as np
 import onnx_ir as ir
 import onnx_ir.passes.common  # noqa: F401  (registers ir.passes.common)
 
+from webbuild.graph.census import op_census as census  # noqa: F401  (the rules' name for it)
+
 MS = "com.microsoft"
 _ids = itertools.count()
 
@@ -122,14 +124,6 @@ def width(v: ir.Value) -> int | None:
 def dead_code_elimination(model: ir.Model) -> None:
     ir.passes.common.RemoveUnusedNodesPass()(model)
     ir.passes.common.TopologicalSortPass()(model)
-
-
-def census(model: ir.Model) -> dict[str, int]:
-    """op_type -> node count of the main graph (contrib ops by their plain name)."""
-    counts: dict[str, int] = {}
-    for n in model.graph:
-        counts[n.op_type] = counts.get(n.op_type, 0) + 1
-    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
 def import_ms_domain(graph: ir.Graph) -> None:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import onnx
 from onnx import TensorProto, helper
 
+from webbuild.config import Quantize
 from webbuild.quantize.matmul_nbits import quantize_matmuls
 from webbuild.quantize.precision import to_fp16
-from webbuild.quantize.settings import QuantSettings
 
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
 FRONTEND_PREFIX = "fe_"
@@ -29,7 +29,7 @@ def encoder_variant(model: onnx.ModelProto, precision: str, variant: str, accura
     if precision == "fp16" and variant == "fp32":
         precision = "fp32"  # the fp32 variant is for adapters without shader-f16: no fp16 compute
     if precision in ("int8", "int4"):
-        model = quantize_matmuls(model, QuantSettings(bits=int(precision[3:]), accuracy_level=accuracy_level))
+        model = quantize_matmuls(model, Quantize(bits=int(precision[3:]), accuracy_level=accuracy_level))
     if precision == "fp16" or (precision != "fp32" and variant == "fp16"):
         model = to_fp16(model, keep_io=[i.name for i in model.graph.input], extra_fp32_prefixes=(FRONTEND_PREFIX,))
     _cast_output(model, _ELEM[variant])

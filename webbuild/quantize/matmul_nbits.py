@@ -22,8 +22,8 @@ from onnxruntime.quantization.matmul_nbits_quantizer import (
     MatMulNBitsQuantizer,
 )
 
+from webbuild.config import Quantize
 from webbuild.quantize.packing import n_blocks, pack_codes
-from webbuild.quantize.settings import QuantSettings
 
 MS_DOMAIN = "com.microsoft"
 
@@ -62,7 +62,7 @@ def gemm_to_matmul(model: onnx.ModelProto) -> int:
     return count
 
 
-def quantize_matmuls(model: onnx.ModelProto, s: QuantSettings) -> onnx.ModelProto:
+def quantize_matmuls(model: onnx.ModelProto, s: Quantize) -> onnx.ModelProto:
     """Quantize every MatMul (and Gemm, rewritten) whose B is a constant initializer, except the excluded."""
     if s.method == "none":
         return model
@@ -86,7 +86,7 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _hqq_fixups(model: onnx.ModelProto, s: QuantSettings) -> None:
+def _hqq_fixups(model: onnx.ModelProto, s: Quantize) -> None:
     inits = {t.name: t for t in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type != "MatMulNBits" or node.domain != MS_DOMAIN:

@@ -13,9 +13,9 @@ import onnx
 from onnx import numpy_helper
 from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, DefaultWeightOnlyQuantizer
 
+from webbuild.config import Quantize
 from webbuild.quantize.matmul_nbits import MS_DOMAIN, _attrs
 from webbuild.quantize.packing import dequantize
-from webbuild.quantize.settings import QuantSettings
 
 
 def block_quantize(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -25,7 +25,7 @@ def block_quantize(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarra
     return packed, scales
 
 
-def requantize(model: onnx.ModelProto, s: QuantSettings) -> list[str]:
+def requantize(model: onnx.ModelProto, s: Quantize) -> list[str]:
     """Re-quantize MatMulNBits nodes whose bits or block_size differ from `s`; returns their names."""
     inits = {t.name: t for t in model.graph.initializer}
     done = []
@@ -41,12 +41,12 @@ def requantize(model: onnx.ModelProto, s: QuantSettings) -> list[str]:
     return done
 
 
-def _needs(node: onnx.NodeProto, s: QuantSettings) -> bool:
+def _needs(node: onnx.NodeProto, s: Quantize) -> bool:
     a = _attrs(node)
     return a["block_size"] != s.block_size or a["bits"] != s.bits
 
 
-def _requantize_node(node: onnx.NodeProto, inits: dict, s: QuantSettings) -> list[onnx.TensorProto]:
+def _requantize_node(node: onnx.NodeProto, inits: dict, s: Quantize) -> list[onnx.TensorProto]:
     a = _attrs(node)
     get = lambda i: numpy_helper.to_array(inits[node.input[i]]) if len(node.input) > i and node.input[i] else None  # noqa: E731
     scales = get(2)

@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import onnx
 
+from webbuild.config import Quantize
+from webbuild.errors import SourceError
+from webbuild.graph.census import op_census
 from webbuild.quantize.embeddings import add_input_ids
 from webbuild.quantize.encoder import encoder_variant
 from webbuild.quantize.lazy import load_deferred, load_lazily
 from webbuild.quantize.matmul_nbits import quantize_matmuls
 from webbuild.quantize.precision import to_fp16
 from webbuild.quantize.requantize import requantize
-from webbuild.quantize.settings import QuantSettings
 
 DECODER_SOURCES = ("decoder.onnx", "decoder_model_merged.onnx")
 VARIANTS = ("fp16", "fp32")
@@ -45,7 +46,7 @@ def decoder_source(model_dir: Path) -> Path:
     for name in DECODER_SOURCES:
         if (Path(model_dir) / name).is_file():
             return Path(model_dir) / name
-    raise FileNotFoundError(f"{model_dir}: none of {', '.join(DECODER_SOURCES)}")
+    raise SourceError(f"{model_dir}: none of {', '.join(DECODER_SOURCES)}")
 
 
 def embed_table(model_dir: Path) -> tuple[np.ndarray, dict]:
@@ -66,7 +67,7 @@ def save_model(model: onnx.ModelProto, path: Path) -> int:
     return sum(p.stat().st_size for p in (path, path.with_name(path.name + ".data")) if p.exists())
 
 
-def quantized_decoder(model_dir: Path, s: QuantSettings) -> tuple[onnx.ModelProto, dict]:
+def quantized_decoder(model_dir: Path, s: Quantize) -> tuple[onnx.ModelProto, dict]:
     """The fp32 decoder of `model_dir` with MatMulNBits weights and the input_ids lookup; its float
     MatMul weights are read one at a time as they are quantized (webbuild.quantize.lazy)."""
     src = decoder_source(model_dir)
@@ -76,7 +77,7 @@ def quantized_decoder(model_dir: Path, s: QuantSettings) -> tuple[onnx.ModelProt
 
 
 def quantize_decoder(model: onnx.ModelProto, table: np.ndarray, cfg: dict,
-                     s: QuantSettings) -> tuple[onnx.ModelProto, dict]:
+                     s: Quantize) -> tuple[onnx.ModelProto, dict]:
     """MatMulNBits weights and the int4 input_ids lookup (`table`: the float embeddings, `cfg`: the
     source's config.json) for a decoder taking inputs_embeds; returns (model, report)."""
     report = {"requantized": requantize(model, s) if s.method != "none" else []}
@@ -87,15 +88,15 @@ def quantize_decoder(model: onnx.ModelProto, table: np.ndarray, cfg: dict,
     return model, report
 
 
-def quantize_variants(model_dir: Path, out_dir: Path, quantize=None, variants=VARIANTS,
+def quantize_variants(model_dir: Path, out_dir: Path, quantize: Quantize | None = None, variants=VARIANTS,
                       encoder_precision: str = "fp32") -> dict:
-    """Write every variant's decoder and encoder into `out_dir`; returns the report (see module doc)."""
-    s = quantize if isinstance(quantize, QuantSettings) else (
-        QuantSettings.from_config(quantize) if quantize is not None else QuantSettings())
+    """Write every variant's decoder and encoder into `out_dir`; returns the report (see module doc).
+    `quantize`: model.yaml's settings, its defaults when None."""
+    s = quantize or Quantize()
     out_dir = Path(out_dir)
     start = time.monotonic()
     decoder, report = quantized_decoder(Path(model_dir), s)
-    report.update(settings=s.__dict__ | {"exclude": list(s.exclude)}, encoder_precision=encoder_precision, variants={})
+    report.update(settings=s.model_dump(), encoder_precision=encoder_precision, variants={})
     for v in variants:
         if v not in VARIANTS:
             raise ValueError(f"variant {v!r}: expected one of {', '.join(VARIANTS)}")
@@ -105,7 +106,7 @@ def quantize_variants(model_dir: Path, out_dir: Path, quantize=None, variants=VA
                               ENCODER_ACCURACY_LEVEL)
         report["variants"][v] = {
             "decoder": {"file": f"decoder.{v}.onnx", "bytes": save_model(dec, out_dir / f"decoder.{v}.onnx"),
-                        "ops": dict(Counter(n.op_type for n in dec.graph.node))},
+                        "ops": op_census(dec)},
             "encoder": {"file": f"encoder.{v}.onnx", "bytes": save_model(enc, out_dir / f"encoder.{v}.onnx")},
         }
     report["seconds"] = round(time.monotonic() - start, 2)

@@ -21,14 +21,11 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 
+from webbuild.errors import BuildError
 
 # float32 bytes of folded weights above which MatMulNBits stays (a wasm32 heap has 4 GiB in all)
 WASM_FLOAT_WEIGHTS_MAX = 1 << 30
 _C = "wasm_twin/"  # shared constants
-
-
-class WasmTwinError(ValueError):
-    """A quantized operator of a form the twin cannot spell in standard ops."""
 
 
 def twin_name(name: str) -> str:
@@ -86,7 +83,7 @@ def _nibbles(p: str, packed: str) -> list[onnx.NodeProto]:
 def _lookup_nodes(src: Path, gbq: onnx.NodeProto, scales_type: int) -> tuple[list[onnx.NodeProto], list]:
     a = _attrs(gbq)
     if a.get("bits", 4) != 4 or a.get("gather_axis", 0) != 0 or len(gbq.input) > 3:
-        raise WasmTwinError(f"{src}: {gbq.name}: only 4-bit symmetric row lookups can be rewritten for wasm")
+        raise BuildError(f"{src}: {gbq.name}: only 4-bit symmetric row lookups can be rewritten for wasm")
     data, ids, scales = gbq.input[:3]
     p = f"{_C}{gbq.name}/"
     n = onnx.helper.make_node
@@ -109,7 +106,7 @@ def _matmul_nodes(src: Path, mm: onnx.NodeProto, scales_type: int) -> tuple[list
     a = _attrs(mm)
     k, width, bs = a["K"], a["N"], a["block_size"]
     if a.get("bits", 4) != 4 or any(x for x in mm.input[3:]):
-        raise WasmTwinError(f"{src}: {mm.name}: only 4-bit symmetric MatMulNBits without zero points, g_idx "
+        raise BuildError(f"{src}: {mm.name}: only 4-bit symmetric MatMulNBits without zero points, g_idx "
                             "or bias can be rewritten for wasm")
     blocks = -(-k // bs)
     p = f"{_C}{mm.name}/"

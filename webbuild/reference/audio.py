@@ -10,11 +10,8 @@ import numpy as np
 from scipy.io import wavfile
 from scipy.signal import resample_poly
 
+from webbuild.errors import AudioError
 from webbuild.reference.mel import SAMPLE_RATE
-
-
-class AudioError(Exception):
-    pass
 
 
 def read_wav(path: Path) -> np.ndarray:

@@ -15,14 +15,11 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from webbuild.errors import SourceError
 from webbuild.reference.mel import log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
 
 DEFAULT_MAX_NEW_TOKENS = 200
-
-
-class ModelDirError(Exception):
-    pass
 
 
 def cpu_session(path: Path) -> ort.InferenceSession:
@@ -192,7 +189,7 @@ def load_transcriber(model_dir: Path, variant: str = "fp32") -> Transcriber:
         return load_site(site, variant)
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
-        raise ModelDirError(f"{model_dir}: no config.json; pass a model folder (split or merged layout)")
+        raise SourceError(f"{model_dir}: no config.json; pass a model folder (split or merged layout)")
     cfg = json.loads(cfg_path.read_text())
     if (model_dir / "decoder_init.onnx").is_file():
         decoder = SplitDecoder(model_dir, cfg)
@@ -201,7 +198,7 @@ def load_transcriber(model_dir: Path, variant: str = "fp32") -> Transcriber:
     elif (model_dir / "decoder.onnx").is_file():  # fused decoder of a build, same interface
         decoder = MergedDecoder(model_dir, cfg, graph="decoder.onnx")
     else:
-        raise ModelDirError(f"{model_dir}: found none of decoder_init.onnx (split layout), "
+        raise SourceError(f"{model_dir}: found none of decoder_init.onnx (split layout), "
                             "decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
@@ -227,7 +224,7 @@ def load_site(site: Path, variant: str = "fp32") -> Transcriber:
 
     manifest = load_manifest(site)
     if variant not in manifest["variants"]:
-        raise ModelDirError(f"{site}: no variant {variant!r}; the site has {', '.join(manifest['variants'])}")
+        raise SourceError(f"{site}: no variant {variant!r}; the site has {', '.join(manifest['variants'])}")
     tmp = tempfile.TemporaryDirectory(prefix="webbuild-site-")
     roles = manifest["variants"][variant]  # file names by role: encoder, decoder, ...
     out = Path(tmp.name)

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from webbuild.errors import BrowserError
+
 ENV = "WEBBUILD_BROWSER"
 CHANNELS = {"chrome", "chrome-beta", "chrome-dev", "chrome-canary", "msedge", "chromium"}
 SYSTEM = ("google-chrome", "google-chrome-stable", "chromium", "chromium-browser", "/usr/bin/chromium")
@@ -54,7 +56,7 @@ def choose(explicit: str | None = None, env: dict | None = None, which=shutil.wh
             if value in CHANNELS:
                 return BrowserChoice(channel=value, source=source, gpu=gpu, args=args)
             if not Path(value).is_file():
-                raise FileNotFoundError(f"browser {value!r} ({source}) is neither a file nor one of the "
+                raise BrowserError(f"browser {value!r} ({source}) is neither a file nor one of the "
                                         f"channels {', '.join(sorted(CHANNELS))}")
             return BrowserChoice(executable=str(value), source=source, gpu=gpu, args=args)
     for name in SYSTEM:

@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from webbuild.errors import ServeError
+
 MIME = {
     ".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
     ".mjs": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
@@ -33,10 +35,6 @@ MIME = {
 ISOLATION = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 _BLOCK = 1 << 20
-
-
-class ServeError(ValueError):
-    pass
 
 
 def parse_headers_file(text: str) -> list[tuple[re.Pattern, list[tuple[str, str]]]]:
@@ -86,9 +84,11 @@ class SiteServer(ThreadingHTTPServer):
 
     def __init__(self, root: Path, host: str, port: int, base_path: str = "/", coop_coep: bool = False,
                  quiet: bool = False):
-        self.root = Path(root).resolve(strict=True)
-        if not self.root.is_dir():
+        if not Path(root).exists():
+            raise ServeError(f"{root} does not exist; build the site first (webbuild model.yaml)")
+        if not Path(root).is_dir():
             raise ServeError(f"{root} is not a folder; build the site first (webbuild model.yaml)")
+        self.root = Path(root).resolve(strict=True)
         if not (base_path.startswith("/") and base_path.endswith("/")):
             raise ServeError(f"base path must start and end with '/', got {base_path!r}")
         self.base_path, self.coop_coep, self.quiet = base_path, coop_coep, quiet
@@ -96,7 +96,10 @@ class SiteServer(ThreadingHTTPServer):
         self.rules = parse_headers_file(headers_file.read_text()) if headers_file.is_file() else []
         self.log: list[str] = []  # request paths, for tests
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        super().__init__((host, port), Handler)
+        try:
+            super().__init__((host, port), Handler)
+        except OSError as exc:  # port taken, address not local, ...
+            raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
     @property
     def url(self) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from webbuild.errors import SourceError
 from webbuild.reference.tokenizer import QWEN_VOCAB_SIZE, build_tokenizer, special_ids
 from webbuild.zoo.presets import get_preset, make_config
 
@@ -49,7 +50,7 @@ def load_checkpoint(ckpt_dir: Path):
     ckpt_dir = Path(ckpt_dir)
     tok_path = ckpt_dir / "tokenizer.json"
     if not tok_path.is_file():
-        raise FileNotFoundError(f"{tok_path}: missing; a checkpoint folder needs its tokenizer.json")
+        raise SourceError(f"{tok_path}: missing; a checkpoint folder needs its tokenizer.json")
     model = Qwen3ASRForConditionalGeneration.from_pretrained(str(ckpt_dir), dtype=torch.float32)
     return model.eval(), Tokenizer.from_file(str(tok_path))
 

@@ -10,49 +10,54 @@ Layouts:
 from __future__ import annotations
 
 import json
+import logging
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer
 
+from webbuild.errors import ZooError
 from webbuild.reference.prompt import audio_token_count, build_prompt
 from webbuild.reference.tokenizer import special_ids
 from webbuild.zoo import check, wrappers
 from webbuild.zoo.onnx_export import SharedWeights, as_numpy, export_file, save_inline_file
 
 LAYOUTS = ("split", "merged")
-Progress = Callable[[str], None]
+log = logging.getLogger(__name__)
 
 SAMPLE_FRAMES = 237  # mel frames of the tracing/check input: 2 full chunks + a partial one
 
 
-def export_model(model, tok: Tokenizer, out_dir: Path, layout: str = "split", exporter: str = "torchscript",
-                 progress: Progress = print) -> None:
+def export_model(model, tok: Tokenizer, out_dir: Path, layout: str = "split", exporter: str = "torchscript") -> None:
     """Export `model` into `out_dir` (created; must not exist). Nothing is left behind on failure."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
     out_dir = Path(out_dir)
-    if out_dir.exists():
-        raise FileExistsError(f"{out_dir} already exists; choose a new output folder")
+    check_new_folder(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     model = model.eval().float()
     with tempfile.TemporaryDirectory(prefix=".zoo-", dir=out_dir.parent) as tmp:
         stage = Path(tmp) / "out"
         stage.mkdir()
         samples = sample_inputs(model, tok)
-        export_encoder(model, samples, stage, exporter, progress)
+        export_encoder(model, samples, stage, exporter)
         if layout == "split":
-            _export_split_decoder(model, samples, stage, exporter, progress)
+            _export_split_decoder(model, samples, stage, exporter)
         else:
-            _export_merged_decoder(model, samples, stage, exporter, progress)
+            _export_merged_decoder(model, samples, stage, exporter)
         _write_side_files(model, tok, stage)
-        progress("checking the ONNX graphs against torch")
+        log.info("checking the ONNX graphs against torch")
         check.check_export(stage, layout, model, tok)
         stage.rename(out_dir)
-    progress(f"wrote {out_dir}")
+    log.info(f"wrote {out_dir}")
+
+
+def check_new_folder(out_dir: Path) -> None:
+    """An export never overwrites: `out_dir` must not exist yet."""
+    if Path(out_dir).exists():
+        raise ZooError(f"{out_dir} already exists; choose a new output folder")
 
 
 def sample_inputs(model, tok) -> dict:
@@ -67,8 +72,8 @@ def _scratch(stage: Path) -> tempfile.TemporaryDirectory:
     return tempfile.TemporaryDirectory(prefix="graph-", dir=stage.parent)
 
 
-def export_encoder(model, samples, stage: Path, exporter: str, progress: Progress) -> None:
-    progress(f"exporting encoder ({exporter})")
+def export_encoder(model, samples, stage: Path, exporter: str) -> None:
+    log.info(f"exporting encoder ({exporter})")
     with _scratch(stage) as tmp:
         src = export_file(wrappers.Encoder(model), (samples["mel"],), exporter, ["mel"], ["audio_features"],
                           {"mel": {2: "frames"}, "audio_features": {1: "audio_len"}}, Path(tmp) / "model.onnx")
@@ -107,13 +112,13 @@ SPLIT_STEP_IO = (
 )
 
 
-def _export_split_decoder(model, samples, stage: Path, exporter: str, progress: Progress) -> None:
+def _export_split_decoder(model, samples, stage: Path, exporter: str) -> None:
     text = model.config.text_config
     with SharedWeights(stage / "decoder_weights.data") as data:
-        progress(f"exporting decoder_init ({exporter})")
+        log.info(f"exporting decoder_init ({exporter})")
         _export_sharing(data, stage / "decoder_init.onnx", wrappers.SplitDecoderInit(model),
                         _init_args(model, samples), exporter, *SPLIT_INIT_IO)
-        progress(f"exporting decoder_step ({exporter})")
+        log.info(f"exporting decoder_step ({exporter})")
         past = torch.randn(text.num_hidden_layers, 1, text.num_key_value_heads, 20, text.head_dim)
         step_args = (torch.randn(1, 1, text.hidden_size), torch.tensor([[20]]), past, past.clone())
         _export_sharing(data, stage / "decoder_step.onnx", wrappers.SplitDecoderStep(model), step_args, exporter,
@@ -126,9 +131,9 @@ def merged_io_names(n_layers: int) -> tuple[list[str], list[str]]:
     return ["inputs_embeds", "attention_mask", *past], ["logits", *present]
 
 
-def _export_merged_decoder(model, samples, stage: Path, exporter: str, progress: Progress) -> None:
+def _export_merged_decoder(model, samples, stage: Path, exporter: str) -> None:
     text = model.config.text_config
-    progress(f"exporting decoder_model_merged ({exporter})")
+    log.info(f"exporting decoder_model_merged ({exporter})")
     inputs, outputs = merged_io_names(text.num_hidden_layers)
     past_len, q_len = 20, 3
     kv = [torch.randn(1, text.num_key_value_heads, past_len, text.head_dim) for _ in inputs[2:]]

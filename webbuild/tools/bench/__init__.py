@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from webbuild.errors import BenchError
+
 HARNESSES = Path(__file__).resolve().parent  # the Node harnesses ship beside this module
 # Chromium's software Vulkan driver: WebGPU without a GPU (correct, not fast).
 SWIFTSHADER_ENV = {
@@ -19,10 +21,6 @@ SWIFTSHADER_ENV = {
 
 # merged decoders benched as peers: the onnxruntime-genai builder's, optimum's
 MERGED_NAMES = ("model.onnx", "decoder_model_merged.onnx")
-
-
-class BenchError(Exception):
-    """A bench that could not run; the message says why."""
 
 
 def run_node(
@@ -60,7 +58,10 @@ def run_node(
         extra += ["--session-config", f"{key}={value}"]
     cmd = [node, str(harness), str(dist), "--ep", ep, "--decode-tokens", str(decode_tokens), *extra]
     env = {**os.environ, **(SWIFTSHADER_ENV if swiftshader else {})}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except FileNotFoundError:
+        raise BenchError(f"node {node!r} not found: install Node >= 20 or set WEBBUILD_NODE") from None
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-5:]
         raise BenchError(f"{harness.name} failed: " + (" | ".join(tail) or f"exit code {proc.returncode}"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import platform
 from pathlib import Path
 
+from webbuild.errors import BenchError
 from webbuild.tools import browser as br
 from webbuild.tools.verify.runner import Clip, site_data, site_url, transcribe
 
@@ -25,7 +26,7 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
             br.open_page(page, url + (f"?ep={ep}" if ep != "auto" else ""), timeout_s)
             state = page.evaluate("() => window.webbuild")
             if state["status"] == "error":
-                raise RuntimeError(f"the site failed to load: {state['error']}")
+                raise BenchError(f"the site failed to load: {state['error']}")
             samples = site_data(page.context, url)["samples"][:max_clips]
             clips = [clip_row(transcribe(page, Clip(s["id"], s["text"], button=s["id"]), timeout_s), s["text"])
                      for s in samples for _ in range(repeat)]

@@ -14,22 +14,20 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from webbuild.tools import browser as br
+from webbuild.errors import VerifyInputError
 from webbuild.reference.wer import corpus_wer, wer
+from webbuild.tools import browser as br
 from webbuild.site.contract import SAMPLES_FILE
 
 SHARDS = "**/model/shards/*"
 DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
-
-
-class VerifyInputError(ValueError):
-    """Bad arguments (missing folder, clips without transcripts, ...): exit code 2."""
-
+log = logging.getLogger(__name__)
 
 @dataclass
 class Options:
@@ -133,8 +131,8 @@ def row(clip: Clip, state: dict, reference: str | None, max_wer: float, run: str
 
 
 class Verifier:
-    def __init__(self, opts: Options, progress=lambda _: None):
-        self.opts, self.progress = opts, progress
+    def __init__(self, opts: Options):
+        self.opts = opts
         self.rows: list[dict] = []
         self.checks: list[dict] = []
         self.log = {"requests": [], "console": [], "errors": []}
@@ -143,7 +141,7 @@ class Verifier:
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
         self.checks.append({"name": name, "ok": bool(ok), "detail": detail})
-        self.progress(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
+        log.info(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
         return ok
 
     def open(self, context, url: str, name: str) -> tuple:
@@ -160,8 +158,8 @@ class Verifier:
         self.visits[name] = {"url": url, "status": state["status"], "error": state["error"],
                              "wall_s": round(time.monotonic() - t0, 2), "warnings": state.get("warnings", []),
                              **{k: info.get(k) for k in ("ep", "variant", "adapter", "threads", "kvCache", "load")}}
-        self.progress(f"{name}: {state['status']} on {info.get('ep')} ({info.get('variant')}) in "
-                      f"{self.visits[name]['wall_s']} s")
+        log.info(f"{name}: {state['status']} on {info.get('ep')} ({info.get('variant')}) in "
+                 f"{self.visits[name]['wall_s']} s")
         ready = self.check(f"{name}: model loads", state["status"] == "ready", state["error"] or "")
         return page, state, self.log["requests"][start:], ready
 
@@ -174,7 +172,7 @@ class Verifier:
                 result = {**state, "status": "timeout", "text": "", "metrics": None, "error": str(exc)}
             self.rows.append(row(clip, result, self.reference.text(clip, variant), max_wer, run))
             r = self.rows[-1]
-            self.progress(f"  {clip.name}: {'ok' if r['ok'] else 'FAIL'} {r['got']!r} (WER {r['wer']:.2f})")
+            log.info(f"  {clip.name}: {'ok' if r['ok'] else 'FAIL'} {r['got']!r} (WER {r['wer']:.2f})")
             if result["status"] == "timeout":
                 break  # the page is stuck on this clip: the others would only time out too
 
@@ -283,5 +281,5 @@ class Verifier:
         }
 
 
-def verify(opts: Options, progress=lambda _: None) -> dict:
-    return Verifier(opts, progress).run()
+def verify(opts: Options) -> dict:
+    return Verifier(opts).run()

@@ -1,0 +1,167 @@
+"""The build's stages, in order: plain functions `stage(ctx)` that read and write files under the context's
+folders and hand their results on in `ctx.state` (webbuild.build.state)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from webbuild.build.assemble import assemble_model, present_files
+from webbuild.build.render import ort_dist, render_site
+from webbuild.build.report import census
+from webbuild.build.shard import shard_files
+from webbuild.build.state import BuildContext, Variant
+from webbuild.errors import BuildError
+from webbuild.graph.census import op_census
+from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
+from webbuild.site.manifest import dist_file_stats
+
+log = logging.getLogger(__name__)
+
+
+def stage_source(ctx: BuildContext) -> None:
+    """Take the source export's op census. Later stages read the source in place (they never write
+    to it), so a multi-GB export is not copied."""
+    for graph in sorted(ctx.state.model.dir.glob("*.onnx")):
+        ctx.report.graphs[graph.stem] = {"source": census(op_census(graph))}
+
+
+def stage_fuse(ctx: BuildContext) -> None:
+    """One decoder graph and the encoder with fused operators (webbuild.build.fuse.run_fuse) for the
+    assemble stage.
+
+    Split sources always need it (it also merges decoder_init + decoder_step); merged sources
+    only when `fusion.enabled`.
+    """
+    cfg, model = ctx.cfg, ctx.state.model
+    if model.layout == "merged" and not cfg.fusion.enabled:
+        return
+    from webbuild.build.fuse import run_fuse
+
+    out = ctx.work_dir / "fused"
+    # quantize=False: the quantize stage quantizes (with model.yaml's settings), after assemble
+    rep = run_fuse(model.decoder_source, out, quantize=False, pack_qkv=cfg.fusion.pack_qkv,
+                   prune_lm_head=cfg.fusion.prune_lm_head)
+    ctx.report.graphs["decoder"] = _fused_graph(rep)
+    model.decoder = out / "decoder.onnx"
+    if "encoder" in rep:  # fused before quantization; assemble puts the mel front-end in front
+        ctx.report.graphs["encoder"] = _fused_graph(rep["encoder"])
+        model.encoder = out / "encoder.onnx"
+
+
+def _fused_graph(rep: dict) -> dict:
+    """A fusion report's censuses, as build-report.json names them."""
+    return {"source": census(rep["ops_before"]), "fused": census(rep["ops_after"])}
+
+
+def stage_assemble(ctx: BuildContext) -> None:
+    """The runtime's model files (webbuild.build.assemble), from the fuse stage's graphs where it ran."""
+    state = ctx.state
+    state.assembled = ctx.work_dir / "model"
+    fp32 = assemble_model(state.model.dir, state.model.layout, state.assembled, decoder=state.model.decoder,
+                          encoder=state.model.encoder)
+    state.variants = {fp32.name: fp32}
+    missing = [v for v in ctx.cfg.variants if v not in state.variants]
+    if missing and ctx.cfg.quantize.method == "none":  # only the quantize stage makes fp16
+        log.warning(f"variants {', '.join(missing)} need quantization (quantize.method is 'none'); "
+                    f"site gets {', '.join(state.variants)}")
+
+
+def stage_quantize(ctx: BuildContext) -> None:
+    """int4 MatMulNBits + int4 embedding lookup, written as the configured precision variants,
+    each checked on the sample clips against the fp32 unfused source (webbuild.quantize)."""
+    cfg = ctx.cfg
+    if cfg.quantize.method == "none":
+        return
+    from webbuild.quantize.variants import quantize_variants
+
+    out = ctx.work_dir / "quantized"
+    rep = quantize_variants(ctx.state.assembled, out, cfg.quantize, cfg.variants, cfg.encoder.precision)
+    ctx.state.variants = {name: _quantized_variant(out, name, v["encoder"]["file"], v["decoder"]["file"])
+                          for name, v in rep["variants"].items()}
+    ctx.report.quantize = {k: v for k, v in rep.items() if k != "variants"}
+    for name, v in rep["variants"].items():
+        ctx.report.variants[name] = {"decoder": {"bytes": v["decoder"]["bytes"]},
+                                     "encoder": {"bytes": v["encoder"]["bytes"]}}
+    _check_variants(ctx, out)
+
+
+def _quantized_variant(folder: Path, name: str, encoder: str, decoder: str) -> Variant:
+    """A variant the quantize stage wrote: both graphs and, where written, their weights files."""
+    return Variant(name, folder, present_files(folder, {"encoder": encoder, "encoder_data": encoder + ".data",
+                                                        "decoder": decoder, "decoder_data": decoder + ".data"}))
+
+
+def _check_variants(ctx: BuildContext, out: Path) -> None:
+    """Session creation and greedy transcripts of every variant; agreement with the source."""
+    from webbuild.build.check import check_variant, reference_tokens, variant_transcriber
+    from webbuild.reference.audio import read_wav
+
+    clips = {s.audio.name: read_wav(s.audio) for s in ctx.cfg.site.samples}
+    reference = reference_tokens(ctx.state.model.dir, clips) if clips else None
+    for name in ctx.state.variants:
+        runner = variant_transcriber(out, name, ctx.state.model.dir)
+        result = check_variant(runner, clips, reference)
+        ctx.report.variants[name]["check"] = result
+        agreement = result.get("mean_token_agreement")
+        if agreement is not None:
+            log.info(f"variant {name}: token agreement with the fp32 source {agreement:.3f} "
+                     f"on {len(clips)} sample clips")
+
+
+def stage_shard(ctx: BuildContext) -> None:
+    """Every model file and ORT's wasm binary -> content-hashed shards under dist/model/."""
+    assembled, variants = ctx.state.assembled, ctx.state.variants
+    _webgpu_forms_and_wasm_twins(ctx)
+    for v in variants.values():
+        log.debug(f"variant {v.name} ({v.dtype}): " + ", ".join(f"{role} {f}" for role, f in v.files.items()))
+    files = {name: v.dir / name for v in variants.values() for name in v.files.values()}
+    files |= {RUNTIME_FILE: assembled / RUNTIME_FILE, TOKENS_FILE: assembled / TOKENS_FILE,
+              ORT_WASM: ort_dist() / ORT_WASM}
+    # the runtime finds each file by role (encoder, decoder_data, ...: webbuild.site.contract.FILE_ROLES)
+    entries = {name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files}
+               for name, v in variants.items()}
+    manifest = shard_files(files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
+                           max_bytes=ctx.cfg.shard.max_bytes, variants=entries)
+    ctx.state.manifest = manifest
+    for name, v in variants.items():
+        ctx.report.variants.setdefault(name, {})["files"] = {f: manifest["files"][f]["size"] for f in v.files.values()}
+
+
+def _webgpu_forms_and_wasm_twins(ctx: BuildContext) -> None:
+    """Every decoder becomes the WebGPU form (Q/K norms inside GroupQueryAttention); fp32 variants keep
+    the form the wasm fallback runs as a twin graph (role decoder_wasm; same weights file, so it costs
+    a few KB), and a quantized encoder gets one too (role encoder_wasm). See webbuild.build.forms and
+    webbuild.quantize.wasm_twin. The report's decoder census then counts the shipped graph."""
+    from webbuild.build.forms import webgpu_decoder
+    from webbuild.quantize.wasm_twin import twin_name, wasm_graph
+
+    for name, v in ctx.state.variants.items():
+        dec, enc = v.files.get("decoder"), v.files.get("encoder")
+        if dec and (twin := webgpu_decoder(v.dir, dec, wasm_twin=v.dtype == "float32")):
+            v.files["decoder_wasm"] = twin
+        # the int4 encoder too: onnxruntime-web's wasm MatMulNBits is slow (webbuild.quantize.wasm_twin)
+        if enc and v.dtype == "float32" and wasm_graph(v.dir / enc, v.dir / twin_name(enc)):
+            v.files["encoder_wasm"] = twin_name(enc)
+        if dec and name in ctx.report.variants:
+            ctx.report.variants[name]["decoder"] |= census(op_census(v.dir / dec))
+
+
+def stage_render(ctx: BuildContext) -> None:
+    for warning in render_site(ctx.cfg, ctx.stage_dir, {"variants": list(ctx.state.variants)}):
+        log.warning(warning)
+    stats = dist_file_stats(ctx.stage_dir, ctx.cfg.shard.max_bytes)
+    if stats["oversize_files"]:
+        raise BuildError(f"files over shard.max_bytes ({ctx.cfg.shard.max_bytes}): "
+                         f"{', '.join(stats['oversize_files'])}")
+
+
+STAGES: list[tuple[str, Callable[[BuildContext], None]]] = [
+    ("source", stage_source),
+    ("fuse", stage_fuse),
+    ("assemble", stage_assemble),
+    ("quantize", stage_quantize),
+    ("shard", stage_shard),
+    ("render", stage_render),
+]

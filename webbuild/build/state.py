@@ -1,0 +1,66 @@
+"""What the build's stages hand each other: the source model, the precision variants, the build state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from webbuild.build.report import BuildReport
+from webbuild.config import BuildConfig
+
+
+@dataclass
+class SourceModel:
+    """The source export, read in place (no stage writes to it), and the fuse stage's graphs."""
+
+    dir: Path
+    layout: str  # model.yaml's source.layout
+    decoder: Path | None = None  # one fused decoder graph with the merged interface
+    encoder: Path | None = None  # the fused encoder, weights still float
+
+    @property
+    def decoder_source(self) -> Path:
+        """What the fuse stage reads: the split folder, or the merged decoder graph."""
+        return self.dir / "decoder_model_merged.onnx" if self.layout == "merged" else self.dir
+
+
+@dataclass
+class Variant:
+    """One precision variant of the site's model: file names in `dir` by role (encoder, encoder_data,
+    decoder, decoder_data, embed, decoder_wasm, encoder_wasm), in the order the manifest lists them."""
+
+    name: str  # fp16 | fp32
+    dir: Path
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def dtype(self) -> str:
+        """The float type of audio_features, past and present."""
+        return "float16" if self.name == "fp16" else "float32"
+
+    @property
+    def requires(self) -> list[str]:
+        """WebGPU features an adapter needs to run this variant."""
+        return ["shader-f16"] if self.name == "fp16" else []
+
+    def path(self, role: str) -> Path:
+        return self.dir / self.files[role]
+
+
+@dataclass
+class BuildState:
+    """What the stages have made so far."""
+
+    model: SourceModel
+    assembled: Path | None = None  # the assemble stage's folder: runtime.json, tokens.bin, config.json
+    variants: dict[str, Variant] = field(default_factory=dict)
+    manifest: dict | None = None  # dist/model/manifest.json, once the shard stage wrote it
+
+
+@dataclass
+class BuildContext:
+    cfg: BuildConfig
+    stage_dir: Path  # the site being built; it replaces the output folder once every stage succeeded
+    work_dir: Path  # scratch space beside the site: model files never land in dist/ unsharded
+    report: BuildReport
+    state: BuildState

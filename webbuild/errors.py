@@ -1,0 +1,65 @@
+"""The errors a user can fix: bad input, reported as `error: ...` lines on stderr with exit code 2.
+
+Only WebbuildError and its subclasses mean bad input; click shows them (they are ClickExceptions) when a
+command raises one. Any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import click
+
+
+class WebbuildError(click.ClickException):
+    """Bad input; the message names the file or setting and says how to fix it."""
+
+    exit_code = 2
+
+    def lines(self) -> list[str]:
+        return [self.format_message()]
+
+    def show(self, file=None) -> None:
+        for line in self.lines():
+            click.echo(f"error: {line}", file=file, err=file is None)
+
+
+class ConfigError(WebbuildError):
+    """An invalid model.yaml; `problems` holds one line per problem."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+    def lines(self) -> list[str]:
+        return self.problems
+
+
+class SourceError(WebbuildError):
+    """A model given as input (source export, checkpoint, built site) lacks what the command needs."""
+
+
+class AudioError(WebbuildError):
+    """An audio file that cannot be read as speech."""
+
+
+class BuildError(WebbuildError):
+    """A build stage cannot make the site from this input (assemble, quantize, shard, render, wasm twins)."""
+
+
+class ZooError(WebbuildError):
+    """`webbuild zoo` cannot make the export asked for."""
+
+
+class ServeError(WebbuildError):
+    """`webbuild serve` cannot serve the folder."""
+
+
+class BrowserError(WebbuildError):
+    """No usable browser for `webbuild verify` / `webbuild bench --runtime browser`."""
+
+
+class VerifyInputError(WebbuildError):
+    """Bad arguments to `webbuild verify` (missing folder, clips without transcripts, ...)."""
+
+
+class BenchError(WebbuildError):
+    """A bench that could not run; the message says why."""
