@@ -6,12 +6,17 @@
 #
 # Here, once:   scripts/gpu_bench.sh prepare         (.gpu .whl .gl: Node, ORT + dawn.node, transformers, genai builder)
 #               scripts/chrome_gpu.sh prepare        (or an existing $STAGE with the browser in 4 xz parts)
-#               scripts/chrome_gpu_bench.sh prepare  (.wb2: this checkout's code; .wb2pw: Playwright for Python)
-# There (device calls, back to back while the machine is warm):
-#   1. carry .gpu .whl .gl .wb2:  bash .wb2/scripts/chrome_gpu_bench.sh gen      (setup; zoo + builds in the background)
-#   2. here `STAGE=... scripts/chrome_gpu.sh load 0`; carry .chrome .wb2pw:  bash .chrome/chrome_gpu.sh stash; bash /tmp/wb2/scripts/chrome_gpu_bench.sh pw
-#   3-4. parts 1 and 2 the same way, carry .chrome:                          bash .chrome/chrome_gpu.sh stash
-#   5. part 3, carry .chrome:   bash .chrome/chrome_gpu.sh setup && bash /tmp/wb2/scripts/chrome_gpu_bench.sh run
+#               scripts/chrome_gpu_bench.sh prepare  (.wb2: this branch's HEAD; .wb2pw: Playwright for Python,
+#                                                     greenlet, a font)
+#               STAGE=... scripts/chrome_gpu_bench.sh parts   (.cp0-.cp2: browser parts 0-2; .chrome: part 3)
+# There, device calls back to back while the machine is warm (all folders are ignored ones of the main
+# checkout, which is what the device tool sends):
+#   1. carry .gpu .whl .gl .wb2:  bash .wb2/scripts/chrome_gpu_bench.sh gen
+#        setup, then zoo 0.6b + webbuild build + genai peer in a process of its own (~3 min there)
+#   2. carry .cp0 .wb2pw:  mkdir -p /tmp/chrome-parts && mv .cp0/* /tmp/chrome-parts/ && bash /tmp/wb2/scripts/chrome_gpu_bench.sh pw
+#   3. carry .cp1:         mv .cp1/* /tmp/chrome-parts/          4. the same with .cp2
+#   5. carry .chrome:      bash .chrome/chrome_gpu.sh setup && bash /tmp/wb2/scripts/chrome_gpu_bench.sh run
+#        waits for the builds, then verify, bench --runtime browser, the rounds (STEPS, ROUNDS, ROWS)
 # Every step keeps its result in $WORK and is skipped when that is there, so a `run` cut off by the
 # 10-minute limit goes on where it stopped when called again on the same warm machine.
 set -euo pipefail
@@ -44,7 +49,21 @@ prepare() {
   "$root/.venv/bin/python" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 -d "$root/.wb2pw" \
     "greenlet==$("$root/.venv/bin/python" -c 'import greenlet; print(greenlet.__version__)')"
+  # a font: Playwright's navigation aborted the browser process (SIGABRT after "Could not find any
+  # font" and TextRunHarfBuzz errors) on the GPU machine, which has none
+  cp /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf "$root/.wb2pw/"
+  printf '<?xml version="1.0"?>\n<fontconfig><dir>/tmp/fonts</dir><cachedir>/tmp/fonts/cache</cachedir></fontconfig>\n' > "$root/.wb2pw/fonts.conf"
   rm -rf "$tmp"; du -sh "$root/.wb2" "$root/.wb2pw"
+}
+
+# browser parts 0-2 hard-linked into .cp0-.cp2 (one a call), part 3 with chrome_gpu.sh's files in .chrome
+parts() {
+  local root; root=$(carry_root); STAGE=${STAGE:-$root/.chrome-stage}
+  for i in 0 1 2; do
+    grep -qx "/.cp$i/" "$root/.git/info/exclude" || echo "/.cp$i/" >> "$root/.git/info/exclude"
+    rm -rf "$root/.cp$i" && mkdir "$root/.cp$i" && ln "$STAGE/chrome.tar.xz.$i" "$root/.cp$i/"
+  done
+  STAGE=$STAGE bash "$HERE/chrome_gpu.sh" load 3
 }
 
 # ---- there ----
@@ -63,7 +82,9 @@ setup() {
 }
 
 env_there() {
-  export PYTHONPATH=/tmp/site:$WB PYTHONUNBUFFERED=1 PATH=/tmp/bin:$PATH
+  cd $WB  # `python3 -m` puts the working folder first: the snapshot, not the sent checkout
+  export PYTHONPATH=/tmp/site:$WB PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1 PATH=/tmp/bin:$PATH
+  export FONTCONFIG_FILE=/tmp/fonts/fonts.conf
   export VK_DRIVER_FILES=${VK_DRIVER_FILES:-$NV_ICD} VK_ICD_FILENAMES=${VK_ICD_FILENAMES:-$NV_ICD}
   export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-$NV_EGL}
 }
@@ -105,7 +126,7 @@ gen() {
   setup
   mkdir -p "$WORK/samples" && cp examples/tiny-asr/samples/sample-[12].{wav,txt} "$WORK/samples/"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
-  setsid nohup bash $WB/scripts/chrome_gpu_bench.sh _gen > "$WORK/gen.log" 2>&1 < /dev/null &
+  WORK=$WORK setsid nohup bash -c "bash $WB/scripts/chrome_gpu_bench.sh _gen || echo 'gen failed'" > "$WORK/gen.log" 2>&1 < /dev/null &
   sleep 2; cat "$WORK/gen.log"
 }
 _gen() {
@@ -122,6 +143,7 @@ pw() {
   local from=${1:-.wb2pw}
   [ -d /tmp/site/playwright ] || tar -C /tmp/site -xJf "$from/playwright.tar.xz"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$from"/greenlet-*.whl
+  mkdir -p /tmp/fonts && cp "$from"/DejaVuSans.ttf "$from"/fonts.conf /tmp/fonts/
   tail -3 "$WORK/gen.log"
 }
 
@@ -157,15 +179,19 @@ run() {
   export PLAYWRIGHT_NODEJS_PATH=/tmp/bin/node
   local t0=$SECONDS
   until grep -q "gen done" "$WORK/gen.log" 2>/dev/null; do
+    grep -q "gen failed" "$WORK/gen.log" 2>/dev/null && { tail -5 "$WORK/gen.log"; exit 3; }
     (( SECONDS - t0 > ${GEN_WAIT_S:-420} )) && { tail -5 "$WORK/gen.log"; echo "builds not done"; exit 3; }
     sleep 5
   done
   grep "^== " "$WORK/gen.log"
+  # what a step has written so far comes back even when the call is cut off at its time limit
+  (while sleep 5; do cp "$WORK"/*.json.part "$OUT"/ 2>/dev/null; done) & local copier=$!
   for s in ${STEPS:-verify bench_browser rounds}; do
     local name=${s//_/-}.json; [ "$s" = verify ] && name=verify.json
     step "$name" "$s" || echo "$s failed"
     cp "$WORK/$name" "$OUT/" 2>/dev/null || cp "$WORK/$name.part" "$OUT/$name.partial" 2>/dev/null || true
   done
+  kill $copier 2>/dev/null; rm -f "$OUT"/*.json.part
   cp "$WORK/gen.log" "$OUT/" 2>/dev/null || true
 }
 
