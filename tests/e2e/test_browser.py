@@ -3,12 +3,22 @@ then Playwright's own; SwiftShader WebGPU flags only without a GPU."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from webbuild.errors import BrowserError
-from webbuild.tools.browser import ENV, SWIFTSHADER, choose
+from webbuild.tools.browser import (
+    ARGS_ENV,
+    ENV,
+    NO_WEBGPU,
+    SWIFTSHADER,
+    choose,
+    launch_args,
+    wait_for_gpu,
+)
 
-NONE = lambda name: None  # noqa: E731 (no browser on PATH)
+NONE = lambda name: None
 
 
 def test_explicit_path_wins_over_env_and_system(tmp_path):
@@ -36,3 +46,39 @@ def test_swiftshader_flags_only_without_gpu():
     assert set(SWIFTSHADER) <= set(choose(None, env={}, which=NONE, gpu=False).args)
     with_gpu = choose(None, env={}, which=NONE, gpu=True).args
     assert "--enable-unsafe-webgpu" in with_gpu and not set(SWIFTSHADER) & set(with_gpu)
+
+
+def test_extra_flags_from_env_reach_every_launch():
+    env = {ARGS_ENV: "--use-angle=vulkan --enable-features=Vulkan '--vmodule=a=1,b c=2'"}
+    c = choose(None, env=env, which=NONE, gpu=True)
+    flags = ["--use-angle=vulkan", "--enable-features=Vulkan", "--vmodule=a=1,b c=2"]
+    assert c.extra == flags and ARGS_ENV in c.describe()
+    assert launch_args(c)[-3:] == flags and "--enable-unsafe-webgpu" in launch_args(c)
+    off = launch_args(c, webgpu=False, extra=["--x"])  # WebGPU off: the flags still apply
+    assert off[-4:] == [*flags, "--x"] and set(NO_WEBGPU) <= set(off) and "--enable-unsafe-webgpu" not in off
+    assert choose(None, env={}, which=NONE).extra == []
+
+
+class _Cdp:
+    def __init__(self, fail=False):
+        self.fail, self.detached = fail, False
+
+    def send(self, method):
+        if self.fail:
+            raise RuntimeError("not Chromium")
+        return {"method": method}
+
+    def detach(self):
+        self.detached = True
+
+
+def _page(browser):
+    return SimpleNamespace(context=SimpleNamespace(browser=browser))
+
+
+def test_wait_for_gpu_asks_the_browser_for_its_gpu_report():
+    cdp = _Cdp()
+    assert wait_for_gpu(_page(SimpleNamespace(new_browser_cdp_session=lambda: cdp))) == {"method": "SystemInfo.getInfo"}
+    assert cdp.detached
+    assert wait_for_gpu(_page(SimpleNamespace(new_browser_cdp_session=lambda: _Cdp(fail=True)))) is None
+    assert wait_for_gpu(_page(None)) is None  # persistent context: no browser object

@@ -2,13 +2,16 @@
 
 Selection order: an explicit path or channel (argument, else $WEBBUILD_BROWSER), else a system
 Chrome/Chromium on PATH, else Playwright's own download. Without a GPU, WebGPU runs on SwiftShader
-(Chrome's software Vulkan), which needs the unsafe flags below.
+(Chrome's software Vulkan), which needs the unsafe flags below. $WEBBUILD_BROWSER_ARGS adds Chromium
+flags to every launch (shell-style quoting), e.g. the ones that put WebGPU on a headless machine's
+GPU (docs/chrome-gpu.md).
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import shlex
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ from pathlib import Path
 from webbuild.errors import BrowserError
 
 ENV = "WEBBUILD_BROWSER"
+ARGS_ENV = "WEBBUILD_BROWSER_ARGS"
 CHANNELS = {"chrome", "chrome-beta", "chrome-dev", "chrome-canary", "msedge", "chromium"}
 SYSTEM = ("google-chrome", "google-chrome-stable", "chromium", "chromium-browser", "/usr/bin/chromium")
 QUIET = ["--no-sandbox", "--disable-background-networking", "--disable-component-update"]
@@ -35,10 +39,12 @@ class BrowserChoice:
     source: str = "playwright"  # explicit | env | system | playwright
     gpu: bool = False
     args: list[str] = field(default_factory=list)
+    extra: list[str] = field(default_factory=list)  # $WEBBUILD_BROWSER_ARGS, added to every launch
 
     def describe(self) -> str:
         what = self.executable or (f"channel {self.channel}" if self.channel else "Playwright's Chromium")
-        return f"{what} ({self.source}; {'GPU' if self.gpu else 'no GPU: SwiftShader WebGPU'})"
+        flags = f"; {ARGS_ENV}: {shlex.join(self.extra)}" if self.extra else ""
+        return f"{what} ({self.source}; {'GPU' if self.gpu else 'no GPU: SwiftShader WebGPU'}{flags})"
 
 
 def has_gpu() -> bool:
@@ -51,27 +57,51 @@ def choose(explicit: str | None = None, env: dict | None = None, which=shutil.wh
     env = os.environ if env is None else env
     gpu = has_gpu() if gpu is None else gpu
     args = QUIET + WEBGPU + ([] if gpu else SWIFTSHADER)
+    kw = {"gpu": gpu, "args": args, "extra": shlex.split(env.get(ARGS_ENV, ""))}
     for source, value in (("explicit", explicit), ("env", env.get(ENV))):
         if value:
             if value in CHANNELS:
-                return BrowserChoice(channel=value, source=source, gpu=gpu, args=args)
+                return BrowserChoice(channel=value, source=source, **kw)
             if not Path(value).is_file():
                 raise BrowserError(f"browser {value!r} ({source}) is neither a file nor one of the "
                                         f"channels {', '.join(sorted(CHANNELS))}")
-            return BrowserChoice(executable=str(value), source=source, gpu=gpu, args=args)
+            return BrowserChoice(executable=str(value), source=source, **kw)
     for name in SYSTEM:
         if path := which(name):
-            return BrowserChoice(executable=path, source="system", gpu=gpu, args=args)
-    return BrowserChoice(source="playwright", gpu=gpu, args=args)
+            return BrowserChoice(executable=path, source="system", **kw)
+    return BrowserChoice(source="playwright", **kw)
+
+
+def launch_args(choice: BrowserChoice, webgpu: bool = True, extra: list[str] = ()) -> list[str]:
+    """Chromium flags for a launch: the choice's (or WebGPU switched off), then $WEBBUILD_BROWSER_ARGS."""
+    return [*(choice.args if webgpu else QUIET + NO_WEBGPU), *choice.extra, *extra]
 
 
 def launch(playwright, choice: BrowserChoice, webgpu: bool = True, extra: list[str] = ()):
     """A headless browser; webgpu=False launches it with WebGPU switched off."""
-    args = choice.args if webgpu else QUIET + NO_WEBGPU
     kw = {"executable_path": choice.executable} if choice.executable else {}
     if choice.channel:
         kw["channel"] = choice.channel
-    return playwright.chromium.launch(args=[*args, *extra], **kw)
+    return playwright.chromium.launch(args=launch_args(choice, webgpu, extra), **kw)
+
+
+def wait_for_gpu(page) -> dict | None:
+    """Chromium's GPU report (DevTools SystemInfo.getInfo), which answers once the GPU process is up.
+
+    A WebGPU requestAdapter() made while the GPU process still starts returns null on a real GPU
+    (docs/chrome-gpu.md), and the site would then fall back to wasm; open_page waits here first.
+    None where the browser cannot say (not Chromium, or no browser-level DevTools session)."""
+    browser = page.context.browser
+    if browser is None:
+        return None
+    try:
+        cdp = browser.new_browser_cdp_session()
+        try:
+            return cdp.send("SystemInfo.getInfo")
+        finally:
+            cdp.detach()
+    except Exception:  # noqa: BLE001 - only a wait: a browser without it loads the page all the same
+        return None
 
 
 def watch(page, log: dict | None = None) -> dict:
@@ -95,6 +125,7 @@ def wait_for(page, predicate: str, timeout_s: float):
 
 def open_page(page, url: str, timeout_s: float = 400):
     """Load the site and wait until its model is ready (or failed)."""
+    wait_for_gpu(page)
     page.goto(url)
     wait_for(page, "() => ['ready', 'error'].includes(window.webbuild?.status)", timeout_s)
 
@@ -105,7 +136,7 @@ def open_site(playwright, srv, query: str, webgpu: bool, viewport=None, choice: 
     webgpu=False launches without WebGPU flags (as the site tests always did)."""
     choice = choice or choose()
     kw = {"executable_path": choice.executable} if choice.executable else {}
-    browser = playwright.chromium.launch(args=choice.args if webgpu else QUIET, **kw)
+    browser = playwright.chromium.launch(args=[*(choice.args if webgpu else QUIET), *choice.extra], **kw)
     page = browser.new_page(viewport=viewport)
     log = watch(page)
     open_page(page, srv.url + query)

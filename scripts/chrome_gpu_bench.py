@@ -1,0 +1,358 @@
+#!/usr/bin/env python3
+"""The 0.6b build in Chromium on the GPU beside Node + Dawn and the genai peer, with WebGPU call
+counters (issue 15 parts 2 and 3). Run on the GPU machine by scripts/chrome_gpu_bench.sh; the browser
+is webbuild's own choice (WEBBUILD_BROWSER, WEBBUILD_BROWSER_ARGS), launched through Playwright.
+
+Rows, alternated in rounds (A B C, A B C, ...):
+  chromium-webbuild  the built site's own page and worker; its worker.js gets the counters in front and
+                     a synthetic-decode hook behind (in a hard-linked copy of the site, served as is): the
+                     site's Recogniser decodes n greedy steps past any end token after 1 s of silence, as
+                     webbuild/tools/bench/bench.mjs does under Node
+  chromium-peer      a merged decoder (onnxruntime-genai's model.onnx) on scripts/chrome_gpu_merged.html,
+                     as webbuild/tools/bench/merged.mjs runs it under Node
+  node-webbuild      `webbuild bench DIST --ep webgpu` (Node + Dawn), counted by scripts/gpu_counters.mjs
+  node-peer          (optional) `webbuild bench PEER --ep webgpu`
+Per decode token counts = (counts of an n2-step decode - counts of an n1-step decode) / (n2 - n1).
+The Chromium pages load once (their load time is reported once); every round runs n1 and n2 steps.
+The page's WebGPU adapter must be the GPU: a fallback or SwiftShader adapter stops the run.
+
+  python3 scripts/chrome_gpu_bench.py --dist DIST --peer PEER --rounds 3 --out rounds.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+from chrome_gpu_probe import serve
+
+from webbuild.tools import browser as br
+from webbuild.tools.bench.browser import spread
+from webbuild.tools.verify.runner import Clip, site_url, transcribe
+
+# Wrapped before onnxruntime-web makes its device: calls looked up on the prototypes at call time.
+COUNTERS_JS = """\
+// prepended by scripts/chrome_gpu_bench.py: WebGPU call counters (issue 15)
+const __gpuCounts = (self.__gpuCounts = { dispatch: 0, submit: 0, mapAsync: 0, writeBuffer: 0, writeBytes: 0, bindGroup: 0 });
+if (self.GPUQueue) {
+  const wrap = (proto, name, count) => { const f = proto[name]; proto[name] = function (...a) { count(a); return f.apply(this, a); }; };
+  wrap(GPUComputePassEncoder.prototype, 'dispatchWorkgroups', () => { __gpuCounts.dispatch++; });
+  wrap(GPUQueue.prototype, 'submit', () => { __gpuCounts.submit++; });
+  wrap(GPUBuffer.prototype, 'mapAsync', () => { __gpuCounts.mapAsync++; });
+  wrap(GPUDevice.prototype, 'createBindGroup', () => { __gpuCounts.bindGroup++; });
+  wrap(GPUQueue.prototype, 'writeBuffer', ([, , data, dataOffset, size]) => {
+    const el = data?.BYTES_PER_ELEMENT ?? 1;
+    __gpuCounts.writeBuffer++;
+    __gpuCounts.writeBytes += size !== undefined ? size * el : (data?.byteLength ?? 0) - (dataOffset ?? 0) * el;
+  });
+}
+"""
+
+# Appended to the site's worker.js (module scope: it sees the worker's `recogniser` and `runtime`).
+SYNTH_JS = """
+// appended by scripts/chrome_gpu_bench.py: bench.mjs's synthetic decode, in the site's own worker
+self.__wbSynth = async (n) => {
+  const stamps = [];
+  const c0 = { ...self.__gpuCounts };
+  const r = await recogniser.transcribe(new Float32Array(runtime.sample_rate), { maxNewTokens: n + 1, forceSteps: true, onToken: () => stamps.push(performance.now()) });
+  const c1 = { ...self.__gpuCounts };
+  return { steps: stamps.slice(1).map((t, i) => t - stamps[i]), timings: r.timings, tokens: r.tokens.length,
+    counts: Object.fromEntries(Object.keys(c1).map((k) => [k, c1[k] - c0[k]])) };
+};
+"""
+
+ADAPTER_JS = """async () => {
+  if (!navigator.gpu) return { error: 'no navigator.gpu' };
+  const a = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
+  if (!a) return { error: 'requestAdapter() returned null' };
+  const i = a.info ?? {};
+  return { vendor: i.vendor, architecture: i.architecture, device: i.device, description: i.description,
+    isFallbackAdapter: i.isFallbackAdapter ?? a.isFallbackAdapter ?? null, subgroupMinSize: i.subgroupMinSize,
+    subgroupMaxSize: i.subgroupMaxSize, features: [...a.features].sort(),
+    limits: { maxBufferSize: a.limits.maxBufferSize, maxStorageBufferBindingSize: a.limits.maxStorageBufferBindingSize,
+              maxComputeWorkgroupStorageSize: a.limits.maxComputeWorkgroupStorageSize } };
+}"""
+
+COUNT_KEYS = ("dispatch", "submit", "mapAsync", "writeBuffer", "writeBytes", "bindGroup")
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def software(adapter: dict | None) -> str | None:
+    """Why this adapter is not a GPU, or None when it is one."""
+    if not adapter or adapter.get("error"):
+        return (adapter or {}).get("error", "no adapter")
+    if adapter.get("isFallbackAdapter"):
+        return "isFallbackAdapter is true"
+    if "swiftshader" in json.dumps({k: adapter.get(k) for k in ("vendor", "architecture", "device", "description")}).lower():
+        return "SwiftShader"
+    return None
+
+
+def check_adapter(adapter: dict | None, allow_software: bool, where: str) -> None:
+    why = software(adapter)
+    if why and not allow_software:
+        raise SystemExit(f"FATAL: {where}: the WebGPU adapter is not the GPU ({why}): {adapter}")
+
+
+def per_token(short: dict, long: dict, n1: int, n2: int) -> dict:
+    return {k: round((long[k] - short[k]) / (n2 - n1), 2) for k in COUNT_KEYS if k in short and k in long}
+
+
+def counted_copy(dist: Path, dest: Path) -> Path:
+    """The site hard-linked into dest (served as is: no symlinks), with worker.js counted and hooked."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    subprocess.run(["cp", "-al", str(dist), str(dest)], check=True)
+    worker = dest / "worker.js"
+    text = (dist / "worker.js").read_text()
+    worker.unlink()  # a new file: the original keeps its bytes
+    worker.write_text(COUNTERS_JS + text + SYNTH_JS)
+    return dest
+
+
+def gpu_report(browser) -> dict:
+    cdp = browser.new_browser_cdp_session()
+    try:
+        gpu = cdp.send("SystemInfo.getInfo").get("gpu", {})
+    finally:
+        cdp.detach()
+    aux = gpu.get("auxAttributes", {})
+    return {"featureStatus": {k: v for k, v in (gpu.get("featureStatus") or {}).items() if k in ("webgpu", "vulkan", "gpu_compositing", "webgl")},
+            "glRenderer": aux.get("glRenderer"), "glImplementationParts": aux.get("glImplementationParts")}
+
+
+class SitePage:
+    """The built site's page (counted copy), loaded once; synth(n) runs n decode steps in its worker."""
+
+    def __init__(self, browser, url: str, args):
+        self.page = browser.new_context().new_page()
+        self.log = br.watch(self.page)
+        t0 = time.monotonic()
+        br.open_page(self.page, url + f"?max_new_tokens={args.clip_tokens}", args.timeout)
+        self.wall_s = time.monotonic() - t0
+        self.state = self.page.evaluate("() => window.webbuild")
+        if self.state["status"] != "ready":
+            raise SystemExit(f"FATAL: the site did not load: {self.state['status']} {self.state['error']}")
+        self.adapter = self.page.evaluate(ADAPTER_JS)
+        info = self.state["info"]
+        if info["ep"] != "webgpu" and not args.allow_software:
+            raise SystemExit(f"FATAL: the site chose {info['ep']}, not WebGPU: {info.get('notice')}")
+        for _ in range(100):
+            if self.page.workers:
+                break
+            time.sleep(0.1)
+        self.worker = self.page.workers[0]
+        if self.worker.evaluate("() => typeof self.__wbSynth") != "function":
+            raise SystemExit("FATAL: the worker has no synthetic-decode hook (worker.js not the counted copy?)")
+        buttons = self.page.eval_on_selector_all("button.sample", "bs => bs.map((b) => [b.id, b.dataset.text])")
+        self.clips = []
+        for i, text in buttons[: args.clips]:
+            s = transcribe(self.page, Clip(i, text, button=i), args.timeout)
+            self.clips.append({"clip": i, "text": s["text"], "error": s["error"], **(s.get("metrics") or {})})
+
+    def synth(self, n: int) -> dict:
+        return self.worker.evaluate("n => self.__wbSynth(n)", n)
+
+
+class PeerPage:
+    def __init__(self, browser, url: str, args):
+        self.page = browser.new_context().new_page()
+        self.log = br.watch(self.page)
+        br.wait_for_gpu(self.page)
+        self.page.goto(url)
+        br.wait_for(self.page, "() => document.getElementById('out')?.textContent === 'ready'", 60)
+        self.adapter = self.page.evaluate(ADAPTER_JS)
+        self.loaded = self.page.evaluate(f"() => window.loadMerged({{ promptTokens: {args.prompt_tokens} }})")
+
+    def run(self, n: int, prompt_tokens: int) -> dict:
+        return self.page.evaluate(f"() => window.runMerged({n}, {prompt_tokens})")
+
+
+def node_bench(target: Path, tokens: int, workdir: Path, tag: str, args) -> dict:
+    """`webbuild bench TARGET --ep webgpu` under Node + Dawn, with gpu_counters.mjs preloaded."""
+    report, counts = workdir / f"{tag}.json", workdir / f"{tag}.counts.json"
+    env = {**os.environ, "NODE_OPTIONS": f"--import={HERE / 'gpu_counters.mjs'}", "GPU_COUNTS_FILE": str(counts)}
+    cmd = [sys.executable, "-m", "webbuild.cli", "bench", str(target), "--ep", "webgpu", "--decode-tokens", str(tokens),
+           "--json", str(report)]
+    if (target / "model" / "manifest.json").is_file():
+        cmd += ["--max-clips", str(args.clips)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]} {proc.stdout[-1000:]}")
+    r = json.loads(report.read_text())
+    r["counts"] = json.loads(counts.read_text()) if counts.is_file() else None
+    return r
+
+
+def row_of(name: str, rounds: list[dict], load: dict | None, extra: dict) -> dict:
+    meds = [r["decode"]["median"] for r in rounds]
+    steps = [s for r in rounds for s in r["steps"]]
+    return {"row": name, "rounds": len(rounds), "decode_round_medians": [round(m, 2) for m in meds],
+            "decode_median_of_rounds": round(sorted(meds)[len(meds) // 2], 2) if meds else None,
+            "decode_all_steps": {k: round(v, 2) if isinstance(v, float) else v for k, v in spread(steps).items()},
+            "per_token": rounds[0].get("per_token") if rounds else None,
+            "prefill_ms": [round(r["prefill_ms"], 1) for r in rounds], "prompt_tokens": rounds[0]["prompt_tokens"] if rounds else None,
+            "load": load, **extra}
+
+
+def md_table(rows: list[dict]) -> str:
+    head = ("| row | decode ms/token, median of round medians (round medians) | p10 / p90 (all steps) | dispatches / submits / "
+            "read-backs / writeBuffer per token | prefill (synthetic) | TTFT (clip) | load (sessions) |\n"
+            "| --- | --- | --- | --- | --- | --- | --- |")
+    lines = [head]
+    for r in rows:
+        d, pt, load = r["decode_all_steps"], r["per_token"] or {}, r.get("load") or {}
+        pf = sorted(r["prefill_ms"])[len(r["prefill_ms"]) // 2] if r["prefill_ms"] else None
+        ttft = r.get("ttft_ms")
+        lines.append(
+            f"| {r['row']} | {r['decode_median_of_rounds']} ({', '.join(map(str, r['decode_round_medians']))}) | "
+            f"{d['p10']} / {d['p90']} | {pt.get('dispatch')} / {pt.get('submit')} / {pt.get('mapAsync')} / {pt.get('writeBuffer')} | "
+            f"{pf} ms ({r['prompt_tokens']} tokens) | {'-' if ttft is None else f'{ttft:.0f} ms'} | "
+            f"{load.get('total_ms', 0) / 1000:.1f} s ({(load.get('session_ms') or 0) / 1000:.1f} s) |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dist", type=Path, required=True, help="the built site (webbuild model.yaml -o DIST)")
+    ap.add_argument("--peer", type=Path, help="a merged decoder folder (onnxruntime-genai builder output)")
+    ap.add_argument("--ort", type=Path, default=REPO / "node_modules/onnxruntime-web/dist", help="onnxruntime-web dist for the peer page")
+    ap.add_argument("--rows", default="chromium-webbuild,chromium-peer,node-webbuild")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--n1", type=int, default=16, help="short decode (counters)")
+    ap.add_argument("--n2", type=int, default=128, help="long decode (times and counters)")
+    ap.add_argument("--clips", type=int, default=1, help="sample clips clicked once on load (TTFT, encoder)")
+    ap.add_argument("--clip-tokens", type=int, default=16, help="max_new_tokens of those clips")
+    ap.add_argument("--prompt-tokens", type=int, default=41)
+    ap.add_argument("--timeout", type=float, default=300)
+    ap.add_argument("--allow-software", action="store_true", help="do not stop on a SwiftShader adapter (CPU smoke test)")
+    ap.add_argument("--out", type=Path, default=Path("chrome-gpu-bench.json"))
+    args = ap.parse_args()
+    rows = args.rows.split(",")
+    from playwright.sync_api import sync_playwright
+
+    work = Path(tempfile.mkdtemp(prefix="cgb-"))
+    result = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": {}, "rounds": []}
+
+    def save():
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+    counted = counted_copy(args.dist, work / "site")
+    peer_root = work / "peer-www"
+    peer_root.mkdir()
+    shutil.copy(HERE / "chrome_gpu_merged.html", peer_root / "index.html")
+    if args.peer:
+        (peer_root / "model").symlink_to(args.peer.resolve())
+        (peer_root / "ort").symlink_to(args.ort.resolve())
+    choice = br.choose()
+    result["browser"] = choice.describe()
+    with site_url(str(counted)) as (url, _), sync_playwright() as pw:
+        httpd = serve(peer_root)
+        peer_url = f"http://127.0.0.1:{httpd.server_address[1]}/index.html"
+        browser = br.launch(pw, choice)
+        try:
+            result["gpu"] = gpu_report(browser)
+            log(f"browser {choice.describe()}: {result['gpu']}")
+            site = peer = None
+            if "chromium-webbuild" in rows:
+                site = SitePage(browser, url, args)
+                check_adapter(site.adapter, args.allow_software, "site page")
+                info = site.state["info"]
+                result["site"] = {"info": info, "adapter": site.adapter, "clips": site.clips, "wall_s": round(site.wall_s, 1)}
+                log(f"site: {info['ep']} {info['variant']} on {info['adapter']!r}; load {info['load']['total_ms']:.0f} ms; "
+                    f"requestAdapter {site.adapter}")
+                log(f"clips: {site.clips}")
+                save()
+            if "chromium-peer" in rows:
+                peer = PeerPage(browser, peer_url, args)
+                check_adapter(peer.adapter, args.allow_software, "peer page")
+                result["peer"] = {"adapter": peer.adapter, **peer.loaded}
+                log(f"peer: {peer.loaded}")
+                save()
+            for rnd in range(1, args.rounds + 1):
+                for name in rows:
+                    t0 = time.monotonic()
+                    if name == "chromium-webbuild":
+                        a, b = site.synth(args.n1), site.synth(args.n2)
+                        r = {"steps": b["steps"], "prefill_ms": b["timings"]["prefill_ms"], "prompt_tokens": b["timings"]["prompt_tokens"],
+                             "ttft_ms": b["timings"]["ttft_ms"], "counts": [a["counts"], b["counts"]], "per_token": per_token(a["counts"], b["counts"], args.n1, args.n2)}
+                    elif name == "chromium-peer":
+                        a, b = peer.run(args.n1, args.prompt_tokens), peer.run(args.n2, args.prompt_tokens)
+                        r = {"steps": b["steps"], "prefill_ms": b["prefill_ms"], "prompt_tokens": b["prompt_tokens"], "kv": b["kv"],
+                             "counts": [a["counts"], b["counts"]], "per_token": per_token(a["counts"], b["counts"], args.n1, args.n2)}
+                    elif name in ("node-webbuild", "node-peer"):
+                        target = args.dist if name == "node-webbuild" else args.peer
+                        b = node_bench(target, args.n2, work, f"{name}-{rnd}-{args.n2}", args)
+                        synth = b["synthetic_decode"]
+                        r = {"steps": None, "decode": synth["ms_per_token"], "prefill_ms": synth["prefill_ms"],
+                             "prompt_tokens": synth["prompt_tokens"], "ttft_ms": b["summary"].get("ttft_ms"), "load": b["load"],
+                             "adapter": b.get("adapter"), "clips": b.get("clips"), "counts": [None, b["counts"]]}
+                        if rnd == 1:  # counts do not vary between runs: the short run once
+                            a = node_bench(target, args.n1, work, f"{name}-{rnd}-{args.n1}", args)
+                            r["counts"][0] = a["counts"]
+                            if a["counts"] and b["counts"]:
+                                r["per_token"] = per_token(a["counts"], b["counts"], args.n1, args.n2)
+                    else:
+                        raise SystemExit(f"unknown row {name}")
+                    if r.get("steps") is not None:
+                        r["decode"] = spread(r["steps"])
+                    r |= {"row": name, "round": rnd, "wall_s": round(time.monotonic() - t0, 1)}
+                    result["rounds"].append(r)
+                    d = r["decode"]
+                    log(f"round {rnd} {name}: decode median {d['median']:.2f} ms (p10 {d['p10']:.2f}, p90 {d['p90']:.2f}, n {d['n']}), "
+                        f"prefill {r['prefill_ms']:.1f} ms, per token {r.get('per_token')}, {r['wall_s']} s")
+                    save()
+            result["console_errors"] = [c for p in (site, peer) if p for c in p.log["console"] if c.startswith("error")][:20]
+            result["page_errors"] = [e for p in (site, peer) if p for e in p.log["errors"]][:20]
+        finally:
+            browser.close()
+            httpd.shutdown()
+
+    table_rows = []
+    for name in rows:
+        rs = [r for r in result["rounds"] if r["row"] == name]
+        for r in rs:  # node rounds have no per-step list: their own spread stands in
+            r.setdefault("steps", None)
+        steps_rows = [{**r, "steps": r["steps"] or []} for r in rs]
+        per = next((r.get("per_token") for r in rs if r.get("per_token")), None)
+        if name == "chromium-webbuild":
+            load, ttft = result["site"]["info"]["load"], _median([c.get("ttft_ms") for c in result["site"]["clips"]])
+        elif name == "chromium-peer":
+            load, ttft = result["peer"]["load"], None
+        else:
+            load, ttft = rs[0]["load"] if rs else None, _median([r.get("ttft_ms") for r in rs])
+        row = row_of(name, steps_rows, load, {"ttft_ms": ttft})
+        row["per_token"] = per
+        if name.startswith("node"):  # no per-step times came back: p10/p90 are the rounds' own
+            row["decode_all_steps"] = {"p10": _median([r["decode"]["p10"] for r in rs]), "p90": _median([r["decode"]["p90"] for r in rs]),
+                                       "median": row["decode_median_of_rounds"], "n": sum(r["decode"]["n"] for r in rs)}
+        table_rows.append(row)
+    result["table"] = table_rows
+    result["markdown"] = md_table(table_rows)
+    save()
+    print(result["markdown"])
+    return 0
+
+
+def _median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return round(xs[len(xs) // 2], 2) if xs else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
