@@ -44,7 +44,8 @@ def main() -> None:
         cdp.send("Network.emulateNetworkConditions", {"offline": False, "latency": 20,
                                                       "downloadThroughput": 8 * 2**20, "uploadThroughput": 2**20})
         page.goto(srv.url + ("" if args.webgpu else "?ep=wasm"))
-        wait_for(page, "() => { const p = window.webbuild?.progress; return p && p.phase === 'download' && p.loaded > 0.3 * p.total; }", every=0.05)
+        wait_for(page, "() => { const p = window.webbuild?.progress; "
+                       "return p && p.phase === 'download' && p.loaded > 0.3 * p.total; }", every=0.05)
         page.screenshot(path=args.out / "loading.png", full_page=True)
         wait_for(page, "() => window.webbuild.status === 'ready'")
         page.screenshot(path=args.out / "idle.png", full_page=True)

@@ -45,9 +45,14 @@ from webbuild.tools.verify.runner import Clip, site_url, transcribe
 # Wrapped before onnxruntime-web makes its device: calls looked up on the prototypes at call time.
 COUNTERS_JS = """\
 // prepended by scripts/chrome_gpu_bench.py: WebGPU call counters (issue 15)
-const __gpuCounts = (self.__gpuCounts = { dispatch: 0, submit: 0, mapAsync: 0, writeBuffer: 0, writeBytes: 0, bindGroup: 0 });
+const __gpuCounts = (self.__gpuCounts = {
+  dispatch: 0, submit: 0, mapAsync: 0, writeBuffer: 0, writeBytes: 0, bindGroup: 0,
+});
 if (self.GPUQueue) {
-  const wrap = (proto, name, count) => { const f = proto[name]; proto[name] = function (...a) { count(a); return f.apply(this, a); }; };
+  const wrap = (proto, name, count) => {
+    const f = proto[name];
+    proto[name] = function (...a) { count(a); return f.apply(this, a); };
+  };
   wrap(GPUComputePassEncoder.prototype, 'dispatchWorkgroups', () => { __gpuCounts.dispatch++; });
   wrap(GPUQueue.prototype, 'submit', () => { __gpuCounts.submit++; });
   wrap(GPUBuffer.prototype, 'mapAsync', () => { __gpuCounts.mapAsync++; });
@@ -66,7 +71,9 @@ SYNTH_JS = """
 self.__wbSynth = async (n) => {
   const stamps = [];
   const c0 = { ...self.__gpuCounts };
-  const r = await recogniser.transcribe(new Float32Array(runtime.sample_rate), { maxNewTokens: n + 1, forceSteps: true, onToken: () => stamps.push(performance.now()) });
+  const r = await recogniser.transcribe(new Float32Array(runtime.sample_rate), {
+    maxNewTokens: n + 1, forceSteps: true, onToken: () => stamps.push(performance.now()),
+  });
   const c1 = { ...self.__gpuCounts };
   return { steps: stamps.slice(1).map((t, i) => t - stamps[i]), timings: r.timings, tokens: r.tokens.length,
     counts: Object.fromEntries(Object.keys(c1).map((k) => [k, c1[k] - c0[k]])) };
@@ -98,7 +105,8 @@ def software(adapter: dict | None) -> str | None:
         return (adapter or {}).get("error", "no adapter")
     if adapter.get("isFallbackAdapter"):
         return "isFallbackAdapter is true"
-    if "swiftshader" in json.dumps({k: adapter.get(k) for k in ("vendor", "architecture", "device", "description")}).lower():
+    names = {k: adapter.get(k) for k in ("vendor", "architecture", "device", "description")}
+    if "swiftshader" in json.dumps(names).lower():
         return "SwiftShader"
     return None
 
@@ -132,7 +140,8 @@ def gpu_report(browser) -> dict:
     finally:
         cdp.detach()
     aux = gpu.get("auxAttributes", {})
-    return {"featureStatus": {k: v for k, v in (gpu.get("featureStatus") or {}).items() if k in ("webgpu", "vulkan", "gpu_compositing", "webgl")},
+    status = gpu.get("featureStatus") or {}
+    return {"featureStatus": {k: v for k, v in status.items() if k in ("webgpu", "vulkan", "gpu_compositing", "webgl")},
             "glRenderer": aux.get("glRenderer"), "glImplementationParts": aux.get("glImplementationParts")}
 
 
@@ -206,13 +215,15 @@ def row_of(name: str, rounds: list[dict], load: dict | None, extra: dict) -> dic
             "decode_median_of_rounds": round(sorted(meds)[len(meds) // 2], 2) if meds else None,
             "decode_all_steps": {k: round(v, 2) if isinstance(v, float) else v for k, v in spread(steps).items()},
             "per_token": rounds[0].get("per_token") if rounds else None,
-            "prefill_ms": [round(r["prefill_ms"], 1) for r in rounds], "prompt_tokens": rounds[0]["prompt_tokens"] if rounds else None,
+            "prefill_ms": [round(r["prefill_ms"], 1) for r in rounds],
+            "prompt_tokens": rounds[0]["prompt_tokens"] if rounds else None,
             "load": load, **extra}
 
 
 def md_table(rows: list[dict]) -> str:
-    head = ("| row | decode ms/token, median of round medians (round medians) | p10 / p90 (all steps) | dispatches / submits / "
-            "read-backs / writeBuffer per token | prefill (synthetic) | TTFT (clip) | load (sessions) |\n"
+    head = ("| row | decode ms/token, median of round medians (round medians) | p10 / p90 (all steps) "
+            "| dispatches / submits / read-backs / writeBuffer per token | prefill (synthetic) | TTFT (clip) "
+            "| load (sessions) |\n"
             "| --- | --- | --- | --- | --- | --- | --- |")
     lines = [head]
     for r in rows:
@@ -221,7 +232,8 @@ def md_table(rows: list[dict]) -> str:
         ttft = r.get("ttft_ms")
         lines.append(
             f"| {r['row']} | {r['decode_median_of_rounds']} ({', '.join(map(str, r['decode_round_medians']))}) | "
-            f"{d['p10']} / {d['p90']} | {pt.get('dispatch')} / {pt.get('submit')} / {pt.get('mapAsync')} / {pt.get('writeBuffer')} | "
+            f"{d['p10']} / {d['p90']} | "
+            f"{pt.get('dispatch')} / {pt.get('submit')} / {pt.get('mapAsync')} / {pt.get('writeBuffer')} | "
             f"{pf} ms ({r['prompt_tokens']} tokens) | {'-' if ttft is None else f'{ttft:.0f} ms'} | "
             f"{load.get('total_ms', 0) / 1000:.1f} s ({(load.get('session_ms') or 0) / 1000:.1f} s) |")
     return "\n".join(lines)
@@ -231,7 +243,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dist", type=Path, required=True, help="the built site (webbuild model.yaml -o DIST)")
     ap.add_argument("--peer", type=Path, help="a merged decoder folder (onnxruntime-genai builder output)")
-    ap.add_argument("--ort", type=Path, default=REPO / "node_modules/onnxruntime-web/dist", help="onnxruntime-web dist for the peer page")
+    ap.add_argument("--ort", type=Path, default=REPO / "node_modules/onnxruntime-web/dist",
+                    help="onnxruntime-web dist for the peer page")
     ap.add_argument("--rows", default="chromium-webbuild,chromium-peer,node-webbuild")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n1", type=int, default=16, help="short decode (counters)")
@@ -240,7 +253,8 @@ def main() -> int:
     ap.add_argument("--clip-tokens", type=int, default=16, help="max_new_tokens of those clips")
     ap.add_argument("--prompt-tokens", type=int, default=41)
     ap.add_argument("--timeout", type=float, default=300)
-    ap.add_argument("--allow-software", action="store_true", help="do not stop on a SwiftShader adapter (CPU smoke test)")
+    ap.add_argument("--allow-software", action="store_true",
+                    help="do not stop on a SwiftShader adapter (CPU smoke test)")
     ap.add_argument("--out", type=Path, default=Path("chrome-gpu-bench.json"))
     args = ap.parse_args()
     rows = args.rows.split(",")
@@ -273,9 +287,10 @@ def main() -> int:
                 site = SitePage(browser, url, args)
                 check_adapter(site.adapter, args.allow_software, "site page")
                 info = site.state["info"]
-                result["site"] = {"info": info, "adapter": site.adapter, "clips": site.clips, "wall_s": round(site.wall_s, 1)}
-                log(f"site: {info['ep']} {info['variant']} on {info['adapter']!r}; load {info['load']['total_ms']:.0f} ms; "
-                    f"requestAdapter {site.adapter}")
+                result["site"] = {"info": info, "adapter": site.adapter, "clips": site.clips,
+                                  "wall_s": round(site.wall_s, 1)}
+                log(f"site: {info['ep']} {info['variant']} on {info['adapter']!r}; "
+                    f"load {info['load']['total_ms']:.0f} ms; requestAdapter {site.adapter}")
                 log(f"clips: {site.clips}")
                 save()
             if "chromium-peer" in rows:
@@ -289,19 +304,23 @@ def main() -> int:
                     t0 = time.monotonic()
                     if name == "chromium-webbuild":
                         a, b = site.synth(args.n1), site.synth(args.n2)
-                        r = {"steps": b["steps"], "prefill_ms": b["timings"]["prefill_ms"], "prompt_tokens": b["timings"]["prompt_tokens"],
-                             "ttft_ms": b["timings"]["ttft_ms"], "counts": [a["counts"], b["counts"]], "per_token": per_token(a["counts"], b["counts"], args.n1, args.n2)}
+                        r = {"steps": b["steps"], "prefill_ms": b["timings"]["prefill_ms"],
+                             "prompt_tokens": b["timings"]["prompt_tokens"], "ttft_ms": b["timings"]["ttft_ms"],
+                             "counts": [a["counts"], b["counts"]],
+                             "per_token": per_token(a["counts"], b["counts"], args.n1, args.n2)}
                     elif name == "chromium-peer":
                         a, b = peer.run(args.n1, args.prompt_tokens), peer.run(args.n2, args.prompt_tokens)
-                        r = {"steps": b["steps"], "prefill_ms": b["prefill_ms"], "prompt_tokens": b["prompt_tokens"], "kv": b["kv"],
-                             "counts": [a["counts"], b["counts"]], "per_token": per_token(a["counts"], b["counts"], args.n1, args.n2)}
+                        r = {"steps": b["steps"], "prefill_ms": b["prefill_ms"], "prompt_tokens": b["prompt_tokens"],
+                             "kv": b["kv"], "counts": [a["counts"], b["counts"]],
+                             "per_token": per_token(a["counts"], b["counts"], args.n1, args.n2)}
                     elif name in ("node-webbuild", "node-peer"):
                         target = args.dist if name == "node-webbuild" else args.peer
                         b = node_bench(target, args.n2, work, f"{name}-{rnd}-{args.n2}", args)
                         synth = b["synthetic_decode"]
                         r = {"steps": None, "decode": synth["ms_per_token"], "prefill_ms": synth["prefill_ms"],
-                             "prompt_tokens": synth["prompt_tokens"], "ttft_ms": b["summary"].get("ttft_ms"), "load": b["load"],
-                             "adapter": b.get("adapter"), "clips": b.get("clips"), "counts": [None, b["counts"]]}
+                             "prompt_tokens": synth["prompt_tokens"], "ttft_ms": b["summary"].get("ttft_ms"),
+                             "load": b["load"], "adapter": b.get("adapter"), "clips": b.get("clips"),
+                             "counts": [None, b["counts"]]}
                         if rnd == 1:  # counts do not vary between runs: the short run once
                             a = node_bench(target, args.n1, work, f"{name}-{rnd}-{args.n1}", args)
                             r["counts"][0] = a["counts"]
@@ -314,11 +333,13 @@ def main() -> int:
                     r |= {"row": name, "round": rnd, "wall_s": round(time.monotonic() - t0, 1)}
                     result["rounds"].append(r)
                     d = r["decode"]
-                    log(f"round {rnd} {name}: decode median {d['median']:.2f} ms (p10 {d['p10']:.2f}, p90 {d['p90']:.2f}, n {d['n']}), "
+                    log(f"round {rnd} {name}: decode median {d['median']:.2f} ms "
+                        f"(p10 {d['p10']:.2f}, p90 {d['p90']:.2f}, n {d['n']}), "
                         f"prefill {r['prefill_ms']:.1f} ms, per token {r.get('per_token')}, {r['wall_s']} s")
                     save()
-            result["console_errors"] = [c for p in (site, peer) if p for c in p.log["console"] if c.startswith("error")][:20]
-            result["page_errors"] = [e for p in (site, peer) if p for e in p.log["errors"]][:20]
+            pages = [p for p in (site, peer) if p]
+            result["console_errors"] = [c for p in pages for c in p.log["console"] if c.startswith("error")][:20]
+            result["page_errors"] = [e for p in pages for e in p.log["errors"]][:20]
         finally:
             browser.close()
             httpd.shutdown()
@@ -339,7 +360,8 @@ def main() -> int:
         row = row_of(name, steps_rows, load, {"ttft_ms": ttft})
         row["per_token"] = per
         if name.startswith("node"):  # no per-step times came back: p10/p90 are the rounds' own
-            row["decode_all_steps"] = {"p10": _median([r["decode"]["p10"] for r in rs]), "p90": _median([r["decode"]["p90"] for r in rs]),
+            row["decode_all_steps"] = {"p10": _median([r["decode"]["p10"] for r in rs]),
+                                       "p90": _median([r["decode"]["p90"] for r in rs]),
                                        "median": row["decode_median_of_rounds"], "n": sum(r["decode"]["n"] for r in rs)}
         table_rows.append(row)
     result["table"] = table_rows

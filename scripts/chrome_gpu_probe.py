@@ -11,6 +11,7 @@ chrome_gpu_probe.html's runProbe() measured, and the GPU-related lines of Chromi
   python3 chrome_gpu_probe.py --chrome /tmp/chrome/chromium --configs sw,vulkan --out DIR
 """
 import argparse
+import contextlib
 import functools
 import http.server
 import json
@@ -144,9 +145,9 @@ def launch(chrome, flags, log_path, profile):
         os.dup2(101, 4)
 
     cmd = [chrome, *COMMON, *flags, f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"]
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            preexec_fn=fds, close_fds=False, start_new_session=True)
+    with open(log_path, "wb") as log:  # Chromium writes to its own copy of the descriptor
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=fds, close_fds=False, start_new_session=True)
     os.close(a_r)
     os.close(b_w)
     return proc, Pipe(proc, a_w, b_r), cmd
@@ -207,10 +208,8 @@ def run_config(name, flags, args, url, outdir):
     except Exception as e:  # noqa: BLE001
         res["error"] = f"{type(e).__name__}: {e}"
     finally:
-        try:
+        with contextlib.suppress(Exception):
             cdp.call("Browser.close", timeout=5)
-        except Exception:  # noqa: BLE001
-            pass
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -232,7 +231,8 @@ def summary(res):
             x = p.get(e) or {}
             rs = x.get("rounds") or []
             return ", ".join(f"{e}: load {x.get('load_ms')} ms enc {r['encoder_ms']} prefill {r['prefill_ms']} "
-                             f"step {r['step_ms_median']} ms ({r['tokens_per_s']} tok/s) per-step {r['per_step']}" for r in rs)
+                             f"step {r['step_ms_median']} ms ({r['tokens_per_s']} tok/s) per-step {r['per_step']}"
+                             for r in rs)
         return (f"{res['config']:>15}: adapter={p.get('adapter')} {ep('webgpu')} | {ep('wasm')} "
                 f"tokens_equal={p.get('tokens_equal')} first_diff={p.get('first_diff')} "
                 f"{'ERROR ' + res['error'] if 'error' in res else ''} errs={p.get('errors')}")
@@ -241,12 +241,13 @@ def summary(res):
     mm = p.get("matmul") or {}
     tiny = p.get("tiny") or {}
     fs = ((res.get("gpu") or {}).get("featureStatus") or {})
+    gl = ((res.get("gpu") or {}).get("aux") or {}).get("glRenderer")
     return (f"{res['config']:>15}: adapter={info.get('vendor')!r}/{info.get('architecture')!r}/"
             f"{info.get('description')!r} fallback={info.get('isFallbackAdapter', a.get('isFallbackAdapter'))} "
             f"f16={'shader-f16' in (a.get('features') or [])} matmul_med={mm.get('median_ms')}ms "
             f"batched={mm.get('batched_ms_per_dispatch')}ms err={mm.get('max_abs_err')} "
             f"tiny={tiny.get('us_per_dispatch_batched')}us rt={tiny.get('submit_roundtrip_ms_median')}ms "
-            f"webgpu={fs.get('webgpu')} vulkan={fs.get('vulkan')} gl={((res.get('gpu') or {}).get('aux') or {}).get('glRenderer')!r} "
+            f"webgpu={fs.get('webgpu')} vulkan={fs.get('vulkan')} gl={gl!r} "
             f"{'ERROR ' + res['error'] if 'error' in res else ''} errs={p.get('errors')}")
 
 
@@ -260,7 +261,8 @@ def main():
     ap.add_argument("--sw-probe-opts", default='{"reps": 5, "warmup": 1, "batch": 2, "tinyBatch": 200, "tinyReps": 20}')
     ap.add_argument("--probe-timeout", type=float, default=90)
     ap.add_argument("--page", choices=["probe", "ort"], default="probe")
-    ap.add_argument("--root", help="folder to serve (default: this one); the ort page wants the ORT files and model/ in it")
+    ap.add_argument("--root",
+                    help="folder to serve (default: this one); the ort page wants the ORT files and model/ in it")
     ap.add_argument("--ort-opts", default='{"decodeTokens": 64, "rounds": 2}')
     args = ap.parse_args()
     outdir = Path(args.out)

@@ -10,9 +10,9 @@ from pathlib import Path
 import onnx
 import pytest
 
+from webbuild.build.forms import norms_out_of_gqa, webgpu_decoder
 from webbuild.fusion.fuse import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, compare, embed_table
-from webbuild.build.forms import norms_out_of_gqa, webgpu_decoder
 from webbuild.reference.transcribe import cpu_form
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"

@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from webbuild.tools.browser import choose, launch
-from webbuild.fusion.fuse import fuse_decoder, save
-from webbuild.fusion.parity import MergedRunner, embed_table, greedy
 from tests.runtime_page import ORT_URL, runtime_page
 from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
+from webbuild.fusion.fuse import fuse_decoder, save
+from webbuild.fusion.parity import MergedRunner, embed_table, greedy
+from webbuild.tools.browser import choose, launch
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
 PREFILL = 24  # < 32: onnxruntime-web 1.30's WebGPU GQA is wrong for runs of 32+ new tokens
@@ -35,7 +35,11 @@ REL_TOL = 1e-5
 
 # gqa-apart: what the build ships for WebGPU (fusion.pack_qkv false: onnxruntime-web fuses the norm
 # and the three int4 projections into MatMulNBitsQkv itself; here, unquantized, GQA takes Q, K, V apart)
-FORMS = {"explicit": {"qk_norm": "explicit"}, "gqa": {"qk_norm": "gqa"}, "gqa-apart": {"qk_norm": "gqa", "pack_qkv": False}}
+FORMS = {
+    "explicit": {"qk_norm": "explicit"},
+    "gqa": {"qk_norm": "gqa"},
+    "gqa-apart": {"qk_norm": "gqa", "pack_qkv": False},
+}
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +76,15 @@ RUN = """async ({ ortUrl, form, ep, ids, steps, decoder }) => {
   ort.env.logLevel = 'error';
   const get = async (path) => new Uint8Array(await (await fetch(path)).arrayBuffer());
   const files = new Map([['decoder.onnx', await get(`graphs/${form}/decoder.onnx`)],
-    ['decoder.onnx.data', await get(`graphs/${form}/decoder.onnx.data`)], ['embed_tokens.bin', await get('graphs/embed_tokens.bin')]]);
+    ['decoder.onnx.data', await get(`graphs/${form}/decoder.onnx.data`)],
+    ['embed_tokens.bin', await get('graphs/embed_tokens.bin')]]);
   const r = new Recogniser(ort, { decoder }, ep);
   try {
     await r.loadDecoder(files, { graph: 'decoder.onnx', data: 'decoder.onnx.data', embed: 'embed_tokens.bin' });
     let { logits, present } = await r.step(r.inputs(ids), ids.length, r.emptyPast());
-    const out = { logits: [Array.from(logits.data)], tokens: [argmaxLast(logits, decoder.vocab_size)], kv: r.kvLocation };
+    const out = {
+      logits: [Array.from(logits.data)], tokens: [argmaxLast(logits, decoder.vocab_size)], kv: r.kvLocation,
+    };
     for (let i = 0; i < steps; i++) {
       ({ logits, present } = await r.step(r.inputs([out.tokens.at(-1)]), ids.length + i + 1, present));
       out.logits.push(Array.from(logits.data));

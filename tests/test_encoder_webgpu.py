@@ -16,13 +16,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from webbuild.tools.browser import choose, launch
+from tests.runtime_page import ORT_URL, runtime_page
+from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
+from webbuild.build.frontend import add_mel_frontend
 from webbuild.fusion.fuse import save
 from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.reference.audio import read_wav
-from webbuild.build.frontend import add_mel_frontend
-from tests.runtime_page import ORT_URL, runtime_page
-from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
+from webbuild.tools.browser import choose, launch
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 # Measured: SwiftShader WebGPU within 9.9e-7 of the features' range, wasm 6.9e-7 (BENCHMARKS.md); 100x
@@ -64,7 +64,9 @@ RUN = """async ({ ortUrl, ep, pcm, plain }) => {
   ort.env.wasm.numThreads = 1;  // no COOP/COEP here
   ort.env.logLevel = 'error';
   const get = async (name) => new Uint8Array(await (await fetch(name)).arrayBuffer());
-  const files = new Map([['encoder.onnx', await get('encoder.onnx')], ['encoder.onnx.data', await get('encoder.onnx.data')]]);
+  const files = new Map([
+    ['encoder.onnx', await get('encoder.onnx')], ['encoder.onnx.data', await get('encoder.onnx.data')],
+  ]);
   let provider = ep, adapter = null;
   if (ep === 'webgpu') {
     const a = await navigator.gpu.requestAdapter();

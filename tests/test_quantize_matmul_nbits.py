@@ -7,9 +7,9 @@ import pytest
 from onnx import TensorProto, helper
 from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
-from webbuild.quantize.matmul_nbits import quantize_matmuls
-from webbuild.config import Quantize
 from tests.quantize_graphs import attrs, initializer, matmul_model, model, nbits_weight, nodes_of, run
+from webbuild.config import Quantize
+from webbuild.quantize.matmul_nbits import quantize_matmuls
 
 K, N = 128, 96
 RNG = np.random.default_rng(0)

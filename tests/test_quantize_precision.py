@@ -7,10 +7,10 @@ import onnx
 from onnx import TensorProto, helper
 from onnxruntime.transformers.float16 import convert_float_to_float16
 
+from tests.quantize_graphs import initializer, model, nodes_of, run
+from webbuild.config import Quantize
 from webbuild.quantize.matmul_nbits import quantize_matmuls
 from webbuild.quantize.precision import to_fp16
-from webbuild.config import Quantize
-from tests.quantize_graphs import initializer, model, nodes_of, run
 
 H = 64
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
+from tests.quantize_graphs import attrs, initializer, matmul_model, nbits_weight, nodes_of, run
+from webbuild.config import Quantize
 from webbuild.quantize.matmul_nbits import quantize_matmuls
 from webbuild.quantize.requantize import requantize
-from webbuild.config import Quantize
-from tests.quantize_graphs import attrs, initializer, matmul_model, nbits_weight, nodes_of, run
 
 K, N = 256, 64
 RNG = np.random.default_rng(1)

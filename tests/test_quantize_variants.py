@@ -55,7 +55,8 @@ def test_variants_are_written_checked_and_agree_with_the_fp32_reference(source, 
         dec = onnx.load(tmp_path / f"decoder.{v}.onnx")
         # no float embedding table anywhere, and the lookup reads lm_head's weight
         assert not [t for t in dec.graph.initializer
-                    if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16) and sorted(t.dims) == sorted([vocab, hidden])]
+                    if t.data_type in (TensorProto.FLOAT, TensorProto.FLOAT16)
+                    and sorted(t.dims) == sorted([vocab, hidden])]
         types = {i.name: i.type.tensor_type.elem_type for i in dec.graph.input}
         assert types["input_ids"] == TensorProto.INT64 and types["audio_features"] == elem
         assert types["past_key_values.0.key"] == elem

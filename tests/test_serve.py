@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from webbuild.cli import main
-from webbuild.tools.serve import parse_headers_file, headers_for, start
+from webbuild.tools.serve import headers_for, parse_headers_file, start
 
 
 @pytest.fixture()
@@ -22,7 +22,8 @@ def site(tmp_path):
     (root / "app.js").write_text("import './ort/x.mjs';")
     (root / "sub").mkdir()
     (root / "sub" / "index.html").write_text("sub")
-    (root / "_headers").write_text("/*\n  X-Test: all\n  Cache-Control: no-cache\n/ort/*\n  Cache-Control: max-age=60\n")
+    (root / "_headers").write_text("/*\n  X-Test: all\n  Cache-Control: no-cache\n"
+                                   "/ort/*\n  Cache-Control: max-age=60\n")
     secret = tmp_path / "secret.txt"
     secret.write_text("outside the site")
     (root / "escape.txt").symlink_to(secret)
@@ -54,7 +55,8 @@ def test_mime_types(server):
     assert get(server, "/ort/x.mjs")[1]["Content-Type"].startswith("text/javascript")
     assert get(server, "/app.js")[1]["Content-Type"].startswith("text/javascript")
     status, headers, body = get(server, "/")
-    assert (status, headers["Content-Type"], body) == (200, "text/html; charset=utf-8", b"<!doctype html><title>t</title>")
+    assert (status, headers["Content-Type"], body) == (
+        200, "text/html; charset=utf-8", b"<!doctype html><title>t</title>")
 
 
 @pytest.mark.parametrize("path", [

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from webbuild.build.shard import shard_files
+from webbuild.errors import BuildError
 from webbuild.site.manifest import (
     DEFAULT_MAX_BYTES,
     SCHEMA_PATH,
@@ -19,8 +21,6 @@ from webbuild.site.manifest import (
     verify_manifest,
     version_hash,
 )
-from webbuild.build.shard import shard_files
-from webbuild.errors import BuildError
 
 LIMIT = 1000
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from webbuild.tools.browser import QUIET, open_site, wait_for  # noqa: F401 (one copy, shared with webbuild verify)
-from webbuild.reference.audio import read_wav, write_wav
 from webbuild.build.runner import run_build
 from webbuild.config import load_config
+from webbuild.reference.audio import read_wav, write_wav
+from webbuild.reference.prompt import build_prompt
 from webbuild.site.contract import ORT_DIR, ORT_MODULES, ORT_WASM, SAMPLES_FILE
 from webbuild.site.manifest import load_manifest, verify_manifest
-from webbuild.reference.prompt import build_prompt
+from webbuild.tools.browser import QUIET, open_site, wait_for  # noqa: F401 (one copy, shared with webbuild verify)
 
 CHROMIUM = Path("/usr/bin/chromium")
 MAX_BYTES = 4 * 2**20  # small, so the decoder data and ORT's wasm arrive in several shards
@@ -94,7 +94,8 @@ def test_site_files(site):
         "samples": [{"id": "sample-0", "src": "samples/00-clip.wav", "text": "a tone", "label": "clip"}]}
     assert "<script>" not in html and "style=" not in html  # nothing inline: the CSP allows only files
     headers = (dist / "_headers").read_text()
-    assert "/demo/*\n" in headers and "/demo/model/shards/*\n  Cache-Control: public, max-age=31536000, immutable" in headers
+    assert "/demo/*\n" in headers
+    assert "/demo/model/shards/*\n  Cache-Control: public, max-age=31536000, immutable" in headers
     assert "default-src 'self'" in headers
 
 
@@ -144,8 +145,8 @@ def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):
     CPU's MatMulNBits (accuracy level 4) does and the twin's float weights do not."""
     import onnxruntime as ort
 
-    from webbuild.site.manifest import reassemble
     from webbuild.reference.transcribe import cpu_form
+    from webbuild.site.manifest import reassemble
 
     manifest = load_manifest(fused_site / "dist" / "model")
     roles = manifest["variants"]["fp32"]
@@ -158,7 +159,8 @@ def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):
     graphs = [ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
               for path in (cpu_form(tmp_path / roles["decoder"]), tmp_path / roles["decoder_wasm"])]
     rng = np.random.default_rng(0)
-    feeds = {"input_ids": rng.integers(0, 600, (1, 9)), "audio_features": rng.standard_normal((1, 4, 256)).astype(np.float32),
+    feeds = {"input_ids": rng.integers(0, 600, (1, 9)),
+             "audio_features": rng.standard_normal((1, 4, 256)).astype(np.float32),
              "audio_offset": np.array([2]), "attention_mask": np.ones((1, 9), np.int64)}
     feeds |= {i.name: np.zeros((1, 2, 0, 64), np.float32) for i in graphs[0].get_inputs() if i.name.startswith("past")}
     a, b = (g.run(["logits"], feeds)[0][0, -1] for g in graphs)
@@ -195,8 +197,8 @@ def onnx_ops(path: Path) -> list[str]:
 
 
 def test_theme_contrast_warnings():
-    from webbuild.config import Theme
     from webbuild.build.render import contrast_ratio, theme_warnings
+    from webbuild.config import Theme
 
     assert round(contrast_ratio("#000000", "#ffffff"), 1) == 21.0
     assert theme_warnings(Theme()) == []  # the defaults are readable

@@ -12,12 +12,12 @@ import onnx
 import pytest
 import yaml
 
-from webbuild.tools.browser import open_site, wait_for
-from webbuild.reference.audio import read_wav
+from tests.test_site import needs_chromium, playwright, reference_for  # noqa: F401 (fixture)
 from webbuild.build.runner import run_build
 from webbuild.config import load_config
+from webbuild.reference.audio import read_wav
 from webbuild.site.contract import SAMPLES_FILE
-from tests.test_site import needs_chromium, playwright, reference_for  # noqa: F401 (fixture)
+from webbuild.tools.browser import open_site, wait_for
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 
@@ -51,8 +51,8 @@ def expected(example_site):
 def test_python_reference_runs_both_variants_webgpu_graphs(example_site, expected, tmp_path):
     """The shipped decoders hold the Q/K norms inside GroupQueryAttention (the WebGPU form), which
     onnxruntime CPU refuses; the reference takes them back out and gets every sample right."""
-    from webbuild.site.manifest import load_manifest, reassemble
     from webbuild.reference.transcribe import load_transcriber
+    from webbuild.site.manifest import load_manifest, reassemble
 
     work, samples = example_site
     manifest = load_manifest(work / "dist" / "model")

@@ -6,8 +6,8 @@ import torch
 pytest.importorskip("transformers")
 
 from webbuild.reference.prompt import audio_token_count, build_prompt  # noqa: E402
-from webbuild.train.fastpath import logits_and_loss  # noqa: E402
 from webbuild.reference.tokenizer import build_tokenizer  # noqa: E402
+from webbuild.train.fastpath import logits_and_loss  # noqa: E402
 from webbuild.train.sentences import load_vocabulary, training_sentences  # noqa: E402
 from webbuild.train.train import make_model  # noqa: E402
 

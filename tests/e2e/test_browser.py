@@ -18,7 +18,9 @@ from webbuild.tools.browser import (
     wait_for_gpu,
 )
 
-NONE = lambda name: None
+
+def NONE(name):
+    return None
 
 
 def test_explicit_path_wins_over_env_and_system(tmp_path):

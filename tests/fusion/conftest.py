@@ -108,9 +108,9 @@ def fused(source, tmp_path_factory):
 def partly_fused(path: Path, rules):
     """Load + cleanup a zoo source and apply `rules` (callables (model, report)) in order."""
     from webbuild.fusion import cleanup
-    from webbuild.graph.ir import dead_code_elimination
     from webbuild.fusion.fuse import load_source
     from webbuild.fusion.report import Report
+    from webbuild.graph.ir import dead_code_elimination
 
     model, _ = load_source(path)
     cleanup.apply(model)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper
+
+if TYPE_CHECKING:
+    from webbuild.fusion.report import Report
 
 H = 16
 _rng = np.random.default_rng(0)
@@ -42,7 +46,10 @@ def gelu_graph(order: str, inner: str = "div", half: float = 0.5, bias: str | No
     elif bias == "gemm":
         inits += [_w("w", H, H), _w("b", H)]
         nodes.append(helper.make_node("Gemm", ["a", "w", "b"], ["x"], transB=1))
-    nodes.append(helper.make_node("Div", [x, "sqrt2"], ["s"]) if inner == "div" else helper.make_node("Mul", ["inv_sqrt2", x], ["s"]))
+    if inner == "div":
+        nodes.append(helper.make_node("Div", [x, "sqrt2"], ["s"]))
+    else:
+        nodes.append(helper.make_node("Mul", ["inv_sqrt2", x], ["s"]))
     nodes += [helper.make_node("Erf", ["s"], ["e"]), helper.make_node("Add", ["e", "one"], ["p"])]
     if order == "x_first":
         nodes += [helper.make_node("Mul", [x, "p"], ["xp"]), helper.make_node("Mul", ["xp", "half"], ["y"])]
@@ -59,9 +66,13 @@ def layer_norm_graph(square: str = "pow", divide: str = "div", affine: bool = Tr
     """y = LayerNorm(x) over `axis`, decomposed: square 'pow' | 'mul', divide 'div' | 'recip'."""
     inits = [_c("two", 2.0), _c("eps", 1e-5), onnx.numpy_helper.from_array(np.array([axis], np.int64), "axes"),
              _w("gamma", H, scale=1.0), _w("beta", H)]
+    if square == "pow":
+        sq = helper.make_node("Pow", ["d", "two"], ["sq"])
+    else:
+        sq = helper.make_node("Mul", ["d", "d"], ["sq"])
     nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["mean"], keepdims=1),
              helper.make_node("Sub", ["x", "mean"], ["d"]),
-             helper.make_node("Pow", ["d", "two"], ["sq"]) if square == "pow" else helper.make_node("Mul", ["d", "d"], ["sq"]),
+             sq,
              helper.make_node("ReduceMean", ["sq", "axes"], ["var"], keepdims=1),
              helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["std"])]
     if divide == "div":
@@ -94,7 +105,8 @@ def residual_graph(bias: str | None = None, constant_skip: bool = False, broadca
               helper.make_node("LayerNormalization", ["h", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-5),
               helper.make_node("Add", ["h", "y"], ["out"])]
     a_shape = [1, "s", H] if broadcast else ["s", H]
-    return _model(nodes, [_f("a", a_shape), _f("b", ["s", H])], [_f("out", ["s", H] if not broadcast else [1, "s", H])], inits)
+    out_shape = ["s", H] if not broadcast else [1, "s", H]
+    return _model(nodes, [_f("a", a_shape), _f("b", ["s", H])], [_f("out", out_shape)], inits)
 
 
 def attention_graph(layout: str = "batch", heads: int = 2, mask: bool = True, scale_on: str = "scores",
@@ -113,9 +125,12 @@ def attention_graph(layout: str = "batch", heads: int = 2, mask: bool = True, sc
     if scale_on in ("q", "v"):
         nodes.append(helper.make_node("Mul", [f"{scale_on}p", "scale"], [f"{scale_on}s"]))
         scaled[scale_on] = f"{scale_on}s"
-    nodes += [helper.make_node("Reshape", [scaled["q"], "split"], ["qr"]), helper.make_node("Transpose", ["qr"], ["qh"], perm=qv_perm),
-              helper.make_node("Reshape", ["kp", "split"], ["kr"]), helper.make_node("Transpose", ["kr"], ["kt"], perm=k_perm),
-              helper.make_node("Reshape", [scaled["v"], "split"], ["vr"]), helper.make_node("Transpose", ["vr"], ["vh"], perm=qv_perm),
+    nodes += [helper.make_node("Reshape", [scaled["q"], "split"], ["qr"]),
+              helper.make_node("Transpose", ["qr"], ["qh"], perm=qv_perm),
+              helper.make_node("Reshape", ["kp", "split"], ["kr"]),
+              helper.make_node("Transpose", ["kr"], ["kt"], perm=k_perm),
+              helper.make_node("Reshape", [scaled["v"], "split"], ["vr"]),
+              helper.make_node("Transpose", ["vr"], ["vh"], perm=qv_perm),
               helper.make_node("MatMul", ["qh", "kt"], ["qk"])]
     scores = "qk"
     if scale_on == "scores":
@@ -126,9 +141,10 @@ def attention_graph(layout: str = "batch", heads: int = 2, mask: bool = True, sc
         scores = "sm_in"
     nodes += [helper.make_node("Softmax", [scores], ["probs"], axis=softmax_axis),
               helper.make_node("MatMul", ["probs", "vh"], ["pv"]),
-              helper.make_node("Transpose", ["pv"], ["pt"], perm=qv_perm), helper.make_node("Reshape", ["pt", "merge"], ["y"])]
+              helper.make_node("Transpose", ["pv"], ["pt"], perm=qv_perm),
+              helper.make_node("Reshape", ["pt", "merge"], ["y"])]
     x_shape = ["b", "s", H] if batch else ["s", H]
-    inputs = [_f("x", x_shape)] + ([_f("kv_in", x_shape)] if cross else []) + ([_f("mask", ["s", "s"])] if mask else [])
+    inputs = [_f("x", x_shape), *([_f("kv_in", x_shape)] if cross else []), *([_f("mask", ["s", "s"])] if mask else [])]
     return _model(nodes, inputs, [_f("y", x_shape)], inits)
 
 
@@ -138,13 +154,13 @@ def window_mask(s: int, window: int) -> np.ndarray:
     return np.where(w[:, None] == w[None, :], 0.0, -1e9).astype(np.float32)
 
 
-def apply_rules(m: ir.Model, *rules) -> tuple[list[int], "Report"]:
+def apply_rules(m: ir.Model, *rules) -> tuple[list[int], Report]:
     """Run rules (model, report) -> count in order on a shape-inferred graph, dead code dropped after
     each, as the driver does (its cleanup infers shapes first)."""
     import onnx_ir.passes.common as common
 
-    from webbuild.graph.ir import dead_code_elimination
     from webbuild.fusion.report import Report
+    from webbuild.graph.ir import dead_code_elimination
 
     common.ShapeInferencePass()(m)
     report, counts = Report(), []

@@ -19,7 +19,10 @@ def rms_graph(spelling: str, axis: int = -1, weight: bool = True, eps: float = 1
              helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
              helper.make_tensor("axes", TensorProto.INT64, [1], [axis]),
              onnx.numpy_helper.from_array(rng.standard_normal(H).astype(np.float32), "w")]
-    sq = helper.make_node("Mul", ["x", "x"], ["sq"]) if spelling == "mulsq" else helper.make_node("Pow", ["x", "two"], ["sq"])
+    if spelling == "mulsq":
+        sq = helper.make_node("Mul", ["x", "x"], ["sq"])
+    else:
+        sq = helper.make_node("Pow", ["x", "two"], ["sq"])
     nodes = [sq, helper.make_node("ReduceMean", ["sq", "axes"], ["m"], keepdims=1),
              helper.make_node("Add", ["m", "eps"], ["me"]), helper.make_node("Sqrt", ["me"], ["s"])]
     if spelling == "divx":

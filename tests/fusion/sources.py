@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 FAMILY_DIMS = dict(hidden_size=128, intermediate_size=320, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, head_dim=32, vocab_size=300, max_position_embeddings=512,
@@ -38,9 +37,9 @@ def family_model(family: str, seed: int = 0):
 def _wrapper(model):
     import torch
     from torch import nn
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     from webbuild.zoo import wrappers
-    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
     class Merged(nn.Module):
         """wrappers.MergedDecoder for a plain CausalLM (model.model.layers; Q/K norm optional)."""

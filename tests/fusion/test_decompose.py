@@ -4,10 +4,10 @@ import onnx_ir as ir
 import pytest
 
 from webbuild.fusion import parity
-from webbuild.graph.ir import census
 from webbuild.fusion.decompose import decompose
 from webbuild.fusion.fuse import fuse_decoder, save
 from webbuild.fusion.validate import check_file
+from webbuild.graph.ir import census
 
 FUSED_OPS = {"GroupQueryAttention", "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization"}
 

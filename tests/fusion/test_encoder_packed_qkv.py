@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from webbuild.fusion import encoder_attention, encoder_packed_qkv
-from webbuild.graph.ir import census
 from tests.fusion.encoder_graphs import H, apply_rules, attention_graph, window_mask
 from tests.fusion.graphs import run
+from webbuild.fusion import encoder_attention, encoder_packed_qkv
 from webbuild.fusion.validate import check
+from webbuild.graph.ir import census
 
 S = 37
 

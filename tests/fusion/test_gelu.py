@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from webbuild.fusion import bias_gelu, gelu
-from webbuild.graph.ir import census
 from tests.fusion.encoder_graphs import H, apply_rules, gelu_graph
 from tests.fusion.graphs import run
+from webbuild.fusion import bias_gelu, gelu
 from webbuild.fusion.validate import check
+from webbuild.graph.ir import census
 
 X = np.random.default_rng(1).standard_normal((5, H)).astype(np.float32) * 3
 

@@ -4,11 +4,11 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from webbuild.fusion import gqa, rms_norm, rope, skip_rms_norm
-from webbuild.graph.ir import census
-from webbuild.fusion.report import Report
 from tests.fusion.conftest import partly_fused
+from webbuild.fusion import gqa, rms_norm, rope, skip_rms_norm
+from webbuild.fusion.report import Report
 from webbuild.fusion.validate import check
+from webbuild.graph.ir import census
 
 
 def _gqa_fused(path, max_pos=2048):

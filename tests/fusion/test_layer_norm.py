@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from webbuild.fusion import layer_norm
-from webbuild.graph.ir import census
 from tests.fusion.encoder_graphs import H, apply_rules, layer_norm_graph
 from tests.fusion.graphs import run
+from webbuild.fusion import layer_norm
 from webbuild.fusion.validate import check
+from webbuild.graph.ir import census
 
 X = (np.random.default_rng(2).standard_normal((2, 5, H)) * 4 + 1).astype(np.float32)
 

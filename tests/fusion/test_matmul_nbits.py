@@ -5,11 +5,11 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from webbuild.fusion import matmul_nbits
-from webbuild.graph.ir import census, dead_code_elimination
-from webbuild.fusion.report import Report
 from tests.fusion.graphs import run
+from webbuild.fusion import matmul_nbits
+from webbuild.fusion.report import Report
 from webbuild.fusion.validate import check
+from webbuild.graph.ir import census, dead_code_elimination
 
 K, N, BS = 80, 24, 16  # K not a multiple of 32: a partial last block for MatMulNBits to pad
 
@@ -23,7 +23,8 @@ def _graph(signed: bool, zero_point: bool, block: int = BS) -> ir.Model:
     consts = [ir.Value(name="q", const_value=ir.tensor(rng.integers(lo, hi, (K, N)).astype(dtype), name="q")),
               ir.Value(name="s", const_value=ir.tensor(rng.random((blocks, N)).astype(np.float32), name="s"))]
     if zero_point:
-        consts.append(ir.Value(name="z", const_value=ir.tensor(rng.integers(lo, hi, (blocks, N)).astype(dtype), name="z")))
+        zero_points = rng.integers(lo, hi, (blocks, N)).astype(dtype)
+        consts.append(ir.Value(name="z", const_value=ir.tensor(zero_points, name="z")))
     dq = ir.node("DequantizeLinear", consts, {"axis": 0, "block_size": block}, name="dq")
     mm = ir.node("MatMul", [x, dq.outputs[0]], name="mm")
     mm.outputs[0].name = "y"

@@ -1,10 +1,10 @@
 import onnx_ir as ir
 
-from webbuild.fusion import gqa, merge_split, rms_norm, skip_rms_norm
-from webbuild.graph.ir import dead_code_elimination
-from webbuild.fusion.pipeline_names import merged_names
 from tests.fusion.conftest import partly_fused
+from webbuild.fusion import gqa, merge_split, rms_norm, skip_rms_norm
+from webbuild.fusion.pipeline_names import merged_names
 from webbuild.fusion.validate import check
+from webbuild.graph.ir import dead_code_elimination
 
 
 def test_split_becomes_one_decoder_with_merged_interface(zoo):

@@ -1,9 +1,9 @@
 import numpy as np
 
-from webbuild.fusion import gqa, packed_qkv, rms_norm, skip_rms_norm
-from webbuild.graph.ir import census
 from tests.fusion.conftest import partly_fused
+from webbuild.fusion import gqa, packed_qkv, rms_norm, skip_rms_norm
 from webbuild.fusion.validate import check
+from webbuild.graph.ir import census
 
 PRE = [rms_norm.RULE.apply, skip_rms_norm.RULE.apply, gqa.rule(2048).apply]
 

@@ -1,7 +1,7 @@
 import numpy as np
 
-from webbuild.fusion import prune_lm_head
 from tests.fusion.conftest import partly_fused
+from webbuild.fusion import prune_lm_head
 from webbuild.fusion.validate import check
 
 

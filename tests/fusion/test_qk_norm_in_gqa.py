@@ -5,12 +5,12 @@ structure, and that the inverse gives back the explicit graph."""
 import onnx_ir as ir
 import pytest
 
+from tests.fusion.test_fuse import build_genai
 from webbuild.fusion import qk_norm_in_gqa
-from webbuild.graph.ir import census, dead_code_elimination, nodes_per_layer
 from webbuild.fusion.fuse import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, compare, embed_table
-from tests.fusion.test_fuse import build_genai
 from webbuild.fusion.validate import check_file
+from webbuild.graph.ir import census, dead_code_elimination, nodes_per_layer
 
 
 @pytest.fixture(scope="module")

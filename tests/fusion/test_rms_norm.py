@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from webbuild.fusion import cleanup, rms_norm
-from webbuild.graph.ir import census, dead_code_elimination
-from webbuild.fusion.report import Report
 from tests.fusion.graphs import H, rms_graph, run
+from webbuild.fusion import cleanup, rms_norm
+from webbuild.fusion.report import Report
 from webbuild.fusion.validate import check
+from webbuild.graph.ir import census, dead_code_elimination
 
 
 @pytest.mark.parametrize("spelling", ["div1", "recip", "divx", "mulsq"])

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from webbuild.fusion import skip_layer_norm
-from webbuild.graph.ir import census
 from tests.fusion.encoder_graphs import H, apply_rules, residual_graph
 from tests.fusion.graphs import run
+from webbuild.fusion import skip_layer_norm
 from webbuild.fusion.validate import check
+from webbuild.graph.ir import census
 
 RNG = np.random.default_rng(3)
 FEEDS = {"a": RNG.standard_normal((7, H)).astype(np.float32), "b": RNG.standard_normal((7, H)).astype(np.float32)}

@@ -1,11 +1,11 @@
 import numpy as np
 
-from webbuild.fusion import rms_norm, skip_rms_norm
-from webbuild.graph.ir import census, dead_code_elimination
-from webbuild.fusion.report import Report
 from tests.fusion.conftest import partly_fused
 from tests.fusion.graphs import H, residual_graph, run
+from webbuild.fusion import rms_norm, skip_rms_norm
+from webbuild.fusion.report import Report
 from webbuild.fusion.validate import check
+from webbuild.graph.ir import census, dead_code_elimination
 
 
 def test_residual_add_folds_and_sum_continues_through_output_3():

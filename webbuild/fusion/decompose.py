@@ -16,9 +16,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from webbuild.graph.ir import attr, const, dead_code_elimination, new_const, replace, shared_const
 from webbuild.fusion.matmul_nbits import ACCURACY_KEY
 from webbuild.fusion.qk_norm_in_gqa import head_norm
+from webbuild.graph.ir import attr, const, dead_code_elimination, new_const, replace, shared_const
 
 _NEG = -1e9
 
@@ -84,13 +84,15 @@ def _gqa(b: _Builder, n: ir.Node) -> list:
     hd = cos_cache.shape[1] * 2
     q, k, v = n.inputs[0], n.inputs[1], n.inputs[2]
     if k is None:  # packed QKV
-        q, k, v = b.op("Split", q, b.const(f"qkv_{heads}_{kv}_{hd}", [heads * hd, kv * hd, kv * hd]), outputs=3, axis=-1)
+        q, k, v = b.op("Split", q, b.const(f"qkv_{heads}_{kv}_{hd}", [heads * hd, kv * hd, kv * hd]),
+                       outputs=3, axis=-1)
     norms = [n.inputs[i] if len(n.inputs) > i else None for i in (14, 15)]
     eps = attr(n, "qk_norm_epsilon", 1e-6)
     past_k, past_v = n.inputs[3], n.inputs[4]
     past_len = (b.op("Shape", past_k, start=2, end=3) if past_k is not None else b.const("zero_1d", [0]))
     seq_len = b.op("Shape", q, start=1, end=2)
-    pos = b.op("Range", b.op("Squeeze", past_len), b.op("Squeeze", b.op("Add", past_len, seq_len)), b.const("one", np.int64(1)))
+    pos = b.op("Range", b.op("Squeeze", past_len), b.op("Squeeze", b.op("Add", past_len, seq_len)),
+               b.const("one", np.int64(1)))
     cos = _table(b, "cos", cos_cache, pos)
     sin = _table(b, "sin", sin_cache, pos)
     qt = _rope(b, _to_heads(b, q, heads, hd, norms[0], eps), cos, sin, hd)
@@ -100,7 +102,8 @@ def _gqa(b: _Builder, n: ir.Node) -> list:
     v_all = b.op("Concat", past_v, vt, axis=2) if past_v is not None else vt
     scores = b.op("Mul", b.op("MatMul", qt, b.op("Transpose", _repeat(b, k_all, heads, kv, hd), perm=[0, 1, 3, 2])),
                   b.const(f"scale_{attr(n, 'scale'):g}", np.float32(attr(n, "scale"))))
-    k_pos = b.op("Range", b.const("zero", np.int64(0)), b.op("Squeeze", b.op("Add", past_len, seq_len)), b.const("one", np.int64(1)))
+    k_pos = b.op("Range", b.const("zero", np.int64(0)), b.op("Squeeze", b.op("Add", past_len, seq_len)),
+                 b.const("one", np.int64(1)))
     causal = b.op("LessOrEqual", k_pos, b.op("Unsqueeze", pos, b.const("axes_last", [-1])))
     mask = b.op("Where", causal, b.const("zero_f", np.float32(0)), b.const("neg", np.float32(_NEG)))
     probs = b.op("Softmax", b.op("Add", scores, mask), axis=-1)
@@ -136,7 +139,8 @@ def _rope(b: _Builder, x, cos, sin, hd: int) -> ir.Value:
 def _repeat(b: _Builder, x, heads: int, kv: int, hd: int) -> ir.Value:
     if heads == kv:
         return x
-    wide = b.op("Expand", b.op("Unsqueeze", x, b.const("axes_2", [2])), b.const(f"groups_{heads // kv}", [1, 1, heads // kv, 1, 1]))
+    wide = b.op("Expand", b.op("Unsqueeze", x, b.const("axes_2", [2])),
+                b.const(f"groups_{heads // kv}", [1, 1, heads // kv, 1, 1]))
     return b.op("Reshape", wide, b.const(f"shape_rep_{heads}_{hd}", [0, heads, -1, hd]))
 
 
@@ -150,7 +154,8 @@ def _raise_opset(model: ir.Model, target: int) -> None:
             continue
         old, new = onnx.defs.get_schema(n.op_type, current), onnx.defs.get_schema(n.op_type, target)
         added = set(new.attributes) - set(old.attributes)
-        if ([i.name for i in old.inputs] != [i.name for i in new.inputs] or not set(old.attributes) <= set(new.attributes)
+        if ([i.name for i in old.inputs] != [i.name for i in new.inputs]
+                or not set(old.attributes) <= set(new.attributes)
                 or any(new.attributes[a].required for a in added)):
             raise ValueError(f"{n.op_type} changed between opset {current} and {target}; cannot decompose MatMulNBits")
     model.graph.opset_imports[""] = target

@@ -19,8 +19,19 @@ import numpy as np
 import onnx_ir as ir
 
 from webbuild.fusion.rule import Miss, Rule
-from webbuild.graph.ir import (MS, attr, const, import_ms_domain, only_user, prod, replace, scalar, scalar_operand,
-                               shared_const, width)
+from webbuild.graph.ir import (
+    MS,
+    attr,
+    const,
+    import_ms_domain,
+    only_user,
+    prod,
+    replace,
+    scalar,
+    scalar_operand,
+    shared_const,
+    width,
+)
 
 # perms from the Reshape output to the MatMul operand, per layout (rank of the head split)
 _PERMS = {3: {"qv": [1, 0, 2], "k": [1, 2, 0]}, 4: {"qv": [0, 2, 1, 3], "k": [0, 2, 3, 1]}}

@@ -14,8 +14,18 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from webbuild.fusion import (cleanup, gqa, matmul_nbits, merge_split, packed_qkv, prune_lm_head, qk_norm_in_gqa,
-                             rms_norm, skip_rms_norm, static_reshape)
+from webbuild.fusion import (
+    cleanup,
+    gqa,
+    matmul_nbits,
+    merge_split,
+    packed_qkv,
+    prune_lm_head,
+    qk_norm_in_gqa,
+    rms_norm,
+    skip_rms_norm,
+    static_reshape,
+)
 from webbuild.fusion.rule import Step, fuse_graph
 
 SPLIT_INIT = "decoder_init.onnx"

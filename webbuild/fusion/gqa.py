@@ -21,8 +21,20 @@ import onnx_ir as ir
 from webbuild.fusion import rope
 from webbuild.fusion.attention_mask import gqa_lengths
 from webbuild.fusion.rule import Miss, Rule
-from webbuild.graph.ir import (MS, attr, axes_of, const, import_ms_domain, only_user, prod, replace, scalar,
-                               scalar_operand, shared_const, width)
+from webbuild.graph.ir import (
+    MS,
+    attr,
+    axes_of,
+    const,
+    import_ms_domain,
+    only_user,
+    prod,
+    replace,
+    scalar,
+    scalar_operand,
+    shared_const,
+    width,
+)
 
 NAME = "gqa"
 DEFAULT_MAX_POSITIONS = 4096

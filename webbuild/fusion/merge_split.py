@@ -25,7 +25,7 @@ STACKED = ("present_keys", "present_values")
 
 def is_split_init(model: ir.Model) -> bool:
     g = model.graph
-    return SPLIT_INPUTS <= {v.name for v in g.inputs} and set(STACKED) <= {v.name for v in g.outputs}
+    return {v.name for v in g.inputs} >= SPLIT_INPUTS and set(STACKED) <= {v.name for v in g.outputs}
 
 
 @dataclass
@@ -88,9 +88,10 @@ def _shape_read(node: ir.Node, v: ir.Value) -> bool:
 def _blocking_input(g: ir.Graph, x0: ir.Value) -> str | None:
     """An old input that reaches an output other than through x0 or a shape read, if any."""
     for v in g.inputs:
-        if v.name in SPLIT_INPUTS | {"position_ids"}:
-            if any(_live(u, x0) for u in v.consumers() if not _shape_read(u, v)):
-                return v.name
+        if v.name in SPLIT_INPUTS | {"position_ids"} and any(
+            _live(u, x0) for u in v.consumers() if not _shape_read(u, v)
+        ):
+            return v.name
     return None
 
 

@@ -65,7 +65,9 @@ def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int) -> tuple[n
         return f"partial rotary ({inv_c.size * 2} of {head_dim} dims)"
     # positions x inv_freq in fp32, as the exported graph computes it, so the caches match bit for bit
     freqs = np.arange(max_pos, dtype=np.float32)[:, None] * inv_c.astype(np.float32)[None, :]
-    return (np.cos(freqs) * np.float32(scale_c)).astype(np.float32), (np.sin(freqs) * np.float32(scale_s)).astype(np.float32)
+    cos_cache = (np.cos(freqs) * np.float32(scale_c)).astype(np.float32)
+    sin_cache = (np.sin(freqs) * np.float32(scale_s)).astype(np.float32)
+    return cos_cache, sin_cache
 
 
 def _tables(v: ir.Value) -> np.ndarray | None:

@@ -50,12 +50,14 @@ def gemm_to_matmul(model: onnx.ModelProto) -> int:
             continue
         w = numpy_helper.to_array(inits[node.input[1]])
         name = f"{node.input[1]}_kn{count}"
-        model.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(w.T if a.get("transB") else w), name))
+        w_kn = np.ascontiguousarray(w.T if a.get("transB") else w)
+        model.graph.initializer.append(numpy_helper.from_array(w_kn, name))
         has_bias = len(node.input) > 2 and node.input[2]
         mm_out = node.output[0] + "_mm" if has_bias else node.output[0]
         nodes.append(onnx.helper.make_node("MatMul", [node.input[0], name], [mm_out], name=node.name + "/MatMul"))
         if has_bias:
-            nodes.append(onnx.helper.make_node("Add", [mm_out, node.input[2]], [node.output[0]], name=node.name + "/Add"))
+            nodes.append(onnx.helper.make_node("Add", [mm_out, node.input[2]], [node.output[0]],
+                                               name=node.name + "/Add"))
         count += 1
     del model.graph.node[:]
     model.graph.node.extend(nodes)

@@ -54,7 +54,8 @@ def _requantize_node(node: onnx.NodeProto, inits: dict, s: Quantize) -> list[onn
     packed, new_scales = block_quantize(w, s.bits, s.block_size)
     base = node.input[1]
     b_name, s_name = f"{base}_b{s.block_size}q{s.bits}", f"{base}_b{s.block_size}q{s.bits}_scales"
-    tensors = [numpy_helper.from_array(packed, b_name), numpy_helper.from_array(new_scales.astype(scales.dtype), s_name)]
+    tensors = [numpy_helper.from_array(packed, b_name),
+               numpy_helper.from_array(new_scales.astype(scales.dtype), s_name)]
     del node.input[1:]
     node.input.extend([b_name, s_name])  # symmetric: no zero points
     _set_attr(node, "bits", s.bits)

@@ -49,7 +49,8 @@ def wasm_graph(src: Path, dest: Path) -> bool:
     for node in lookups + matmuls:
         at = nodes.index(node)
         scales_type = dtypes.get(node.input[2], onnx.TensorProto.FLOAT)
-        new, consts = (_lookup_nodes if node.op_type == "GatherBlockQuantized" else _matmul_nodes)(src, node, scales_type)
+        replace = _lookup_nodes if node.op_type == "GatherBlockQuantized" else _matmul_nodes
+        new, consts = replace(src, node, scales_type)
         nodes[at:at + 1] = new
         extra += consts
     model.graph.ClearField("node")
@@ -111,8 +112,8 @@ def _matmul_nodes(src: Path, mm: onnx.NodeProto, scales_type: int) -> tuple[list
     blocks = -(-k // bs)
     p = f"{_C}{mm.name}/"
     shapes = [onnx.numpy_helper.from_array(np.array(v, np.int64), p + name) for name, v in (
-        ("codes_shape", [width, blocks, bs]), ("scales_shape", [width, blocks, 1]), ("rows_shape", [width, blocks * bs]),
-        ("k", [k]))]
+        ("codes_shape", [width, blocks, bs]), ("scales_shape", [width, blocks, 1]),
+        ("rows_shape", [width, blocks * bs]), ("k", [k]))]
     n = onnx.helper.make_node
     return [
         *_nibbles(p, mm.input[1]),

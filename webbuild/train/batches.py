@@ -26,13 +26,13 @@ class ClipStore:
     words: list[list[int]]  # transcript tokens alone (the CTC target)
 
     @classmethod
-    def build(cls, clips: Clips, tok: Tokenizer, device: str) -> "ClipStore":
+    def build(cls, clips: Clips, tok: Tokenizer, device: str) -> ClipStore:
         answers = [tok.encode(answer_text(t), add_special_tokens=False).ids for t in clips.texts]
         words = [tok.encode(t, add_special_tokens=False).ids for t in clips.texts]
         as_t = lambda a: torch.as_tensor(a).to(device)  # noqa: E731
         return cls(as_t(clips.pcm), as_t(clips.offsets), as_t(clips.lengths), clips.texts, answers, words)
 
-    def head(self, n: int) -> "ClipStore":
+    def head(self, n: int) -> ClipStore:
         """The first `n` clips (sharing the sample storage)."""
         return ClipStore(self.pcm, self.offsets[:n], self.lengths[:n], self.texts[:n], self.answers[:n], self.words[:n])
 

@@ -10,10 +10,10 @@ import torch
 from tokenizers import Tokenizer
 
 from webbuild.reference.prompt import parse_answer
+from webbuild.reference.wer import corpus_wer
 from webbuild.train.batches import ClipStore, features, token_batch
 from webbuild.train.dataset import synthesize_sharded
 from webbuild.train.sentences import HELDOUT_SEED, heldout_sentences, load_vocabulary
-from webbuild.reference.wer import corpus_wer
 
 MAX_NEW_TOKENS = 64
 

@@ -25,7 +25,7 @@ def clashes(words: list[str], voices=VOICES) -> list[list[str]]:
     groups: dict[tuple[str, str], list[str]] = defaultdict(list)
     with ThreadPoolExecutor(8) as pool:
         for voice in voices:
-            for word, ph in zip(words, pool.map(lambda w: phonemes(w, voice), words)):
+            for word, ph in zip(words, pool.map(lambda w, voice=voice: phonemes(w, voice), words)):
                 groups[(voice, ph)].append(word)
     seen, out = set(), []
     for group in groups.values():
@@ -37,6 +37,7 @@ def clashes(words: list[str], voices=VOICES) -> list[list[str]]:
 
 
 if __name__ == "__main__":
-    vocab = [w.strip() for w in open(sys.argv[1]) if w.strip()]
+    with open(sys.argv[1]) as f:
+        vocab = [w.strip() for w in f if w.strip()]
     for group in clashes(vocab):
         print(" ".join(group))

@@ -105,7 +105,10 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     torch.backends.cuda.matmul.allow_tf32 = True
     preset = get_preset("tiny")
     vocab = load_vocabulary()
-    tok = Tokenizer.from_file(str(init_dir / "tokenizer.json")) if init_dir else make_tokenizer(vocab, preset.bpe_vocab_size)
+    if init_dir:
+        tok = Tokenizer.from_file(str(init_dir / "tokenizer.json"))
+    else:
+        tok = make_tokenizer(vocab, preset.bpe_vocab_size)
 
     texts = training_sentences(vocab, clips, seed)
     train_paths = build_shards(data_dir / f"seed{seed}", texts, seed, workers)
@@ -150,8 +153,9 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     out_dir.mkdir(parents=True, exist_ok=True)
     model.to("cpu").float().save_pretrained(out_dir, max_shard_size=shard_size)
     tok.save(str(out_dir / "tokenizer.json"))
-    log = dict(init=str(init_dir) if init_dir else None, seed=seed, steps=step, planned_steps=steps, batch_size=batch_size, clips=len(store),
-               heldout_clips=len(held), lr=lr, warmup=warmup, hardware=hardware(device), device=device,
+    log = dict(init=str(init_dir) if init_dir else None, seed=seed, steps=step, planned_steps=steps,
+               batch_size=batch_size, clips=len(store), heldout_clips=len(held), lr=lr, warmup=warmup,
+               hardware=hardware(device), device=device,
                torch=torch.__version__, synth_seconds=round(synth_s, 1), train_seconds=round(train_s, 1),
                wall_seconds=round(time.time() - t0, 1),
                final_loss=round(torch.stack(losses[-100:]).mean(0)[0].item(), 5),

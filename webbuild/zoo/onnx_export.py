@@ -79,7 +79,7 @@ class SharedWeights:
         self.min_bytes = min_bytes
         self.align = align
         self.offsets: dict[str, tuple[int, int]] = {}
-        self._data = open(self.path, "wb")
+        self._data = open(self.path, "wb")  # noqa: SIM115 - written by add() calls, closed in __exit__
 
     def __enter__(self) -> SharedWeights:
         return self

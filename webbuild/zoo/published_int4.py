@@ -27,7 +27,8 @@ def quantize_export(src_dir: Path, out: Path, block_size: int = 64, accuracy_lev
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
     src_dir, out = Path(src_dir), Path(out)
     data_files = {str(t.external_data[0].value) for name in DECODERS if (src_dir / name).is_file()
-                  for t in onnx.load(str(src_dir / name), load_external_data=False).graph.initializer if t.external_data}
+                  for t in onnx.load(str(src_dir / name), load_external_data=False).graph.initializer
+                  if t.external_data}
     out.mkdir(parents=True)
     for f in sorted(src_dir.iterdir()):
         if f.name in DECODERS:

@@ -50,7 +50,8 @@ def run_node(
         harness, extra = HARNESSES / "merged.mjs", ["--model", merged]
     else:
         raise BenchError(f"{dist}: not a built site (no model/manifest.json), a split export (no decoder_init.onnx) "
-                         f"nor a merged decoder ({' or '.join(MERGED_NAMES)}); build it with `webbuild model.yaml -o {dist}`")
+                         f"nor a merged decoder ({' or '.join(MERGED_NAMES)}); "
+                         f"build it with `webbuild model.yaml -o {dist}`")
     node = os.environ.get("WEBBUILD_NODE") or shutil.which("node")
     if not node:
         raise BenchError("node not found: install Node >= 20 or set WEBBUILD_NODE")
@@ -74,13 +75,17 @@ def table(r: dict) -> str:
     synth = r.get("synthetic_decode")
     dec = synth["ms_per_token"] if synth else s["decode_ms_per_token_clips"]
     parts = ", ".join(f"{k.removesuffix('_ms')} {v:.0f}" for k, v in load.items() if k != "total_ms")
+    runtime = ("node " + r["node"]) if "node" in r else r["browser"]
     lines = [
-        f"runtime     {('node ' + r['node']) if 'node' in r else r['browser']}, ep {r['ep']}, variant {r['variant']}, threads {r['threads']}, kv cache {r['kv_cache']}",
+        f"runtime     {runtime}, ep {r['ep']}, variant {r['variant']}, "
+        f"threads {r['threads']}, kv cache {r['kv_cache']}",
         f"adapter     {r['adapter']}" + (" (shader-f16)" if r.get("shader_f16") else ""),
         f"load        {load['total_ms']:.0f} ms ({parts})",
-        f"encoder     {_ms(s['encoder_ms'])}" + (f" (median over {s['clips']} clips)" if "clips" in s else " (synthetic input)"),
+        f"encoder     {_ms(s['encoder_ms'])}"
+        + (f" (median over {s['clips']} clips)" if "clips" in s else " (synthetic input)"),
         f"TTFT        {_ms(s['ttft_ms'])}",
-        f"prefill     {_num(s['prefill_tokens_per_s'])} tok/s ({_num(s['prompt_tokens'], 0)} prompt tokens in {_ms(s['prefill_ms'])})",
+        f"prefill     {_num(s['prefill_tokens_per_s'])} tok/s "
+        f"({_num(s['prompt_tokens'], 0)} prompt tokens in {_ms(s['prefill_ms'])})",
         f"decode      {_num(dec['median'])} ms/token median, p10 {_num(dec['p10'])}, p90 {_num(dec['p90'])} "
         + (f"({dec['n']} synthetic tokens)" if synth else f"(over {dec['n']} clips)"),
     ]

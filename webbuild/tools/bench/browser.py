@@ -55,19 +55,25 @@ def clip_row(state: dict, expected: str) -> dict:
     return {"expected": expected, "text": state["text"], "match": state["text"] == expected, "error": state["error"],
             "tokens": m.get("generated_tokens"), "encoder_ms": m.get("encoder_ms"), "ttft_ms": m.get("ttft_ms"),
             "prompt_tokens": m.get("prompt_tokens"), "prefill_tokens_per_s": m.get("prefill_tokens_per_s"),
-            "decode_ms_per_token": 1000 / rate if rate else None, "audio_ms": m.get("audio_ms"), "total_ms": m.get("total_ms")}
+            "decode_ms_per_token": 1000 / rate if rate else None, "audio_ms": m.get("audio_ms"),
+            "total_ms": m.get("total_ms")}
 
 
 def report(info: dict, clips: list[dict], browser: str) -> dict:
-    med = lambda k: spread([c[k] for c in clips if c[k] is not None])["median"]  # noqa: E731
+    def med(k):
+        return spread([c[k] for c in clips if c[k] is not None])["median"]
+
     prefill = med("prefill_tokens_per_s")
     return {
-        "bench": "webbuild-browser", "browser": browser, "host": platform.node(), "ep": info["ep"], "variant": info["variant"],
-        "threads": info.get("threads"), "kv_cache": info.get("kvCache"), "adapter": info.get("adapter"),
-        "shader_f16": info.get("shaderF16", False), "model_bytes": info.get("modelBytes"), "load": info["load"], "clips": clips,
-        "summary": {"clips": len(clips), "clips_matching": sum(c["match"] for c in clips), "encoder_ms": med("encoder_ms"),
-                    "ttft_ms": med("ttft_ms"), "prompt_tokens": med("prompt_tokens"), "prefill_tokens_per_s": prefill,
+        "bench": "webbuild-browser", "browser": browser, "host": platform.node(), "ep": info["ep"],
+        "variant": info["variant"], "threads": info.get("threads"), "kv_cache": info.get("kvCache"),
+        "adapter": info.get("adapter"), "shader_f16": info.get("shaderF16", False),
+        "model_bytes": info.get("modelBytes"), "load": info["load"], "clips": clips,
+        "summary": {"clips": len(clips), "clips_matching": sum(c["match"] for c in clips),
+                    "encoder_ms": med("encoder_ms"), "ttft_ms": med("ttft_ms"), "prompt_tokens": med("prompt_tokens"),
+                    "prefill_tokens_per_s": prefill,
                     "prefill_ms": med("prompt_tokens") / prefill * 1000 if prefill else None,
-                    "decode_ms_per_token_clips": spread([c["decode_ms_per_token"] for c in clips if c["decode_ms_per_token"]])},
+                    "decode_ms_per_token_clips": spread([c["decode_ms_per_token"] for c in clips
+                                                         if c["decode_ms_per_token"]])},
         "synthetic_decode": None,
     }

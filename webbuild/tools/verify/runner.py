@@ -22,8 +22,8 @@ from urllib.parse import urlsplit
 
 from webbuild.errors import VerifyInputError
 from webbuild.reference.wer import corpus_wer, wer
-from webbuild.tools import browser as br
 from webbuild.site.contract import SAMPLES_FILE
+from webbuild.tools import browser as br
 
 SHARDS = "**/model/shards/*"
 DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
@@ -149,10 +149,8 @@ class Verifier:
         br.watch(page, self.log)
         start = len(self.log["requests"])
         t0 = time.monotonic()
-        try:
+        with contextlib.suppress(TimeoutError):  # still loading: reported below as not ready
             br.open_page(page, url, self.opts.timeout_s)
-        except TimeoutError:
-            pass  # still loading: reported below as not ready
         state = page.evaluate("() => window.webbuild") or {"status": "no page state", "error": "app did not start"}
         info = state.get("info") or {}
         self.visits[name] = {"url": url, "status": state["status"], "error": state["error"],
@@ -271,7 +269,8 @@ class Verifier:
     def report(self, choice, url: str, max_wer: float, seconds: float) -> dict:
         first = self.visits.get("first visit", {})
         return {
-            "target": self.opts.target, "url": url, "browser": choice.describe(), "ok": all(c["ok"] for c in self.checks),
+            "target": self.opts.target, "url": url, "browser": choice.describe(),
+            "ok": all(c["ok"] for c in self.checks),
             "ep": first.get("ep"), "variant": first.get("variant"), "adapter": first.get("adapter"),
             "max_wer": max_wer, "reference": self.reference.dist is not None,
             "load_ms": {"cold": self._load_ms("first visit"), "warm": self._load_ms("second visit")},
