@@ -10,7 +10,8 @@ Rows, alternated in rounds (A B C, A B C, ...):
                      webbuild/tools/bench/bench.mjs does under Node
   chromium-peer      a merged decoder (onnxruntime-genai's model.onnx) on scripts/chrome_gpu_merged.html,
                      as webbuild/tools/bench/merged.mjs runs it under Node
-  node-webbuild      `webbuild bench DIST --ep webgpu` (Node + Dawn), counted by scripts/gpu_counters.mjs
+  node-webbuild      `webbuild bench DIST --ep webgpu` (Node + Dawn), counted by its own report
+                     (webbuild/tools/bench/counters.mjs)
   node-peer          (optional) `webbuild bench PEER --ep webgpu`
 Per decode token counts = (counts of an n2-step decode - counts of an n1-step decode) / (n2 - n1).
 The Chromium pages load once (their load time is reported once); every round runs n1 and n2 steps.
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -39,44 +39,26 @@ sys.path.insert(0, str(REPO))
 from chrome_gpu_probe import serve
 
 from webbuild.tools import browser as br
+from webbuild.tools.bench import counters_source
 from webbuild.tools.bench.browser import spread
 from webbuild.tools.verify.runner import Clip, site_url, transcribe
 
 # Wrapped before onnxruntime-web makes its device: calls looked up on the prototypes at call time.
-COUNTERS_JS = """\
-// prepended by scripts/chrome_gpu_bench.py: WebGPU call counters (issue 15)
-const __gpuCounts = (self.__gpuCounts = {
-  dispatch: 0, submit: 0, mapAsync: 0, writeBuffer: 0, writeBytes: 0, bindGroup: 0,
-});
-if (self.GPUQueue) {
-  const wrap = (proto, name, count) => {
-    const f = proto[name];
-    proto[name] = function (...a) { count(a); return f.apply(this, a); };
-  };
-  wrap(GPUComputePassEncoder.prototype, 'dispatchWorkgroups', () => { __gpuCounts.dispatch++; });
-  wrap(GPUQueue.prototype, 'submit', () => { __gpuCounts.submit++; });
-  wrap(GPUBuffer.prototype, 'mapAsync', () => { __gpuCounts.mapAsync++; });
-  wrap(GPUDevice.prototype, 'createBindGroup', () => { __gpuCounts.bindGroup++; });
-  wrap(GPUQueue.prototype, 'writeBuffer', ([, , data, dataOffset, size]) => {
-    const el = data?.BYTES_PER_ELEMENT ?? 1;
-    __gpuCounts.writeBuffer++;
-    __gpuCounts.writeBytes += size !== undefined ? size * el : (data?.byteLength ?? 0) - (dataOffset ?? 0) * el;
-  });
-}
-"""
+# webbuild/tools/bench/counters.mjs, prepended to the site's worker.js (the worker runs onnxruntime-web)
+COUNTERS_JS = counters_source()
 
 # Appended to the site's worker.js (module scope: it sees the worker's `recogniser` and `runtime`).
 SYNTH_JS = """
 // appended by scripts/chrome_gpu_bench.py: bench.mjs's synthetic decode, in the site's own worker
 self.__wbSynth = async (n) => {
   const stamps = [];
-  const c0 = { ...self.__gpuCounts };
+  const c0 = self.__gpuCounters.snapshot();
   const r = await recogniser.transcribe(new Float32Array(runtime.sample_rate), {
     maxNewTokens: n + 1, forceSteps: true, onToken: () => stamps.push(performance.now()),
   });
-  const c1 = { ...self.__gpuCounts };
+  const c1 = self.__gpuCounters.snapshot();
   return { steps: stamps.slice(1).map((t, i) => t - stamps[i]), timings: r.timings, tokens: r.tokens.length,
-    counts: Object.fromEntries(Object.keys(c1).map((k) => [k, c1[k] - c0[k]])) };
+    counts: Object.fromEntries(Object.keys(c1).filter((k) => k !== 'kernels').map((k) => [k, c1[k] - c0[k]])) };
 };
 """
 
@@ -92,7 +74,7 @@ ADAPTER_JS = """async () => {
               maxComputeWorkgroupStorageSize: a.limits.maxComputeWorkgroupStorageSize } };
 }"""
 
-COUNT_KEYS = ("dispatch", "submit", "mapAsync", "writeBuffer", "writeBytes", "bindGroup")
+COUNT_KEYS = ("dispatches", "submits", "readbacks", "write_buffers", "write_bytes", "bind_groups", "buffers")
 
 
 def log(msg: str) -> None:
@@ -193,19 +175,17 @@ class PeerPage:
 
 
 def node_bench(target: Path, tokens: int, workdir: Path, tag: str, args) -> dict:
-    """`webbuild bench TARGET --ep webgpu` under Node + Dawn, with gpu_counters.mjs preloaded."""
-    report, counts = workdir / f"{tag}.json", workdir / f"{tag}.counts.json"
-    env = {**os.environ, "NODE_OPTIONS": f"--import={HERE / 'gpu_counters.mjs'}", "GPU_COUNTS_FILE": str(counts)}
+    """`webbuild bench TARGET --ep webgpu` under Node + Dawn; its report counts the WebGPU calls itself
+    (counters_per_token: a tokens/4 decode against the tokens one)."""
+    report = workdir / f"{tag}.json"
     cmd = [sys.executable, "-m", "webbuild.cli", "bench", str(target), "--ep", "webgpu", "--decode-tokens", str(tokens),
            "--json", str(report)]
     if (target / "model" / "manifest.json").is_file():
         cmd += ["--max-clips", str(args.clips)]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed: {proc.stderr[-2000:]} {proc.stdout[-1000:]}")
-    r = json.loads(report.read_text())
-    r["counts"] = json.loads(counts.read_text()) if counts.is_file() else None
-    return r
+    return json.loads(report.read_text())
 
 
 def row_of(name: str, rounds: list[dict], load: dict | None, extra: dict) -> dict:
@@ -320,12 +300,7 @@ def main() -> int:
                         r = {"steps": None, "decode": synth["ms_per_token"], "prefill_ms": synth["prefill_ms"],
                              "prompt_tokens": synth["prompt_tokens"], "ttft_ms": b["summary"].get("ttft_ms"),
                              "load": b["load"], "adapter": b.get("adapter"), "clips": b.get("clips"),
-                             "counts": [None, b["counts"]]}
-                        if rnd == 1:  # counts do not vary between runs: the short run once
-                            a = node_bench(target, args.n1, work, f"{name}-{rnd}-{args.n1}", args)
-                            r["counts"][0] = a["counts"]
-                            if a["counts"] and b["counts"]:
-                                r["per_token"] = per_token(a["counts"], b["counts"], args.n1, args.n2)
+                             "per_token": b.get("counters_per_token")}
                     else:
                         raise SystemExit(f"unknown row {name}")
                     if r.get("steps") is not None:

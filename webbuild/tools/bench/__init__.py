@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +18,14 @@ SWIFTSHADER_ENV = {
     "LD_LIBRARY_PATH": "/usr/lib/chromium",
     "VK_ICD_FILENAMES": "/usr/lib/chromium/vk_swiftshader_icd.json",
 }
+
+
+
+
+def counters_source() -> str:
+    """counters.mjs as a script to prepend to a module worker: its `export`s dropped, installed on `self`."""
+    text = (HARNESSES / "counters.mjs").read_text()
+    return re.sub(r"^export ", "", text, flags=re.M) + "\ninstallGpuCounters(self);\n"
 
 
 # merged decoders benched as peers: the onnxruntime-genai builder's, optimum's
@@ -91,7 +100,30 @@ def table(r: dict) -> str:
     ]
     if "clips" in s:
         lines.append(f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text")
-    return "\n".join(lines)
+    return "\n".join(lines + counter_lines(r))
+
+
+def counter_lines(r: dict) -> list[str]:
+    """WebGPU calls per decode token (webbuild/tools/bench/counters.mjs), or why there are none."""
+    c = r.get("counters_per_token")
+    if not c:
+        why = ("the wasm EP makes no WebGPU calls" if r["ep"] != "webgpu"
+               else "not counted by this runtime" if "counters_per_token" not in r
+               else "not counted: fewer than 2 decode tokens")
+        return [f"per token   - ({why})"]
+    short, long = c["decode_tokens"]
+    top = ", ".join(f"{k} {_count(v)}" for k, v in list(c["kernels"].items())[:12])
+    more = len(c["kernels"]) - 12
+    return [
+        f"per token   {_count(c['dispatches'])} dispatches, {_count(c['submits'])} submits, {_count(c['readbacks'])} "
+        f"read-backs, {_count(c['write_buffers'])} writeBuffer ({_count(c['write_bytes'])} B), "
+        f"{_count(c['bind_groups'])} bind groups, {_count(c['buffers'])} buffers ({long} - {short} token decodes)",
+        f"kernels     {top}" + (f" (+{more} more in the JSON)" if more > 0 else ""),
+    ]
+
+
+def _count(v: float) -> str:
+    return f"{v:g}"
 
 
 def _ms(v: float | None) -> str:

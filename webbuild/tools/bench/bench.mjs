@@ -18,6 +18,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
+import { gpuCountedDecodes } from './counters.mjs';
 import { startServer } from './server.mjs';
 import { parseArgs } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
@@ -97,7 +98,10 @@ async function main() {
       }
     }
     // Synthetic decode: N greedy steps past any end token, after a one-second prompt of silence.
-    const synth = await timedTranscribe(model.rec, new Float32Array(model.runtime.sample_rate), { maxNewTokens: o.decodeTokens + 1, forceSteps: true });
+    // A shorter one first: WebGPU calls per token are the difference (counters.mjs).
+    const silence = new Float32Array(model.runtime.sample_rate);
+    const { result: synth, counters_per_token } = await gpuCountedDecodes(
+      (n) => timedTranscribe(model.rec, silence, { maxNewTokens: n + 1, forceSteps: true }), o.decodeTokens, model.info.ep === 'webgpu');
     const clipSteps = clips.flatMap((c) => c.steps);
     const median = (k) => quantile(clips.map((c) => c[k]), 0.5);
     console.log(JSON.stringify({
@@ -110,6 +114,7 @@ async function main() {
         decode_ms_per_token_clips: spread(clipSteps),
       },
       synthetic_decode: { prompt_tokens: synth.prompt_tokens, prefill_ms: synth.prefill_ms, tokens: synth.steps.length, ms_per_token: spread(synth.steps) },
+      counters_per_token,
     }));
   } finally {
     await srv.close();

@@ -2,7 +2,10 @@
 // onnxruntime-web expects it in a browser: navigator.gpu plus the GPU* globals.
 // Vulkan driver choice is the environment's: VK_DRIVER_FILES / VK_ICD_FILENAMES (SwiftShader
 // here, the NVIDIA ICD on a GPU machine).
+// Every Dawn session is counted (counters.mjs): the wraps cost a function call per WebGPU call.
 import { create, globals } from 'webgpu';
+
+import { installGpuCounters } from './counters.mjs';
 
 export function installDawn() {
   Object.assign(globalThis, globals);
@@ -12,6 +15,7 @@ export function installDawn() {
   else globalThis.navigator = { gpu };
   shimWriteBuffer();
   shimBindGroups();
+  installGpuCounters(globalThis); // after the shims: each call onnxruntime-web makes is counted once
   return gpu;
 }
 

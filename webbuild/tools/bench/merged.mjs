@@ -10,6 +10,7 @@
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 
+import { gpuCountedDecodes } from './counters.mjs';
 import { adapterName, disposeGpu, externalData, fileBytes, int64, openOrt, parseArgs } from './ort.mjs';
 import { spread } from './stats.mjs';
 
@@ -83,13 +84,15 @@ async function main() {
   const tSession = performance.now();
   await run(ort, session, g, { ...o, decodeTokens: 2 }); // warm-up: shader compilation
   const tWarm = performance.now();
-  const r = await run(ort, session, g, o);
+  // a shorter decode first: WebGPU calls per token are the difference (counters.mjs)
+  const { result: r, counters_per_token } = await gpuCountedDecodes((n) => run(ort, session, g, { ...o, decodeTokens: n }), o.decodeTokens, o.ep === 'webgpu');
   console.log(JSON.stringify({
     bench: 'merged-node', node: process.version, dir: o.dir, session_config: o.sessionConfig, ep: o.ep, variant: `merged ${g.type}`, threads: 1,
     kv_cache: r.kv, adapter: adapterName(o.ep, adapter),
     load: { session_ms: tSession - t0, warmup_ms: tWarm - tSession, total_ms: tWarm - t0 },
     summary: { encoder_ms: null, ttft_ms: r.prefill_ms, prefill_ms: r.prefill_ms, prompt_tokens: r.prompt_tokens, prefill_tokens_per_s: (r.prompt_tokens / r.prefill_ms) * 1000 },
     synthetic_decode: { prompt_tokens: r.prompt_tokens, prefill_ms: r.prefill_ms, tokens: r.steps.length, ms_per_token: spread(r.steps) },
+    counters_per_token,
   }));
 }
 

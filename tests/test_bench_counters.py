@@ -1,0 +1,94 @@
+"""WebGPU call counters in `webbuild bench` (webbuild/tools/bench/counters.mjs), on SwiftShader through
+Dawn in Node: the tiny example's counts per decode token are reported, identical between two runs,
+and follow from the graph and onnxruntime-web's fusions when the MatMulNBits accuracy level changes.
+
+Why level 4 and level 0 count the same here: onnxruntime-web 1.30 takes its two-dispatch DP4A path
+(DP4AMatMulQuantize + DP4AMatMulNBits) for accuracy level 4 only on a device with the `subgroups`
+feature, and only when that path is not taken does it fuse the decode-time MatMulNBits (norm + Q, K, V
+into MatMulNBitsQkvDecode, gate + up + SiLU*mul into MatMulNBitsMlpDecode). The site's runtime gives
+SwiftShader (subgroups of 4 lanes) a device without `subgroups` (runtime/probe.js: its flash attention
+is wrong below 8 lanes), so on SwiftShader both levels run one fused dispatch per MatMulNBits group:
+the difference per token is 0, not one dispatch per MatMulNBits. On a GPU with subgroups (the H200,
+issue 14) level 4 is 2 dispatches per MatMulNBits (7 per layer + lm_head, unfused) and level 0 the
+fused 4 per layer + lm_head."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import onnx
+import pytest
+import yaml
+
+from tests.test_bench import EXAMPLE, webbuild
+
+pytestmark = [pytest.mark.skipif(not Path("/usr/lib/chromium/vk_swiftshader_icd.json").is_file(),
+                                 reason="no SwiftShader Vulkan ICD")]
+DECODE = 4  # counted as (4-token decode - 1-token decode) / 3: SwiftShader is slow
+
+
+def build(yaml_path: Path, out: Path) -> Path:
+    run = subprocess.run([sys.executable, "-m", "webbuild.cli", str(yaml_path), "-o", str(out)],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory) -> dict[int, Path]:
+    """The example as is (accuracy_level 4, the default) and at accuracy_level 0."""
+    tmp = tmp_path_factory.mktemp("counters")
+    cfg = yaml.safe_load((EXAMPLE / "model.yaml").read_text())
+    cfg["source"]["dir"] = str(EXAMPLE / cfg["source"]["dir"])
+    for s in cfg["site"]["samples"]:
+        s["audio"] = str(EXAMPLE / s["audio"])
+    cfg["quantize"] = {**cfg.get("quantize", {}), "accuracy_level": 0}
+    (tmp / "model.yaml").write_text(yaml.safe_dump(cfg))
+    return {4: build(EXAMPLE / "model.yaml", tmp / "level4"), 0: build(tmp / "model.yaml", tmp / "level0")}
+
+
+def counted(site: Path, tmp: Path, tag: str) -> dict:
+    out = tmp / f"{tag}.json"
+    run = webbuild("bench", str(site), "--ep", "webgpu", "--swiftshader", "--decode-tokens", str(DECODE),
+                   "--max-clips", "0", "--json", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "dispatches" in run.stdout and "kernels" in run.stdout  # the terminal table shows them
+    r = json.loads(out.read_text())
+    assert r["ep"] == "webgpu", r["adapter"]
+    return r["counters_per_token"]
+
+
+def decoder_graph(site: Path) -> onnx.ModelProto:
+    """The fp32 WebGPU decoder graph, put back together from its shards."""
+    shards = sorted((site / "model" / "shards").glob("decoder.fp32.onnx.0*.bin"))
+    return onnx.load_from_string(b"".join(p.read_bytes() for p in shards))
+
+
+def test_counts_are_reported_and_identical_between_two_runs(sites, tmp_path):
+    a, b = counted(sites[4], tmp_path, "a"), counted(sites[4], tmp_path, "b")
+    assert a == b
+    assert a["decode_tokens"] == [1, DECODE]
+    # one read-back (the logits) per token; every dispatch is named by the program that issued it
+    assert a["readbacks"] == 1 and a["submits"] >= 1 and a["write_buffers"] >= 1 and a["write_bytes"] > 0
+    assert a["dispatches"] == sum(a["kernels"].values()) and a["dispatches"] > 0
+    assert "(no pipeline)" not in a["kernels"] and "(unnamed)" not in a["kernels"]
+
+
+def test_accuracy_level_4_vs_0_follows_the_graph_and_the_fusions(sites, tmp_path):
+    level4, level0 = counted(sites[4], tmp_path, "l4"), counted(sites[0], tmp_path, "l0")
+    graph = decoder_graph(sites[4])
+    ops = Counter(n.op_type for n in graph.graph.node)
+    layers = ops["GroupQueryAttention"]
+    assert ops["MatMulNBits"] == 7 * layers + 1  # q, k, v, o, gate, up, down per layer, and lm_head
+    for c in (level4, level0):
+        # no subgroups on SwiftShader: no DP4A, and onnxruntime-web's decode fusions apply at both levels
+        assert not any(k.startswith("DP4A") for k in c["kernels"]), c["kernels"]
+        assert c["kernels"]["MatMulNBitsQkvDecode"] == layers  # q, k, v (and the norm before them)
+        assert c["kernels"]["MatMulNBitsMlpDecode"] == layers  # gate, up (and SiLU * up)
+        assert c["kernels"]["MatMulNBits"] == 2 * layers + 1  # o, down, lm_head
+    assert level4["dispatches"] - level0["dispatches"] == 0
+    assert level4["kernels"] == level0["kernels"]

@@ -1,0 +1,95 @@
+// WebGPU call counters: what a decode token costs the GPU driver, counted from the calls
+// onnxruntime-web makes (never estimated from graph nodes). installGpuCounters(scope) wraps the
+// prototypes of scope's GPU* classes; it must run before onnxruntime-web creates its device.
+//   Node + Dawn: dawn.mjs calls it on globalThis once it has put the `webgpu` package's classes there.
+//   Chromium: this file's source, `export` words stripped, is prepended to the site's worker.js in a
+//   bench-only copy of the site (webbuild/tools/bench/browser.py); the worker is where onnxruntime-web
+//   runs and Playwright's init scripts do not reach workers. So this file stays self-contained (no
+//   imports) and its top-level names are prefixed to stay clear of worker.js's own.
+// Per decode token = (counts of a long decode - counts of a short one) / (token difference):
+// gpuCountersPerToken. The keys are the report's `counters_per_token` (docs/architecture.md).
+
+// Totals so far; a snapshot is a plain copy (kernels included), safe to keep and subtract.
+export function installGpuCounters(scope = globalThis) {
+  if (scope.__gpuCounters) return scope.__gpuCounters;
+  const counts = {
+    dispatches: 0, submits: 0, readbacks: 0, write_buffers: 0, write_bytes: 0, bind_groups: 0, buffers: 0, kernels: {},
+  };
+  const pipelineNames = new WeakMap(); // GPUComputePipeline -> readable name
+  const passPipeline = new WeakMap(); // GPUComputePassEncoder -> name of the pipeline it has set
+  const wrap = (proto, method, before, after) => {
+    const f = proto?.[method];
+    if (typeof f !== 'function') return;
+    proto[method] = function (...args) {
+      before?.call(this, args);
+      const r = f.apply(this, args);
+      return after ? after.call(this, r, args) : r;
+    };
+  };
+  const name = (desc) => gpuPipelineName(desc);
+  const dev = scope.GPUDevice?.prototype;
+  wrap(dev, 'createComputePipeline', null, (p, [desc]) => { pipelineNames.set(p, name(desc)); return p; });
+  wrap(dev, 'createComputePipelineAsync', null, (pr, [desc]) => pr.then((p) => { pipelineNames.set(p, name(desc)); return p; }));
+  wrap(dev, 'createBindGroup', () => { counts.bind_groups++; });
+  wrap(dev, 'createBuffer', () => { counts.buffers++; });
+  const pass = scope.GPUComputePassEncoder?.prototype;
+  wrap(pass, 'setPipeline', function ([p]) { passPipeline.set(this, pipelineNames.get(p) ?? p?.label ?? '(unnamed)'); });
+  const dispatched = function () {
+    const k = passPipeline.get(this) ?? '(no pipeline)';
+    counts.dispatches++;
+    counts.kernels[k] = (counts.kernels[k] ?? 0) + 1;
+  };
+  wrap(pass, 'dispatchWorkgroups', dispatched);
+  wrap(pass, 'dispatchWorkgroupsIndirect', dispatched);
+  const queue = scope.GPUQueue?.prototype;
+  wrap(queue, 'submit', () => { counts.submits++; });
+  wrap(queue, 'writeBuffer', ([, , data, dataOffset, size]) => {
+    const el = data?.BYTES_PER_ELEMENT ?? 1; // dataOffset and size count elements for typed arrays, bytes otherwise
+    counts.write_buffers++;
+    counts.write_bytes += size !== undefined ? size * el : (data?.byteLength ?? 0) - (dataOffset ?? 0) * el;
+  });
+  wrap(scope.GPUBuffer?.prototype, 'mapAsync', () => { counts.readbacks++; });
+  const counters = { counts, snapshot: () => ({ ...counts, kernels: { ...counts.kernels } }) };
+  scope.__gpuCounters = counters;
+  return counters;
+}
+
+// A pipeline's readable name: its label (onnxruntime-web labels each pipeline with the program that
+// issued it), else the shader module's label, else the first WGSL entry point's name.
+export function gpuPipelineName(desc) {
+  const mod = desc?.compute?.module;
+  if (desc?.label) return desc.label;
+  if (mod?.label) return mod.label;
+  return desc?.compute?.entryPoint ?? '(unnamed)';
+}
+
+// (long - short) / (nLong - nShort) for every count and every kernel; kernels sorted by count, most first.
+export function gpuCountersPerToken(short, long, nShort, nLong) {
+  const per = (a, b) => Math.round(((b ?? 0) - (a ?? 0)) / (nLong - nShort) * 100) / 100;
+  const out = {};
+  for (const k of Object.keys(long)) if (k !== 'kernels') out[k] = per(short[k], long[k]);
+  const kernels = Object.keys(long.kernels).map((k) => [k, per(short.kernels[k], long.kernels[k])]).filter(([, v]) => v !== 0);
+  out.kernels = Object.fromEntries(kernels.sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)));
+  return out;
+}
+
+// The short decode of the pair: a quarter of the long one, at least 1 token.
+export const gpuShortDecode = (nLong) => Math.max(1, Math.floor(nLong / 4));
+
+// decode(n) runs n decode steps after the same prompt. Runs a short then the long decode (the short
+// one also warms the long one up) and returns the long one's result with `counters_per_token`: null
+// when not counted (ep other than webgpu: the wasm EP makes no WebGPU calls, so zeros would lie; or
+// fewer than 2 tokens). The prompt's encoder and prefill are in both runs and cancel out.
+export async function gpuCountedDecodes(decode, nLong, counted, scope = globalThis) {
+  const c = counted && nLong >= 2 ? scope.__gpuCounters : null;
+  if (!c) return { result: await decode(nLong), counters_per_token: null };
+  const nShort = gpuShortDecode(nLong);
+  const s0 = c.snapshot();
+  await decode(nShort);
+  const s1 = c.snapshot();
+  const result = await decode(nLong);
+  const s2 = c.snapshot();
+  const delta = (a, b) => ({ ...Object.fromEntries(Object.keys(b).filter((k) => k !== 'kernels').map((k) => [k, b[k] - a[k]])),
+    kernels: Object.fromEntries(Object.keys(b.kernels).map((k) => [k, b.kernels[k] - (a.kernels[k] ?? 0)])) });
+  return { result, counters_per_token: { ...gpuCountersPerToken(delta(s0, s1), delta(s1, s2), nShort, nLong), decode_tokens: [nShort, nLong] } };
+}
