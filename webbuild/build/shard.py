@@ -4,7 +4,7 @@ API
 ---
 ``shard_files(files, out_dir, *, model_id, variants=None, max_bytes=DEFAULT_MAX_BYTES) -> dict``
     ``files`` maps a logical name (what the site asks for, e.g. ``"decoder.fp16.onnx.data"`` or
-    ``"ort-wasm-simd-threaded.jsep.wasm"``) to a source path. Each file is cut into byte ranges
+    ``"ort-wasm-simd-threaded.asyncify.wasm"``) to a source path. Each file is cut into byte ranges
     of at most ``max_bytes``; each range becomes ``out_dir/shards/<name>.<index>.<sha256[:16]>.bin``.
     ``variants`` maps a variant name to ``{"files": [logical names], ...anything else}``.
     Writes ``out_dir/manifest.json`` last and returns the manifest dict. Stale ``*.bin`` files
