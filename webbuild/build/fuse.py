@@ -10,7 +10,7 @@ from pathlib import Path
 
 from webbuild.config import Quantize
 from webbuild.errors import SourceError
-from webbuild.fusion.fuse import SPLIT_INIT, fuse_decoder, save
+from webbuild.fusion.fuse import decoder_path, fuse_decoder, save
 from webbuild.fusion.fuse_encoder import ENCODER as ENCODER_NAME
 from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.fusion.validate import check_file
@@ -30,7 +30,7 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, quantize: bool = 
     when given; logs what was not fused and the files written. `pack_qkv` and `prune_lm_head` go to
     fusion.fuse.fuse_decoder. Raises when the result is not a valid onnxruntime graph."""
     src, out = Path(src), Path(out)
-    _check_source(src)
+    decoder_path(src)  # checked first: a missing decoder is reported before anything else
     side = _side_dir(src) if quantize else None  # checked first: no partial output
     t0 = time.perf_counter()
     log.debug(f"fusing {src}")
@@ -110,13 +110,6 @@ def quantize_in_place(path: Path, side: Path) -> dict:
     model, rep = quantize_decoder(load_lazily(path), table, cfg, s)
     save_model(model, path)
     return {"settings": s.model_dump(), **rep, "ops": op_census(model)}
-
-
-def _check_source(src: Path) -> None:
-    """The decoder graph fusion.fuse.load_source will read: a missing one is the user's to fix."""
-    path = src / SPLIT_INIT if src.is_dir() else src
-    if not path.is_file():
-        raise SourceError(f"{path}: not found; give a split-layout folder or a merged decoder .onnx")
 
 
 def _side_dir(src: Path) -> Path:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
+from webbuild.errors import SourceError
 from webbuild.fusion import (
     cleanup,
     gqa,
@@ -31,12 +32,18 @@ from webbuild.fusion.rule import Step, fuse_graph
 SPLIT_INIT = "decoder_init.onnx"
 
 
-def load_source(src: Path) -> tuple[ir.Model, dict]:
-    """(decoder graph to fuse, decoder config or {}) for a split dir or a merged .onnx file."""
+def decoder_path(src: Path) -> Path:
+    """The decoder graph to fuse: a split dir's decoder_init.onnx, or the merged .onnx file itself."""
     src = Path(src)
     path = src / SPLIT_INIT if src.is_dir() else src
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found; give a split-layout folder or a merged decoder .onnx")
+        raise SourceError(f"{path}: not found; give a split-layout folder or a merged decoder .onnx")
+    return path
+
+
+def load_source(src: Path) -> tuple[ir.Model, dict]:
+    """(decoder graph to fuse, decoder config or {}) for a split dir or a merged .onnx file."""
+    src, path = Path(src), decoder_path(src)
     cfg_path = (src if src.is_dir() else src.parent) / "config.json"
     cfg = json.loads(cfg_path.read_text()).get("decoder", {}) if cfg_path.is_file() else {}
     return ir.load(path), cfg

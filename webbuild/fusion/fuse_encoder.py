@@ -16,6 +16,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
+from webbuild.errors import SourceError
 from webbuild.fusion import bias_gelu, cleanup, encoder_attention, encoder_packed_qkv, gelu, layer_norm, skip_layer_norm
 from webbuild.fusion.rule import Step, fuse_graph
 
@@ -38,7 +39,7 @@ def load_encoder(src: Path) -> ir.Model:
     src = Path(src)
     path = src / ENCODER if src.is_dir() else src
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: not found; give a source folder with {ENCODER} or an encoder .onnx")
+        raise SourceError(f"{path}: not found; give a source folder with {ENCODER} or an encoder .onnx")
     return ir.load(path)
 
 
