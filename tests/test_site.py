@@ -190,6 +190,28 @@ def test_wasm_twin_encoder_matches_the_int4_encoder(fused_site, tmp_path):
     assert a.shape == b.shape and err < 1e-5
 
 
+@pytest.mark.parametrize("damage", ["manifest", "shard"])
+def test_transcribe_on_a_damaged_site_is_one_line_and_exit_code_2(site, tmp_path, damage):
+    """A site with an unreadable manifest or a missing shard is the user's to rebuild, not a bug."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from webbuild.cli import main
+
+    dist = tmp_path / "dist"
+    shutil.copytree(site / "dist", dist)
+    if damage == "manifest":
+        (dist / "model" / "manifest.json").write_text("[1, 2]")
+    else:
+        parts = load_manifest(dist / "model")["files"]["decoder.fp32.onnx.data"]["parts"]
+        (dist / "model" / parts[0]["shard"]).unlink()
+    result = CliRunner().invoke(main, ["transcribe", str(dist), str(site / "clip.wav")])
+    assert result.exit_code == 2, result.output
+    assert result.output.count("error:") == 1 and "rebuild the site" in result.output
+    assert ("manifest" if damage == "manifest" else parts[0]["shard"].split("/")[-1]) in result.output
+
+
 def onnx_ops(path: Path) -> list[str]:
     import onnx
 

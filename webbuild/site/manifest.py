@@ -26,6 +26,8 @@ import json
 import os
 from pathlib import Path
 
+from webbuild.errors import SourceError
+
 FORMAT = "webbuild-manifest"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
@@ -55,10 +57,12 @@ def load_manifest(dist_dir: str | os.PathLike) -> dict:
     try:
         m = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise ValueError(f"{path}: cannot read manifest: {e}") from e
-    if m.get("format") != FORMAT or m.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{path}: not a {FORMAT} v{FORMAT_VERSION} manifest "
-                         f"(format={m.get('format')!r}, format_version={m.get('format_version')!r})")
+        raise SourceError(f"{path}: cannot read manifest: {e}; rebuild the site") from e
+    fields = m if isinstance(m, dict) else {}
+    if (fields.get("format"), fields.get("format_version")) != (FORMAT, FORMAT_VERSION):
+        raise SourceError(f"{path}: not a {FORMAT} v{FORMAT_VERSION} manifest "
+                          f"(format={fields.get('format')!r}, format_version={fields.get('format_version')!r}); "
+                          "rebuild the site")
     return m
 
 
@@ -66,18 +70,25 @@ def reassemble(dist_dir: str | os.PathLike, manifest: dict, name: str, dest: str
     """Write logical file `name` to `dest` from its shards (streamed, range by range)."""
     root = Path(dist_dir)
     if name not in manifest["files"]:
-        raise KeyError(f"{root}/{MANIFEST_NAME}: no file {name!r}")
+        raise SourceError(f"{root}/{MANIFEST_NAME}: no file {name!r}; rebuild the site")
     with open(dest, "wb") as out:
         for part in manifest["files"][name]["parts"]:
-            with open(root / part["shard"], "rb") as shard:
-                shard.seek(part["offset"])
-                left = part["length"]
-                while left:
-                    block = shard.read(min(left, 1 << 20))
-                    if not block:
-                        raise ValueError(f"{root / part['shard']}: shorter than the manifest says")
-                    out.write(block)
-                    left -= len(block)
+            _copy_part(root / part["shard"], part["offset"], part["length"], out)
+
+
+def _copy_part(shard_path: Path, offset: int, length: int, out) -> None:
+    """A missing or short shard is the site's problem, not a bug: one line for the user."""
+    try:
+        with open(shard_path, "rb") as shard:
+            shard.seek(offset)
+            while length:
+                block = shard.read(min(length, _BLOCK))
+                if not block:
+                    raise SourceError(f"{shard_path}: shorter than the manifest says; rebuild the site")
+                out.write(block)
+                length -= len(block)
+    except OSError as e:
+        raise SourceError(f"{shard_path}: cannot read shard: {e.strerror}; rebuild the site") from e
 
 
 def verify_manifest(dist_dir: str | os.PathLike, *, check_files: bool = True) -> list[str]:
@@ -85,7 +96,7 @@ def verify_manifest(dist_dir: str | os.PathLike, *, check_files: bool = True) ->
     root = Path(dist_dir)
     try:
         m = load_manifest(root)
-    except ValueError as e:
+    except SourceError as e:
         return [str(e)]
     try:
         return _verify(root, m, check_files)
