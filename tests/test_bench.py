@@ -51,12 +51,20 @@ def test_bench_wasm_reports_the_metrics(site, tmp_path):
 @pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="no /usr/bin/chromium")
 def test_bench_in_the_browser_clicks_the_samples_of_samples_json(site, tmp_path):
     out = tmp_path / "bench.json"
-    run = webbuild("bench", str(site), "--runtime", "browser", "--ep", "wasm", "--max-clips", "1", "--json", str(out))
+    worker = (site / "worker.js").read_bytes()
+    run = webbuild("bench", str(site), "--runtime", "browser", "--ep", "wasm", "--max-clips", "1",
+                   "--decode-tokens", "3", "--json", str(out))
     assert run.returncode == 0, run.stderr
     r = json.loads(out.read_text())
     expected = json.loads((site / SAMPLES_FILE).read_text())["samples"][0]["text"]
     assert (r["ep"], r["variant"]) == ("wasm", "fp32")
     assert [(c["expected"], c["match"]) for c in r["clips"]] == [(expected, True)]
+    # the synthetic decode ran in the site's worker (of a bench-only copy: the site's worker.js is untouched)
+    d = r["synthetic_decode"]["ms_per_token"]
+    assert d["n"] == 3 and 0 < d["p10"] <= d["median"] <= d["p90"]
+    assert r["counters_per_token"] is None  # the wasm EP makes no WebGPU calls
+    assert "wasm EP makes no WebGPU calls" in run.stdout
+    assert (site / "worker.js").read_bytes() == worker and "__wbSynth" not in worker.decode()
 
 
 def test_bench_rejects_a_folder_that_is_not_a_site(tmp_path):
