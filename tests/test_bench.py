@@ -71,3 +71,20 @@ def test_bench_rejects_a_folder_that_is_not_a_site(tmp_path):
     run = webbuild("bench", str(tmp_path))
     assert run.returncode == 2
     assert "not a built site" in run.stderr
+
+
+def test_counted_site_is_a_hard_linked_copy_with_an_instrumented_worker(site, tmp_path):
+    from webbuild.tools.bench import counted_site
+
+    worker = (site / "worker.js").read_text()
+    copy = counted_site(site, tmp_path / "copy")
+    text = (copy / "worker.js").read_text()
+    # counters in front (installed before onnxruntime-web makes its device), the site's worker, the hook
+    assert text.index("installGpuCounters(self);") < text.index(worker) < text.index("self.__wbCountedSynth")
+    assert "\nexport " not in text.split(worker)[0]  # counters.mjs's exports dropped: one module, no exports
+    assert (site / "worker.js").read_text() == worker  # the built site is untouched
+    for rel in ("index.html", "model/manifest.json"):
+        assert (copy / rel).stat().st_ino == (site / rel).stat().st_ino  # hard links, same file system
+    (tmp_path / "worker.mjs").write_text(text)
+    check = subprocess.run(["node", "--check", str(tmp_path / "worker.mjs")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr  # parses as the module worker it is
