@@ -5,8 +5,9 @@ is webbuild's own choice (WEBBUILD_BROWSER, WEBBUILD_BROWSER_ARGS), launched thr
 
 Rows, alternated in rounds (A B C, A B C, ...):
   chromium-webbuild  the built site's own page and worker; its worker.js gets the counters in front and
-                     a synthetic-decode hook behind (in a hard-linked copy of the site, served as is): the
-                     site's Recogniser decodes n greedy steps past any end token after 1 s of silence, as
+                     a synthetic-decode hook behind (webbuild/tools/bench counted_site: a hard-linked copy
+                     of the site, served as is; the hook is synth_hook.js): the site's Recogniser decodes
+                     n greedy steps past any end token after 1 s of silence, as
                      webbuild/tools/bench/bench.mjs does under Node
   chromium-peer      a merged decoder (onnxruntime-genai's model.onnx) on scripts/chrome_gpu_merged.html,
                      as webbuild/tools/bench/merged.mjs runs it under Node
@@ -39,28 +40,9 @@ sys.path.insert(0, str(REPO))
 from chrome_gpu_probe import serve
 
 from webbuild.tools import browser as br
-from webbuild.tools.bench import counters_source
-from webbuild.tools.bench.browser import spread
+from webbuild.tools.bench import HARNESSES, counted_site
+from webbuild.tools.bench.browser import site_worker, spread
 from webbuild.tools.verify.runner import Clip, site_url, transcribe
-
-# Wrapped before onnxruntime-web makes its device: calls looked up on the prototypes at call time.
-# webbuild/tools/bench/counters.mjs, prepended to the site's worker.js (the worker runs onnxruntime-web)
-COUNTERS_JS = counters_source()
-
-# Appended to the site's worker.js (module scope: it sees the worker's `recogniser` and `runtime`).
-SYNTH_JS = """
-// appended by scripts/chrome_gpu_bench.py: bench.mjs's synthetic decode, in the site's own worker
-self.__wbSynth = async (n) => {
-  const stamps = [];
-  const c0 = self.__gpuCounters.snapshot();
-  const r = await recogniser.transcribe(new Float32Array(runtime.sample_rate), {
-    maxNewTokens: n + 1, forceSteps: true, onToken: () => stamps.push(performance.now()),
-  });
-  const c1 = self.__gpuCounters.snapshot();
-  return { steps: stamps.slice(1).map((t, i) => t - stamps[i]), timings: r.timings, tokens: r.tokens.length,
-    counts: Object.fromEntries(Object.keys(c1).filter((k) => k !== 'kernels').map((k) => [k, c1[k] - c0[k]])) };
-};
-"""
 
 ADAPTER_JS = """async () => {
   if (!navigator.gpu) return { error: 'no navigator.gpu' };
@@ -104,15 +86,11 @@ def per_token(short: dict, long: dict, n1: int, n2: int) -> dict:
 
 
 def counted_copy(dist: Path, dest: Path) -> Path:
-    """The site hard-linked into dest (served as is: no symlinks), with worker.js counted and hooked."""
+    """The site hard-linked into dest, worker.js with the counters and the synthetic-decode hook
+    (webbuild/tools/bench: counted_site, the copy `webbuild bench --runtime browser` serves too)."""
     if dest.exists():
         shutil.rmtree(dest)
-    subprocess.run(["cp", "-al", str(dist), str(dest)], check=True)
-    worker = dest / "worker.js"
-    text = (dist / "worker.js").read_text()
-    worker.unlink()  # a new file: the original keeps its bytes
-    worker.write_text(COUNTERS_JS + text + SYNTH_JS)
-    return dest
+    return counted_site(dist, dest)
 
 
 def gpu_report(browser) -> dict:
@@ -143,13 +121,7 @@ class SitePage:
         info = self.state["info"]
         if info["ep"] != "webgpu" and not args.allow_software:
             raise SystemExit(f"FATAL: the site chose {info['ep']}, not WebGPU: {info.get('notice')}")
-        for _ in range(100):
-            if self.page.workers:
-                break
-            time.sleep(0.1)
-        self.worker = self.page.workers[0]
-        if self.worker.evaluate("() => typeof self.__wbSynth") != "function":
-            raise SystemExit("FATAL: the worker has no synthetic-decode hook (worker.js not the counted copy?)")
+        self.worker = site_worker(self.page)  # the counted copy's worker, with synth_hook.js
         buttons = self.page.eval_on_selector_all("button.sample", "bs => bs.map((b) => [b.id, b.dataset.text])")
         self.clips = []
         for i, text in buttons[: args.clips]:
@@ -213,7 +185,7 @@ def md_table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['row']} | {r['decode_median_of_rounds']} ({', '.join(map(str, r['decode_round_medians']))}) | "
             f"{d['p10']} / {d['p90']} | "
-            f"{pt.get('dispatch')} / {pt.get('submit')} / {pt.get('mapAsync')} / {pt.get('writeBuffer')} | "
+            f"{pt.get('dispatches')} / {pt.get('submits')} / {pt.get('readbacks')} / {pt.get('write_buffers')} | "
             f"{pf} ms ({r['prompt_tokens']} tokens) | {'-' if ttft is None else f'{ttft:.0f} ms'} | "
             f"{load.get('total_ms', 0) / 1000:.1f} s ({(load.get('session_ms') or 0) / 1000:.1f} s) |")
     return "\n".join(lines)
@@ -250,6 +222,7 @@ def main() -> int:
     peer_root = work / "peer-www"
     peer_root.mkdir()
     shutil.copy(HERE / "chrome_gpu_merged.html", peer_root / "index.html")
+    shutil.copy(HARNESSES / "counters.mjs", peer_root / "counters.mjs")  # the page imports it
     if args.peer:
         (peer_root / "model").symlink_to(args.peer.resolve())
         (peer_root / "ort").symlink_to(args.ort.resolve())
@@ -284,8 +257,8 @@ def main() -> int:
                     t0 = time.monotonic()
                     if name == "chromium-webbuild":
                         a, b = site.synth(args.n1), site.synth(args.n2)
-                        r = {"steps": b["steps"], "prefill_ms": b["timings"]["prefill_ms"],
-                             "prompt_tokens": b["timings"]["prompt_tokens"], "ttft_ms": b["timings"]["ttft_ms"],
+                        r = {"steps": b["steps"], "prefill_ms": b["prefill_ms"],
+                             "prompt_tokens": b["prompt_tokens"], "ttft_ms": b["ttft_ms"],
                              "counts": [a["counts"], b["counts"]],
                              "per_token": per_token(a["counts"], b["counts"], args.n1, args.n2)}
                     elif name == "chromium-peer":

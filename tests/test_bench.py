@@ -51,15 +51,40 @@ def test_bench_wasm_reports_the_metrics(site, tmp_path):
 @pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="no /usr/bin/chromium")
 def test_bench_in_the_browser_clicks_the_samples_of_samples_json(site, tmp_path):
     out = tmp_path / "bench.json"
-    run = webbuild("bench", str(site), "--runtime", "browser", "--ep", "wasm", "--max-clips", "1", "--json", str(out))
+    worker = (site / "worker.js").read_bytes()
+    run = webbuild("bench", str(site), "--runtime", "browser", "--ep", "wasm", "--max-clips", "1",
+                   "--decode-tokens", "3", "--json", str(out))
     assert run.returncode == 0, run.stderr
     r = json.loads(out.read_text())
     expected = json.loads((site / SAMPLES_FILE).read_text())["samples"][0]["text"]
     assert (r["ep"], r["variant"]) == ("wasm", "fp32")
     assert [(c["expected"], c["match"]) for c in r["clips"]] == [(expected, True)]
+    # the synthetic decode ran in the site's worker (of a bench-only copy: the site's worker.js is untouched)
+    d = r["synthetic_decode"]["ms_per_token"]
+    assert d["n"] == 3 and 0 < d["p10"] <= d["median"] <= d["p90"]
+    assert r["counters_per_token"] is None  # the wasm EP makes no WebGPU calls
+    assert "wasm EP makes no WebGPU calls" in run.stdout
+    assert (site / "worker.js").read_bytes() == worker and "__wbSynth" not in worker.decode()
 
 
 def test_bench_rejects_a_folder_that_is_not_a_site(tmp_path):
     run = webbuild("bench", str(tmp_path))
     assert run.returncode == 2
     assert "not a built site" in run.stderr
+
+
+def test_counted_site_is_a_hard_linked_copy_with_an_instrumented_worker(site, tmp_path):
+    from webbuild.tools.bench import counted_site
+
+    worker = (site / "worker.js").read_text()
+    copy = counted_site(site, tmp_path / "copy")
+    text = (copy / "worker.js").read_text()
+    # counters in front (installed before onnxruntime-web makes its device), the site's worker, the hook
+    assert text.index("installGpuCounters(self);") < text.index(worker) < text.index("self.__wbCountedSynth")
+    assert "\nexport " not in text.split(worker)[0]  # counters.mjs's exports dropped: one module, no exports
+    assert (site / "worker.js").read_text() == worker  # the built site is untouched
+    for rel in ("index.html", "model/manifest.json"):
+        assert (copy / rel).stat().st_ino == (site / rel).stat().st_ino  # hard links, same file system
+    (tmp_path / "worker.mjs").write_text(text)
+    check = subprocess.run(["node", "--check", str(tmp_path / "worker.mjs")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr  # parses as the module worker it is

@@ -39,7 +39,13 @@ def build(yaml_path: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def sites(tmp_path_factory) -> dict[int, Path]:
+def level4(tmp_path_factory) -> Path:
+    """The example as is (accuracy_level 4, the default)."""
+    return build(EXAMPLE / "model.yaml", tmp_path_factory.mktemp("counters") / "level4")
+
+
+@pytest.fixture(scope="module")
+def sites(level4, tmp_path_factory) -> dict[int, Path]:
     """The example as is (accuracy_level 4, the default) and at accuracy_level 0."""
     tmp = tmp_path_factory.mktemp("counters")
     cfg = yaml.safe_load((EXAMPLE / "model.yaml").read_text())
@@ -48,17 +54,19 @@ def sites(tmp_path_factory) -> dict[int, Path]:
         s["audio"] = str(EXAMPLE / s["audio"])
     cfg["quantize"] = {**cfg.get("quantize", {}), "accuracy_level": 0}
     (tmp / "model.yaml").write_text(yaml.safe_dump(cfg))
-    return {4: build(EXAMPLE / "model.yaml", tmp / "level4"), 0: build(tmp / "model.yaml", tmp / "level0")}
+    return {4: level4, 0: build(tmp / "model.yaml", tmp / "level0")}
 
 
-def counted(site: Path, tmp: Path, tag: str) -> dict:
+def counted(site: Path, tmp: Path, tag: str, *runtime: str) -> dict:
+    """counters_per_token of `webbuild bench --ep webgpu` on SwiftShader (Node + Dawn, or `--runtime browser`)."""
     out = tmp / f"{tag}.json"
     run = webbuild("bench", str(site), "--ep", "webgpu", "--swiftshader", "--decode-tokens", str(DECODE),
-                   "--max-clips", "0", "--json", str(out))
+                   "--max-clips", "0", "--json", str(out), *runtime)
     assert run.returncode == 0, run.stderr
     assert "dispatches" in run.stdout and "kernels" in run.stdout  # the terminal table shows them
     r = json.loads(out.read_text())
     assert r["ep"] == "webgpu", r["adapter"]
+    assert r["synthetic_decode"]["ms_per_token"]["n"] == DECODE
     return r["counters_per_token"]
 
 
@@ -68,8 +76,8 @@ def decoder_graph(site: Path) -> onnx.ModelProto:
     return onnx.load_from_string(b"".join(p.read_bytes() for p in shards))
 
 
-def test_counts_are_reported_and_identical_between_two_runs(sites, tmp_path):
-    a, b = counted(sites[4], tmp_path, "a"), counted(sites[4], tmp_path, "b")
+def test_counts_are_reported_and_identical_between_two_runs(level4, tmp_path):
+    a, b = counted(level4, tmp_path, "a"), counted(level4, tmp_path, "b")
     assert a == b
     assert a["decode_tokens"] == [1, DECODE]
     # one read-back (the logits) per token; every dispatch is named by the program that issued it
@@ -92,3 +100,25 @@ def test_accuracy_level_4_vs_0_follows_the_graph_and_the_fusions(sites, tmp_path
         assert c["kernels"]["MatMulNBits"] == 2 * layers + 1  # o, down, lm_head
     assert level4["dispatches"] - level0["dispatches"] == 0
     assert level4["kernels"] == level0["kernels"]
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="no /usr/bin/chromium")
+def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_unfused(level4, tmp_path):
+    """`--runtime browser`: the site's worker in Chromium (a bench-only copy with counters.mjs and
+    synth_hook.js) counts the same calls as the Node bench, both onnxruntime-web 1.30 on SwiftShader with
+    runtime/probe.js's device (the adapter's features less subgroups, all its limits), except one.
+    Chromium reports SwiftShader's adapter with its own limit tiers: 10 storage buffers per shader stage
+    where Dawn in Node reports 12, and onnxruntime-web then leaves one normalisation out of its fused
+    MatMulNBits decode kernels: one LayerNorm dispatch more per token (its bind group and its uniforms'
+    writeBuffer with it). Capping Node's device at Chromium's limits gives the browser's counts exactly."""
+    browser, node = counted(level4, tmp_path, "browser", "--runtime", "browser"), counted(level4, tmp_path, "node")
+    assert browser["decode_tokens"] == node["decode_tokens"] == [1, DECODE]
+    assert browser["readbacks"] == 1 and browser["dispatches"] > 0
+    assert browser["dispatches"] == sum(browser["kernels"].values())
+    assert "(no pipeline)" not in browser["kernels"] and "(unnamed)" not in browser["kernels"]
+    for k in ("submits", "readbacks", "buffers"):
+        assert browser[k] == node[k], k
+    for k in ("dispatches", "bind_groups", "write_buffers"):
+        assert browser[k] == node[k] + 1, k
+    extra = {k: v - node["kernels"].get(k, 0) for k, v in browser["kernels"].items() if v != node["kernels"].get(k, 0)}
+    assert extra == {"LayerNorm": 1} and set(node["kernels"]) <= set(browser["kernels"])

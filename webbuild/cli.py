@@ -328,7 +328,8 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
 
     Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
     Dawn, or the wasm EP): load and warm-up, the sample clips, then a synthetic greedy decode.
-    --runtime browser opens the site's own page in Chromium instead and clicks its sample clips.
+    --runtime browser opens the site's own page in Chromium instead, clicks its sample clips, then runs
+    the synthetic decode (and counts its WebGPU calls) in the site's worker, from a bench-only copy.
     DIR may also be a split source export (the baseline) or a folder with a merged decoder (a peer
     such as the onnxruntime-genai builder's model.onnx): its graphs then run directly on synthetic
     inputs of the site's shapes (speed only).
@@ -344,7 +345,7 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
     if runtime == "browser":
         from webbuild.tools.bench.browser import run_browser
 
-        result = run_browser(dir, ep, repeat, max_clips)
+        result = run_browser(dir, ep, repeat, max_clips, decode_tokens)
     else:
         config = dict(entry.split("=", 1) for entry in session_config if "=" in entry)
         if len(config) != len(session_config):

@@ -1,38 +1,68 @@
 """`webbuild bench DIR --runtime browser`: the built site's own page and worker in Chromium
 (Playwright), served on loopback; the button of each sample of the site's samples.json is clicked and
 window.webbuild's metrics read back. The page exposes per-transcription rates, not per-token times,
-so decode ms/token is spread over clips (1000 / decode tokens/s of each), and there is no synthetic
-decode."""
+so the clips' decode ms/token is spread over clips (1000 / decode tokens/s of each).
+
+The page is served from a temporary bench-only copy of the site (counted_site: hard links, worker.js
+with the WebGPU call counters in front and a synthetic-decode hook behind; the built site is not
+touched). Through Playwright's handle on the site's worker, the hook then runs bench.mjs's synthetic
+decode with counters.mjs's gpuCountedDecodes, as the Node bench does: `synthetic_decode` (ms/token of
+the long decode's steps) and `counters_per_token` (null on the wasm EP)."""
 
 from __future__ import annotations
 
 import platform
+import tempfile
+import time
 from pathlib import Path
 
 from webbuild.errors import BenchError
 from webbuild.tools import browser as br
+from webbuild.tools.bench import counted_site, counted_site_parent
 from webbuild.tools.verify.runner import Clip, site_data, site_url, transcribe
 
 
 def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | None = None,
-                timeout_s: float = 900) -> dict:
+                decode_tokens: int = 128, timeout_s: float = 900) -> dict:
     from playwright.sync_api import sync_playwright
 
+    if not (dist / "worker.js").is_file() or not (dist / "index.html").is_file():
+        raise BenchError(f"{dist}: not a built site (no index.html and worker.js); "
+                         f"build it with `webbuild model.yaml -o {dist}`")
     choice = br.choose()
-    with site_url(str(dist)) as (url, _), sync_playwright() as pw:
-        browser = br.launch(pw, choice, webgpu=ep != "wasm")
-        try:
-            page = browser.new_page()
-            br.open_page(page, url + (f"?ep={ep}" if ep != "auto" else ""), timeout_s)
-            state = page.evaluate("() => window.webbuild")
-            if state["status"] == "error":
-                raise BenchError(f"the site failed to load: {state['error']}")
-            samples = site_data(page.context, url)["samples"][:max_clips]
-            clips = [clip_row(transcribe(page, Clip(s["id"], s["text"], button=s["id"]), timeout_s), s["text"])
-                     for s in samples for _ in range(repeat)]
-        finally:
-            browser.close()
-    return report(state["info"], clips, choice.describe())
+    with tempfile.TemporaryDirectory(prefix=".webbuild-bench-", dir=counted_site_parent(dist)) as tmp:
+        copy = counted_site(dist, Path(tmp) / "site")
+        with site_url(str(copy)) as (url, _), sync_playwright() as pw:
+            browser = br.launch(pw, choice, webgpu=ep != "wasm")
+            try:
+                page = browser.new_page()
+                br.open_page(page, url + (f"?ep={ep}" if ep != "auto" else ""), timeout_s)
+                state = page.evaluate("() => window.webbuild")
+                if state["status"] == "error":
+                    raise BenchError(f"the site failed to load: {state['error']}")
+                samples = site_data(page.context, url)["samples"][:max_clips]
+                clips = [clip_row(transcribe(page, Clip(s["id"], s["text"], button=s["id"]), timeout_s), s["text"])
+                         for s in samples for _ in range(repeat)]
+                synth = counted_decodes(site_worker(page), decode_tokens)
+            finally:
+                browser.close()
+    return report(state["info"], clips, choice.describe(), synth)
+
+
+def site_worker(page, timeout_s: float = 10):
+    """Playwright's handle on the site's worker, checked to be the instrumented one."""
+    deadline = time.monotonic() + timeout_s
+    while not page.workers and time.monotonic() < deadline:
+        time.sleep(0.1)
+    worker = next((w for w in page.workers if w.url.split("?")[0].endswith("/worker.js")), None)
+    if worker is None or worker.evaluate("() => typeof self.__wbCountedSynth") != "function":
+        raise BenchError("the site's worker has no synthetic-decode hook (not the bench copy's worker.js?)")
+    return worker
+
+
+def counted_decodes(worker, decode_tokens: int) -> dict:
+    """bench.mjs's synthetic decode and counters in the worker: {result, counters_per_token}."""
+    return worker.evaluate("n => self.__wbCountedSynth(n)", decode_tokens)
 
 
 def spread(xs: list[float]) -> dict:
@@ -59,7 +89,7 @@ def clip_row(state: dict, expected: str) -> dict:
             "total_ms": m.get("total_ms")}
 
 
-def report(info: dict, clips: list[dict], browser: str) -> dict:
+def report(info: dict, clips: list[dict], browser: str, synth: dict | None = None) -> dict:
     def med(k):
         return spread([c[k] for c in clips if c[k] is not None])["median"]
 
@@ -75,5 +105,12 @@ def report(info: dict, clips: list[dict], browser: str) -> dict:
                     "prefill_ms": med("prompt_tokens") / prefill * 1000 if prefill else None,
                     "decode_ms_per_token_clips": spread([c["decode_ms_per_token"] for c in clips
                                                          if c["decode_ms_per_token"]])},
-        "synthetic_decode": None,
+        "synthetic_decode": synthetic(synth["result"]) if synth else None,
+        "counters_per_token": synth["counters_per_token"] if synth else None,
     }
+
+
+def synthetic(r: dict) -> dict:
+    """The long synthetic decode as bench.mjs reports it."""
+    return {"prompt_tokens": r["prompt_tokens"], "prefill_ms": r["prefill_ms"], "tokens": len(r["steps"]),
+            "ms_per_token": spread(r["steps"])}

@@ -1,0 +1,28 @@
+// Appended to the site's worker.js in a bench-only copy of the site (webbuild/tools/bench/__init__.py
+// instrumented_worker(), behind counters.mjs's source): module scope, so it sees the worker's `site`.
+// Not part of any shipped site. Driven through Playwright's Worker.evaluate by
+// webbuild/tools/bench/browser.py (`webbuild bench --runtime browser`) and scripts/chrome_gpu_bench.py.
+
+// bench.mjs's synthetic decode in the site's own worker: n greedy steps past any end token after one
+// second of silence. steps: the gaps between the per-token callbacks (decode step times, ms); counts:
+// the WebGPU calls made during it (counters.mjs totals, kernels included).
+self.__wbSynth = async (n) => {
+  if (!site) throw new Error('the model is not loaded yet');
+  const { recogniser, runtime } = site;
+  const stamps = [];
+  const c0 = self.__gpuCounters.snapshot();
+  const r = await recogniser.transcribe(new Float32Array(runtime.sample_rate), {
+    maxNewTokens: n + 1, forceSteps: true, onToken: () => stamps.push(performance.now()),
+  });
+  const c1 = self.__gpuCounters.snapshot();
+  const counts = Object.fromEntries(Object.keys(c1).filter((k) => k !== 'kernels').map((k) => [k, c1[k] - c0[k]]));
+  counts.kernels = Object.fromEntries(Object.keys(c1.kernels).map((k) => [k, c1.kernels[k] - (c0.kernels[k] ?? 0)])
+    .filter(([, v]) => v !== 0));
+  const t = r.timings;
+  return { steps: stamps.slice(1).map((s, i) => s - stamps[i]), tokens: r.tokens.length, counts,
+    prompt_tokens: t.prompt_tokens, prefill_ms: t.prefill_ms, ttft_ms: t.ttft_ms };
+};
+
+// The short and the long decode of gpuCountedDecodes (counters.mjs), exactly as bench.mjs runs them under
+// Node: the long one's result, and counters_per_token (null on the wasm EP or below 2 tokens).
+self.__wbCountedSynth = (nLong) => gpuCountedDecodes(self.__wbSynth, nLong, site?.ep === 'webgpu', self);
