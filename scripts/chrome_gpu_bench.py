@@ -40,8 +40,9 @@ sys.path.insert(0, str(REPO))
 from chrome_gpu_probe import serve
 
 from webbuild.tools import browser as br
-from webbuild.tools.bench import HARNESSES, counted_site
+from webbuild.tools.bench import HARNESSES
 from webbuild.tools.bench.browser import site_worker, spread
+from webbuild.tools.bench.instrument import counted_site
 from webbuild.tools.verify.runner import Clip, site_url, transcribe
 
 ADAPTER_JS = """async () => {

@@ -74,7 +74,7 @@ def test_bench_rejects_a_folder_that_is_not_a_site(tmp_path):
 
 
 def test_counted_site_is_a_hard_linked_copy_with_an_instrumented_worker(site, tmp_path):
-    from webbuild.tools.bench import counted_site
+    from webbuild.tools.bench.instrument import counted_site
 
     worker = (site / "worker.js").read_text()
     copy = counted_site(site, tmp_path / "copy")

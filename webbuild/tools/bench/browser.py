@@ -18,7 +18,7 @@ from pathlib import Path
 
 from webbuild.errors import BenchError
 from webbuild.tools import browser as br
-from webbuild.tools.bench import counted_site, counted_site_parent
+from webbuild.tools.bench.instrument import counted_site, counted_site_parent
 from webbuild.tools.verify.runner import Clip, site_data, site_url, transcribe
 
 
