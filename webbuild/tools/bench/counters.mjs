@@ -63,6 +63,14 @@ export function gpuPipelineName(desc) {
   return desc?.compute?.entryPoint ?? '(unnamed)';
 }
 
+// The calls made between two snapshots (kernels included; kernels that did not run are left out).
+export function gpuCountsDelta(a, b) {
+  const out = Object.fromEntries(Object.keys(b).filter((k) => k !== 'kernels').map((k) => [k, b[k] - a[k]]));
+  out.kernels = Object.fromEntries(Object.keys(b.kernels).map((k) => [k, b.kernels[k] - (a.kernels[k] ?? 0)])
+    .filter(([, v]) => v !== 0));
+  return out;
+}
+
 // (long - short) / (nLong - nShort) for every count and every kernel; kernels sorted by count, most first.
 export function gpuCountersPerToken(short, long, nShort, nLong) {
   const per = (a, b) => Math.round(((b ?? 0) - (a ?? 0)) / (nLong - nShort) * 100) / 100;
@@ -89,7 +97,6 @@ export async function gpuCountedDecodes(decode, nLong, counted, scope = globalTh
   const s1 = c.snapshot();
   const result = await decode(nLong);
   const s2 = c.snapshot();
-  const delta = (a, b) => ({ ...Object.fromEntries(Object.keys(b).filter((k) => k !== 'kernels').map((k) => [k, b[k] - a[k]])),
-    kernels: Object.fromEntries(Object.keys(b.kernels).map((k) => [k, b.kernels[k] - (a.kernels[k] ?? 0)])) });
-  return { result, counters_per_token: { ...gpuCountersPerToken(delta(s0, s1), delta(s1, s2), nShort, nLong), decode_tokens: [nShort, nLong] } };
+  const perToken = gpuCountersPerToken(gpuCountsDelta(s0, s1), gpuCountsDelta(s1, s2), nShort, nLong);
+  return { result, counters_per_token: { ...perToken, decode_tokens: [nShort, nLong] } };
 }

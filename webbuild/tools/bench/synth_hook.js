@@ -1,4 +1,4 @@
-// Appended to the site's worker.js in a bench-only copy of the site (webbuild/tools/bench/__init__.py
+// Appended to the site's worker.js in a bench-only copy of the site (webbuild/tools/bench/instrument.py
 // instrumented_worker(), behind counters.mjs's source): module scope, so it sees the worker's `site`.
 // Not part of any shipped site. Driven through Playwright's Worker.evaluate by
 // webbuild/tools/bench/browser.py (`webbuild bench --runtime browser`) and scripts/chrome_gpu_bench.py.
@@ -15,9 +15,7 @@ self.__wbSynth = async (n) => {
     maxNewTokens: n + 1, forceSteps: true, onToken: () => stamps.push(performance.now()),
   });
   const c1 = self.__gpuCounters.snapshot();
-  const counts = Object.fromEntries(Object.keys(c1).filter((k) => k !== 'kernels').map((k) => [k, c1[k] - c0[k]]));
-  counts.kernels = Object.fromEntries(Object.keys(c1.kernels).map((k) => [k, c1.kernels[k] - (c0.kernels[k] ?? 0)])
-    .filter(([, v]) => v !== 0));
+  const counts = gpuCountsDelta(c0, c1);
   const t = r.timings;
   return { steps: stamps.slice(1).map((s, i) => s - stamps[i]), tokens: r.tokens.length, counts,
     prompt_tokens: t.prompt_tokens, prefill_ms: t.prefill_ms, ttft_ms: t.ttft_ms };
