@@ -1,6 +1,7 @@
 """WebGPU call counters in `webbuild bench` (webbuild/tools/bench/counters.mjs), on SwiftShader through
 Dawn in Node: the tiny example's counts per decode token are reported, identical between two runs,
-and follow from the graph and onnxruntime-web's fusions when the MatMulNBits accuracy level changes.
+and follow from the graph and onnxruntime-web's fusions when the MatMulNBits accuracy level changes
+(`quantize.webgpu_accuracy_level`, 0 by default since issue 14).
 
 Why level 4 and level 0 count the same here: onnxruntime-web 1.30 takes its two-dispatch DP4A path
 (DP4AMatMulQuantize + DP4AMatMulNBits) for accuracy level 4 only on a device with the `subgroups`
@@ -39,22 +40,22 @@ def build(yaml_path: Path, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def level4(tmp_path_factory) -> Path:
-    """The example as is (accuracy_level 4, the default)."""
-    return build(EXAMPLE / "model.yaml", tmp_path_factory.mktemp("counters") / "level4")
+def level0(tmp_path_factory) -> Path:
+    """The example as is (WebGPU decoder at accuracy level 0, the default)."""
+    return build(EXAMPLE / "model.yaml", tmp_path_factory.mktemp("counters") / "level0")
 
 
 @pytest.fixture(scope="module")
-def sites(level4, tmp_path_factory) -> dict[int, Path]:
-    """The example as is (accuracy_level 4, the default) and at accuracy_level 0."""
+def sites(level0, tmp_path_factory) -> dict[int, Path]:
+    """The example as is (WebGPU accuracy level 0, the default) and at WebGPU accuracy level 4."""
     tmp = tmp_path_factory.mktemp("counters")
     cfg = yaml.safe_load((EXAMPLE / "model.yaml").read_text())
     cfg["source"]["dir"] = str(EXAMPLE / cfg["source"]["dir"])
     for s in cfg["site"]["samples"]:
         s["audio"] = str(EXAMPLE / s["audio"])
-    cfg["quantize"] = {**cfg.get("quantize", {}), "accuracy_level": 0}
+    cfg["quantize"] = {**cfg.get("quantize", {}), "webgpu_accuracy_level": 4}
     (tmp / "model.yaml").write_text(yaml.safe_dump(cfg))
-    return {4: level4, 0: build(tmp / "model.yaml", tmp / "level0")}
+    return {0: level0, 4: build(tmp / "model.yaml", tmp / "level4")}
 
 
 def counted(site: Path, tmp: Path, tag: str, *runtime: str) -> dict:
@@ -76,8 +77,8 @@ def decoder_graph(site: Path) -> onnx.ModelProto:
     return onnx.load_from_string(b"".join(p.read_bytes() for p in shards))
 
 
-def test_counts_are_reported_and_identical_between_two_runs(level4, tmp_path):
-    a, b = counted(level4, tmp_path, "a"), counted(level4, tmp_path, "b")
+def test_counts_are_reported_and_identical_between_two_runs(level0, tmp_path):
+    a, b = counted(level0, tmp_path, "a"), counted(level0, tmp_path, "b")
     assert a == b
     assert a["decode_tokens"] == [1, DECODE]
     # one read-back (the logits) per token; every dispatch is named by the program that issued it
@@ -103,7 +104,7 @@ def test_accuracy_level_4_vs_0_follows_the_graph_and_the_fusions(sites, tmp_path
 
 
 @pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="no /usr/bin/chromium")
-def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_unfused(level4, tmp_path):
+def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_unfused(level0, tmp_path):
     """`--runtime browser`: the site's worker in Chromium (a bench-only copy with counters.mjs and
     synth_hook.js) counts the same calls as the Node bench, both onnxruntime-web 1.30 on SwiftShader with
     runtime/probe.js's device (the adapter's features less subgroups, all its limits), except one.
@@ -111,7 +112,7 @@ def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_u
     where Dawn in Node reports 12, and onnxruntime-web then leaves one normalisation out of its fused
     MatMulNBits decode kernels: one LayerNorm dispatch more per token (its bind group and its uniforms'
     writeBuffer with it). Capping Node's device at Chromium's limits gives the browser's counts exactly."""
-    browser, node = counted(level4, tmp_path, "browser", "--runtime", "browser"), counted(level4, tmp_path, "node")
+    browser, node = counted(level0, tmp_path, "browser", "--runtime", "browser"), counted(level0, tmp_path, "node")
     assert browser["decode_tokens"] == node["decode_tokens"] == [1, DECODE]
     assert browser["readbacks"] == 1 and browser["dispatches"] > 0
     assert browser["dispatches"] == sum(browser["kernels"].values())

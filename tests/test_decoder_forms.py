@@ -11,8 +11,10 @@ import onnx
 import pytest
 
 from webbuild.build.forms import norms_out_of_gqa, webgpu_decoder
+from webbuild.config import Quantize
 from webbuild.fusion.fuse import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, compare, embed_table
+from webbuild.quantize.matmul_nbits import quantize_matmuls
 from webbuild.reference.transcribe import cpu_form
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
@@ -67,3 +69,17 @@ def test_cpu_form_runs_on_onnxruntime_cpu_like_the_fused_graph(fused, tmp_path):
     result = compare(MergedRunner(fused), MergedRunner(cpu), embed_table(EXAMPLE_MODEL))
     assert result["max_rel_err"] == 0.0 and result["tokens_equal"]
     assert cpu_form(fused) == fused  # an explicit graph is used as it is
+
+
+def levels(path: Path) -> set[int]:
+    model = onnx.load(str(path), load_external_data=False)
+    return {a.i for n in model.graph.node if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "accuracy_level"}
+
+
+@pytest.mark.parametrize("level", [0, 4, None])
+def test_webgpu_form_takes_its_own_accuracy_level_and_the_twin_keeps_the_quantized_one(fused, tmp_path, level):
+    quantized = quantize_matmuls(onnx.load(str(fused)), Quantize(accuracy_level=4))
+    onnx.save(quantized, str(tmp_path / "decoder.onnx"), save_as_external_data=True, location="decoder.onnx.data")
+    twin = webgpu_decoder(tmp_path, "decoder.onnx", wasm_twin=True, accuracy_level=level)
+    assert levels(tmp_path / "decoder.onnx") == {4 if level is None else level}
+    assert twin == "decoder.wasm.onnx" and levels(tmp_path / twin) <= {4}  # the twin may spell weights as floats

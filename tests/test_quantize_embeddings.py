@@ -69,6 +69,17 @@ def test_audio_splice_positions(offset, a_len):
     assert logits.shape == (1, len(ids), V)
 
 
+def test_audio_splice_batch_of_two_takes_each_rows_own_audio():
+    m = _decoder(TABLE)
+    add_input_ids(m, TABLE)
+    deq = nbits_weight(m, nodes_of(m, "MatMulNBits")[0]).T
+    ids = np.array([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]], np.int64)
+    audio = RNG.standard_normal((2, 2, H)).astype(np.float32)
+    embeds, _ = run(m, {"input_ids": ids, "audio_features": audio, "audio_offset": np.array([1], np.int64)})
+    for b in range(2):
+        np.testing.assert_array_equal(embeds[b], _expected(deq, list(ids[b]), audio[b], 1))
+
+
 def test_untied_table_is_quantized_on_its_own():
     other = RNG.standard_normal((V, H)).astype(np.float32)
     m = _decoder(other)  # lm_head is not TABLE

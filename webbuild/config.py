@@ -54,7 +54,15 @@ class Quantize(_Strict):
     block_size: Literal[16, 32, 64, 128] = Field(32, description="weights per quantization block (one scale each)")
     accuracy_level: Literal[0, 1, 2, 3, 4] = Field(4, description="the decoder's MatMulNBits accuracy_level, the "
                                                    "lowest compute precision allowed (0 unset, 1 fp32, 2 fp16, "
-                                                   "3 bf16, 4 int8); the encoder always gets 0")
+                                                   "3 bf16, 4 int8); the encoder always gets 0. The "
+                                                   "WebGPU decoder takes webgpu_accuracy_level instead; "
+                                                   "this one serves the wasm fallback and the build's "
+                                                   "own check")
+    webgpu_accuracy_level: Literal[0, 1, 2, 3, 4] = Field(
+        0, description="MatMulNBits accuracy_level of the decoder the site runs on WebGPU. 0 (default): "
+                       "onnxruntime-web decodes each norm + Q/K/V and gate + up + SiLU group in one fused "
+                       "dispatch with fp32 accumulation; 4: int8 activations, which on GPUs with subgroups "
+                       "costs two dispatches per MatMulNBits and no decode fusions (BENCHMARKS.md)")
     exclude: list[str] = Field(default_factory=list, description="fnmatch patterns of MatMul node names left in "
                                                                  "float, e.g. '*lm_head*'")
 

@@ -5,6 +5,12 @@ k_norm_weight: 6 nodes fewer per layer, as the onnxruntime-genai builder emits f
 equal to the explicit form's on SwiftShader, tests/test_decoder_webgpu.py). onnxruntime CPU and
 onnxruntime-web's wasm EP refuse those inputs, so the wasm fallback twin and the Python reference
 run the explicit form (fusion.qk_norm_in_gqa has both directions).
+
+The WebGPU form also carries its own MatMulNBits accuracy level (`quantize.webgpu_accuracy_level`):
+on a GPU with subgroups onnxruntime-web 1.30 runs level 4 as two dispatches per MatMulNBits (int8
+activation quantization, then DP4A) and then skips its decode-time fusions (norm + Q/K/V, gate + up
++ SiLU), while level 0 decodes in one fused dispatch per group with fp32 accumulation (BENCHMARKS.md,
+issue 14). The wasm twin keeps `quantize.accuracy_level`: on the CPU int8 kernels are the fast ones.
 """
 
 from __future__ import annotations
@@ -12,15 +18,34 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import onnx_ir as ir
+
 from webbuild.fusion import qk_norm_in_gqa
 from webbuild.fusion.report import Report
 from webbuild.graph.files import rewrite_file
 from webbuild.quantize.wasm_twin import twin_name, wasm_graph
 
 
-def norms_into_gqa(src: Path, dest: Path) -> bool:
-    """The WebGPU form: Q/K norms moved into GroupQueryAttention."""
-    return rewrite_file(src, dest, lambda m: qk_norm_in_gqa.apply(m, Report()))
+def norms_into_gqa(src: Path, dest: Path, accuracy_level: int | None = None) -> bool:
+    """The WebGPU form: Q/K norms moved into GroupQueryAttention, and every MatMulNBits at
+    `accuracy_level` (None: as quantized)."""
+    return rewrite_file(src, dest, lambda m: _webgpu_form(m, accuracy_level))
+
+
+def _webgpu_form(model: ir.Model, accuracy_level: int | None) -> bool:
+    moved = qk_norm_in_gqa.apply(model, Report())
+    return bool(moved) | (accuracy_level is not None and set_accuracy_level(model, accuracy_level) > 0)
+
+
+def set_accuracy_level(model: ir.Model, level: int) -> int:
+    """Every MatMulNBits at `level`; returns how many changed."""
+    changed = 0
+    for node in model.graph.all_nodes():
+        attr = node.attributes.get("accuracy_level")
+        if node.op_type == "MatMulNBits" and (attr is None or attr.as_int() != level):
+            node.attributes["accuracy_level"] = ir.AttrInt64("accuracy_level", level)
+            changed += 1
+    return changed
 
 
 def norms_out_of_gqa(src: Path, dest: Path) -> bool:
@@ -28,13 +53,14 @@ def norms_out_of_gqa(src: Path, dest: Path) -> bool:
     return rewrite_file(src, dest, qk_norm_in_gqa.take_out)
 
 
-def webgpu_decoder(folder: Path, name: str, wasm_twin: bool) -> str | None:
-    """Rewrite `folder/name` in place into the WebGPU form. With `wasm_twin`, first keep the form the
-    wasm EP runs as `<name>.wasm.onnx` (explicit norms, int4 lookup and weights in standard ops: see
-    webbuild.quantize.wasm_twin) and return its name; None when no twin is needed."""
+def webgpu_decoder(folder: Path, name: str, wasm_twin: bool, accuracy_level: int | None = None) -> str | None:
+    """Rewrite `folder/name` in place into the WebGPU form (MatMulNBits at `accuracy_level`, None: as
+    quantized). With `wasm_twin`, first keep the form the wasm EP runs as `<name>.wasm.onnx` (explicit
+    norms, int4 lookup and weights in standard ops: see webbuild.quantize.wasm_twin) and return its
+    name; None when no twin is needed."""
     path, webgpu = folder / name, folder / f"{name}.webgpu"
     twin = folder / twin_name(name)
-    moved = norms_into_gqa(path, webgpu)
+    moved = norms_into_gqa(path, webgpu, accuracy_level)
     rewritten = wasm_twin and wasm_graph(path, twin)
     if wasm_twin and moved and not rewritten:
         shutil.copyfile(path, twin)  # the explicit graph as it is

@@ -139,7 +139,8 @@ def _webgpu_forms_and_wasm_twins(ctx: BuildContext) -> None:
 
     for name, v in ctx.state.variants.items():
         dec, enc = v.files.get("decoder"), v.files.get("encoder")
-        if dec and (twin := webgpu_decoder(v.dir, dec, wasm_twin=v.dtype == "float32")):
+        level = ctx.cfg.quantize.webgpu_accuracy_level if ctx.cfg.quantize.method != "none" else None
+        if dec and (twin := webgpu_decoder(v.dir, dec, wasm_twin=v.dtype == "float32", accuracy_level=level)):
             v.files["decoder_wasm"] = twin
         # the int4 encoder too: onnxruntime-web's wasm MatMulNBits is slow (webbuild.quantize.wasm_twin)
         if enc and v.dtype == "float32" and wasm_graph(v.dir / enc, v.dir / twin_name(enc)):

@@ -4,7 +4,7 @@ The graph's `inputs_embeds` input is replaced by three inputs:
   input_ids [B, S] int64, audio_features [B, A, H] (graph float type), audio_offset [1] int64
 and the embeddings are GatherBlockQuantized(input_ids) with rows offset .. offset+A-1 taken from
 audio_features (A may be 0: decode steps pass an empty [B, 0, H]). `audio_offset` indexes this call's
-input_ids.
+input_ids, and every audio row must land inside them.
 
 Tied embeddings (Qwen3 ties embed_tokens and lm_head): the lm_head MatMulNBits weight B is uint8
 [V, H/block, block*bits/8], codes along H, low nibble first, symmetric (default zero point 8, or 128
@@ -113,31 +113,37 @@ def _const(model, name, value) -> str:
 
 
 def _splice(model: onnx.ModelProto, nodes: list, embeds_in, text: str, hidden: int) -> None:
-    """embeds[:, s] = audio_features[:, s - offset] where 0 <= s - offset < A, else text[:, s]."""
+    """embeds = text with rows offset .. offset+A-1 replaced by audio_features (ScatterND).
+
+    Every row of audio_features must fall inside this call's input_ids (callers pass only the rows of
+    the current run). ScatterND may reuse the lookup's buffer in place, and with no audio (every
+    decode step) its indices are empty, so a step pays no dispatch for the splice; the index
+    arithmetic is int64 shape math that onnxruntime-web keeps on the CPU.
+    """
     dims = embeds_in.type.tensor_type.shape.dim
     batch, seq = (d.dim_param or d.dim_value for d in dims[:2])
     elem = embeds_in.type.tensor_type.elem_type
-    zero, one, pads = _const(model, "zero", 0), _const(model, "one", 1), _const(model, "pads", [0, 0, 0, 0, 1, 0])
-    axes02 = _const(model, "axes02", [0, 2])
+    zero, one = _const(model, "zero", 0), _const(model, "one", 1)
+    ax0, ax1, ax2 = _const(model, "ax0", [0]), _const(model, "ax1", [1]), _const(model, "ax2", [2])
     n = lambda op, ins, outs, **kw: helper.make_node(op, ins, [P + o for o in outs], name=P + outs[0], **kw)  # noqa: E731
     nodes.extend([
-        n("Shape", ["input_ids"], ["seq1"], start=1, end=2),
-        n("Squeeze", [P + "seq1"], ["seq"]),
-        n("Range", [zero, P + "seq", one], ["pos"]),
-        n("Sub", [P + "pos", "audio_offset"], ["rel"]),
-        n("Shape", ["audio_features"], ["alen"], start=1, end=2),
-        n("GreaterOrEqual", [P + "rel", zero], ["ge0"]),
-        n("Less", [P + "rel", P + "alen"], ["ltA"]),
-        # row = rel inside the audio, else A (the zero row appended below), from the two comparisons
-        # rather than from in_audio: onnxruntime-web puts the int64 Wheres on the CPU and the bool And
-        # on the GPU, and a CPU node fed from the GPU stalls every step on a read-back
-        n("Where", [P + "ltA", P + "rel", P + "alen"], ["row_lt"]),
-        n("Where", [P + "ge0", P + "row_lt", P + "alen"], ["row"]),
-        n("And", [P + "ge0", P + "ltA"], ["in_audio"]),
-        n("Pad", ["audio_features", pads], ["audio_padded"]),
-        n("Gather", [P + "audio_padded", P + "row"], ["audio_rows"], axis=1),
-        n("Unsqueeze", [P + "in_audio", axes02], ["mask"]),
-        n("Where", [P + "mask", P + "audio_rows", text], ["embeds"]),
+        n("Shape", ["audio_features"], ["ba"], start=0, end=2),  # [B, A]
+        n("Shape", ["audio_features"], ["alen1"], start=1, end=2),
+        n("Squeeze", [P + "alen1"], ["alen"]),
+        n("Squeeze", ["audio_offset"], ["off"]),
+        n("Add", [P + "off", P + "alen"], ["end"]),
+        n("Range", [P + "off", P + "end", one], ["rows"]),  # [A]: offset .. offset+A-1
+        n("Shape", ["audio_features"], ["b1"], start=0, end=1),
+        n("Squeeze", [P + "b1"], ["b"]),
+        n("Range", [zero, P + "b", one], ["batch"]),  # [B]
+        n("Unsqueeze", [P + "rows", ax0], ["rows_1a"]),
+        n("Expand", [P + "rows_1a", P + "ba"], ["rows_ba"]),
+        n("Unsqueeze", [P + "batch", ax1], ["batch_b1"]),
+        n("Expand", [P + "batch_b1", P + "ba"], ["batch_ba"]),
+        n("Unsqueeze", [P + "batch_ba", ax2], ["bi"]),
+        n("Unsqueeze", [P + "rows_ba", ax2], ["ri"]),
+        n("Concat", [P + "bi", P + "ri"], ["indices"], axis=2),  # [B, A, 2]: (batch, position)
+        n("ScatterND", [text, P + "indices", "audio_features"], ["embeds"]),
     ])
     for node in model.graph.node:
         for i, name in enumerate(node.input):
