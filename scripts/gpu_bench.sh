@@ -4,8 +4,10 @@
 #   baseline  the split export as published: decoder_init + decoder_step, int4 MatMulNBits block 64
 #             (webbuild.zoo.published_int4), float embedding table, KV cache on the GPU
 #   peer      the onnxruntime-genai builder's graph (-p int4 -e webgpu, exclude_embeds=true so audio
-#             can be spliced in; use_webgpu_fp32=true where the adapter lacks shader-f16)
-#   webbuild  `webbuild model.yaml`: fused, int4, the site's own runtime
+#             can be spliced in; use_webgpu_fp32=true where the adapter lacks shader-f16), at its own
+#             default MatMulNBits accuracy level; peer0 the same at accuracy_level=0
+#   webbuild  `webbuild model.yaml`: fused, int4, the site's own runtime (WebGPU accuracy level 0, the
+#             default); webbuild4 the same with quantize.webgpu_accuracy_level 4
 # Reports land in $OUT (or ./gpu-bench-out): one JSON per build plus the log.
 #
 # Here, once:  scripts/gpu_bench.sh prepare   (fills .gpu/ .whl/ .gl/, all in .git/info/exclude)
@@ -101,16 +103,22 @@ f16() { node --input-type=module -e "import { installDawn } from './webbuild/too
 
 zoo() { mkdir -p "$WORK/zoo.part" && python3 -m webbuild.cli zoo "$PRESET" -o "$WORK/zoo.part/export" --hf-dir "$WORK/zoo.part/hf"; }
 baseline() { python3 -m webbuild.zoo.published_int4 "$WORK/zoo/export" "$WORK/baseline.part"; }
+# peer [NAME [EXTRA_OPTION...]]: the genai builder's graph into $WORK/NAME (default peer)
 peer() {
-  local extra="exclude_embeds=true"; [ "$(f16)" = yes ] || extra+=" use_webgpu_fp32=true"
-  python3 -m onnxruntime_genai.models.builder -i "$WORK/zoo/hf" -o "$WORK/peer.part" -p int4 -e webgpu \
-    -c "$WORK/genai-cache" --extra_options $extra 2>&1 | grep -v "^Saving\|it/s" | tail -5
+  local name=${1:-peer} extra="exclude_embeds=true"; shift $(( $# > 0 ? 1 : 0 ))
+  [ "$(f16)" = yes ] || extra+=" use_webgpu_fp32=true"
+  python3 -m onnxruntime_genai.models.builder -i "$WORK/zoo/hf" -o "$WORK/$name.part" -p int4 -e webgpu \
+    -c "$WORK/genai-cache" --extra_options $extra "$@" 2>&1 | grep -v "^Saving\|it/s" | tail -5
 }
+peer0() { peer peer0 accuracy_level=0; }
+# webbuild [NAME [YAML LINE]]: `webbuild model.yaml` into $WORK/NAME (default webbuild)
 webbuild() {
-  local variant=fp32; [ "$(f16)" = yes ] && variant=fp16
-  printf 'name: %s\nsource: {layout: qwen3-asr-split, dir: %s}\nvariants: [%s]\n' "$PRESET" "$WORK/zoo/export" "$variant" > "$WORK/model.yaml"
-  python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/webbuild.part" 2>&1 | tail -15
+  local name=${1:-webbuild} variant=fp32; [ "$(f16)" = yes ] && variant=fp16
+  printf 'name: %s\nsource: {layout: qwen3-asr-split, dir: %s}\nvariants: [%s]\n%s\n' "$PRESET" "$WORK/zoo/export" \
+    "$variant" "${2:-}" > "$WORK/$name.yaml"
+  python3 -m webbuild.cli "$WORK/$name.yaml" -o "$WORK/$name.part" 2>&1 | tail -15
 }
+webbuild4() { webbuild webbuild4 "quantize: {webgpu_accuracy_level: 4}"; }
 # bench BUILD [TAG KEY=VALUE...]: the build's report as bench-BUILD[-TAG].json, with onnxruntime
 # session config entries (the sweep) when given
 bench() {
@@ -135,7 +143,7 @@ run() {
   # BENCHES: the reports to make, in order (NAME or NAME:ROUND); only the builds they need are made
   local benches=${BENCHES:-webbuild peer baseline webbuild:2 peer:2}
   step zoo zoo
-  for b in baseline peer webbuild; do [[ " $benches " == *" $b"[:\ ]* ]] && step "$b" "$b"; done
+  for b in baseline peer peer0 webbuild webbuild4; do [[ " $benches " == *" $b"[:\ ]* ]] && step "$b" "$b"; done
   # a second round of the two fast ones shows the run-to-run spread; each report is copied to
   # $OUT as soon as it exists, so a run cut off by the time limit still returns what it measured
   for b in $benches; do

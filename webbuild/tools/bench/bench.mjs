@@ -97,9 +97,10 @@ async function main() {
         log(`${c.src}: ${JSON.stringify(r.text)} ${r.total_ms.toFixed(0)} ms`);
       }
     }
-    // Synthetic decode: N greedy steps past any end token, after a one-second prompt of silence.
+    // Synthetic decode: N greedy steps past any end token, after a prompt of two seconds of silence
+    // (41 tokens for Qwen3-ASR: the prompt length merged.mjs and split.mjs give the peers).
     // A shorter one first: WebGPU calls per token are the difference (counters.mjs).
-    const silence = new Float32Array(model.runtime.sample_rate);
+    const silence = new Float32Array(2 * model.runtime.sample_rate);
     const { result: synth, counters_per_token } = await gpuCountedDecodes(
       (n) => timedTranscribe(model.rec, silence, { maxNewTokens: n + 1, forceSteps: true }), o.decodeTokens, model.info.ep === 'webgpu');
     const clipSteps = clips.flatMap((c) => c.steps);

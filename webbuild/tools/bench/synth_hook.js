@@ -3,15 +3,15 @@
 // Not part of any shipped site. Driven through Playwright's Worker.evaluate by
 // webbuild/tools/bench/browser.py (`webbuild bench --runtime browser`) and scripts/chrome_gpu_bench.py.
 
-// bench.mjs's synthetic decode in the site's own worker: n greedy steps past any end token after one
-// second of silence. steps: the gaps between the per-token callbacks (decode step times, ms); counts:
+// bench.mjs's synthetic decode in the site's own worker: n greedy steps past any end token after two
+// seconds of silence (the 41-token prompt the peers get). steps: the gaps between the per-token callbacks (decode step times, ms); counts:
 // the WebGPU calls made during it (counters.mjs totals, kernels included).
 self.__wbSynth = async (n) => {
   if (!site) throw new Error('the model is not loaded yet');
   const { recogniser, runtime } = site;
   const stamps = [];
   const c0 = self.__gpuCounters.snapshot();
-  const r = await recogniser.transcribe(new Float32Array(runtime.sample_rate), {
+  const r = await recogniser.transcribe(new Float32Array(2 * runtime.sample_rate), {
     maxNewTokens: n + 1, forceSteps: true, onToken: () => stamps.push(performance.now()),
   });
   const c1 = self.__gpuCounters.snapshot();
