@@ -91,7 +91,7 @@ def table(r: dict) -> str:
     ]
     if "clips" in s:
         lines.append(f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text")
-    return "\n".join(lines + counter_lines(r))
+    return "\n".join(lines + counter_lines(r) + timing_lines(r))
 
 
 def counter_lines(r: dict) -> list[str]:
@@ -110,6 +110,30 @@ def counter_lines(r: dict) -> list[str]:
         f"read-backs, {_count(c['write_buffers'])} writeBuffer ({_count(c['write_bytes'])} B), "
         f"{_count(c['bind_groups'])} bind groups, {_count(c['buffers'])} buffers ({long} - {short} token decodes)",
         f"kernels     {top}" + (f" (+{more} more in the JSON)" if more > 0 else ""),
+    ]
+
+
+def timing_lines(r: dict) -> list[str]:
+    """Where a decode token's time goes (webbuild/tools/bench/timing.mjs), or why it is not cut up."""
+    t = r.get("timing_per_token")
+    if not t:
+        why = ("the wasm EP has no WebGPU read-back to cut at" if r["ep"] != "webgpu"
+               else "not timed by this runtime" if "timing_per_token" not in r else "no decode step")
+        return [f"time/token  - ({why})"]
+    calls = t["webgpu_calls"] * t["wrapper_us_per_call"] / 1000
+    lines = [
+        f"time/token  {t['wall_ms']:.2f} ms = pre {t['pre_ms']:.2f} + issue {t['issue_cpu_ms']:.2f} "
+        f"(in {t['webgpu_calls']:g} WebGPU calls {t['webgpu_call_ms']:.2f}, timing them {calls:.3f}) "
+        f"+ read-back wait {t['readback_wait_ms']:.2f} + post {t['post_ms']:.2f} (means over {t['steps']} steps)",
+    ]
+    if "gpu_ms" not in t:
+        return lines + [f"gpu kernels - ({t['gpu_timing']})"]
+    top = ", ".join(f"{k} {v:.3f}" for k, v in list(t["kernels_gpu_ms"].items())[:8])
+    more = len(t["kernels_gpu_ms"]) - 8
+    return lines + [
+        f"gpu         {t['gpu_ms']:.2f} ms busy per token ({t['gpu_timing']}, a separate decode at "
+        f"{t['gpu_timed_wall_ms']:.2f} ms/token): {t['bound']} bound",
+        f"gpu kernels {top} ms" + (f" (+{more} more in the JSON)" if more > 0 else ""),
     ]
 
 

@@ -22,6 +22,7 @@ import { gpuCountedDecodes } from './counters.mjs';
 import { startServer } from './server.mjs';
 import { parseArgs } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
+import { gpuTimingPerToken } from './timing.mjs';
 import { decodeWav } from './wav.mjs';
 
 const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--session-config K=V]...';
@@ -65,14 +66,15 @@ async function loadModel(m, srv, o) {
 }
 
 // One transcription with per-token timestamps (onToken fires once per generated token, right
-// after the decoder run that produced it): the gaps between them are the decode step times.
+// after the decoder run that produced it): the gaps between them are the decode step times. stamps and
+// ids (the token ids) are for timing.mjs, not the report.
 async function timedTranscribe(rec, pcm, opts = {}) {
   const stamps = [];
   const r = await rec.transcribe(pcm, { ...opts, onToken: () => stamps.push(performance.now()) });
   const steps = stamps.slice(1).map((t, i) => t - stamps[i]);
   const t = r.timings;
   return {
-    text: r.text, tokens: r.tokens.length, steps,
+    text: r.text, tokens: r.tokens.length, steps, stamps, ids: r.tokens,
     encoder_ms: t.encoder_ms, prefill_ms: t.prefill_ms, prompt_tokens: t.prompt_tokens, ttft_ms: t.ttft_ms,
     prefill_tokens_per_s: (t.prompt_tokens / t.prefill_ms) * 1000, audio_ms: t.audio_ms, total_ms: t.total_ms,
   };
@@ -87,12 +89,13 @@ async function main() {
   try {
     const m = await siteModules(o.dir);
     const model = await loadModel(m, srv, o);
+    if (model.info.ep === 'webgpu') globalThis.__gpuTiming?.watchRun(model.rec.decoder); // timing.mjs: the decoder's runs
     log(`loaded: ${model.info.ep} ${model.info.variant} on ${model.info.adapter} in ${model.load.total_ms.toFixed(0)} ms`);
     const clips = [];
     for (const c of (await sampleClips(m, o.dir)).slice(0, o.maxClips)) {
       const pcm = decodeWav(new Uint8Array(await readFile(path.join(o.dir, c.src))), model.runtime.sample_rate);
       for (let i = 0; i < o.repeat; i++) {
-        const r = await timedTranscribe(model.rec, pcm);
+        const { stamps, ids, ...r } = await timedTranscribe(model.rec, pcm);
         clips.push({ src: c.src, expected: c.text, match: r.text === c.text, ...r });
         log(`${c.src}: ${JSON.stringify(r.text)} ${r.total_ms.toFixed(0)} ms`);
       }
@@ -100,9 +103,11 @@ async function main() {
     // Synthetic decode: N greedy steps past any end token, after a prompt of two seconds of silence
     // (41 tokens for Qwen3-ASR: the prompt length merged.mjs and split.mjs give the peers).
     // A shorter one first: WebGPU calls per token are the difference (counters.mjs).
+    // Then the long one's time per token cut into phases, and a separate GPU-timed decode (timing.mjs).
     const silence = new Float32Array(2 * model.runtime.sample_rate);
-    const { result: synth, counters_per_token } = await gpuCountedDecodes(
-      (n) => timedTranscribe(model.rec, silence, { maxNewTokens: n + 1, forceSteps: true }), o.decodeTokens, model.info.ep === 'webgpu');
+    const synthDecode = (n) => timedTranscribe(model.rec, silence, { maxNewTokens: n + 1, forceSteps: true });
+    const { result: synth, counters_per_token } = await gpuCountedDecodes(synthDecode, o.decodeTokens, model.info.ep === 'webgpu');
+    const timing_per_token = await gpuTimingPerToken(synthDecode, synth);
     const clipSteps = clips.flatMap((c) => c.steps);
     const median = (k) => quantile(clips.map((c) => c[k]), 0.5);
     console.log(JSON.stringify({
@@ -115,7 +120,7 @@ async function main() {
         decode_ms_per_token_clips: spread(clipSteps),
       },
       synthetic_decode: { prompt_tokens: synth.prompt_tokens, prefill_ms: synth.prefill_ms, tokens: synth.steps.length, ms_per_token: spread(synth.steps) },
-      counters_per_token,
+      counters_per_token, timing_per_token,
     }));
   } finally {
     await srv.close();

@@ -49,7 +49,10 @@ export function installGpuCounters(scope = globalThis) {
     counts.write_bytes += size !== undefined ? size * el : (data?.byteLength ?? 0) - (dataOffset ?? 0) * el;
   });
   wrap(scope.GPUBuffer?.prototype, 'mapAsync', () => { counts.readbacks++; });
-  const counters = { counts, snapshot: () => ({ ...counts, kernels: { ...counts.kernels } }) };
+  const counters = {
+    counts, snapshot: () => ({ ...counts, kernels: { ...counts.kernels } }),
+    pipelineName: (p) => pipelineNames.get(p) ?? p?.label ?? '(unnamed)', // timing.mjs names its kernels so too
+  };
   scope.__gpuCounters = counters;
   return counters;
 }

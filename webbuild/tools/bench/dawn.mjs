@@ -2,20 +2,29 @@
 // onnxruntime-web expects it in a browser: navigator.gpu plus the GPU* globals.
 // Vulkan driver choice is the environment's: VK_DRIVER_FILES / VK_ICD_FILENAMES (SwiftShader
 // here, the NVIDIA ICD on a GPU machine).
-// Every Dawn session is counted (counters.mjs): the wraps cost a function call per WebGPU call.
+// Every Dawn session is counted (counters.mjs) and timed (timing.mjs): the wraps cost a function call
+// per WebGPU call, and the timing wrap two performance.now() calls (timing_per_token reports how much).
 import { create, globals } from 'webgpu';
 
 import { installGpuCounters } from './counters.mjs';
+import { installGpuTiming } from './timing.mjs';
+
+// Dawn rounds timestamp-query values to 65536 ns unless told not to (its anti-fingerprinting default,
+// toggle `timestamp_quantization`); kernels of a few µs need the raw values.
+const DAWN_TOGGLES = ['disable-dawn-features=timestamp_quantization'];
 
 export function installDawn() {
   Object.assign(globalThis, globals);
   // Node 20 has no navigator; Node >= 21 has one without gpu.
-  const gpu = create([]);
+  const gpu = create(DAWN_TOGGLES);
   if (globalThis.navigator) Object.defineProperty(globalThis.navigator, 'gpu', { value: gpu, configurable: true });
   else globalThis.navigator = { gpu };
   shimWriteBuffer();
   shimBindGroups();
-  installGpuCounters(globalThis); // after the shims: each call onnxruntime-web makes is counted once
+  // after the shims: each call onnxruntime-web makes is counted once; the timing wrap inside the counters'
+  // so that webgpu_call_ms is the calls' own cost (Dawn and the shims), not the counting
+  installGpuTiming(globalThis);
+  installGpuCounters(globalThis);
   return gpu;
 }
 
