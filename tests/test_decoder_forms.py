@@ -73,7 +73,8 @@ def test_cpu_form_runs_on_onnxruntime_cpu_like_the_fused_graph(fused, tmp_path):
 
 def levels(path: Path) -> set[int]:
     model = onnx.load(str(path), load_external_data=False)
-    return {a.i for n in model.graph.node if n.op_type == "MatMulNBits" for a in n.attribute if a.name == "accuracy_level"}
+    nbits = [n for n in model.graph.node if n.op_type == "MatMulNBits"]
+    return {a.i for n in nbits for a in n.attribute if a.name == "accuracy_level"}
 
 
 @pytest.mark.parametrize("level", [0, 4, None])

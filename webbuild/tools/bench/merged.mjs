@@ -11,6 +11,7 @@ import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 
 import { gpuCountedDecodes } from './counters.mjs';
+import { gpuTimingPerToken } from './timing.mjs';
 import { adapterName, disposeGpu, externalData, fileBytes, int64, openOrt, parseArgs } from './ort.mjs';
 import { spread } from './stats.mjs';
 
@@ -44,6 +45,14 @@ async function describe(session, dir) {
   return g;
 }
 
+// preferredOutputLocation for present.{i}.key|value: the layer count from genai_config.json, else a
+// generous bound (names a graph lacks are ignored).
+async function presentOnGpu(dir) {
+  const genai = JSON.parse(await readFile(path.join(dir, 'genai_config.json'), 'utf8').catch(() => '{}'));
+  const layers = genai.model?.decoder?.num_hidden_layers ?? 256;
+  return Object.fromEntries(Array.from({ length: layers }, (_, i) => ['key', 'value'].map((k) => [`present.${i}.${k}`, 'gpu-buffer'])).flat());
+}
+
 async function run(ort, session, g, o) {
   const feeds = (embeds, total, past) => ({
     inputs_embeds: embeds, attention_mask: int64(ort, new Array(total).fill(1), [1, total]),
@@ -54,45 +63,49 @@ async function run(ort, session, g, o) {
   const t0 = performance.now();
   let out = await session.run(feeds(floats(ort, g.type, P * g.hidden, [1, P, g.hidden], 0), P));
   await out.logits.getData();
-  const tFirst = performance.now();
-  const steps = [];
+  const stamps = [performance.now()]; // a step ends when its logits are read (timing.mjs cuts steps here)
   for (let i = 0; i < o.decodeTokens; i++) {
-    const t = performance.now();
     const prev = out;
     out = await session.run(feeds(floats(ort, g.type, g.hidden, [1, 1, g.hidden], i + 1), P + i + 1, prev));
     await out.logits.getData();
     disposeGpu(prev, Object.keys(prev)); // the inputs of this step, and its logits
-    steps.push(performance.now() - t);
+    stamps.push(performance.now());
   }
   const kv = out[Object.keys(out).find((k) => k.startsWith('present.'))].location;
   disposeGpu(out, Object.keys(out));
-  return { prefill_ms: tFirst - t0, prompt_tokens: P, steps, kv };
+  const steps = stamps.slice(1).map((t, i) => t - stamps[i]);
+  return { prefill_ms: stamps[0] - t0, prompt_tokens: P, steps, stamps, kv };
 }
 
 async function main() {
   const o = parseArgs(process.argv.slice(2), { model: 'model.onnx', promptTokens: 41 }, USAGE);
   const { ort, adapter } = await openOrt(o);
   const t0 = performance.now();
-  // every output stays on the device (the KV cache between steps, as the site keeps it); the
-  // logits are read back each step
+  // the KV cache stays on the device between steps and the logits come back from run(), as the site's
+  // runtime has them (the read-back inside run() is where timing.mjs cuts a step)
   const session = await ort.InferenceSession.create(await fileBytes(o.dir, o.model), {
     executionProviders: [o.ep], graphOptimizationLevel: 'all', logSeverityLevel: 3, extra: o.sessionConfig,
     externalData: await externalData(o.dir, [`${o.model}.data`]),
-    ...(o.ep === 'webgpu' ? { preferredOutputLocation: 'gpu-buffer' } : {}),
+    ...(o.ep === 'webgpu' ? { preferredOutputLocation: await presentOnGpu(o.dir) } : {}),
   });
   const g = await describe(session, o.dir);
   const tSession = performance.now();
   await run(ort, session, g, { ...o, decodeTokens: 2 }); // warm-up: shader compilation
   const tWarm = performance.now();
-  // a shorter decode first: WebGPU calls per token are the difference (counters.mjs)
-  const { result: r, counters_per_token } = await gpuCountedDecodes((n) => run(ort, session, g, { ...o, decodeTokens: n }), o.decodeTokens, o.ep === 'webgpu');
+  // a shorter decode first: WebGPU calls per token are the difference (counters.mjs); then the long
+  // one's time per token cut into phases and a GPU-timed decode (timing.mjs; the inputs are synthetic,
+  // so there are no token ids to compare)
+  if (o.ep === 'webgpu') globalThis.__gpuTiming?.watchRun(session);
+  const decode = (n) => run(ort, session, g, { ...o, decodeTokens: n });
+  const { result: r, counters_per_token } = await gpuCountedDecodes(decode, o.decodeTokens, o.ep === 'webgpu');
+  const timing_per_token = await gpuTimingPerToken(decode, r);
   console.log(JSON.stringify({
     bench: 'merged-node', node: process.version, dir: o.dir, session_config: o.sessionConfig, ep: o.ep, variant: `merged ${g.type}`, threads: 1,
     kv_cache: r.kv, adapter: adapterName(o.ep, adapter),
     load: { session_ms: tSession - t0, warmup_ms: tWarm - tSession, total_ms: tWarm - t0 },
     summary: { encoder_ms: null, ttft_ms: r.prefill_ms, prefill_ms: r.prefill_ms, prompt_tokens: r.prompt_tokens, prefill_tokens_per_s: (r.prompt_tokens / r.prefill_ms) * 1000 },
     synthetic_decode: { prompt_tokens: r.prompt_tokens, prefill_ms: r.prefill_ms, tokens: r.steps.length, ms_per_token: spread(r.steps) },
-    counters_per_token,
+    counters_per_token, timing_per_token,
   }));
 }
 
