@@ -111,6 +111,23 @@ peer() {
     -c "$WORK/genai-cache" --extra_options $extra "$@" 2>&1 | grep -v "^Saving\|it/s" | tail -5
 }
 peer0() { peer peer0 accuracy_level=0; }
+# the genai graph made for graph capture (static KV, mask math on the GPU): docs/graph-capture.md
+peerg() { peer peerg accuracy_level=0 enable_webgpu_graph=true; }
+# CAPTURE=1: scripts/graph_capture_probe.mjs on peerg, plain and captured (+ the pin workaround); the
+# per-step counts, times and tokens land in $OUT/capture-CASE.json (logits dropped: too big to carry)
+capture() {
+  for c in device:0 object:1:pin; do
+    IFS=: read -r ep cap pin <<< "$c"
+    node scripts/graph_capture_probe.mjs "$WORK/peerg" "$WORK/zoo/export/embed_tokens.bin" --ep "$ep" --capture "$cap" \
+      --pin "$([ "${pin:-}" = pin ] && echo 1 || echo 0)" --steps 32 --max 64 --json "$WORK/capture-$c.json" 2>&1 |
+      grep -v 'MODULE_TYPELESS\|Reparsing\|"type": "module"\|trace-warnings\|VerifyEachNode' | tail -8
+    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d.pop('logits'); json.dump(d, open(sys.argv[2], 'w'))" \
+      "$WORK/capture-$c.json" "$OUT/capture-${c//:/-}.json"
+  done
+  python3 -c "import json,sys; a,b=(json.load(open(f))['logits'] for f in sys.argv[1:]); \
+print('captured logits vs plain: max abs diff', max(abs(x-y) for s,t in zip(a,b) for x,y in zip(s,t)))" \
+    "$WORK/capture-device:0.json" "$WORK/capture-object:1:pin.json"
+}
 # webbuild [NAME [YAML LINE]]: `webbuild model.yaml` into $WORK/NAME (default webbuild)
 webbuild() {
   local name=${1:-webbuild} variant=fp32; [ "$(f16)" = yes ] && variant=fp16
@@ -144,6 +161,7 @@ run() {
   local benches=${BENCHES:-webbuild peer baseline webbuild:2 peer:2}
   step zoo zoo
   for b in baseline peer peer0 webbuild webbuild4; do [[ " $benches " == *" $b"[:\ ]* ]] && step "$b" "$b"; done
+  [ "${CAPTURE:-0}" = 1 ] && { step peerg peerg; capture; }
   # a second round of the two fast ones shows the run-to-run spread; each report is copied to
   # $OUT as soon as it exists, so a run cut off by the time limit still returns what it measured
   for b in $benches; do

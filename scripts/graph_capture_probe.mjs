@@ -155,6 +155,7 @@ const logitsPerStep = []; // kept in --json, to compare a captured run's logits 
 let token = 1;
 let error = null;
 for (let step = 0; step < o.steps; step++) {
+  const t0 = performance.now(); // a step: its inputs written, session.run, the logits read, argmax
   if (embed) device.queue.writeBuffer(emb.buffer, 0, embed, token * hidden, hidden);
   else device.queue.writeBuffer(emb.buffer, 0, BigInt64Array.of(BigInt(token)));
   const m = new BigInt64Array(o.max);
@@ -179,16 +180,21 @@ for (let step = 0; step < o.steps; step++) {
   const v = await readLogits();
   logitsPerStep.push(Array.from(v));
   token = argmax(v);
-  runs.push({ step, ...c, token, logit: Number(v[token].toFixed(5)), checksum: Number(v.reduce((a, x) => a + x, 0).toFixed(4)) });
+  runs.push({ step, ...c, ms: Number((performance.now() - t0).toFixed(3)), token, logit: Number(v[token].toFixed(5)), checksum: Number(v.reduce((a, x) => a + x, 0).toFixed(4)) });
 }
 function pick(d) {
   return { bind_groups: d.bind_groups, write_buffers: d.write_buffers, dispatches: d.dispatches, submits: d.submits, buffers: d.buffers, readbacks: d.readbacks };
 }
 
-const result = { ort: ort.env.versions?.web ?? o.ort, ep: o.ep, capture: !!o.capture, pin: !!o.pin, max: o.max, runs, error, tokens: runs.map((r) => r.token), logits: logitsPerStep };
+// ms per token: the median step after the first two (run 0 records the capture, run 1 is the first replay)
+const later = runs.slice(2).filter((r) => !r.error).map((r) => r.ms).sort((a, b) => a - b);
+const msPerToken = later.length ? later[Math.floor((later.length - 1) / 2)] : null;
+const result = { ort: ort.env.versions?.web ?? o.ort, ep: o.ep, capture: !!o.capture, pin: !!o.pin, max: o.max, runs, error,
+  ms_per_token: msPerToken, tokens: runs.map((r) => r.token), logits: logitsPerStep };
 console.log(`onnxruntime-web ${result.ort}, ep ${o.ep}, enableGraphCapture ${!!o.capture}, pin ${!!o.pin}, max ${o.max}`);
-console.log('step bind_groups write_buffers dispatches submits buffers readbacks same_outputs token');
-for (const r of runs) console.log([r.step, r.bind_groups, r.write_buffers, r.dispatches, r.submits, r.buffers, r.readbacks, r.same_outputs ?? '-', r.error ? `ERROR ${r.error}` : r.token].join(' '));
+console.log('step bind_groups write_buffers dispatches submits buffers readbacks same_outputs ms token');
+for (const r of runs) console.log([r.step, r.bind_groups, r.write_buffers, r.dispatches, r.submits, r.buffers, r.readbacks, r.same_outputs ?? '-', r.ms ?? '-', r.error ? `ERROR ${r.error}` : r.token].join(' '));
+console.log(`ms per token (median of steps 2..): ${msPerToken}`);
 if (error) console.log(`error at step ${error.step}: ${error.message}\nkernels dispatched in that run: ${JSON.stringify(error.kernels)}\nlast createBindGroup: ${JSON.stringify(error.failed_in)}`);
 if (o.json) await writeFile(o.json, JSON.stringify(result, null, 1));
 process.exit(0);
