@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml package.json package-lock.json
 	@echo "== [1/3] python venv in $(VENV)"
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	@echo "== [2/3] webbuild and its dependencies (no torch; about 150 MB download)"
+	@echo "== [2/3] webbuild and its dependencies (no torch; about 110 MB of wheels)"
 	$(PIP) install -e .
 	@echo "== [3/3] onnxruntime-web, pinned in package-lock.json: the build copies its files into every site"
 	npm ci --no-audit --no-fund
