@@ -1,60 +1,83 @@
 # Two entry points that work on a fresh machine:
-#   make site   set up .venv and build the embedded example (examples/tiny-asr) into dist/
-#   make test   set up .venv (and espeak-ng + chromium through apt when missing), lint, and run every test
+#   make site   set up .venv without torch and build the embedded example (examples/tiny-asr) into dist/
+#   make test   + the zoo/test extras (torch), espeak-ng and chromium through apt when missing; lint, every test
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# no -q: pip prints a line per package, so a minutes-long install is never silent
+PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+# Extras of `make test`. torch is pinned in the zoo extra; on Linux x86-64 the package index's build of
+# that version is the CUDA one (2.7 GB of wheels), a machine whose pip sees the +cpu wheel (a find-links
+# folder or PyTorch's CPU index, README.md "Install") gets the 0.19 GB CPU build instead.
+TEST_EXTRAS ?= zoo,test
 
-.PHONY: setup system-deps site lint test test-python test-js e2e clean
+.PHONY: setup setup-test system-deps site lint test test-python test-js e2e clean
 
+# The main job (build a site from an export, serve, verify, bench) needs no torch.
 $(STAMP): pyproject.toml package.json package-lock.json
+	@echo "== [1/3] python venv in $(VENV)"
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# the CPU build of torch; an unpinned torch would pull a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[zoo,test]"
-	# onnxruntime-web, pinned in package-lock.json: the build copies its files into every site
+	$(PIP) install -q --upgrade pip
+	@echo "== [2/3] webbuild and its dependencies (no torch; about 110 MB of wheels)"
+	$(PIP) install -e .
+	@echo "== [3/3] onnxruntime-web, pinned in package-lock.json: the build copies its files into every site"
 	npm ci --no-audit --no-fund
 	touch $@
 
 setup: $(STAMP)
 
-# espeak-ng makes the speech, chromium runs the site; installed only when missing.
+$(TEST_STAMP): $(STAMP) pyproject.toml
+	@echo "== test extras [$(TEST_EXTRAS)]: torch, transformers, pytest, playwright, ruff, onnxruntime-genai"
+	$(PIP) install -e ".[$(TEST_EXTRAS)]"
+	touch $@
+
+setup-test: $(TEST_STAMP)
+
+# espeak-ng makes the speech, chromium runs the site; installed only when missing, without Recommends
+# (those add ~160 packages: avahi, CUPS and polkit helpers, perl; headless chromium and espeak-ng need none).
 system-deps:
 	@command -v espeak-ng >/dev/null && command -v chromium >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q espeak-ng chromium; \
-	  else echo "install espeak-ng and chromium (e.g. sudo apt-get install espeak-ng chromium)"; exit 1; fi; }
+	  if [ "$$(id -u)" = 0 ]; then echo "== apt: espeak-ng chromium"; apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends espeak-ng chromium >/dev/null \
+	    && echo "installed espeak-ng and chromium"; \
+	  else echo "install espeak-ng and chromium (e.g. sudo apt-get install --no-install-recommends espeak-ng chromium)"; \
+	    exit 1; fi; }
 
 site: setup
 	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o dist
+	@echo
+	@echo "built dist/. Preview it (then open http://127.0.0.1:8000/):"
+	@echo "  $(VENV)/bin/webbuild serve dist"
 
 # ruff, configured in pyproject.toml ([tool.ruff]); first, because it takes a second and the tests minutes
-lint: setup
+lint: setup-test
 	$(VENV)/bin/ruff check .
 
-test: setup lint system-deps test-python test-js e2e
+test: setup-test lint system-deps test-python test-js e2e
 
-test-python:
-	$(PY) -m pytest -q
+# a line per test file with the percentage done, rather than -q's bare dots
+test-python: setup-test
+	$(PY) -m pytest
 
 test-js:
 	node --test tests/js/
 
 # `webbuild verify` on the embedded example, as a deployer would run it: the 4 samples on the page's own
 # choice (SwiftShader WebGPU here), 20 held-out clips on wasm (SwiftShader is ~100x slower), and
-# the cache / corrupted shard / fallback / origin / console checks. The report is kept in
-# e2e-report.json and printed; held-out clips may differ from their transcript by one word in four
-# (the model's held-out WER is 2.9%), but must equal the Python reference exactly.
+# the cache / corrupted shard / fallback / origin / console checks. The full report stays in
+# e2e-report.json; a short summary (scripts/e2e_summary.py) ends the output, the last lines of `make test`.
+# Held-out clips may differ from their transcript by one word in four (the model's held-out WER is
+# 2.9%), but must equal the Python reference exactly.
 E2E_DIR ?= /tmp/webbuild-e2e
-e2e: setup system-deps
-	rm -rf $(E2E_DIR) && mkdir -p $(E2E_DIR)
+e2e: setup-test system-deps
+	rm -rf $(E2E_DIR) e2e-report.json && mkdir -p $(E2E_DIR)
 	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o $(E2E_DIR)/dist
 	$(PY) -m webbuild.train.clips $(E2E_DIR)/clips --count 20
 	@start=$$(date +%s); rc=0; \
 	$(VENV)/bin/webbuild verify $(E2E_DIR)/dist --clips $(E2E_DIR)/clips --clips-ep wasm --clips-max-wer 0.25 \
 	  --json e2e-report.json || rc=$$?; \
-	echo "--- e2e-report.json"; cat e2e-report.json; \
-	echo "webbuild verify took $$(( $$(date +%s) - start )) s"; exit $$rc
+	$(PY) scripts/e2e_summary.py e2e-report.json --seconds $$(( $$(date +%s) - start )) --rc $$rc; exit $$rc
 
 clean:
 	rm -rf dist $(VENV)

@@ -63,3 +63,27 @@ class VerifyInputError(WebbuildError):
 
 class BenchError(WebbuildError):
     """A bench that could not run; the message says why."""
+
+
+class ExtraError(WebbuildError):
+    """A command whose optional dependencies (a pip extra of pyproject.toml) are not installed."""
+
+
+def require_extra(extra: str, what: str, *modules: str) -> None:
+    """Raise ExtraError naming the extra when one of `modules` is not installed.
+
+    The main install (`make site`, `pip install -e .`) leaves torch out: only the zoo and training need it,
+    and it is most of the venv. find_spec looks the modules up without importing them.
+    """
+    import importlib.util
+
+    def installed(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except ImportError:  # a meta-path finder that refuses the name (how the tests hide torch)
+            return False
+
+    missing = [m for m in modules if not installed(m)]
+    if missing:
+        raise ExtraError(f"{what} needs {' and '.join(missing)}, which the main install leaves out: "
+                         f"pip install -e '.[{extra}]' (README.md, Install, says how to get torch's CPU build)")

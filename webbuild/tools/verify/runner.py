@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from webbuild.errors import VerifyInputError
+from webbuild.errors import VerifyInputError, require_extra
 from webbuild.reference.wer import corpus_wer, wer
 from webbuild.site.contract import SAMPLES_FILE
 from webbuild.tools import browser as br
@@ -244,6 +244,7 @@ class Verifier:
                    f"{sum(r['ok'] for r in self.rows)}/{len(self.rows)} clips")
 
     def run(self) -> dict:
+        require_extra("verify", "webbuild verify", "playwright")  # `make site` installs no browser driver
         from playwright.sync_api import sync_playwright
 
         t0 = time.monotonic()

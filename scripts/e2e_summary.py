@@ -1,0 +1,44 @@
+"""The last lines of `make e2e` (and so of `make test`): PASS/FAIL counts and one line per failure.
+
+    python scripts/e2e_summary.py e2e-report.json --seconds 162 --rc 0
+
+The full report (per clip timings, visits, checks) stays in the JSON file; printing it buried the verdict
+under ~630 lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def summary(report: dict, path: str) -> list[str]:
+    clips, checks = report["clips"], report["checks"]
+    lines = [f"{'PASS' if report['ok'] else 'FAIL'}: {sum(c['ok'] for c in clips)}/{len(clips)} clips, "
+             f"{sum(c['ok'] for c in checks)}/{len(checks)} checks (full report: {path})"]
+    for c in clips:
+        if not c["ok"]:
+            why = c["error"] or f"expected {c['expected']!r}, got {c['got']!r}, WER {c['wer']}"
+            lines.append(f"FAIL clip {c['clip']} ({c['run']}, {c['ep']}): {why}")
+    lines += [f"FAIL check {c['name']}" + (f": {c['detail']}" if c["detail"] else "") for c in checks if not c["ok"]]
+    return lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("report")
+    ap.add_argument("--seconds", type=int, help="how long webbuild verify took")
+    ap.add_argument("--rc", type=int, default=0, help="webbuild verify's exit code")
+    args = ap.parse_args()
+    took = f" in {args.seconds} s" if args.seconds is not None else ""
+    print(f"--- e2e: webbuild verify exited {args.rc}{took}")
+    path = Path(args.report)
+    if not path.is_file():
+        print(f"FAIL: no {path}: webbuild verify stopped before writing its report (its error is above)")
+        return
+    print("\n".join(summary(json.loads(path.read_text()), str(path))))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The install split: the main job runs without torch (`make site` leaves it out), and the commands that
+need it say which extra to install instead of showing a traceback.
+
+torch is installed in the test venv, so each test runs a subprocess whose first meta-path finder refuses
+torch and transformers, as an environment without them would.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+HIDE = """
+import sys
+HIDDEN = {"torch", "transformers"} | set(filter(None, sys.argv[1:2]))
+del sys.argv[1]
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in HIDDEN:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Hide())
+"""
+
+
+def run_hidden(code: str, *args: str, also: str = "") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", HIDE + code, also, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_the_main_job_builds_and_imports_no_torch(tmp_path):
+    # the build of the embedded example, then every other main-job command's module
+    code = """
+from webbuild.cli import main
+try:
+    main()
+except SystemExit as e:
+    assert not e.code, e.code
+import webbuild.build.fuse, webbuild.reference.transcribe, webbuild.tools.serve, webbuild.tools.verify.runner
+import webbuild.tools.bench, webbuild.train.clips
+print(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers"}))
+"""
+    r = run_hidden(code, "examples/tiny-asr/model.yaml", "-o", str(tmp_path / "dist"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+    assert (tmp_path / "dist" / "index.html").is_file()
+
+
+def test_zoo_without_torch_is_one_line_naming_the_extra(tmp_path):
+    r = run_hidden("from webbuild.cli import main; main()", "zoo", "tiny", "-o", str(tmp_path / "out"))
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert r.stderr.splitlines() == [
+        "error: webbuild zoo needs torch and transformers, which the main install leaves out: "
+        "pip install -e '.[zoo]' (README.md, Install, says how to get torch's CPU build)"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_training_without_torch_is_one_line_naming_the_extra():
+    r = run_hidden("import runpy; runpy.run_module('webbuild.train', run_name='__main__')")
+    assert r.returncode == 2
+    assert len(r.stderr.splitlines()) == 1 and "pip install -e '.[train]'" in r.stderr, r.stderr
+
+
+def test_verify_without_playwright_is_one_line_naming_the_extra():
+    r = run_hidden("from webbuild.cli import main; main()", "verify", "examples/tiny-asr", also="playwright")
+    assert r.returncode == 2
+    assert len(r.stderr.splitlines()) == 1 and "pip install -e '.[verify]'" in r.stderr, r.stderr
