@@ -85,7 +85,9 @@ def run_fuse_encoder(src: Path, out: Path) -> dict | None:
 def _log_result(rep: dict, path: Path) -> None:
     for miss in rep["not_fused"]:
         log.info(f"not fused ({miss['rule']}) at {miss['at']}: {miss['why']}")
-    log.info(f"wrote {path} ({rep['nodes_before']} -> {rep['nodes_after']} nodes)")
+    # the file's name only: in a build `path` lies in the staging folder, deleted when the build ends;
+    # `webbuild fuse` says where it wrote (rep["output"])
+    log.info(f"fused {path.name}: {rep['nodes_before']} -> {rep['nodes_after']} nodes")
 
 
 def summary(rep: dict) -> list[str]:
