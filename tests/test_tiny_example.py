@@ -79,7 +79,7 @@ def test_cli_transcribes_a_built_site(built_example):
     result = CliRunner().invoke(main, ["transcribe", str(dist), str(sample.audio)])
     assert result.exit_code == 0, result.output
     assert result.stdout.split("\t")[:2] == [str(sample.audio), sample.text]
-    assert "WER 0.00% over 1 clips" in result.stderr  # sample-1.txt beside the clip
+    assert "WER 0.00% over 1 clip\n" in result.stderr  # sample-1.txt beside the clip
 
 
 DATA_KEYS = ("graphs", "variants", "ops", "transcripts", "token_agreement", "files")  # keyed by names in the data

@@ -7,8 +7,10 @@ every module) and printed by one handler as `[  12.3s] message` lines on stderr.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,7 +18,8 @@ from pathlib import Path
 import click
 
 from webbuild.config import Quantize
-from webbuild.errors import AudioError, BenchError, ZooError
+from webbuild.errors import AudioError, BenchError, CommandError, ZooError
+from webbuild.text import plural
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +76,20 @@ class BuildGroup(click.Group):
     def parse_args(self, ctx, args):
         first = next((i for i, arg in enumerate(args) if not arg.startswith("-")), None)
         if first is not None and args[first] not in self.commands:
+            self._check_not_a_typo(args[first])
             args = [*args[:first], "build", *args[first:]]
         return super().parse_args(ctx, args)
+
+    def _check_not_a_typo(self, arg: str) -> None:
+        """`webbuild servee dist` is a mistyped command, not a model.yaml to build: a word that names no
+        file and has neither a .yaml/.yml suffix nor a folder in it gets click's "Did you mean" instead
+        of build's "model.yaml not found"."""
+        if Path(arg).exists() or Path(arg).suffix in (".yaml", ".yml") or "/" in arg or os.sep in arg:
+            return
+        close = difflib.get_close_matches(arg, self.commands, n=1)
+        if close:
+            raise CommandError(f"no such command '{arg}'; did you mean '{close[0]}'?")
+        raise CommandError(f"'{arg}' is neither a command ({', '.join(self.commands)}) nor a model.yaml file")
 
 
 @click.group(cls=BuildGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -159,7 +174,8 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.argument("model", type=click.Path(path_type=Path))
 @click.argument("audio", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line: {\"audio\": path, \"text\": ...}.")
-@click.option("--max-new-tokens", type=int, default=200, show_default=True)
+@click.option("--max-new-tokens", type=click.IntRange(1), default=200, show_default=True,
+              help="Stop a clip's greedy decoding after this many tokens (end of text stops it sooner).")
 @click.option("--variant", default="fp32", show_default=True, help="Precision variant of a built site (fp32, fp16).")
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str):
     """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder (split or merged
@@ -190,7 +206,7 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
             pairs.append((row["expected"], row["text"]))
         click.echo(json.dumps(row) if as_json else "\t".join(str(v) for v in row.values()))
     if pairs:
-        click.echo(f"WER {100 * corpus_wer(pairs):.2f}% over {len(pairs)} clips", err=True)
+        click.echo(f"WER {100 * corpus_wer(pairs):.2f}% over {plural(len(pairs), 'clip')}", err=True)
 
 
 def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
@@ -211,7 +227,8 @@ def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
 @verbose_option(_debug)
 @_quantize_defaults
 @click.argument("src", type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path), required=True)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Folder for decoder.onnx(.data) and encoder.onnx(.data); created if missing.")
 @click.option("--report", type=click.Path(path_type=Path), help="Write the op census (before/after) as JSON.")
 @click.option("--no-quantize", is_flag=True,
               help="Fuse only: float weights, and the graph keeps its inputs_embeds input.")
@@ -234,14 +251,19 @@ def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool):
     """
     from webbuild.build.fuse import run_fuse, summary
 
-    for line in summary(run_fuse(src, output, report, quantize=not no_quantize)):
+    rep = run_fuse(src, output, report, quantize=not no_quantize)
+    for graph in (rep, rep.get("encoder")):
+        if graph:
+            log.info(f"wrote {graph['output']}")
+    for line in summary(rep):
         click.echo(line)
 
 
 @main.command()
 @verbose_option(_debug)
 @click.argument("dir", type=click.Path(path_type=Path))
-@click.option("--port", type=int, default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True,
+              help="Port to listen on (0: any free one, printed at start).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on; loopback keeps it private.")
 @click.option("--base-path", default="/", show_default=True,
               help="Serve the site under this path, like model.yaml's site.base_path.")
@@ -310,7 +332,8 @@ def verify(target: str, clips: Path | None, report: Path | None, browser: str | 
 @main.command()
 @verbose_option(_debug)
 @click.argument("dir", type=click.Path(path_type=Path))
-@click.option("--runtime", type=click.Choice(["node", "browser"]), default="node", show_default=True)
+@click.option("--runtime", type=click.Choice(["node", "browser"]), default="node", show_default=True,
+              help="node: the site's runtime modules under Node; browser: the site's own page in Chromium.")
 @click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
               help="Execution provider; auto takes WebGPU when an adapter exists.")
 @click.option("--decode-tokens", type=click.IntRange(1), default=128, show_default=True,

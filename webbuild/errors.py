@@ -33,6 +33,10 @@ class ConfigError(WebbuildError):
         return self.problems
 
 
+class CommandError(WebbuildError):
+    """A command line that names no command (`webbuild servee dist`)."""
+
+
 class SourceError(WebbuildError):
     """A model given as input (source export, checkpoint, built site) lacks what the command needs."""
 

@@ -98,5 +98,4 @@ def test_webbuild_fuse_reports_the_encoder_as_a_second_graph(zoo, tmp_path, capl
     lines = summary(rep)
     table = lines[lines.index("encoder:"):]
     assert next(line for line in table if line.startswith("MultiHeadAttention")).split()[1:] == ["0", "->", "4"]
-    nodes = f"({enc['nodes_before']} -> {enc['nodes_after']} nodes)"
-    assert caplog.messages[-1] == f"wrote {tmp_path / 'out' / 'encoder.onnx'} {nodes}"
+    assert caplog.messages[-1] == f"fused encoder.onnx: {enc['nodes_before']} -> {enc['nodes_after']} nodes"

@@ -25,6 +25,7 @@ from tokenizers import Tokenizer
 from webbuild.build.state import Variant
 from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
+from webbuild.graph.load import load_onnx
 from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX
 from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE, runtime_names
 
@@ -77,7 +78,7 @@ def save_graph(src: Path, dest: Path) -> None:
     onnxruntime-web resolves external data by the location written inside the graph, so the
     graph is re-saved with the new location rather than renamed on disk.
     """
-    model = onnx.load(str(src), load_external_data=False)
+    model = load_onnx(src)
     locations = {e.value for t in _external_tensors(model) for e in t.external_data if e.key == "location"}
     if not locations:
         shutil.copyfile(src, dest)
@@ -98,7 +99,7 @@ def _external_tensors(model: onnx.ModelProto):
 
 
 def _encoder(src: Path, dest: Path) -> None:
-    inputs = [i.name for i in onnx.load(str(src), load_external_data=False).graph.input]
+    inputs = [i.name for i in load_onnx(src).graph.input]
     if inputs == ["pcm"]:
         save_graph(src, dest)
     elif inputs == ["mel"]:

@@ -16,6 +16,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from webbuild.errors import BuildError
+from webbuild.graph.load import load_onnx
 from webbuild.reference.mel import HOP, N_FFT, hann_window, mel_filters
 
 N_BINS = N_FFT // 2 + 1
@@ -87,7 +88,7 @@ def add_mel_frontend(encoder_in: Path, encoder_out: Path) -> None:
     produce. Only the graph is rewritten: weights in an external data file are not read (a 1.3 GB
     encoder would otherwise be copied several times over); the file is copied beside `encoder_out`
     as `<name>.data`. An inline encoder stays inline."""
-    encoder = onnx.load(str(encoder_in), load_external_data=False)
+    encoder = load_onnx(encoder_in)
     g = encoder.graph
     names = [i.name for i in g.input]
     if names != ["mel"]:

@@ -15,6 +15,7 @@ from webbuild.fusion.fuse_encoder import ENCODER as ENCODER_NAME
 from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.fusion.validate import check_file
 from webbuild.graph.census import op_census
+from webbuild.graph.load import check_onnx_file
 
 OUT_NAME = "decoder.onnx"
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, quantize: bool = 
     when given; logs what was not fused and the files written. `pack_qkv` and `prune_lm_head` go to
     fusion.fuse.fuse_decoder. Raises when the result is not a valid onnxruntime graph."""
     src, out = Path(src), Path(out)
-    decoder_path(src)  # checked first: a missing decoder is reported before anything else
+    _check_sources(src)  # checked first: a missing or corrupt graph is reported before anything else
     side = _side_dir(src) if quantize else None  # checked first: no partial output
     t0 = time.perf_counter()
     log.debug(f"fusing {src}")
@@ -84,7 +85,9 @@ def run_fuse_encoder(src: Path, out: Path) -> dict | None:
 def _log_result(rep: dict, path: Path) -> None:
     for miss in rep["not_fused"]:
         log.info(f"not fused ({miss['rule']}) at {miss['at']}: {miss['why']}")
-    log.info(f"wrote {path} ({rep['nodes_before']} -> {rep['nodes_after']} nodes)")
+    # the file's name only: in a build `path` lies in the staging folder, deleted when the build ends;
+    # `webbuild fuse` says where it wrote (rep["output"])
+    log.info(f"fused {path.name}: {rep['nodes_before']} -> {rep['nodes_after']} nodes")
 
 
 def summary(rep: dict) -> list[str]:
@@ -110,6 +113,15 @@ def quantize_in_place(path: Path, side: Path) -> dict:
     model, rep = quantize_decoder(load_lazily(path), table, cfg, s)
     save_model(model, path)
     return {"settings": s.model_dump(), **rep, "ops": op_census(model)}
+
+
+def _check_sources(src: Path) -> None:
+    """The graphs fusion reads (the decoder, the encoder beside it), checked by webbuild.graph.load:
+    fusion's own loader (onnx_ir) fails on a corrupt file or truncated weights with a traceback."""
+    folder = src if src.is_dir() else src.parent
+    for path in (decoder_path(src), folder / ENCODER_NAME):
+        if path.is_file():
+            check_onnx_file(path)
 
 
 def _side_dir(src: Path) -> Path:

@@ -12,6 +12,8 @@ import resource
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from webbuild.text import size
+
 
 def census(ops: dict[str, int]) -> dict:
     """A graph's entry in the report, from its op census (webbuild.graph.census.op_census)."""
@@ -45,8 +47,8 @@ class BuildReport:
         rows = [f"{'graph':<24}{'nodes before':>14}{'nodes after':>13}"]
         for name, g in self.graphs.items():
             rows.append(f"{name:<24}{g['source']['nodes']:>14}{g.get('fused', {}).get('nodes', '-'):>13}")
-        rows.append(f"files: {self.files.get('count')}  total {self.files.get('total_bytes', 0) / 1e6:.1f} MB  "
-                    f"largest {self.files.get('max_file_bytes', 0) / 1e6:.1f} MB")
-        rows += [f"stage {s['name']:<12}{s['seconds']:8.1f}s  peak {s['peak_rss_bytes'] / 2**20:8.0f} MiB"
+        rows.append(f"files: {self.files.get('count')}  total {size(self.files.get('total_bytes', 0))}  "
+                    f"largest {size(self.files.get('max_file_bytes', 0))}")
+        rows += [f"stage {s['name']:<12}{s['seconds']:8.1f}s  peak {size(s['peak_rss_bytes']):>10}"
                  for s in self.stages]
         return "\n".join(rows)

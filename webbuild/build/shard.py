@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from webbuild import text
 from webbuild.errors import BuildError
 from webbuild.site.manifest import (
     BROWSER_MAX_FILE_BYTES,
@@ -116,8 +117,8 @@ def _check_browser_sizes(files, limit) -> None:
     for name, src in files.items():
         size = Path(src).stat().st_size
         if limit is not None and size > limit:
-            raise BuildError(f"{name}: {size / 2**30:.2f} GiB is more than a browser can hold in one buffer "
-                             f"({limit / 2**30:.2f} GiB); quantize it or split the external data per graph")
+            raise BuildError(f"{name}: {text.size(size)} is more than a browser can hold in one buffer "
+                             f"({text.size(limit)}); quantize it or split the external data per graph")
 
 
 def _shard_one(name: str, src: Path, shard_dir: Path, max_bytes: int, shards: dict) -> dict:

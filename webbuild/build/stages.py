@@ -16,6 +16,7 @@ from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
 from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
 from webbuild.site.manifest import dist_file_stats
+from webbuild.text import plural
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def _check_variants(ctx: BuildContext, out: Path) -> None:
         agreement = result.get("mean_token_agreement")
         if agreement is not None:
             log.info(f"variant {name}: token agreement with the fp32 source {agreement:.3f} "
-                     f"on {len(clips)} sample clips")
+                     f"on {plural(len(clips), 'sample clip')}")
 
 
 def stage_shard(ctx: BuildContext) -> None:

@@ -10,12 +10,13 @@ import onnx
 import onnx_ir as ir
 
 from webbuild.graph.ir import dead_code_elimination
+from webbuild.graph.load import load_onnx
 
 
 def rewrite_file(src: Path, dest: Path, rule: Callable[[ir.Model], int]) -> bool:
     """Apply `rule` to the graph of `src` and write `dest` beside it; False (nothing written) when the
     rule changes nothing."""
-    model = ir.serde.deserialize_model(onnx.load(str(src), load_external_data=False))
+    model = ir.serde.deserialize_model(load_onnx(src))
     if not rule(model):
         return False
     dead_code_elimination(model)

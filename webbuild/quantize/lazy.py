@@ -16,6 +16,8 @@ from pathlib import Path
 import onnx
 from onnx.external_data_helper import load_external_data_for_tensor
 
+from webbuild.graph.load import load_onnx
+
 _FLOATS = {onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16}
 
 
@@ -23,7 +25,7 @@ def load_lazily(path: Path) -> onnx.ModelProto:
     """`path` with every external float weight used only as a MatMul's B deferred (see module doc);
     other external data is loaded as `onnx.load` would."""
     path = Path(path)
-    model = onnx.load(str(path), load_external_data=False)
+    model = load_onnx(path)
     base = path.parent.resolve()
     deferrable = _matmul_weights(model.graph)
     for t in model.graph.initializer:

@@ -26,6 +26,7 @@ import onnx
 from webbuild.config import Quantize
 from webbuild.errors import SourceError
 from webbuild.graph.census import op_census
+from webbuild.graph.load import load_onnx
 from webbuild.quantize.embeddings import add_input_ids
 from webbuild.quantize.encoder import encoder_variant
 from webbuild.quantize.lazy import load_deferred, load_lazily
@@ -102,7 +103,7 @@ def quantize_variants(model_dir: Path, out_dir: Path, quantize: Quantize | None 
             raise ValueError(f"variant {v!r}: expected one of {', '.join(VARIANTS)}")
         dec = to_fp16(_copy(decoder)) if v == "fp16" else decoder
         # loaded per variant rather than copied: one float encoder in memory at a time
-        enc = encoder_variant(onnx.load(Path(model_dir) / "encoder.onnx"), encoder_precision, v,
+        enc = encoder_variant(load_onnx(Path(model_dir) / "encoder.onnx", external_data=True), encoder_precision, v,
                               ENCODER_ACCURACY_LEVEL)
         report["variants"][v] = {
             "decoder": {"file": f"decoder.{v}.onnx", "bytes": save_model(dec, out_dir / f"decoder.{v}.onnx"),

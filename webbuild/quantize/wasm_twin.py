@@ -22,6 +22,7 @@ import onnx
 import onnx.numpy_helper
 
 from webbuild.errors import BuildError
+from webbuild.graph.load import load_onnx
 
 # float32 bytes of folded weights above which MatMulNBits stays (a wasm32 heap has 4 GiB in all)
 WASM_FLOAT_WEIGHTS_MAX = 1 << 30
@@ -36,7 +37,7 @@ def twin_name(name: str) -> str:
 def wasm_graph(src: Path, dest: Path) -> bool:
     """Write `dest`: `src` with GatherBlockQuantized lookups (and, within WASM_FLOAT_WEIGHTS_MAX,
     MatMulNBits) spelt in standard ops; False (nothing written) when there is none."""
-    model = onnx.load(str(src), load_external_data=False)
+    model = load_onnx(src)
     nodes = list(model.graph.node)
     lookups = [n for n in nodes if n.op_type == "GatherBlockQuantized"]
     matmuls = [n for n in nodes if n.op_type == "MatMulNBits"]

@@ -16,6 +16,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from webbuild.errors import SourceError
+from webbuild.graph.load import check_onnx_file
 from webbuild.reference.mel import log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
 
@@ -29,6 +30,13 @@ def cpu_session(path: Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
+def source_session(path: Path) -> ort.InferenceSession:
+    """cpu_session of a user's graph, checked first: onnxruntime reports a corrupt file or a truncated
+    weights file as a traceback, webbuild.graph.load as one line naming the file."""
+    check_onnx_file(path)
+    return cpu_session(path)
+
+
 def _embed_table(model_dir: Path, cfg: dict) -> np.ndarray:
     dtype = np.dtype(cfg.get("embed_tokens_dtype", "float32"))
     shape = cfg.get("embed_tokens_shape") or [cfg["decoder"]["vocab_size"], cfg["decoder"]["hidden_size"]]
@@ -39,8 +47,8 @@ class SplitDecoder:
     """decoder_init (prefill with the audio splice) + decoder_step (one token, stacked KV)."""
 
     def __init__(self, model_dir: Path, cfg: dict):
-        self.init = cpu_session(model_dir / "decoder_init.onnx")
-        self.step_sess = cpu_session(model_dir / "decoder_step.onnx")
+        self.init = source_session(model_dir / "decoder_init.onnx")
+        self.step_sess = source_session(model_dir / "decoder_step.onnx")
         self.embed = _embed_table(model_dir, cfg)
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
@@ -62,7 +70,7 @@ class MergedDecoder:
     """optimum-style decoder: inputs_embeds + attention_mask + per-layer past -> logits + present."""
 
     def __init__(self, model_dir: Path, cfg: dict, graph: str = "decoder_model_merged.onnx"):
-        self.sess = cpu_session(model_dir / graph)
+        self.sess = source_session(model_dir / graph)
         self.embed = _embed_table(model_dir, cfg)
         self.past_names = [i.name for i in self.sess.get_inputs() if i.name.startswith("past_key_values.")]
         dec = cfg["decoder"]
@@ -202,7 +210,7 @@ def load_transcriber(model_dir: Path, variant: str = "fp32") -> Transcriber:
                             "decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
-    return Transcriber(cpu_session(model_dir / "encoder.onnx"), decoder, TokenizerCodec(tok), eos)
+    return Transcriber(source_session(model_dir / "encoder.onnx"), decoder, TokenizerCodec(tok), eos)
 
 
 def cpu_form(decoder: Path) -> Path:

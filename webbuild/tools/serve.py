@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import errno
 import re
 import socket
 import sys
@@ -34,6 +35,7 @@ MIME = {
 }
 ISOLATION = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+SITE_FILES = ("index.html", "model/manifest.json")  # what every built site has
 _BLOCK = 1 << 20
 
 
@@ -98,14 +100,25 @@ class SiteServer(ThreadingHTTPServer):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
             super().__init__((host, port), Handler)
-        except OSError as exc:  # port taken, address not local, ...
-            raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        except OSError as exc:
+            raise ServeError(_listen_error(host, port, exc)) from None
 
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}{self.base_path}"
+
+
+def _listen_error(host: str, port: int, exc: OSError) -> str:
+    """Why the socket could not be bound, and the option that fixes it."""
+    if exc.errno == errno.EADDRINUSE:
+        return f"port {port} is in use: pick another with --port"
+    if exc.errno == errno.EACCES:
+        return f"port {port} needs privileges: pick one above 1023 with --port"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is not an address of this machine: pick another with --host"
+    return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -200,7 +213,18 @@ def start(root: Path, host: str = "127.0.0.1", port: int = 0, **kw) -> SiteServe
     return srv
 
 
+def check_site(root: Path) -> None:
+    """`webbuild serve` previews built sites only: any other folder (the source export, the project)
+    would be served as a wall of 404s, so it is refused with what is missing. The tests' and
+    verify's servers (`start`) serve any folder."""
+    missing = [name for name in SITE_FILES if not (Path(root) / name).is_file()]
+    if Path(root).is_dir() and missing:
+        raise ServeError(f"{root} is not a built site (no {' or '.join(missing)}); "
+                         "`webbuild model.yaml` builds one into dist/")
+
+
 def serve_forever(root: Path, host: str, port: int, **kw) -> None:
+    check_site(root)
     srv = SiteServer(root, host, port, **kw)
     if host not in LOOPBACK:
         print(f"warning: serving on {host}: other machines on the network can reach it", file=sys.stderr)

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from webbuild.reference.audio import write_wav
+from webbuild.text import plural
 from webbuild.train.dataset import synthesize_sharded
 from webbuild.train.sentences import HELDOUT_SEED, HELDOUT_SIZE, heldout_sentences, load_vocabulary
 
@@ -36,7 +37,7 @@ def write_heldout_clips(out_dir: Path, count: int = HELDOUT_SIZE) -> list[Path]:
 def main(out_dir: Path, count: int):
     """Write the held-out clips into OUT_DIR as heldout-NNN.wav + heldout-NNN.txt."""
     paths = write_heldout_clips(out_dir, count)
-    click.echo(f"wrote {len(paths)} clips to {out_dir}")
+    click.echo(f"wrote {plural(len(paths), 'clip')} to {out_dir}")
 
 
 if __name__ == "__main__":

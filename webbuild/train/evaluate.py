@@ -11,6 +11,7 @@ from tokenizers import Tokenizer
 
 from webbuild.reference.prompt import parse_answer
 from webbuild.reference.wer import corpus_wer
+from webbuild.text import plural
 from webbuild.train.batches import ClipStore, features, token_batch
 from webbuild.train.dataset import synthesize_sharded
 from webbuild.train.sentences import HELDOUT_SEED, heldout_sentences, load_vocabulary
@@ -62,7 +63,7 @@ def main(argv=None):
     model = Qwen3ASRForConditionalGeneration.from_pretrained(ckpt).eval()
     clips = synthesize_sharded(heldout_sentences(load_vocabulary(), n), HELDOUT_SEED)
     score, _ = heldout_wer(model, tok, ClipStore.build(clips, tok, "cpu"), batch_size=64)
-    print(f"held-out WER over {n} clips: {score:.4f}")
+    print(f"held-out WER over {plural(n, 'clip')}: {score:.4f}")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from webbuild.text import plural
+
 COLUMNS = ("clip", "run", "ep", "expected", "got", "WER", "TTFT ms", "decode tok/s", "ok")
 
 
@@ -31,12 +33,13 @@ def table(report: dict) -> str:
                f"load cold {load['cold']} ms, warm {load['warm']} ms; {report['duration_s']} s")
     refs = [r for r in report["clips"] if r["reference"] is not None]
     if refs:
-        out.append(f"browser text == Python reference (same build) on {report['reference_equal']}/{len(refs)} clips")
+        out.append(f"browser text == Python reference (same build) on "
+                   f"{report['reference_equal']}/{plural(len(refs), 'clip')}")
     if any(r["run"] == "clips" for r in report["clips"]):
         out.append(f"--clips corpus WER against the .txt transcripts: {100 * report['clips_wer']:.2f}%")
     passed = sum(r["ok"] for r in report["clips"])
-    out.append(f"{'PASS' if report['ok'] else 'FAIL'}: {passed}/{len(report['clips'])} clips, "
-               f"{sum(c['ok'] for c in report['checks'])}/{len(report['checks'])} checks")
+    out.append(f"{'PASS' if report['ok'] else 'FAIL'}: {passed}/{plural(len(report['clips']), 'clip')}, "
+               f"{sum(c['ok'] for c in report['checks'])}/{plural(len(report['checks']), 'check')}")
     return "\n".join(out)
 
 

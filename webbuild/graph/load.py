@@ -1,0 +1,79 @@
+"""Reading a user's ONNX file with errors a user can act on: the one place model files given as input
+are opened, so a corrupt graph or a truncated weights file is a one-line SourceError naming the file
+(exit code 2) instead of a protobuf or numpy traceback from deep inside a stage.
+
+The weights check costs a stat per external data file: it compares the byte ranges the graph reads
+with the files' sizes, without reading the weights.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from webbuild.errors import SourceError
+
+FIX = "re-export or re-download the model"
+
+
+def load_onnx(path: str | os.PathLike, external_data: bool = False) -> onnx.ModelProto:
+    """The graph at `path` (weights too with `external_data`), checked: a SourceError when the file is
+    missing, is not an ONNX model, or its external weights file is missing or shorter than it says."""
+    path = Path(path)
+    if not path.is_file():
+        raise SourceError(f"{path}: no such file; {FIX}")
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except DecodeError as exc:
+        raise SourceError(f"{path}: not an ONNX model ({_reason(exc)}); {FIX}") from None
+    # protobuf parses an empty file, and some garbage, as an empty message: no graph, no IR version
+    if not model.ir_version or not model.HasField("graph"):
+        raise SourceError(f"{path}: not an ONNX model (no graph in its {path.stat().st_size} bytes); {FIX}")
+    check_external_data(path, model)
+    if external_data:
+        onnx.load_external_data_for_model(model, str(path.parent))
+    return model
+
+
+def check_onnx_file(path: str | os.PathLike) -> None:
+    """Raise a SourceError when `path` is not a complete ONNX model (see load_onnx); for files another
+    library opens itself (onnxruntime, onnx_ir), whose own errors are tracebacks."""
+    load_onnx(path)
+
+
+def check_external_data(path: Path, model: onnx.ModelProto) -> None:
+    """Every external tensor of `model` (loaded from `path`) must lie inside its weights file."""
+    needed: dict[str, int] = {}  # weights file -> bytes the graph reads from it
+    for t in _tensors(model.graph):
+        if t.data_location == onnx.TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in t.external_data}
+            end = int(info.get("offset", 0)) + int(info.get("length", 0))
+            needed[info["location"]] = max(needed.get(info["location"], 0), end)
+    for location, end in needed.items():
+        weights = path.parent / location
+        if not weights.is_file():
+            raise SourceError(f"{path}: its weights file {weights.name} is missing; {FIX}")
+        size = weights.stat().st_size
+        if size < end:
+            raise SourceError(f"{weights}: truncated ({size} bytes; {path.name} reads {end}); {FIX}")
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Initializers and constant tensors of `graph` and its subgraphs (If / Loop bodies)."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            for sub in (*([attr.g] if attr.HasField("g") else []), *attr.graphs):
+                yield from _tensors(sub)
+
+
+def _reason(exc: Exception) -> str:
+    """protobuf's message without the type name it starts with."""
+    return str(exc).rsplit(": ", 1)[-1] or type(exc).__name__
