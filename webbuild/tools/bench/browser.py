@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from webbuild.errors import BenchError
+from webbuild.errors import BenchError, require_extra
 from webbuild.tools import browser as br
 from webbuild.tools.bench.instrument import counted_site, counted_site_parent
 from webbuild.tools.verify.runner import Clip, site_data, site_url, transcribe
@@ -24,6 +24,7 @@ from webbuild.tools.verify.runner import Clip, site_data, site_url, transcribe
 
 def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | None = None,
                 decode_tokens: int = 128, timeout_s: float = 900) -> dict:
+    require_extra("verify", "webbuild bench --runtime browser", "playwright")  # not in `make site`'s install
     from playwright.sync_api import sync_playwright
 
     if not (dist / "worker.js").is_file() or not (dist / "index.html").is_file():
