@@ -170,3 +170,14 @@ def test_build_log_shows_final_paths_and_binary_sizes(tmp_path):
     assert f"/.{out.name}-" not in r.stderr + r.stdout  # the staging folder is gone once the build ends
     assert "fused decoder.onnx: " in r.stderr and r.stderr.rstrip().endswith(f"wrote {out}")
     assert " MB" not in r.stdout and "MiB" in r.stdout
+
+
+def test_output_that_is_not_an_earlier_build_is_left_alone(tmp_path):
+    """The output folder is replaced whole: a non-empty folder without build-report.json is refused,
+    before any stage runs, and keeps its files; an earlier build is replaced."""
+    out = tmp_path / "home"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    r = webbuild(EXAMPLE / "model.yaml", "-o", out)
+    assert r.returncode == 2 and "no build-report.json" in one_error_line(r) and "-o" in one_error_line(r)
+    assert (out / "notes.txt").read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["home"]

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 def run_build(cfg: BuildConfig, output: Path) -> BuildReport:
     """Run every stage; `output` is replaced only when all of them succeed."""
     output = Path(output).resolve()
+    _check_replaceable(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     report = BuildReport(name=cfg.name)
     with tempfile.TemporaryDirectory(prefix=f".{output.name}-", dir=output.parent) as tmp:
@@ -44,6 +45,16 @@ def run_build(cfg: BuildConfig, output: Path) -> BuildReport:
         _replace(output, ctx.stage_dir)
     log.info(f"wrote {output}")
     return report
+
+
+def _check_replaceable(output: Path) -> None:
+    """The output folder is replaced whole, so it must be new, empty or an earlier build (its
+    build-report.json): `-o ~` must not delete a home folder."""
+    if output.is_file():
+        raise BuildError(f"{output} is a file; the output must be a folder (use -o to choose another)")
+    if output.is_dir() and any(output.iterdir()) and not (output / "build-report.json").is_file():
+        raise BuildError(f"{output} is not empty and holds no earlier build (no build-report.json), and the "
+                         "output folder is replaced whole: choose a new or empty folder with -o")
 
 
 def _replace(output: Path, built: Path) -> None:
