@@ -33,8 +33,10 @@ def norms_into_gqa(src: Path, dest: Path, accuracy_level: int | None = None) -> 
 
 
 def _webgpu_form(model: ir.Model, accuracy_level: int | None) -> bool:
-    moved = qk_norm_in_gqa.apply(model, Report())
-    return bool(moved) | (accuracy_level is not None and set_accuracy_level(model, accuracy_level) > 0)
+    """Both rewrites; True when either changed the graph."""
+    moved = qk_norm_in_gqa.apply(model, Report()) > 0
+    leveled = accuracy_level is not None and set_accuracy_level(model, accuracy_level) > 0
+    return moved or leveled
 
 
 def set_accuracy_level(model: ir.Model, level: int) -> int:

@@ -15,7 +15,7 @@ from webbuild.fusion.fuse_encoder import ENCODER as ENCODER_NAME
 from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.fusion.validate import check_file
 from webbuild.graph.census import op_census
-from webbuild.graph.load import check_onnx_file
+from webbuild.graph.load import load_onnx
 
 OUT_NAME = "decoder.onnx"
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def _check_sources(src: Path) -> None:
     folder = src if src.is_dir() else src.parent
     for path in (decoder_path(src), folder / ENCODER_NAME):
         if path.is_file():
-            check_onnx_file(path)
+            load_onnx(path)  # checked before another library opens it
 
 
 def _side_dir(src: Path) -> Path:

@@ -138,9 +138,9 @@ def _webgpu_forms_and_wasm_twins(ctx: BuildContext) -> None:
     from webbuild.build.forms import webgpu_decoder
     from webbuild.quantize.wasm_twin import twin_name, wasm_graph
 
+    level = ctx.cfg.quantize.webgpu_accuracy_level if ctx.cfg.quantize.method != "none" else None
     for name, v in ctx.state.variants.items():
         dec, enc = v.files.get("decoder"), v.files.get("encoder")
-        level = ctx.cfg.quantize.webgpu_accuracy_level if ctx.cfg.quantize.method != "none" else None
         if dec and (twin := webgpu_decoder(v.dir, dec, wasm_twin=v.dtype == "float32", accuracy_level=level)):
             v.files["decoder_wasm"] = twin
         # the int4 encoder too: onnxruntime-web's wasm MatMulNBits is slow (webbuild.quantize.wasm_twin)

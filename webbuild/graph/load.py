@@ -22,7 +22,9 @@ FIX = "re-export or re-download the model"
 
 def load_onnx(path: str | os.PathLike, external_data: bool = False) -> onnx.ModelProto:
     """The graph at `path` (weights too with `external_data`), checked: a SourceError when the file is
-    missing, is not an ONNX model, or its external weights file is missing or shorter than it says."""
+    missing, is not an ONNX model, or its external weights file is missing or shorter than it says.
+    Also called only to check a file that another library then opens itself (onnxruntime, onnx_ir),
+    whose own errors are tracebacks."""
     path = Path(path)
     if not path.is_file():
         raise SourceError(f"{path}: no such file; {FIX}")
@@ -37,12 +39,6 @@ def load_onnx(path: str | os.PathLike, external_data: bool = False) -> onnx.Mode
     if external_data:
         onnx.load_external_data_for_model(model, str(path.parent))
     return model
-
-
-def check_onnx_file(path: str | os.PathLike) -> None:
-    """Raise a SourceError when `path` is not a complete ONNX model (see load_onnx); for files another
-    library opens itself (onnxruntime, onnx_ir), whose own errors are tracebacks."""
-    load_onnx(path)
 
 
 def check_external_data(path: Path, model: onnx.ModelProto) -> None:

@@ -16,7 +16,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from webbuild.errors import SourceError
-from webbuild.graph.load import check_onnx_file
+from webbuild.graph.load import load_onnx
 from webbuild.reference.mel import log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
 
@@ -33,7 +33,7 @@ def cpu_session(path: Path) -> ort.InferenceSession:
 def source_session(path: Path) -> ort.InferenceSession:
     """cpu_session of a user's graph, checked first: onnxruntime reports a corrupt file or a truncated
     weights file as a traceback, webbuild.graph.load as one line naming the file."""
-    check_onnx_file(path)
+    load_onnx(path)  # checked before another library opens it
     return cpu_session(path)
 
 
