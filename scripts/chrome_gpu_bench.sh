@@ -116,9 +116,11 @@ verify: {max_wer: 1.0}
 EOF
   python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/webbuild.part" 2>&1 | tail -15
 }
+# the peer at its better MatMulNBits accuracy level on the H200 (0: BENCHMARKS.md, issue 14's rounds)
 peer() {
   python3 -m onnxruntime_genai.models.builder -i "$WORK/zoo/hf" -o "$WORK/peer.part" -p int4 -e webgpu \
-    -c "$WORK/genai-cache" --extra_options exclude_embeds=true use_webgpu_fp32=true 2>&1 | grep -v "^Saving\|it/s" | tail -5
+    -c "$WORK/genai-cache" --extra_options exclude_embeds=true use_webgpu_fp32=true \
+    accuracy_level=${PEER_ACCURACY_LEVEL:-0} 2>&1 | grep -v "^Saving\|it/s" | tail -5
 }
 
 # call 1: setup, then the model and the two builds in a process of its own (it outlives the call)
