@@ -102,7 +102,8 @@ step() {
 
 zoo() { mkdir -p "$WORK/zoo.part" && python3 -m webbuild.cli zoo "$PRESET" -o "$WORK/zoo.part/export" --hf-dir "$WORK/zoo.part/hf"; }
 # fp32: the adapter has no shader-f16 there. Two of the example's clips as samples: the random weights
-# transcribe nothing like their text (max_wer 1), so what verify checks is the Python reference.
+# say 200 reserved tokens for 3 words (WER ~67), so the bound is open and what verify checks is the
+# Python reference.
 webbuild() {
   cat > "$WORK/model.yaml" <<EOF
 name: qwen3-asr-$PRESET-zoo
@@ -112,7 +113,7 @@ site:
   samples:
     - {audio: $WORK/samples/sample-1.wav, text: $(cat "$WORK"/samples/sample-1.txt)}
     - {audio: $WORK/samples/sample-2.wav, text: $(cat "$WORK"/samples/sample-2.txt)}
-verify: {max_wer: 1.0}
+verify: {max_wer: 1000}
 EOF
   python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/webbuild.part" 2>&1 | tail -15
 }

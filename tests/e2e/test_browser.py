@@ -3,6 +3,7 @@ then Playwright's own; SwiftShader WebGPU flags only without a GPU."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,9 +12,10 @@ from webbuild.errors import BrowserError
 from webbuild.tools.browser import (
     ARGS_ENV,
     ENV,
-    NO_WEBGPU,
     SWIFTSHADER,
     choose,
+    hide_webgpu,
+    launch,
     launch_args,
     wait_for_gpu,
 )
@@ -57,7 +59,7 @@ def test_extra_flags_from_env_reach_every_launch():
     assert c.extra == flags and ARGS_ENV in c.describe()
     assert launch_args(c)[-3:] == flags and "--enable-unsafe-webgpu" in launch_args(c)
     off = launch_args(c, webgpu=False, extra=["--x"])  # WebGPU off: the flags still apply
-    assert off[-4:] == [*flags, "--x"] and set(NO_WEBGPU) <= set(off) and "--enable-unsafe-webgpu" not in off
+    assert off[-4:] == [*flags, "--x"] and "--enable-unsafe-webgpu" not in off
     assert choose(None, env={}, which=NONE).extra == []
 
 
@@ -84,3 +86,41 @@ def test_wait_for_gpu_asks_the_browser_for_its_gpu_report():
     assert cdp.detached
     assert wait_for_gpu(_page(SimpleNamespace(new_browser_cdp_session=lambda: _Cdp(fail=True)))) is None
     assert wait_for_gpu(_page(None)) is None  # persistent context: no browser object
+
+
+WORKER_JS = "postMessage([!!self.navigator.gpu, !!(self.navigator.gpu && await self.navigator.gpu.requestAdapter())]);"
+ASK = """async () => {
+  const w = new Worker('worker.js', { type: 'module' });
+  const worker = await new Promise(r => { w.onmessage = e => r(e.data); });
+  return { page: !!navigator.gpu, worker };
+}"""
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="no /usr/bin/chromium")
+def test_hide_webgpu_takes_it_from_pages_and_the_worker_even_with_webgpu_flags(tmp_path):
+    """Launched WITH the WebGPU flags (SwiftShader's adapter exists), a hidden context still sees no
+    WebGPU, in the page and in the site's worker: the fallback check cannot depend on a switch."""
+    from playwright.sync_api import sync_playwright
+
+    from webbuild.tools.serve import start
+
+    (tmp_path / "index.html").write_text("<p>x</p>")
+    (tmp_path / "worker.js").write_text(WORKER_JS)
+    choice = choose("/usr/bin/chromium", env={}, gpu=False)
+    srv = start(tmp_path, quiet=True)
+    with sync_playwright() as p:
+        browser = launch(p, choice, webgpu=True)
+        try:
+            seen = {}
+            for hidden in (False, True):
+                context = browser.new_context()
+                if hidden:
+                    hide_webgpu(context)
+                page = context.new_page()
+                page.goto(srv.url)
+                seen[hidden] = page.evaluate(ASK)
+        finally:
+            browser.close()
+            srv.shutdown()
+    assert seen[False] == {"page": True, "worker": [True, True]}  # the control: WebGPU is there
+    assert seen[True] == {"page": False, "worker": [False, False]}

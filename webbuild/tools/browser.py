@@ -26,8 +26,13 @@ SYSTEM = ("google-chrome", "google-chrome-stable", "chromium", "chromium-browser
 QUIET = ["--no-sandbox", "--disable-background-networking", "--disable-component-update"]
 WEBGPU = ["--enable-unsafe-webgpu"]
 SWIFTSHADER = ["--enable-unsafe-swiftshader", "--use-webgpu-adapter=swiftshader"]
-# Removes navigator.gpu in pages and workers: the site must fall back to wasm.
-NO_WEBGPU = ["--disable-blink-features=WebGPU"]
+# A browser without WebGPU, emulated in the page and in the site's worker: no Chromium 156 switch
+# takes WebGPU away where the GPU offers it (--disable-blink-features=WebGPU, --disable-gpu and
+# --disable-features=WebGPUService all leave navigator.gpu and an adapter on the H200 and on
+# SwiftShader), so launching without the WebGPU flags is not enough on a real GPU.
+HIDE_WEBGPU = ("Object.defineProperty(Object.getPrototypeOf(navigator), 'gpu', "
+               "{ get() { return undefined; }, configurable: true });\n")
+WORKER = "**/worker.js"  # the site's worker entry (app.js), where the runtime asks for an adapter
 
 
 @dataclass
@@ -74,15 +79,27 @@ def choose(explicit: str | None = None, env: dict | None = None, which=shutil.wh
 
 def launch_args(choice: BrowserChoice, webgpu: bool = True, extra: list[str] = ()) -> list[str]:
     """Chromium flags for a launch: the choice's (or WebGPU switched off), then $WEBBUILD_BROWSER_ARGS."""
-    return [*(choice.args if webgpu else QUIET + NO_WEBGPU), *choice.extra, *extra]
+    return [*(choice.args if webgpu else QUIET), *choice.extra, *extra]
 
 
 def launch(playwright, choice: BrowserChoice, webgpu: bool = True, extra: list[str] = ()):
-    """A headless browser; webgpu=False launches it with WebGPU switched off."""
+    """A headless browser; webgpu=False launches it without the WebGPU flags (pair it with
+    hide_webgpu on the context: on a real GPU, Chromium offers WebGPU without any flag)."""
     kw = {"executable_path": choice.executable} if choice.executable else {}
     if choice.channel:
         kw["channel"] = choice.channel
     return playwright.chromium.launch(args=launch_args(choice, webgpu, extra), **kw)
+
+
+def hide_webgpu(context) -> None:
+    """Every page and site worker of the context sees a browser without WebGPU (no navigator.gpu)."""
+    context.add_init_script(HIDE_WEBGPU)
+
+    def prepend(route):
+        response = route.fetch()
+        route.fulfill(response=response, body=HIDE_WEBGPU + response.text())
+
+    context.route(WORKER, prepend)
 
 
 def wait_for_gpu(page) -> dict | None:
@@ -133,11 +150,13 @@ def open_page(page, url: str, timeout_s: float = 400):
 def open_site(playwright, srv, query: str, webgpu: bool, viewport=None, choice: BrowserChoice | None = None):
     """(browser, page, log) with the page loaded and its model ready (or failed).
 
-    webgpu=False launches without WebGPU flags (as the site tests always did)."""
+    webgpu=False: a browser without WebGPU (launched without its flags, navigator.gpu hidden)."""
     choice = choice or choose()
-    kw = {"executable_path": choice.executable} if choice.executable else {}
-    browser = playwright.chromium.launch(args=[*(choice.args if webgpu else QUIET), *choice.extra], **kw)
-    page = browser.new_page(viewport=viewport)
+    browser = launch(playwright, choice, webgpu)
+    context = browser.new_context(viewport=viewport)
+    if not webgpu:
+        hide_webgpu(context)
+    page = context.new_page()
     log = watch(page)
     open_page(page, srv.url + query)
     return browser, page, log

@@ -219,7 +219,9 @@ class Verifier:
     def fallback_visit(self, playwright, choice, url, clip: Clip | None, max_wer) -> None:
         browser = br.launch(playwright, choice, webgpu=False)
         try:
-            page, state, _, ready = self.open(browser.new_context(), url, "WebGPU off")
+            context = browser.new_context()
+            br.hide_webgpu(context)
+            page, state, _, ready = self.open(context, url, "WebGPU off")
             ep = (state.get("info") or {}).get("ep")
             if not self.check("wasm fallback when WebGPU is off", ready and ep == "wasm", f"ep {ep}") or clip is None:
                 return
