@@ -117,8 +117,8 @@ class Site(_Strict):
 
 
 class Verify(_Strict):
-    max_wer: float = Field(0.0, ge=0.0, description="word error rate allowed per sample in `webbuild verify` (a "
-                                                    "fraction; insertions can take it above 1, e.g. for random weights)")
+    max_wer: float = Field(0.0, ge=0.0, description="word error rate allowed per sample in `webbuild verify` "
+                                                    "(a fraction; insertions can take it above 1)")
 
 
 class BuildConfig(_Strict):
