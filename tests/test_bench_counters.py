@@ -60,6 +60,11 @@ def sites(level0, tmp_path_factory) -> dict[int, Path]:
 
 def counted(site: Path, tmp: Path, tag: str, *runtime: str) -> dict:
     """counters_per_token of `webbuild bench --ep webgpu` on SwiftShader (Node + Dawn, or `--runtime browser`)."""
+    return benched(site, tmp, tag, *runtime)["counters_per_token"]
+
+
+def benched(site: Path, tmp: Path, tag: str, *runtime: str) -> dict:
+    """The report of `webbuild bench --ep webgpu` on SwiftShader, its synthetic decode checked."""
     out = tmp / f"{tag}.json"
     run = webbuild("bench", str(site), "--ep", "webgpu", "--swiftshader", "--decode-tokens", str(DECODE),
                    "--max-clips", "0", "--json", str(out), *runtime)
@@ -68,23 +73,60 @@ def counted(site: Path, tmp: Path, tag: str, *runtime: str) -> dict:
     r = json.loads(out.read_text())
     assert r["ep"] == "webgpu", r["adapter"]
     assert r["synthetic_decode"]["ms_per_token"]["n"] == DECODE
-    return r["counters_per_token"]
+    return r
 
 
-def decoder_graph(site: Path) -> onnx.ModelProto:
-    """The fp32 WebGPU decoder graph, put back together from its shards."""
-    shards = sorted((site / "model" / "shards").glob("decoder.fp32.onnx.0*.bin"))
+def decoder_graph(site: Path, name: str = "decoder.fp32.onnx") -> onnx.ModelProto:
+    """The fp32 WebGPU decoder graph (or its step form), put back together from its shards."""
+    shards = sorted((site / "model" / "shards").glob(f"{name}.0*.bin"))
     return onnx.load_from_string(b"".join(p.read_bytes() for p in shards))
 
 
 def test_counts_are_reported_and_identical_between_two_runs(level0, tmp_path):
-    a, b = counted(level0, tmp_path, "a"), counted(level0, tmp_path, "b")
+    """Decode steps replay the captured step graph (runtime/capture.js): no bind group and no uniform
+    write of onnxruntime-web's per token, only the runtime's two input writes (token id, mask)."""
+    ra, rb = benched(level0, tmp_path, "a"), benched(level0, tmp_path, "b")
+    a, b = ra["counters_per_token"], rb["counters_per_token"]
+    assert ra["decode"] == "captured", ra["decode"]
     assert a == b
     assert a["decode_tokens"] == [1, DECODE]
     # one read-back (the logits) per token; every dispatch is named by the program that issued it
     assert a["readbacks"] == 1 and a["submits"] >= 1 and a["write_buffers"] >= 1 and a["write_bytes"] > 0
     assert a["dispatches"] == sum(a["kernels"].values()) and a["dispatches"] > 0
     assert "(no pipeline)" not in a["kernels"] and "(unnamed)" not in a["kernels"]
+    assert a["bind_groups"] == 0 and a["write_buffers"] == 2 and a["write_bytes"] == 16
+
+
+def test_captured_decode_gives_the_plain_decodes_tokens(level0, tmp_path):
+    """--no-graph-capture: every step a plain run of the decoder (a bind group and a uniform write per
+    dispatch); the same greedy tokens, and the same transcript of the sample clip, either way. The
+    captured step form runs the mask arithmetic on the GPU (Cast, ReduceSum, Sub, ReduceMax: 4
+    dispatches the plain graph leaves to the CPU EP)."""
+    captured = benched(level0, tmp_path, "captured", "--max-clips", "1")
+    plain = benched(level0, tmp_path, "plain", "--max-clips", "1", "--no-graph-capture")
+    assert captured["decode"] == "captured" and plain["decode"].startswith("plain")
+    ids = [r["synthetic_decode"]["token_ids"] for r in (captured, plain)]
+    assert ids[0] == ids[1] and len(ids[0]) == DECODE + 1
+    assert captured["clips"][0]["text"] == plain["clips"][0]["text"]
+    c, p = captured["counters_per_token"], plain["counters_per_token"]
+    assert p["bind_groups"] == p["dispatches"] == p["write_buffers"] > 0
+    assert c["dispatches"] == p["dispatches"] + 4
+    assert {k: c["kernels"].get(k, 0) - p["kernels"].get(k, 0) for k in ("Cast", "ReduceSum", "Sub", "ReduceMax")} \
+        == {"Cast": 1, "ReduceSum": 1, "Sub": 1, "ReduceMax": 1}
+
+
+def test_the_step_form_has_no_audio_inputs_and_no_shape_arithmetic(level0):
+    step = decoder_graph(level0, "decoder.fp32.step.onnx")
+    full = decoder_graph(level0)
+    inputs = [i.name for i in step.graph.input]
+    assert [i.name for i in full.graph.input if i.name not in ("audio_features", "audio_offset")] == inputs
+    assert [o.name for o in step.graph.output] == [o.name for o in full.graph.output]
+    ops = Counter(n.op_type for n in step.graph.node)
+    assert not {"Shape", "ScatterND", "Range", "Expand"} & set(ops), ops
+    assert ops["GroupQueryAttention"] == Counter(n.op_type for n in full.graph.node)["GroupQueryAttention"]
+    # the weights are the decoder's own file: the step form is a few KB
+    assert {e.value for t in step.graph.initializer for e in t.external_data if e.key == "location"} == \
+        {"decoder.fp32.onnx.data"}
 
 
 def test_accuracy_level_4_vs_0_follows_the_graph_and_the_fusions(sites, tmp_path):
@@ -111,15 +153,15 @@ def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_u
     Chromium reports SwiftShader's adapter with its own limit tiers: 10 storage buffers per shader stage
     where Dawn in Node reports 12, and onnxruntime-web then leaves one normalisation out of its fused
     MatMulNBits decode kernels: one LayerNorm dispatch more per token (its bind group and its uniforms'
-    writeBuffer with it). Capping Node's device at Chromium's limits gives the browser's counts exactly."""
+    writeBuffer with it, in a plain run; in the captured decode both are recorded). Capping Node's device at
+    Chromium's limits gives the browser's counts exactly."""
     browser, node = counted(level0, tmp_path, "browser", "--runtime", "browser"), counted(level0, tmp_path, "node")
     assert browser["decode_tokens"] == node["decode_tokens"] == [1, DECODE]
     assert browser["readbacks"] == 1 and browser["dispatches"] > 0
     assert browser["dispatches"] == sum(browser["kernels"].values())
     assert "(no pipeline)" not in browser["kernels"] and "(unnamed)" not in browser["kernels"]
-    for k in ("submits", "readbacks", "buffers"):
-        assert browser[k] == node[k], k
-    for k in ("dispatches", "bind_groups", "write_buffers"):
-        assert browser[k] == node[k] + 1, k
+    for k in ("submits", "readbacks", "buffers", "bind_groups", "write_buffers"):
+        assert browser[k] == node[k], k  # captured decode: no bind group or uniform write per dispatch
+    assert browser["dispatches"] == node["dispatches"] + 1
     extra = {k: v - node["kernels"].get(k, 0) for k, v in browser["kernels"].items() if v != node["kernels"].get(k, 0)}
     assert extra == {"LayerNorm": 1} and set(node["kernels"]) <= set(browser["kernels"])

@@ -344,9 +344,11 @@ def verify(target: str, clips: Path | None, report: Path | None, browser: str | 
 @click.option("--session-config", "session_config", multiple=True, metavar="KEY=VALUE",
               help="An onnxruntime session config entry to try on top of the runtime's own (node only), e.g. "
                    "ep.webgpuexecutionprovider.maxNumPendingDispatches=256; repeatable.")
+@click.option("--graph-capture/--no-graph-capture", default=True, show_default=True,
+              help="Decode with the captured step graph where WebGPU allows it (node only); off: every step plain.")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
 def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
-          swiftshader: bool, session_config: tuple[str, ...], report: Path | None):
+          swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool, report: Path | None):
     """Measure load time, encoder time, TTFT, prefill and decode speed of a built site's runtime.
 
     Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
@@ -374,7 +376,8 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
         if len(config) != len(session_config):
             raise BenchError(f"--session-config wants KEY=VALUE, got "
                              f"{', '.join(e for e in session_config if '=' not in e)}")
-        result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config)
+        result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config,
+                          graph_capture=graph_capture)
     click.echo(table(result))
     if report:
         report.write_text(json.dumps(result, indent=1) + "\n")

@@ -26,7 +26,8 @@ from webbuild.build.state import Variant
 from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
 from webbuild.graph.load import load_onnx
-from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX
+from webbuild.reference.mel import HOP
+from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count
 from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE, runtime_names
 
 RUNTIME_FORMAT = 1
@@ -126,9 +127,19 @@ def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0) -> dict:
                                         "vocab_size")},
         "max_new_tokens": DEFAULT_MAX_NEW_TOKENS,
         "max_chunk_seconds": MAX_CHUNK_SECONDS,
+        "max_positions": max_positions(len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX))),
         "webgpu_prefill_chunk": prefill_chunk,  # 0: the whole prompt in one run
         **runtime_names(),
     }
+
+
+def max_positions(prompt_text_tokens: int) -> int:
+    """Positions a chunk can reach: its prompt around the longest chunk's audio, then max_new_tokens;
+    rounded up to a multiple of 64 with 64 to spare. The captured decode's static KV cache has this
+    many (runtime/capture.js); a chunk that would not fit decodes plainly."""
+    audio = audio_token_count(int(MAX_CHUNK_SECONDS * 16000) // HOP)
+    need = prompt_text_tokens + audio + DEFAULT_MAX_NEW_TOKENS + 64
+    return -(-need // 64) * 64
 
 
 def token_table(tok: Tokenizer) -> bytes:

@@ -11,6 +11,9 @@ on a GPU with subgroups onnxruntime-web 1.30 runs level 4 as two dispatches per 
 activation quantization, then DP4A) and then skips its decode-time fusions (norm + Q/K/V, gate + up
 + SiLU), while level 0 decodes in one fused dispatch per group with fp32 accumulation (BENCHMARKS.md,
 issue 14). The wasm twin keeps `quantize.accuracy_level`: on the CPU int8 kernels are the fast ones.
+
+The step form (webbuild.build.step_form) is the WebGPU form for one decode token that graph capture
+can record; the runtime decodes with it after the plain prefill (runtime/capture.js).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
+from webbuild.build.step_form import step_form
 from webbuild.fusion import qk_norm_in_gqa
 from webbuild.fusion.report import Report
 from webbuild.graph.files import rewrite_file
@@ -69,3 +73,10 @@ def webgpu_decoder(folder: Path, name: str, wasm_twin: bool, accuracy_level: int
     if moved:
         webgpu.replace(path)
     return twin.name if wasm_twin and (moved or rewritten) else None
+
+
+def step_decoder(folder: Path, name: str) -> str | None:
+    """Write the step form of the WebGPU decoder `folder/name` beside it as `<stem>.step.onnx` (same
+    weights file); its name, or None for a decoder it does not apply to (no token-id input, no GQA)."""
+    dest = folder / f"{Path(name).stem}.step.onnx"
+    return dest.name if rewrite_file(folder / name, dest, step_form) else None

@@ -131,11 +131,12 @@ def stage_shard(ctx: BuildContext) -> None:
 
 
 def _webgpu_forms_and_wasm_twins(ctx: BuildContext) -> None:
-    """Every decoder becomes the WebGPU form (Q/K norms inside GroupQueryAttention); fp32 variants keep
-    the form the wasm fallback runs as a twin graph (role decoder_wasm; same weights file, so it costs
-    a few KB), and a quantized encoder gets one too (role encoder_wasm). See webbuild.build.forms and
+    """Every decoder becomes the WebGPU form (Q/K norms inside GroupQueryAttention) and gets its step
+    form for graph capture (role decoder_step); fp32 variants keep the form the wasm fallback runs as a
+    twin graph (role decoder_wasm); each costs a few KB: the weights file is shared. A quantized encoder
+    gets a twin too (role encoder_wasm). See webbuild.build.forms and
     webbuild.quantize.wasm_twin. The report's decoder census then counts the shipped graph."""
-    from webbuild.build.forms import webgpu_decoder
+    from webbuild.build.forms import step_decoder, webgpu_decoder
     from webbuild.quantize.wasm_twin import twin_name, wasm_graph
 
     level = ctx.cfg.quantize.webgpu_accuracy_level if ctx.cfg.quantize.method != "none" else None
@@ -143,6 +144,8 @@ def _webgpu_forms_and_wasm_twins(ctx: BuildContext) -> None:
         dec, enc = v.files.get("decoder"), v.files.get("encoder")
         if dec and (twin := webgpu_decoder(v.dir, dec, wasm_twin=v.dtype == "float32", accuracy_level=level)):
             v.files["decoder_wasm"] = twin
+        if dec and (step := step_decoder(v.dir, dec)):
+            v.files["decoder_step"] = step  # the captured decode's graph (webbuild.build.step_form)
         # the int4 encoder too: onnxruntime-web's wasm MatMulNBits is slow (webbuild.quantize.wasm_twin)
         if enc and v.dtype == "float32" and wasm_graph(v.dir / enc, v.dir / twin_name(enc)):
             v.files["encoder_wasm"] = twin_name(enc)

@@ -21,10 +21,12 @@ ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
 
 # A manifest variant entry names its files by role ({"encoder": "encoder.fp16.onnx", "decoder_data": ...});
 # the runtime finds each graph's files through this table: the graph, its external weights, its wasm
-# twin (webbuild.quantize.wasm_twin) and, for decoders that take inputs_embeds, the embedding table.
+# twin (webbuild.quantize.wasm_twin), the decoder's step form for graph capture (webbuild.build.step_form)
+# and, for decoders that take inputs_embeds, the embedding table.
 FILE_ROLES = {
     "encoder": {"graph": "encoder", "data": "encoder_data", "wasm": "encoder_wasm"},
-    "decoder": {"graph": "decoder", "data": "decoder_data", "wasm": "decoder_wasm", "embed": "embed"},
+    "decoder": {"graph": "decoder", "data": "decoder_data", "wasm": "decoder_wasm", "step": "decoder_step",
+                "embed": "embed"},
 }
 
 

@@ -40,7 +40,8 @@ const handlers = {
 };
 
 const manifestUrl = new URL('model/manifest.json', location.href).href;
-worker.postMessage({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep') });
+// ?capture=0: every decode step plain, without graph capture (runtime/capture.js)
+worker.postMessage({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep'), graphCapture: params.get('capture') !== '0' });
 setStatus('Loading the model…');
 wireInputs();
 

@@ -23,9 +23,10 @@ self.onmessage = async ({ data }) => {
   }
 };
 
-async function load({ manifestUrl, forceEp }) {
+async function load({ manifestUrl, forceEp, graphCapture }) {
   site = await loadSite(manifestUrl, {
     forceEp,
+    graphCapture,
     onManifest: (manifest) => { modelId = manifest.model_id; },
     onProgress: (e) => post({ type: FROM_WORKER.progress, ...e }),
     onWarning: (w) => post({ type: FROM_WORKER.warning, message: w.message }),
@@ -36,7 +37,7 @@ async function load({ manifestUrl, forceEp }) {
     info: {
       ep, variant: site.variant, notice: site.notice,
       adapter: ep === 'webgpu' ? gpu.description : 'none (WebAssembly on the CPU)',
-      shaderF16: Boolean(gpu.shaderF16), threads: site.ort.env.wasm.numThreads, kvCache: site.recogniser.kvLocation,
+      shaderF16: Boolean(gpu.shaderF16), threads: site.ort.env.wasm.numThreads, kvCache: site.recogniser.kvLocation, decode: site.recogniser.decodeMode,
       modelBytes: site.modelBytes, load: site.load,
     },
   });

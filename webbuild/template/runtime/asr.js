@@ -7,6 +7,7 @@
 // - input_ids + audio_features + audio_offset (quantized builds): the graph does the int4 lookup
 //   and the splice, and no float table is shipped. Decode steps pass an empty audio_features.
 
+import { CapturedSteps } from './capture.js';
 import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 
 export class Recogniser {
@@ -38,11 +39,32 @@ export class Recogniser {
       ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
     });
     this.dtype = dtype;
+    await this.loadSteps(files, decoder);
     this.takesIds = this.decoder.inputNames.includes('input_ids');
     if (!this.takesIds) {
       const embed = files.get(decoder.embed);
       this.embed = new Float32Array(embed.buffer, embed.byteOffset, embed.byteLength / 4);
     }
+  }
+
+  // On WebGPU, the decoder's step form replayed by graph capture (runtime/capture.js) decodes after the
+  // plain prefill; where it cannot be set up, every step runs plainly (decodeMode says which, and why).
+  async loadSteps(files, decoder) {
+    this.steps = null;
+    this.decodeMode = 'plain';
+    if (this.ep !== 'webgpu' || !decoder.step || !this.rt.max_positions) return;
+    try {
+      this.steps = await CapturedSteps.create(this.ort, this.provider, files.get(decoder.step),
+        external(files, decoder.data), this.d, this.rt.max_positions, this.dtype);
+      this.decodeMode = 'captured';
+    } catch (e) {
+      this.plainSteps(e);
+    }
+  }
+
+  plainSteps(why) {
+    this.steps = null;
+    this.decodeMode = `plain (graph capture unavailable: ${why?.message ?? why})`;
   }
 
   // Which graph file of `names` ({graph, wasm, ...}) this EP runs. Quantized builds carry wasm twins
@@ -89,6 +111,8 @@ export class Recogniser {
     const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix];
     let { logits, present } = await this.prefill(ids, audio, prefix.length);
     let past;
+    const steps = this.steps?.fits(ids.length, maxNewTokens) ? this.steps : null;
+    steps?.begin(present, ids.length);
     const tPrefill = performance.now();
     const eos = new Set(this.rt.eos_token_ids);
     const text = new StreamingDecoder(this.tokens);
@@ -102,6 +126,14 @@ export class Recogniser {
         tFirst ??= performance.now();
         onToken(answerText(text.push(token), this.rt.answer), token);
         if (i + 1 === maxNewTokens) break; // the loop would not use the next logits
+        if (this.steps && steps) {
+          logits = await this.capturedStep(steps, token, ids.length + generated.length);
+          if (logits) {
+            dispose(present);
+            present = null;
+            continue;
+          }
+        }
         past = present;
         ({ logits, present } = await this.step(this.inputs([token]), ids.length + generated.length, past));
         dispose(past);
@@ -117,6 +149,18 @@ export class Recogniser {
         ttft_ms: (tFirst ?? tEnd) - t0, decode_ms: tEnd - (tFirst ?? tEnd), decode_tokens: Math.max(0, generated.length - 1),
         total_ms: tEnd - t0, audio_ms: (pcm.length / this.rt.sample_rate) * 1000 },
     };
+  }
+
+  // A captured step's logits, or null when the step form failed in its first (recording) run: the
+  // plain session then takes over with the prefill's cache, for good.
+  async capturedStep(steps, token, total) {
+    try {
+      return await steps.step(token, total);
+    } catch (e) {
+      if (steps.recorded) throw e;
+      this.plainSteps(e);
+      return null;
+    }
   }
 
   // The prompt in one run, or on WebGPU in runs of at most rt.webgpu_prefill_chunk tokens: the

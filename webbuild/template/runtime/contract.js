@@ -9,8 +9,9 @@ export const SAMPLES_FILE = 'samples.json'; // beside index.html: the sample cli
 // ---------------------------------------------------------------- page -> worker
 
 /**
- * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null}} LoadMessage
- *   Load the model once. forceEp 'wasm' runs the CPU variant whatever the device offers (the page's ?ep=).
+ * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, graphCapture?: boolean}} LoadMessage
+ *   Load the model once. forceEp 'wasm' runs the CPU variant whatever the device offers (the page's ?ep=);
+ *   graphCapture false decodes every step plainly (the page's ?capture=0).
  * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
  *   chunkSeconds?: number}} TranscribeMessage
  *   pcm: 16 kHz mono, transferred. Unset limits take runtime.json's max_new_tokens and max_chunk_seconds.
@@ -28,10 +29,11 @@ export const TO_WORKER = Object.freeze({ load: 'load', transcribe: 'transcribe',
  * @typedef {{type: 'warning', message: string}} WarningMessage
  *   Loading goes on: a shard re-downloaded after a failed check, no cache, a retry.
  * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, adapter: string,
- *   shaderF16: boolean, threads: number, kvCache: string, modelBytes: number,
+ *   shaderF16: boolean, threads: number, kvCache: string, decode: string, modelBytes: number,
  *   load: {download_ms: number, session_ms: number, warmup_ms: number, total_ms: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
- *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu'.
+ *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu';
+ *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)'.
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
  * @typedef {{type: 'token', id: number, token: number, text: string}} TokenMessage
  *   One generated token of transcription `id`; text: the transcript so far.

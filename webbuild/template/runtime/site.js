@@ -27,7 +27,8 @@ export async function loadSite(manifestUrl, opts = {}) {
   const ort = await site.ortModule;
   configureOrt(ort, files.get(runtime.files.ort_wasm), opts.threads ?? defaultThreads());
   opts.onProgress?.({ phase: 'session', loaded: 0, total: 1 });
-  const made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, files, gpu }, opts.fallback ?? true);
+  const made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, files, gpu,
+    graphCapture: opts.graphCapture ?? true }, opts.fallback ?? true);
   const tSession = performance.now();
   opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1 });
   await made.recogniser.warmUp();
@@ -81,10 +82,13 @@ function configureOrt(ort, wasmBinary, threads) {
 // WebGPU first; a session that fails there (missing kernel, lost device) falls back to wasm
 // with a notice instead of leaving the page dead. The fallback runs the wasm EP's own variant
 // (fp32 and its twin graphs; the fp16 graphs have int4 lookups wasm cannot run), fetched only then.
-async function createRecogniser(site, { ep, variant, files, gpu }, fallback) {
+async function createRecogniser(site, { ep, variant, files, gpu, graphCapture }, fallback) {
   const { ort, manifest, runtime, loading } = site;
-  const create = (v, vFiles, provider) =>
-    Recogniser.create(ort, vFiles, variantGraphs(manifest.variants[v], runtime.roles), runtime, provider);
+  const create = (v, vFiles, provider) => {
+    const graphs = variantGraphs(manifest.variants[v], runtime.roles);
+    if (!graphCapture) delete graphs.decoder.step; // every decode step plain (runtime/capture.js)
+    return Recogniser.create(ort, vFiles, graphs, runtime, provider);
+  };
   try {
     const provider = ep === 'webgpu' ? await webgpuProvider(gpu.adapter) : ep;
     return { ep, variant, recogniser: await create(variant, files, provider) };

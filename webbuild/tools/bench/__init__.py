@@ -32,6 +32,7 @@ def run_node(
     swiftshader: bool = False,
     timeout: float | None = None,
     session_config: dict[str, str] | None = None,
+    graph_capture: bool = True,
 ) -> dict:
     """Runs the Node harness on `dist` and returns its report.
 
@@ -44,6 +45,7 @@ def run_node(
         harness, extra = HARNESSES / "bench.mjs", ["--repeat", str(repeat)]
         if max_clips is not None:
             extra += ["--max-clips", str(max_clips)]
+        extra += ["--graph-capture", str(int(graph_capture))]
     elif (dist / "decoder_init.onnx").is_file():
         harness, extra = HARNESSES / "split.mjs", []
     elif merged := next((n for n in MERGED_NAMES if (dist / n).is_file()), None):
@@ -78,7 +80,7 @@ def table(r: dict) -> str:
     runtime = ("node " + r["node"]) if "node" in r else r["browser"]
     lines = [
         f"runtime     {runtime}, ep {r['ep']}, variant {r['variant']}, "
-        f"threads {r['threads']}, kv cache {r['kv_cache']}",
+        f"threads {r['threads']}, kv cache {r['kv_cache']}" + (f", decode {r['decode']}" if r.get("decode") else ""),
         f"adapter     {r['adapter']}" + (" (shader-f16)" if r.get("shader_f16") else ""),
         f"load        {load['total_ms']:.0f} ms ({parts})",
         f"encoder     {_ms(s['encoder_ms'])}"

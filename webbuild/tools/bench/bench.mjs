@@ -26,7 +26,7 @@ import { gpuTimingPerToken } from './timing.mjs';
 import { decodeWav } from './wav.mjs';
 
 const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--session-config K=V]...';
-const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity };
+const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity, graphCapture: 1 };
 
 // The site's modules, from the built folder (asr.js: the same module instance site.js runs).
 async function siteModules(dir) {
@@ -48,7 +48,7 @@ async function loadModel(m, srv, o) {
   }
   // no fallback to wasm: a WebGPU session that fails is the bench's answer
   const site = await m.site.loadSite(`${srv.url}model/`, {
-    forceEp: o.ep === 'wasm' ? 'wasm' : undefined, variant: o.variant, threads: o.threads,
+    forceEp: o.ep === 'wasm' ? 'wasm' : undefined, variant: o.variant, threads: o.threads, graphCapture: Boolean(o.graphCapture),
     fallback: false, onWarning: () => {},
   });
   const { gpu } = site;
@@ -56,7 +56,7 @@ async function loadModel(m, srv, o) {
   return {
     rec: site.recogniser, runtime: site.runtime,
     info: {
-      ep: site.ep, variant: site.variant, threads: o.threads, kv_cache: site.recogniser.kvLocation ?? null,
+      ep: site.ep, variant: site.variant, threads: o.threads, kv_cache: site.recogniser.kvLocation ?? null, decode: site.recogniser.decodeMode,
       adapter: site.ep === 'webgpu' ? gpu.description
         : `none (WebAssembly on the CPU, ${os.cpus()[0]?.model ?? 'cpu'})`,
       shader_f16: Boolean(gpu.shaderF16), fallback_adapter: Boolean(gpu.fallbackAdapter), model_bytes: site.modelBytes,
@@ -89,7 +89,10 @@ async function main() {
   try {
     const m = await siteModules(o.dir);
     const model = await loadModel(m, srv, o);
-    if (model.info.ep === 'webgpu') globalThis.__gpuTiming?.watchRun(model.rec.decoder); // timing.mjs: the decoder's runs
+    if (model.info.ep === 'webgpu') { // timing.mjs: the decoder's runs, or the captured decode's steps
+      globalThis.__gpuTiming?.watchRun(model.rec.decoder);
+      if (model.rec.steps) globalThis.__gpuTiming?.watchRun(model.rec.steps, 'step');
+    }
     log(`loaded: ${model.info.ep} ${model.info.variant} on ${model.info.adapter} in ${model.load.total_ms.toFixed(0)} ms`);
     const clips = [];
     for (const c of (await sampleClips(m, o.dir)).slice(0, o.maxClips)) {
@@ -119,7 +122,8 @@ async function main() {
         prompt_tokens: median('prompt_tokens'), prefill_tokens_per_s: median('prefill_tokens_per_s'),
         decode_ms_per_token_clips: spread(clipSteps),
       },
-      synthetic_decode: { prompt_tokens: synth.prompt_tokens, prefill_ms: synth.prefill_ms, tokens: synth.steps.length, ms_per_token: spread(synth.steps) },
+      synthetic_decode: { prompt_tokens: synth.prompt_tokens, prefill_ms: synth.prefill_ms, tokens: synth.steps.length,
+        ms_per_token: spread(synth.steps), token_ids: synth.ids },
       counters_per_token, timing_per_token,
     }));
   } finally {

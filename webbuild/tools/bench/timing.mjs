@@ -1,6 +1,7 @@
 // Where a decode token's time goes: CPU phases of each decoder run, and GPU time per kernel.
 // installGpuTiming(scope) wraps the prototypes of scope's GPU* classes (before onnxruntime-web creates
-// its device, like counters.mjs) and watchRun(session) wraps one session's run(). Self-contained and
+// its device, like counters.mjs) and watchRun(session) wraps one session's run() (watchRun(steps, 'step'):
+// a captured decode's step, whose logits read-back follows its session.run). Self-contained and
 // browser-safe for the same reason as counters.mjs (its source can be prepended to the site's worker):
 // no imports, top-level names prefixed.
 //
@@ -47,7 +48,7 @@ export function installGpuTiming(scope = globalThis) {
   t.wrapperUsPerCall = gpuTimingWrapperUs(timed);
   gpuTimingBoundary(scope, t, now);
   gpuTimingPasses(scope, t);
-  t.watchRun = (session) => gpuTimingWatch(t, session, now);
+  t.watchRun = (session, method = 'run') => gpuTimingWatch(t, session, method, now);
   scope.__gpuTiming = t;
   return t;
 }
@@ -87,9 +88,9 @@ function gpuTimingBoundary(scope, t, now) {
   };
 }
 
-function gpuTimingWatch(t, session, now) {
-  const run = session.run;
-  session.run = async function (...args) {
+function gpuTimingWatch(t, session, method, now) {
+  const run = session[method];
+  session[method] = async function (...args) {
     const r = { t0: now(), callMs0: t.callMs, calls0: t.calls };
     t.runs.push(r);
     t.current = r;

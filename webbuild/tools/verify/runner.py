@@ -120,6 +120,8 @@ def transcribe(page, clip: Clip, timeout_s: float) -> dict:
     return page.evaluate("() => window.webbuild")
 
 
+VISIT_INFO = ("ep", "variant", "adapter", "threads", "kvCache", "decode", "load")  # from the page's ready info
+
 def row(clip: Clip, state: dict, reference: str | None, max_wer: float, run: str) -> dict:
     got, m = state["text"], state.get("metrics") or {}
     rate = wer(clip.text, got) if state["error"] is None else 1.0
@@ -155,7 +157,7 @@ class Verifier:
         info = state.get("info") or {}
         self.visits[name] = {"url": url, "status": state["status"], "error": state["error"],
                              "wall_s": round(time.monotonic() - t0, 2), "warnings": state.get("warnings", []),
-                             **{k: info.get(k) for k in ("ep", "variant", "adapter", "threads", "kvCache", "load")}}
+                             **{k: info.get(k) for k in VISIT_INFO}}
         log.info(f"{name}: {state['status']} on {info.get('ep')} ({info.get('variant')}) in "
                  f"{self.visits[name]['wall_s']} s")
         ready = self.check(f"{name}: model loads", state["status"] == "ready", state["error"] or "")

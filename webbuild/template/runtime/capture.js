@@ -1,0 +1,135 @@
+// Captured decode steps: onnxruntime-web records one decode step of the decoder's step form
+// (webbuild/build/step_form.py) and replays it for every later token, without the per-kernel bind
+// groups, uniform writes and dispatch calls of a plain run (docs/graph-capture.md). The prompt still
+// runs in the plain decoder session; its KV cache is then copied into static buffers of T positions
+// that the step session reads and writes in place.
+//
+// onnxruntime-web 1.30 needs three things for this to work (docs/graph-capture.md has the source lines):
+// - the EP named as an object, or enableGraphCapture never reaches it;
+// - every input and output a GPU tensor on the same buffer in every run;
+// - the buffers' registrations kept alive: in capture mode the JS binds the tensors once, in the first
+//   run, but unregisters every buffer at the end of each run, so the bound handles would go stale.
+//   The first run takes one more reference on each registration (onnxruntime-web's private
+//   'gpuBufferMetadata' [handle, count] on the GPUBuffer). Where that is not there, or a replay does
+//   not hand back the buffers it was given, create() or step() throws and the caller decodes plainly.
+
+const PIN = 'gpuBufferMetadata';
+const BYTES = { float32: 4, float16: 2, int64: 8 };
+const USAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+
+export class CapturedSteps {
+  // bytes/externalData: the step graph and the decoder's weights; d: runtime.decoder; positions: T.
+  static async create(ort, provider, bytes, externalData, d, positions, dtype) {
+    const session = await ort.InferenceSession.create(bytes, {
+      graphOptimizationLevel: 'all', logSeverityLevel: 3, externalData,
+      executionProviders: [typeof provider === 'string' ? { name: provider } : provider],
+      enableGraphCapture: true, preferredOutputLocation: 'gpu-buffer',
+    });
+    // the device the sessions run on: the site's own (probe.js webgpuProvider), else onnxruntime-web's
+    const device = provider?.device ?? await ort.env.webgpu.device;
+    return new CapturedSteps(ort, device, session, d, positions, dtype);
+  }
+
+  constructor(ort, device, session, d, positions, dtype) {
+    Object.assign(this, { ort, device, session, d, positions, dtype });
+    const logitsType = session.outputMetadata?.find?.((m) => m.name === 'logits')?.type ?? dtype;
+    this.ids = this.tensor('int64', [1, 1]);
+    this.mask = this.tensor('int64', [1, positions]);
+    this.logits = this.tensor(logitsType, [1, 1, d.vocab_size]);
+    this.feeds = { input_ids: this.ids, attention_mask: this.mask };
+    this.fetches = { logits: this.logits };
+    for (let i = 0; i < d.num_layers; i++) {
+      for (const kind of ['key', 'value']) {
+        const kv = this.tensor(dtype, [1, d.num_key_value_heads, positions, d.head_dim]);
+        this.feeds[`past_key_values.${i}.${kind}`] = kv;
+        this.fetches[`present.${i}.${kind}`] = kv; // in place: GroupQueryAttention appends to it
+      }
+    }
+    this.staging = device.createBuffer({ size: this.logits.gpuBuffer.size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    this.recorded = false;
+  }
+
+  tensor(type, dims) {
+    const size = dims.reduce((a, b) => a * b, 1) * BYTES[type];
+    const buffer = this.device.createBuffer({ size: Math.ceil(size / 16) * 16, usage: USAGE() });
+    return this.ort.Tensor.fromGpuBuffer(buffer, { dataType: type, dims });
+  }
+
+  // Whether a chunk with `prompt` positions and up to `newTokens` steps fits the static cache.
+  fits(prompt, newTokens) {
+    return prompt + newTokens <= this.positions;
+  }
+
+  // Takes over after the plain prefill: its present.* (GPU tensors [1, kv, P, hd]) copied head by head
+  // into the static buffers, the mask set to P ones.
+  begin(present, total) {
+    const { num_layers: L, num_key_value_heads: heads, head_dim: hd } = this.d;
+    const row = hd * BYTES[this.dtype];
+    const enc = this.device.createCommandEncoder();
+    for (let i = 0; i < L; i++) {
+      for (const kind of ['key', 'value']) {
+        const src = present[`past_key_values.${i}.${kind}`];
+        if (src.location !== 'gpu-buffer' || src.dims[2] !== total) throw new Error(`capture: prefill KV ${src.location} ${src.dims}`);
+        const dst = this.feeds[`past_key_values.${i}.${kind}`].gpuBuffer;
+        for (let h = 0; h < heads; h++) enc.copyBufferToBuffer(src.gpuBuffer, h * total * row, dst, h * this.positions * row, total * row);
+      }
+    }
+    this.device.queue.submit([enc.finish()]);
+    const mask = new BigInt64Array(this.positions);
+    mask.fill(1n, 0, total);
+    this.device.queue.writeBuffer(this.mask.gpuBuffer, 0, mask);
+  }
+
+  // One decode step: `token` at position total - 1; returns the logits as {data} (CPU).
+  async step(token, total) {
+    this.device.queue.writeBuffer(this.ids.gpuBuffer, 0, BigInt64Array.of(BigInt(token)));
+    this.device.queue.writeBuffer(this.mask.gpuBuffer, (total - 1) * 8, BigInt64Array.of(1n));
+    const out = await (this.recorded ? this.session.run(this.feeds, this.fetches) : this.record());
+    if (out.logits.gpuBuffer !== this.logits.gpuBuffer) throw new Error('capture: a replay answered on other buffers');
+    return { data: await this.read() };
+  }
+
+  // The first run records the step; the registrations are pinned during it (see the top of the file).
+  async record() {
+    const buffers = [...new Set([...Object.values(this.feeds), ...Object.values(this.fetches)].map((t) => t.gpuBuffer))];
+    const device = this.device;
+    let pinned = null;
+    device.createBindGroup = function (desc) {
+      pinned ??= pin(buffers);
+      return Object.getPrototypeOf(device).createBindGroup.call(this, desc);
+    };
+    try {
+      const out = await this.session.run(this.feeds, this.fetches);
+      if (pinned !== true) throw new Error(`capture: ${pinned ?? 'no bind group was made in the first run'}`);
+      this.recorded = true;
+      return out;
+    } finally {
+      delete device.createBindGroup;
+    }
+  }
+
+  async read() {
+    const size = this.staging.size;
+    const enc = this.device.createCommandEncoder();
+    enc.copyBufferToBuffer(this.logits.gpuBuffer, 0, this.staging, 0, size);
+    this.device.queue.submit([enc.finish()]);
+    await this.staging.mapAsync(GPUMapMode.READ);
+    const bytes = this.staging.getMappedRange().slice(0);
+    this.staging.unmap();
+    const n = this.d.vocab_size;
+    return this.logits.type === 'float16' ? new Uint16Array(bytes, 0, n) : new Float32Array(bytes, 0, n);
+  }
+}
+
+// One more reference on each buffer's onnxruntime-web registration; true, or why it could not.
+function pin(buffers) {
+  const metas = buffers.map((b) => {
+    const sym = Object.getOwnPropertySymbols(b).find((s) => s.description === PIN);
+    return sym && b[sym];
+  });
+  if (!metas.every((m) => Array.isArray(m) && m.length === 2 && typeof m[1] === 'number')) {
+    return `onnxruntime-web's '${PIN}' registration is not there`;
+  }
+  for (const m of metas) m[1]++;
+  return true;
+}
