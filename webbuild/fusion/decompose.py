@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from webbuild.fusion.matmul_nbits import ACCURACY_KEY
+from webbuild.fusion.dequant import ACCURACY_KEY
 from webbuild.fusion.qk_norm_in_gqa import head_norm
 from webbuild.graph.ir import attr, const, dead_code_elimination, new_const, replace, shared_const
 
