@@ -24,7 +24,7 @@ import numpy as np
 import onnx_ir as ir
 
 from webbuild.graph.ir import attr, const, new_const, prod
-from webbuild.graph.packing import n_blocks, pack_codes, stored_bytes, unsigned_bytes
+from webbuild.graph.packing import n_blocks, pack_codes, unsigned_bytes
 
 ACCURACY_KEY = "webbuild.accuracy_level"  # carried by decompose so a round trip keeps it
 _PACKED = "webbuild.packed"  # graph.meta: (id(q value), axis) -> Packed
@@ -216,7 +216,7 @@ def _pack(g: ir.Graph, b: Blocked) -> Packed:
     blocks, shift = n_blocks(k, b.block_size), 2 ** (b.bits - 1) if b.signed else 0
     blob = b.block_size * b.bits // 8
     if b.axis == 1 and k % b.block_size == 0:  # already MatMulNBits' layout: the stored bytes as they are
-        data = unsigned_bytes(stored_bytes(t), b.bits, b.signed).reshape(rows, blocks, blob)
+        data = unsigned_bytes(t, b.bits, b.signed).reshape(rows, blocks, blob)
     else:  # blocked along the first axis: one code a byte, transposed, padded to whole blocks
         codes = np.zeros((rows, blocks * b.block_size), np.uint8)
         q = t.numpy().reshape(b.rows, b.cols)

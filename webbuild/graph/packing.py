@@ -11,8 +11,8 @@ GatherBlockQuantized reads the same uint8 bytes as a table [V, n_blocks, blob] (
 one initializer serves lm_head and the embedding lookup; its scales have the data's rank
 ([V, n_blocks, 1]) and its zero points one byte per block ([V, n_blocks, 1], the low nibble for
 4-bit). ONNX's int4/uint4 tensors are stored two codes a byte, low nibble first, in row-major order:
-a [rows, cols] table blocked along cols is already that layout, so `stored_bytes` + `unsigned_bytes`
-give GatherBlockQuantized's table and MatMulNBits' B without unpacking a code.
+a [rows, cols] table blocked along cols is already that layout, so `unsigned_bytes` gives
+GatherBlockQuantized's table and MatMulNBits' B without unpacking a code.
 """
 
 from __future__ import annotations
@@ -69,13 +69,22 @@ def stored_bytes(t: ir.TensorProtocol) -> np.ndarray:
     return np.asarray(t.numpy()).view(np.uint8).reshape(-1)
 
 
-def unsigned_bytes(stored: np.ndarray, bits: int, signed: bool) -> np.ndarray:
-    """Bytes of int4/int8 codes -> the same codes as uint4/uint8 plus 2^(bits-1) (flipping each code's
-    top bit), the unsigned form MatMulNBits and GatherBlockQuantized read; unsigned input is returned
-    as is (a view)."""
+def unsigned_bytes(t: ir.TensorProtocol, bits: int, signed: bool) -> np.ndarray:
+    """The stored bytes of a tensor of 4- or 8-bit codes as the unsigned codes MatMulNBits and
+    GatherBlockQuantized read: unsigned codes as they are (`stored_bytes`, nothing read); int4/int8
+    codes plus 2^(bits-1), which flips each code's top bit, in one array: external data is read into it
+    (no memory map left resident beside it) and flipped in place."""
     if not signed:
-        return stored
-    return np.bitwise_xor(stored, np.uint8(0x88 if bits == 4 else 0x80))
+        return stored_bytes(t)
+    if isinstance(t, ir.ExternalTensor):
+        out = np.empty(t.nbytes, np.uint8)
+        with open(t.path, "rb") as f:
+            f.seek(t.offset or 0)
+            if f.readinto(memoryview(out)) != t.nbytes:
+                raise ValueError(f"{t.path}: shorter than tensor {t.name!r} says")
+    else:
+        out = stored_bytes(t).copy()
+    return np.bitwise_xor(out, np.uint8(0x88 if bits == 4 else 0x80), out=out)
 
 
 def zero_points(zp: np.ndarray | None, bits: int, n: int, blocks: int) -> np.ndarray:
