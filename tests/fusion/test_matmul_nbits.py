@@ -110,3 +110,16 @@ def test_weight_blocked_along_n_is_left_and_reported():
     assert matmul_nbits.RULE.apply(m, report) == 0
     assert report.missed[0]["why"] == "the weight is blocked along N, not K (MatMulNBits blocks along K)"
     assert census(m) == {"DequantizeLinear": 1, "MatMul": 1}
+
+
+def test_gemm_with_bias_is_left_and_reported():
+    from tests.fusion.graphs import dequantized_weight, graph_of
+
+    nodes, inits, w, _ = dequantized_weight(NN, KN, 1, BS, "int4", False, "dq2")
+    x = ir.Value(name="x", shape=ir.Shape([2, KN]), type=ir.TensorType(ir.DataType.FLOAT))
+    bias = ir.Value(name="bias", const_value=ir.tensor(np.ones(NN, np.float32), name="bias"))
+    nodes.append(ir.node("Gemm", [x, w, bias], {"transB": 1}))
+    m = graph_of([x], [nodes[-1].outputs[0]], nodes, [*inits, bias])
+    report = Report()
+    assert matmul_nbits.RULE.apply(m, report) == 0
+    assert report.missed[0]["why"] == "a Gemm with a bias, transA or alpha/beta != 1"

@@ -49,11 +49,6 @@ class Blocked:
     core: ir.Node  # the DequantizeLinear, or the Cast of the Cast/Sub/Mul spelling
     nodes: tuple[ir.Node, ...]  # every node from q to the 2-D value
 
-    @property
-    def k(self) -> int:
-        """Length of the blocked axis."""
-        return self.rows if self.axis == 0 else self.cols
-
 
 @dataclass(frozen=True)
 class Packed:
@@ -73,10 +68,9 @@ def has_dequantized(model: ir.Model) -> bool:
                for n in model.graph)
 
 
-def through(v: ir.Value) -> tuple[ir.Value, bool, list[ir.Node]]:
-    """(value under an optional float Cast and an optional 2-D Transpose, whether it was transposed,
-    the nodes passed)."""
-    passed, transposed = [], False
+def through(v: ir.Value) -> tuple[ir.Value, bool]:
+    """(the value under optional float Casts and an optional 2-D Transpose, whether it was transposed)."""
+    transposed = False
     for _ in range(3):
         n = prod(v)
         if n is None or (n.op_type == "Cast" and attr(n, "to") not in _FLOATS):
@@ -85,9 +79,8 @@ def through(v: ir.Value) -> tuple[ir.Value, bool, list[ir.Node]]:
             transposed = True
         elif n.op_type != "Cast":
             break
-        passed.append(n)
         v = n.inputs[0]
-    return v, transposed, passed
+    return v, transposed
 
 
 def dequantized(v: ir.Value) -> Blocked | str | None:
@@ -176,9 +169,8 @@ def _merged(shape: list[int], scale: tuple, target: list[int]) -> int | None:
     """The axis (2: [R, blocks, block]; 1: [blocks, block, C]) whose blocks the Reshape to `target`
     merges: the scales are 1 along it and the target is the 2-D product."""
     for which, want in ((2, [shape[0], shape[1] * shape[2]]), (1, [shape[0] * shape[1], shape[2]])):
-        others = [d for i, d in enumerate(shape) if i != which]
         if (tuple(scale) == tuple(1 if i == which else d for i, d in enumerate(shape))
-                and len(target) == 2 and _resolve(target, shape) == want and shape[which] > 1 and others):
+                and len(target) == 2 and _resolve(target, shape) == want and shape[which] > 1):
             return which
     return None
 

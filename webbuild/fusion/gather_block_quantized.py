@@ -30,7 +30,7 @@ class _Match:
 
 
 def match(gather: ir.Node) -> _Match | Miss | None:
-    v, transposed, _ = dequant.through(gather.inputs[0])
+    v, transposed = dequant.through(gather.inputs[0])
     b = dequant.dequantized(v)
     if b is None:
         return None

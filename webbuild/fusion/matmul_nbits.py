@@ -27,12 +27,7 @@ class _Match:
 
 
 def match(mm: ir.Node) -> _Match | Miss | None:
-    if mm.op_type == "Gemm":
-        if len(mm.inputs) > 2 and mm.inputs[2] is not None:
-            return None  # a biased Gemm stays: MatMulNBits' bias input has no WebGPU kernel
-        if attr(mm, "transA", 0) or attr(mm, "alpha", 1.0) != 1.0 or attr(mm, "beta", 1.0) != 1.0:
-            return None
-    v, transposed, _ = dequant.through(mm.inputs[1])
+    v, transposed = dequant.through(mm.inputs[1])
     if mm.op_type == "Gemm" and attr(mm, "transB", 0):
         transposed = not transposed
     b = dequant.dequantized(v)
@@ -41,6 +36,10 @@ def match(mm: ir.Node) -> _Match | Miss | None:
     if isinstance(b, str):
         return Miss(b)
     where = b.core.name or b.core.op_type
+    if mm.op_type == "Gemm" and ((len(mm.inputs) > 2 and mm.inputs[2] is not None) or attr(mm, "transA", 0)
+                                 or attr(mm, "alpha", 1.0) != 1.0 or attr(mm, "beta", 1.0) != 1.0):
+        # MatMulNBits' bias input has no WebGPU kernel; a transposed A or a factor has no place in it
+        return Miss("a Gemm with a bias, transA or alpha/beta != 1", where)
     # W = the matrix, or its transpose: K must be the blocked axis
     if b.axis != (1 if transposed else 0):
         return Miss("the weight is blocked along N, not K (MatMulNBits blocks along K)", where)
