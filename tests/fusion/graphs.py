@@ -90,7 +90,7 @@ def packed_lookup_graph(bits: int = 4, tied: bool = True, zero_points: bool = Fa
     def weight(name: str, rows: int, k: int) -> list[str]:
         blocks = n_blocks(k, block)
         inits[name + ".B"] = pack_codes(rng.integers(0, top, (rows, blocks * block)), bits).reshape(rows, blocks, -1)
-        inits[name + ".scales"] = (rng.random(rows * blocks) * 0.1 + 0.01).astype(np.float32)
+        inits[name + ".scales"] = (rng.random((rows, blocks)) * 0.1 + 0.01).astype(np.float32)
         names = [name + ".B", name + ".scales"]
         if zero_points:
             inits[name + ".zp"] = pack_codes(rng.integers(0, top, (rows, blocks)), bits).reshape(-1)

@@ -256,6 +256,7 @@ def _matmul_nbits(b: _Builder, n: ir.Node) -> list:
     tied = b.tables.get(n.inputs[1])
     if tied is not None and tied[:3] == (bits, bs, n.inputs[2]) and np.array_equal(
             tied[3], _full_zero(zero, bits, scales.shape)):  # lm_head reads the lookup's table: its transpose
+        tied[4].producer().metadata_props[ACCURACY_KEY] = str(level)  # the lookup has no accuracy level
         return [b.op("MatMul", n.inputs[0], b.op("Transpose", tied[4], perm=[1, 0]))]
     codes = unpack_codes(const(n.inputs[1]), bits, width)  # [N, blocks * bs]
     name = n.name or "MatMulNBits"

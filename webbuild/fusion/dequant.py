@@ -27,8 +27,9 @@ from webbuild.graph.ir import attr, const, new_const, prod
 from webbuild.graph.packing import n_blocks, pack_codes, unsigned_bytes
 
 ACCURACY_KEY = "webbuild.accuracy_level"  # carried by decompose so a round trip keeps it
-_PACKED = "webbuild.packed"  # graph.meta: (id(q value), axis) -> Packed
-_FLAT = "webbuild.flat_scales"  # graph.meta: id(Packed) -> its scales initializer
+# graph.meta keys; the dicts hold their keys, so a key is never a freed object's reused id
+_PACKED = "webbuild.packed"  # (q value, axis) -> Packed
+_SCALES = "webbuild.matmul_scales"  # Packed -> its scales initializer
 _BITS = {ir.DataType.INT4: (4, True), ir.DataType.UINT4: (4, False),
          ir.DataType.INT8: (8, True), ir.DataType.UINT8: (8, False)}
 _FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
@@ -50,7 +51,7 @@ class Blocked:
     nodes: tuple[ir.Node, ...]  # every node from q to the 2-D value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashed by identity: a key of _SCALES
 class Packed:
     """A Blocked matrix in MatMulNBits' layout, rows = the unblocked axis."""
     data: ir.Value  # uint8 [rows, n_blocks, blob]
@@ -141,14 +142,15 @@ def _core(v: ir.Value):
             return "a 3-D DequantizeLinear with more than one block along its blocked axis"
         return q, scale, zero, axis, block, n, (n,)
     for x, s in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0])):
-        scale = const(s)
         sub, cast = prod(x, "Sub"), prod(x, "Cast")
         zero_v = None
         if sub is not None:
             cast, zero_v = prod(sub.inputs[0], "Cast"), sub.inputs[1]
-        if scale is None or cast is None or _int_const(cast.inputs[0]) is None:
+        t = _int_const(cast.inputs[0]) if cast is not None else None
+        scale = const(s) if t is not None else None  # read only once the other side is integer codes
+        if scale is None:
             continue
-        q, t = cast.inputs[0], _int_const(cast.inputs[0])
+        q = cast.inputs[0]
         zero = const(zero_v) if zero_v is not None else None
         if zero_v is not None and (zero is None or zero.shape != scale.shape
                                    or not np.array_equal(zero, np.round(zero))):
@@ -196,7 +198,7 @@ def unfit(b: Blocked, packable: str) -> str | None:
 def pack(g: ir.Graph, b: Blocked) -> Packed:
     """`b` with rows = its unblocked axis, in MatMulNBits' layout; packed once per stored q and axis."""
     cache = g.meta.setdefault(_PACKED, {})
-    key = (id(b.q), b.axis)
+    key = (b.q, b.axis)
     if key not in cache:
         cache[key] = _pack(g, b)
     return cache[key]
@@ -226,12 +228,13 @@ def _pack(g: ir.Graph, b: Blocked) -> Packed:
                   rows, k, b.block_size, b.bits)
 
 
-def flat_scales(g: ir.Graph, p: Packed) -> ir.Value:
-    """MatMulNBits' scales [rows * n_blocks], one initializer per Packed (a tied lookup reshapes it)."""
-    cache = g.meta.setdefault(_FLAT, {})
-    if id(p) not in cache:
-        cache[id(p)] = new_const(g, f"{p.data.name}.scales", p.scale.reshape(-1))
-    return cache[id(p)]
+def matmul_scales(g: ir.Graph, p: Packed) -> ir.Value:
+    """MatMulNBits' scales [rows, n_blocks] (as onnxruntime's quantizer writes them), one initializer per
+    Packed (a tied lookup reshapes it)."""
+    cache = g.meta.setdefault(_SCALES, {})
+    if p not in cache:
+        cache[p] = new_const(g, f"{p.data.name}.scales", p.scale)
+    return cache[p]
 
 
 def matmul_zero_points(p: Packed) -> np.ndarray:

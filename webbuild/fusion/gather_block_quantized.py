@@ -53,9 +53,9 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     b, gather = m.table, m.gather
     p = dequant.pack(g, b)
     shape = lookup_scales_shape(p.rows, p.k, p.block_size)
-    if dequant.shared(b):  # tied: lm_head's MatMulNBits takes the same scales, flat
-        flat, target = dequant.flat_scales(g, p), new_const(g, "lookup_scales_shape", np.array(shape))
-        scales = _op(g, gather, "ScalesReshape", "Reshape", [flat, target])
+    if dequant.shared(b):  # tied: lm_head's MatMulNBits takes the same scales, [V, H/bs]
+        scales, target = dequant.matmul_scales(g, p), new_const(g, "lookup_scales_shape", np.array(shape))
+        scales = _op(g, gather, "ScalesReshape", "Reshape", [scales, target])
     else:
         scales = new_const(g, f"{p.data.name}.lookup_scales", p.scale.reshape(shape))
     inputs = [p.data, gather.inputs[1], scales]

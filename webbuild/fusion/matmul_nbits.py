@@ -5,7 +5,7 @@ with or without zero points), blocked along K, reached directly, through a float
 Transpose of a matrix [N, K] blocked along its last axis (the WebNN EP's weights, an lm_head tied to
 the embedding table). Gemm(A, W, transB) without bias, alpha = beta = 1, counts as MatMul(A, W or W^T).
 The codes are re-packed as they are (no re-quantization) into B uint8 [N, K/bs, bs*bits/8]; scales
-[N * K/bs]; zero points packed likewise, omitted when all are MatMulNBits' default 2^(bits-1).
+[N, K/bs]; zero points packed likewise, omitted when all are MatMulNBits' default 2^(bits-1).
 Runs before the cleanup pass, which would otherwise fold the dequantization into a float weight.
 """
 
@@ -50,7 +50,7 @@ def match(mm: ir.Node) -> _Match | Miss | None:
 def _rewrite(g: ir.Graph, m: _Match) -> None:
     import_ms_domain(g)
     mm, p = m.matmul, dequant.pack(g, m.weight)
-    inputs = [mm.inputs[0], p.data, dequant.flat_scales(g, p)]
+    inputs = [mm.inputs[0], p.data, dequant.matmul_scales(g, p)]
     if p.zero is not None:
         inputs.append(new_const(g, f"{p.data.name}.zero_points", dequant.matmul_zero_points(p)))
     node = ir.node("MatMulNBits", inputs, {"K": p.k, "N": p.rows, "bits": p.bits, "block_size": p.block_size,
