@@ -48,7 +48,7 @@ def nodes_of(m: onnx.ModelProto, op: str) -> list[onnx.NodeProto]:
 
 def nbits_weight(m: onnx.ModelProto, node: onnx.NodeProto) -> np.ndarray:
     """The float [K, N] weight a MatMulNBits node multiplies by, from its packed bytes."""
-    from webbuild.quantize.packing import dequantize
+    from webbuild.graph.packing import dequantize
 
     a = attrs(node)
     zp = initializer(m, node.input[3]) if len(node.input) > 3 and node.input[3] else None

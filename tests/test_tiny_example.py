@@ -110,7 +110,8 @@ def test_build_report_names_every_graph_census_the_same_way(built_example):
                 walk(item, parent)
 
     walk(report)
-    assert {k for g in report["graphs"].values() for k in g} == {"source", "fused"}
+    assert {k for g in report["graphs"].values() for k in g} == {"source", "fused", "not_fused"}
+    assert report["graphs"]["decoder"]["not_fused"] == report["graphs"]["encoder"]["not_fused"] == []
     assert set(report["graphs"]["decoder"]["fused"]) == {"nodes", "ops"}
     for variant in report["variants"].values():
         assert set(variant["decoder"]) == {"bytes", "nodes", "ops"} and set(variant["encoder"]) == {"bytes"}

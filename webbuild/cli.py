@@ -232,7 +232,9 @@ def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
 @click.option("--report", type=click.Path(path_type=Path), help="Write the op census (before/after) as JSON.")
 @click.option("--no-quantize", is_flag=True,
               help="Fuse only: float weights, and the graph keeps its inputs_embeds input.")
-def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool):
+@click.option("--strict", is_flag=True,
+              help="Exit with code 1 when an attention or a norm is left unfused (the files are still written).")
+def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool, strict: bool):
     """Rebuild fused operators (GroupQueryAttention, RMSNorm, packed QKV) in a decoder, then quantize.
 
     SRC is a split-layout source folder or a merged decoder .onnx file. The quantization is the
@@ -242,14 +244,15 @@ def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool):
     inputs_embeds (config.json and embed_tokens.bin are read from the source's folder). Writes
     OUTPUT/decoder.onnx(.data). The encoder.onnx beside it, if any, is fused too (LayerNorm /
     SkipLayerNorm, Gelu / BiasGelu, MultiHeadAttention; float weights) into OUTPUT/encoder.onnx,
-    reported as a second graph. Prints the op table of each graph (op, nodes before -> after).
+    reported as a second graph. Prints the op table of each graph (op, nodes before -> after), then
+    every pattern a rule left alone: which rule, where and why.
 
     \b
     Example:
       webbuild fuse examples/tiny-asr/model -o /tmp/fused --report /tmp/fuse.json
       webbuild fuse examples/tiny-asr/model -o /tmp/fused-fp32 --no-quantize
     """
-    from webbuild.build.fuse import run_fuse, summary
+    from webbuild.build.fuse import check_strict, run_fuse, summary
 
     rep = run_fuse(src, output, report, quantize=not no_quantize)
     for graph in (rep, rep.get("encoder")):
@@ -257,6 +260,8 @@ def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool):
             log.info(f"wrote {graph['output']}")
     for line in summary(rep):
         click.echo(line)
+    if strict:
+        check_strict(rep, "--strict", with_summary=False)
 
 
 @main.command()

@@ -35,6 +35,9 @@ class Fusion(_Strict):
     enabled: bool = Field(True, description="operator fusion of a merged-layout source; a split source is always "
                                             "fused, since the fuse stage also merges decoder_init and decoder_step")
     prune_lm_head: bool = Field(True, description="compute logits for the last position only")
+    strict: bool = Field(False, description="stop the build with exit code 1 when an attention or a norm is left "
+                                            "unfused (the error lists which rule, where and why); otherwise the "
+                                            "build's closing table lists them and the build goes on")
     # false: Q, K, V stay three MatMulNBits, which onnxruntime-web's WebGPU EP fuses with the norm
     # before them into one MatMulNBitsQkv at session creation (5 dispatches per layer instead of 7);
     # true: one packed projection + Split, fewer nodes in the file but no runtime fusion

@@ -45,6 +45,13 @@ class AudioError(WebbuildError):
     """An audio file that cannot be read as speech."""
 
 
+class FusionIncomplete(WebbuildError):
+    """`webbuild fuse --strict` or `fusion.strict`: an attention or a norm was left decomposed. A check that
+    failed rather than bad input: exit code 1."""
+
+    exit_code = 1
+
+
 class BuildError(WebbuildError):
     """A build stage cannot make the site from this input (assemble, quantize, shard, render, wasm twins)."""
 

@@ -55,3 +55,71 @@ def test_odd_block_size_is_left_and_reported():
     report = Report()
     assert matmul_nbits.RULE.apply(m, report) == 0
     assert census(m) == {"DequantizeLinear": 1, "MatMul": 1} and report.missed
+
+
+KN, NN = 64, 24  # K a multiple of the block: the 3-D spellings split it into [blocks, block]
+
+
+def _spelt(dtype: str, zero_point: bool, spelling: str, layout: str) -> ir.Model:
+    """x [2, K] @ W [K, N], W dequantized as `spelling` (tests.fusion.graphs.dequantized_weight) and laid
+    out as `layout`: "kn" (W itself, blocked along K), "nk" (Transpose of [N, K] blocked along K, the
+    WebNN EP's and a tied lm_head's) or "gemm" (Gemm transB on [N, K])."""
+    from tests.fusion.graphs import dequantized_weight, graph_of
+
+    rows, cols, axis = (KN, NN, 0) if layout == "kn" else (NN, KN, 1)
+    nodes, inits, w, _ = dequantized_weight(rows, cols, axis, BS, dtype, zero_point, spelling)
+    x = ir.Value(name="x", shape=ir.Shape([2, KN]), type=ir.TensorType(ir.DataType.FLOAT))
+    if layout == "nk":
+        nodes.append(ir.node("Transpose", [w], {"perm": [1, 0]}))
+        w = nodes[-1].outputs[0]
+    nodes.append(ir.node("Gemm", [x, w], {"transB": 1}) if layout == "gemm" else ir.node("MatMul", [x, w]))
+    nodes[-1].outputs[0].name, nodes[-1].outputs[0].shape = "y", ir.Shape([2, NN])
+    return graph_of([x], [nodes[-1].outputs[0]], nodes, inits)
+
+
+@pytest.mark.parametrize("dtype", ["int4", "uint4", "int8", "uint8"])
+@pytest.mark.parametrize("zero_point", [False, True])
+@pytest.mark.parametrize("spelling", ["dq2", "dq3", "cast"])
+@pytest.mark.parametrize("layout", ["kn", "nk", "gemm"])
+def test_every_spelling_packs_with_same_output(dtype, zero_point, spelling, layout):
+    m = _spelt(dtype, zero_point, spelling, layout)
+    x = np.random.default_rng(1).standard_normal((2, KN)).astype(np.float32)
+    want = run(m, {"x": x}, optimize=False)[0]
+    assert matmul_nbits.RULE.apply(m, Report()) == 1
+    dead_code_elimination(m)
+    assert census(m) == {"MatMulNBits": 1}
+    node = next(iter(m.graph))
+    attrs = {k: node.attributes[k].value for k in ("K", "N", "bits", "block_size")}
+    assert attrs == {"K": KN, "N": NN, "bits": int(dtype[-1]), "block_size": BS}
+    # zero points only where they differ from MatMulNBits' default: signed codes without them match it
+    assert (len(node.inputs) > 3) == (zero_point or not dtype.startswith("int"))
+    check(m)
+    np.testing.assert_allclose(run(m, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_weight_blocked_along_n_is_left_and_reported():
+    """W [K, N] blocked along N (DequantizeLinear axis 1 feeding MatMul directly): MatMulNBits blocks
+    along K, and the rule does not re-quantize."""
+    from tests.fusion.graphs import dequantized_weight, graph_of
+
+    nodes, inits, w, _ = dequantized_weight(KN, 32, 1, BS, "uint4", False, "dq2")
+    x = ir.Value(name="x", shape=ir.Shape([2, KN]), type=ir.TensorType(ir.DataType.FLOAT))
+    nodes.append(ir.node("MatMul", [x, w]))
+    m = graph_of([x], [nodes[-1].outputs[0]], nodes, inits)
+    report = Report()
+    assert matmul_nbits.RULE.apply(m, report) == 0
+    assert report.missed[0]["why"] == "the weight is blocked along N, not K (MatMulNBits blocks along K)"
+    assert census(m) == {"DequantizeLinear": 1, "MatMul": 1}
+
+
+def test_gemm_with_bias_is_left_and_reported():
+    from tests.fusion.graphs import dequantized_weight, graph_of
+
+    nodes, inits, w, _ = dequantized_weight(NN, KN, 1, BS, "int4", False, "dq2")
+    x = ir.Value(name="x", shape=ir.Shape([2, KN]), type=ir.TensorType(ir.DataType.FLOAT))
+    bias = ir.Value(name="bias", const_value=ir.tensor(np.ones(NN, np.float32), name="bias"))
+    nodes.append(ir.node("Gemm", [x, w, bias], {"transB": 1}))
+    m = graph_of([x], [nodes[-1].outputs[0]], nodes, [*inits, bias])
+    report = Report()
+    assert matmul_nbits.RULE.apply(m, report) == 0
+    assert report.missed[0]["why"] == "a Gemm with a bias, transA or alpha/beta != 1"

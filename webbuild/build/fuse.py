@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import resource
@@ -9,7 +10,8 @@ import time
 from pathlib import Path
 
 from webbuild.config import Quantize
-from webbuild.errors import SourceError
+from webbuild.errors import FusionIncomplete, SourceError
+from webbuild.fusion import report as fusion_report
 from webbuild.fusion.fuse import decoder_path, fuse_decoder, save
 from webbuild.fusion.fuse_encoder import ENCODER as ENCODER_NAME
 from webbuild.fusion.fuse_encoder import fuse_encoder
@@ -39,6 +41,7 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, quantize: bool = 
     t1 = time.perf_counter()
     path = save(model, out, OUT_NAME)
     del model
+    gc.collect()  # an onnx-ir graph is reference cycles: free its weights before onnxruntime loads the file
     seconds = {"fuse": round(t1 - t0, 2)}
     if quantize:
         q = Quantize()
@@ -83,19 +86,41 @@ def run_fuse_encoder(src: Path, out: Path) -> dict | None:
 
 
 def _log_result(rep: dict, path: Path) -> None:
-    for miss in rep["not_fused"]:
-        log.info(f"not fused ({miss['rule']}) at {miss['at']}: {miss['why']}")
-    # the file's name only: in a build `path` lies in the staging folder, deleted when the build ends;
-    # `webbuild fuse` says where it wrote (rep["output"])
+    # what was not fused is told once, at the end (`summary`, the build's table); the file's name only:
+    # in a build `path` lies in the staging folder, deleted when the build ends; `webbuild fuse` says
+    # where it wrote (rep["output"])
     log.info(f"fused {path.name}: {rep['nodes_before']} -> {rep['nodes_after']} nodes")
 
 
 def summary(rep: dict) -> list[str]:
-    """A run_fuse report as lines: the op table and notes of the decoder, then of the encoder after "encoder:"."""
-    lines = [*op_table(rep["ops_before"], rep["ops_after"]), *(f"note: {note}" for note in rep["notes"])]
-    if "encoder" in rep:
-        lines += ["encoder:", *summary(rep["encoder"])]
-    return lines
+    """A run_fuse report as lines: the op table and notes of the decoder, then of the encoder after
+    "encoder:", then what the rules left alone in either, with where and why (fusion.report.summary)."""
+    lines = []
+    for name, graph in graphs(rep).items():
+        lines += [*([f"{name}:"] if name != "decoder" else []), *op_table(graph["ops_before"], graph["ops_after"]),
+                  *(f"note: {note}" for note in graph["notes"])]
+    return lines + fusion_report.summary(left_alone(rep))
+
+
+def graphs(rep: dict) -> dict[str, dict]:
+    """A run_fuse report's graph reports by name: decoder, and encoder when there was one."""
+    return {"decoder": rep, **({"encoder": rep["encoder"]} if "encoder" in rep else {})}
+
+
+def left_alone(rep: dict) -> dict[str, dict]:
+    """What fusion.report's summary and strict_failures read, per graph of a run_fuse report."""
+    return {name: {"not_fused": g["not_fused"], "ops": g["ops_after"]} for name, g in graphs(rep).items()}
+
+
+def check_strict(rep: dict, setting: str, with_summary: bool) -> None:
+    """--strict / fusion.strict (`setting` names it): FusionIncomplete (exit code 1) when an attention or a
+    norm was left decomposed in a graph of the run_fuse report `rep`. `with_summary`: the not-fused summary,
+    every place, follows the first line (a build stops here, before its closing table and its report)."""
+    failures = fusion_report.strict_failures(left_alone(rep))
+    if failures:
+        detail = fusion_report.summary(left_alone(rep), shown=None) if with_summary else []
+        where = "" if with_summary else "; where and why: above"
+        raise FusionIncomplete("\n".join([f"{'; '.join(failures)} ({setting}{where})", *detail]))
 
 
 def quantize_in_place(path: Path, side: Path) -> dict:

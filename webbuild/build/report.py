@@ -12,6 +12,7 @@ import resource
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from webbuild.fusion.report import summary as fusion_summary
 from webbuild.text import size
 
 
@@ -51,4 +52,6 @@ class BuildReport:
                     f"largest {size(self.files.get('max_file_bytes', 0))}")
         rows += [f"stage {s['name']:<12}{s['seconds']:8.1f}s  peak {size(s['peak_rss_bytes']):>10}"
                  for s in self.stages]
-        return "\n".join(rows)
+        fused = {name: {"not_fused": g["not_fused"], "ops": g["fused"]["ops"]}
+                 for name, g in self.graphs.items() if "not_fused" in g}
+        return "\n".join(rows + fusion_summary(fused))

@@ -36,7 +36,9 @@ def run_build(cfg: BuildConfig, output: Path) -> BuildReport:
             try:
                 stage(ctx)
             except WebbuildError as exc:  # bad input, not a bug: say which stage found it
-                raise BuildError(f"stage {name}: {exc.format_message()}") from exc
+                error = BuildError(f"stage {name}: {exc.format_message()}")
+                error.exit_code = exc.exit_code  # a failed check (fusion.strict) stays exit code 1
+                raise error from exc
             report.add_stage(name, time.monotonic() - start, peak_rss_bytes())
         report.measure_files(ctx.stage_dir)
         report.files["shards"] = len(state.manifest["shards"])

@@ -38,7 +38,7 @@ def stage_fuse(ctx: BuildContext) -> None:
     cfg, model = ctx.cfg, ctx.state.model
     if model.layout == "merged" and not cfg.fusion.enabled:
         return
-    from webbuild.build.fuse import run_fuse
+    from webbuild.build.fuse import check_strict, run_fuse
 
     out = ctx.work_dir / "fused"
     # quantize=False: the quantize stage quantizes (with model.yaml's settings), after assemble
@@ -49,11 +49,13 @@ def stage_fuse(ctx: BuildContext) -> None:
     if "encoder" in rep:  # fused before quantization; assemble puts the mel front-end in front
         ctx.report.graphs["encoder"] = _fused_graph(rep["encoder"])
         model.encoder = out / "encoder.onnx"
+    if cfg.fusion.strict:
+        check_strict(rep, "fusion.strict", with_summary=True)
 
 
 def _fused_graph(rep: dict) -> dict:
-    """A fusion report's censuses, as build-report.json names them."""
-    return {"source": census(rep["ops_before"]), "fused": census(rep["ops_after"])}
+    """A fusion report's censuses and what its rules left alone, as build-report.json names them."""
+    return {"source": census(rep["ops_before"]), "fused": census(rep["ops_after"]), "not_fused": rep["not_fused"]}
 
 
 def stage_assemble(ctx: BuildContext) -> None:

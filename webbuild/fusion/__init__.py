@@ -7,7 +7,9 @@ One rule per module, each a `rule.Rule` (the op types it anchors on, match -> ma
 rewrite) run by the one driver in `fusion.rule`; the decoder's list (`fuse.decoder_steps`, each rule
 under a flag of the source or the options), in order:
 
-  matmul_nbits   blocked int4 DequantizeLinear + MatMul -> MatMulNBits (before folding)
+  gather_block_quantized  dequantized table + Gather -> GatherBlockQuantized, the table's bytes kept
+                 (before folding; shares them with a tied lm_head)
+  matmul_nbits   dequantized int4/int8 weight + MatMul (or Gemm) -> MatMulNBits (before folding)
   cleanup        constant folding, CSE (not a rule: gives the rules one spelling per op)
   rms_norm       RMSNorm -> SimplifiedLayerNormalization
   skip_rms_norm  residual Add + norm -> SkipSimplifiedLayerNormalization
@@ -29,7 +31,8 @@ after the same cleanup (its list: `fuse_encoder.STEPS`):
   encoder_attention  windowed eager attention -> MultiHeadAttention, the mask as attention_bias
   encoder_packed_qkv Q/K/V projections -> one projection + Split
 
-The norm rules share `norm_parts`; the skip norms match with onnxscript patterns, the others are
+The quantized-weight rules share `dequant` (the DequantizeLinear and Cast/Sub/Mul spellings, packed from
+the stored bytes); the norm rules share `norm_parts`; the skip norms match with onnxscript patterns, the others are
 structural (`fusion.rule` says why). `fusion.decompose` is the inverse (round-trip tests),
 `fusion.parity` the onnxruntime CPU harness; `webbuild fuse` is webbuild.build.fuse.run_fuse.
 """

@@ -3,8 +3,11 @@
 GroupQueryAttention -> reshape/transpose, rotate_half RoPE from the cos/sin caches gathered by
 position, Concat with the past, repeat_kv, scaled scores + causal mask, Softmax, MatMul;
 SkipSimplifiedLayerNormalization -> Add + RMSNorm; SimplifiedLayerNormalization -> the dynamo
-spelling of RMSNorm (Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul); 4-bit MatMulNBits ->
-blocked DequantizeLinear (uint4, opset 21; the graph's opset is raised when its ops allow) + MatMul.
+spelling of RMSNorm (Pow, ReduceMean, Add, Sqrt, Reciprocal, Mul, Mul); 4- and 8-bit MatMulNBits ->
+blocked DequantizeLinear (opset 21; the graph's opset is raised when its ops allow) + MatMul, or the
+WebNN EP's Cast / Sub / Mul + Reshape + Transpose + MatMul; GatherBlockQuantized ->
+DequantizeLinear(table) + Gather, an lm_head MatMulNBits reading the same bytes -> Transpose of that
+table + MatMul (the tied spelling). Codes are uint4/uint8 with zero points, or int4/int8 (`signed`).
 Limits: the decomposed attention masks causally only (seqlens_k padding is not reproduced),
 positions start at the past length, as for unpadded batches.
 """
@@ -16,9 +19,10 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from webbuild.fusion.matmul_nbits import ACCURACY_KEY
+from webbuild.fusion.dequant import ACCURACY_KEY
 from webbuild.fusion.qk_norm_in_gqa import head_norm
-from webbuild.graph.ir import attr, const, dead_code_elimination, new_const, replace, shared_const
+from webbuild.graph.ir import attr, const, dead_code_elimination, new_const, only_user, prod, replace, shared_const
+from webbuild.graph.packing import LOOKUP_ATTRS, unpack_codes
 
 _NEG = -1e9
 
@@ -26,8 +30,12 @@ _NEG = -1e9
 class _Builder:
     """Collects new nodes; `op` returns the (first) output value."""
 
-    def __init__(self, graph: ir.Graph, prefix: str):
+    def __init__(self, graph: ir.Graph, prefix: str, weights: str = "dq", signed: bool = False,
+                 tables: dict | None = None):
         self.graph, self.prefix, self.nodes = graph, prefix, []
+        self.weights, self.signed = weights, signed
+        # a lookup's data -> (bits, block size, scales' source, zero points, its DequantizeLinear table)
+        self.tables = {} if tables is None else tables
 
     def op(self, op_type: str, *inputs, outputs: int = 1, **attrs):
         n = ir.node(op_type, list(inputs), attrs or None, num_outputs=outputs,
@@ -39,18 +47,27 @@ class _Builder:
         return shared_const(self.graph, f"decomposed/{name}", np.asarray(array))
 
 
-def decompose(model: ir.Model) -> dict[str, int]:
-    """Rewrite every fused node of `model` into primitives; returns op -> nodes decomposed."""
+def decompose(model: ir.Model, weights: str = "dq", signed: bool = False) -> dict[str, int]:
+    """Rewrite every fused node of `model` into primitives; returns op -> nodes decomposed.
+
+    weights: the spelling of MatMulNBits' weight, "dq" (DequantizeLinear [K, N] blocked along K) or
+    "cast" (Cast / Sub / Mul of [N, blocks, bs], Reshape, Transpose: the WebNN EP's); signed: int4/int8
+    codes (no zero point where the contrib op had its default) instead of uint4/uint8."""
+    if weights not in ("dq", "cast"):
+        raise ValueError(f"weights must be 'dq' or 'cast', not {weights!r}")
     done: dict[str, int] = {}
-    if any(n.op_type == "MatMulNBits" for n in model.graph):
+    tables: dict = {}
+    if any(n.op_type in ("MatMulNBits", "GatherBlockQuantized") for n in model.graph):
         _raise_opset(model, 21)
     for op, fn in (("GroupQueryAttention", _gqa), ("SkipSimplifiedLayerNormalization", _skip),
-                   ("SimplifiedLayerNormalization", _sln), ("MatMulNBits", _matmul_nbits)):
+                   ("SimplifiedLayerNormalization", _sln), ("GatherBlockQuantized", _gbq),
+                   ("MatMulNBits", _matmul_nbits)):
         for node in [n for n in model.graph if n.op_type == op]:
-            b = _Builder(model.graph, node.name or op)
+            b = _Builder(model.graph, node.name or op, weights, signed, tables)
             new_outputs = fn(b, node)
             model.graph.insert_before(node, b.nodes)
-            for old, new in zip(node.outputs, new_outputs):
+            pairs = new_outputs.items() if isinstance(new_outputs, dict) else zip(node.outputs, new_outputs)
+            for old, new in pairs:
                 if new is not None:
                     new.type, new.shape = old.type, old.shape
                     replace(old, new)
@@ -161,27 +178,100 @@ def _raise_opset(model: ir.Model, target: int) -> None:
     model.graph.opset_imports[""] = target
 
 
-def _unpack_pairs(packed: np.ndarray, count: int) -> np.ndarray:
-    """bytes along the last axis -> 4-bit values (low nibble first), the first `count` of them."""
-    out = np.stack([packed & 15, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1)
-    return out[..., :count]
+_CODES = {(4, False): ml_dtypes.uint4, (4, True): ml_dtypes.int4, (8, False): np.uint8, (8, True): np.int8}
+
+
+def _stored(b: _Builder, codes: np.ndarray, zero: np.ndarray | None, bits: int,
+            shape: tuple) -> tuple[np.ndarray, np.ndarray | None]:
+    """Unsigned codes and zero points (None: the contrib ops' default 2^(bits-1)) as DequantizeLinear's
+    q and zero point: uint4/uint8 with explicit zero points, or int4/int8 shifted (`b.signed`), whose
+    default zero point 0 is that same default. `shape`: the zero points' (the scales')."""
+    dtype, shift = _CODES[bits, b.signed], 2 ** (bits - 1)
+    if not b.signed:
+        return codes.astype(dtype), _full_zero(zero, bits, shape).astype(dtype)
+    q = (codes.astype(np.int16) - shift).astype(dtype)
+    return q, None if zero is None or np.all(zero == shift) else (zero.astype(np.int16) - shift).astype(dtype)
+
+
+def _full_zero(zero: np.ndarray | None, bits: int, shape: tuple) -> np.ndarray:
+    return np.full(shape, 2 ** (bits - 1)) if zero is None else zero
+
+
+def _dq(b: _Builder, name: str, q: np.ndarray, scale: np.ndarray, zero: np.ndarray | None, axis: int, bs: int,
+        level: int) -> ir.Value:
+    g = b.graph
+    inputs = [new_const(g, f"{name}.q", np.ascontiguousarray(q)),
+              new_const(g, f"{name}.scale", np.ascontiguousarray(scale))]
+    if zero is not None:
+        inputs.append(new_const(g, f"{name}.zero_point", np.ascontiguousarray(zero)))
+    out = b.op("DequantizeLinear", *inputs, axis=axis, block_size=bs)
+    b.nodes[-1].metadata_props[ACCURACY_KEY] = str(level)
+    return out
+
+
+def _source(v: ir.Value) -> tuple[ir.Value, np.ndarray]:
+    """A constant input, or the constant a Reshape of it reads (a lookup's scales shared with lm_head)."""
+    r = prod(v, "Reshape")
+    return (r.inputs[0], const(r.inputs[0])) if r is not None and const(v) is None else (v, const(v))
+
+
+def _gbq(b: _Builder, n: ir.Node):
+    """GatherBlockQuantized in webbuild.graph.packing's layout -> DequantizeLinear(table [V, H], axis 1)
+    -> Gather; the Reshape of [..., H/bs, bs] to [..., H] behind it goes too."""
+    bits, bs = int(attr(n, "bits", 4)), int(attr(n, "block_size", 128))
+    data = const(n.inputs[0])
+    if (data is None or data.dtype != np.uint8 or data.ndim != 3
+            or {k: attr(n, k, 0 if k == "gather_axis" else 1) for k in LOOKUP_ATTRS} != LOOKUP_ATTRS):
+        raise ValueError(f"{n.name}: only lookups laid out as webbuild.graph.packing's LOOKUP_ATTRS decompose")
+    rows, blocks = data.shape[:2]
+    codes = unpack_codes(data, bits, rows)
+    scale_src, scale = _source(n.inputs[2])
+    scale = scale.reshape(rows, blocks)
+    zp = const(n.inputs[3]) if len(n.inputs) > 3 and n.inputs[3] is not None else None
+    zero = None if zp is None else zp.reshape(rows, blocks) & (15 if bits == 4 else 255)
+    b.tables[n.inputs[0]] = (bits, bs, scale_src, _full_zero(zero, bits, scale.shape))
+    q, zero = _stored(b, codes, zero, bits, scale.shape)
+    table = _dq(b, n.name or "GatherBlockQuantized", q, scale, zero, 1, bs, 0)
+    b.tables[n.inputs[0]] += (table,)
+    rows_out = b.op("Gather", table, n.inputs[1], axis=0)
+    after = only_user(n.outputs[0], "Reshape")
+    rank = len(n.inputs[1].shape) if n.inputs[1].shape is not None else -1
+    target = const(after.inputs[1]) if after is not None else None
+    if target is not None and target.tolist() == [0] * rank + [codes.shape[1]]:
+        return {after.outputs[0]: rows_out}
+    return [b.op("Reshape", rows_out, b.const(f"shape_blocks_{rank}_{blocks}_{bs}", [0] * rank + [blocks, bs]))]
 
 
 def _matmul_nbits(b: _Builder, n: ir.Node) -> list:
-    k, width, bs = int(attr(n, "K")), int(attr(n, "N")), int(attr(n, "block_size"))
-    if attr(n, "bits", 4) != 4 or any(x is not None for x in n.inputs[4:]):
-        raise ValueError(f"{n.name}: only 4-bit MatMulNBits without g_idx/bias decompose")
+    k, width, bs, bits = int(attr(n, "K")), int(attr(n, "N")), int(attr(n, "block_size")), int(attr(n, "bits", 4))
+    if bits not in (4, 8) or any(x is not None for x in n.inputs[4:]):
+        raise ValueError(f"{n.name}: only 4- and 8-bit MatMulNBits without g_idx/bias decompose")
+    level = int(attr(n, "accuracy_level", 0))
     blocks = -(-k // bs)
-    q = _unpack_pairs(const(n.inputs[1]).reshape(width, blocks, bs // 2), bs).reshape(width, -1)[:, :k]
     scales = const(n.inputs[2]).reshape(width, blocks)
     zp = const(n.inputs[3]) if len(n.inputs) > 3 and n.inputs[3] is not None else None
     if zp is not None and zp.dtype != np.uint8:
         raise ValueError(f"{n.name}: float zero points do not decompose to DequantizeLinear")
-    zero = _unpack_pairs(zp.reshape(width, -1), blocks) if zp is not None else np.full((width, blocks), 8, np.uint8)
-    g, name = b.graph, n.name or "MatMulNBits"
-    inputs = [new_const(g, f"{name}.q", np.ascontiguousarray(q.T).astype(ml_dtypes.uint4)),
-              new_const(g, f"{name}.scale", np.ascontiguousarray(scales.T)),
-              new_const(g, f"{name}.zero_point", np.ascontiguousarray(zero.T).astype(ml_dtypes.uint4))]
-    weight = b.op("DequantizeLinear", *inputs, axis=0, block_size=bs)
-    b.nodes[-1].metadata_props[ACCURACY_KEY] = str(attr(n, "accuracy_level", 0))
-    return [b.op("MatMul", n.inputs[0], weight)]
+    zero = unpack_codes(zp, bits, width)[:, :blocks] if zp is not None else None
+    tied = b.tables.get(n.inputs[1])
+    if tied is not None and tied[:3] == (bits, bs, n.inputs[2]) and np.array_equal(
+            tied[3], _full_zero(zero, bits, scales.shape)):  # lm_head reads the lookup's table: its transpose
+        tied[4].producer().metadata_props[ACCURACY_KEY] = str(level)  # the lookup has no accuracy level
+        return [b.op("MatMul", n.inputs[0], b.op("Transpose", tied[4], perm=[1, 0]))]
+    codes = unpack_codes(const(n.inputs[1]), bits, width)  # [N, blocks * bs]
+    name = n.name or "MatMulNBits"
+    if b.weights == "cast":  # Cast(q [N, blocks, bs]) [- zero point] * scale -> [N, K] -> transposed
+        if k % bs:
+            raise ValueError(f"{name}: K={k} is not a multiple of block_size={bs}; the Cast spelling has no padding")
+        q, zq = _stored(b, codes.reshape(width, blocks, bs), None if zero is None else zero[..., None], bits,
+                        (width, blocks, 1))
+        x = b.op("Cast", new_const(b.graph, f"{name}.q", q), to=ir.DataType.from_numpy(scales.dtype))
+        b.nodes[-1].metadata_props[ACCURACY_KEY] = str(level)
+        if zq is not None:
+            x = b.op("Sub", x, new_const(b.graph, f"{name}.zero_point", zq.astype(scales.dtype)))
+        x = b.op("Mul", x, new_const(b.graph, f"{name}.scale", scales[..., None]))
+        w = b.op("Reshape", x, b.const(f"shape_{width}_{k}", [width, k]))
+        return [b.op("MatMul", n.inputs[0], b.op("Transpose", w, perm=[1, 0]))]
+    # W [K, N], blocked along K
+    q, zq = _stored(b, codes[:, :k].T, None if zero is None else zero.T, bits, (blocks, width))
+    return [b.op("MatMul", n.inputs[0], _dq(b, name, q, scales.T, zq, 0, bs, level))]

@@ -17,6 +17,8 @@ import onnx_ir as ir
 from webbuild.errors import SourceError
 from webbuild.fusion import (
     cleanup,
+    dequant,
+    gather_block_quantized,
     gqa,
     matmul_nbits,
     merge_split,
@@ -59,7 +61,7 @@ def fuse_decoder(src: Path | ir.Model, max_positions: int | None = None,
     if qk_norm not in ("explicit", "gqa"):
         raise ValueError(f"qk_norm must be 'explicit' or 'gqa', not {qk_norm!r}")
     model, cfg = (src, {}) if isinstance(src, ir.Model) else load_source(src)
-    flags = {"int4_weights": any(n.op_type == "DequantizeLinear" for n in model.graph),
+    flags = {"quantized_weights": dequant.has_dequantized(model),
              "decomposed": cleanup.needs_fusion(model), "split_init": merge_split.is_split_init(model),
              "pack_qkv": pack_qkv, "qk_norm_in_gqa": qk_norm == "gqa", "prune_lm_head": prune_lm_head_}
     steps = decoder_steps(max_positions or cfg.get("max_position_embeddings"))
@@ -70,7 +72,9 @@ def decoder_steps(max_positions: int | None) -> tuple[Step, ...]:
     """The decoder's rules in order, each under the flag (read from the source and the options) that
     turns it on."""
     return (
-        Step(matmul_nbits.RULE, when="int4_weights"),  # before cleanup folds the weights to float
+        # before cleanup folds the weights to float; the lookup first, so a tied lm_head finds its table packed
+        Step(gather_block_quantized.RULE, when="quantized_weights"),
+        Step(matmul_nbits.RULE, when="quantized_weights"),
         Step(cleanup.apply, when="decomposed"),
         Step(rms_norm.RULE, when="decomposed"),
         Step(skip_rms_norm.RULE, when="decomposed"),

@@ -1,86 +1,64 @@
-"""Blocked int4 DequantizeLinear + MatMul -> com.microsoft.MatMulNBits.
+"""Blockwise-dequantized constant weight + MatMul (or Gemm) -> com.microsoft.MatMulNBits, weights kept.
 
-The opset-21 spelling of a 4-bit weight, W[K, N] = DequantizeLinear(q[K, N] (u)int4, scale[K/bs, N],
-zero_point, axis=0, block_size=bs), packed into MatMulNBits' layout: B uint8 [N, K/bs, bs/2] (two
-values a byte, low nibble first), scales [N * K/bs], zero points packed likewise (omitted when
-all are the default 8). Runs before the cleanup pass, which would otherwise fold the dequantization
-into a float weight.
+The weight W [K, N] is any spelling of webbuild.fusion.dequant (4- or 8-bit codes, signed or not,
+with or without zero points), blocked along K, reached directly, through a float Cast, or as the
+Transpose of a matrix [N, K] blocked along its last axis (the WebNN EP's weights, an lm_head tied to
+the embedding table). Gemm(A, W, transB) without bias, alpha = beta = 1, counts as MatMul(A, W or W^T).
+The codes are re-packed as they are (no re-quantization) into B uint8 [N, K/bs, bs*bits/8]; scales
+[N, K/bs]; zero points packed likewise, omitted when all are MatMulNBits' default 2^(bits-1).
+Runs before the cleanup pass, which would otherwise fold the dequantization into a float weight.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
-import numpy as np
 import onnx_ir as ir
 
+from webbuild.fusion import dequant
 from webbuild.fusion.rule import Miss, Rule
-from webbuild.graph.ir import MS, attr, const, import_ms_domain, new_const, prod, replace
-
-ACCURACY_KEY = "webbuild.accuracy_level"  # carried by decompose so a round trip keeps it
+from webbuild.graph.ir import MS, attr, import_ms_domain, new_const, replace
 
 
 @dataclass
 class _Match:
     matmul: ir.Node
-    dq: ir.Node
+    weight: dequant.Blocked
 
 
 def match(mm: ir.Node) -> _Match | Miss | None:
-    dq = prod(mm.inputs[1], "DequantizeLinear")
-    if dq is None:
+    v, transposed = dequant.through(mm.inputs[1])
+    if mm.op_type == "Gemm" and attr(mm, "transB", 0):
+        transposed = not transposed
+    b = dequant.dequantized(v)
+    if b is None:
         return None
-    why = _unfit(dq)
-    return Miss(why, dq.name or "DequantizeLinear") if why else _Match(mm, dq)
-
-
-def _unfit(dq: ir.Node) -> str | None:
-    q, scale, bs = const(dq.inputs[0]), const(dq.inputs[1]), attr(dq, "block_size", 0)
-    if q is None or scale is None or q.ndim != 2 or attr(dq, "axis", 1) != 0 or not bs:
-        return "not a constant 2-D weight blocked along K"
-    if q.dtype not in (ml_dtypes.int4, ml_dtypes.uint4) or bs % 2 or bs < 16:
-        return f"{q.dtype} weights or block size {bs} (MatMulNBits packs 4-bit, blocks >= 16)"
-    return None
-
-
-def _nibbles(dq: ir.Node) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(q, scale, zero points, block size), q and zero points as unsigned nibbles."""
-    q, scale = const(dq.inputs[0]), const(dq.inputs[1])
-    zp = const(dq.inputs[2]) if len(dq.inputs) > 2 and dq.inputs[2] is not None else None
-    shift = 8 if q.dtype == ml_dtypes.int4 else 0  # MatMulNBits stores unsigned nibbles
-    unsigned = q.astype(np.int16) + shift
-    # DequantizeLinear's missing zero point is 0 (8 once shifted for int4; uint4 needs an explicit 0)
-    zero = (zp.astype(np.int16) if zp is not None else np.zeros(scale.shape, np.int16)) + shift
-    return unsigned.astype(np.uint8), scale, zero, attr(dq, "block_size", 0)
-
-
-def _pack_pairs(values: np.ndarray) -> np.ndarray:
-    """uint8 values in 0..15 along the last axis -> bytes (low nibble first); odd length padded."""
-    if values.shape[-1] % 2:
-        values = np.concatenate([values, np.zeros((*values.shape[:-1], 1), np.uint8)], axis=-1)
-    return (values[..., 0::2] | (values[..., 1::2] << 4)).astype(np.uint8)
+    if isinstance(b, str):
+        return Miss(b)
+    where = b.core.name or b.core.op_type
+    if mm.op_type == "Gemm" and ((len(mm.inputs) > 2 and mm.inputs[2] is not None) or attr(mm, "transA", 0)
+                                 or attr(mm, "alpha", 1.0) != 1.0 or attr(mm, "beta", 1.0) != 1.0):
+        # MatMulNBits' bias input has no WebGPU kernel; a transposed A or a factor has no place in it
+        return Miss("a Gemm with a bias, transA or alpha/beta != 1", where)
+    # W = the matrix, or its transpose: K must be the blocked axis
+    if b.axis != (1 if transposed else 0):
+        return Miss("the weight is blocked along N, not K (MatMulNBits blocks along K)", where)
+    why = dequant.unfit(b, "MatMulNBits")
+    return Miss(why, where) if why else _Match(mm, b)
 
 
 def _rewrite(g: ir.Graph, m: _Match) -> None:
     import_ms_domain(g)
-    mm, dq = m.matmul, m.dq
-    q, scale, zero, bs = _nibbles(dq)
-    k, n = q.shape
-    blocks = -(-k // bs)
-    padded = np.zeros((blocks * bs, n), np.uint8)
-    padded[:k] = q
-    b = _pack_pairs(padded.T.reshape(n, blocks, bs))            # [N, blocks, bs/2]
-    inputs = [mm.inputs[0], new_const(g, f"{dq.name}.B", b),
-              new_const(g, f"{dq.name}.scales", np.ascontiguousarray(scale.T).reshape(-1))]
-    if not np.all(zero == 8):  # 8 is MatMulNBits' default
-        inputs.append(new_const(g, f"{dq.name}.zero_points", _pack_pairs(zero.T.astype(np.uint8)).reshape(-1)))
-    level = int(dq.metadata_props.get(ACCURACY_KEY, 0))
-    node = ir.node("MatMulNBits", inputs, {"K": k, "N": n, "bits": 4, "block_size": bs, "accuracy_level": level},
-                   domain=MS, name=(mm.name or "MatMul") + "/MatMulNBits")
+    mm, p = m.matmul, dequant.pack(g, m.weight)
+    inputs = [mm.inputs[0], p.data, dequant.matmul_scales(g, p)]
+    if p.zero is not None:
+        inputs.append(new_const(g, f"{p.data.name}.zero_points", dequant.matmul_zero_points(p)))
+    node = ir.node("MatMulNBits", inputs, {"K": p.k, "N": p.rows, "bits": p.bits, "block_size": p.block_size,
+                                           "accuracy_level": dequant.accuracy_level(m.weight)},
+                   domain=MS, name=(mm.name or mm.op_type) + "/MatMulNBits")
     node.outputs[0].type, node.outputs[0].shape = mm.outputs[0].type, mm.outputs[0].shape
     g.insert_after(mm, node)
     replace(mm.outputs[0], node.outputs[0])
 
 
-RULE = Rule("matmul_nbits", ("MatMul",), match, _rewrite)
+RULE = Rule("matmul_nbits", ("MatMul", "Gemm"), match, _rewrite)

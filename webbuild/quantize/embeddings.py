@@ -21,8 +21,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from webbuild.graph.packing import LOOKUP_ATTRS, dequantize, lookup_scales_shape
 from webbuild.quantize.matmul_nbits import MS_DOMAIN, _attrs
-from webbuild.quantize.packing import dequantize
 from webbuild.quantize.requantize import block_quantize
 
 P = "embed/"  # prefix of every name this transform adds
@@ -83,7 +83,7 @@ def add_input_ids(model: onnx.ModelProto, table: np.ndarray, bits: int = 4, bloc
 
 
 def _reshape_scales(model, nodes, name, vocab, hidden, block_size) -> str:
-    shape = [vocab, -(-hidden // block_size), 1]
+    shape = lookup_scales_shape(vocab, hidden, block_size)
     model.graph.initializer.append(numpy_helper.from_array(np.array(shape, np.int64), P + "scales_shape"))
     nodes.append(helper.make_node("Reshape", [name, P + "scales_shape"], [P + "scales"], name=P + "ScalesReshape"))
     return P + "scales"
@@ -101,7 +101,7 @@ def _lookup(model, nodes, data, scales, bits, block_size, hidden) -> str:
     model.graph.initializer.append(numpy_helper.from_array(np.array([0, 0, hidden], np.int64), P + "bsh"))
     nodes.extend([
         helper.make_node("GatherBlockQuantized", [data, "input_ids", scales], [P + "blocks"], name=P + "Lookup",
-                         domain=MS_DOMAIN, bits=bits, block_size=block_size, gather_axis=0, quantize_axis=2),
+                         domain=MS_DOMAIN, bits=bits, block_size=block_size, **LOOKUP_ATTRS),
         helper.make_node("Reshape", [P + "blocks", P + "bsh"], [P + "text"], name=P + "LookupReshape"),
     ])
     return P + "text"

@@ -23,7 +23,7 @@ from onnxruntime.quantization.matmul_nbits_quantizer import (
 )
 
 from webbuild.config import Quantize
-from webbuild.quantize.packing import n_blocks, pack_codes
+from webbuild.graph.packing import n_blocks, pack_codes
 
 MS_DOMAIN = "com.microsoft"
 

@@ -14,8 +14,8 @@ from onnx import numpy_helper
 from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, DefaultWeightOnlyQuantizer
 
 from webbuild.config import Quantize
+from webbuild.graph.packing import dequantize
 from webbuild.quantize.matmul_nbits import MS_DOMAIN, _attrs
-from webbuild.quantize.packing import dequantize
 
 
 def block_quantize(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:
