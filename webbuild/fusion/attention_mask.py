@@ -1,7 +1,16 @@
-"""attention_mask [B, T] int64 -> GroupQueryAttention's seqlens_k (per-batch length - 1, int32) and
-total_sequence_length (T, int32 scalar); built once per graph, as the genai builder does."""
+"""The attention mask, both ways: what the source's masks compute, and what GroupQueryAttention takes.
+
+GQA masks causally itself, and takes the padding as seqlens_k (per-batch length - 1, int32) and
+total_sequence_length (T, int32 scalar), made from `attention_mask` [B, T] int64 once per graph, as
+the genai builder does. So a source mask may be dropped only when it is that causal mask: `causal_mask`
+checks it by value, however it was spelt (an added 0 / min-float or -inf tensor, a boolean selecting
+between the scores and a fill, from Where, Expand, And, Range and Slice chains, or from shapes
+alone as SDPA's is_causal exports), by evaluating it on onnxruntime for a probe input.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
@@ -10,6 +19,44 @@ from webbuild.graph.ir import shared_const
 
 NAME = "attention_mask"
 _SEQLENS, _TOTAL = "attn_mask/seqlens_k", "attn_mask/total_sequence_length"
+MASKED = -1e4  # an additive mask entry at or below this hides its position (fp16's min is -65504)
+_PAST, _NEW = 3, 2  # probe: 2 new positions after 3 cached ones
+
+
+@dataclass(frozen=True)
+class Mask:
+    """One mask on the scores: `value` is added ("add"), or a boolean that keeps the scores where true
+    ("keep": Where(m, scores, fill)) or where false ("drop": Where(m, fill, scores))."""
+    value: ir.Value
+    kind: str
+
+
+def causal_mask(masks: list[Mask]) -> str | None:
+    """None when the masks together hide exactly the future positions (and add nothing elsewhere) for a
+    sequence that attends to all its positions; else why not."""
+    if not masks:
+        return "no mask on the scores: the attention is not causal"
+    from webbuild.fusion import probe
+
+    got = probe.evaluate([m.value for m in masks], probe.decoder_feeds(_PAST, _NEW))
+    if isinstance(got, str):
+        return f"mask not checked ({got})"
+    keep = None
+    for m, value in zip(masks, got):
+        if m.kind == "add":
+            if not np.all((value <= MASKED) | (np.abs(value) < 1e-6)):
+                return "the added mask holds values other than 0 and a large negative (a bias?)"
+            k = value > MASKED
+        else:
+            k = value.astype(bool) if m.kind == "keep" else ~value.astype(bool)
+        keep = k if keep is None else keep & k
+    total = keep.shape[-1] if keep.ndim >= 2 else 0  # a graph without past inputs (a prefill graph) sees _NEW
+    if keep.shape[-2:] != (_NEW, total) or total not in (_NEW, _PAST + _NEW):
+        return f"mask of shape {keep.shape} for {_NEW} new positions after {_PAST}"
+    causal = np.arange(total)[None, :] <= total - _NEW + np.arange(_NEW)[:, None]
+    if not np.array_equal(keep, np.broadcast_to(causal, keep.shape)):
+        return "the mask is not causal (sliding window, or a different pattern)"
+    return None
 
 
 def mask_input(graph: ir.Graph) -> ir.Value:

@@ -1,13 +1,21 @@
 """Eager attention -> com.microsoft.GroupQueryAttention with RoPE folded in (do_rotary=1).
 
-Anchored on Softmax, it walks the exporters' spelling of
-    softmax(Q_rope @ repeat_kv(K_all)^T * scale + mask) @ repeat_kv(V_all) -> Transpose -> Reshape
-where Q/K/V are projection outputs reshaped to heads (optional Q/K RMSNorm, already fused into
-SimplifiedLayerNormalization) and transposed to BNSH, K_all = Concat(past_k, K_rope) or K_rope.
+Anchored on Softmax, it walks what attention computes,
+    softmax(Q_rope @ repeat_kv(K_all)^T * scale + causal mask) @ repeat_kv(V_all) -> Transpose -> Reshape,
+in the spellings exporters use: scalar factors on the scores, on Q or on K (their product is the
+scale); K transposed to [.., hd, T] before or after repeat_kv and the factors; repeat_kv by
+Expand or Tile of an Unsqueeze, then Reshape; the mask added, or selecting between the scores and a
+very negative fill, in any number of parts; a cast or SDPA's NaN guard (Where(IsNaN(p), 0, p))
+around the probabilities; RoPE as rotate_half or interleaved pairs (rope.py). Q/K/V are projection
+outputs reshaped to heads (optional Q/K RMSNorm, already fused into SimplifiedLayerNormalization)
+and transposed to BNSH, K_all = Concat(past_k, K_rope) or K_rope. Nothing is read by name: the mask
+is dropped only once its values, evaluated for a probe input, are the causal mask GQA applies itself
+(attention_mask.causal_mask).
 The GQA node takes the projection outputs (Q/K norms stay as explicit SimplifiedLayerNormalization
 on the head axis, then a Reshape back to [B, S, heads*hd]), the past KV (BNSH), seqlens_k /
 total_sequence_length from attention_mask, and cos/sin caches; its present outputs replace K_all /
-V_all (so a graph output keeps its name). The source's causal mask is dropped: GQA masks causally.
+V_all (so a graph output keeps its name). Position ids, given or derived, are not needed: GQA counts
+positions from the past length.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ import numpy as np
 import onnx_ir as ir
 
 from webbuild.fusion import rope
-from webbuild.fusion.attention_mask import gqa_lengths
+from webbuild.fusion.attention_mask import MASKED, Mask, causal_mask, gqa_lengths
 from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import (
     MS,
@@ -46,6 +54,7 @@ class _Heads:
     proj: ir.Value             # [B, S, heads*hd], what GQA consumes (before any norm)
     norm: ir.Node | None       # SimplifiedLayerNormalization on [B, S, heads, hd]
     head_dim: int
+    factor: float = 1.0        # scalar factors on the way (the softmax scale put on Q or K)
     count: int = 0             # heads, known once all three branches are read
 
 
@@ -83,12 +92,13 @@ class _Caches:
         m = match(sm)
         if isinstance(m, Miss):
             return m
-        tables = rope.caches(m.rope.cos, m.rope.sin, m.head_dim, self.max_positions or DEFAULT_MAX_POSITIONS)
+        tables = rope.caches(m.rope.cos, m.rope.sin, m.head_dim, self.max_positions or DEFAULT_MAX_POSITIONS,
+                             m.rope.interleaved)
         if isinstance(tables, str):
             return Miss(tables)
         key = (id(m.rope.cos), id(m.rope.sin))
         if key not in self.errors:
-            self.errors[key] = rope.verify(m.rope.cos, m.rope.sin, tables)
+            self.errors[key] = rope.verify(m.rope.cos, m.rope.sin, tables, interleaved=m.rope.interleaved)
         err = self.errors[key]
         if not isinstance(err, str) and err > ROPE_TOLERANCE:
             return Miss(f"cos/sin caches differ from the source by {err:.2e}")
@@ -106,15 +116,15 @@ def match(sm: ir.Node) -> _Match | Miss:
     """The attention around Softmax `sm`, caches not yet made."""
     if attr(sm, "axis", -1) not in (-1, 3):
         return Miss("Softmax not over the last axis")
-    scores = _strip_cast(sm.inputs[0])
-    found = _scores(scores)
+    found = _scores(sm.inputs[0])
     if found is None:
         return Miss("Softmax input is not (Q @ K^T) * scale [+ mask]")
-    qk, scale = found
-    q_rot, k_t = qk.inputs
-    kt = prod(k_t, "Transpose")
-    if kt is None or list(attr(kt, "perm", [])) != [0, 1, 3, 2]:
-        return Miss("K is not transposed to [B, heads, hd, T]")
+    qk, scale, masks = found
+    q_rot, q_scale = _factors(qk.inputs[0])
+    key = _key(qk.inputs[1])
+    if isinstance(key, Miss):
+        return key
+    k_all, k_scale = key
     pv = _probs_times_v(sm.outputs[0])
     if pv is None:
         return Miss("Softmax output is not multiplied by V")
@@ -123,20 +133,27 @@ def match(sm: ir.Node) -> _Match | Miss:
         return Miss("attention output is not transposed/reshaped back to [B, S, heads*hd]")
     r = rope.match(q_rot)
     if r is None:
-        return Miss("no rotate_half RoPE on Q")
-    k_all, v_all = _unrepeat(kt.inputs[0]), _unrepeat(pv.inputs[1])
+        return Miss("no RoPE (rotate_half or interleaved) on Q")
+    v_all = _unrepeat(pv.inputs[1])
+    if isinstance(v_all, Miss):
+        return v_all
     past_k, k_new = _split_past(k_all)
     past_v, v_new = _split_past(v_all)
     rk = rope.match(k_new)
-    if rk is None or rk.cos is not r.cos or rk.sin is not r.sin:
+    if rk is None or rk.cos is not r.cos or rk.sin is not r.sin or rk.interleaved != r.interleaved:
         return Miss("K is not rotated with Q's cos/sin")
     q, k, v = _heads(r.x), _heads(rk.x), _heads(v_new)
     if isinstance(q, Miss) or isinstance(k, Miss) or isinstance(v, Miss):
         return next(x for x in (q, k, v) if isinstance(x, Miss))
+    if v.factor != 1.0:
+        return Miss("V is scaled")
     if k.head_dim != q.head_dim or v.head_dim != q.head_dim:
         return Miss("Q, K and V head sizes differ")
-    m = _Match(q=q, k=k, v=v, past_k=past_k, past_v=past_v, k_all=k_all, v_all=v_all, out=out, scale=scale,
-               head_dim=q.head_dim, rope=r, anchor=sm)
+    why = causal_mask(masks)
+    if why:
+        return Miss(why)
+    m = _Match(q=q, k=k, v=v, past_k=past_k, past_v=past_v, k_all=k_all, v_all=v_all, out=out,
+               scale=scale * q_scale * k_scale * q.factor * k.factor, head_dim=q.head_dim, rope=r, anchor=sm)
     return _count_heads(m) or m
 
 
@@ -158,41 +175,102 @@ def _strip_cast(v: ir.Value) -> ir.Value:
     return v
 
 
-def _scores(v: ir.Value) -> tuple[ir.Node, float] | None:
-    """(the Q @ K^T MatMul, scale) under an optional additive mask and scalar Mul/Div."""
-    add = prod(v, "Add")
-    starts = [add.inputs[0], add.inputs[1]] if add is not None else [v]
-    for s in starts:
-        found = _scaled_matmul(s)
-        if found is not None:
-            return found
-    return None
+def _factor(v: ir.Value) -> tuple[ir.Value, float] | None:
+    """v = x * k or x / k with k a scalar constant: (x, the factor)."""
+    n = prod(v, "Mul", "Div")
+    if n is None:
+        return None
+    if n.op_type == "Div":
+        k = scalar(n.inputs[1])
+        return (n.inputs[0], 1.0 / k) if k and const(n.inputs[0]) is None else None
+    return scalar_operand(n)
 
 
-def _scaled_matmul(v: ir.Value) -> tuple[ir.Node, float] | None:
+def _factors(v: ir.Value) -> tuple[ir.Value, float]:
+    """Strip scalar factors: (what they multiply, their product)."""
     scale = 1.0
-    for _ in range(4):
-        n = prod(v)
-        if n is None:
-            return None
-        if n.op_type == "MatMul":
-            return n, scale
-        if n.op_type == "Div" and scalar(n.inputs[1]) is not None:
-            v, scale = n.inputs[0], scale / scalar(n.inputs[1])
-        elif n.op_type == "Mul" and scalar_operand(n) is not None:
-            v, k = scalar_operand(n)
-            scale *= k
-        else:
-            return None
+    while (f := _factor(v)) is not None:
+        v, k = f
+        scale *= k
+    return v, scale
+
+
+def _scores(v: ir.Value, depth: int = 0) -> tuple[ir.Node, float, list[Mask]] | None:
+    """(the Q @ K^T MatMul, scale, masks) under casts, scalar factors and masks in any order: a mask is
+    added (Add) or selects between the scores and a very negative fill (Where)."""
+    v = _strip_cast(v)
+    n = prod(v)
+    if n is None or depth > 8:
+        return None
+    if n.op_type == "MatMul":
+        return n, 1.0, []
+    f = _factor(v)
+    if f is not None:
+        found = _scores(f[0], depth + 1)
+        return (found[0], found[1] * f[1], found[2]) if found else None
+    if n.op_type == "Add":
+        for x, mask in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0])):
+            found = _scores(x, depth + 1)
+            if found:
+                return found[0], found[1], [*found[2], Mask(mask, "add")]
+    if n.op_type == "Where":
+        cond, a, b = n.inputs
+        for x, fill, kind in ((a, b, "keep"), (b, a, "drop")):
+            if (scalar(fill) or 0.0) <= MASKED:
+                found = _scores(x, depth + 1)
+                if found:
+                    return found[0], found[1], [*found[2], Mask(cond, kind)]
     return None
+
+
+def _key(v: ir.Value) -> tuple[ir.Value, float] | Miss:
+    """The right operand of Q @ K^T -> (K_all [B, kv, T, hd], scale): the transpose to [.., hd, T],
+    scalar factors and repeat_kv may come in any order."""
+    scale, transposed, unrepeated = 1.0, False, False
+    for _ in range(8):
+        f = _factor(v)
+        t = prod(v, "Transpose")
+        if f is not None:
+            v, scale = f[0], scale * f[1]
+        elif t is not None and not transposed and list(attr(t, "perm", [])) == [0, 1, 3, 2]:
+            v, transposed = t.inputs[0], True
+        elif not unrepeated and (u := _unrepeat(v)) is not v:
+            if isinstance(u, Miss):
+                return u
+            v, unrepeated = u, True
+        else:
+            break
+    if not transposed:
+        return Miss("K is not transposed to [B, heads, hd, T]")
+    return v, scale
 
 
 def _probs_times_v(probs: ir.Value) -> ir.Node | None:
+    """The MatMul of the probabilities with V, past a Cast and a guard that zeroes NaN rows
+    (Where(IsNaN(p), 0, p): SDPA's fully masked rows)."""
+    for _ in range(3):
+        users = list(probs.consumers())
+        if len(users) == 1 and users[0].op_type == "Cast":
+            probs = users[0].outputs[0]
+            continue
+        guard = _nan_guard(probs, users)
+        if guard is not None:
+            probs = guard
+            continue
+        break
     users = list(probs.consumers())
-    if len(users) == 1 and users[0].op_type == "Cast":
-        probs, users = users[0].outputs[0], list(users[0].outputs[0].consumers())
     mm = users[0] if len(users) == 1 and users[0].op_type == "MatMul" else None
     return mm if mm is not None and mm.inputs[0] is probs else None
+
+
+def _nan_guard(p: ir.Value, users: list[ir.Node]) -> ir.Value | None:
+    """Where(IsNaN(p), 0, p)'s output, when that is all that reads p."""
+    isnan = next((u for u in users if u.op_type == "IsNaN"), None)
+    where = next((u for u in users if u.op_type == "Where"), None)
+    if len(users) != 2 or isnan is None or where is None:
+        return None
+    cond, fill, x = where.inputs
+    return where.outputs[0] if cond is isnan.outputs[0] and x is p and scalar(fill) == 0.0 else None
 
 
 def _merge_heads(v: ir.Value) -> ir.Value | None:
@@ -203,12 +281,22 @@ def _merge_heads(v: ir.Value) -> ir.Value | None:
     return r.outputs[0] if r is not None else None
 
 
-def _unrepeat(v: ir.Value) -> ir.Value:
-    """Strip repeat_kv: Reshape(Expand(Unsqueeze(x, 2))) -> x."""
+def _unrepeat(v: ir.Value) -> ir.Value | Miss:
+    """Strip repeat_kv: Reshape(Expand(Unsqueeze(x, 2))) or Reshape(Tile(Unsqueeze(x, 2))) -> x (each KV
+    head repeated for its group of query heads, as GQA reads them). A whole-tensor Tile along the head
+    axis puts the copies in another order (query head h reads KV head h mod kv): that is no GQA."""
     r = prod(v, "Reshape")
-    e = prod(r.inputs[0], "Expand") if r else None
+    e = prod(r.inputs[0], "Expand", "Tile") if r else None
     u = prod(e.inputs[0], "Unsqueeze") if e else None
-    return u.inputs[0] if u is not None and axes_of(u) == [2] else v
+    if u is not None and axes_of(u) == [2]:
+        reps = const(e.inputs[1]) if e.op_type == "Tile" else None
+        if reps is None or (reps.size == 5 and list(reps[[0, 1, 3, 4]]) == [1, 1, 1, 1]):
+            return u.inputs[0]
+    tile = prod(v, "Tile")
+    reps = const(tile.inputs[1]) if tile is not None else None
+    if reps is not None and reps.size == 4 and reps[1] > 1:
+        return Miss("K/V heads tiled whole (query head h would read KV head h mod kv), not repeated per group")
+    return v
 
 
 def _split_past(v: ir.Value) -> tuple[ir.Value | None, ir.Value]:
@@ -219,11 +307,14 @@ def _split_past(v: ir.Value) -> tuple[ir.Value | None, ir.Value]:
 
 
 def _heads(v: ir.Value) -> _Heads | Miss:
-    """BNSH tensor -> its projection: Transpose(0,2,1,3)(optional norm(Reshape(proj, [.., heads, hd])))."""
+    """BNSH tensor -> its projection: Transpose(0,2,1,3)(optional norm(Reshape(proj, [.., heads, hd]))),
+    scalar factors before or after the Transpose."""
+    v, factor = _factors(v)
     t = prod(v, "Transpose")
     if t is None or list(attr(t, "perm", [])) != [0, 2, 1, 3]:
         return Miss("Q/K/V not transposed from [B, S, heads, hd]")
-    x = t.inputs[0]
+    x, inner = _factors(t.inputs[0])
+    factor *= inner
     norm = prod(x, "SimplifiedLayerNormalization")
     if norm is not None and norm.domain == "":
         x = norm.inputs[0]
@@ -233,7 +324,7 @@ def _heads(v: ir.Value) -> _Heads | Miss:
     hd = _head_dim(r) if r is not None else None
     if hd is None:
         return Miss("Q/K/V not reshaped to [B, S, heads, hd] with a known hd")
-    return _Heads(r.inputs[0], norm, hd)
+    return _Heads(r.inputs[0], norm, hd, factor)
 
 
 def _head_dim(reshape: ir.Node) -> int | None:
@@ -266,7 +357,7 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     node = ir.node("GroupQueryAttention",
                    [q_in, k_in, m.v.proj, m.past_k, m.past_v, seqlens, total, cos, sin],
                    {"num_heads": m.q.count, "kv_num_heads": m.k.count, "scale": float(m.scale),
-                    "do_rotary": 1, "rotary_interleaved": 0},
+                    "do_rotary": 1, "rotary_interleaved": int(m.rope.interleaved)},
                    domain=MS, num_outputs=3, name=f"{m.anchor.name}/GroupQueryAttention")
     new.append(node)
     out, present_k, present_v = node.outputs
