@@ -4,6 +4,8 @@ layer, and decode as the source does on onnxruntime CPU: the same greedy tokens 
 KV cache, logits within 1e-4 of their range."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -47,3 +49,14 @@ def test_greedy_tokens_and_logits_match_the_source(fused):
     assert r["tokens_equal"], (r["tokens_source"], r["tokens_fused"])
     assert r["max_rel_err"] <= 1e-4, r["per_step_rel_err"]
     assert len(set(r["tokens_source"])) > 1  # a decode that moves, so the KV cache is exercised
+
+
+def test_webbuild_fuse_command_reports_no_unfused_attention(tmp_path):
+    """The issue's own command, `webbuild fuse model.onnx -o out --no-quantize`, on the Llama export."""
+    src = export("llama") / "model.onnx"
+    run = subprocess.run([sys.executable, "-m", "webbuild.cli", "fuse", str(src), "-o", str(tmp_path / "out"),
+                          "--no-quantize"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    assert "not fused" not in run.stdout + run.stderr
+    row = next(line for line in run.stdout.splitlines() if line.startswith("GroupQueryAttention"))
+    assert row.split()[1:] == ["0", "->", "2"]
