@@ -22,7 +22,7 @@ THETA = 10000.0
 _INT_MAX = 2**63 - 1
 
 AXES = {
-    "k_transpose": ("after_repeat", "before_repeat", "before_scale"),
+    "k_transpose": ("after_repeat", "before_repeat", "before_scale", "none_einsum"),
     "scale": ("scores_mul", "scores_div", "q", "k", "q_and_k", "q_before_rope"),
     "mask": ("where_min_add", "expand_add", "bool_where", "is_causal", "min_float_add"),
     "repeat_kv": ("expand", "tile"),
@@ -32,7 +32,8 @@ AXES = {
     "nan_guard": (False, True),
 }
 # spellings whose attention GQA cannot compute: the rule must leave them
-NEGATIVE = {"mask": ("none", "sliding_window", "bias"), "repeat_kv": ("tile_whole",)}
+NEGATIVE = {"mask": ("none", "sliding_window", "bias"), "repeat_kv": ("tile_whole",),
+            "rope": ("pairs_half_tables",)}  # pairs rotated with tables made for rotate_half
 
 
 class _Builder:
@@ -120,13 +121,16 @@ def attention_graph(seed: int = 0, **axes) -> ir.Model:
         kt = transpose(repeat(k_all))
     elif ax["k_transpose"] == "before_repeat":
         kt = repeat(transpose(k_all), transposed=True)
-    else:  # the scale on K, then the transpose
+    elif ax["k_transpose"] == "before_scale":  # a factor on K, then the transpose
         kt = transpose(b.op("Mul", repeat(k_all), b.c(1.0, f32)))
+    else:  # K as it is: Einsum contracts over hd (and multiplies the probabilities by V too)
+        kt = repeat(k_all)
     if ax["scale"] in ("q", "q_and_k"):
         q_rot = b.op("Mul", q_rot, b.c(scale if ax["scale"] == "q" else scale ** 0.5, f32))
     if ax["scale"] in ("k", "q_and_k"):
         kt = b.op("Mul", kt, b.c(scale if ax["scale"] == "k" else scale ** 0.5, f32))
-    scores = b.op("MatMul", q_rot, kt)
+    einsum = ax["k_transpose"] == "none_einsum"
+    scores = b.op("Einsum", q_rot, kt, equation="bhsd,bhtd->bhst") if einsum else b.op("MatMul", q_rot, kt)
     if ax["scale"] == "scores_mul":
         scores = b.op("Mul", scores, b.c(scale, f32))
     elif ax["scale"] == "scores_div":
@@ -135,7 +139,8 @@ def attention_graph(seed: int = 0, **axes) -> ir.Model:
     probs = b.op("Softmax", scores, axis=-1)
     if ax["nan_guard"]:  # SDPA's: fully masked rows give NaN, zeroed
         probs = b.op("Where", b.op("IsNaN", probs), b.c(0.0, f32), probs)
-    att = b.op("MatMul", probs, repeat(v_all))
+    att = (b.op("Einsum", probs, repeat(v_all), equation="bhst,bhtd->bhsd") if einsum
+           else b.op("MatMul", probs, repeat(v_all)))
     merged = b.op("Reshape", b.op("Transpose", att, perm=[0, 2, 1, 3]), b.c([0, 0, D]))
     b.out("MatMul", "out", merged, b.c(w.standard_normal((D, D)) * 0.3, f32))
 

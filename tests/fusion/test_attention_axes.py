@@ -1,7 +1,8 @@
 """The GQA rule on one hand-made attention varied along each axis exporters differ on
 (tests/fusion/attention_graph.py): every spelling fuses to one GroupQueryAttention that computes what
 the source does over a prefill and decode steps with the KV cache; the spellings GQA cannot compute
-(no causal mask, a sliding window, an added bias, KV heads tiled in the wrong order) stay as they are,
+(no causal mask, a sliding window, an added bias, KV heads tiled in the wrong order, interleaved RoPE
+with tables for rotate_half) stay as they are,
 with the reason in the report. Node and value names are random, different for each seed."""
 
 import numpy as np
@@ -32,7 +33,7 @@ def test_every_spelling_fuses_and_computes_the_same(axes):
 
 
 def test_all_axes_at_once():
-    """The non-default spelling of every axis together (the scale on Q and K, K transposed before repeat_kv)."""
+    """The last spelling of every axis together (Einsum with K untransposed, the scale on Q before RoPE, ...)."""
     axes = {axis: spellings[-1] for axis, spellings in AXES.items()}
     model, report = _fuse(**axes)
     assert census(model).get("GroupQueryAttention") == 1, report["not_fused"]
@@ -47,7 +48,8 @@ def test_attention_gqa_cannot_compute_is_left_with_its_reason(axis, spelling):
     ops = census(model)
     assert "GroupQueryAttention" not in ops and ops["Softmax"] == 1
     why = [m["why"] for m in report["not_fused"] if m["rule"] == "gqa"]
-    expected = {"none": "not causal", "sliding_window": "not causal", "bias": "bias", "tile_whole": "tiled"}[spelling]
+    expected = {"none": "not causal", "sliding_window": "not causal", "bias": "bias", "tile_whole": "tiled",
+                "pairs_half_tables": "differ from the source"}[spelling]
     assert len(why) == 1 and expected in why[0], why
 
 

@@ -3,7 +3,8 @@
 Anchored on Softmax, it walks what attention computes,
     softmax(Q_rope @ repeat_kv(K_all)^T * scale + causal mask) @ repeat_kv(V_all) -> Transpose -> Reshape,
 in the spellings exporters use: scalar factors on the scores, on Q or on K (their product is the
-scale); K transposed to [.., hd, T] before or after repeat_kv and the factors; repeat_kv by
+scale); K transposed to [.., hd, T] before or after repeat_kv and the factors, or not at all under an
+Einsum that contracts over hd (the probabilities times V then an Einsum too); repeat_kv by
 Expand or Tile of an Unsqueeze, then Reshape; the mask added, or selecting between the scores and a
 very negative fill, in any number of parts; a cast or SDPA's NaN guard (Where(IsNaN(p), 0, p))
 around the probabilities; RoPE as rotate_half or interleaved pairs (rope.py). Q/K/V are projection
@@ -121,7 +122,7 @@ def match(sm: ir.Node) -> _Match | Miss:
         return Miss("Softmax input is not (Q @ K^T) * scale [+ mask]")
     qk, scale, masks = found
     q_rot, q_scale = _factors(qk.inputs[0])
-    key = _key(qk.inputs[1])
+    key = _key(qk.inputs[1], transpose=_k_as_hd_t(qk))
     if isinstance(key, Miss):
         return key
     k_all, k_scale = key
@@ -202,7 +203,7 @@ def _scores(v: ir.Value, depth: int = 0) -> tuple[ir.Node, float, list[Mask]] | 
     n = prod(v)
     if n is None or depth > 8:
         return None
-    if n.op_type == "MatMul":
+    if n.op_type == "MatMul" or (n.op_type == "Einsum" and _k_as_hd_t(n) is not None):
         return n, 1.0, []
     f = _factor(v)
     if f is not None:
@@ -223,10 +224,34 @@ def _scores(v: ir.Value, depth: int = 0) -> tuple[ir.Node, float, list[Mask]] | 
     return None
 
 
-def _key(v: ir.Value) -> tuple[ir.Value, float] | Miss:
-    """The right operand of Q @ K^T -> (K_all [B, kv, T, hd], scale): the transpose to [.., hd, T],
-    scalar factors and repeat_kv may come in any order."""
-    scale, transposed, unrepeated = 1.0, False, False
+def _k_as_hd_t(qk: ir.Node) -> bool | None:
+    """Whether the scores' product takes K as [.., hd, T] (a MatMul; an Einsum such as bhsd,bhdt->bhst)
+    rather than [.., T, hd] (an Einsum such as bhsd,bhtd->bhst, K untransposed); None: no Q.K product."""
+    if qk.op_type == "MatMul":
+        return True
+    terms = _einsum_terms(qk)
+    if terms is None:
+        return None
+    (q, k), out = terms
+    if q[2] != out[2] or q[3] in out:
+        return None
+    return {out[3] + q[3]: False, q[3] + out[3]: True}.get(k[2:])
+
+
+def _einsum_terms(n: ir.Node) -> tuple[tuple[str, str], str] | None:
+    """An Einsum of two 4-D operands batched over the first two axes: ((lhs, rhs), output) subscripts."""
+    eq = str(attr(n, "equation", "")).replace(" ", "")
+    if eq.count("->") != 1 or eq.count(",") != 1 or len(n.inputs) != 2:
+        return None
+    lhs, out = eq.split("->")
+    a, b = lhs.split(",")
+    return ((a, b), out) if len(a) == len(b) == len(out) == 4 and a[:2] == b[:2] == out[:2] else None
+
+
+def _key(v: ir.Value, transpose: bool = True) -> tuple[ir.Value, float] | Miss:
+    """The right operand of Q @ K^T -> (K_all [B, kv, T, hd], scale): the transpose to [.., hd, T] when
+    the product wants one (`transpose`), scalar factors and repeat_kv may come in any order."""
+    scale, transposed, unrepeated = 1.0, not transpose, False
     for _ in range(8):
         f = _factor(v)
         t = prod(v, "Transpose")
@@ -259,8 +284,19 @@ def _probs_times_v(probs: ir.Value) -> ir.Node | None:
             continue
         break
     users = list(probs.consumers())
-    mm = users[0] if len(users) == 1 and users[0].op_type == "MatMul" else None
-    return mm if mm is not None and mm.inputs[0] is probs else None
+    mm = users[0] if len(users) == 1 and users[0].op_type in ("MatMul", "Einsum") else None
+    if mm is None or mm.inputs[0] is not probs:
+        return None
+    return mm if mm.op_type == "MatMul" or _is_probs_times_v(mm) else None
+
+
+def _is_probs_times_v(n: ir.Node) -> bool:
+    """An Einsum such as bhst,bhtd->bhsd: the probabilities [.., S, T] times V [.., T, hd]."""
+    terms = _einsum_terms(n)
+    if terms is None:
+        return False
+    (p, v), out = terms
+    return p[2] == out[2] and p[3] == v[2] and v[3] == out[3] and p[3] not in out
 
 
 def _nan_guard(p: ir.Value, users: list[ir.Node]) -> ir.Value | None:
