@@ -18,13 +18,14 @@ from onnx import TensorProto, helper
 HEADS, KV, HD = 4, 2, 16  # GQA on CPU takes head sizes in multiples of 16
 D, REP = HEADS * HD, HEADS // KV
 MAX_POS = 64
+WINDOW = 4  # the sliding_window mask's width, shorter than the prefill plus steps that `run` feeds
 THETA = 10000.0
 _INT_MAX = 2**63 - 1
 
 AXES = {
     "k_transpose": ("after_repeat", "before_repeat", "before_scale", "none_einsum"),
     "scale": ("scores_mul", "scores_div", "q", "k", "q_and_k", "q_before_rope"),
-    "mask": ("where_min_add", "expand_add", "bool_where", "is_causal", "min_float_add"),
+    "mask": ("where_min_add", "expand_add", "bool_where", "is_causal", "min_float_add", "sliding_window"),
     "repeat_kv": ("expand", "tile"),
     "rope": ("half", "interleaved"),
     "positions": ("given", "derived"),
@@ -32,7 +33,7 @@ AXES = {
     "nan_guard": (False, True),
 }
 # spellings whose attention GQA cannot compute: the rule must leave them
-NEGATIVE = {"mask": ("none", "sliding_window", "bias"), "repeat_kv": ("tile_whole",),
+NEGATIVE = {"mask": ("none", "bias", "strided"), "repeat_kv": ("tile_whole",),
             "rope": ("pairs_half_tables",)}  # pairs rotated with tables made for rotate_half
 
 
@@ -189,11 +190,14 @@ def _mask(b: _Builder, scores: str, past_len: str, seq_len: str, total: str, kin
     qpos = b.op("Unsqueeze", b.op("Range", past_len, total, b.c(1)), b.c([1]))  # [S, 1]
     kpos = b.op("Unsqueeze", b.op("Range", b.c(0), total, b.c(1)), b.c([0]))  # [1, T]
     causal = b.op("LessOrEqual", kpos, qpos)  # [S, T]
-    if kind == "sliding_window":  # only the last 2 positions: not GQA's mask
-        causal = b.op("And", causal, b.op("Greater", kpos, b.op("Sub", qpos, b.c(2))))
+    if kind == "sliding_window":  # each position sees the last WINDOW, its own included (Mistral's)
+        causal = b.op("And", causal, b.op("Greater", kpos, b.op("Sub", qpos, b.c(WINDOW))))
+    if kind == "strided":  # every other position: no window GQA has
+        odd = b.op("Equal", b.op("Mod", b.op("Sub", qpos, kpos), b.c(2)), b.c(0))
+        causal = b.op("And", causal, odd)
     pad = b.op("Unsqueeze", b.op("Cast", "attention_mask", to=TensorProto.BOOL), b.c([1, 2]))  # [B, 1, 1, T]
     keep = b.op("And", causal, pad)
-    if kind in ("where_min_add", "sliding_window"):
+    if kind in ("where_min_add", "sliding_window", "strided"):
         return b.op("Add", scores, b.op("Where", keep, b.c(0.0, f32), b.c(np.finfo(f32).min, f32)))
     if kind == "min_float_add":  # (1 - keep) * min, as older exporters wrote it
         drop = b.op("Sub", b.c(1.0, f32), b.op("Cast", keep, to=TensorProto.FLOAT))

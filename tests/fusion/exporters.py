@@ -58,8 +58,11 @@ def export(family: str) -> Path:
     if not (out / "model.onnx").is_file():
         root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=root) as tmp:  # renamed into place whole, never half written
-            subprocess.run([str(exporter_python()), str(SCRIPT), family, str(Path(tmp) / family)], check=True,
-                           stdout=subprocess.DEVNULL)  # the exporter's tracer warnings go to stderr
+            # the exporter's output (tracer warnings, mostly) is shown only when it fails
+            run = subprocess.run([str(exporter_python()), str(SCRIPT), family, str(Path(tmp) / family)],
+                                 capture_output=True, text=True)
+            if run.returncode:
+                raise RuntimeError(f"exporting {family} failed:\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}")
             shutil.rmtree(out, ignore_errors=True)
             os.replace(Path(tmp) / family, out)
     return out

@@ -23,7 +23,8 @@ FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", dict(rope_theta=10000.0)),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(rope_theta=1_000_000.0)),
     "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(rope_theta=1_000_000.0, head_dim=16)),
-    "mistral": ("MistralConfig", "MistralForCausalLM", dict(rope_theta=10000.0, sliding_window=None)),
+    # a window shorter than the tests' decode (10 + 16 positions), so that it matters
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(rope_theta=10000.0, sliding_window=8)),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(rope_theta=10000.0, pad_token_id=0)),
 }
 

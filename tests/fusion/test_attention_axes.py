@@ -1,14 +1,14 @@
 """The GQA rule on one hand-made attention varied along each axis exporters differ on
 (tests/fusion/attention_graph.py): every spelling fuses to one GroupQueryAttention that computes what
 the source does over a prefill and decode steps with the KV cache; the spellings GQA cannot compute
-(no causal mask, a sliding window, an added bias, KV heads tiled in the wrong order, interleaved RoPE
+(no causal mask, a strided mask, an added bias, KV heads tiled in the wrong order, interleaved RoPE
 with tables for rotate_half) stay as they are,
 with the reason in the report. Node and value names are random, different for each seed."""
 
 import numpy as np
 import pytest
 
-from tests.fusion.attention_graph import AXES, MAX_POS, NEGATIVE, attention_graph, run
+from tests.fusion.attention_graph import AXES, MAX_POS, NEGATIVE, WINDOW, attention_graph, run
 from webbuild.fusion.fuse import fuse_decoder
 from webbuild.graph.ir import census
 
@@ -26,6 +26,8 @@ def test_every_spelling_fuses_and_computes_the_same(axes):
     assert ops.get("GroupQueryAttention") == 1 and "Softmax" not in ops, report["not_fused"]
     gqa = next(n for n in model.graph if n.op_type == "GroupQueryAttention")
     assert gqa.attributes["rotary_interleaved"].value == (axes.get("rope") == "interleaved")
+    window = gqa.attributes.get("local_window_size")
+    assert (window.value if window else None) == (WINDOW if axes.get("mask") == "sliding_window" else None)
     want, got = run(attention_graph(seed=7, **axes)), run(model)
     for step_want, step_got in zip(want, got):  # out, present key, present value at each step
         for a, b in zip(step_want, step_got):
@@ -48,7 +50,7 @@ def test_attention_gqa_cannot_compute_is_left_with_its_reason(axis, spelling):
     ops = census(model)
     assert "GroupQueryAttention" not in ops and ops["Softmax"] == 1
     why = [m["why"] for m in report["not_fused"] if m["rule"] == "gqa"]
-    expected = {"none": "not causal", "sliding_window": "not causal", "bias": "bias", "tile_whole": "tiled",
+    expected = {"none": "not causal", "strided": "not causal", "bias": "bias", "tile_whole": "tiled",
                 "pairs_half_tables": "differ from the source"}[spelling]
     assert len(why) == 1 and expected in why[0], why
 

@@ -36,6 +36,7 @@ def test_one_gqa_per_layer_and_no_softmax(fused):
         hd = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
         assert (a["num_heads"], a["kv_num_heads"]) == (cfg["num_attention_heads"], cfg["num_key_value_heads"])
         assert a["scale"] == pytest.approx(hd ** -0.5)
+        assert a.get("local_window_size") == cfg.get("sliding_window")  # Mistral's window, found by the mask's values
         # Q, K, V packed (Phi-3's qkv_proj as it is); Qwen3's Q/K norms need them apart (a Split)
         assert (node.inputs[1] is None) == (family != "qwen3")
     # the caches span the model's positions (config.json beside the export)

@@ -10,8 +10,8 @@ very negative fill, in any number of parts; a cast or SDPA's NaN guard (Where(Is
 around the probabilities; RoPE as rotate_half or interleaved pairs (rope.py). Q/K/V are projection
 outputs reshaped to heads (optional Q/K RMSNorm, already fused into SimplifiedLayerNormalization)
 and transposed to BNSH, K_all = Concat(past_k, K_rope) or K_rope. Nothing is read by name: the mask
-is dropped only once its values, evaluated for a probe input, are the causal mask GQA applies itself
-(attention_mask.causal_mask).
+is dropped only once its values, evaluated for probe inputs, are the causal mask GQA applies itself,
+or a causal sliding window (local_window_size) (attention_mask.causal_window).
 The GQA node takes the projection outputs (Q/K norms stay as explicit SimplifiedLayerNormalization
 on the head axis, then a Reshape back to [B, S, heads*hd]), the past KV (BNSH), seqlens_k /
 total_sequence_length from attention_mask, and cos/sin caches; its present outputs replace K_all /
@@ -28,7 +28,7 @@ import numpy as np
 import onnx_ir as ir
 
 from webbuild.fusion import rope
-from webbuild.fusion.attention_mask import MASKED, Mask, causal_mask, gqa_lengths
+from webbuild.fusion.attention_mask import MASKED, Mask, causal_window, gqa_lengths
 from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import (
     MS,
@@ -73,21 +73,28 @@ class _Match:
     head_dim: int
     rope: rope.Rope
     anchor: ir.Node
+    masks: list[Mask] = field(default_factory=list)  # what the scores are masked with, checked by value
     caches: tuple[np.ndarray, np.ndarray] | None = None  # cos/sin for GQA, once checked against the source
+    window: int | None = None  # a causal sliding window's width, read from the masks' values
 
 
 def rule(max_positions: int | None = None) -> Rule[_Match]:
     """The GQA rule for one run, its cos/sin caches max_positions long (DEFAULT_MAX_POSITIONS when unknown)."""
     caches = _Caches(max_positions)
-    return Rule(NAME, ("Softmax",), caches.match, _rewrite, notes=caches.notes, setup=caches.errors.clear)
+    return Rule(NAME, ("Softmax",), caches.match, _rewrite, notes=caches.notes, setup=caches.clear)
 
 
 @dataclass
 class _Caches:
     """cos/sin caches for the attentions of one graph, checked against the source once per cos/sin pair
-    (the layers share one)."""
+    (the layers share one); and each attention's masks, evaluated over the positions the caches reach."""
     max_positions: int | None
     errors: dict[tuple[int, int], float | str] = field(default_factory=dict)  # max abs error, or why unchecked
+    windows: set[int] = field(default_factory=set)  # sliding windows found
+
+    def clear(self) -> None:
+        self.errors.clear()
+        self.windows.clear()
 
     def match(self, sm: ir.Node) -> _Match | Miss:
         m = match(sm)
@@ -103,14 +110,21 @@ class _Caches:
         err = self.errors[key]
         if not isinstance(err, str) and err > ROPE_TOLERANCE:
             return Miss(f"cos/sin caches differ from the source by {err:.2e}")
-        return dataclasses.replace(m, caches=tables)
+        window = causal_window(m.masks, tables[0].shape[0])
+        if isinstance(window, str):
+            return Miss(window)
+        if window is not None:
+            self.windows.add(window)
+        return dataclasses.replace(m, caches=tables, window=window)
 
     def notes(self, hits: int) -> list[str]:
         checked = [f"{NAME}: cos/sin caches vs the source at the first and last 16 positions: "
                    + (f"max abs error {err:.2e}" if not isinstance(err, str) else f"not checked ({err})")
                    for err in self.errors.values()]
         unsized = [f"{NAME}: max positions unknown, cos/sin caches sized {DEFAULT_MAX_POSITIONS}"]
-        return checked + (unsized if hits and not self.max_positions else [])
+        windows = [f"{NAME}: causal sliding window of {w} positions (local_window_size {w})"
+                   for w in sorted(self.windows)]
+        return checked + (unsized if hits and not self.max_positions else []) + windows
 
 
 def match(sm: ir.Node) -> _Match | Miss:
@@ -150,11 +164,11 @@ def match(sm: ir.Node) -> _Match | Miss:
         return Miss("V is scaled")
     if k.head_dim != q.head_dim or v.head_dim != q.head_dim:
         return Miss("Q, K and V head sizes differ")
-    why = causal_mask(masks)
-    if why:
-        return Miss(why)
+    if not masks:
+        return Miss("no mask on the scores: the attention is not causal")
     m = _Match(q=q, k=k, v=v, past_k=past_k, past_v=past_v, k_all=k_all, v_all=v_all, out=out,
-               scale=scale * q_scale * k_scale * q.factor * k.factor, head_dim=q.head_dim, rope=r, anchor=sm)
+               scale=scale * q_scale * k_scale * q.factor * k.factor, head_dim=q.head_dim, rope=r, anchor=sm,
+               masks=masks)
     return _count_heads(m) or m
 
 
@@ -390,10 +404,12 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     sin = shared_const(g, "sin_cache", m.caches[1])
     new: list[ir.Node] = []
     q_in, k_in = _gqa_input(g, m.q, new), _gqa_input(g, m.k, new)
+    attrs = {"num_heads": m.q.count, "kv_num_heads": m.k.count, "scale": float(m.scale),
+             "do_rotary": 1, "rotary_interleaved": int(m.rope.interleaved)}
+    if m.window is not None:  # onnxruntime's CPU kernel, measured: the query sees local_window_size positions
+        attrs["local_window_size"] = m.window
     node = ir.node("GroupQueryAttention",
-                   [q_in, k_in, m.v.proj, m.past_k, m.past_v, seqlens, total, cos, sin],
-                   {"num_heads": m.q.count, "kv_num_heads": m.k.count, "scale": float(m.scale),
-                    "do_rotary": 1, "rotary_interleaved": int(m.rope.interleaved)},
+                   [q_in, k_in, m.v.proj, m.past_k, m.past_v, seqlens, total, cos, sin], attrs,
                    domain=MS, num_outputs=3, name=f"{m.anchor.name}/GroupQueryAttention")
     new.append(node)
     out, present_k, present_v = node.outputs
