@@ -80,14 +80,14 @@ class _Match:
 
 def rule(max_positions: int | None = None) -> Rule[_Match]:
     """The GQA rule for one run, its cos/sin caches max_positions long (DEFAULT_MAX_POSITIONS when unknown)."""
-    caches = _Caches(max_positions)
-    return Rule(NAME, ("Softmax",), caches.match, _rewrite, notes=caches.notes, setup=caches.clear)
+    checks = _Checks(max_positions)
+    return Rule(NAME, ("Softmax",), checks.match, _rewrite, notes=checks.notes, setup=checks.clear)
 
 
 @dataclass
-class _Caches:
-    """cos/sin caches for the attentions of one graph, checked against the source once per cos/sin pair
-    (the layers share one); and each attention's masks, evaluated over the positions the caches reach."""
+class _Checks:
+    """What is checked against the source for the attentions of one graph: the cos/sin caches, once per
+    cos/sin pair (the layers share one), and each attention's masks, over the positions the caches reach."""
     max_positions: int | None
     errors: dict[tuple[int, int], float | str] = field(default_factory=dict)  # max abs error, or why unchecked
     windows: set[int] = field(default_factory=set)  # sliding windows found
