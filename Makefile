@@ -12,7 +12,7 @@ TEST_STAMP := $(VENV)/.installed-test
 # folder or PyTorch's CPU index, README.md "Install") gets the 0.19 GB CPU build instead.
 TEST_EXTRAS ?= zoo,test
 
-.PHONY: setup setup-test system-deps site lint test test-python test-js e2e clean
+.PHONY: setup setup-test system-deps site lint test test-python test-js e2e optimum-fixtures clean
 
 # The main job (build a site from an export, serve, verify, bench) needs no torch.
 $(STAMP): pyproject.toml package.json package-lock.json
@@ -54,7 +54,14 @@ site: setup
 lint: setup-test
 	$(VENV)/bin/ruff check .
 
-test: setup-test lint system-deps test-python test-js e2e
+test: setup-test lint system-deps optimum-fixtures test-python test-js e2e
+
+# The Hugging Face Optimum exports the fusion tests fuse (tests/fusion/exporters.py): the exporter's own
+# venv (its transformers is not the zoo's) and five tiny random-weight decoders, cached under
+# ~/.cache/webbuild (or $WEBBUILD_CACHE) by versions; timed, as a fresh machine pays it once
+optimum-fixtures: setup-test
+	@start=$$(date +%s); $(PY) -m tests.fusion.exporters && \
+	  echo "optimum fixtures took $$(( $$(date +%s) - start )) s"
 
 # a line per test file with the percentage done, rather than -q's bare dots
 test-python: setup-test

@@ -1,7 +1,17 @@
-"""attention_mask [B, T] int64 -> GroupQueryAttention's seqlens_k (per-batch length - 1, int32) and
-total_sequence_length (T, int32 scalar); built once per graph, as the genai builder does."""
+"""The attention mask, both ways: what the source's masks compute, and what GroupQueryAttention takes.
+
+GQA masks causally itself, and takes the padding as seqlens_k (per-batch length - 1, int32) and
+total_sequence_length (T, int32 scalar), made from `attention_mask` [B, T] int64 once per graph, as
+the genai builder does. So a source mask may be dropped only when it is that causal mask: `causal_mask`
+checks it by value, however it was spelt (an added 0 / min-float or -inf tensor, a boolean selecting
+between the scores and a fill, from Where, Expand, And, Range and Slice chains, or from shapes
+alone as SDPA's is_causal exports), by evaluating it on onnxruntime for probe inputs; a causal
+sliding window (Mistral's) is found the same way, for GQA's local_window_size.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import onnx_ir as ir
@@ -10,6 +20,76 @@ from webbuild.graph.ir import shared_const
 
 NAME = "attention_mask"
 _SEQLENS, _TOTAL = "attn_mask/seqlens_k", "attn_mask/total_sequence_length"
+MASKED = -1e4  # an additive mask entry at or below this hides its position (fp16's min is -65504)
+_PAST, _NEW = 3, 2  # probe: 2 new positions after 3 cached ones
+
+
+@dataclass(frozen=True)
+class Mask:
+    """One mask on the scores: `value` is added ("add"), or a boolean that keeps the scores where true
+    ("keep": Where(m, scores, fill)) or where false ("drop": Where(m, fill, scores))."""
+    value: ir.Value
+    kind: str
+
+
+def causal_window(masks: list[Mask], positions: int) -> int | str | None:
+    """What the masks compute for a sequence that attends to all its positions, checked by value: None for
+    the causal mask, W for a causal sliding window (each position sees the last W, its own included), or
+    why neither. Probed with 2 new positions after 3 cached ones, then, for graphs with past inputs,
+    after `positions` - 2, where a window shorter than the positions GQA can reach (its caches') shows."""
+    if not masks:
+        return "no mask on the scores: the attention is not causal"
+    keep = _keep(masks, _PAST)
+    if isinstance(keep, str):
+        return keep
+    window = _window(keep)
+    if window is not None or keep.shape[-1] == _NEW or positions <= _PAST + _NEW:
+        return window  # a window already, or a graph without past inputs (a prefill graph) sees only _NEW
+    keep = _keep(masks, positions - _NEW)
+    return keep if isinstance(keep, str) else _window(keep)
+
+
+def _keep(masks: list[Mask], past: int) -> np.ndarray | str:
+    """Which positions the masks together let each of _NEW new positions after `past` see: [.., _NEW, T]."""
+    from webbuild.fusion import probe
+
+    got = probe.evaluate([m.value for m in masks], probe.decoder_feeds(past, _NEW))
+    if isinstance(got, str):
+        return f"mask not checked ({got})"
+    keep = None
+    for m, value in zip(masks, got):
+        if m.kind == "add":
+            if not np.all((value <= MASKED) | (np.abs(value) < 1e-6)):
+                return "the added mask holds values other than 0 and a large negative (a bias?)"
+            k = value > MASKED
+        else:
+            k = value.astype(bool) if m.kind == "keep" else ~value.astype(bool)
+        keep = k if keep is None else keep & k
+    total = keep.shape[-1] if keep.ndim >= 2 else 0  # a graph without past inputs sees _NEW
+    if keep.shape[-2:] != (_NEW, total) or total not in (_NEW, past + _NEW):
+        return f"mask of shape {keep.shape} for {_NEW} new positions after {past}"
+    return keep
+
+
+def _window(keep: np.ndarray) -> int | str | None:
+    """None when `keep` [.., _NEW, T] is causal, W when it is a causal window of W positions, else why not."""
+    rows = keep.reshape(-1, _NEW, keep.shape[-1])
+    if not (rows == rows[:1]).all():
+        return "the mask differs between heads or batch rows"
+    total, widths = keep.shape[-1], []
+    for i, row in enumerate(rows[0]):
+        pos = total - _NEW + i
+        seen = np.flatnonzero(row)
+        if seen.size == 0 or seen[-1] != pos or seen.size != seen[-1] - seen[0] + 1:
+            return "the mask is not causal (a different pattern)"
+        widths.append((seen.size, seen.size == pos + 1))  # (positions seen, all of them)
+    short = {w for w, everything in widths if not everything}
+    if not short:
+        return None
+    w = short.pop()
+    if short or any(everything and w < n for n, everything in widths):
+        return "the mask is not causal (windows of different widths)"
+    return w
 
 
 def mask_input(graph: ir.Graph) -> ir.Value:

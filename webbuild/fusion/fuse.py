@@ -47,7 +47,8 @@ def load_source(src: Path) -> tuple[ir.Model, dict]:
     """(decoder graph to fuse, decoder config or {}) for a split dir or a merged .onnx file."""
     src, path = Path(src), decoder_path(src)
     cfg_path = (src if src.is_dir() else src.parent) / "config.json"
-    cfg = json.loads(cfg_path.read_text()).get("decoder", {}) if cfg_path.is_file() else {}
+    data = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+    cfg = data.get("decoder", data)  # the zoo's section, or a Hugging Face config beside an Optimum export
     return ir.load(path), cfg
 
 

@@ -1,13 +1,22 @@
 """Eager attention -> com.microsoft.GroupQueryAttention with RoPE folded in (do_rotary=1).
 
-Anchored on Softmax, it walks the exporters' spelling of
-    softmax(Q_rope @ repeat_kv(K_all)^T * scale + mask) @ repeat_kv(V_all) -> Transpose -> Reshape
-where Q/K/V are projection outputs reshaped to heads (optional Q/K RMSNorm, already fused into
-SimplifiedLayerNormalization) and transposed to BNSH, K_all = Concat(past_k, K_rope) or K_rope.
+Anchored on Softmax, it walks what attention computes,
+    softmax(Q_rope @ repeat_kv(K_all)^T * scale + causal mask) @ repeat_kv(V_all) -> Transpose -> Reshape,
+in the spellings exporters use: scalar factors on the scores, on Q or on K (their product is the
+scale); K transposed to [.., hd, T] before or after repeat_kv and the factors, or not at all under an
+Einsum that contracts over hd (the probabilities times V then an Einsum too); repeat_kv by
+Expand or Tile of an Unsqueeze, then Reshape; the mask added, or selecting between the scores and a
+very negative fill, in any number of parts; a cast or SDPA's NaN guard (Where(IsNaN(p), 0, p))
+around the probabilities; RoPE as rotate_half or interleaved pairs (rope.py). Q/K/V are projection
+outputs reshaped to heads (optional Q/K RMSNorm, already fused into SimplifiedLayerNormalization)
+and transposed to BNSH, K_all = Concat(past_k, K_rope) or K_rope. Nothing is read by name: the mask
+is dropped only once its values, evaluated for probe inputs, are the causal mask GQA applies itself,
+or a causal sliding window (local_window_size) (attention_mask.causal_window).
 The GQA node takes the projection outputs (Q/K norms stay as explicit SimplifiedLayerNormalization
 on the head axis, then a Reshape back to [B, S, heads*hd]), the past KV (BNSH), seqlens_k /
 total_sequence_length from attention_mask, and cos/sin caches; its present outputs replace K_all /
-V_all (so a graph output keeps its name). The source's causal mask is dropped: GQA masks causally.
+V_all (so a graph output keeps its name). Position ids, given or derived, are not needed: GQA counts
+positions from the past length.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ import numpy as np
 import onnx_ir as ir
 
 from webbuild.fusion import rope
-from webbuild.fusion.attention_mask import gqa_lengths
+from webbuild.fusion.attention_mask import MASKED, Mask, causal_window, gqa_lengths
 from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import (
     MS,
@@ -46,6 +55,7 @@ class _Heads:
     proj: ir.Value             # [B, S, heads*hd], what GQA consumes (before any norm)
     norm: ir.Node | None       # SimplifiedLayerNormalization on [B, S, heads, hd]
     head_dim: int
+    factor: float = 1.0        # scalar factors on the way (the softmax scale put on Q or K)
     count: int = 0             # heads, known once all three branches are read
 
 
@@ -63,58 +73,73 @@ class _Match:
     head_dim: int
     rope: rope.Rope
     anchor: ir.Node
+    masks: list[Mask] = field(default_factory=list)  # what the scores are masked with, checked by value
     caches: tuple[np.ndarray, np.ndarray] | None = None  # cos/sin for GQA, once checked against the source
+    window: int | None = None  # a causal sliding window's width, read from the masks' values
 
 
 def rule(max_positions: int | None = None) -> Rule[_Match]:
     """The GQA rule for one run, its cos/sin caches max_positions long (DEFAULT_MAX_POSITIONS when unknown)."""
-    caches = _Caches(max_positions)
-    return Rule(NAME, ("Softmax",), caches.match, _rewrite, notes=caches.notes, setup=caches.errors.clear)
+    checks = _Checks(max_positions)
+    return Rule(NAME, ("Softmax",), checks.match, _rewrite, notes=checks.notes, setup=checks.clear)
 
 
 @dataclass
-class _Caches:
-    """cos/sin caches for the attentions of one graph, checked against the source once per cos/sin pair
-    (the layers share one)."""
+class _Checks:
+    """What is checked against the source for the attentions of one graph: the cos/sin caches, once per
+    cos/sin pair (the layers share one), and each attention's masks, over the positions the caches reach."""
     max_positions: int | None
     errors: dict[tuple[int, int], float | str] = field(default_factory=dict)  # max abs error, or why unchecked
+    windows: set[int] = field(default_factory=set)  # sliding windows found
+
+    def clear(self) -> None:
+        self.errors.clear()
+        self.windows.clear()
 
     def match(self, sm: ir.Node) -> _Match | Miss:
         m = match(sm)
         if isinstance(m, Miss):
             return m
-        tables = rope.caches(m.rope.cos, m.rope.sin, m.head_dim, self.max_positions or DEFAULT_MAX_POSITIONS)
+        tables = rope.caches(m.rope.cos, m.rope.sin, m.head_dim, self.max_positions or DEFAULT_MAX_POSITIONS,
+                             m.rope.interleaved)
         if isinstance(tables, str):
             return Miss(tables)
         key = (id(m.rope.cos), id(m.rope.sin))
         if key not in self.errors:
-            self.errors[key] = rope.verify(m.rope.cos, m.rope.sin, tables)
+            self.errors[key] = rope.verify(m.rope.cos, m.rope.sin, tables, interleaved=m.rope.interleaved)
         err = self.errors[key]
         if not isinstance(err, str) and err > ROPE_TOLERANCE:
             return Miss(f"cos/sin caches differ from the source by {err:.2e}")
-        return dataclasses.replace(m, caches=tables)
+        window = causal_window(m.masks, tables[0].shape[0])
+        if isinstance(window, str):
+            return Miss(window)
+        if window is not None:
+            self.windows.add(window)
+        return dataclasses.replace(m, caches=tables, window=window)
 
     def notes(self, hits: int) -> list[str]:
         checked = [f"{NAME}: cos/sin caches vs the source at the first and last 16 positions: "
                    + (f"max abs error {err:.2e}" if not isinstance(err, str) else f"not checked ({err})")
                    for err in self.errors.values()]
         unsized = [f"{NAME}: max positions unknown, cos/sin caches sized {DEFAULT_MAX_POSITIONS}"]
-        return checked + (unsized if hits and not self.max_positions else [])
+        windows = [f"{NAME}: causal sliding window of {w} positions (local_window_size {w})"
+                   for w in sorted(self.windows)]
+        return checked + (unsized if hits and not self.max_positions else []) + windows
 
 
 def match(sm: ir.Node) -> _Match | Miss:
     """The attention around Softmax `sm`, caches not yet made."""
     if attr(sm, "axis", -1) not in (-1, 3):
         return Miss("Softmax not over the last axis")
-    scores = _strip_cast(sm.inputs[0])
-    found = _scores(scores)
+    found = _scores(sm.inputs[0])
     if found is None:
         return Miss("Softmax input is not (Q @ K^T) * scale [+ mask]")
-    qk, scale = found
-    q_rot, k_t = qk.inputs
-    kt = prod(k_t, "Transpose")
-    if kt is None or list(attr(kt, "perm", [])) != [0, 1, 3, 2]:
-        return Miss("K is not transposed to [B, heads, hd, T]")
+    qk, scale, masks = found
+    q_rot, q_scale = _factors(qk.inputs[0])
+    key = _key(qk.inputs[1], transpose=_k_as_hd_t(qk))
+    if isinstance(key, Miss):
+        return key
+    k_all, k_scale = key
     pv = _probs_times_v(sm.outputs[0])
     if pv is None:
         return Miss("Softmax output is not multiplied by V")
@@ -123,20 +148,27 @@ def match(sm: ir.Node) -> _Match | Miss:
         return Miss("attention output is not transposed/reshaped back to [B, S, heads*hd]")
     r = rope.match(q_rot)
     if r is None:
-        return Miss("no rotate_half RoPE on Q")
-    k_all, v_all = _unrepeat(kt.inputs[0]), _unrepeat(pv.inputs[1])
+        return Miss("no RoPE (rotate_half or interleaved) on Q")
+    v_all = _unrepeat(pv.inputs[1])
+    if isinstance(v_all, Miss):
+        return v_all
     past_k, k_new = _split_past(k_all)
     past_v, v_new = _split_past(v_all)
     rk = rope.match(k_new)
-    if rk is None or rk.cos is not r.cos or rk.sin is not r.sin:
+    if rk is None or rk.cos is not r.cos or rk.sin is not r.sin or rk.interleaved != r.interleaved:
         return Miss("K is not rotated with Q's cos/sin")
     q, k, v = _heads(r.x), _heads(rk.x), _heads(v_new)
     if isinstance(q, Miss) or isinstance(k, Miss) or isinstance(v, Miss):
         return next(x for x in (q, k, v) if isinstance(x, Miss))
+    if v.factor != 1.0:
+        return Miss("V is scaled")
     if k.head_dim != q.head_dim or v.head_dim != q.head_dim:
         return Miss("Q, K and V head sizes differ")
-    m = _Match(q=q, k=k, v=v, past_k=past_k, past_v=past_v, k_all=k_all, v_all=v_all, out=out, scale=scale,
-               head_dim=q.head_dim, rope=r, anchor=sm)
+    if not masks:
+        return Miss("no mask on the scores: the attention is not causal")
+    m = _Match(q=q, k=k, v=v, past_k=past_k, past_v=past_v, k_all=k_all, v_all=v_all, out=out,
+               scale=scale * q_scale * k_scale * q.factor * k.factor, head_dim=q.head_dim, rope=r, anchor=sm,
+               masks=masks)
     return _count_heads(m) or m
 
 
@@ -158,41 +190,137 @@ def _strip_cast(v: ir.Value) -> ir.Value:
     return v
 
 
-def _scores(v: ir.Value) -> tuple[ir.Node, float] | None:
-    """(the Q @ K^T MatMul, scale) under an optional additive mask and scalar Mul/Div."""
-    add = prod(v, "Add")
-    starts = [add.inputs[0], add.inputs[1]] if add is not None else [v]
-    for s in starts:
-        found = _scaled_matmul(s)
-        if found is not None:
-            return found
-    return None
+def _factor(v: ir.Value) -> tuple[ir.Value, float] | None:
+    """v = x * k or x / k with k a scalar constant: (x, the factor)."""
+    n = prod(v, "Mul", "Div")
+    if n is None:
+        return None
+    if n.op_type == "Div":
+        k = scalar(n.inputs[1])
+        return (n.inputs[0], 1.0 / k) if k and const(n.inputs[0]) is None else None
+    return scalar_operand(n)
 
 
-def _scaled_matmul(v: ir.Value) -> tuple[ir.Node, float] | None:
+def _factors(v: ir.Value) -> tuple[ir.Value, float]:
+    """Strip scalar factors: (what they multiply, their product)."""
     scale = 1.0
-    for _ in range(4):
-        n = prod(v)
-        if n is None:
-            return None
-        if n.op_type == "MatMul":
-            return n, scale
-        if n.op_type == "Div" and scalar(n.inputs[1]) is not None:
-            v, scale = n.inputs[0], scale / scalar(n.inputs[1])
-        elif n.op_type == "Mul" and scalar_operand(n) is not None:
-            v, k = scalar_operand(n)
-            scale *= k
-        else:
-            return None
+    while (f := _factor(v)) is not None:
+        v, k = f
+        scale *= k
+    return v, scale
+
+
+def _scores(v: ir.Value, depth: int = 0) -> tuple[ir.Node, float, list[Mask]] | None:
+    """(the Q @ K^T MatMul, scale, masks) under casts, scalar factors and masks in any order: a mask is
+    added (Add) or selects between the scores and a very negative fill (Where)."""
+    v = _strip_cast(v)
+    n = prod(v)
+    if n is None or depth > 8:
+        return None
+    if n.op_type == "MatMul" or (n.op_type == "Einsum" and _k_as_hd_t(n) is not None):
+        return n, 1.0, []
+    f = _factor(v)
+    if f is not None:
+        found = _scores(f[0], depth + 1)
+        return (found[0], found[1] * f[1], found[2]) if found else None
+    if n.op_type == "Add":
+        for x, mask in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0])):
+            found = _scores(x, depth + 1)
+            if found:
+                return found[0], found[1], [*found[2], Mask(mask, "add")]
+    if n.op_type == "Where":
+        cond, a, b = n.inputs
+        for x, fill, kind in ((a, b, "keep"), (b, a, "drop")):
+            if (scalar(fill) or 0.0) <= MASKED:
+                found = _scores(x, depth + 1)
+                if found:
+                    return found[0], found[1], [*found[2], Mask(cond, kind)]
     return None
+
+
+def _k_as_hd_t(qk: ir.Node) -> bool | None:
+    """Whether the scores' product takes K as [.., hd, T] (a MatMul; an Einsum such as bhsd,bhdt->bhst)
+    rather than [.., T, hd] (an Einsum such as bhsd,bhtd->bhst, K untransposed); None: no Q.K product."""
+    if qk.op_type == "MatMul":
+        return True
+    terms = _einsum_terms(qk)
+    if terms is None:
+        return None
+    (q, k), out = terms
+    if q[2] != out[2] or q[3] in out:
+        return None
+    return {out[3] + q[3]: False, q[3] + out[3]: True}.get(k[2:])
+
+
+def _einsum_terms(n: ir.Node) -> tuple[tuple[str, str], str] | None:
+    """An Einsum of two 4-D operands batched over the first two axes: ((lhs, rhs), output) subscripts."""
+    eq = str(attr(n, "equation", "")).replace(" ", "")
+    if eq.count("->") != 1 or eq.count(",") != 1 or len(n.inputs) != 2:
+        return None
+    lhs, out = eq.split("->")
+    a, b = lhs.split(",")
+    return ((a, b), out) if len(a) == len(b) == len(out) == 4 and a[:2] == b[:2] == out[:2] else None
+
+
+def _key(v: ir.Value, transpose: bool = True) -> tuple[ir.Value, float] | Miss:
+    """The right operand of Q @ K^T -> (K_all [B, kv, T, hd], scale): the transpose to [.., hd, T] when
+    the product wants one (`transpose`), scalar factors and repeat_kv may come in any order."""
+    scale, transposed, unrepeated = 1.0, not transpose, False
+    for _ in range(8):
+        f = _factor(v)
+        t = prod(v, "Transpose")
+        if f is not None:
+            v, scale = f[0], scale * f[1]
+        elif t is not None and not transposed and list(attr(t, "perm", [])) == [0, 1, 3, 2]:
+            v, transposed = t.inputs[0], True
+        elif not unrepeated and (u := _unrepeat(v)) is not v:
+            if isinstance(u, Miss):
+                return u
+            v, unrepeated = u, True
+        else:
+            break
+    if not transposed:
+        return Miss("K is not transposed to [B, heads, hd, T]")
+    return v, scale
 
 
 def _probs_times_v(probs: ir.Value) -> ir.Node | None:
+    """The MatMul of the probabilities with V, past a Cast and a guard that zeroes NaN rows
+    (Where(IsNaN(p), 0, p): SDPA's fully masked rows)."""
+    for _ in range(3):
+        users = list(probs.consumers())
+        if len(users) == 1 and users[0].op_type == "Cast":
+            probs = users[0].outputs[0]
+            continue
+        guard = _nan_guard(probs, users)
+        if guard is not None:
+            probs = guard
+            continue
+        break
     users = list(probs.consumers())
-    if len(users) == 1 and users[0].op_type == "Cast":
-        probs, users = users[0].outputs[0], list(users[0].outputs[0].consumers())
-    mm = users[0] if len(users) == 1 and users[0].op_type == "MatMul" else None
-    return mm if mm is not None and mm.inputs[0] is probs else None
+    mm = users[0] if len(users) == 1 and users[0].op_type in ("MatMul", "Einsum") else None
+    if mm is None or mm.inputs[0] is not probs:
+        return None
+    return mm if mm.op_type == "MatMul" or _is_probs_times_v(mm) else None
+
+
+def _is_probs_times_v(n: ir.Node) -> bool:
+    """An Einsum such as bhst,bhtd->bhsd: the probabilities [.., S, T] times V [.., T, hd]."""
+    terms = _einsum_terms(n)
+    if terms is None:
+        return False
+    (p, v), out = terms
+    return p[2] == out[2] and p[3] == v[2] and v[3] == out[3] and p[3] not in out
+
+
+def _nan_guard(p: ir.Value, users: list[ir.Node]) -> ir.Value | None:
+    """Where(IsNaN(p), 0, p)'s output, when that is all that reads p."""
+    isnan = next((u for u in users if u.op_type == "IsNaN"), None)
+    where = next((u for u in users if u.op_type == "Where"), None)
+    if len(users) != 2 or isnan is None or where is None:
+        return None
+    cond, fill, x = where.inputs
+    return where.outputs[0] if cond is isnan.outputs[0] and x is p and scalar(fill) == 0.0 else None
 
 
 def _merge_heads(v: ir.Value) -> ir.Value | None:
@@ -203,12 +331,22 @@ def _merge_heads(v: ir.Value) -> ir.Value | None:
     return r.outputs[0] if r is not None else None
 
 
-def _unrepeat(v: ir.Value) -> ir.Value:
-    """Strip repeat_kv: Reshape(Expand(Unsqueeze(x, 2))) -> x."""
+def _unrepeat(v: ir.Value) -> ir.Value | Miss:
+    """Strip repeat_kv: Reshape(Expand(Unsqueeze(x, 2))) or Reshape(Tile(Unsqueeze(x, 2))) -> x (each KV
+    head repeated for its group of query heads, as GQA reads them). A whole-tensor Tile along the head
+    axis puts the copies in another order (query head h reads KV head h mod kv): that is no GQA."""
     r = prod(v, "Reshape")
-    e = prod(r.inputs[0], "Expand") if r else None
+    e = prod(r.inputs[0], "Expand", "Tile") if r else None
     u = prod(e.inputs[0], "Unsqueeze") if e else None
-    return u.inputs[0] if u is not None and axes_of(u) == [2] else v
+    if u is not None and axes_of(u) == [2]:
+        reps = const(e.inputs[1]) if e.op_type == "Tile" else None
+        if reps is None or (reps.size == 5 and list(reps[[0, 1, 3, 4]]) == [1, 1, 1, 1]):
+            return u.inputs[0]
+    tile = prod(v, "Tile")
+    reps = const(tile.inputs[1]) if tile is not None else None
+    if reps is not None and reps.size == 4 and reps[1] > 1:
+        return Miss("K/V heads tiled whole (query head h would read KV head h mod kv), not repeated per group")
+    return v
 
 
 def _split_past(v: ir.Value) -> tuple[ir.Value | None, ir.Value]:
@@ -219,11 +357,14 @@ def _split_past(v: ir.Value) -> tuple[ir.Value | None, ir.Value]:
 
 
 def _heads(v: ir.Value) -> _Heads | Miss:
-    """BNSH tensor -> its projection: Transpose(0,2,1,3)(optional norm(Reshape(proj, [.., heads, hd])))."""
+    """BNSH tensor -> its projection: Transpose(0,2,1,3)(optional norm(Reshape(proj, [.., heads, hd]))),
+    scalar factors before or after the Transpose."""
+    v, factor = _factors(v)
     t = prod(v, "Transpose")
     if t is None or list(attr(t, "perm", [])) != [0, 2, 1, 3]:
         return Miss("Q/K/V not transposed from [B, S, heads, hd]")
-    x = t.inputs[0]
+    x, inner = _factors(t.inputs[0])
+    factor *= inner
     norm = prod(x, "SimplifiedLayerNormalization")
     if norm is not None and norm.domain == "":
         x = norm.inputs[0]
@@ -233,7 +374,7 @@ def _heads(v: ir.Value) -> _Heads | Miss:
     hd = _head_dim(r) if r is not None else None
     if hd is None:
         return Miss("Q/K/V not reshaped to [B, S, heads, hd] with a known hd")
-    return _Heads(r.inputs[0], norm, hd)
+    return _Heads(r.inputs[0], norm, hd, factor)
 
 
 def _head_dim(reshape: ir.Node) -> int | None:
@@ -263,10 +404,12 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     sin = shared_const(g, "sin_cache", m.caches[1])
     new: list[ir.Node] = []
     q_in, k_in = _gqa_input(g, m.q, new), _gqa_input(g, m.k, new)
+    attrs = {"num_heads": m.q.count, "kv_num_heads": m.k.count, "scale": float(m.scale),
+             "do_rotary": 1, "rotary_interleaved": int(m.rope.interleaved)}
+    if m.window is not None:  # onnxruntime's CPU kernel, measured: the query sees local_window_size positions
+        attrs["local_window_size"] = m.window
     node = ir.node("GroupQueryAttention",
-                   [q_in, k_in, m.v.proj, m.past_k, m.past_v, seqlens, total, cos, sin],
-                   {"num_heads": m.q.count, "kv_num_heads": m.k.count, "scale": float(m.scale),
-                    "do_rotary": 1, "rotary_interleaved": 0},
+                   [q_in, k_in, m.v.proj, m.past_k, m.past_v, seqlens, total, cos, sin], attrs,
                    domain=MS, num_outputs=3, name=f"{m.anchor.name}/GroupQueryAttention")
     new.append(node)
     out, present_k, present_v = node.outputs

@@ -23,7 +23,7 @@ _NBITS_ATTRS = ("K", "bits", "block_size", "accuracy_level")
 @dataclass
 class _Unsplit:
     gqa: ir.Node
-    split: ir.Node  # a Split whose three outputs feed GQA's Q, K, V directly
+    packed: ir.Value  # the packed QKV tensor whose three parts (a Split's or Slices') feed GQA's Q, K, V directly
 
 
 @dataclass
@@ -37,7 +37,10 @@ def match(gqa: ir.Node) -> _Unsplit | _Pack | Miss | None:
         return None  # already packed
     split = _already_packed(gqa)
     if split is not None:
-        return _Unsplit(gqa, split) if _unsplittable(gqa, split) else None
+        return _Unsplit(gqa, split.inputs[0]) if _unsplittable(gqa, split) else None
+    sliced = _sliced(gqa)
+    if sliced is not None:
+        return _Unsplit(gqa, sliced)
     projs = [_projection(gqa, slot) for slot in range(3)]
     why = _why_not(projs)
     return Miss(why) if why else _Pack(gqa, projs)
@@ -45,7 +48,7 @@ def match(gqa: ir.Node) -> _Unsplit | _Pack | Miss | None:
 
 def _rewrite(g: ir.Graph, m: _Unsplit | _Pack) -> None:
     if isinstance(m, _Unsplit):
-        _unsplit(m.gqa, m.split)
+        _unsplit(m.gqa, m.packed)
     else:
         _pack(g, m.gqa, m.projs)
 
@@ -63,13 +66,32 @@ def _already_packed(gqa: ir.Node) -> ir.Node | None:
     return splits[0] if same else None
 
 
+def _sliced(gqa: ir.Node) -> ir.Value | None:
+    """The tensor whose last axis three Slices cut, back to back from 0 to the end, into the Q, K and V
+    that GQA reads directly (a packed source without Q/K norms: Phi-3's qkv_proj)."""
+    slices = [prod(v, "Slice") for v in gqa.inputs[:3]]
+    if any(s is None or len(s.inputs) < 4 or s.inputs[0] is not slices[0].inputs[0] for s in slices):
+        return None
+    bounds = [[_int(s, i) for i in (1, 2, 3)] + [_int(s, 4) if len(s.inputs) > 4 else 1] for s in slices]
+    if any(axis not in (-1, 2) or step != 1 for *_, axis, step in bounds):
+        return None
+    (s0, e0, *_), (s1, e1, *_), (s2, e2, *_) = bounds
+    contiguous = s0 == 0 and None not in (e0, e1) and (s1, s2) == (e0, e1)
+    return slices[0].inputs[0] if contiguous and e2 is not None and e2 >= 2**62 else None
+
+
+def _int(n: ir.Node, i: int) -> int | None:
+    c = const(n.inputs[i])
+    return int(c.reshape(-1)[0]) if c is not None and c.size == 1 else None
+
+
 def _unsplittable(gqa: ir.Node, split: ir.Node) -> bool:
     return list(gqa.inputs[:3]) == list(split.outputs) and attr(split, "axis", 0) in (-1, 2)
 
 
-def _unsplit(gqa: ir.Node, split: ir.Node) -> None:
+def _unsplit(gqa: ir.Node, packed: ir.Value) -> None:
     """Without Q/K norms GQA unpacks QKV itself: feed it the packed tensor, drop the Split."""
-    for slot, v in ((0, split.inputs[0]), (1, None), (2, None)):
+    for slot, v in ((0, packed), (1, None), (2, None)):
         gqa.replace_input_with(slot, v)
 
 

@@ -1,4 +1,5 @@
-"""Rotary embedding: recognise rotate_half RoPE and rebuild its cos/sin tables as GQA caches.
+"""Rotary embedding: recognise RoPE (rotate_half, or interleaved pairs) and rebuild its cos/sin tables
+as GQA caches.
 
 The source computes cos/sin from position ids at run time (Cos/Sin of positions x inv_freq, times
 an attention scaling). GroupQueryAttention wants them precomputed per position: [max_pos, hd/2].
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.graph.ir import attr, const, other, prod, scalar_operand
+from webbuild.graph.ir import attr, axes_of, const, other, prod, scalar_operand
+
+_INT64_MAX = 2**63 - 1
 
 
 @dataclass
@@ -21,10 +24,17 @@ class Rope:
     x: ir.Value    # the tensor being rotated, [B, heads, S, hd]
     cos: ir.Value  # as multiplied in, e.g. Unsqueeze(cos, 1)
     sin: ir.Value
+    interleaved: bool = False  # pairs (x0, x1), (x2, x3), ... rotate, rather than the two halves
 
 
 def match(v: ir.Value) -> Rope | None:
-    """v = x*cos + rotate_half(x)*sin (any operand order), or None."""
+    """v = x*cos + rotate(x)*sin (any operand order), rotate being rotate_half or the interleaved pair
+    rotation; also Concat(rope(x[..., :d]), x[..., d:]) with d read from cos (Phi-3's partial-rotary
+    spelling): that is rope(x) when d is the whole head, which the caches' size check settles."""
+    whole = _split_rotary(v)
+    if whole is not None:
+        r = match(whole[0])
+        return Rope(whole[1], r.cos, r.sin, r.interleaved) if r is not None and r.x is whole[2] else None
     add = prod(v, "Add")
     if add is None:
         return None
@@ -33,10 +43,35 @@ def match(v: ir.Value) -> Rope | None:
         if a is None or b is None:
             continue
         for x in a.inputs:
-            rot = next((r for r in b.inputs if _is_rotate_half(r, x)), None)
-            if rot is not None:
-                return Rope(x, other(a, x), other(b, rot))
+            for r in b.inputs:
+                if _is_rotate_half(r, x):
+                    return Rope(x, other(a, x), other(b, r))
+                if _is_rotate_pairs(r, x):
+                    return Rope(x, other(a, x), other(b, r), interleaved=True)
     return None
+
+
+def _split_rotary(v: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value] | None:
+    """v = Concat(y, x[..., d:], axis=-1) with y computed from x[..., :d]: (y, x, x[..., :d])."""
+    cat = prod(v, "Concat")
+    if cat is None or len(cat.inputs) != 2 or attr(cat, "axis") not in (-1, 3):
+        return None
+    rest = prod(cat.inputs[1], "Slice")
+    if rest is None or _slice_axis(rest) not in (-1, 3) or _const_at(rest, 2) not in (None, _INT64_MAX):
+        return None
+    x = rest.inputs[0]
+    head = next((u for u in x.consumers() if u is not rest and u.op_type == "Slice"
+                 and _slice_axis(u) in (-1, 3) and _const_at(u, 1) == 0 and u.inputs[2] is rest.inputs[1]), None)
+    return (cat.inputs[0], x, head.outputs[0]) if head is not None else None
+
+
+def _slice_axis(s: ir.Node) -> int | None:
+    return _const_at(s, 3)
+
+
+def _const_at(n: ir.Node, i: int) -> int | None:
+    c = const(n.inputs[i]) if len(n.inputs) > i and n.inputs[i] is not None else None
+    return int(c.reshape(-1)[0]) if c is not None and c.size == 1 else None
 
 
 def _is_rotate_half(r: ir.Value, x: ir.Value) -> bool:
@@ -50,12 +85,32 @@ def _is_rotate_half(r: ir.Value, x: ir.Value) -> bool:
     return bool(hi and lo and hi.inputs[0] is x and lo.inputs[0] is x)
 
 
-def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int) -> tuple[np.ndarray, np.ndarray] | str:
-    """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not."""
+def _is_rotate_pairs(r: ir.Value, x: ir.Value) -> bool:
+    """r = Reshape(Concat(Unsqueeze(-x[..., 1::2], -1), Unsqueeze(x[..., ::2], -1), axis=-1)) to x's shape:
+    each pair (a, b) becomes (-b, a) (GPT-J / Meta Llama's interleaved rotary)."""
+    flat = prod(r, "Reshape", "Flatten")
+    cat = prod(flat.inputs[0], "Concat") if flat else None
+    if cat is None or len(cat.inputs) != 2 or attr(cat, "axis") not in (-1, 4):
+        return False
+    odd_u, even_u = prod(cat.inputs[0], "Unsqueeze"), prod(cat.inputs[1], "Unsqueeze")
+    if odd_u is None or even_u is None or axes_of(odd_u) not in ([-1], [4]) or axes_of(even_u) not in ([-1], [4]):
+        return False
+    neg = prod(odd_u.inputs[0], "Neg")
+    odd = prod(neg.inputs[0], "Slice") if neg else None
+    even = prod(even_u.inputs[0], "Slice")
+    return bool(odd and even and odd.inputs[0] is x and even.inputs[0] is x
+                and (_const_at(odd, 1), _const_at(odd, 4), _const_at(even, 1), _const_at(even, 4)) == (1, 2, 0, 2)
+                and _slice_axis(odd) in (-1, 3) and _slice_axis(even) in (-1, 3))
+
+
+def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int,
+           interleaved: bool = False) -> tuple[np.ndarray, np.ndarray] | str:
+    """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not.
+    `interleaved`: the source's tables repeat each frequency twice in a row rather than in two halves."""
     tables = _tables(cos), _tables(sin)
     if all(t is not None for t in tables):
-        return _from_tables(*tables, head_dim, max_pos)
-    c, s = _trace(cos, "Cos"), _trace(sin, "Sin")
+        return _from_tables(*tables, head_dim, max_pos, interleaved)
+    c, s = _trace(cos, "Cos", interleaved), _trace(sin, "Sin", interleaved)
     if isinstance(c, str) or isinstance(s, str):
         return c if isinstance(c, str) else s
     (inv_c, scale_c), (inv_s, scale_s) = c, s
@@ -85,26 +140,36 @@ def _tables(v: ir.Value) -> np.ndarray | None:
     return None
 
 
-def _from_tables(cos: np.ndarray, sin: np.ndarray, head_dim: int, max_pos: int) -> tuple[np.ndarray, np.ndarray] | str:
-    half = head_dim // 2
+def _from_tables(cos: np.ndarray, sin: np.ndarray, head_dim: int, max_pos: int,
+                 interleaved: bool) -> tuple[np.ndarray, np.ndarray] | str:
     if cos.shape != sin.shape or cos.shape[1] != head_dim:
         return f"cos/sin tables of shape {cos.shape} for head_dim {head_dim}"
-    if not (np.array_equal(cos[:, :half], cos[:, half:]) and np.array_equal(sin[:, :half], sin[:, half:])):
-        return "cos/sin tables are not duplicated halves (interleaved rotary?)"
+    first, second = _halves(head_dim, interleaved)
+    if not all(np.array_equal(t[:, first], t[:, second]) for t in (cos, sin)):
+        return ("cos/sin tables do not repeat each frequency in pairs" if interleaved
+                else "cos/sin tables are not duplicated halves (interleaved rotary?)")
     rows = min(max_pos, cos.shape[0])  # the source cannot address positions past its own table
-    return cos[:rows, :half].astype(np.float32), sin[:rows, :half].astype(np.float32)
+    return cos[:rows, first].astype(np.float32), sin[:rows, first].astype(np.float32)
 
 
-def _trace(v: ir.Value, op: str) -> tuple[np.ndarray, float] | str:
-    """Walk up from the multiplied-in table to Cos/Sin: (inv_freq, scaling)."""
+def _halves(head_dim: int, interleaved: bool) -> tuple[slice, slice]:
+    """Where a table of head_dim columns holds each frequency's two copies."""
+    half = head_dim // 2
+    return (slice(0, None, 2), slice(1, None, 2)) if interleaved else (slice(0, half), slice(half, None))
+
+
+def _trace(v: ir.Value, op: str, interleaved: bool) -> tuple[np.ndarray, float] | str:
+    """Walk up from the multiplied-in table to Cos/Sin: (inv_freq, scaling). An interleaved table may
+    repeat its entries after Cos/Sin (Concat / Tile, then Reshape); `verify` checks the layout."""
     scale = 1.0
-    for _ in range(8):
+    for _ in range(10):
         n = prod(v)
         if n is None:
             return f"{op} table is a graph input"
         if n.op_type == op:
-            return _inv_freq(n.inputs[0], scale)
-        if n.op_type in ("Unsqueeze", "Cast", "Reshape", "Squeeze", "Expand"):
+            return _inv_freq(n.inputs[0], scale, interleaved)
+        repeats = interleaved and n.op_type in ("Concat", "Tile", "Flatten")
+        if n.op_type in ("Unsqueeze", "Cast", "Reshape", "Squeeze", "Expand") or repeats:
             v = n.inputs[0]
         elif n.op_type == "Mul" and scalar_operand(n):
             v, k = scalar_operand(n)
@@ -114,12 +179,18 @@ def _trace(v: ir.Value, op: str) -> tuple[np.ndarray, float] | str:
     return f"{op} not found"
 
 
-def _inv_freq(freqs: ir.Value, scale: float) -> tuple[np.ndarray, float] | str:
-    """freqs = Concat(f, f) with f = positions x inv_freq: the first 1-D float constant above f."""
+def _inv_freq(freqs: ir.Value, scale: float, interleaved: bool) -> tuple[np.ndarray, float] | str:
+    """freqs = Concat(f, f) with f = positions x inv_freq: the first 1-D float constant above f.
+    Interleaved tables are spelt in several ways (Concat of Unsqueezes, Expand, Tile, then Reshape):
+    the layout is left to `verify`, which compares the source's values with the caches."""
     cat = prod(freqs, "Concat")
-    if cat is None or len(cat.inputs) != 2 or cat.inputs[0] is not cat.inputs[1]:
+    if interleaved:
+        start = freqs
+    elif cat is None or len(cat.inputs) != 2 or cat.inputs[0] is not cat.inputs[1]:
         return "frequencies are not duplicated halves (interleaved rotary?)"
-    seen, todo = set(), [cat.inputs[0]]
+    else:
+        start = cat.inputs[0]
+    seen, todo = set(), [start]
     while todo:
         v = todo.pop()
         c = const(v)
@@ -134,7 +205,8 @@ def _inv_freq(freqs: ir.Value, scale: float) -> tuple[np.ndarray, float] | str:
     return "inv_freq constant not found"
 
 
-def verify(cos: ir.Value, sin: ir.Value, tables: tuple[np.ndarray, np.ndarray], n: int = 16) -> float | str:
+def verify(cos: ir.Value, sin: ir.Value, tables: tuple[np.ndarray, np.ndarray], n: int = 16,
+           interleaved: bool = False) -> float | str:
     """Max |source - cache| over probe positions at both ends of the caches, or why it cannot run.
     The source's own cos/sin subgraph is evaluated on onnxruntime (fusion.probe)."""
     from webbuild.fusion import probe
@@ -146,7 +218,7 @@ def verify(cos: ir.Value, sin: ir.Value, tables: tuple[np.ndarray, np.ndarray], 
             return got
         for src, cache in zip(got, tables):
             src = src.reshape(n, -1)
-            half = cache.shape[1]
+            first, second = _halves(src.shape[1], interleaved)
             want = cache[past:past + n]
-            worst = max(worst, float(np.abs(src[:, :half] - want).max()), float(np.abs(src[:, half:] - want).max()))
+            worst = max(worst, float(np.abs(src[:, first] - want).max()), float(np.abs(src[:, second] - want).max()))
     return worst

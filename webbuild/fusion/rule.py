@@ -16,8 +16,9 @@ structural rules below are not patterns because what they recognise is not one f
   scalar factors may or may not be there and stand in several places, repeat_kv and the past-KV Concat
   are optional, Q/K norms may sit between projection and heads, and head counts are read from
   Reshape targets and checked against each other;
-- RoPE (rope) is recognised by its rotate_half Concat in either operand order, and its cos/sin are
-  rebuilt as caches from the graph's inv_freq constant, then checked by evaluating the source subgraph;
+- RoPE (rope) is recognised by its rotate_half Concat or its interleaved pair rotation, in either
+  operand order, and its cos/sin are rebuilt as caches from the graph's inv_freq constant or tables,
+  then checked by evaluating the source subgraph; attention masks likewise are checked by their values;
 - GQA's interface and merge_split act on the graph's inputs and outputs (the past/present KV, the
   stacked outputs of a split export), not on a subgraph; prune_lm_head likewise starts from `logits`;
 - packed QKV (packed_qkv, encoder_packed_qkv) gathers three branches that meet only at the attention

@@ -1,0 +1,73 @@
+"""Decoders exported by Hugging Face Optimum, the exporter users publish browser models with, built
+here from the real exporter and cached.
+
+The exporter runs in a venv of its own (its transformers is older than the zoo's), created once per
+set of EXPORTER_PINS under the cache folder; each family's export is cached under a key of the pins
+and of optimum_export.py, so a change to either rebuilds instead of testing stale graphs.
+
+    python -m tests.fusion.exporters    # build every family's export now (`make optimum-fixtures`)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# optimum-onnx 0.1.0 exports transformers 4.57 models; its export checks shapes with onnxruntime
+EXPORTER_PINS = ("torch==2.13.0", "transformers==4.57.6", "optimum-onnx==0.1.0", "onnxruntime==1.32.0")
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3")  # optimum_export.FAMILIES, without importing it
+SCRIPT = Path(__file__).with_name("optimum_export.py")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("WEBBUILD_CACHE") or Path.home() / ".cache" / "webbuild")
+
+
+def _digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p)
+    return h.hexdigest()[:16]
+
+
+def exporter_python() -> Path:
+    """The exporter venv's python, the venv made first when missing (about a minute: torch's CPU wheel,
+    transformers, optimum-onnx, onnxruntime)."""
+    venv = cache_root() / f"optimum-venv-{_digest(' '.join(EXPORTER_PINS).encode())}"
+    python = venv / "bin" / "python"
+    if not (venv / ".installed").is_file():
+        shutil.rmtree(venv, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *EXPORTER_PINS],
+                       check=True)
+        (venv / ".installed").touch()
+    return python
+
+
+def export(family: str) -> Path:
+    """`family`'s Optimum export folder (model.onnx, config.json), exported now when not cached."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; one of {', '.join(FAMILIES)}")
+    root = cache_root() / "optimum-fixtures" / _digest(" ".join(EXPORTER_PINS).encode(), SCRIPT.read_bytes())
+    out = root / family
+    if not (out / "model.onnx").is_file():
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root) as tmp:  # renamed into place whole, never half written
+            # the exporter's output (tracer warnings, mostly) is shown only when it fails
+            run = subprocess.run([str(exporter_python()), str(SCRIPT), family, str(Path(tmp) / family)],
+                                 capture_output=True, text=True)
+            if run.returncode:
+                raise RuntimeError(f"exporting {family} failed:\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}")
+            shutil.rmtree(out, ignore_errors=True)
+            os.replace(Path(tmp) / family, out)
+    return out
+
+
+if __name__ == "__main__":
+    for name in FAMILIES:
+        print(f"{name}: {export(name)}", flush=True)

@@ -1,0 +1,60 @@
+"""Export tiny random-weight decoders with Hugging Face Optimum, as a user would (run in the exporter's venv).
+
+    python optimum_export.py FAMILY OUT_DIR
+
+FAMILY is one of FAMILIES. The model is built from a config with random weights (no hub download),
+saved with save_pretrained, then exported by `optimum-cli export onnx --task text-generation-with-past`
+from that folder. This file imports neither webbuild nor the tests: the exporter's venv has only
+torch, transformers and optimum-onnx.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+DIMS = dict(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=256, max_position_embeddings=512, rms_norm_eps=1e-5,
+            tie_word_embeddings=False)
+# family -> (config class, model class, extra config)
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", dict(rope_theta=10000.0)),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(rope_theta=1_000_000.0)),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(rope_theta=1_000_000.0, head_dim=16)),
+    # a window shorter than the tests' decode (10 + 16 positions), so that it matters
+    "mistral": ("MistralConfig", "MistralForCausalLM", dict(rope_theta=10000.0, sliding_window=8)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(rope_theta=10000.0, pad_token_id=0)),
+}
+
+
+def build(family: str, folder: Path, seed: int = 0) -> None:
+    """A random-weight CausalLM of `family` saved in `folder`; norm weights and biases randomised too,
+    so a dropped or misplaced norm or bias shows in the logits."""
+    import torch
+    import transformers as tf
+
+    cfg_cls, model_cls, extra = FAMILIES[family]
+    cfg = getattr(tf, cfg_cls)(**DIMS, **extra)
+    torch.manual_seed(seed)
+    model = getattr(tf, model_cls)(cfg).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1 + 0.2 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.05 * torch.randn_like(p))  # larger ones swamp the 0.02-std weights: one token forever
+    model.save_pretrained(folder)
+
+
+def main(family: str, out: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        build(family, Path(tmp))
+        cli = Path(sys.executable).with_name("optimum-cli")
+        subprocess.run([str(cli), "export", "onnx", "--model", tmp, "--task", "text-generation-with-past", out],
+                       check=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
