@@ -295,6 +295,8 @@ def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
 @click.argument("target")
 @click.option("--clips", type=click.Path(path_type=Path), help="Folder of *.wav with same-named *.txt transcripts.")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
+@click.option("--junit", type=click.Path(path_type=Path),
+              help="Write a JUnit XML report here (a test case per clip and per check), for CI test views.")
 @click.option("--browser", help="Chrome/Chromium executable or channel (default: $WEBBUILD_BROWSER, "
               "a system Chrome/Chromium, Playwright's own).")
 @click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
@@ -304,7 +306,7 @@ def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
 @click.option("--clips-max-wer", type=click.FloatRange(0, 1),
               help="WER bound per --clips clip (default: the site's verify.max_wer).")
 @click.option("--timeout", type=float, default=600, show_default=True, help="Seconds per load or clip.")
-def verify(target: str, clips: Path | None, report: Path | None, browser: str | None, ep: str,
+def verify(target: str, clips: Path | None, report: Path | None, junit: Path | None, browser: str | None, ep: str,
            clips_ep: str | None, clips_max_wer: float | None, timeout: float):
     """Check in a real browser that a built site (folder or URL) transcribes correctly and fast.
 
@@ -313,15 +315,16 @@ def verify(target: str, clips: Path | None, report: Path | None, browser: str | 
     for a local folder, with the Python reference on the same graphs. Also checks that a shard
     corrupted in transit is caught and re-fetched, that a second visit loads from the cache, that the
     site falls back to wasm without WebGPU, that no request leaves the origin and that the console
-    shows no errors. Exit code 1 when anything fails.
+    shows no errors. Exit code 1 when anything fails, with a FAIL line (its one-line reason) per
+    failed clip and check; --junit writes the same as JUnit XML for a CI's test view.
 
     \b
     Example:
-      webbuild verify dist --json verify.json
+      webbuild verify dist --json verify.json --junit verify.xml
       webbuild verify dist --clips heldout/ --clips-ep wasm
       webbuild verify https://user.github.io/my-asr/ --browser chrome
     """
-    from webbuild.tools.verify.report import table, write_json
+    from webbuild.tools.verify.report import failures, table, verdict, write_json, write_junit
     from webbuild.tools.verify.runner import Options
     from webbuild.tools.verify.runner import verify as run_verify
 
@@ -331,6 +334,10 @@ def verify(target: str, clips: Path | None, report: Path | None, browser: str | 
     if report:
         write_json(result, report)
         click.echo(f"report: {report}")
+    if junit:
+        write_junit(result, junit)
+        click.echo(f"JUnit report: {junit}")
+    click.echo("\n".join([verdict(result), *failures(result)]))  # last: the verdict, a line per failure
     sys.exit(0 if result["ok"] else 1)
 
 

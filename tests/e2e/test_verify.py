@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,26 @@ def webbuild(*args) -> subprocess.CompletedProcess:
                           cwd=REPO, timeout=1800)
 
 
+def junit_failures(path: Path, report: dict) -> dict[str, str]:
+    """The JUnit file parsed back: its counts agree with the JSON report's clips and checks, per suite and in
+    all; returns {case name: failure message} of the failed cases."""
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert set(suites) == {"clips", "checks"}
+    failed = {}
+    for name, entries in (("clips", report["clips"]), ("checks", report["checks"])):
+        cases = suites[name].findall("testcase")
+        bad = {c.get("name"): c.find("failure").get("message") for c in cases if c.find("failure") is not None}
+        assert int(suites[name].get("tests")) == len(cases) == len(entries)
+        assert int(suites[name].get("failures")) == len(bad) == sum(not e["ok"] for e in entries)
+        failed |= bad
+    assert int(root.get("tests")) == len(report["clips"]) + len(report["checks"])
+    assert int(root.get("failures")) == len(failed)
+    assert all(m and "\n" not in m for m in failed.values())  # a one-line message, as CI views show it
+    return failed
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory):
     out = tmp_path_factory.mktemp("verify") / "dist"
@@ -50,10 +71,12 @@ def clips(tmp_path_factory):
 
 def test_verify_green_on_the_example(dist, clips, tmp_path):
     report_path = tmp_path / "report.json"
-    run = webbuild("verify", dist, "--ep", "wasm", "--clips", clips, "--json", report_path)
+    run = webbuild("verify", dist, "--ep", "wasm", "--clips", clips, "--json", report_path, "--junit",
+                   tmp_path / "junit.xml")
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(report_path.read_text())
     assert report["ok"] and {c["name"] for c in report["checks"]} == CHECKS
+    assert junit_failures(tmp_path / "junit.xml", report) == {}
     assert [r["run"] for r in report["clips"]] == ["samples"] * 4 + ["clips"] * 3 + ["wasm fallback"]
     # every transcript equals the Python reference on the build's own graphs, and the true text
     assert report["reference"] and report["reference_equal"] == 8
@@ -71,7 +94,8 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(dist, clips, tmp_
     (wrong / "clip.txt").write_text("this is not what the clip says\n")
     srv = start(dist, quiet=True, base_path="/")  # a "deployed" site: verify gets only its URL
     try:
-        run = webbuild("verify", srv.url, "--ep", "wasm", "--clips", wrong, "--json", tmp_path / "r.json")
+        run = webbuild("verify", srv.url, "--ep", "wasm", "--clips", wrong, "--json", tmp_path / "r.json",
+                       "--junit", tmp_path / "junit.xml")
     finally:
         srv.shutdown()
     assert run.returncode == 1, run.stdout + run.stderr
@@ -82,7 +106,15 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(dist, clips, tmp_
     assert bad[0]["got"] == "ghost repeat station"
     failed = [c["name"] for c in report["checks"] if not c["ok"]]
     assert failed == ["every transcript within the WER bound (and equal to the Python reference)"]
-    assert "FAIL: 5/6 clips" in run.stdout  # 4 samples, the clip, the wasm fallback
+    # the verdict, then one line per failure with its reason, end the output
+    reason = "WER 1.00 > 0.00: expected 'this is not what the clip says', got 'ghost repeat station'"
+    assert bad[0]["reason"] == reason
+    assert run.stdout.rstrip().splitlines()[-3:] == [
+        "FAIL: 5/6 clips, 9/10 checks",
+        f"FAIL clip clip.wav (clips, wasm): {reason}",
+        f"FAIL check {failed[0]}: 5/6 clips; first failure clip.wav (clips): {reason}"]
+    assert junit_failures(tmp_path / "junit.xml", report) == {"clip.wav [wasm]": reason,
+                                                              failed[0]: report["checks"][-1]["detail"]}
 
 
 def test_verify_input_errors(dist, tmp_path):

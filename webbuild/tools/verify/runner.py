@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 from webbuild.errors import VerifyInputError, require_extra
 from webbuild.reference.wer import corpus_wer, wer
 from webbuild.site.contract import SAMPLES_FILE
+from webbuild.text import one_line
 from webbuild.tools import browser as br
 
 SHARDS = "**/model/shards/*"
@@ -125,11 +126,20 @@ VISIT_INFO = ("ep", "variant", "adapter", "threads", "kvCache", "decode", "load"
 def row(clip: Clip, state: dict, reference: str | None, max_wer: float, run: str) -> dict:
     got, m = state["text"], state.get("metrics") or {}
     rate = wer(clip.text, got) if state["error"] is None else 1.0
-    ok = state["error"] is None and rate <= max_wer and (reference is None or got == reference)
+    if state["error"] is not None:
+        reason = f"error: {state['error']}"
+    elif rate > max_wer:
+        reason = f"WER {rate:.2f} > {max_wer:.2f}: expected {clip.text!r}, got {got!r}"
+    elif reference is not None and got != reference:
+        reason = f"differs from the Python reference on the same build: got {got!r}, reference {reference!r}"
+    else:
+        reason = None
     return {"clip": clip.name, "run": run, "ep": state["info"]["ep"], "expected": clip.text, "got": got,
-            "reference": reference, "wer": rate, "max_wer": max_wer, "ok": ok, "error": state["error"],
+            "reference": reference, "wer": rate, "max_wer": max_wer, "ok": reason is None,
+            "reason": reason and one_line(reason), "error": state["error"],
             **{k: m.get(k) for k in ("audio_ms", "encoder_ms", "ttft_ms", "prompt_tokens", "prefill_tokens_per_s",
-                                     "generated_tokens", "decode_tokens_per_s", "rtf")}}
+                                     "generated_tokens", "decode_tokens", "decode_ms", "decode_tokens_per_s",
+                                     "total_ms", "rtf")}}
 
 
 class Verifier:
@@ -142,6 +152,8 @@ class Verifier:
         self.reference = Reference(None)
 
     def check(self, name: str, ok: bool, detail: str = "") -> bool:
+        """Record a check; its detail is one line (the reason shown when it fails, in the table and JUnit)."""
+        detail = one_line(detail)
         self.checks.append({"name": name, "ok": bool(ok), "detail": detail})
         log.info(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
         return ok
@@ -243,9 +255,10 @@ class Verifier:
                    f"{len(self.log['requests'])} requests, {len(outside)} elsewhere {outside[:3]}")
         errors = [c for c in self.log["console"] if c.startswith("error:")] + self.log["errors"]
         self.check("console has no errors", not errors, "; ".join(errors[:3]))
+        failed = [r for r in self.rows if not r["ok"]]
+        first = f"; first failure {failed[0]['clip']} ({failed[0]['run']}): {failed[0]['reason']}" if failed else ""
         self.check("every transcript within the WER bound (and equal to the Python reference)",
-                   self.rows and all(r["ok"] for r in self.rows),
-                   f"{sum(r['ok'] for r in self.rows)}/{len(self.rows)} clips")
+                   self.rows and not failed, f"{len(self.rows) - len(failed)}/{len(self.rows)} clips{first}")
 
     def run(self) -> dict:
         require_extra("verify", "webbuild verify", "playwright")  # `make site` installs no browser driver
