@@ -90,7 +90,7 @@ def test_site_files(site):
     html = (dist / "index.html").read_text()
     assert "<title>Tiny test</title>" in html
     assert json.loads((dist / SAMPLES_FILE).read_text()) == {
-        "name": "tiny-test", "base_path": "/demo/", "max_wer": 0.0,
+        "name": "tiny-test", "base_path": "/demo/", "max_wer": 0.0, "min_decode_tokens_per_s": {},
         "samples": [{"id": "sample-0", "src": "samples/00-clip.wav", "text": "a tone", "label": "clip"}]}
     assert "<script>" not in html and "style=" not in html  # nothing inline: the CSP allows only files
     headers = (dist / "_headers").read_text()

@@ -12,6 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import yaml
 
 from webbuild.tools.browser import choose
 from webbuild.tools.serve import start
@@ -21,7 +22,9 @@ EXAMPLE = REPO / "examples" / "tiny-asr"
 CHECKS = {"first visit: model loads", "corrupted shard detected and recovered", "second visit: model loads",
           "second visit loads the model from the cache", "WebGPU off: model loads",
           "wasm fallback when WebGPU is off", "wasm fallback transcribes", "no request leaves the origin",
-          "console has no errors", "every transcript within the WER bound (and equal to the Python reference)"}
+          "console has no errors", "every transcript within the WER bound (and equal to the Python reference)",
+          "decode speed on wasm at or above the floor"}  # the example's model.yaml sets one; verify runs on wasm
+FLOOR = "decode speed on wasm at or above the floor"
 pytestmark = [
     pytest.mark.skipif(choose().source == "playwright", reason="no system Chrome/Chromium"),
 ]
@@ -84,7 +87,27 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
     for r in report["clips"]:
         assert r["ttft_ms"] > 0 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0 and r["rtf"] > 0
     assert report["load_ms"]["cold"] > 0 and report["load_ms"]["warm"] > 0
-    assert "harmony emerge surprise" in run.stdout and "PASS: 8/8 clips, 10/10 checks" in run.stdout
+    assert "harmony emerge surprise" in run.stdout and "PASS: 8/8 clips, 11/11 checks" in run.stdout
+    # the floor of the example's model.yaml reached the site (samples.json) and was checked on all 8 clips
+    floor = yaml.safe_load((EXAMPLE / "model.yaml").read_text())["verify"]["min_decode_tokens_per_s"]["wasm"]
+    speed = report["decode_speed"]["wasm"]
+    assert speed["clips"] == 8 and speed["floor"] == floor and speed["floor_from"].startswith("model.yaml")
+    assert speed["decode_tokens_per_s"] >= floor and list(report["decode_speed"]) == ["wasm"]
+
+
+def test_verify_fails_below_the_decode_speed_floor(dist, tmp_path):
+    run = webbuild("verify", dist, "--ep", "wasm", "--min-decode-tokens-per-s", "1e9", "--json", tmp_path / "r.json",
+                   "--junit", tmp_path / "junit.xml")
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert all(r["ok"] for r in report["clips"])  # only the speed fails
+    [check] = [c for c in report["checks"] if not c["ok"]]
+    rate = report["decode_speed"]["wasm"]["decode_tokens_per_s"]
+    assert check["name"] == FLOOR and check["detail"] == (
+        f"measured {rate:.1f} tokens/s on wasm over 5 clips, below the floor of 1e+09 (--min-decode-tokens-per-s)")
+    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 5/5 clips, 10/11 checks",
+                                                     f"FAIL check {FLOOR}: {check['detail']}"]
+    assert junit_failures(tmp_path / "junit.xml", report) == {FLOOR: check["detail"]}
 
 
 def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(dist, clips, tmp_path):
@@ -110,11 +133,11 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(dist, clips, tmp_
     reason = "WER 1.00 > 0.00: expected 'this is not what the clip says', got 'ghost repeat station'"
     assert bad[0]["reason"] == reason
     assert run.stdout.rstrip().splitlines()[-3:] == [
-        "FAIL: 5/6 clips, 9/10 checks",
+        "FAIL: 5/6 clips, 10/11 checks",
         f"FAIL clip clip.wav (clips, wasm): {reason}",
         f"FAIL check {failed[0]}: 5/6 clips; first failure clip.wav (clips): {reason}"]
-    assert junit_failures(tmp_path / "junit.xml", report) == {"clip.wav [wasm]": reason,
-                                                              failed[0]: report["checks"][-1]["detail"]}
+    detail = next(c["detail"] for c in report["checks"] if not c["ok"])
+    assert junit_failures(tmp_path / "junit.xml", report) == {"clip.wav [wasm]": reason, failed[0]: detail}
 
 
 def test_verify_input_errors(dist, tmp_path):

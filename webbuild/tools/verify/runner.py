@@ -16,14 +16,14 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from webbuild.errors import VerifyInputError, require_extra
 from webbuild.reference.wer import corpus_wer, wer
 from webbuild.site.contract import SAMPLES_FILE
-from webbuild.text import one_line
+from webbuild.text import one_line, plural
 from webbuild.tools import browser as br
 
 SHARDS = "**/model/shards/*"
@@ -39,6 +39,7 @@ class Options:
     clips_ep: str | None = None  # None: same page as the samples; else a second visit on it ('auto' too)
     clips_max_wer: float | None = None  # None: the site's verify.max_wer
     timeout_s: float = 600
+    min_decode_tokens_per_s: dict[str, float] = field(default_factory=dict)  # provider -> floor, over the site's
 
 
 @dataclass
@@ -260,6 +261,28 @@ class Verifier:
         self.check("every transcript within the WER bound (and equal to the Python reference)",
                    self.rows and not failed, f"{len(self.rows) - len(failed)}/{len(self.rows)} clips{first}")
 
+    def speed_checks(self, site_floors: dict) -> dict[str, dict]:
+        """Decode tokens/s per provider, over every clip decoded on it without error (tokens over time, so
+        long clips weigh more), against its floor: the CLI's, else the site's (model.yaml)."""
+        floors = {ep: (v, "model.yaml verify.min_decode_tokens_per_s") for ep, v in site_floors.items()}
+        floors |= {ep: (v, "--min-decode-tokens-per-s") for ep, v in self.opts.min_decode_tokens_per_s.items()}
+        speeds = {}
+        for ep in sorted({r["ep"] for r in self.rows}):
+            rows = [r for r in self.rows if r["ep"] == ep and r["error"] is None and r.get("decode_ms")]
+            if not rows:
+                continue
+            rate = 1000 * sum(r["decode_tokens"] for r in rows) / sum(r["decode_ms"] for r in rows)
+            floor, source = floors.get(ep, (None, None))
+            speeds[ep] = {"decode_tokens_per_s": rate, "clips": len(rows), "floor": floor, "floor_from": source}
+            if floor is not None:
+                ok = rate >= floor
+                self.check(f"decode speed on {ep} at or above the floor", ok,
+                           f"measured {rate:.1f} tokens/s on {ep} over {plural(len(rows), 'clip')}, "
+                           f"{'at or above' if ok else 'below'} the floor of {floor:g} ({source})")
+        for ep in sorted(set(floors) - set(speeds)):
+            log.info(f"no clip decoded on {ep}: its floor of {floors[ep][0]:g} tokens/s is not checked")
+        return speeds
+
     def run(self) -> dict:
         require_extra("verify", "webbuild verify", "playwright")  # `make site` installs no browser driver
         from playwright.sync_api import sync_playwright
@@ -282,9 +305,10 @@ class Verifier:
                 browser.close()
             self.fallback_visit(pw, choice, url, (samples or clips or [None])[0], max_wer)
             self.final_checks(url)
-        return self.report(choice, url, max_wer, time.monotonic() - t0)
+            speeds = self.speed_checks(data.get("min_decode_tokens_per_s") or {})
+        return self.report(choice, url, max_wer, speeds, time.monotonic() - t0)
 
-    def report(self, choice, url: str, max_wer: float, seconds: float) -> dict:
+    def report(self, choice, url: str, max_wer: float, speeds: dict, seconds: float) -> dict:
         first = self.visits.get("first visit", {})
         return {
             "target": self.opts.target, "url": url, "browser": choice.describe(),
@@ -294,6 +318,7 @@ class Verifier:
             "load_ms": {"cold": self._load_ms("first visit"), "warm": self._load_ms("second visit")},
             "clips_wer": corpus_wer([(r["expected"], r["got"]) for r in self.rows if r["run"] == "clips"]),
             "reference_equal": sum(r["got"] == r["reference"] for r in self.rows if r["reference"] is not None),
+            "decode_speed": speeds,
             "visits": self.visits, "checks": self.checks, "clips": self.rows, "duration_s": round(seconds, 1),
         }
 
