@@ -377,7 +377,7 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
 @click.option("--runtime", type=click.Choice(["node", "browser"]), default="node", show_default=True,
               help="node: the site's runtime modules under Node; browser: the site's own page in Chromium.")
 @click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
-              help="Execution provider; auto takes WebGPU when an adapter exists.")
+              help="Execution provider; auto takes WebGPU on a hardware adapter, else wasm (the page's choice).")
 @click.option("--decode-tokens", type=click.IntRange(1), default=128, show_default=True,
               help="Length of the synthetic greedy decode that gives ms/token.")
 @click.option("--repeat", type=click.IntRange(1), default=1, show_default=True, help="Timed runs per sample clip.")
