@@ -70,8 +70,8 @@ test-python: setup-test
 test-js:
 	node --test tests/js/
 
-# `webbuild verify` on the embedded example, as a deployer would run it: the 4 samples on the page's own
-# choice (SwiftShader WebGPU here), 20 held-out clips on wasm (SwiftShader is ~100x slower), and
+# `webbuild verify` on the embedded example, as a deployer would run it: the 4 samples on WebGPU (--ep webgpu:
+# SwiftShader here, where the page's own choice is wasm), 20 held-out clips on wasm (SwiftShader is ~100x slower), and
 # the cache / corrupted shard / fallback / origin / console checks. The full report stays in
 # e2e-report.json; a short summary (scripts/e2e_summary.py) ends the output, the last lines of `make test`.
 # Held-out clips may differ from their transcript by one word in four (the model's held-out WER is
@@ -82,7 +82,7 @@ e2e: setup-test system-deps
 	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o $(E2E_DIR)/dist
 	$(PY) -m webbuild.train.clips $(E2E_DIR)/clips --count 20
 	@start=$$(date +%s); rc=0; \
-	$(VENV)/bin/webbuild verify $(E2E_DIR)/dist --clips $(E2E_DIR)/clips --clips-ep wasm --clips-max-wer 0.25 \
+	$(VENV)/bin/webbuild verify $(E2E_DIR)/dist --ep webgpu --clips $(E2E_DIR)/clips --clips-ep wasm --clips-max-wer 0.25 \
 	  --json e2e-report.json || rc=$$?; \
 	$(PY) scripts/e2e_summary.py e2e-report.json --seconds $$(( $$(date +%s) - start )) --rc $$rc; exit $$rc
 

@@ -113,7 +113,8 @@ class SitePage:
         self.page = browser.new_context().new_page()
         self.log = br.watch(self.page)
         t0 = time.monotonic()
-        br.open_page(self.page, url + f"?max_new_tokens={args.clip_tokens}", args.timeout)
+        # ep=webgpu: on SwiftShader (--allow-software) the page would take wasm; check_adapter guards the GPU
+        br.open_page(self.page, url + f"?ep=webgpu&max_new_tokens={args.clip_tokens}", args.timeout)
         self.wall_s = time.monotonic() - t0
         self.state = self.page.evaluate("() => window.webbuild")
         if self.state["status"] != "ready":

@@ -12,17 +12,11 @@ import argparse
 import json
 from pathlib import Path
 
+from webbuild.tools.verify.report import failures, verdict
+
 
 def summary(report: dict, path: str) -> list[str]:
-    clips, checks = report["clips"], report["checks"]
-    lines = [f"{'PASS' if report['ok'] else 'FAIL'}: {sum(c['ok'] for c in clips)}/{len(clips)} clips, "
-             f"{sum(c['ok'] for c in checks)}/{len(checks)} checks (full report: {path})"]
-    for c in clips:
-        if not c["ok"]:
-            why = c["error"] or f"expected {c['expected']!r}, got {c['got']!r}, WER {c['wer']}"
-            lines.append(f"FAIL clip {c['clip']} ({c['run']}, {c['ep']}): {why}")
-    lines += [f"FAIL check {c['name']}" + (f": {c['detail']}" if c["detail"] else "") for c in checks if not c["ok"]]
-    return lines
+    return [f"{verdict(report)} (full report: {path})", *failures(report)]
 
 
 def main() -> None:

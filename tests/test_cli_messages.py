@@ -145,6 +145,15 @@ def test_serve_refuses_a_folder_that_is_not_a_built_site(tmp_path):
                     "`webbuild model.yaml` builds one into dist/")
 
 
+@pytest.mark.parametrize("bad", ["cpu=3", "0", "wasm=fast"])
+def test_decode_speed_floor_option_names_its_forms(bad):
+    r = webbuild("verify", "dist", "--min-decode-tokens-per-s", bad, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.rstrip().splitlines()[-1] == (
+        "Error: Invalid value for '--min-decode-tokens-per-s': expected N or PROVIDER=N, N > 0 tokens/s and "
+        f"PROVIDER one of webgpu, wasm (e.g. 20 or wasm=20); got '{bad}'")
+
+
 def _commands(group: click.Group, prefix: str = "webbuild"):
     yield prefix, group
     for name, cmd in group.commands.items():

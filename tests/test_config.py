@@ -25,6 +25,9 @@ def run_build(tmp_path: Path, text: str):
     return result
 
 
+HEAD = "name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\n"
+
+
 @pytest.mark.parametrize("text, where, expected", [
     ("name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\ncolour: red\n", "colour", "unknown key"),
     ("name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\nshard: {max_bytes: lots}\n",
@@ -35,6 +38,13 @@ def run_build(tmp_path: Path, text: str):
     ("name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\n", "source.dir", "lacks encoder.onnx"),
     ("name: t\nsource: {layout: merged, dir: ./model}\nsite: {base_path: sub}\n", "site.base_path", "start"),
     ("name: t\nsource: [1, 2]\n", "source", "valid dictionary"),
+    (f"{HEAD}verify: {{min_decode_tokens_per_s: fast}}\n", "verify.min_decode_tokens_per_s",
+     "expected tokens/s as a number (every provider) or a mapping such as {webgpu: 2, wasm: 20}; got 'fast'"),
+    (f"{HEAD}verify: {{min_decode_tokens_per_s: -1}}\n", "verify.min_decode_tokens_per_s", "expected a floor > 0"),
+    (f"{HEAD}verify: {{min_decode_tokens_per_s: {{cpu: 3}}}}\n", "verify.min_decode_tokens_per_s.cpu",
+     "unknown key"),
+    (f"{HEAD}verify: {{min_decode_tokens_per_s: {{wasm: 0}}}}\n", "verify.min_decode_tokens_per_s.wasm",
+     "greater than 0"),
 ])
 def test_bad_model_yaml(tmp_path, text, where, expected):
     result = run_build(tmp_path, text)
@@ -71,3 +81,16 @@ def test_relative_source_dir_resolves_against_yaml(tmp_path, zoo_export):
     path = tmp_path / "sub" / "model.yaml"
     path.write_text("name: x\nsource: {layout: qwen3-asr-split, dir: ./model}\n")
     assert load_config(path).source.dir == tmp_path / "sub" / "model"
+
+
+@pytest.mark.parametrize("floor, floors", [
+    (None, {}), (5, {"webgpu": 5, "wasm": 5}), ({"wasm": 20}, {"wasm": 20}),
+    ({"webgpu": 0.5, "wasm": 20}, {"webgpu": 0.5, "wasm": 20}),
+])
+def test_decode_speed_floor_is_one_number_or_one_per_provider(floor, floors):
+    from webbuild.config import BuildConfig
+
+    raw = {"name": "t", "source": {"layout": "merged", "dir": "m"}}
+    if floor is not None:
+        raw["verify"] = {"min_decode_tokens_per_s": floor}
+    assert BuildConfig.model_validate(raw).verify.decode_floors() == floors

@@ -26,3 +26,6 @@ def test_nested_keys_and_constraints_are_listed():
     assert rows["site.samples[].text"] == ("string", "required", "length >= 1")
     assert rows["variants"] == ("list of strings", "`[fp16, fp32]`", "`fp16`, `fp32`, length >= 1")
     assert "config_path" not in rows  # set by the loader, not written in model.yaml
+    # a number for every provider, or a mapping of them: the type says both, the providers are listed
+    assert rows["verify.min_decode_tokens_per_s"] == ("mapping or number", "", "")
+    assert rows["verify.min_decode_tokens_per_s.wasm"] == ("number or null", "`null`", "> 0")

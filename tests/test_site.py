@@ -18,7 +18,7 @@ from webbuild.reference.audio import read_wav, write_wav
 from webbuild.reference.prompt import build_prompt
 from webbuild.site.contract import ORT_DIR, ORT_MODULES, ORT_WASM, SAMPLES_FILE
 from webbuild.site.manifest import load_manifest, verify_manifest
-from webbuild.tools.browser import QUIET, open_site, wait_for  # noqa: F401 (one copy, shared with webbuild verify)
+from webbuild.tools.browser import QUIET, open_page, open_site, wait_for  # noqa: F401 (one copy, shared with webbuild verify)
 
 CHROMIUM = Path("/usr/bin/chromium")
 MAX_BYTES = 4 * 2**20  # small, so the decoder data and ORT's wasm arrive in several shards
@@ -90,7 +90,7 @@ def test_site_files(site):
     html = (dist / "index.html").read_text()
     assert "<title>Tiny test</title>" in html
     assert json.loads((dist / SAMPLES_FILE).read_text()) == {
-        "name": "tiny-test", "base_path": "/demo/", "max_wer": 0.0,
+        "name": "tiny-test", "base_path": "/demo/", "max_wer": 0.0, "min_decode_tokens_per_s": {},
         "samples": [{"id": "sample-0", "src": "samples/00-clip.wav", "text": "a tone", "label": "clip"}]}
     assert "<script>" not in html and "style=" not in html  # nothing inline: the CSP allows only files
     headers = (dist / "_headers").read_text()
@@ -297,7 +297,8 @@ def test_webgpu_transcribes_like_the_reference(playwright, graph, request):
     if graph == "fused":  # the GQA graph prefills in runs the WebGPU kernel gets right
         rt = json.loads(next((site / "dist" / "model" / "shards").glob("runtime.json.*")).read_bytes())
         assert rt["webgpu_prefill_chunk"] == 31
-    with site_page(playwright, site, f"?max_new_tokens={NEW_TOKENS}", webgpu=True) as (srv, page, log):
+    # ?ep=webgpu: SwiftShader is software, where the page would take wasm on its own
+    with site_page(playwright, site, f"?ep=webgpu&max_new_tokens={NEW_TOKENS}", webgpu=True) as (srv, page, log):
         state = page.evaluate("() => window.webbuild")
         assert state["status"] == "ready", state
         assert state["info"]["ep"] == "webgpu" and state["info"]["variant"] == "fp32"  # no shader-f16 here
@@ -309,6 +310,25 @@ def test_webgpu_transcribes_like_the_reference(playwright, graph, request):
         check_metrics(page, state)
         assert page.inner_text("#transcript") == state["text"]
         check_same_origin(srv, log)
+
+
+@needs_chromium
+def test_software_webgpu_gets_wasm_with_a_note_unless_ep_webgpu(playwright, site):
+    # this machine's only WebGPU adapter is SwiftShader (software), ~100x slower than wasm here
+    with site_page(playwright, site, "?max_new_tokens=2", webgpu=True) as (srv, page, _):
+        state = page.evaluate("() => window.webbuild")
+        assert state["status"] == "ready", state
+        assert state["info"]["ep"] == "wasm" and state["info"]["variant"] == "fp32", state["info"]
+        note = page.inner_text("#notice")
+        assert page.is_visible("#notice") and note == state["info"]["notice"]
+        assert note.startswith("WebGPU here is a software renderer (") and "swiftshader" in note.lower()
+        assert note.endswith("; using WebAssembly (add ?ep=webgpu to force WebGPU).")
+        assert "WebAssembly" in page.inner_text("#status")
+        forced = page.context.browser.new_page()
+        open_page(forced, srv.url + "?ep=webgpu&max_new_tokens=2")
+        state = forced.evaluate("() => window.webbuild")
+        assert state["status"] == "ready" and state["info"]["ep"] == "webgpu", state
+        assert "swiftshader" in state["info"]["adapter"].lower() and forced.is_hidden("#notice")
 
 
 @needs_chromium

@@ -92,7 +92,8 @@ def test_example_site_transcribes_its_samples(playwright, example_site, expected
 
     work, samples = example_site
     srv = start(work / "dist", quiet=True, base_path="/demo/")
-    browser, page, log = open_site(playwright, srv, "", webgpu=webgpu)
+    # ?ep=webgpu: on this machine's SwiftShader the page's own choice is wasm
+    browser, page, log = open_site(playwright, srv, "?ep=webgpu" if webgpu else "", webgpu=webgpu)
     try:
         info = page.evaluate("() => window.webbuild.info")
         assert info["ep"] == ("webgpu" if webgpu else "wasm")

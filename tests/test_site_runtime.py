@@ -75,6 +75,38 @@ def test_variant_choice():
                  {"ep": "webgpu", "variant": "fp32"}]
 
 
+def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
+    r = node("""
+      import { chooseVariant, softwareAdapter } from './runtime/probe.js';
+      import { choiceNotice } from './runtime/site.js';
+      const m = { variants: { fp16: { requires: ['shader-f16'] }, fp32: { requires: [] } } };
+      const names = [
+        [{ vendor: 'google', architecture: 'swiftshader' }, false],
+        [{ description: 'llvmpipe (LLVM 15.0.7, 256 bits)' }, false],
+        [{ description: 'Microsoft Basic Render Driver' }, false],
+        [{ vendor: 'mesa', device: 'Software Rasterizer' }, false],
+        [{ vendor: 'nvidia', architecture: 'hopper' }, true], [{ vendor: 'nvidia', architecture: 'hopper' }, false],
+        [{ vendor: 'apple', architecture: 'metal-3' }, false],
+      ];
+      const soft = { adapter: {}, shaderF16: true, software: true, description: 'google / swiftshader' };
+      const none = { adapter: null, reason: 'no adapter here' };
+      const auto = chooseVariant(m, soft);
+      console.log(JSON.stringify({
+        software: names.map(([info, fallback]) => softwareAdapter(info, fallback)),
+        auto, forced: chooseVariant(m, soft, 'webgpu'), asked: chooseVariant(m, soft, 'wasm'),
+        notes: [choiceNotice(auto, soft), choiceNotice(auto, soft, 'wasm'), choiceNotice(chooseVariant(m, none), none),
+                choiceNotice(chooseVariant(m, soft, 'webgpu'), soft, 'webgpu')],
+      }));
+    """)
+    assert r["software"] == [True, True, True, True, True, False, False]  # the fallback flag alone suffices
+    assert r["auto"] == {"ep": "wasm", "variant": "fp32"} and r["asked"] == r["auto"]
+    assert r["forced"] == {"ep": "webgpu", "variant": "fp16"}  # ?ep=webgpu keeps WebGPU (and shader-f16)
+    assert r["notes"] == [
+        "WebGPU here is a software renderer (google / swiftshader); using WebAssembly "
+        "(add ?ep=webgpu to force WebGPU).",
+        None, "WebGPU is not available (no adapter here); running on the CPU with WebAssembly, which is slower.", None]
+
+
 def test_js_contract_names_equal_the_python_ones():
     from webbuild.site.contract import RUNTIME_FILE, SAMPLES_FILE
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from webbuild.config import Quantize
+from webbuild.config import PROVIDERS, Quantize
 from webbuild.errors import AudioError, BenchError, CommandError, ZooError
 from webbuild.text import plural
 
@@ -290,11 +290,32 @@ def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
     serve_forever(dir, host, port, base_path=base_path, coop_coep=coop_coep)
 
 
+class DecodeFloor(click.ParamType):
+    """`N` (every provider) or `PROVIDER=N`: a decode tokens/s floor for `webbuild verify`."""
+
+    name = "[PROVIDER=]N"
+
+    def convert(self, value, param, ctx) -> tuple[str | None, float]:
+        if isinstance(value, tuple):
+            return value
+        ep, _, number = value.rpartition("=")
+        try:
+            floor = float(number)
+        except ValueError:
+            floor = float("nan")
+        if (ep and ep not in PROVIDERS) or not 0 < floor < float("inf"):
+            self.fail(f"expected N or PROVIDER=N, N > 0 tokens/s and PROVIDER one of {', '.join(PROVIDERS)} "
+                      f"(e.g. 20 or wasm=20); got {value!r}", param, ctx)
+        return ep or None, floor
+
+
 @main.command()
 @verbose_option(_debug)
 @click.argument("target")
 @click.option("--clips", type=click.Path(path_type=Path), help="Folder of *.wav with same-named *.txt transcripts.")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
+@click.option("--junit", type=click.Path(path_type=Path),
+              help="Write a JUnit XML report here (a test case per clip and per check), for CI test views.")
 @click.option("--browser", help="Chrome/Chromium executable or channel (default: $WEBBUILD_BROWSER, "
               "a system Chrome/Chromium, Playwright's own).")
 @click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
@@ -303,9 +324,14 @@ def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
               help="Run --clips on this provider, on a second visit (default: with the samples).")
 @click.option("--clips-max-wer", type=click.FloatRange(0, 1),
               help="WER bound per --clips clip (default: the site's verify.max_wer).")
+@click.option("--min-decode-tokens-per-s", "floors", type=DecodeFloor(), multiple=True,
+              help="Fail when the clips decoded on a provider average fewer tokens/s than N: N for every "
+                   "provider, PROVIDER=N (webgpu, wasm) for one; repeatable; replaces the site's "
+                   "verify.min_decode_tokens_per_s for the providers it names.")
 @click.option("--timeout", type=float, default=600, show_default=True, help="Seconds per load or clip.")
-def verify(target: str, clips: Path | None, report: Path | None, browser: str | None, ep: str,
-           clips_ep: str | None, clips_max_wer: float | None, timeout: float):
+def verify(target: str, clips: Path | None, report: Path | None, junit: Path | None, browser: str | None, ep: str,
+           clips_ep: str | None, clips_max_wer: float | None, floors: tuple[tuple[str | None, float], ...],
+           timeout: float):
     """Check in a real browser that a built site (folder or URL) transcribes correctly and fast.
 
     Transcribes every sample of the site (and --clips) and compares with the expected text
@@ -313,24 +339,35 @@ def verify(target: str, clips: Path | None, report: Path | None, browser: str | 
     for a local folder, with the Python reference on the same graphs. Also checks that a shard
     corrupted in transit is caught and re-fetched, that a second visit loads from the cache, that the
     site falls back to wasm without WebGPU, that no request leaves the origin and that the console
-    shows no errors. Exit code 1 when anything fails.
+    shows no errors, and, where model.yaml's verify.min_decode_tokens_per_s or
+    --min-decode-tokens-per-s sets a floor for a provider, that the clips decoded on it reach that
+    many tokens/s (measured on this machine: set floors for the one that runs verify). Exit code 1
+    when anything fails, with a FAIL line (its one-line reason) per failed clip and check; --junit
+    writes the same as JUnit XML for a CI's test view.
 
     \b
     Example:
-      webbuild verify dist --json verify.json
+      webbuild verify dist --json verify.json --junit verify.xml
       webbuild verify dist --clips heldout/ --clips-ep wasm
+      webbuild verify dist --ep wasm --min-decode-tokens-per-s wasm=50
       webbuild verify https://user.github.io/my-asr/ --browser chrome
     """
-    from webbuild.tools.verify.report import table, write_json
+    from webbuild.tools.verify.report import failures, table, verdict, write_json, write_junit
     from webbuild.tools.verify.runner import Options
     from webbuild.tools.verify.runner import verify as run_verify
 
-    opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_ep, clips_max_wer, timeout)
+    overrides = {name: floor for provider, floor in floors for name in ([provider] if provider else PROVIDERS)}
+    opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_ep, clips_max_wer, timeout,
+                   min_decode_tokens_per_s=overrides)
     result = run_verify(opts)
     click.echo(table(result))
     if report:
         write_json(result, report)
         click.echo(f"report: {report}")
+    if junit:
+        write_junit(result, junit)
+        click.echo(f"JUnit report: {junit}")
+    click.echo("\n".join([verdict(result), *failures(result)]))  # last: the verdict, a line per failure
     sys.exit(0 if result["ok"] else 1)
 
 
@@ -340,7 +377,7 @@ def verify(target: str, clips: Path | None, report: Path | None, browser: str | 
 @click.option("--runtime", type=click.Choice(["node", "browser"]), default="node", show_default=True,
               help="node: the site's runtime modules under Node; browser: the site's own page in Chromium.")
 @click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
-              help="Execution provider; auto takes WebGPU when an adapter exists.")
+              help="Execution provider; auto takes WebGPU on a hardware adapter, else wasm (the page's choice).")
 @click.option("--decode-tokens", type=click.IntRange(1), default=128, show_default=True,
               help="Length of the synthetic greedy decode that gives ms/token.")
 @click.option("--repeat", type=click.IntRange(1), default=1, show_default=True, help="Timed runs per sample clip.")

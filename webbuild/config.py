@@ -119,9 +119,41 @@ class Site(_Strict):
         return v
 
 
+PROVIDERS = ("webgpu", "wasm")  # the page's execution providers (its ?ep=), as `webbuild verify` reports them
+
+
+class DecodeFloor(_Strict):
+    webgpu: float | None = Field(None, gt=0, description="floor on WebGPU; null: none")
+    wasm: float | None = Field(None, gt=0, description="floor on wasm (WebAssembly on the CPU); null: none")
+
+
 class Verify(_Strict):
     max_wer: float = Field(0.0, ge=0.0, description="word error rate allowed per sample in `webbuild verify` "
                                                     "(a fraction; insertions can take it above 1)")
+    min_decode_tokens_per_s: DecodeFloor = Field(
+        DecodeFloor(), description="decode speed `webbuild verify` requires, in tokens/s over all clips that ran on a "
+                                   "provider, per provider: `{webgpu: 2, wasm: 20}`, or one number for both; "
+                                   "`--min-decode-tokens-per-s` overrides it. Speeds depend on the machine "
+                                   "verify runs on, so set floors for the one that runs it (e.g. your CI's)",
+        json_schema_extra={"kind": "mapping or number"})
+
+    @field_validator("min_decode_tokens_per_s", mode="before")
+    @classmethod
+    def _one_floor_for_all(cls, v):
+        if v is None:  # `min_decode_tokens_per_s:` left empty: no floor
+            return {}
+        if isinstance(v, bool) or not isinstance(v, int | float | dict | DecodeFloor):
+            raise ValueError("expected tokens/s as a number (every provider) or a mapping such as "
+                             "{webgpu: 2, wasm: 20}")
+        if isinstance(v, int | float):
+            if v <= 0:
+                raise ValueError("expected a floor > 0 tokens/s (leave the key out for none)")
+            return dict.fromkeys(PROVIDERS, v)
+        return v
+
+    def decode_floors(self) -> dict[str, float]:
+        """{provider: tokens/s} of the providers with a floor."""
+        return {ep: v for ep in PROVIDERS if (v := getattr(self.min_decode_tokens_per_s, ep)) is not None}
 
 
 class BuildConfig(_Strict):
@@ -185,7 +217,8 @@ def _message(err: dict) -> str:
         return f"expected one of {err['ctx']['expected']}; got {err['input']!r}"
     if kind == "string_pattern_mismatch":
         return f"got {err['input']!r}; expected lower-case letters, digits, '.', '_' or '-'"
-    return f"{err['msg']}; got {err['input']!r}" if "input" in err else err["msg"]
+    msg = err["msg"].removeprefix("Value error, ")  # pydantic's prefix to a validator's own message
+    return f"{msg}; got {err['input']!r}" if "input" in err else msg
 
 
 def _resolve_paths(cfg: BuildConfig, root: Path) -> BuildConfig:

@@ -1,10 +1,12 @@
-"""How numbers read in human output (logs, tables, error lines): one convention for every command.
+"""How numbers and reasons read in human output (logs, tables, error lines): one convention for every command.
 
 Sizes are 1024-based (MiB, GiB), as the shard limit (25 MiB) and the hosts' caps are written; JSON
 reports keep plain bytes. Counts agree with their noun ("1 clip", "4 clips").
 """
 
 from __future__ import annotations
+
+import re
 
 _UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
@@ -20,3 +22,9 @@ def size(n_bytes: int | float) -> str:
 def plural(n: int, noun: str) -> str:
     """`n` with `noun` in the singular for 1 ("1 clip") and with an s otherwise ("0 clips", "4 clips")."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def one_line(text: str) -> str:
+    """`text` with its line breaks (a browser's stack trace, a multi-line message) folded into spaces:
+    a reason in a table row, a log line or an XML attribute stays one line."""
+    return re.sub(r"\s*\n\s*", " ", text.strip())

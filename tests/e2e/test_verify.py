@@ -8,9 +8,11 @@ import json
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import yaml
 
 from webbuild.tools.browser import choose
 from webbuild.tools.serve import start
@@ -20,7 +22,9 @@ EXAMPLE = REPO / "examples" / "tiny-asr"
 CHECKS = {"first visit: model loads", "corrupted shard detected and recovered", "second visit: model loads",
           "second visit loads the model from the cache", "WebGPU off: model loads",
           "wasm fallback when WebGPU is off", "wasm fallback transcribes", "no request leaves the origin",
-          "console has no errors", "every transcript within the WER bound (and equal to the Python reference)"}
+          "console has no errors", "every transcript within the WER bound (and equal to the Python reference)",
+          "decode speed on wasm at or above the floor"}  # the example's model.yaml sets one; verify runs on wasm
+FLOOR = "decode speed on wasm at or above the floor"
 pytestmark = [
     pytest.mark.skipif(choose().source == "playwright", reason="no system Chrome/Chromium"),
 ]
@@ -29,6 +33,26 @@ pytestmark = [
 def webbuild(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "webbuild.cli", *map(str, args)], capture_output=True, text=True,
                           cwd=REPO, timeout=1800)
+
+
+def junit_failures(path: Path, report: dict) -> dict[str, str]:
+    """The JUnit file parsed back: its counts agree with the JSON report's clips and checks, per suite and in
+    all; returns {case name: failure message} of the failed cases."""
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    suites = {s.get("name"): s for s in root.findall("testsuite")}
+    assert set(suites) == {"clips", "checks"}
+    failed = {}
+    for name, entries in (("clips", report["clips"]), ("checks", report["checks"])):
+        cases = suites[name].findall("testcase")
+        bad = {c.get("name"): c.find("failure").get("message") for c in cases if c.find("failure") is not None}
+        assert int(suites[name].get("tests")) == len(cases) == len(entries)
+        assert int(suites[name].get("failures")) == len(bad) == sum(not e["ok"] for e in entries)
+        failed |= bad
+    assert int(root.get("tests")) == len(report["clips"]) + len(report["checks"])
+    assert int(root.get("failures")) == len(failed)
+    assert all(m and "\n" not in m for m in failed.values())  # a one-line message, as CI views show it
+    return failed
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +74,12 @@ def clips(tmp_path_factory):
 
 def test_verify_green_on_the_example(dist, clips, tmp_path):
     report_path = tmp_path / "report.json"
-    run = webbuild("verify", dist, "--ep", "wasm", "--clips", clips, "--json", report_path)
+    run = webbuild("verify", dist, "--ep", "wasm", "--clips", clips, "--json", report_path, "--junit",
+                   tmp_path / "junit.xml")
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(report_path.read_text())
     assert report["ok"] and {c["name"] for c in report["checks"]} == CHECKS
+    assert junit_failures(tmp_path / "junit.xml", report) == {}
     assert [r["run"] for r in report["clips"]] == ["samples"] * 4 + ["clips"] * 3 + ["wasm fallback"]
     # every transcript equals the Python reference on the build's own graphs, and the true text
     assert report["reference"] and report["reference_equal"] == 8
@@ -61,7 +87,27 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
     for r in report["clips"]:
         assert r["ttft_ms"] > 0 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0 and r["rtf"] > 0
     assert report["load_ms"]["cold"] > 0 and report["load_ms"]["warm"] > 0
-    assert "harmony emerge surprise" in run.stdout and "PASS: 8/8 clips, 10/10 checks" in run.stdout
+    assert "harmony emerge surprise" in run.stdout and "PASS: 8/8 clips, 11/11 checks" in run.stdout
+    # the floor of the example's model.yaml reached the site (samples.json) and was checked on all 8 clips
+    floor = yaml.safe_load((EXAMPLE / "model.yaml").read_text())["verify"]["min_decode_tokens_per_s"]["wasm"]
+    speed = report["decode_speed"]["wasm"]
+    assert speed["clips"] == 8 and speed["floor"] == floor and speed["floor_from"].startswith("model.yaml")
+    assert speed["decode_tokens_per_s"] >= floor and list(report["decode_speed"]) == ["wasm"]
+
+
+def test_verify_fails_below_the_decode_speed_floor(dist, tmp_path):
+    run = webbuild("verify", dist, "--ep", "wasm", "--min-decode-tokens-per-s", "1e9", "--json", tmp_path / "r.json",
+                   "--junit", tmp_path / "junit.xml")
+    assert run.returncode == 1, run.stdout + run.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert all(r["ok"] for r in report["clips"])  # only the speed fails
+    [check] = [c for c in report["checks"] if not c["ok"]]
+    rate = report["decode_speed"]["wasm"]["decode_tokens_per_s"]
+    assert check["name"] == FLOOR and check["detail"] == (
+        f"measured {rate:.1f} tokens/s on wasm over 5 clips, below the floor of 1e+09 (--min-decode-tokens-per-s)")
+    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 5/5 clips, 10/11 checks",
+                                                     f"FAIL check {FLOOR}: {check['detail']}"]
+    assert junit_failures(tmp_path / "junit.xml", report) == {FLOOR: check["detail"]}
 
 
 def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(dist, clips, tmp_path):
@@ -71,7 +117,8 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(dist, clips, tmp_
     (wrong / "clip.txt").write_text("this is not what the clip says\n")
     srv = start(dist, quiet=True, base_path="/")  # a "deployed" site: verify gets only its URL
     try:
-        run = webbuild("verify", srv.url, "--ep", "wasm", "--clips", wrong, "--json", tmp_path / "r.json")
+        run = webbuild("verify", srv.url, "--ep", "wasm", "--clips", wrong, "--json", tmp_path / "r.json",
+                       "--junit", tmp_path / "junit.xml")
     finally:
         srv.shutdown()
     assert run.returncode == 1, run.stdout + run.stderr
@@ -82,7 +129,15 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(dist, clips, tmp_
     assert bad[0]["got"] == "ghost repeat station"
     failed = [c["name"] for c in report["checks"] if not c["ok"]]
     assert failed == ["every transcript within the WER bound (and equal to the Python reference)"]
-    assert "FAIL: 5/6 clips" in run.stdout  # 4 samples, the clip, the wasm fallback
+    # the verdict, then one line per failure with its reason, end the output
+    reason = "WER 1.00 > 0.00: expected 'this is not what the clip says', got 'ghost repeat station'"
+    assert bad[0]["reason"] == reason
+    assert run.stdout.rstrip().splitlines()[-3:] == [
+        "FAIL: 5/6 clips, 10/11 checks",
+        f"FAIL clip clip.wav (clips, wasm): {reason}",
+        f"FAIL check {failed[0]}: 5/6 clips; first failure clip.wav (clips): {reason}"]
+    detail = next(c["detail"] for c in report["checks"] if not c["ok"])
+    assert junit_failures(tmp_path / "junit.xml", report) == {"clip.wav [wasm]": reason, failed[0]: detail}
 
 
 def test_verify_input_errors(dist, tmp_path):

@@ -91,12 +91,15 @@ def site_context(cfg: BuildConfig, runtime: dict) -> dict:
 
 def _write_samples_file(cfg: BuildConfig, dest: Path) -> None:
     """The one list of the site's sample clips: the page shows them (app.js), `webbuild verify`, the bench and
-    the tests transcribe them; with their expected texts and the WER bound verify allows."""
+    the tests transcribe them; with their expected texts, the WER bound and the decode speed floors verify
+    checks (read from the site, so that verify of a deployed URL checks them too)."""
     samples = [{"id": f"sample-{i}", "src": f"samples/{_sample_name(i, s.audio)}", "text": s.text,
                 "label": s.audio.stem.replace("_", " ").replace("-", " ")}
                for i, s in enumerate(cfg.site.samples)]
     dest.write_text(json.dumps({"name": cfg.name, "base_path": cfg.site.base_path,
-                                "max_wer": cfg.verify.max_wer, "samples": samples}, indent=1) + "\n")
+                                "max_wer": cfg.verify.max_wer,
+                                "min_decode_tokens_per_s": cfg.verify.decode_floors(), "samples": samples},
+                               indent=1) + "\n")
 
 
 def _sample_name(i: int, audio: Path) -> str:

@@ -72,6 +72,8 @@ function summarise(results) {
     ttft_ms: t.ttft_ms,
     prompt_tokens: sum('prompt_tokens'),
     prefill_tokens_per_s: (sum('prompt_tokens') / sum('prefill_ms')) * 1000,
+    decode_tokens: sum('decode_tokens'), // with decode_ms: webbuild verify's rate over many clips
+    decode_ms: sum('decode_ms'),
     decode_tokens_per_s: sum('decode_tokens') ? (sum('decode_tokens') / sum('decode_ms')) * 1000 : null,
     generated_tokens: results.reduce((n, r) => n + r.tokens.length, 0),
     total_ms: sum('total_ms'),

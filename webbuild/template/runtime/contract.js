@@ -10,7 +10,8 @@ export const SAMPLES_FILE = 'samples.json'; // beside index.html: the sample cli
 
 /**
  * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, graphCapture?: boolean}} LoadMessage
- *   Load the model once. forceEp 'wasm' runs the CPU variant whatever the device offers (the page's ?ep=);
+ *   Load the model once (forceEp: the page's ?ep=). 'wasm' runs the CPU variant whatever the device offers;
+ *   'webgpu' takes WebGPU even on a software adapter (SwiftShader), where the page otherwise takes wasm.
  *   graphCapture false decodes every step plainly (the page's ?capture=0).
  * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
  *   chunkSeconds?: number}} TranscribeMessage

@@ -11,13 +11,24 @@ export async function probeWebGPU() {
   }
   if (!adapter) return { adapter: null, reason: 'WebGPU is present but no adapter is available (disabled, blocklisted or no GPU)' };
   const info = adapter.info ?? {};
+  const fallbackAdapter = Boolean(info.isFallbackAdapter ?? adapter.isFallbackAdapter);
   return {
     adapter,
     description: [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(' / ') || 'unknown adapter',
-    fallbackAdapter: Boolean(info.isFallbackAdapter ?? adapter.isFallbackAdapter),
+    fallbackAdapter,
+    software: softwareAdapter(info, fallbackAdapter),
     shaderF16: adapter.features.has('shader-f16'),
     limits: { maxBufferSize: adapter.limits.maxBufferSize, maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize },
   };
+}
+
+// A WebGPU adapter that renders on the CPU (no GPU behind it) decodes far slower than the wasm EP on
+// the same CPU (SwiftShader: ~1-3 tokens/s against ~30-120 on a 2-core box, BENCHMARKS.md), so the
+// page takes wasm there. Known by the adapter's own flag, else by the name of a software renderer.
+const SOFTWARE_RENDERERS = /swiftshader|llvmpipe|lavapipe|softpipe|software|microsoft basic render driver/i;
+
+export function softwareAdapter(info, fallbackAdapter = false) {
+  return fallbackAdapter || SOFTWARE_RENDERERS.test([info.vendor, info.architecture, info.device, info.description].join(' '));
 }
 
 // The execution-provider entry for WebGPU sessions. onnxruntime-web 1.30's WebGPU flash attention
@@ -36,11 +47,12 @@ export async function webgpuProvider(adapter) {
 }
 
 // Picks {ep, variant}. fp16 needs shader-f16 (software adapters and many Linux drivers lack it);
-// without an adapter the wasm EP runs the fp32 variant on the CPU.
+// without an adapter, or with a software one unless forceEp is 'webgpu', the wasm EP runs the fp32
+// variant on the CPU.
 export function chooseVariant(manifest, gpu, forceEp) {
   const variants = manifest.variants ?? {};
   const ok = (name) => name in variants && (variants[name].requires ?? []).every((f) => f === 'shader-f16' ? gpu.shaderF16 : false);
-  if (forceEp === 'wasm' || !gpu.adapter) {
+  if (forceEp === 'wasm' || !gpu.adapter || (gpu.software && forceEp !== 'webgpu')) {
     const variant = 'fp32' in variants ? 'fp32' : Object.keys(variants)[0];
     return { ep: 'wasm', variant };
   }

@@ -8,7 +8,8 @@ import { loadFiles, loadManifest, openModelCache } from './loader.js';
 import { chooseVariant, probeWebGPU, webgpuProvider } from './probe.js';
 import { Recogniser } from './asr.js';
 
-// Options: forceEp ('wasm': the CPU variant whatever the device offers); variant (instead of the
+// Options: forceEp ('wasm': the CPU variant whatever the device offers; 'webgpu': WebGPU even on a
+// software adapter; else WebGPU on a hardware adapter, wasm otherwise); variant (instead of the
 // choice for this device); threads (wasm threads; by default up to 4 where the page is cross-origin
 // isolated, else 1); fallback (to wasm when a WebGPU session fails; default true); onManifest(manifest);
 // onProgress and onWarning as loader.js calls them, onProgress also with phases 'session' and 'warmup'.
@@ -33,15 +34,22 @@ export async function loadSite(manifestUrl, opts = {}) {
   opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1 });
   await made.recogniser.warmUp();
   const tWarm = performance.now();
-  const notice = pick.ep === 'wasm' && opts.forceEp !== 'wasm'
-    ? `WebGPU is not available (${gpu.reason}); running on the CPU with WebAssembly, which is slower.` : null;
   return {
-    ...made, notice: made.notice ?? notice, ort, manifest, runtime, gpu,
+    ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu,
     modelBytes: manifest.variants[made.variant].files.reduce((n, f) => n + manifest.files[f].size, 0),
     load: {
       download_ms: tDownload - t0, session_ms: tSession - tDownload, warmup_ms: tWarm - tSession, total_ms: tWarm - t0,
     },
   };
+}
+
+// Why the page runs on wasm when it was not asked to (null otherwise).
+export function choiceNotice(pick, gpu, forceEp) {
+  if (pick.ep !== 'wasm' || forceEp === 'wasm') return null;
+  if (gpu.adapter && gpu.software) {
+    return `WebGPU here is a software renderer (${gpu.description}); using WebAssembly (add ?ep=webgpu to force WebGPU).`;
+  }
+  return `WebGPU is not available (${gpu.reason}); running on the CPU with WebAssembly, which is slower.`;
 }
 
 // The manifest, runtime.json and (a promise of) onnxruntime-web by the name runtime.json gives; the

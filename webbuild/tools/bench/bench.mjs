@@ -48,7 +48,9 @@ async function loadModel(m, srv, o) {
   }
   // no fallback to wasm: a WebGPU session that fails is the bench's answer
   const site = await m.site.loadSite(`${srv.url}model/`, {
-    forceEp: o.ep === 'wasm' ? 'wasm' : undefined, variant: o.variant, threads: o.threads, graphCapture: Boolean(o.graphCapture),
+    // 'webgpu' keeps WebGPU on a software adapter (--swiftshader), where the site's own choice is wasm
+    forceEp: o.ep === 'auto' ? undefined : o.ep, variant: o.variant, threads: o.threads,
+    graphCapture: Boolean(o.graphCapture),
     fallback: false, onWarning: () => {},
   });
   const { gpu } = site;
