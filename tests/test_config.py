@@ -71,3 +71,11 @@ def test_relative_source_dir_resolves_against_yaml(tmp_path, zoo_export):
     path = tmp_path / "sub" / "model.yaml"
     path.write_text("name: x\nsource: {layout: qwen3-asr-split, dir: ./model}\n")
     assert load_config(path).source.dir == tmp_path / "sub" / "model"
+
+
+def test_lead_default_is_the_training_recipes():
+    """model.yaml's encoder.lead_ms defaults to the lead the example model was trained with."""
+    from webbuild.config import Encoder
+    from webbuild.reference.mel import DEFAULT_LEAD_MS
+
+    assert Encoder().lead_ms == DEFAULT_LEAD_MS
