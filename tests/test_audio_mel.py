@@ -8,7 +8,7 @@ from scipy.io import wavfile
 
 from webbuild.errors import AudioError
 from webbuild.reference.audio import read_wav
-from webbuild.reference.mel import log_mel
+from webbuild.reference.mel import frame_count, lead_length, lead_noise, log_mel, quiet_level, with_lead
 
 
 def tone(rate: int, seconds: float, freq: float = 440.0) -> np.ndarray:
@@ -49,3 +49,45 @@ def test_log_mel_matches_upstream_feature_extractor():
     theirs = fe_module.Qwen3ASRFeatureExtractor()._torch_extract_fbank_features(pcm)
     assert ours.shape == theirs.shape == (128, len(pcm) // 160)
     np.testing.assert_allclose(ours, theirs, atol=1e-4)
+
+
+def test_lead_is_fixed_noise_at_the_quietest_window_level():
+    """The lead (issue 17) is a pause at the clip's own background level: the fixed noise scaled by the
+    RMS of the quietest 10 ms window; the features of the audio after it barely change."""
+    rng = np.random.RandomState(3)
+    pcm = (rng.randn(16000) * 0.2).astype(np.float32)
+    pcm[8000:8160] = (rng.randn(160) * 0.002).astype(np.float32)  # one quiet window
+    level = np.sqrt(np.mean(pcm[8000:8160].astype(np.float64) ** 2))
+    assert quiet_level(pcm) == pytest.approx(level, rel=1e-5)
+    led = with_lead(pcm, 1600)
+    np.testing.assert_array_equal(led[1600:], pcm)
+    np.testing.assert_allclose(led[:1600], lead_noise(1600) * quiet_level(pcm), rtol=1e-6)
+    assert np.std(lead_noise(16000)) == pytest.approx(1.0, abs=0.02)
+    feats = log_mel(pcm, 1600)
+    assert lead_length(pcm, 1600) == 1600
+    assert feats.shape == (128, frame_count(len(pcm), 1600)) == (128, 110)
+    assert feats[:, :8].mean() < feats[:, 20:].mean() - 0.5  # the lead is quiet next to the speech
+    np.testing.assert_array_equal(log_mel(pcm, 0), log_mel(pcm))
+
+
+@pytest.mark.parametrize("pause", [0, 480, 1600, 3200])
+def test_lead_tops_up_the_pause_a_chunk_starts_with(pause):
+    """A chunk that starts with background (within 6 dB of its quietest window) gets only the rest
+    of the lead: the pause before its first word is max(lead, the pause it had)."""
+    rng = np.random.RandomState(4)
+    pcm = (rng.randn(16000) * 0.2).astype(np.float32)
+    pcm[8000:8160] = (rng.randn(160) * 0.002).astype(np.float32)  # a pause between words: the background
+    pcm[:pause] = (rng.randn(pause) * 0.002).astype(np.float32)
+    assert lead_length(pcm, 1600) == max(0, 1600 - pause)
+    assert len(with_lead(pcm, 1600)) == len(pcm) + max(0, 1600 - pause)
+    # exact zeros in front: they are the quietest, so they alone are background, and the lead is zeros
+    silent = np.concatenate([np.zeros(800, np.float32), pcm])
+    assert lead_length(silent, 1600) == 800
+    np.testing.assert_array_equal(with_lead(silent, 1600)[:1600], 0)
+
+
+def test_lead_needs_a_whole_window():
+    with pytest.raises(ValueError, match="too short for a lead"):
+        log_mel(np.ones(100, np.float32), 1600)
+    with pytest.raises(ValueError, match="0 or more"):
+        log_mel(np.ones(1000, np.float32), -1)

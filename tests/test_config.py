@@ -94,3 +94,11 @@ def test_decode_speed_floor_is_one_number_or_one_per_provider(floor, floors):
     if floor is not None:
         raw["verify"] = {"min_decode_tokens_per_s": floor}
     assert BuildConfig.model_validate(raw).verify.decode_floors() == floors
+
+
+def test_lead_default_is_the_training_recipes():
+    """model.yaml's encoder.lead_ms defaults to the lead the example model was trained with."""
+    from webbuild.config import Encoder
+    from webbuild.reference.mel import DEFAULT_LEAD_MS
+
+    assert Encoder().lead_ms == DEFAULT_LEAD_MS

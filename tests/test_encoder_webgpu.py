@@ -22,31 +22,33 @@ from webbuild.build.frontend import add_mel_frontend
 from webbuild.fusion.fuse import save
 from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.reference.audio import read_wav
+from webbuild.reference.mel import DEFAULT_LEAD_MS, lead_samples
 from webbuild.tools.browser import choose, launch
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 # Measured: SwiftShader WebGPU within 9.9e-7 of the features' range, wasm 6.9e-7 (BENCHMARKS.md); 100x
 # that leaves room for a real adapter's summation order and still catches a wrong kernel (0.1 and more).
 REL_TOL = 1e-4
+LEAD = lead_samples(DEFAULT_LEAD_MS)
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     """The page's folder: onnxruntime-web, the site's runtime modules, the example's encoder fused
-    (float weights) with the mel front-end in front, as the build assembles it."""
+    (float weights) with the mel front-end in front, its default lead included, as the build assembles it."""
     root = runtime_page(tmp_path_factory.mktemp("encoder-page"), "encoder")
     model, report = fuse_encoder(EXAMPLE / "model")
     assert report["ops_after"]["MultiHeadAttention"] == 4
     save(model, root / "fused", "encoder.onnx")
-    add_mel_frontend(root / "fused" / "encoder.onnx", root / "encoder.onnx")
+    add_mel_frontend(root / "fused" / "encoder.onnx", root / "encoder.onnx", LEAD)
     assert (root / "encoder.onnx.data").is_file()  # the weights stay in the fused graph's data file
     return root
 
 
 @pytest.fixture(scope="module")
 def clips() -> list[np.ndarray]:
-    """Sample 4 (4.0 s: 53 tokens, one attention window) and all samples back to back (11.5 s:
-    150 tokens, two windows of 104 and 46)."""
+    """Sample 4 (4.0 s: 53 tokens without the lead, one attention window) and all samples back to
+    back (11.5 s: 150 tokens without the lead, two windows)."""
     pcm = [read_wav(p) for p in sorted((EXAMPLE / "samples").glob("*.wav"))]
     return [pcm[3], np.concatenate(pcm)]
 
@@ -126,7 +128,7 @@ def rel_errors(cpu: list[np.ndarray], out: dict) -> list[float]:
 def test_fused_encoder_matches_onnxruntime_cpu(browser_run, cpu, ep):
     out = browser_run(ep)
     assert "error" not in out, out.get("error")
-    assert [f["dims"][1] for f in out["features"]] == [53, 150]
+    assert [f["dims"][1] for f in out["features"]] == [c.shape[1] for c in cpu]
     errs = rel_errors(cpu, out)
     print(f"{ep}: max error of the features' range {max(errs):.1e} ({', '.join(f'{e:.1e}' for e in errs)})")
     assert max(errs) < REL_TOL

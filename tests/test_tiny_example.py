@@ -7,6 +7,7 @@ import pytest
 from tests.conftest import REPO
 from webbuild.config import load_config
 from webbuild.reference.audio import read_wav
+from webbuild.reference.mel import lead_samples
 from webbuild.reference.transcribe import load_transcriber
 
 EXAMPLE = REPO / "examples" / "tiny-asr"
@@ -15,7 +16,7 @@ EXAMPLE = REPO / "examples" / "tiny-asr"
 @pytest.fixture(scope="module")
 def example():
     cfg = load_config(EXAMPLE / "model.yaml")
-    return cfg, load_transcriber(cfg.source.dir)
+    return cfg, load_transcriber(cfg.source.dir, lead=lead_samples(cfg.encoder.lead_ms))  # as the build's front-end
 
 
 def test_example_config_names_its_samples(example):

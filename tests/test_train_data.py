@@ -1,18 +1,30 @@
 """Training data: espeak-ng synthesis, sentence split, tokenizer round trip, GPU mel twin."""
 
+import dataclasses
 import shutil
 
 import numpy as np
 import pytest
 import torch
 
-from webbuild.reference.mel import log_mel
+from webbuild.reference.mel import lead_length, lead_samples, log_mel
 from webbuild.reference.prompt import answer_text, parse_answer
 from webbuild.reference.tokenizer import build_tokenizer
-from webbuild.train.dataset import synthesize_clips
+from webbuild.train.dataset import Clips, synthesize_clips
 from webbuild.train.features import log_mel_batch
 from webbuild.train.sentences import heldout_sentences, load_vocabulary, training_sentences
-from webbuild.train.speech import SAMPLE_RATE, Style, synthesize
+from webbuild.train.speech import (
+    CUT_S,
+    DIGITAL_SILENCE_SHARE,
+    ONSET_SHARE,
+    SAMPLE_RATE,
+    SILENCE_S,
+    VARIANTS,
+    VOICES,
+    Style,
+    random_style,
+    synthesize,
+)
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 
@@ -58,14 +70,90 @@ def test_tokenizer_round_trip():
 
 
 @needs_espeak
-def test_torch_mel_twin_matches_reference():
+@pytest.mark.parametrize("lead_ms", [0, 100, 300])
+def test_torch_mel_twin_matches_reference(lead_ms):
+    """Per clip, with and without the front-end's lead (training mixes both in one batch), on clips
+    that start with a pause (the lead tops it up) and with speech (the whole lead)."""
     clips = synthesize_clips(["hello there", "a much longer sentence with several more words in it"], seed=5)
-    pcm = torch.as_tensor(clips.pcm)
-    feats, mask = log_mel_batch(pcm, torch.as_tensor(clips.offsets), torch.as_tensor(clips.lengths), 1 / 32767.0)
+    onset = clips.clip(1)[int(np.argmax(np.abs(clips.clip(1)) > 0.05)):]  # the pause cut off
+    pcm16 = np.concatenate([clips.pcm, np.round(onset * 32767).astype(np.int16)])
+    lengths = np.append(clips.lengths, len(onset))
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    leads = [lead_samples(lead_ms), 0, lead_samples(lead_ms)]
+    feats, mask = log_mel_batch(torch.as_tensor(pcm16), torch.as_tensor(offsets), torch.as_tensor(lengths),
+                                1 / 32767.0, torch.tensor(leads))
     assert feats.shape[2] % 100 == 0 and feats.shape[2] == mask.shape[1]
-    for i in range(2):
-        ref = log_mel(clips.clip(i))
+    for i in range(3):
+        clip = pcm16[offsets[i]:offsets[i] + lengths[i]].astype(np.float32) / 32767.0
+        ref = log_mel(clip, leads[i])
         frames = ref.shape[1]
         assert int(mask[i].sum()) == frames
         assert np.abs(feats[i, :, :frames].numpy() - ref).max() < 1e-4
         assert not feats[i, :, frames:].any()
+    if lead_ms:  # speech at the first sample gets more lead than a clip that starts with a pause
+        assert lead_length(onset, leads[2]) > lead_length(clips.clip(0), leads[0])
+
+
+def first_sound(clips: Clips) -> np.ndarray:
+    """Per clip, the first sample above 5x the RMS of its last 50 ms (trailing silence: the noise
+    alone). White noise passes 5 sigma once in ~2 million samples; speech at 20-40 dB SNR at once."""
+    firsts = []
+    for i in range(len(clips.texts)):
+        pcm = clips.clip(i)
+        noise = np.sqrt(np.mean(pcm[-SAMPLE_RATE // 20:] ** 2))
+        firsts.append(int(np.argmax(np.abs(pcm) > 5 * noise)))
+    return np.array(firsts)
+
+
+@pytest.fixture(scope="module")
+def augmented() -> Clips:
+    return synthesize_clips(training_sentences(load_vocabulary(), 80, seed=4), seed=11, augment=True)
+
+
+@needs_espeak
+def test_a_share_of_training_clips_starts_with_speech(augmented):
+    """Issue 17: about ONSET_SHARE of training clips have speech from their first samples (espeak-ng's
+    own leading silence trimmed), the rest at least SILENCE_S[0] of silence first; held-out clips
+    (no augmentation) all start with silence."""
+    pause = int(SILENCE_S[0] * SAMPLE_RATE)
+    train = first_sound(augmented)
+    share = float(np.mean(train < pause))
+    assert abs(share - ONSET_SHARE) <= 0.1, share
+    assert np.sum(train < 80) >= 0.6 * np.sum(train < pause)  # most within 5 ms, not after a short pause
+    held = first_sound(synthesize_clips(augmented.texts[:20], seed=11))
+    assert held.min() >= pause, held.min()
+
+
+@needs_espeak
+def test_a_share_of_training_clips_has_digital_silence(augmented):
+    """About DIGITAL_SILENCE_SHARE of training clips end in exact zeros (noise over the speech only)."""
+    def silent_end(clips):
+        return np.array([not clips.clip(i)[-SAMPLE_RATE // 20:].any() for i in range(len(clips.texts))])
+
+    assert abs(float(np.mean(silent_end(augmented))) - DIGITAL_SILENCE_SHARE) <= 0.1
+    assert not silent_end(synthesize_clips(augmented.texts[:20], seed=11)).any()
+
+
+def test_onset_share_zero_draws_the_styles_of_before():
+    """The held-out clips keep their voices, rates and noise: share 0 draws what the sampler drew
+    before the onset share existed (written out here), and no extra number."""
+    def before(rng):
+        return Style(str(rng.choice(VOICES)) + str(rng.choice(VARIANTS)), int(rng.integers(130, 191)),
+                     int(rng.integers(30, 71)), float(rng.uniform(-6.0, 3.0)), float(rng.uniform(20.0, 40.0)),
+                     float(rng.uniform(0.05, 0.4)), float(rng.uniform(0.05, 0.4)))
+
+    a, b = np.random.default_rng(9), np.random.default_rng(9)
+    assert [random_style(a) for _ in range(50)] == [before(b) for _ in range(50)]
+    assert a.random() == b.random()
+    leads = np.array([random_style(a, augment=True).lead_s for _ in range(200)])
+    assert leads.min() >= -CUT_S and 0.2 <= np.mean(leads <= 0) <= 0.5
+
+
+@needs_espeak
+def test_cut_into_the_speech():
+    """A negative lead cuts that much off the speech's start: same clip, shorter by the cut."""
+    style = Style("en-us", rate=160, pitch=50, gain_db=0.0, snr_db=40.0, lead_s=0.0, trail_s=0.1)
+    whole = synthesize("brain", style, np.random.default_rng(0))
+    cut = synthesize("brain", dataclasses.replace(style, lead_s=-0.005), np.random.default_rng(0))
+    assert len(whole) - len(cut) == 80
+    assert np.abs(whole[:80]).max() > 0.01  # speech from the first sample: espeak-ng's silence is gone

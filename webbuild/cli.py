@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from webbuild.config import PROVIDERS, Quantize
+from webbuild.config import PROVIDERS, Encoder, Quantize
 from webbuild.errors import AudioError, BenchError, CommandError, ZooError
 from webbuild.text import plural
 
@@ -177,7 +177,11 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.option("--max-new-tokens", type=click.IntRange(1), default=200, show_default=True,
               help="Stop a clip's greedy decoding after this many tokens (end of text stops it sooner).")
 @click.option("--variant", default="fp32", show_default=True, help="Precision variant of a built site (fp32, fp16).")
-def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str):
+@click.option("--lead-ms", type=click.IntRange(0, 1000), default=Encoder.model_fields["lead_ms"].default,
+              show_default=True,
+              help="Silence put before each clip by the mel front-end of a source export whose encoder takes mel "
+                   "(model.yaml encoder.lead_ms; 0: the upstream features). A built site's graph has its own.")
+def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int):
     """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder (split or merged
     layout) or a built site (dist/; its own graphs, reassembled from the shards).
 
@@ -192,10 +196,11 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
       webbuild transcribe dist /tmp/heldout --variant fp16        # a built site's fp16 graphs
     """
     from webbuild.reference.audio import read_wav
+    from webbuild.reference.mel import lead_samples
     from webbuild.reference.transcribe import load_transcriber
     from webbuild.reference.wer import corpus_wer, wer
 
-    runner = load_transcriber(model, variant)
+    runner = load_transcriber(model, variant, lead=lead_samples(lead_ms))
     pairs = []
     for path in _wav_paths(audio):
         row = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}

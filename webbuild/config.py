@@ -76,6 +76,15 @@ class Encoder(_Strict):
         "int4", description="encoder weights: fp32, fp16 (the fp32 variant keeps fp32), int8 or int4 "
                             "(MatMulNBits); int4 costs +0.3 to +0.4 points of WER on the tiny example for a "
                             "4x smaller encoder (BENCHMARKS.md)")
+    # = webbuild.reference.mel.DEFAULT_LEAD_MS, the training recipe's (tests/test_config.py keeps them equal)
+    lead_ms: int = Field(
+        300, ge=0, le=1000,
+        description="milliseconds of pause the mel front-end puts before every chunk's audio, in the encoder "
+                    "graph (the browser and the Python reference alike): fixed white noise at the level of the "
+                    "chunk's quietest 10 ms. A first word that starts at the chunk's first sample is otherwise "
+                    "garbled by a model that learnt speech after a pause (issue 17); 0 gives the upstream "
+                    "front-end's features exactly. Applies to a source encoder that takes `mel`; one taking "
+                    "`pcm` keeps its own front-end")
 
 
 class Shard(_Strict):
@@ -165,7 +174,7 @@ class BuildConfig(_Strict):
         description="precision variants to emit; the page runs fp16 only on adapters with shader-f16, else fp32")
     fusion: Fusion = Field(Fusion(), description="operator fusion (webbuild.fusion)")
     quantize: Quantize = Field(Quantize(), description="int4/int8 MatMulNBits weights (webbuild.quantize)")
-    encoder: Encoder = Field(Encoder(), description="the audio encoder's precision")
+    encoder: Encoder = Field(Encoder(), description="the audio encoder's precision and its mel front-end's lead")
     shard: Shard = Field(Shard(), description="content-hashed shards under dist/model/")
     site: Site = Field(Site(), description="the page")
     verify: Verify = Field(Verify(), description="bounds for `webbuild verify`")

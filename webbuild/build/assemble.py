@@ -3,7 +3,7 @@
 Output (``ctx.work_dir / "model"``), one set per variant:
 
 - ``encoder.onnx``: ``pcm`` [1, N] float32 16 kHz -> ``audio_features`` [1, A, H] (the mel
-  front-end is prepended here when the source encoder still takes ``mel``);
+  front-end, with its leading silence, is prepended here when the source encoder still takes ``mel``);
 - ``decoder.onnx`` + ``decoder.onnx.data``: ``inputs_embeds``, ``attention_mask``,
   ``past_key_values.{i}.key|value`` -> ``logits``, ``present.{i}.key|value``;
 - ``embed_tokens.bin``: float32 [V, H];
@@ -40,13 +40,13 @@ DEFAULT_MAX_NEW_TOKENS = 200
 
 
 def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = None,
-                   encoder: Path | None = None) -> Variant:
+                   encoder: Path | None = None, lead: int = 0) -> Variant:
     """Write the runtime's fp32 model files into `out`; return them as the fp32 variant, roles encoder,
     encoder_data, decoder, decoder_data, embed (embed only for decoders that take inputs_embeds).
 
     `decoder` is a ready decoder graph with the merged interface (the fuse stage's output);
     without it a merged-layout source's decoder is used as is. `encoder`: the fuse stage's encoder,
-    else the source's.
+    else the source's. `lead`: samples of lead the mel front-end puts before the audio.
     """
     out.mkdir(parents=True, exist_ok=True)
     if decoder is None:
@@ -54,7 +54,7 @@ def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = 
             raise BuildError(f"{source}: a {layout} source needs the fuse stage to make one decoder graph")
         decoder = source / "decoder_model_merged.onnx"
     save_graph(decoder, out / "decoder.onnx")
-    _encoder(encoder or source / "encoder.onnx", out / "encoder.onnx")
+    _encoder(encoder or source / "encoder.onnx", out / "encoder.onnx", lead)
     shutil.copyfile(source / "embed_tokens.bin", out / "embed_tokens.bin")
     cfg = json.loads((source / "config.json").read_text())
     tok = Tokenizer.from_file(str(source / "tokenizer.json"))
@@ -99,14 +99,14 @@ def _external_tensors(model: onnx.ModelProto):
     return [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
-def _encoder(src: Path, dest: Path) -> None:
+def _encoder(src: Path, dest: Path, lead: int) -> None:
     inputs = [i.name for i in load_onnx(src).graph.input]
     if inputs == ["pcm"]:
         save_graph(src, dest)
     elif inputs == ["mel"]:
         from webbuild.build.frontend import add_mel_frontend  # the one mel implementation, in the graph
 
-        add_mel_frontend(src, dest)
+        add_mel_frontend(src, dest, lead)
     else:
         raise BuildError(f"{src}: expected one encoder input named 'pcm' or 'mel', found {inputs}")
 

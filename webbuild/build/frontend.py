@@ -4,6 +4,14 @@ The built encoder then takes 16 kHz PCM, so the browser and the Python reference
 implementation. The STFT is a strided Conv with a windowed DFT basis (402 output channels: real
 and imaginary parts of 201 bins): plain Conv/MatMul work that every execution provider runs on the
 GPU, where DFT/STFT operators often fall back to the CPU.
+
+A lead goes before the PCM when asked (model.yaml `encoder.lead_ms`): fixed white noise at the
+level of the chunk's quietest 10 ms window, as long as the lead less the background the chunk
+already starts with (`webbuild.reference.mel.with_lead`), so every chunk the page sends starts as
+the model learnt that speech starts, after a pause. The window energies are one more strided Conv
+(ones), for the reason above; the first loud window is an ArgMax over the windows and one loud
+sentinel. The lead is recorded in the graph's metadata (`LEAD_METADATA`), so the Python reference
+knows how many audio tokens to expect.
 """
 
 from __future__ import annotations
@@ -17,7 +25,16 @@ from onnx import TensorProto, helper, numpy_helper
 
 from webbuild.errors import BuildError
 from webbuild.graph.load import load_onnx
-from webbuild.reference.mel import HOP, N_FFT, hann_window, mel_filters
+from webbuild.reference.mel import (
+    HOP,
+    LEAD_METADATA,
+    N_FFT,
+    QUIET_RATIO,
+    QUIET_WINDOW,
+    hann_window,
+    lead_noise,
+    mel_filters,
+)
 
 N_BINS = N_FFT // 2 + 1
 
@@ -35,8 +52,11 @@ def _const(name: str, value) -> onnx.TensorProto:
     return numpy_helper.from_array(np.asarray(value), name)
 
 
-def mel_graph(opset: int) -> onnx.ModelProto:
-    """pcm [1, N] float32 -> mel [1, 128, N // 160], equal to `webbuild.reference.mel.log_mel`."""
+def mel_graph(opset: int, lead: int = 0) -> onnx.ModelProto:
+    """pcm [1, N] float32 -> mel [1, 128, (lead_length(pcm, lead) + N) // 160], equal to
+    `webbuild.reference.mel.log_mel(pcm, lead)`."""
+    if lead < 0:
+        raise ValueError(f"lead must be 0 or more samples, got {lead}")
     inits = [
         _const("fe_pads", np.array([0, 0, N_FFT // 2, 0, 0, N_FFT // 2], np.int64)),
         _const("fe_basis", dft_basis()),
@@ -52,9 +72,44 @@ def mel_graph(opset: int) -> onnx.ModelProto:
         _const("fe_quarter", np.array(0.25, np.float32)),
         _const("fe_axis1", np.array([1], np.int64)),
     ]
+    signal, lead_nodes = "fe_pcm3", []
+    if lead:  # without a lead the graph is the upstream front-end's, node for node
+        signal = "fe_led"
+        inits += [
+            _const("fe_window_ones", np.ones((1, 1, QUIET_WINDOW), np.float32)),
+            _const("fe_inv_window", np.array(1 / QUIET_WINDOW, np.float32)),
+            _const("fe_quiet_ratio", np.array(QUIET_RATIO, np.float32)),
+            _const("fe_sentinel", np.ones((1, 1, 1), np.float32)),
+            _const("fe_window_len", np.array([QUIET_WINDOW], np.int64)),
+            _const("fe_lead_len", np.array([lead], np.int64)),
+            _const("fe_zero", np.array([0], np.int64)),
+            _const("fe_shape1", np.array([1], np.int64)),
+            _const("fe_lead_noise", lead_noise(lead)[None, None, :]),  # [1, 1, lead]
+        ]
+        lead_nodes = [
+            helper.make_node("Mul", ["fe_pcm3", "fe_pcm3"], ["fe_sq"]),
+            helper.make_node("Conv", ["fe_sq", "fe_window_ones"], ["fe_energy"], strides=[QUIET_WINDOW]),  # [1, 1, W]
+            helper.make_node("ReduceMin", ["fe_energy"], ["fe_quiet_energy"], keepdims=1),  # [1, 1, 1]
+            # how many windows the chunk starts with that are background: the first loud one's index
+            helper.make_node("Mul", ["fe_quiet_energy", "fe_quiet_ratio"], ["fe_loud_above"]),
+            helper.make_node("Greater", ["fe_energy", "fe_loud_above"], ["fe_loud"]),
+            helper.make_node("Cast", ["fe_loud"], ["fe_loud_f"], to=TensorProto.FLOAT),
+            helper.make_node("Concat", ["fe_loud_f", "fe_sentinel"], ["fe_loud_s"], axis=2),  # all quiet: W
+            helper.make_node("ArgMax", ["fe_loud_s"], ["fe_first_loud"], axis=2, keepdims=0),  # [1, 1]
+            helper.make_node("Reshape", ["fe_first_loud", "fe_shape1"], ["fe_first_loud1"]),  # [1]
+            helper.make_node("Mul", ["fe_first_loud1", "fe_window_len"], ["fe_have"]),
+            helper.make_node("Sub", ["fe_lead_len", "fe_have"], ["fe_need"]),
+            helper.make_node("Max", ["fe_need", "fe_zero"], ["fe_lead_n"]),
+            helper.make_node("Slice", ["fe_lead_noise", "fe_zero", "fe_lead_n", "fe_axis2"], ["fe_noise"]),
+            helper.make_node("Mul", ["fe_quiet_energy", "fe_inv_window"], ["fe_quiet_power"]),
+            helper.make_node("Sqrt", ["fe_quiet_power"], ["fe_quiet"]),
+            helper.make_node("Mul", ["fe_noise", "fe_quiet"], ["fe_lead"]),
+            helper.make_node("Concat", ["fe_lead", "fe_pcm3"], [signal], axis=2),  # [1, 1, lead_n + N]
+        ]
     nodes = [
         helper.make_node("Unsqueeze", ["pcm", "fe_axis1"], ["fe_pcm3"]),  # [1, 1, N]
-        helper.make_node("Pad", ["fe_pcm3", "fe_pads"], ["fe_padded"], mode="reflect"),
+        *lead_nodes,
+        helper.make_node("Pad", [signal, "fe_pads"], ["fe_padded"], mode="reflect"),
         helper.make_node("Conv", ["fe_padded", "fe_basis"], ["fe_spec"], strides=[HOP]),  # [1, 402, F]
         helper.make_node("Split", ["fe_spec", "fe_split"], ["fe_re", "fe_im"], axis=1),
         helper.make_node("Mul", ["fe_re", "fe_re"], ["fe_re2"]),
@@ -81,8 +136,9 @@ def mel_graph(opset: int) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def add_mel_frontend(encoder_in: Path, encoder_out: Path) -> None:
-    """Write `encoder_out`: `encoder_in` (input `mel`) with the front-end in front (input `pcm`).
+def add_mel_frontend(encoder_in: Path, encoder_out: Path, lead: int = 0) -> None:
+    """Write `encoder_out`: `encoder_in` (input `mel`) with the front-end in front (input `pcm`),
+    putting a lead of up to `lead` samples before the audio (`webbuild.reference.mel.with_lead`).
 
     The front-end's nodes and constants are spliced in ahead of the encoder's, whose `mel` input they
     produce. Only the graph is rewritten: weights in an external data file are not read (a 1.3 GB
@@ -94,7 +150,7 @@ def add_mel_frontend(encoder_in: Path, encoder_out: Path) -> None:
     if names != ["mel"]:
         raise BuildError(f"{encoder_in}: expected one input named 'mel', found {names}")
     opset = next(o.version for o in encoder.opset_import if o.domain in ("", "ai.onnx"))
-    front = mel_graph(opset).graph
+    front = mel_graph(opset, lead).graph
     clash = _names(front) & _names(g) - {"mel"}
     if clash:
         raise BuildError(f"{encoder_in}: names {sorted(clash)[:5]} clash with the mel front-end's")
@@ -104,6 +160,9 @@ def add_mel_frontend(encoder_in: Path, encoder_out: Path) -> None:
     g.initializer.extend(front.initializer)
     del g.input[:]
     g.input.extend(front.input)
+    if lead:
+        onnx.helper.set_model_props(encoder, {**{p.key: p.value for p in encoder.metadata_props},
+                                              LEAD_METADATA: str(lead)})
     _move_external_data(encoder, Path(encoder_in), Path(encoder_out))
     onnx.save(encoder, str(encoder_out))
     onnx.checker.check_model(str(encoder_out))  # by path: external data is looked up beside the file

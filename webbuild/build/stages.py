@@ -14,6 +14,7 @@ from webbuild.build.shard import shard_files
 from webbuild.build.state import BuildContext, Variant
 from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
+from webbuild.reference.mel import lead_samples
 from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
 from webbuild.site.manifest import dist_file_stats
 from webbuild.text import plural
@@ -63,7 +64,7 @@ def stage_assemble(ctx: BuildContext) -> None:
     state = ctx.state
     state.assembled = ctx.work_dir / "model"
     fp32 = assemble_model(state.model.dir, state.model.layout, state.assembled, decoder=state.model.decoder,
-                          encoder=state.model.encoder)
+                          encoder=state.model.encoder, lead=lead_samples(ctx.cfg.encoder.lead_ms))
     state.variants = {fp32.name: fp32}
     missing = [v for v in ctx.cfg.variants if v not in state.variants]
     if missing and ctx.cfg.quantize.method == "none":  # only the quantize stage makes fp16
@@ -102,7 +103,9 @@ def _check_variants(ctx: BuildContext, out: Path) -> None:
     from webbuild.reference.audio import read_wav
 
     clips = {s.audio.name: read_wav(s.audio) for s in ctx.cfg.site.samples}
-    reference = reference_tokens(ctx.state.model.dir, clips) if clips else None
+    # a source encoder taking mel gets the lead the built front-end puts first (one taking pcm, its own)
+    reference = reference_tokens(ctx.state.model.dir, clips, lead=lead_samples(ctx.cfg.encoder.lead_ms)) \
+        if clips else None
     for name in ctx.state.variants:
         runner = variant_transcriber(out, name, ctx.state.model.dir)
         result = check_variant(runner, clips, reference)

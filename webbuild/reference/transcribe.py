@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from webbuild.errors import SourceError
 from webbuild.graph.load import load_onnx
-from webbuild.reference.mel import log_mel
+from webbuild.reference.mel import LEAD_METADATA, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
 
 DEFAULT_MAX_NEW_TOKENS = 200
@@ -156,18 +156,42 @@ class Transcriber:
     codec: TokenizerCodec | SiteCodec
     eos_ids: frozenset[int]
     keep: object = None  # e.g. the temporary folder a built site was reassembled into
+    lead: int = 0  # samples of lead log_mel puts before the audio (encoders taking mel; webbuild.reference.mel)
+
+    @property
+    def takes_pcm(self) -> bool:
+        return self.encoder.get_inputs()[0].name == "pcm"
+
+    @property
+    def front_end_lead(self) -> int:
+        """Samples of lead put before the audio: by the graph's front-end (its metadata says how many)
+        for an encoder taking PCM, else by log_mel."""
+        if self.takes_pcm:
+            return int(self.encoder.get_modelmeta().custom_metadata_map.get(LEAD_METADATA, 0))
+        return self.lead
 
     def audio_features(self, pcm: np.ndarray) -> np.ndarray:
         # built encoders carry the mel front-end in the graph and take PCM directly
-        if self.encoder.get_inputs()[0].name == "pcm":
+        if self.takes_pcm:
             return self.encoder.run(None, {"pcm": np.asarray(pcm, np.float32)[None]})[0]
-        return self.encoder.run(None, {"mel": log_mel(pcm)[None]})[0]
+        return self.encoder.run(None, {"mel": log_mel(pcm, self.lead)[None]})[0]
+
+    def expected_tokens(self, pcm: np.ndarray) -> range:
+        """Audio tokens the encoder may give for `pcm`. A graph's front-end measures the chunk's leading
+        background in float32 as numpy does, but a window on the 6 dB edge may fall either way: any
+        lead from none to the whole."""
+        if self.takes_pcm:
+            lo, hi = 0, self.front_end_lead
+        else:
+            lo = hi = lead_length(pcm, self.lead)
+        return range(audio_token_count(frame_count(len(pcm), lo)), audio_token_count(frame_count(len(pcm), hi)) + 1)
 
     def generate(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[int]:
         audio = self.audio_features(pcm)
-        if audio.shape[1] != audio_token_count(len(pcm) // 160):
+        expected = self.expected_tokens(pcm)
+        if audio.shape[1] not in expected:
             raise RuntimeError(f"encoder gave {audio.shape[1]} audio tokens, expected "
-                               f"{audio_token_count(len(pcm) // 160)}")
+                               f"{expected.start if len(expected) == 1 else f'{expected.start}-{expected[-1]}'}")
         logits, state = self.decoder.prefill(self.codec.prompt(audio.shape[1]), audio)
         tokens: list[int] = []
         for _ in range(max_new_tokens):
@@ -190,8 +214,10 @@ def site_model_dir(path: Path) -> Path | None:
     return None
 
 
-def load_transcriber(model_dir: Path, variant: str = "fp32") -> Transcriber:
-    """A Transcriber for a source export (split or merged layout) or a built site's `variant`."""
+def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0) -> Transcriber:
+    """A Transcriber for a source export (split or merged layout) or a built site's `variant`.
+    `lead`: samples of lead (webbuild.reference.mel) before the audio where the encoder takes mel (a
+    built site's graphs carry their own front-end and ignore it)."""
     model_dir = Path(model_dir)
     if (site := site_model_dir(model_dir)) is not None:
         return load_site(site, variant)
@@ -210,7 +236,7 @@ def load_transcriber(model_dir: Path, variant: str = "fp32") -> Transcriber:
                             "decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
-    return Transcriber(source_session(model_dir / "encoder.onnx"), decoder, TokenizerCodec(tok), eos)
+    return Transcriber(source_session(model_dir / "encoder.onnx"), decoder, TokenizerCodec(tok), eos, lead=lead)
 
 
 def cpu_form(decoder: Path) -> Path:

@@ -40,10 +40,14 @@ class ClipStore:
         return len(self.texts)
 
 
-def features(store: ClipStore, idx: torch.Tensor, random_pad: bool = False):
-    """Log-mel features and mask of clips `idx`. With `random_pad`, the padding frames of each
+def features(store: ClipStore, idx: torch.Tensor, random_pad: bool = False, lead: int = 0, lead_share: float = 1.0):
+    """Log-mel features and mask of clips `idx`, `lead_share` of them behind the front-end's `lead`
+    samples of lead (the others behind none). With `random_pad`, the padding frames of each
     clip hold either 0 or the clip's floor value, so the encoder tolerates either convention."""
-    feats, mask = log_mel_batch(store.pcm, store.offsets[idx], store.lengths[idx], scale=1 / 32767.0)
+    leads = torch.full_like(idx, lead)
+    if lead and lead_share < 1.0:
+        leads = leads * (torch.rand(len(idx), device=idx.device) < lead_share)
+    feats, mask = log_mel_batch(store.pcm, store.offsets[idx], store.lengths[idx], 1 / 32767.0, leads)
     if random_pad:
         floor = feats.amax(dim=(1, 2)) - 2.0  # the clip's log10 floor (max - 8), normalised
         use_floor = torch.rand(len(idx), device=feats.device) < 0.5

@@ -1,14 +1,15 @@
 """Batched torch twin of `webbuild.reference.mel.log_mel`, for computing features on the GPU.
 
-Each clip is framed exactly like the reference (its own reflect padding, its own max - 8 floor,
-T = len // 160 frames), then the batch is padded to a multiple of 100 frames, the encoder's chunk.
+Each clip is framed exactly like the reference (its own lead, its reflect padding, its own max - 8
+floor, T = (lead_length + len) // 160 frames), then the batch is padded to a multiple of 100
+frames, the encoder's chunk.
 """
 
 from __future__ import annotations
 
 import torch
 
-from webbuild.reference.mel import HOP, N_FFT, hann_window, mel_filters
+from webbuild.reference.mel import HOP, N_FFT, QUIET_RATIO, QUIET_WINDOW, hann_window, lead_noise, mel_filters
 
 CHUNK = 100  # mel frames per encoder chunk (2 * n_window)
 
@@ -24,18 +25,43 @@ def _reflect_index(lengths: torch.Tensor, width: int) -> tuple[torch.Tensor, tor
     return idx.clamp(min=0) * valid, valid
 
 
-def log_mel_batch(pcm: torch.Tensor, offsets: torch.Tensor, lengths: torch.Tensor, scale: float = 1.0):
+def _background(pcm: torch.Tensor, offsets: torch.Tensor, lengths: torch.Tensor, scale: float):
+    """Per clip, the RMS of its quietest whole QUIET_WINDOW window and how many samples of background
+    it starts with (`webbuild.reference.mel.quiet_level`, `lead_length`)."""
+    windows = lengths // QUIET_WINDOW
+    k = torch.arange(int(windows.max()) * QUIET_WINDOW, device=pcm.device)
+    samples = pcm[(offsets[:, None] + k).clamp(max=len(pcm) - 1)].float() * scale
+    energy = samples.square().view(len(lengths), -1, QUIET_WINDOW).sum(-1)
+    whole = torch.arange(energy.shape[1], device=pcm.device)[None, :] < windows[:, None]
+    quietest = energy.masked_fill(~whole, torch.inf).amin(1)
+    loud = (energy > quietest[:, None] * QUIET_RATIO) | ~whole
+    first_loud = torch.where(loud.any(1), loud.int().argmax(1), windows)
+    return (quietest / QUIET_WINDOW).sqrt(), first_loud * QUIET_WINDOW
+
+
+def log_mel_batch(pcm: torch.Tensor, offsets: torch.Tensor, lengths: torch.Tensor, scale: float = 1.0,
+                  leads: torch.Tensor | int = 0):
     """Features of clips stored back to back in the 1-D tensor `pcm` (samples * `scale` = float PCM;
-    int16 storage keeps a whole data set on the GPU).
+    int16 storage keeps a whole data set on the GPU), each behind its lead (`leads` samples at most:
+    `webbuild.reference.mel.with_lead`).
 
     Returns (features [B, 128, Tpad] float32, mask [B, Tpad] long) with Tpad a multiple of CHUNK.
     Padding frames hold 0.
     """
-    frames_n = lengths // HOP
+    leads = torch.as_tensor(leads, device=lengths.device).expand_as(lengths)
+    if int(leads.max()):
+        level, quiet = _background(pcm, offsets, lengths, scale)
+        leads = (leads - quiet).clamp(min=0) * (leads > 0)
+    frames_n = (lengths + leads) // HOP
     t_max = int(frames_n.max())
     width = HOP * (t_max - 1) + N_FFT
-    idx, valid = _reflect_index(lengths, width)
-    signal = pcm[offsets[:, None] + idx].float() * scale * valid  # [B, width]
+    idx, valid = _reflect_index(lengths + leads, width)  # into each clip's lead + samples
+    lead = leads[:, None]
+    signal = pcm[offsets[:, None] + (idx - lead).clamp(min=0)].float() * scale
+    if int(leads.max()):
+        noise = torch.as_tensor(lead_noise(int(leads.max())), device=pcm.device)
+        signal = torch.where(idx < lead, noise[idx.clamp(max=len(noise) - 1)] * level[:, None], signal)
+    signal = signal * valid  # [B, width]
     frames = signal.unfold(-1, N_FFT, HOP)[:, :t_max]  # [B, T, 400]
     window = torch.as_tensor(hann_window(), device=pcm.device)
     power = torch.fft.rfft(frames * window, dim=-1).abs() ** 2

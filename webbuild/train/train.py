@@ -18,17 +18,22 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
+from webbuild.reference.mel import DEFAULT_LEAD_MS, lead_samples
 from webbuild.reference.tokenizer import build_tokenizer, special_ids
 from webbuild.train.batches import ClipStore, features, token_batch
 from webbuild.train.dataset import build_shards, load_shards
 from webbuild.train.evaluate import heldout_wer
 from webbuild.train.fastpath import ctc_loss, encode_audio, logits_and_loss
 from webbuild.train.sentences import HELDOUT_SEED, heldout_sentences, load_vocabulary, training_sentences
+from webbuild.train.speech import DIGITAL_SILENCE_SHARE, ONSET_SHARE
 from webbuild.zoo.presets import get_preset, make_config
 
 TOKENIZER_SENTENCES = 20000
 TOKENIZER_SEED = 0  # the tokenizer does not depend on the run's seed or clip count
 PROMPT_WORDS = ["system", "user", "assistant", "language English"]
+# training clips seen behind the front-end's leading silence; the others behind none, so the model
+# serves a build with model.yaml encoder.lead_ms at its default or at 0
+LEAD_SHARE = 0.5
 
 
 def make_tokenizer(vocab: list[str], bpe_vocab_size: int):
@@ -62,10 +67,10 @@ def hardware(device: str) -> str:
     return f"{platform.processor() or platform.machine()} CPU x{os.cpu_count()}"
 
 
-def train_step(model, opt, tok, store, idx, device, lr, ctc_weight):
+def train_step(model, opt, tok, store, idx, device, lr, ctc_weight, lead):
     for group in opt.param_groups:
         group["lr"] = lr
-    feats, mask = features(store, idx, random_pad=True)
+    feats, mask = features(store, idx, random_pad=True, lead=lead, lead_share=LEAD_SHARE)
     ids, att, labels = token_batch(store, idx, mask, tok, train=True)
     with torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=device.startswith("cuda")):
         audio, counts = encode_audio(model, feats, mask)
@@ -98,8 +103,11 @@ def train_step(model, opt, tok, store, idx, device, lr, ctc_weight):
 @click.option("--init", "init_dir", type=click.Path(path_type=Path), default=None,
               help="continue from this checkpoint (its model and tokenizer) instead of starting from scratch")
 @click.option("--shard-size", default="10MB", show_default=True, help="max_shard_size for save_pretrained")
+@click.option("--lead-ms", default=DEFAULT_LEAD_MS, show_default=True,
+              help="the mel front-end's leading silence (model.yaml encoder.lead_ms), on half the training clips "
+                   "and in every evaluation")
 def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr, warmup, ctc_weight, heldout,
-         eval_every, max_minutes, init_dir, shard_size):
+         eval_every, max_minutes, init_dir, shard_size, lead_ms):
     t0 = time.time()
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -111,7 +119,7 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
         tok = make_tokenizer(vocab, preset.bpe_vocab_size)
 
     texts = training_sentences(vocab, clips, seed)
-    train_paths = build_shards(data_dir / f"seed{seed}", texts, seed, workers)
+    train_paths = build_shards(data_dir / f"seed{seed}", texts, seed, workers, augment=True)
     held_paths = build_shards(data_dir / "heldout", heldout_sentences(vocab, heldout), HELDOUT_SEED, workers,
                               prefix="heldout")
     store = ClipStore.build(load_shards(train_paths), tok, device)
@@ -125,6 +133,7 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01,
                             fused=device.startswith("cuda"))
     gen = torch.Generator(device=device).manual_seed(seed)
+    lead = lead_samples(lead_ms)
     t_train, losses, evals, step = time.time(), [], [], 0
     for step in range(steps):
         # progress by steps or by time, whichever is further, so the cosine always completes
@@ -134,18 +143,18 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
             break
         rate = lr_at(step, progress, lr, warmup)
         idx = torch.randint(0, len(store), (batch_size,), device=device, generator=gen)
-        losses.append(train_step(model, opt, tok, store, idx, device, rate, ctc_weight))
+        losses.append(train_step(model, opt, tok, store, idx, device, rate, ctc_weight, lead))
         if (step + 1) % 100 == 0:
             ce, ctc = torch.stack(losses[-100:]).mean(0).tolist()
             print(f"step {step + 1} loss {ce:.4f} ctc {ctc:.4f} lr {rate:.2e} "
                   f"{(time.time() - t_train) / (step + 1) * 1000:.0f} ms/step", flush=True)
         if eval_every and (step + 1) % eval_every == 0:
-            evals.append((step + 1, heldout_wer(model, tok, held.head(200))[0]))
+            evals.append((step + 1, heldout_wer(model, tok, held.head(200), lead=lead)[0]))
             print(f"step {step + 1} held-out WER (200 clips) {evals[-1][1]:.4f}", flush=True)
     else:
         step += 1
     train_s = time.time() - t_train
-    final_wer, hyps = heldout_wer(model, tok, held)
+    final_wer, hyps = heldout_wer(model, tok, held, lead=lead)
     print(f"final held-out WER ({len(held)} clips) {final_wer:.4f}", flush=True)
     for ref, hyp in list(zip(held.texts, hyps))[:5]:
         print(f"  ref: {ref}\n  hyp: {hyp}")
@@ -155,6 +164,8 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     tok.save(str(out_dir / "tokenizer.json"))
     log = dict(init=str(init_dir) if init_dir else None, seed=seed, steps=step, planned_steps=steps,
                batch_size=batch_size, clips=len(store), heldout_clips=len(held), lr=lr, warmup=warmup,
+               lead_ms=lead_ms, lead_share=LEAD_SHARE, onset_share=ONSET_SHARE,
+               digital_silence_share=DIGITAL_SILENCE_SHARE,
                hardware=hardware(device), device=device,
                torch=torch.__version__, synth_seconds=round(synth_s, 1), train_seconds=round(train_s, 1),
                wall_seconds=round(time.time() - t0, 1),

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Retrain the tiny-asr example on the GPU machine (examples/tiny-asr/TRAINING.md), which has python3
+# with torch but no espeak-ng and no network.
+#
+#   scripts/train_on_device.sh prepare   # here: espeak-ng and what it links, a transformers wheel -> .cache/device
+#   scripts/train_on_device.sh run       # there, with .cache/device carried; results under $OUT
+#
+# `run` unpacks espeak-ng into /tmp, checks the Python modules training needs, runs the documented
+# recipe, then puts the checkpoint under $OUT as its two weight shards plus rest.tar.gz (config,
+# tokenizer, train_log.json), and evaluates the first-word sets (webbuild.train.onset) on the GPU with
+# the front-end's lead and without. $OUT takes 8 files of at most 16 MiB: 15 MB shards keep it at 7.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+CARRY=.cache/device
+DEBS="espeak-ng espeak-ng-data libespeak-ng1 libpcaudio0 libsonic0"
+TRANSFORMERS=5.24.0  # the version the shipped run used; Qwen3-ASR is in transformers from 5.24 on
+
+prepare() {
+  rm -rf "$CARRY" && mkdir -p "$CARRY/debs" "$CARRY/lib" "$CARRY/wheels"
+  (cd "$CARRY/debs" && apt-get download $DEBS)
+  # libpcaudio0 links ALSA and PulseAudio (and those a dozen more); espeak-ng --stdout never opens a
+  # sound device, but the loader wants every library. They are taken from this machine's espeak-ng,
+  # except glibc's own and the five packages above.
+  command -v espeak-ng >/dev/null || { echo "prepare needs espeak-ng installed here (apt-get install espeak-ng)" >&2; exit 2; }
+  ldd "$(command -v espeak-ng)" | awk '$3 ~ /^\// {print $3}' \
+    | grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so|/lib(espeak-ng|pcaudio|sonic)\.so' \
+    | xargs -I{} cp -L {} "$CARRY/lib/"
+  # the device's transformers may predate Qwen3-ASR; the wheel is pure Python (its needs are there)
+  python3 -m pip download -q --no-deps --only-binary=:all: -d "$CARRY/wheels" "transformers==$TRANSFORMERS"
+  du -sh "$CARRY"
+}
+
+espeak_env() {
+  # a wrapper gives espeak-ng alone the carried libraries: exported for all, they would shadow the
+  # machine's own (liblzma, libzstd, ...) in python3 and torch
+  local root=/tmp/espeak
+  rm -rf "$root" && mkdir -p "$root/bin"
+  for deb in "$CARRY"/debs/*.deb; do dpkg -x "$deb" "$root"; done
+  cat >"$root/bin/espeak-ng" <<EOF
+#!/bin/sh
+export LD_LIBRARY_PATH="$root/usr/lib/x86_64-linux-gnu:$PWD/$CARRY/lib"
+export ESPEAK_DATA_PATH="$root/usr/lib/x86_64-linux-gnu"  # espeak-ng looks in its espeak-ng-data/
+exec "$root/usr/bin/espeak-ng" "\$@"
+EOF
+  chmod +x "$root/bin/espeak-ng"
+  export PATH="$root/bin:$PATH"
+  espeak-ng --version
+  espeak-ng --stdout hello >/tmp/espeak-check.wav && [ "$(head -c 4 /tmp/espeak-check.wav)" = RIFF ] \
+    || { echo "the carried espeak-ng does not run here" >&2; exit 2; }
+}
+
+python_env() {
+  python3 -c 'import torch; assert torch.cuda.is_available(), "no GPU"' \
+    || { echo "python3 has no torch with CUDA: run this on the GPU machine" >&2; exit 2; }
+  if ! python3 -c 'import transformers.models.qwen3_asr' 2>/dev/null; then
+    ls "$CARRY"/wheels/transformers-*.whl >/dev/null 2>&1 \
+      || { echo "transformers lacks Qwen3-ASR and no wheel was carried: run prepare" >&2; exit 2; }
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$CARRY"/wheels/*.whl
+    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+  python3 -c 'import torch, transformers, tokenizers, scipy, click, numpy
+from transformers import Qwen3ASRForConditionalGeneration
+print("torch", torch.__version__, "transformers", transformers.__version__, torch.cuda.get_device_name())' \
+    || { echo "a module training needs is missing (above)" >&2; exit 2; }
+}
+
+run() {
+  : "${OUT:?run is for the GPU machine, where OUT names the folder that comes back}"
+  espeak_env
+  python_env
+  local ckpt=/tmp/ckpt
+  python3 -m webbuild.train --out "$ckpt" --steps 100000 --max-minutes 5.0 --batch-size 256 \
+    --clips 54000 --seed 1 --heldout 500 --eval-every 750 --shard-size 15MB --workers 16 \
+    --data-dir /tmp/speech 2>&1 | tee "$OUT/train.log"
+  cp "$ckpt"/*.safetensors "$OUT/"
+  (cd "$ckpt" && tar czf "$OUT/rest.tar.gz" --exclude='*.safetensors' .)
+  for lead in 300 0; do  # 300: the front-end's default lead (model.yaml encoder.lead_ms); 0: none
+    python3 -m webbuild.train.onset "$ckpt" --device cuda --lead-ms "$lead" --json "$OUT/onset-lead$lead.json"
+  done 2>&1 | tee "$OUT/onset.log"
+  ls -l "$OUT"
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  run) run ;;
+  *) echo "usage: $0 prepare|run" >&2; exit 2 ;;
+esac
