@@ -3,6 +3,7 @@ folders and hand their results on in `ctx.state` (webbuild.build.state)."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -128,11 +129,35 @@ def stage_shard(ctx: BuildContext) -> None:
     # the runtime finds each file by role (encoder, decoder_data, ...: webbuild.site.contract.FILE_ROLES)
     entries = {name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files}
                for name, v in variants.items()}
+    for name, fit in _wasm_fit(ctx).items():
+        entries[name]["wasm"] = {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
     manifest = shard_files(files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
                            max_bytes=ctx.cfg.shard.max_bytes, variants=entries)
     ctx.state.manifest = manifest
     for name, v in variants.items():
         ctx.report.variants.setdefault(name, {})["files"] = {f: manifest["files"][f]["size"] for f in v.files.values()}
+
+
+def _wasm_fit(ctx: BuildContext) -> dict[str, dict]:
+    """The fp32 variants' wasm memory estimates (webbuild.build.wasm_budget), into the report; the page
+    reads `fits` from the manifest entry and says the model needs WebGPU where it is false."""
+    from webbuild.build.wasm_budget import GIB, variant_need
+
+    runtime = json.loads((ctx.state.assembled / RUNTIME_FILE).read_text())
+    fits = {}
+    for name, v in ctx.state.variants.items():
+        if v.dtype != "float32":
+            continue  # the wasm EP runs the fp32 variant only (runtime/probe.js chooseVariant)
+        fit = fits[name] = variant_need(v.dir, v.files, runtime)
+        ctx.report.variants.setdefault(name, {})["wasm"] = fit
+        if fit["fits"]:
+            log.info(f"{name}: wasm fallback needs about {fit['need_bytes'] / GIB:.2f} GiB "
+                     f"of {fit['budget_bytes'] / GIB:.2f} GiB")
+        else:
+            log.warning(f"{name}: no wasm fallback: needs {fit['need_bytes'] / GIB:.1f} GiB of the "
+                        f"{fit['budget_bytes'] / GIB:.1f} GiB a wasm page gets; visitors without WebGPU "
+                        f"are told the model needs WebGPU")
+    return fits
 
 
 def _webgpu_forms_and_wasm_twins(ctx: BuildContext) -> None:
