@@ -22,6 +22,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   const gpu = await probeWebGPU();
   const pick = chooseVariant(manifest, gpu, opts.forceEp);
   const variant = opts.variant ?? pick.variant;
+  if (pick.ep === 'wasm') refuseUnfit(manifest, variant);
   const shared = [runtime.files.tokens, runtime.files.ort_wasm];
   const files = await loadFiles(manifest, [...manifest.variants[variant].files, ...shared], site.loading);
   const tDownload = performance.now();
@@ -50,6 +51,16 @@ export function choiceNotice(pick, gpu, forceEp) {
     return `WebGPU here is a software renderer (${gpu.description}); using WebAssembly (add ?ep=webgpu to force WebGPU).`;
   }
   return `WebGPU is not available (${gpu.reason}); running on the CPU with WebAssembly, which is slower.`;
+}
+
+// The build's estimate of a variant's wasm memory (manifest entry `wasm`, webbuild/build/wasm_budget.py):
+// where it exceeds what a tab gets, say so before downloading rather than fail with std::bad_alloc.
+export function refuseUnfit(manifest, variant) {
+  const wasm = manifest.variants[variant]?.wasm;
+  if (!wasm || wasm.fits !== false) return;
+  const gib = (n) => (n / 2 ** 30).toFixed(1);
+  throw new Error(`This model needs WebGPU: its WebAssembly fallback needs ${gib(wasm.need_bytes)} GiB, ` +
+    `more than the ${gib(wasm.budget_bytes)} GiB a browser tab gets.`);
 }
 
 // The manifest, runtime.json and (a promise of) onnxruntime-web by the name runtime.json gives; the
@@ -103,6 +114,7 @@ async function createRecogniser(site, { ep, variant, files, gpu, graphCapture },
   } catch (e) {
     if (ep !== 'webgpu' || !fallback) throw e;
     const wasm = chooseVariant(manifest, gpu, 'wasm').variant;
+    refuseUnfit(manifest, wasm);
     const wasmFiles = wasm === variant ? files : await loadFiles(manifest, manifest.variants[wasm].files, loading);
     return { ep: 'wasm', variant: wasm, recogniser: await create(wasm, wasmFiles, 'wasm'),
       notice: `WebGPU session failed (${e.message}); running on WebAssembly instead.` };

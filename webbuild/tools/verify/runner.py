@@ -92,6 +92,18 @@ def site_data(context, url: str) -> dict:
     return res.json()
 
 
+def wasm_unfit(context, url: str) -> str | None:
+    """Why the site's wasm variant does not fit a tab (manifest entry `wasm.fits` false,
+    webbuild/build/wasm_budget.py), else None; the variant as runtime/probe.js chooseVariant picks it."""
+    res = context.request.get(url + "model/manifest.json")
+    variants = res.json().get("variants", {}) if res.ok else {}
+    entry = variants.get("fp32") or next(iter(variants.values()), {})
+    wasm = entry.get("wasm") or {}
+    if wasm.get("fits") is not False:
+        return None
+    return f"wasm needs {wasm['need_bytes'] / 2**30:.1f} GiB of {wasm['budget_bytes'] / 2**30:.1f} GiB"
+
+
 class Reference:
     """The Python reference on a local build's own graphs, loaded once per variant."""
 
@@ -159,7 +171,7 @@ class Verifier:
         log.info(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
         return ok
 
-    def open(self, context, url: str, name: str) -> tuple:
+    def open(self, context, url: str, name: str, expect_ready: bool = True) -> tuple:
         page = context.new_page()
         br.watch(page, self.log)
         start = len(self.log["requests"])
@@ -173,7 +185,9 @@ class Verifier:
                              **{k: info.get(k) for k in VISIT_INFO}}
         log.info(f"{name}: {state['status']} on {info.get('ep')} ({info.get('variant')}) in "
                  f"{self.visits[name]['wall_s']} s")
-        ready = self.check(f"{name}: model loads", state["status"] == "ready", state["error"] or "")
+        ready = state["status"] == "ready"
+        if expect_ready:
+            self.check(f"{name}: model loads", ready, state["error"] or "")
         return page, state, self.log["requests"][start:], ready
 
     def run_clips(self, page, clips: list[Clip], state: dict, max_wer: float, run: str) -> None:
@@ -236,6 +250,12 @@ class Verifier:
         try:
             context = browser.new_context()
             br.hide_webgpu(context)
+            if unfit := wasm_unfit(context, url):  # the build's estimate: the page refuses, as it should
+                _, state, _, _ = self.open(context, url, "WebGPU off", expect_ready=False)
+                said = state["status"] == "error" and "needs WebGPU" in (state["error"] or "")
+                self.check("WebGPU off: the page says the model needs WebGPU", said,
+                           f"status {state['status']}: {state['error'] or ''} (build: {unfit})")
+                return
             page, state, _, ready = self.open(context, url, "WebGPU off")
             ep = (state.get("info") or {}).get("ep")
             if not self.check("wasm fallback when WebGPU is off", ready and ep == "wasm", f"ep {ep}") or clip is None:
