@@ -8,7 +8,7 @@ import { FROM_WORKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
-const state = (window.webbuild = { status: 'loading', info: null, metrics: null, text: '', tokens: null, error: null, warnings: [] });
+const state = (window.webbuild = { status: 'loading', info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [] });
 const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
 let pending = null; // {id, resolve, reject} of the transcription in flight
 let nextId = 1;
@@ -104,7 +104,7 @@ async function run(what, getPcm, keepExpected = false) {
   if (!keepExpected) $('expected').hidden = true;
   clearError();
   setEnabled(false);
-  Object.assign(state, { status: 'transcribing', text: '', metrics: null, tokens: null });
+  Object.assign(state, { status: 'transcribing', text: '', metrics: null, tokens: null, margins: null });
   showText('');
   setStatus(`Transcribing ${what}…`);
   try {
@@ -116,7 +116,7 @@ async function run(what, getPcm, keepExpected = false) {
       const chunkSeconds = Number(params.get('chunk_seconds')) || undefined; // models trained on short clips
       worker.postMessage({ type: TO_WORKER.transcribe, id: pending.id, pcm, maxNewTokens, chunkSeconds }, [pcm.buffer]);
     });
-    Object.assign(state, { status: 'done', text: done.text, tokens: done.tokens, metrics: done.metrics });
+    Object.assign(state, { status: 'done', text: done.text, tokens: done.tokens, margins: done.margins, metrics: done.metrics });
     showText(done.text || '(no speech recognised)');
     renderMetrics(done.metrics);
     setStatus(`Done: ${(done.metrics.audio_ms / 1000).toFixed(1)} s of audio in ${(done.metrics.total_ms / 1000).toFixed(2)} s.`);

@@ -59,7 +59,7 @@ async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
     results.push(r);
   }
   post({ type: FROM_WORKER.done, id, text: texts.filter(Boolean).join(' '), tokens: results.map((r) => r.tokens),
-    metrics: summarise(results) });
+    margins: results.map((r) => r.margins), metrics: summarise(results) });
 }
 
 // Per-transcription metrics over all chunks: TTFT is the first chunk's; rates are totals.

@@ -8,6 +8,7 @@
 //   and the splice, and no float table is shipped. Decode steps pass an empty audio_features.
 
 import { CapturedSteps } from './capture.js';
+import { pickLast, toFloat32 } from './greedy.js';
 import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 
 export class Recogniser {
@@ -110,25 +111,27 @@ export class Recogniser {
     const { prefix, suffix, audio_pad } = this.rt.prompt;
     const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix];
     let { logits, present } = await this.prefill(ids, audio, prefix.length);
+    let next = pickLast(logits, this.d.vocab_size); // {token, margin}
     let past;
     const steps = this.steps?.fits(ids.length, maxNewTokens) ? this.steps : null;
     steps?.begin(present, ids.length);
     const tPrefill = performance.now();
     const eos = new Set(this.rt.eos_token_ids);
     const text = new StreamingDecoder(this.tokens);
-    const generated = [];
+    const generated = [], margins = [];
     let tFirst = null;
     try {
       for (let i = 0; i < maxNewTokens; i++) {
-        const token = argmaxLast(logits, this.d.vocab_size);
+        const { token, margin } = next;
         if (eos.has(token) && !forceSteps) break;
         generated.push(token);
+        margins.push(margin);
         tFirst ??= performance.now();
         onToken(answerText(text.push(token), this.rt.answer), token);
         if (i + 1 === maxNewTokens) break; // the loop would not use the next logits
         if (this.steps && steps) {
-          logits = await this.capturedStep(steps, token, ids.length + generated.length);
-          if (logits) {
+          next = await this.capturedStep(steps, token, ids.length + generated.length);
+          if (next) {
             dispose(present);
             present = null;
             continue;
@@ -136,6 +139,7 @@ export class Recogniser {
         }
         past = present;
         ({ logits, present } = await this.step(this.inputs([token]), ids.length + generated.length, past));
+        next = pickLast(logits, this.d.vocab_size);
         dispose(past);
       }
     } finally {
@@ -145,13 +149,14 @@ export class Recogniser {
     return {
       text: answerText(text.finish(), this.rt.answer, true),
       tokens: generated,
+      margins, // per token: its logit minus the runner-up's (how close greedy decoding was to another token)
       timings: { encoder_ms: tEnc - t0, prefill_ms: tPrefill - tEnc, prompt_tokens: ids.length,
         ttft_ms: (tFirst ?? tEnd) - t0, decode_ms: tEnd - (tFirst ?? tEnd), decode_tokens: Math.max(0, generated.length - 1),
         total_ms: tEnd - t0, audio_ms: (pcm.length / this.rt.sample_rate) * 1000 },
     };
   }
 
-  // A captured step's logits, or null when the step form failed in its first (recording) run: the
+  // A captured step's {token, margin}, or null when the step form failed in its first (recording) run: the
   // plain session then takes over with the prefill's cache, for good.
   async capturedStep(steps, token, total) {
     try {
@@ -241,32 +246,6 @@ export class Recogniser {
 // External weights as onnxruntime-web wants them: the path as written inside the graph.
 function external(files, name) {
   return name ? [{ path: name, data: files.get(name) }] : undefined;
-}
-
-// fp16 tensors arrive as raw bits (Uint16Array) or, in browsers that have it, Float16Array.
-function toFloat32(data) {
-  if (!(data instanceof Uint16Array)) return data instanceof Float32Array ? data : Float32Array.from(data);
-  const out = new Float32Array(data.length);
-  for (let i = 0; i < data.length; i++) out[i] = halfToFloat(data[i]);
-  return out;
-}
-
-function halfToFloat(h) {
-  const exp = (h >> 10) & 0x1f;
-  const frac = h & 0x3ff;
-  const sign = h & 0x8000 ? -1 : 1;
-  if (exp === 0) return sign * 2 ** -14 * (frac / 1024);
-  if (exp === 31) return frac ? NaN : sign * Infinity;
-  return sign * 2 ** (exp - 15) * (1 + frac / 1024);
-}
-
-// Greedy choice over the last position (a pruned graph has only that one); the first maximum
-// wins ties, as numpy's argmax does.
-export function argmaxLast(logits, vocab) {
-  const data = toFloat32(logits.data.subarray(logits.data.length - vocab));
-  let best = 0;
-  for (let i = 1; i < vocab; i++) if (data[i] > data[best]) best = i;
-  return best;
 }
 
 // GPU tensors hold GPU memory until disposed; CPU tensors are left to the collector.

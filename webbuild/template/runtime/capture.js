@@ -13,6 +13,8 @@
 //   'gpuBufferMetadata' [handle, count] on the GPUBuffer). Where that is not there, or a replay does
 //   not hand back the buffers it was given, create() or step() throws and the caller decodes plainly.
 
+import { pick, toFloat32 } from './greedy.js';
+
 const PIN = 'gpuBufferMetadata';
 const BYTES = { float32: 4, float16: 2, int64: 8 };
 const USAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
@@ -80,13 +82,13 @@ export class CapturedSteps {
     this.device.queue.writeBuffer(this.mask.gpuBuffer, 0, mask);
   }
 
-  // One decode step: `token` at position total - 1; returns the logits as {data} (CPU).
+  // One decode step: `token` at position total - 1; returns the next {token, margin} (asr.js pick).
   async step(token, total) {
     this.device.queue.writeBuffer(this.ids.gpuBuffer, 0, BigInt64Array.of(BigInt(token)));
     this.device.queue.writeBuffer(this.mask.gpuBuffer, (total - 1) * 8, BigInt64Array.of(1n));
     const out = await (this.recorded ? this.session.run(this.feeds, this.fetches) : this.record());
     if (out.logits.gpuBuffer !== this.logits.gpuBuffer) throw new Error('capture: a replay answered on other buffers');
-    return { data: await this.read() };
+    return this.readPick();
   }
 
   // The first run records the step; the registrations are pinned during it (see the top of the file).
@@ -108,16 +110,20 @@ export class CapturedSteps {
     }
   }
 
-  async read() {
+  // The logits read back and the greedy choice made on the mapped range itself (no copy of it).
+  async readPick() {
     const size = this.staging.size;
     const enc = this.device.createCommandEncoder();
     enc.copyBufferToBuffer(this.logits.gpuBuffer, 0, this.staging, 0, size);
     this.device.queue.submit([enc.finish()]);
     await this.staging.mapAsync(GPUMapMode.READ);
-    const bytes = this.staging.getMappedRange().slice(0);
-    this.staging.unmap();
-    const n = this.d.vocab_size;
-    return this.logits.type === 'float16' ? new Uint16Array(bytes, 0, n) : new Float32Array(bytes, 0, n);
+    try {
+      const bytes = this.staging.getMappedRange();
+      const n = this.d.vocab_size;
+      return pick(this.logits.type === 'float16' ? toFloat32(new Uint16Array(bytes, 0, n)) : new Float32Array(bytes, 0, n));
+    } finally {
+      this.staging.unmap();
+    }
   }
 }
 

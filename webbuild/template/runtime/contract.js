@@ -38,8 +38,8 @@ export const TO_WORKER = Object.freeze({ load: 'load', transcribe: 'transcribe',
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
  * @typedef {{type: 'token', id: number, token: number, text: string}} TokenMessage
  *   One generated token of transcription `id`; text: the transcript so far.
- * @typedef {{type: 'done', id: number, text: string, tokens: number[][], metrics: object}} DoneMessage
- *   tokens: per chunk of the audio; metrics: worker.js summarise().
+ * @typedef {{type: 'done', id: number, text: string, tokens: number[][], margins: number[][], metrics: object}} DoneMessage
+ *   tokens: per chunk of the audio; margins: per token, its logit minus the runner-up's (asr.js); metrics: worker.js summarise().
  * @typedef {{type: 'cache-cleared', existed: boolean}} CacheClearedMessage
  * @typedef {{type: 'error', id?: number, message: string}} ErrorMessage
  *   id: the transcription that failed; without it, loading failed.

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 // greedy choice over the last position, as the site's runtime makes it
-export { argmaxLast } from '../../template/runtime/asr.js';
+export { argmaxLast } from '../../template/runtime/greedy.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
 export const ORT_DIST = path.join(REPO, 'node_modules/onnxruntime-web/dist'); // `npm ci`'s pinned copy
