@@ -133,6 +133,9 @@ class SitePage:
     def synth(self, n: int) -> dict:
         return self.worker.evaluate("n => self.__wbSynth(n)", n)
 
+    def timed(self, n: int) -> dict | None:
+        return self.worker.evaluate("n => self.__wbTimedSynth(n)", n)
+
 
 class PeerPage:
     def __init__(self, browser, url: str, args):
@@ -146,6 +149,21 @@ class PeerPage:
 
     def run(self, n: int, prompt_tokens: int) -> dict:
         return self.page.evaluate(f"() => window.runMerged({n}, {prompt_tokens})")
+
+    def timed(self, n: int, prompt_tokens: int) -> dict | None:
+        return self.page.evaluate(f"() => window.timeMerged({n}, {prompt_tokens})")
+
+
+def timed_decodes(site, peer, args) -> dict:
+    """timing.mjs's timing_per_token (where a token's time goes, GPU time per kernel) of an n2-step decode
+    on each Chromium page, as bench.mjs reports it under Node."""
+    out = {}
+    for name, timed in (("chromium-webbuild", site and (lambda: site.timed(args.n2))),
+                        ("chromium-peer", peer and (lambda: peer.timed(args.n2, args.prompt_tokens)))):
+        if timed:
+            out[name] = timed()
+            log(f"timing {name}: {json.dumps(out[name])[:600]}")
+    return out
 
 
 def node_bench(target: Path, tokens: int, workdir: Path, tag: str, args) -> dict:
@@ -209,6 +227,8 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--allow-software", action="store_true",
                     help="do not stop on a SwiftShader adapter (CPU smoke test)")
+    ap.add_argument("--timing", action="store_true",
+                    help="after the rounds, cut one decode of each Chromium page into phases and GPU kernel times")
     ap.add_argument("--out", type=Path, default=Path("chrome-gpu-bench.json"))
     args = ap.parse_args()
     rows = args.rows.split(",")
@@ -224,7 +244,8 @@ def main() -> int:
     peer_root = work / "peer-www"
     peer_root.mkdir()
     shutil.copy(HERE / "chrome_gpu_merged.html", peer_root / "index.html")
-    shutil.copy(HARNESSES / "counters.mjs", peer_root / "counters.mjs")  # the page imports it
+    for harness in ("counters.mjs", "timing.mjs"):  # the page imports them
+        shutil.copy(HARNESSES / harness, peer_root / harness)
     if args.peer:
         (peer_root / "model").symlink_to(args.peer.resolve())
         (peer_root / "ort").symlink_to(args.ort.resolve())
@@ -287,6 +308,9 @@ def main() -> int:
                         f"(p10 {d['p10']:.2f}, p90 {d['p90']:.2f}, n {d['n']}), "
                         f"prefill {r['prefill_ms']:.1f} ms, per token {r.get('per_token')}, {r['wall_s']} s")
                     save()
+            if args.timing:  # after the rounds: the timing wrap is off during them
+                result["timing_per_token"] = timed_decodes(site, peer, args)
+                save()
             pages = [p for p in (site, peer) if p]
             result["console_errors"] = [c for p in pages for c in p.log["console"] if c.startswith("error")][:20]
             result["page_errors"] = [e for p in pages for e in p.log["errors"]][:20]

@@ -170,7 +170,7 @@ bench_browser() {
 }
 rounds() {
   python3 $WB/scripts/chrome_gpu_bench.py --dist "$WORK/webbuild" --peer "$WORK/peer" --rounds "$ROUNDS" \
-    --rows "${ROWS:-chromium-webbuild,chromium-peer,node-webbuild}" --out "$WORK/rounds.json.part"
+    --rows "${ROWS:-chromium-webbuild,chromium-peer,node-webbuild}" ${TIMING:+--timing} --out "$WORK/rounds.json.part"
 }
 
 # last call: wait for the builds, then verify, bench --runtime browser, the rounds
@@ -178,7 +178,8 @@ run() {
   mkdir -p "$OUT" "$WORK"
   env_there
   browser_wrapper
-  export WEBBUILD_BROWSER=/tmp/chrome/chromium-gpu WEBBUILD_BROWSER_ARGS=${WEBBUILD_BROWSER_ARGS:-$GPU_FLAGS}
+  # TIMING=1: GPU kernel times per token after the rounds; the developer features unquantize timestamps
+  export WEBBUILD_BROWSER=/tmp/chrome/chromium-gpu WEBBUILD_BROWSER_ARGS=${WEBBUILD_BROWSER_ARGS:-$GPU_FLAGS${TIMING:+ --enable-webgpu-developer-features}}
   export PLAYWRIGHT_NODEJS_PATH=/tmp/bin/node
   local t0=$SECONDS
   until grep -q "gen done" "$WORK/gen.log" 2>/dev/null; do

@@ -1,5 +1,5 @@
 """The bench-only copy of a built site that `webbuild bench --runtime browser` serves: the site's own
-worker.js with the WebGPU call counters (counters.mjs) in front and the synthetic-decode hook
+worker.js with the WebGPU call counters and timing (counters.mjs, timing.mjs) in front and the synthetic-decode hook
 (synth_hook.js) behind, every other file hard-linked. The shipped site is never written."""
 
 from __future__ import annotations
@@ -13,17 +13,20 @@ from pathlib import Path
 from webbuild.tools.bench import HARNESSES
 
 
-def counters_source() -> str:
-    """counters.mjs as a script to prepend to a module worker: its `export`s dropped, installed on `self`."""
-    text = (HARNESSES / "counters.mjs").read_text()
-    return re.sub(r"^export ", "", text, flags=re.M) + "\ninstallGpuCounters(self);\n"
+def harness_script(name: str, install: str) -> str:
+    """A harness module as a script to prepend to a module worker: its `export`s dropped, then `install`."""
+    text = (HARNESSES / name).read_text()
+    return re.sub(r"^export ", "", text, flags=re.M) + f"\n{install}\n"
 
 
 def instrumented_worker(worker_js: str) -> str:
-    """A site's worker.js for benching only: counters.mjs in front (wrapping the WebGPU calls before
-    onnxruntime-web makes its device), synth_hook.js behind (self.__wbSynth(n) and
-    self.__wbCountedSynth(n): bench.mjs's synthetic decode in the worker, for Playwright's Worker.evaluate)."""
-    return counters_source() + worker_js + "\n" + (HARNESSES / "synth_hook.js").read_text()
+    """A site's worker.js for benching only: timing.mjs (off until a timed decode) and counters.mjs in front,
+    wrapping the WebGPU calls before onnxruntime-web makes its device, in dawn.mjs's order; synth_hook.js
+    behind (self.__wbSynth(n), self.__wbCountedSynth(n), self.__wbTimedSynth(n): bench.mjs's synthetic
+    decodes in the worker, for Playwright's Worker.evaluate)."""
+    return (harness_script("timing.mjs", "installGpuTiming(self, { on: false });")
+            + harness_script("counters.mjs", "installGpuCounters(self);")
+            + worker_js + "\n" + (HARNESSES / "synth_hook.js").read_text())
 
 
 def counted_site(dist: Path, dest: Path) -> Path:

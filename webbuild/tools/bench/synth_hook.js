@@ -17,10 +17,31 @@ self.__wbSynth = async (n) => {
   const c1 = self.__gpuCounters.snapshot();
   const counts = gpuCountsDelta(c0, c1);
   const t = r.timings;
-  return { steps: stamps.slice(1).map((s, i) => s - stamps[i]), tokens: r.tokens.length, counts,
+  return { steps: stamps.slice(1).map((s, i) => s - stamps[i]), stamps, ids: r.tokens, tokens: r.tokens.length, counts,
     prompt_tokens: t.prompt_tokens, prefill_ms: t.prefill_ms, ttft_ms: t.ttft_ms };
 };
 
 // The short and the long decode of gpuCountedDecodes (counters.mjs), exactly as bench.mjs runs them under
 // Node: the long one's result, and counters_per_token (null on the wasm EP or below 2 tokens).
 self.__wbCountedSynth = (nLong) => gpuCountedDecodes(self.__wbSynth, nLong, site?.ep === 'webgpu', self);
+
+// Where a decode token's time goes in this browser (timing.mjs, as bench.mjs's timing_per_token under Node):
+// an n-step decode with the WebGPU calls timed, then a GPU-timed one. The timing wrap is on only here.
+self.__wbTimedSynth = async (n) => {
+  const t = self.__gpuTiming;
+  const rec = site?.recogniser;
+  if (!t || !rec) throw new Error('no timing harness or no model');
+  if (site.ep !== 'webgpu') return null;
+  if (!t.watched) { // the decoder's runs, or the captured decode's steps (one read-back each)
+    t.watchRun(rec.decoder);
+    if (rec.steps) t.watchRun(rec.steps, 'step');
+    t.watched = true;
+  }
+  t.on = true;
+  try {
+    t.runs.length = 0;
+    return await gpuTimingPerToken(self.__wbSynth, await self.__wbSynth(n), self);
+  } finally {
+    t.on = false;
+  }
+};

@@ -23,7 +23,7 @@
 // state, pipeline and bind groups, set again in each), then resolves the query set into a buffer in the
 // same encoder. The times are read back after the decode (gpuTimedDecode), never inside a step.
 
-export function installGpuTiming(scope = globalThis) {
+export function installGpuTiming(scope = globalThis, { on = true } = {}) {
   if (scope.__gpuTiming) return scope.__gpuTiming;
   const now = () => performance.now();
   const t = {
@@ -34,7 +34,11 @@ export function installGpuTiming(scope = globalThis) {
     passes: null, // while GPU-timed: the replayed passes {read, names, run, ...}
     wrapperUsPerCall: 0,
   };
+  // t.on: a page that benches rounds without timing them installs with {on: false} (two now() calls per
+  // WebGPU call are not free in a browser worker) and switches it on for the timed decode only.
+  t.on = on;
   const timed = (f, sum = t) => function (...args) {
+    if (!t.on) return f.apply(this, args);
     const t0 = now();
     try { return f.apply(this, args); } finally { sum.callMs += now() - t0; sum.calls++; }
   };
@@ -91,6 +95,7 @@ function gpuTimingBoundary(scope, t, now) {
 function gpuTimingWatch(t, session, method, now) {
   const run = session[method];
   session[method] = async function (...args) {
+    if (!t.on) return run.apply(this, args);
     const r = { t0: now(), callMs0: t.callMs, calls0: t.calls };
     t.runs.push(r);
     t.current = r;
