@@ -26,7 +26,7 @@ from tokenizers import Tokenizer
 from webbuild.errors import ZooError
 from webbuild.fusion import prune_lm_head
 from webbuild.fusion.report import Report
-from webbuild.graph.ir import dead_code_elimination, only_user
+from webbuild.graph.ir import attr, dead_code_elimination, only_user
 from webbuild.graph.load import load_onnx
 from webbuild.reference import layout_v2 as v2
 from webbuild.reference.prompt import PROMPT_PREFIX, PROMPT_SUFFIX
@@ -70,10 +70,7 @@ def embeds_init(model: ir.Model) -> ir.Model:
     embeds = ir.Value(name="input_embeds", type=inputs["audio_features"].type,  # the float type of the stream
                       shape=ir.Shape(["batch", "seq_len", hidden]))
     ir.convenience.replace_all_uses_with(x0, embeds)
-    for user in list(inputs["input_ids"].consumers()):
-        if user.op_type == "Shape":  # the sequence length: [B, S] of input_embeds is the same
-            user.replace_input_with(0, embeds)
-            user.attributes["start"], user.attributes["end"] = ir.AttrInt64("start", 0), ir.AttrInt64("end", 2)
+    _read_shapes_from(embeds, inputs)
     dead_code_elimination(model)
     left = [n for n in SPLICE_INPUTS if list(inputs[n].consumers())]
     if left:
@@ -84,6 +81,17 @@ def embeds_init(model: ir.Model) -> ir.Model:
         raise ZooError("decoder_init: logits are not one lm_head MatMul over [B, S, H]; not a zoo split export")
     dead_code_elimination(model)
     return model
+
+
+def _read_shapes_from(embeds: ir.Value, inputs: dict[str, ir.Value]) -> None:
+    """Shape reads of the batch and sequence axes, [B, S] of input_ids (torchscript, dynamo) or [B] of
+    audio_features (dynamo), read the same axes of input_embeds instead."""
+    for name, rank, axes in (("input_ids", 2, 2), ("audio_features", 3, 1)):
+        for user in list(inputs[name].consumers()):
+            start, end = attr(user, "start", 0), attr(user, "end", rank)
+            if user.op_type == "Shape" and start >= 0 and end <= axes:
+                user.replace_input_with(0, embeds)
+                user.attributes["end"] = ir.AttrInt64("end", end)
 
 
 def _splice(inputs: dict[str, ir.Value]) -> tuple[ir.Node, ir.Node]:
