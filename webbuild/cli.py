@@ -149,9 +149,7 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
       webbuild zoo tiny -o /tmp/tiny                       # a few MB, seconds
       webbuild zoo 0.6b -o /tmp/q06 --hf-dir /tmp/q06-hf   # published 0.6B dimensions
       webbuild zoo tiny -o /tmp/tm --layout merged --exporter dynamo
-
-    A split export rewritten in layout v2 (source.layout qwen3-asr-v2):
-    python -m webbuild.zoo.layout_v2 /tmp/tiny /tmp/tiny-v2
+      python -m webbuild.zoo.layout_v2 /tmp/tiny /tmp/tiny-v2  # a split export in layout v2 (qwen3-asr-v2)
     """
     from webbuild.zoo.build import load_checkpoint, random_model, save_text_decoder_hf
     from webbuild.zoo.export import check_new_folder, export_model
