@@ -36,6 +36,8 @@ HEAD = "name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\n"
     ("name: t\nsource: {layout: qwen3-asr-splt, dir: ./model}\n", "source.layout", "expected one of"),
     ("name: t\nsource: {layout: qwen3-asr-split}\n", "source.dir", "required key is missing"),
     ("name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\n", "source.dir", "lacks encoder.onnx"),
+    ("name: t\nsource: {layout: qwen3-asr-v2, dir: ./model}\n", "source.dir",
+     "lacks encoder.onnx, which layout 'qwen3-asr-v2' needs"),  # its own files: tests/test_layout_v2.py
     ("name: t\nsource: {layout: merged, dir: ./model}\nsite: {base_path: sub}\n", "site.base_path", "start"),
     ("name: t\nsource: [1, 2]\n", "source", "valid dictionary"),
     (f"{HEAD}verify: {{min_decode_tokens_per_s: fast}}\n", "verify.min_decode_tokens_per_s",

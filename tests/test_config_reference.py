@@ -21,7 +21,7 @@ def test_every_key_has_a_description():
 
 def test_nested_keys_and_constraints_are_listed():
     rows = {key: (kind, default, allowed) for key, kind, default, allowed, _ in field_rows(BuildConfig)}
-    assert rows["source.layout"] == ("string", "required", "`qwen3-asr-split`, `merged`")
+    assert rows["source.layout"] == ("string", "required", "`qwen3-asr-split`, `merged`, `qwen3-asr-v2`")
     assert rows["shard.max_bytes"] == ("integer", "`26214400`", ">= 1048576")
     assert rows["site.samples[].text"] == ("string", "required", "length >= 1")
     assert rows["variants"] == ("list of strings", "`[fp16, fp32]`", "`fp16`, `fp32`, length >= 1")

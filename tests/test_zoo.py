@@ -106,6 +106,36 @@ def test_greedy_decode_equals_torch(zoo_export, tiny_model, layout):
     assert onnx_greedy(zoo_export(layout), pcm, steps=12) == want
 
 
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_layout_v2_prefill_is_the_split_prefill_on_embeddings(zoo_export, tiny_model, tmp_path, exporter):
+    """The v2 converter's decoder_init, fed the split export's own table rows with the audio spliced in,
+    gives the last-position logits and the KV of the split decoder_init quantized alike (int4 block 32,
+    float activations), whichever exporter made the split graphs."""
+    from webbuild.reference.layout_v2 import INIT
+    from webbuild.reference.transcribe import cpu_session
+    from webbuild.zoo.layout_v2 import convert
+    from webbuild.zoo.published_int4 import quantize_export
+
+    _, tok = tiny_model
+    split = zoo_export("split", exporter)
+    v2 = convert(split, tmp_path / "v2", accuracy_level=0)
+    q4 = quantize_export(split, tmp_path / "q4", block_size=32, accuracy_level=0)
+    cfg = json.loads((split / "config.json").read_text())
+    table = np.fromfile(split / "embed_tokens.bin", np.float32).reshape(cfg["embed_tokens_shape"])
+    audio = np.random.default_rng(1).standard_normal((1, 9, table.shape[1]), np.float32)
+    prompt = build_prompt(tok, audio.shape[1])
+    positions = np.arange(len(prompt.ids), dtype=np.int64)[None]
+    want = cpu_session(q4 / "decoder_init.onnx").run(None, {
+        "input_ids": np.array([prompt.ids]), "position_ids": positions, "audio_features": audio,
+        "audio_offset": np.array([prompt.audio_offset])})
+    embeds = table[prompt.ids][None].copy()
+    embeds[0, prompt.audio_offset:prompt.audio_offset + audio.shape[1]] = audio[0]
+    got = cpu_session(v2 / INIT).run(None, {"input_embeds": embeds, "position_ids": positions})
+    np.testing.assert_allclose(got[0], want[0][:, -1:], atol=1e-4)
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_allclose(g, w, atol=1e-4)
+
+
 def test_zoo_refuses_existing_output(tmp_path, tiny_model):
     from webbuild.errors import ZooError
     from webbuild.zoo.export import export_model

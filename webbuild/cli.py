@@ -149,6 +149,7 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
       webbuild zoo tiny -o /tmp/tiny                       # a few MB, seconds
       webbuild zoo 0.6b -o /tmp/q06 --hf-dir /tmp/q06-hf   # published 0.6B dimensions
       webbuild zoo tiny -o /tmp/tm --layout merged --exporter dynamo
+      python -m webbuild.zoo.layout_v2 /tmp/tiny /tmp/tiny-v2  # a split export in layout v2 (qwen3-asr-v2)
     """
     from webbuild.zoo.build import load_checkpoint, random_model, save_text_decoder_hf
     from webbuild.zoo.export import check_new_folder, export_model
@@ -182,7 +183,7 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
               help="Silence put before each clip by the mel front-end of a source export whose encoder takes mel "
                    "(model.yaml encoder.lead_ms; 0: the upstream features). A built site's graph has its own.")
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int):
-    """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder (split or merged
+    """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder (split, v2 or merged
     layout) or a built site (dist/; its own graphs, reassembled from the shards).
 
     AUDIO are WAV files or folders of them. WAV of any sample rate and channel count is resampled

@@ -15,6 +15,9 @@ LAYOUT_FILES = {
     "qwen3-asr-split": ("encoder.onnx", "decoder_init.onnx", "decoder_step.onnx", "embed_tokens.bin",
                         "config.json", "tokenizer.json"),
     "merged": ("encoder.onnx", "decoder_model_merged.onnx", "embed_tokens.bin", "config.json", "tokenizer.json"),
+    # = webbuild.reference.layout_v2's file names (this layer cannot import it)
+    "qwen3-asr-v2": ("encoder.onnx", "decoder_init.int4.onnx", "decoder_step.int4.onnx", "decoder_weights.int4.data",
+                     "embed_tokens.int8.bin", "embed_scales.f32.bin", "config.json", "tokenizer.json"),
 }
 DEFAULT_SHARD_BYTES = 25 * 1024 * 1024
 
@@ -24,10 +27,15 @@ class _Strict(BaseModel):
 
 
 class Source(_Strict):
-    layout: Literal["qwen3-asr-split", "merged"] = Field(
+    layout: Literal["qwen3-asr-split", "merged", "qwen3-asr-v2"] = Field(
         description="how the source export is laid out: qwen3-asr-split (encoder.onnx, decoder_init.onnx, "
                     "decoder_step.onnx; `webbuild zoo --layout split`) or merged (encoder.onnx, "
-                    "decoder_model_merged.onnx); both with embed_tokens.bin, config.json, tokenizer.json")
+                    "decoder_model_merged.onnx), both with embed_tokens.bin, config.json, tokenizer.json; or "
+                    "qwen3-asr-v2, the layout published for browsers (encoder.onnx, decoder_init.int4.onnx "
+                    "taking input_embeds and position_ids, decoder_step.int4.onnx, both int4 MatMulNBits in "
+                    "one decoder_weights.int4.data, the int8 table embed_tokens.int8.bin with "
+                    "embed_scales.f32.bin, config.json, tokenizer.json; `python -m webbuild.zoo.layout_v2` "
+                    "converts a split export)")
     dir: Path = Field(description="folder of the source export, relative to model.yaml")
 
 

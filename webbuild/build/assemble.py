@@ -6,7 +6,7 @@ Output (``ctx.work_dir / "model"``), one set per variant:
   front-end, with its leading silence, is prepended here when the source encoder still takes ``mel``);
 - ``decoder.onnx`` + ``decoder.onnx.data``: ``inputs_embeds``, ``attention_mask``,
   ``past_key_values.{i}.key|value`` -> ``logits``, ``present.{i}.key|value``;
-- ``embed_tokens.bin``: float32 [V, H];
+- ``embed_tokens.bin``: float32 [V, H] (a v2 source's int8 table, dequantized);
 - ``runtime.json``: prompt ids, special ids, decoder shape: everything the browser needs so that
   it carries no tokenizer for the prompt;
 - ``tokens.bin``: the decode table (see ``token_table``).
@@ -26,6 +26,7 @@ from webbuild.build.state import Variant
 from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
 from webbuild.graph.load import load_onnx
+from webbuild.reference import layout_v2
 from webbuild.reference.mel import HOP
 from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count
 from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE, runtime_names
@@ -55,17 +56,30 @@ def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = 
         decoder = source / "decoder_model_merged.onnx"
     save_graph(decoder, out / "decoder.onnx")
     _encoder(encoder or source / "encoder.onnx", out / "encoder.onnx", lead)
-    shutil.copyfile(source / "embed_tokens.bin", out / "embed_tokens.bin")
+    _table_files(source, layout, out)
     cfg = json.loads((source / "config.json").read_text())
     tok = Tokenizer.from_file(str(source / "tokenizer.json"))
     has_gqa = "GroupQueryAttention" in op_census(out / "decoder.onnx")
     rt = runtime_config(cfg, tok, prefill_chunk=WEBGPU_GQA_PREFILL_CHUNK if has_gqa else 0)
     (out / RUNTIME_FILE).write_text(json.dumps(rt, indent=1) + "\n")
     (out / TOKENS_FILE).write_bytes(token_table(tok))
-    shutil.copyfile(source / "config.json", out / "config.json")  # what the quantize stage reads
     return Variant("fp32", out, present_files(out, {
         "encoder": "encoder.onnx", "encoder_data": "encoder.onnx.data",
         "decoder": "decoder.onnx", "decoder_data": "decoder.onnx.data", "embed": "embed_tokens.bin"}))
+
+
+def _table_files(source: Path, layout: str, out: Path) -> None:
+    """embed_tokens.bin (float32 [V, H]) and the config.json describing it, which the quantize stage
+    reads: the source's, or for a v2 source its int8 table dequantized."""
+    if layout != "qwen3-asr-v2":
+        shutil.copyfile(source / "embed_tokens.bin", out / "embed_tokens.bin")
+        shutil.copyfile(source / "config.json", out / "config.json")
+        return
+    cfg = json.loads((source / "config.json").read_text())
+    table = layout_v2.embed_table(source, cfg)
+    table.tofile(out / "embed_tokens.bin")
+    cfg.update(embed_tokens_shape=list(table.shape), embed_tokens_dtype="float32")
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
 def present_files(folder: Path, roles: dict[str, str]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from webbuild.build.shard import shard_files
 from webbuild.build.state import BuildContext, Variant
 from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
+from webbuild.reference import layout_v2
 from webbuild.reference.mel import lead_samples
 from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
 from webbuild.site.manifest import dist_file_stats
@@ -25,7 +26,10 @@ log = logging.getLogger(__name__)
 
 def stage_source(ctx: BuildContext) -> None:
     """Take the source export's op census. Later stages read the source in place (they never write
-    to it), so a multi-GB export is not copied."""
+    to it), so a multi-GB export is not copied. A v2 source's interface and table are checked first."""
+    model = ctx.state.model
+    if model.layout == "qwen3-asr-v2":
+        layout_v2.check_source(model.dir, json.loads((model.dir / "config.json").read_text()))
     for graph in sorted(ctx.state.model.dir.glob("*.onnx")):
         ctx.report.graphs[graph.stem] = {"source": census(op_census(graph))}
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from webbuild.build.report import BuildReport
 from webbuild.config import BuildConfig
+from webbuild.reference import layout_v2
 
 
 @dataclass
@@ -20,8 +21,9 @@ class SourceModel:
 
     @property
     def decoder_source(self) -> Path:
-        """What the fuse stage reads: the split folder, or the merged decoder graph."""
-        return self.dir / "decoder_model_merged.onnx" if self.layout == "merged" else self.dir
+        """What the fuse stage reads: the split folder, or the merged or v2 prefill decoder graph."""
+        graph = {"merged": "decoder_model_merged.onnx", "qwen3-asr-v2": layout_v2.INIT}.get(self.layout)
+        return self.dir / graph if graph else self.dir
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Split layout (decoder_init + decoder_step) -> one decoder serving prefill and step.
+"""Split layout (decoder_init + decoder_step) -> one decoder serving prefill and step; layout v2's
+decoder_init (taking input_embeds already, webbuild.reference.layout_v2) likewise.
 
 After GQA fusion the prefill graph already does everything the step graph does: GQA takes a past
 KV of any length (0 on the first call) and masks causally itself. So the init graph becomes the
@@ -20,12 +21,15 @@ from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import attr, axes_of, prod
 
 SPLIT_INPUTS = {"input_ids", "audio_features", "audio_offset"}
+V2_INPUTS = {"input_embeds", "position_ids"}
 STACKED = ("present_keys", "present_values")
 
 
 def is_split_init(model: ir.Model) -> bool:
+    """A prefill graph with stacked KV outputs: the split layout's, or layout v2's taking embeddings."""
     g = model.graph
-    return {v.name for v in g.inputs} >= SPLIT_INPUTS and set(STACKED) <= {v.name for v in g.outputs}
+    inputs = {v.name for v in g.inputs}
+    return (inputs >= SPLIT_INPUTS or inputs == V2_INPUTS) and set(STACKED) <= {v.name for v in g.outputs}
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Reference transcription in Python with onnxruntime: mel -> encoder -> greedy decoding.
 
-Model folders are recognised by their files: the split layout (decoder_init + decoder_step) and the
-merged layout (decoder_model_merged.onnx). Every decoder exposes the same two calls, `prefill` and
+Model folders are recognised by their files: the split layout (decoder_init + decoder_step), layout v2
+(its int4 decoder_init taking embeddings + decoder_step; webbuild.reference.layout_v2) and the merged
+layout (decoder_model_merged.onnx). Every decoder exposes the same two calls, `prefill` and
 `step`, so the greedy loop is written once.
 """
 
@@ -17,6 +18,7 @@ from tokenizers import Tokenizer
 
 from webbuild.errors import SourceError
 from webbuild.graph.load import load_onnx
+from webbuild.reference import layout_v2
 from webbuild.reference.mel import LEAD_METADATA, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
 
@@ -43,6 +45,13 @@ def _embed_table(model_dir: Path, cfg: dict) -> np.ndarray:
     return np.memmap(model_dir / "embed_tokens.bin", dtype=dtype, mode="r", shape=tuple(shape))
 
 
+def _prompt_embeds(table: np.ndarray, prompt: Prompt, audio: np.ndarray) -> np.ndarray:
+    """[1, S, H] float32: the prompt's table rows with the audio features over its audio placeholders."""
+    x = np.asarray(table[prompt.ids], np.float32)[None].copy()
+    x[0, prompt.audio_offset:prompt.audio_offset + prompt.audio_tokens] = audio[0]
+    return x
+
+
 class SplitDecoder:
     """decoder_init (prefill with the audio splice) + decoder_step (one token, stacked KV)."""
 
@@ -66,6 +75,23 @@ class SplitDecoder:
         return logits[0, -1], (keys, values, pos + 1)
 
 
+class V2Decoder(SplitDecoder):
+    """Layout v2: decoder_init takes the prompt's embeddings (int8 table rows, audio spliced in here),
+    decoder_step as the split layout's; webbuild.reference.layout_v2."""
+
+    def __init__(self, model_dir: Path, cfg: dict):
+        self.init = source_session(model_dir / layout_v2.INIT)
+        self.step_sess = source_session(model_dir / layout_v2.STEP)
+        self.embed = layout_v2.embed_table(model_dir, cfg)
+
+    def prefill(self, prompt: Prompt, audio: np.ndarray):
+        n = len(prompt.ids)
+        logits, keys, values = self.init.run(None, {
+            "input_embeds": _prompt_embeds(self.embed, prompt, audio),
+            "position_ids": np.arange(n, dtype=np.int64)[None]})
+        return logits[0, -1], (keys, values, n)
+
+
 class MergedDecoder:
     """optimum-style decoder: inputs_embeds + attention_mask + per-layer past -> logits + present."""
 
@@ -81,8 +107,7 @@ class MergedDecoder:
         return out[0][0, -1], (dict(zip(self.past_names, out[1:])), total)
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
-        x = np.asarray(self.embed[prompt.ids], np.float32)[None].copy()
-        x[0, prompt.audio_offset:prompt.audio_offset + prompt.audio_tokens] = audio[0]
+        x = _prompt_embeds(self.embed, prompt, audio)
         return self._run(x, {n: self.empty for n in self.past_names}, len(prompt.ids))
 
     def step(self, token: int, state):
@@ -152,7 +177,7 @@ class SiteCodec:
 @dataclass
 class Transcriber:
     encoder: ort.InferenceSession
-    decoder: SplitDecoder | MergedDecoder | IdsDecoder
+    decoder: SplitDecoder | V2Decoder | MergedDecoder | IdsDecoder
     codec: TokenizerCodec | SiteCodec
     eos_ids: frozenset[int]
     keep: object = None  # e.g. the temporary folder a built site was reassembled into
@@ -215,7 +240,7 @@ def site_model_dir(path: Path) -> Path | None:
 
 
 def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0) -> Transcriber:
-    """A Transcriber for a source export (split or merged layout) or a built site's `variant`.
+    """A Transcriber for a source export (split, v2 or merged layout) or a built site's `variant`.
     `lead`: samples of lead (webbuild.reference.mel) before the audio where the encoder takes mel (a
     built site's graphs carry their own front-end and ignore it)."""
     model_dir = Path(model_dir)
@@ -223,17 +248,19 @@ def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0) -> T
         return load_site(site, variant)
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
-        raise SourceError(f"{model_dir}: no config.json; pass a model folder (split or merged layout)")
+        raise SourceError(f"{model_dir}: no config.json; pass a model folder (split, v2 or merged layout)")
     cfg = json.loads(cfg_path.read_text())
     if (model_dir / "decoder_init.onnx").is_file():
         decoder = SplitDecoder(model_dir, cfg)
+    elif (model_dir / layout_v2.INIT).is_file():
+        decoder = V2Decoder(model_dir, cfg)
     elif (model_dir / "decoder_model_merged.onnx").is_file():
         decoder = MergedDecoder(model_dir, cfg)
     elif (model_dir / "decoder.onnx").is_file():  # fused decoder of a build, same interface
         decoder = MergedDecoder(model_dir, cfg, graph="decoder.onnx")
     else:
-        raise SourceError(f"{model_dir}: found none of decoder_init.onnx (split layout), "
-                            "decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
+        raise SourceError(f"{model_dir}: found none of decoder_init.onnx (split layout), {layout_v2.INIT} "
+                            "(layout v2), decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
     return Transcriber(source_session(model_dir / "encoder.onnx"), decoder, TokenizerCodec(tok), eos, lead=lead)

@@ -22,9 +22,6 @@ def quantize_export(src_dir: Path, out: Path, block_size: int = 64, accuracy_lev
     """A copy of `src_dir` whose decoders are int4 MatMulNBits; each decoder gets its own data file
     (<graph>.data), every other file (encoder, tables, configs) is copied as is. Accuracy level 4 lets
     kernels round activations to int8 (as WebGPU's do); 0 keeps them float (exact CPU parity)."""
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
     src_dir, out = Path(src_dir), Path(out)
     data_files = {str(t.external_data[0].value) for name in DECODERS if (src_dir / name).is_file()
                   for t in onnx.load(str(src_dir / name), load_external_data=False).graph.initializer
@@ -32,14 +29,21 @@ def quantize_export(src_dir: Path, out: Path, block_size: int = 64, accuracy_lev
     out.mkdir(parents=True)
     for f in sorted(src_dir.iterdir()):
         if f.name in DECODERS:
-            model = onnx.load(str(f), load_external_data=True)
-            q = MatMulNBitsQuantizer(model, bits=4, block_size=block_size, is_symmetric=True,
-                                     accuracy_level=accuracy_level)
-            q.process()
-            onnx.save(q.model.model, str(out / f.name), save_as_external_data=True, location=f"{f.name}.data")
+            model = quantize_graph(onnx.load(str(f), load_external_data=True), block_size, accuracy_level)
+            onnx.save(model, str(out / f.name), save_as_external_data=True, location=f"{f.name}.data")
         elif f.is_file() and f.name not in data_files:
             shutil.copy(f, out / f.name)
     return out
+
+
+def quantize_graph(model: onnx.ModelProto, block_size: int, accuracy_level: int) -> onnx.ModelProto:
+    """`model` (weights loaded) with every constant-weight MatMul as 4-bit symmetric MatMulNBits."""
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    q = MatMulNBitsQuantizer(model, bits=4, block_size=block_size, is_symmetric=True, accuracy_level=accuracy_level)
+    q.process()
+    return q.model.model
 
 
 def main() -> None:
