@@ -10,6 +10,15 @@ its CPU EP; the step form has none:
   builder's graph-capture form does: Cast(int32) -> ReduceSum -> Sub 1 gives `seqlens_k`, ReduceMax
   of the sum gives `total_sequence_length`. Shape(attention_mask) would be the CPU EP's.
 
+- greedy decoding's choice is made on the GPU: the logits output gives way to `next_token` (int32
+  [1, 1], the first maximum as numpy's argmax) and `margin` (float32 [1, 1], the chosen logit minus
+  the runner-up's), and `input_ids` becomes int32 [1, 1], so the runtime binds `input_ids` and
+  `next_token` to one buffer: each replay reads the token the previous one chose, the CPU never has to
+  hand it back, and the runtime can queue the next step before this one's 12 bytes are read back.
+  Both reductions run in two stages over the vocabulary as [rows, 128] (padded with -inf), since a
+  one-stage reduction over ~150k logits is one slow workgroup on WebGPU;
+- the last-position Slice before lm_head goes: a decode step has one position.
+
 The runtime feeds it a static KV cache: `attention_mask` [1, T_max] with ones up to the current
 position, and every `past_key_values.*` bound to the same [1, kv, T_max, hd] buffer as its `present.*`
 (GroupQueryAttention appends in place). The weights file is the decoder's: the form adds a few KB.
@@ -23,8 +32,10 @@ import onnx_ir as ir
 from webbuild.graph.ir import dead_code_elimination, shared_const
 
 AUDIO_INPUTS = ("audio_features", "audio_offset")  # the decoder's splice inputs (webbuild.quantize.embeddings)
-MASK, IDS = "attention_mask", "input_ids"
+MASK, IDS, LOGITS = "attention_mask", "input_ids", "logits"
+NEXT_TOKEN, MARGIN = "next_token", "margin"  # the step form's outputs besides present.*
 _SEQLENS, _TOTAL = 5, 6  # GroupQueryAttention's inputs
+_ROW = 128  # the vocabulary as [rows, _ROW] for the two-stage reductions
 
 
 def step_form(model: ir.Model) -> bool:
@@ -34,13 +45,19 @@ def step_form(model: ir.Model) -> bool:
     gqa = [n for n in graph.all_nodes() if n.op_type == "GroupQueryAttention"]
     names = {v.name: v for v in graph.inputs}
     mask = names.get(MASK)
-    if not gqa or mask is None or IDS not in names:
+    logits = next((v for v in graph.outputs if v.name == LOGITS), None)
+    if not gqa or mask is None or IDS not in names or logits is None:
         return False
     _drop_audio_splice(model)
     seqlens, total = _lengths_on_gpu(graph, mask)
     for node in gqa:
         node.replace_input_with(_SEQLENS, seqlens)
         node.replace_input_with(_TOTAL, total)
+    _drop_last_position_slice(logits)
+    _greedy_on_gpu(graph, logits, model.opset_imports.get("", 17))
+    ids = names[IDS]
+    ids.type = ir.TensorType(ir.DataType.INT32)  # the embedding lookup takes int32 indices as well
+    ids.shape = ir.Shape([1, 1])
     return True
 
 
@@ -73,3 +90,86 @@ def _lengths_on_gpu(graph: ir.Graph, mask: ir.Value) -> tuple[ir.Value, ir.Value
         node.outputs[0].shape = shape
     graph.insert_before(graph.node(0), [cast, count, seqlens, total])
     return seqlens.outputs[0], total.outputs[0]
+
+
+def _drop_last_position_slice(logits: ir.Value) -> None:
+    """lm_head's input sliced to the last position (the pruned decoder's Slice) is that input already."""
+    head = logits.producer()
+    src = head.inputs[0].producer() if head is not None else None
+    if src is not None and src.op_type == "Slice" and _is_last_position(src):
+        head.replace_input_with(0, src.inputs[0])
+
+
+def _is_last_position(node: ir.Node) -> bool:
+    """Slice(x, starts=[-1], ends=[big], axes=[1]): the sequence axis' last position."""
+    consts = [v.const_value.numpy().tolist() if v is not None and v.const_value is not None else None
+              for v in node.inputs[1:4]]
+    return len(consts) == 3 and consts[0] == [-1] and consts[2] == [1] and (consts[1] or [0])[0] >= 2**31 - 1
+
+
+def _greedy_on_gpu(graph: ir.Graph, logits: ir.Value, opset: int) -> None:
+    """Replace the `logits` output with `next_token` and `margin` (see the module docstring)."""
+    vocab = logits.shape[-1]
+    if not isinstance(vocab, int):
+        raise ValueError("the decoder's logits have no static vocabulary size")
+    rows = -(-vocab // _ROW)
+    b = _Builder(graph, "greedy", opset)
+    x = b.op("Reshape", [b.cast(logits, ir.DataType.FLOAT), b.const("flat", np.array([-1], np.int64))], (vocab,))
+    if rows * _ROW > vocab:
+        pads = b.const("pads", np.array([0, rows * _ROW - vocab], np.int64))
+        x = b.op("Pad", [x, pads, b.const("neg", np.array(-np.inf, np.float32))], (rows * _ROW,))
+    x = b.op("Reshape", [x, b.const("grid", np.array([rows, _ROW], np.int64))], (rows, _ROW))
+    index = b.const("index", np.arange(rows * _ROW, dtype=np.float32).reshape(rows, _ROW))
+    best = b.reduce("ReduceMax", x)
+    not_best = b.const("past_end", np.array(rows * _ROW, np.float32))
+    first = b.reduce("ReduceMin", b.op("Where", [b.op("Equal", [x, best], (rows, _ROW), ir.DataType.BOOL), index, not_best],
+                                        (rows, _ROW)))
+    others = b.op("Where", [b.op("Equal", [index, first], (rows, _ROW), ir.DataType.BOOL),
+                            b.const("neg_grid", np.array(-np.inf, np.float32)), x], (rows, _ROW))
+    margin = b.op("Sub", [best, b.reduce("ReduceMax", others)], (1, 1), name=MARGIN)
+    # [1, 1] as computed, never reshaped: a Reshape output aliases its input, and graph capture would not
+    # copy it into the buffer bound to next_token (input_ids' own)
+    token = b.op("Cast", [first], (1, 1), ir.DataType.INT32, name=NEXT_TOKEN, to=ir.DataType.INT32)
+    b.commit()
+    graph.outputs.remove(logits)
+    graph.outputs.extend([token, margin])
+
+
+class _Builder:
+    """Nodes appended at the end of `graph`, named under `prefix`, with their output types and shapes."""
+
+    def __init__(self, graph: ir.Graph, prefix: str, opset: int):
+        self.graph, self.prefix, self.opset, self.nodes = graph, prefix, opset, []
+
+    def const(self, name: str, array: np.ndarray) -> ir.Value:
+        return shared_const(self.graph, f"{self.prefix}/{name}", array)
+
+    def op(self, op_type: str, inputs: list, shape: tuple, dtype=ir.DataType.FLOAT, name: str | None = None,
+           **attrs) -> ir.Value:
+        node = ir.node(op_type, inputs, attrs, name=f"{self.prefix}/{name or op_type}_{len(self.nodes)}")
+        out = node.outputs[0]
+        out.type, out.shape = ir.TensorType(dtype), ir.Shape(list(shape))
+        if name:
+            out.name = name
+        self.nodes.append(node)
+        return out
+
+    def cast(self, v: ir.Value, dtype: ir.DataType) -> ir.Value:
+        return v if v.dtype == dtype else self.op("Cast", [v], tuple(v.shape), dtype, to=dtype)
+
+    def reduce(self, op_type: str, x: ir.Value) -> ir.Value:
+        """[rows, cols] -> [1, 1]: per row, then across the rows, each over the last axis (onnxruntime's
+        WebGPU reductions transpose first over any other axis: one more dispatch)."""
+        per_row = self.op(op_type, [x, *self.axes(1)], (x.shape[0],), x.dtype, keepdims=0, **self.axes_attr(1))
+        row = self.op("Reshape", [per_row, self.const("as_row", np.array([1, -1], np.int64))], (1, x.shape[0]), x.dtype)
+        return self.op(op_type, [row, *self.axes(1)], (1, 1), x.dtype, keepdims=1, **self.axes_attr(1))
+
+    # ReduceMax / ReduceMin take their axes as an input from opset 18, as an attribute before
+    def axes(self, axis: int) -> list[ir.Value]:
+        return [self.const(f"axis{axis}", np.array([axis], np.int64))] if self.opset >= 18 else []
+
+    def axes_attr(self, axis: int) -> dict:
+        return {} if self.opset >= 18 else {"axes": [axis]}
+
+    def commit(self) -> None:
+        self.graph.extend(self.nodes)

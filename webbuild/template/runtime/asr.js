@@ -7,7 +7,7 @@
 // - input_ids + audio_features + audio_offset (quantized builds): the graph does the int4 lookup
 //   and the splice, and no float table is shipped. Decode steps pass an empty audio_features.
 
-import { CapturedSteps } from './capture.js';
+import { CapturedSteps, IN_FLIGHT } from './capture.js';
 import { pickLast, toFloat32 } from './greedy.js';
 import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 
@@ -110,40 +110,26 @@ export class Recogniser {
     const tEnc = performance.now();
     const { prefix, suffix, audio_pad } = this.rt.prompt;
     const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix];
-    let { logits, present } = await this.prefill(ids, audio, prefix.length);
-    let next = pickLast(logits, this.d.vocab_size); // {token, margin}
-    let past;
-    const steps = this.steps?.fits(ids.length, maxNewTokens) ? this.steps : null;
-    steps?.begin(present, ids.length);
+    const { logits, present } = await this.prefill(ids, audio, prefix.length);
     const tPrefill = performance.now();
     const eos = new Set(this.rt.eos_token_ids);
     const text = new StreamingDecoder(this.tokens);
     const generated = [], margins = [];
     let tFirst = null;
+    // each chosen token: kept and streamed, unless it ends the answer; whether to go on
+    const emit = ({ token, margin }) => {
+      if (eos.has(token) && !forceSteps) return false;
+      generated.push(token);
+      margins.push(margin);
+      tFirst ??= performance.now();
+      onToken(answerText(text.push(token), this.rt.answer), token);
+      return generated.length < maxNewTokens;
+    };
+    const kv = { present };
     try {
-      for (let i = 0; i < maxNewTokens; i++) {
-        const { token, margin } = next;
-        if (eos.has(token) && !forceSteps) break;
-        generated.push(token);
-        margins.push(margin);
-        tFirst ??= performance.now();
-        onToken(answerText(text.push(token), this.rt.answer), token);
-        if (i + 1 === maxNewTokens) break; // the loop would not use the next logits
-        if (this.steps && steps) {
-          next = await this.capturedStep(steps, token, ids.length + generated.length);
-          if (next) {
-            dispose(present);
-            present = null;
-            continue;
-          }
-        }
-        past = present;
-        ({ logits, present } = await this.step(this.inputs([token]), ids.length + generated.length, past));
-        next = pickLast(logits, this.d.vocab_size);
-        dispose(past);
-      }
+      await this.decode(pickLast(logits, this.d.vocab_size), kv, ids.length, maxNewTokens, emit);
     } finally {
-      dispose(present);
+      dispose(kv.present);
     }
     const tEnd = performance.now();
     return {
@@ -156,15 +142,42 @@ export class Recogniser {
     };
   }
 
-  // A captured step's {token, margin}, or null when the step form failed in its first (recording) run: the
-  // plain session then takes over with the prefill's cache, for good.
-  async capturedStep(steps, token, total) {
+  // Greedy decoding after the prefill, from its choice `first`; kv.present: the prefill's cache, then
+  // the latest plain step's (the caller disposes it).
+  async decode(first, kv, promptLength, maxNewTokens, emit) {
+    if (!emit(first)) return;
+    const steps = this.steps?.fits(promptLength, maxNewTokens) ? this.steps : null;
+    if (steps && await this.decodeCaptured(steps, kv.present, promptLength, first.token, maxNewTokens, emit)) return;
+    let next = first;
+    for (let total = promptLength + 1; ; total++) {
+      const past = kv.present;
+      const out = await this.step(this.inputs([next.token]), total, past);
+      kv.present = out.present;
+      dispose(past);
+      next = pickLast(out.logits, this.d.vocab_size);
+      if (!emit(next)) return;
+    }
+  }
+
+  // The captured steps (runtime/capture.js), IN_FLIGHT of them queued ahead of the token being read:
+  // the GPU feeds each step's choice to the next, so the CPU only reads the tokens as they come. The
+  // steps queued past an end token are wasted work, never output. False when the step graph could not
+  // be recorded: the caller then decodes plainly from the prefill's cache.
+  async decodeCaptured(steps, present, promptLength, token, maxNewTokens, emit) {
+    steps.begin(present, promptLength, token);
+    const queue = [];
+    let total = promptLength;
     try {
-      return await steps.step(token, total);
+      for (;;) {
+        while (queue.length < IN_FLIGHT && total - promptLength < maxNewTokens - 1) queue.push((await steps.issue(++total)).pick);
+        if (!queue.length || !emit(await queue.shift())) return true;
+      }
     } catch (e) {
       if (steps.recorded) throw e;
       this.plainSteps(e);
-      return null;
+      return false;
+    } finally {
+      await Promise.allSettled(queue); // read-backs still mapping: their buffers are reused next time
     }
   }
 

@@ -4,19 +4,24 @@
 // runs in the plain decoder session; its KV cache is then copied into static buffers of T positions
 // that the step session reads and writes in place.
 //
-// onnxruntime-web 1.30 needs three things for this to work (docs/graph-capture.md has the source lines):
+// The step form chooses the next token on the GPU and writes it into its own input buffer, so a step
+// needs nothing from the CPU but the mask's next position: issue() queues a step and its 12-byte
+// read-back (token, margin) without waiting for the previous step's, and the caller keeps a few steps
+// in flight (asr.js), reading the tokens as they arrive.
+//
+// onnxruntime-web 1.30 needs three things for capture to work (docs/graph-capture.md has the source lines):
 // - the EP named as an object, or enableGraphCapture never reaches it;
 // - every input and output a GPU tensor on the same buffer in every run;
 // - the buffers' registrations kept alive: in capture mode the JS binds the tensors once, in the first
 //   run, but unregisters every buffer at the end of each run, so the bound handles would go stale.
 //   The first run takes one more reference on each registration (onnxruntime-web's private
 //   'gpuBufferMetadata' [handle, count] on the GPUBuffer). Where that is not there, or a replay does
-//   not hand back the buffers it was given, create() or step() throws and the caller decodes plainly.
-
-import { pick, toFloat32 } from './greedy.js';
+//   not hand back the buffers it was given, create() or issue() throws and the caller decodes plainly.
 
 const PIN = 'gpuBufferMetadata';
-const BYTES = { float32: 4, float16: 2, int64: 8 };
+const BYTES = { float32: 4, float16: 2, int64: 8, int32: 4 };
+const READ_BYTES = 16; // next_token (int32) at 0, margin (float32) at 8
+export const IN_FLIGHT = 3; // steps queued ahead of the token being read
 const USAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 
 export class CapturedSteps {
@@ -34,12 +39,14 @@ export class CapturedSteps {
 
   constructor(ort, device, session, d, positions, dtype) {
     Object.assign(this, { ort, device, session, d, positions, dtype });
-    const logitsType = session.outputMetadata?.find?.((m) => m.name === 'logits')?.type ?? dtype;
-    this.ids = this.tensor('int64', [1, 1]);
+    for (const name of ['next_token', 'margin']) {
+      if (!session.outputNames.includes(name)) throw new Error(`capture: the step graph has no ${name} output`);
+    }
+    this.ids = this.tensor('int32', [1, 1]); // the token in, and the next one out: one buffer
     this.mask = this.tensor('int64', [1, positions]);
-    this.logits = this.tensor(logitsType, [1, 1, d.vocab_size]);
+    this.margin = this.tensor('float32', [1, 1]);
     this.feeds = { input_ids: this.ids, attention_mask: this.mask };
-    this.fetches = { logits: this.logits };
+    this.fetches = { next_token: this.ids, margin: this.margin };
     for (let i = 0; i < d.num_layers; i++) {
       for (const kind of ['key', 'value']) {
         const kv = this.tensor(dtype, [1, d.num_key_value_heads, positions, d.head_dim]);
@@ -47,7 +54,10 @@ export class CapturedSteps {
         this.fetches[`present.${i}.${kind}`] = kv; // in place: GroupQueryAttention appends to it
       }
     }
-    this.staging = device.createBuffer({ size: this.logits.gpuBuffer.size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    // one staging buffer per step in flight (and one more: a buffer is mapped until its token is read)
+    this.staging = Array.from({ length: IN_FLIGHT + 1 },
+      () => device.createBuffer({ size: READ_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST }));
+    this.issued = 0;
     this.recorded = false;
   }
 
@@ -63,8 +73,8 @@ export class CapturedSteps {
   }
 
   // Takes over after the plain prefill: its present.* (GPU tensors [1, kv, P, hd]) copied head by head
-  // into the static buffers, the mask set to P ones.
-  begin(present, total) {
+  // into the static buffers, the mask set to P ones, `token` (the prefill's choice) as the first input.
+  begin(present, total, token) {
     const { num_layers: L, num_key_value_heads: heads, head_dim: hd } = this.d;
     const row = hd * BYTES[this.dtype];
     const enc = this.device.createCommandEncoder();
@@ -80,15 +90,21 @@ export class CapturedSteps {
     const mask = new BigInt64Array(this.positions);
     mask.fill(1n, 0, total);
     this.device.queue.writeBuffer(this.mask.gpuBuffer, 0, mask);
+    this.device.queue.writeBuffer(this.ids.gpuBuffer, 0, Int32Array.of(token));
   }
 
-  // One decode step: `token` at position total - 1; returns the next {token, margin} (asr.js pick).
-  async step(token, total) {
-    this.device.queue.writeBuffer(this.ids.gpuBuffer, 0, BigInt64Array.of(BigInt(token)));
+  // Queues one decode step at position total - 1 (its input: the previous step's choice, or begin()'s
+  // token). Resolves once the step is submitted, to {pick}: a promise of the step's {token, margin}.
+  async issue(total) {
     this.device.queue.writeBuffer(this.mask.gpuBuffer, (total - 1) * 8, BigInt64Array.of(1n));
     const out = await (this.recorded ? this.session.run(this.feeds, this.fetches) : this.record());
-    if (out.logits.gpuBuffer !== this.logits.gpuBuffer) throw new Error('capture: a replay answered on other buffers');
-    return this.readPick();
+    if (out.next_token.gpuBuffer !== this.ids.gpuBuffer) throw new Error('capture: a replay answered on other buffers');
+    const staging = this.staging[this.issued++ % this.staging.length];
+    const enc = this.device.createCommandEncoder();
+    enc.copyBufferToBuffer(this.ids.gpuBuffer, 0, staging, 0, 4);
+    enc.copyBufferToBuffer(this.margin.gpuBuffer, 0, staging, 8, 4);
+    this.device.queue.submit([enc.finish()]);
+    return { pick: readPick(staging) };
   }
 
   // The first run records the step; the registrations are pinned during it (see the top of the file).
@@ -109,21 +125,15 @@ export class CapturedSteps {
       delete device.createBindGroup;
     }
   }
+}
 
-  // The logits read back and the greedy choice made on the mapped range itself (no copy of it).
-  async readPick() {
-    const size = this.staging.size;
-    const enc = this.device.createCommandEncoder();
-    enc.copyBufferToBuffer(this.logits.gpuBuffer, 0, this.staging, 0, size);
-    this.device.queue.submit([enc.finish()]);
-    await this.staging.mapAsync(GPUMapMode.READ);
-    try {
-      const bytes = this.staging.getMappedRange();
-      const n = this.d.vocab_size;
-      return pick(this.logits.type === 'float16' ? toFloat32(new Uint16Array(bytes, 0, n)) : new Float32Array(bytes, 0, n));
-    } finally {
-      this.staging.unmap();
-    }
+async function readPick(staging) {
+  await staging.mapAsync(GPUMapMode.READ);
+  try {
+    const bytes = staging.getMappedRange();
+    return { token: new Int32Array(bytes, 0, 1)[0], margin: new Float32Array(bytes, 8, 1)[0] };
+  } finally {
+    staging.unmap();
   }
 }
 

@@ -123,11 +123,14 @@ def timing_lines(r: dict) -> list[str]:
                else "not timed by this runtime" if "timing_per_token" not in r else "no decode step")
         return [f"time/token  - ({why})"]
     calls = t["webgpu_calls"] * t["wrapper_us_per_call"] / 1000
-    lines = [
-        f"time/token  {t['wall_ms']:.2f} ms = pre {t['pre_ms']:.2f} + issue {t['issue_cpu_ms']:.2f} "
-        f"(in {t['webgpu_calls']:g} WebGPU calls {t['webgpu_call_ms']:.2f}, timing them {calls:.3f}) "
-        f"+ read-back wait {t['readback_wait_ms']:.2f} + post {t['post_ms']:.2f} (means over {t['steps']} steps)",
-    ]
+    issue = (f"issue {t['issue_cpu_ms']:.2f} (in {t['webgpu_calls']:g} WebGPU calls {t['webgpu_call_ms']:.2f}, "
+             f"timing them {calls:.3f})")
+    if t.get("pipelined"):  # steps queued ahead of the tokens: the other phases overlap
+        lines = [f"time/token  {t['wall_ms']:.2f} ms, of which {issue} to queue a step; the steps are queued "
+                 f"ahead of the tokens read (means over {t['steps']} steps)"]
+    else:
+        lines = [f"time/token  {t['wall_ms']:.2f} ms = pre {t['pre_ms']:.2f} + {issue} + read-back wait "
+                 f"{t['readback_wait_ms']:.2f} + post {t['post_ms']:.2f} (means over {t['steps']} steps)"]
     if "gpu_ms" not in t:
         return lines + [f"gpu kernels - ({t['gpu_timing']})"]
     top = ", ".join(f"{k} {v:.3f}" for k, v in list(t["kernels_gpu_ms"].items())[:8])

@@ -93,7 +93,7 @@ async function main() {
     const model = await loadModel(m, srv, o);
     if (model.info.ep === 'webgpu') { // timing.mjs: the decoder's runs, or the captured decode's steps
       globalThis.__gpuTiming?.watchRun(model.rec.decoder);
-      if (model.rec.steps) globalThis.__gpuTiming?.watchRun(model.rec.steps, 'step');
+      if (model.rec.steps) globalThis.__gpuTiming?.watchRun(model.rec.steps, 'issue');
     }
     log(`loaded: ${model.info.ep} ${model.info.variant} on ${model.info.adapter} in ${model.load.total_ms.toFixed(0)} ms`);
     const clips = [];

@@ -34,7 +34,7 @@ self.__wbTimedSynth = async (n) => {
   if (site.ep !== 'webgpu') return null;
   if (!t.watched) { // the decoder's runs, or the captured decode's steps (one read-back each)
     t.watchRun(rec.decoder);
-    if (rec.steps) t.watchRun(rec.steps, 'step');
+    if (rec.steps) t.watchRun(rec.steps, 'issue');
     t.watched = true;
   }
   t.on = true;

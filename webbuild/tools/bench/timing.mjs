@@ -1,6 +1,6 @@
 // Where a decode token's time goes: CPU phases of each decoder run, and GPU time per kernel.
 // installGpuTiming(scope) wraps the prototypes of scope's GPU* classes (before onnxruntime-web creates
-// its device, like counters.mjs) and watchRun(session) wraps one session's run() (watchRun(steps, 'step'):
+// its device, like counters.mjs) and watchRun(session) wraps one session's run() (watchRun(steps, 'issue'):
 // a captured decode's step, whose logits read-back follows its session.run). Self-contained and
 // browser-safe for the same reason as counters.mjs (its source can be prepended to the site's worker):
 // no imports, top-level names prefixed.
@@ -223,6 +223,9 @@ export function gpuCpuPerToken(runs, stamps, wrapperUsPerCall) {
     issue_cpu_ms: gpuRound(mean('issue')), webgpu_call_ms: gpuRound(mean('calls')), webgpu_calls: gpuRound(mean('n'), 1),
     wrapper_us_per_call: gpuRound(wrapperUsPerCall), readback_wait_ms: gpuRound(mean('wait')),
     post_ms: gpuRound(mean('post')), post_in_run_ms: gpuRound(mean('postInRun')), steps: steps.length,
+    // a step issued before the previous token was out (the captured decode queues steps ahead): the
+    // phases overlap, and only wall and issue keep their meaning
+    pipelined: steps.some((x) => x.pre < 0),
   };
 }
 
