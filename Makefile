@@ -71,19 +71,22 @@ test-js:
 	node --test tests/js/
 
 # `webbuild verify` on the embedded example, as a deployer would run it: the 4 samples on WebGPU (--ep webgpu:
-# SwiftShader here, where the page's own choice is wasm), 20 held-out clips on wasm (SwiftShader is ~100x slower), and
-# the cache / corrupted shard / fallback / origin / console checks. The full report stays in
+# SwiftShader here, where the page's own choice is wasm), 20 held-out clips on wasm, then the same 20 on WebGPU
+# (SwiftShader decodes ~3 tokens/s, ~100x slower than wasm: the WebGPU pass adds about 3 minutes on 2 cores, the whole
+# e2e stays under 5), and the cache / corrupted shard / fallback / origin / console checks. The full report stays in
 # e2e-report.json; a short summary (scripts/e2e_summary.py) ends the output, the last lines of `make test`.
 # Held-out clips may differ from their transcript by one word in four (the model's held-out WER is
-# 2.9%), but must equal the Python reference exactly.
+# 2.9%), but must equal the Python reference token for token: a token may differ only where the browser and
+# the reference were both within MAX_TIE_MARGIN of another token (webbuild/tools/verify/tokens.py), and such
+# clips are counted apart ("passed under the margin").
 E2E_DIR ?= /tmp/webbuild-e2e
 e2e: setup-test system-deps
 	rm -rf $(E2E_DIR) e2e-report.json && mkdir -p $(E2E_DIR)
 	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o $(E2E_DIR)/dist
 	$(PY) -m webbuild.train.clips $(E2E_DIR)/clips --count 20
 	@start=$$(date +%s); rc=0; \
-	$(VENV)/bin/webbuild verify $(E2E_DIR)/dist --ep webgpu --clips $(E2E_DIR)/clips --clips-ep wasm --clips-max-wer 0.25 \
-	  --json e2e-report.json || rc=$$?; \
+	$(VENV)/bin/webbuild verify $(E2E_DIR)/dist --ep webgpu --clips $(E2E_DIR)/clips --clips-ep wasm --clips-ep webgpu \
+	  --clips-max-wer 0.25 --json e2e-report.json || rc=$$?; \
 	$(PY) scripts/e2e_summary.py e2e-report.json --seconds $$(( $$(date +%s) - start )) --rc $$rc; exit $$rc
 
 clean:
