@@ -57,9 +57,9 @@ def test_where_one_side_ended_only_the_other_margin_is_judged():
 
 def test_a_page_without_margins_never_passes_under_the_margin():
     d = first_difference([4, 5], None, [4, 6], [SURE, TIE])
-    assert d.browser_margin is None and d.reference_margin == TIE
-    assert not first_difference([5], None, [6], [TIE]).under_margin or d.margins == [TIE]
-    assert not first_difference([5], None, [], []).under_margin  # no margin anywhere: nothing to judge
+    assert (d.browser_token, d.browser_margin, d.reference_margin) == (5, None, TIE) and not d.under_margin
+    assert not first_difference([5], None, [], []).under_margin  # the reference ended: nothing to judge
+    assert first_difference([4], None, [4, 6], [SURE, TIE]).under_margin  # the page ended: its margin is moot
 
 
 def test_margin_drift_is_over_the_agreeing_prefix():
@@ -112,6 +112,11 @@ def test_row_confident_difference_fails_with_both_margins():
 def test_row_same_tokens_other_text_fails():
     r = row(CLIP, _state([[10, 11, 12]], [[SURE] * 3], "one twoo"), REF, 0.5, "clips")
     assert not r["ok"] and r["reason"].startswith("same tokens as the Python reference but other text")
+
+
+def test_row_without_tokens_from_the_page_fails():
+    r = row(CLIP, _state(None, None, "one two"), REF, 0.5, "clips")
+    assert not r["ok"] and r["reason"] == "the page reported no tokens to compare with the Python reference's"
 
 
 def test_row_wer_is_judged_before_the_tokens():

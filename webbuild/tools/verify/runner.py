@@ -169,7 +169,9 @@ def against_reference(state: dict, ref: Expected | None) -> tuple[dict, str | No
               "margin_drift": None}
     if ref is None or state["error"] is not None:
         return fields, None
-    diff = first_difference(tokens or [], margins, ref.tokens, ref.margins)
+    if tokens is None:
+        return fields, "the page reported no tokens to compare with the Python reference's"
+    diff = first_difference(tokens, margins, ref.tokens, ref.margins)
     fields["margin_drift"] = margin_drift(margins, ref.margins, len(ref.tokens) if diff is None else diff.position)
     if diff is None:  # same tokens, other text: the page's detokenisation is wrong
         return fields, None if state["text"] == ref.text else (
