@@ -360,7 +360,9 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
 
     Transcribes every sample of the site (and --clips) and compares with the expected text
     (normalised: case and punctuation do not count; model.yaml verify.max_wer bounds the WER) and,
-    for a local folder, with the Python reference on the same graphs. Also checks that a shard
+    for a local folder, with the Python reference on the same graphs, token for token: a token may
+    differ only where both margins (chosen logit minus runner-up) are under a near-tie bound, and such
+    clips are counted as passed under the margin (a MARGIN line each). Also checks that a shard
     corrupted in transit is caught and re-fetched, that a second visit loads from the cache, that the
     site falls back to wasm without WebGPU, that no request leaves the origin and that the console
     shows no errors, and, where model.yaml's verify.min_decode_tokens_per_s or
@@ -372,7 +374,7 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
     \b
     Example:
       webbuild verify dist --json verify.json --junit verify.xml
-      webbuild verify dist --clips heldout/ --clips-ep wasm
+      webbuild verify dist --clips heldout/ --clips-ep wasm --clips-ep webgpu:5
       webbuild verify dist --ep wasm --min-decode-tokens-per-s wasm=50
       webbuild verify https://user.github.io/my-asr/ --browser chrome
     """
