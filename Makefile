@@ -79,8 +79,9 @@ test-js:
 # and the reference were both within MAX_TIE_MARGIN of another token (webbuild/tools/verify/tokens.py), and such
 # clips are counted apart ("passed under the margin").
 # Why 10 of the 20 on WebGPU: SwiftShader decodes ~2-3 tokens/s, ~100x slower than wasm, ~13 s a clip. On the
-# 2-core box (shared) all 20 took 260 s and the e2e 383 s (all passed; `make e2e E2E_WEBGPU_CLIPS=20`); 10 take
-# ~120 s, keeping the fresh-clone CI (.ci/run, ~18 min before) near 20 min, well under its 30.
+# shared 2-core box all 20 took 260 s and the e2e 383 s (all passed; `make e2e E2E_WEBGPU_CLIPS=20`); 10 took 136 s
+# and the e2e 298 s (load average 6), against 162 s before: the fresh-clone CI (.ci/run, ~18 min before) stays near
+# 20 min, well under its 30.
 E2E_WEBGPU_CLIPS ?= 10
 E2E_DIR ?= /tmp/webbuild-e2e
 e2e: setup-test system-deps
