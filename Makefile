@@ -71,19 +71,26 @@ test-js:
 	node --test tests/js/
 
 # `webbuild verify` on the embedded example, as a deployer would run it: the 4 samples on WebGPU (--ep webgpu:
-# SwiftShader here, where the page's own choice is wasm), 20 held-out clips on wasm (SwiftShader is ~100x slower), and
-# the cache / corrupted shard / fallback / origin / console checks. The full report stays in
-# e2e-report.json; a short summary (scripts/e2e_summary.py) ends the output, the last lines of `make test`.
-# Held-out clips may differ from their transcript by one word in four (the model's held-out WER is
-# 2.9%), but must equal the Python reference exactly.
+# SwiftShader here, where the page's own choice is wasm), 20 held-out clips on wasm, the first E2E_WEBGPU_CLIPS of them
+# on WebGPU too (a visit of their own), and the cache / corrupted shard / fallback / origin / console checks. The full
+# report stays in e2e-report.json; a short summary (scripts/e2e_summary.py) ends the output, the last lines of
+# `make test`. Held-out clips may differ from their transcript by one word in four (the model's held-out WER is
+# 2.9%), but must equal the Python reference token for token on both EPs: a token may differ only where the page
+# and the reference were both within MAX_TIE_MARGIN of another token (webbuild/tools/verify/tokens.py), and such
+# clips are counted apart ("passed under the margin").
+# Why 10 of the 20 on WebGPU: SwiftShader decodes ~2-3 tokens/s, ~100x slower than wasm, ~13 s a clip. On the
+# shared 2-core box all 20 took 260 s and the e2e 383 s (all passed; `make e2e E2E_WEBGPU_CLIPS=20`); 10 took 136 s
+# and the e2e 298 s (load average 6), against 162 s before: the fresh-clone CI (.ci/run, ~18 min before) stays near
+# 20 min, well under its 30.
+E2E_WEBGPU_CLIPS ?= 10
 E2E_DIR ?= /tmp/webbuild-e2e
 e2e: setup-test system-deps
 	rm -rf $(E2E_DIR) e2e-report.json && mkdir -p $(E2E_DIR)
 	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o $(E2E_DIR)/dist
 	$(PY) -m webbuild.train.clips $(E2E_DIR)/clips --count 20
 	@start=$$(date +%s); rc=0; \
-	$(VENV)/bin/webbuild verify $(E2E_DIR)/dist --ep webgpu --clips $(E2E_DIR)/clips --clips-ep wasm --clips-max-wer 0.25 \
-	  --json e2e-report.json || rc=$$?; \
+	$(VENV)/bin/webbuild verify $(E2E_DIR)/dist --ep webgpu --clips $(E2E_DIR)/clips --clips-ep wasm \
+	  --clips-ep webgpu:$(E2E_WEBGPU_CLIPS) --clips-max-wer 0.25 --json e2e-report.json || rc=$$?; \
 	$(PY) scripts/e2e_summary.py e2e-report.json --seconds $$(( $$(date +%s) - start )) --rc $$rc; exit $$rc
 
 clean:

@@ -1,4 +1,5 @@
-"""The last lines of `make e2e` (and so of `make test`): PASS/FAIL counts and one line per failure.
+"""The last lines of `make e2e` (and so of `make test`): PASS/FAIL counts (with the clips that passed under
+the margin, webbuild/tools/verify/tokens.py), a MARGIN line per such clip and a FAIL line per failure.
 
     python scripts/e2e_summary.py e2e-report.json --seconds 162 --rc 0
 
@@ -12,11 +13,11 @@ import argparse
 import json
 from pathlib import Path
 
-from webbuild.tools.verify.report import failures, verdict
+from webbuild.tools.verify.report import failures, under_margin, verdict
 
 
 def summary(report: dict, path: str) -> list[str]:
-    return [f"{verdict(report)} (full report: {path})", *failures(report)]
+    return [f"{verdict(report)} (full report: {path})", *under_margin(report), *failures(report)]
 
 
 def main() -> None:

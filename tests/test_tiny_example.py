@@ -32,6 +32,17 @@ def test_samples_transcribe_exactly(example):
         assert runner.transcribe(read_wav(sample.audio)) == sample.text
 
 
+def test_decode_gives_each_token_its_margin(example):
+    """decode is generate with margins: the same tokens, each with its lead over the runner-up (logits),
+    which `webbuild verify` compares with the page's (webbuild/tools/verify/tokens.py)."""
+    cfg, runner = example
+    for sample in cfg.site.samples:
+        pcm = read_wav(sample.audio)
+        decoded = runner.decode(pcm)
+        assert decoded.tokens == runner.generate(pcm) and runner.text(decoded.tokens) == sample.text
+        assert len(decoded.margins) == len(decoded.tokens) and all(m > 0.1 for m in decoded.margins)
+
+
 def test_example_stays_small():
     size = sum(p.stat().st_size for p in EXAMPLE.rglob("*") if p.is_file())
     assert size < 30 * 1024 * 1024

@@ -315,6 +315,23 @@ class DecodeFloor(click.ParamType):
         return ep or None, floor
 
 
+class ClipsEp(click.ParamType):
+    """`EP` or `EP:N` (the first N clips only): a provider `webbuild verify` runs the --clips on."""
+
+    name = "EP[:N]"
+
+    def convert(self, value, param, ctx):
+        from webbuild.tools.verify.runner import ClipsRun
+
+        if isinstance(value, ClipsRun):
+            return value
+        ep, _, count = value.partition(":")
+        if ep not in ("auto", *PROVIDERS) or (count and not (count.isdigit() and int(count) > 0)):
+            self.fail(f"expected EP or EP:N, EP one of auto, {', '.join(PROVIDERS)} and N > 0 clips "
+                      f"(e.g. wasm or webgpu:5); got {value!r}", param, ctx)
+        return ClipsRun(ep, int(count) if count else None)
+
+
 @main.command()
 @verbose_option(_debug)
 @click.argument("target")
@@ -326,8 +343,9 @@ class DecodeFloor(click.ParamType):
               "a system Chrome/Chromium, Playwright's own).")
 @click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
               help="Execution provider for the samples (auto: the page's own choice).")
-@click.option("--clips-ep", type=click.Choice(["auto", "webgpu", "wasm"]),
-              help="Run --clips on this provider, on a second visit (default: with the samples).")
+@click.option("--clips-ep", "clips_eps", type=ClipsEp(), multiple=True,
+              help="Run --clips on this provider (auto, webgpu, wasm), on a visit of its own; EP:N runs the "
+                   "first N clips only; repeatable, a visit per provider (default: with the samples).")
 @click.option("--clips-max-wer", type=click.FloatRange(0, 1),
               help="WER bound per --clips clip (default: the site's verify.max_wer).")
 @click.option("--min-decode-tokens-per-s", "floors", type=DecodeFloor(), multiple=True,
@@ -336,13 +354,15 @@ class DecodeFloor(click.ParamType):
                    "verify.min_decode_tokens_per_s for the providers it names.")
 @click.option("--timeout", type=float, default=600, show_default=True, help="Seconds per load or clip.")
 def verify(target: str, clips: Path | None, report: Path | None, junit: Path | None, browser: str | None, ep: str,
-           clips_ep: str | None, clips_max_wer: float | None, floors: tuple[tuple[str | None, float], ...],
+           clips_eps: tuple, clips_max_wer: float | None, floors: tuple[tuple[str | None, float], ...],
            timeout: float):
     """Check in a real browser that a built site (folder or URL) transcribes correctly and fast.
 
     Transcribes every sample of the site (and --clips) and compares with the expected text
     (normalised: case and punctuation do not count; model.yaml verify.max_wer bounds the WER) and,
-    for a local folder, with the Python reference on the same graphs. Also checks that a shard
+    for a local folder, with the Python reference on the same graphs, token for token: a token may
+    differ only where both margins (chosen logit minus runner-up) are under a near-tie bound, and such
+    clips are counted as passed under the margin (a MARGIN line each). Also checks that a shard
     corrupted in transit is caught and re-fetched, that a second visit loads from the cache, that the
     site falls back to wasm without WebGPU, that no request leaves the origin and that the console
     shows no errors, and, where model.yaml's verify.min_decode_tokens_per_s or
@@ -354,16 +374,16 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
     \b
     Example:
       webbuild verify dist --json verify.json --junit verify.xml
-      webbuild verify dist --clips heldout/ --clips-ep wasm
+      webbuild verify dist --clips heldout/ --clips-ep wasm --clips-ep webgpu:5
       webbuild verify dist --ep wasm --min-decode-tokens-per-s wasm=50
       webbuild verify https://user.github.io/my-asr/ --browser chrome
     """
-    from webbuild.tools.verify.report import failures, table, verdict, write_json, write_junit
+    from webbuild.tools.verify.report import failures, table, under_margin, verdict, write_json, write_junit
     from webbuild.tools.verify.runner import Options
     from webbuild.tools.verify.runner import verify as run_verify
 
     overrides = {name: floor for provider, floor in floors for name in ([provider] if provider else PROVIDERS)}
-    opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_ep, clips_max_wer, timeout,
+    opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_eps, clips_max_wer, timeout,
                    min_decode_tokens_per_s=overrides)
     result = run_verify(opts)
     click.echo(table(result))
@@ -373,7 +393,8 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
     if junit:
         write_junit(result, junit)
         click.echo(f"JUnit report: {junit}")
-    click.echo("\n".join([verdict(result), *failures(result)]))  # last: the verdict, a line per failure
+    # last: the verdict, a line per clip passed under the margin, a line per failure
+    click.echo("\n".join([verdict(result), *under_margin(result), *failures(result)]))
     sys.exit(0 if result["ok"] else 1)
 
 

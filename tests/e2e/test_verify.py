@@ -1,6 +1,7 @@
 """`webbuild verify` on the embedded example (examples/tiny-asr) built into a temporary folder:
-green on the built folder (samples + held-out clips, every check), red on a wrong transcript
-(through the deployed-URL path), and input errors with exit code 2."""
+green on the built folder (samples + held-out clips on wasm and one on WebGPU, every check, the tokens
+equal to the Python reference's), red on a wrong transcript (through the deployed-URL path), and input
+errors with exit code 2. The token comparison on crafted lists: test_verify_tokens.py."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import yaml
 
 from webbuild.tools.browser import choose
 from webbuild.tools.serve import start
+from webbuild.tools.verify.tokens import MAX_TIE_MARGIN
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "tiny-asr"
@@ -24,6 +26,7 @@ CHECKS = {"first visit: model loads", "corrupted shard detected and recovered", 
           "wasm fallback when WebGPU is off", "wasm fallback transcribes", "no request leaves the origin",
           "console has no errors", "every transcript within the WER bound (and equal to the Python reference)",
           "decode speed on wasm at or above the floor"}  # the example's model.yaml sets one; verify runs on wasm
+WEBGPU_CLIP = {"clips on webgpu: model loads", "decode speed on webgpu at or above the floor"}  # --clips-ep webgpu:1
 FLOOR = "decode speed on wasm at or above the floor"
 pytestmark = [
     pytest.mark.skipif(choose().source == "playwright", reason="no system Chrome/Chromium"),
@@ -74,25 +77,40 @@ def clips(tmp_path_factory):
 
 def test_verify_green_on_the_example(dist, clips, tmp_path):
     report_path = tmp_path / "report.json"
-    run = webbuild("verify", dist, "--ep", "wasm", "--clips", clips, "--json", report_path, "--junit",
-                   tmp_path / "junit.xml")
+    run = webbuild("verify", dist, "--ep", "wasm", "--clips", clips, "--clips-ep", "auto", "--clips-ep", "webgpu:1",
+                   "--json", report_path, "--junit", tmp_path / "junit.xml")
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(report_path.read_text())
-    assert report["ok"] and {c["name"] for c in report["checks"]} == CHECKS
+    assert report["ok"] and {c["name"] for c in report["checks"]} == CHECKS | WEBGPU_CLIP
     assert junit_failures(tmp_path / "junit.xml", report) == {}
-    assert [r["run"] for r in report["clips"]] == ["samples"] * 4 + ["clips"] * 3 + ["wasm fallback"]
+    assert [(r["run"], r["ep"]) for r in report["clips"]] == (
+        [("samples", "wasm")] * 4 + [("clips", "wasm")] * 3 + [("clips", "webgpu"), ("wasm fallback", "wasm")])
+    assert [r["clip"] for r in report["clips"] if r["run"] == "clips"] == [
+        "heldout-000.wav", "heldout-001.wav", "heldout-002.wav", "heldout-000.wav"]  # webgpu:1: the first only
     # every transcript equals the Python reference on the build's own graphs, and the true text
-    assert report["reference"] and report["reference_equal"] == 8
+    assert report["reference"] and report["reference_equal"] == 9
     assert all(r["got"] == r["reference"] and r["wer"] == 0 for r in report["clips"])
+    # ... token for token, each token with the margin the reference gives it, to float32 noise on both EPs
+    assert (report["tokens_compared"], report["reference_tokens_equal"], report["passed_under_margin"]) == (9, 9, 0)
+    for r in report["clips"]:
+        assert r["tokens"] == r["reference_tokens"] and r["difference"] is None and len(r["tokens"]) > 3
+        assert len(r["margins"]) == len(r["tokens"]) and min(r["reference_margins"]) > MAX_TIE_MARGIN
+        assert r["margin_drift"] == max(abs(a - b) for a, b in zip(r["margins"], r["reference_margins"]))
+    assert set(report["margin_drift"]) == {"wasm", "webgpu"}
+    assert all(d < MAX_TIE_MARGIN / 4 for d in report["margin_drift"].values())
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite[@name='clips']")
+    assert {p.get("name"): p.get("value") for p in suite.find("properties")}["passed_under_margin"] == "0"
     for r in report["clips"]:
         assert r["ttft_ms"] > 0 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0 and r["rtf"] > 0
     assert report["load_ms"]["cold"] > 0 and report["load_ms"]["warm"] > 0
-    assert "harmony emerge surprise" in run.stdout and "PASS: 8/8 clips, 11/11 checks" in run.stdout
-    # the floor of the example's model.yaml reached the site (samples.json) and was checked on all 8 clips
-    floor = yaml.safe_load((EXAMPLE / "model.yaml").read_text())["verify"]["min_decode_tokens_per_s"]["wasm"]
-    speed = report["decode_speed"]["wasm"]
-    assert speed["clips"] == 8 and speed["floor"] == floor and speed["floor_from"].startswith("model.yaml")
-    assert speed["decode_tokens_per_s"] >= floor and list(report["decode_speed"]) == ["wasm"]
+    assert "harmony emerge surprise" in run.stdout
+    assert run.stdout.rstrip().splitlines()[-1] == "PASS: 9/9 clips (0 passed under the margin), 13/13 checks"
+    # the floors of the example's model.yaml reached the site (samples.json) and were checked on every clip
+    floors = yaml.safe_load((EXAMPLE / "model.yaml").read_text())["verify"]["min_decode_tokens_per_s"]
+    for ep, count in (("wasm", 8), ("webgpu", 1)):
+        speed = report["decode_speed"][ep]
+        assert speed["clips"] == count and speed["floor"] == floors[ep] and speed["floor_from"].startswith("model.yaml")
+        assert speed["decode_tokens_per_s"] >= floors[ep]
 
 
 def test_verify_fails_below_the_decode_speed_floor(dist, tmp_path):
@@ -105,7 +123,7 @@ def test_verify_fails_below_the_decode_speed_floor(dist, tmp_path):
     rate = report["decode_speed"]["wasm"]["decode_tokens_per_s"]
     assert check["name"] == FLOOR and check["detail"] == (
         f"measured {rate:.1f} tokens/s on wasm over 5 clips, below the floor of 1e+09 (--min-decode-tokens-per-s)")
-    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 5/5 clips, 10/11 checks",
+    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 5/5 clips (0 passed under the margin), 10/11 checks",
                                                      f"FAIL check {FLOOR}: {check['detail']}"]
     assert junit_failures(tmp_path / "junit.xml", report) == {FLOOR: check["detail"]}
 
@@ -133,7 +151,7 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(dist, clips, tmp_
     reason = "WER 1.00 > 0.00: expected 'this is not what the clip says', got 'ghost repeat station'"
     assert bad[0]["reason"] == reason
     assert run.stdout.rstrip().splitlines()[-3:] == [
-        "FAIL: 5/6 clips, 10/11 checks",
+        "FAIL: 5/6 clips, 10/11 checks",  # a deployed URL: no reference, no token comparison
         f"FAIL clip clip.wav (clips, wasm): {reason}",
         f"FAIL check {failed[0]}: 5/6 clips; first failure clip.wav (clips): {reason}"]
     detail = next(c["detail"] for c in report["checks"] if not c["ok"])
@@ -146,3 +164,5 @@ def test_verify_input_errors(dist, tmp_path):
     assert run.returncode == 2 and "no transcript (.txt) for a.wav" in run.stderr
     run = webbuild("verify", tmp_path / "missing")
     assert run.returncode == 2 and "no index.html" in run.stderr
+    run = webbuild("verify", dist, "--clips-ep", "webgpu:0")
+    assert run.returncode == 2 and "expected EP or EP:N" in run.stderr and "'webgpu:0'" in run.stderr

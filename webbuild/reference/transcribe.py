@@ -174,6 +174,23 @@ class SiteCodec:
         return raw.decode("utf-8", errors="replace")
 
 
+def pick(logits: np.ndarray) -> tuple[int, float]:
+    """Greedy choice over one row of logits (the first maximum wins ties) and its margin: the chosen
+    logit minus the runner-up's, in float64 from the float32 logits, as the site's runtime/greedy.js
+    computes it, so that `webbuild verify` compares like with like."""
+    token = int(np.argmax(logits))
+    runner_up, best = np.partition(logits, -2)[-2:]  # the two largest values, ascending (a tie: equal)
+    return token, float(best) - float(runner_up)
+
+
+@dataclass
+class Decoded:
+    """Greedy decoding's tokens and, per token, its margin (pick)."""
+
+    tokens: list[int]
+    margins: list[float]
+
+
 @dataclass
 class Transcriber:
     encoder: ort.InferenceSession
@@ -211,24 +228,32 @@ class Transcriber:
             lo = hi = lead_length(pcm, self.lead)
         return range(audio_token_count(frame_count(len(pcm), lo)), audio_token_count(frame_count(len(pcm), hi)) + 1)
 
-    def generate(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[int]:
+    def decode(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> Decoded:
+        """Greedy tokens of `pcm` (end of sequence left out) with their margins."""
         audio = self.audio_features(pcm)
         expected = self.expected_tokens(pcm)
         if audio.shape[1] not in expected:
             raise RuntimeError(f"encoder gave {audio.shape[1]} audio tokens, expected "
                                f"{expected.start if len(expected) == 1 else f'{expected.start}-{expected[-1]}'}")
         logits, state = self.decoder.prefill(self.codec.prompt(audio.shape[1]), audio)
-        tokens: list[int] = []
+        out = Decoded([], [])
         for _ in range(max_new_tokens):
-            token = int(np.argmax(logits))
+            token, margin = pick(logits)
             if token in self.eos_ids:
                 break
-            tokens.append(token)
+            out.tokens.append(token)
+            out.margins.append(margin)
             logits, state = self.decoder.step(token, state)
-        return tokens
+        return out
+
+    def generate(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[int]:
+        return self.decode(pcm, max_new_tokens).tokens
+
+    def text(self, tokens: list[int]) -> str:
+        return parse_answer(self.codec.decode(tokens))
 
     def transcribe(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> str:
-        return parse_answer(self.codec.decode(self.generate(pcm, max_new_tokens)))
+        return self.text(self.generate(pcm, max_new_tokens))
 
 
 def site_model_dir(path: Path) -> Path | None:

@@ -1,11 +1,11 @@
 """The checks behind `webbuild verify`: a built folder (served here on loopback) or a deployed URL,
 driven in Chrome/Chromium with Playwright. Returns a report dict (see report.py for its printing).
 
-Three visits:
+Three visits, and one more per further --clips-ep:
 1. fresh browser profile, one shard corrupted in transit once: the loader must notice and recover;
-   every sample (and the --clips, unless they run on another EP) is transcribed;
-2. same profile again: the model must come from the Cache API (no shard requests); --clips with
-   --clips-ep run here;
+   every sample (and the --clips, unless --clips-ep puts them on their own visits) is transcribed;
+2. same profile again: the model must come from the Cache API (no shard requests); the --clips run
+   here on the first --clips-ep, then on each further one on a visit of its own (same profile);
 3. a browser with WebGPU switched off: the site must fall back to wasm and still transcribe.
 Across all of them: no request leaves the site's origin and the console shows no errors.
 """
@@ -25,10 +25,22 @@ from webbuild.reference.wer import corpus_wer, wer
 from webbuild.site.contract import SAMPLES_FILE
 from webbuild.text import one_line, plural
 from webbuild.tools import browser as br
+from webbuild.tools.verify.tokens import MAX_TIE_MARGIN, first_difference, flatten, margin_drift, token_summary
 
 SHARDS = "**/model/shards/*"
 DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
 log = logging.getLogger(__name__)
+
+@dataclass(frozen=True)
+class ClipsRun:
+    """--clips-ep EP[:N]: the --clips on provider `ep` ('auto': the page's choice), the first `count` only."""
+
+    ep: str
+    count: int | None = None  # None: all
+
+    def pick(self, clips: list[Clip]) -> list[Clip]:
+        return clips[:self.count] if self.count is not None else clips
+
 
 @dataclass
 class Options:
@@ -36,7 +48,7 @@ class Options:
     clips: Path | None = None
     browser: str | None = None
     ep: str | None = None  # None: the page's own choice
-    clips_ep: str | None = None  # None: same page as the samples; else a second visit on it ('auto' too)
+    clips_eps: tuple[ClipsRun, ...] = ()  # empty: the clips on the samples' page; else a visit per provider
     clips_max_wer: float | None = None  # None: the site's verify.max_wer
     timeout_s: float = 600
     min_decode_tokens_per_s: dict[str, float] = field(default_factory=dict)  # provider -> floor, over the site's
@@ -104,13 +116,22 @@ def wasm_unfit(context, url: str) -> str | None:
     return f"wasm needs {wasm['need_bytes'] / 2**30:.1f} GiB of {wasm['budget_bytes'] / 2**30:.1f} GiB"
 
 
+@dataclass
+class Expected:
+    """The Python reference's transcript of a clip: its text, greedy tokens and their margins."""
+
+    text: str
+    tokens: list[int]
+    margins: list[float]
+
+
 class Reference:
     """The Python reference on a local build's own graphs, loaded once per variant."""
 
     def __init__(self, dist: Path | None):
         self.dist, self.loaded = dist, {}
 
-    def text(self, clip: Clip, variant: str) -> str | None:
+    def transcribe(self, clip: Clip, variant: str) -> Expected | None:
         if self.dist is None or clip.local is None:
             return None
         from webbuild.reference.audio import read_wav
@@ -118,7 +139,9 @@ class Reference:
 
         if variant not in self.loaded:
             self.loaded[variant] = load_transcriber(self.dist, variant)
-        return self.loaded[variant].transcribe(read_wav(clip.local))
+        t = self.loaded[variant]
+        decoded = t.decode(read_wav(clip.local))
+        return Expected(t.text(decoded.tokens), decoded.tokens, decoded.margins)
 
 
 def query(ep: str | None) -> str:
@@ -136,20 +159,42 @@ def transcribe(page, clip: Clip, timeout_s: float) -> dict:
 
 VISIT_INFO = ("ep", "variant", "adapter", "threads", "kvCache", "decode", "load")  # from the page's ready info
 
-def row(clip: Clip, state: dict, reference: str | None, max_wer: float, run: str) -> dict:
+def against_reference(state: dict, ref: Expected | None) -> tuple[dict, str | None]:
+    """The page's tokens against the reference's (tokens.py): the row's fields (both token lists with
+    their margins, the first difference, whether it passes under the margin, the margin drift before it)
+    and why the clip fails on them, else None."""
+    tokens, margins = flatten(state.get("tokens")), flatten(state.get("margins"))
+    fields = {"tokens": tokens, "margins": margins, "reference_tokens": ref and ref.tokens,
+              "reference_margins": ref and ref.margins, "difference": None, "under_margin": False,
+              "margin_drift": None}
+    if ref is None or state["error"] is not None:
+        return fields, None
+    if tokens is None:
+        return fields, "the page reported no tokens to compare with the Python reference's"
+    diff = first_difference(tokens, margins, ref.tokens, ref.margins)
+    fields["margin_drift"] = margin_drift(margins, ref.margins, len(ref.tokens) if diff is None else diff.position)
+    if diff is None:  # same tokens, other text: the page's detokenisation is wrong
+        return fields, None if state["text"] == ref.text else (
+            f"same tokens as the Python reference but other text: got {state['text']!r}, reference {ref.text!r}")
+    fields |= {"difference": diff.as_dict(), "under_margin": diff.under_margin}
+    return fields, None if diff.under_margin else (
+        f"{diff.describe()}; a difference passes only with its margins under {MAX_TIE_MARGIN}: "
+        f"got {state['text']!r}, reference {ref.text!r}")
+
+
+def row(clip: Clip, state: dict, ref: Expected | None, max_wer: float, run: str) -> dict:
     got, m = state["text"], state.get("metrics") or {}
     rate = wer(clip.text, got) if state["error"] is None else 1.0
+    compared, differs = against_reference(state, ref)
     if state["error"] is not None:
         reason = f"error: {state['error']}"
     elif rate > max_wer:
         reason = f"WER {rate:.2f} > {max_wer:.2f}: expected {clip.text!r}, got {got!r}"
-    elif reference is not None and got != reference:
-        reason = f"differs from the Python reference on the same build: got {got!r}, reference {reference!r}"
     else:
-        reason = None
+        reason = differs
     return {"clip": clip.name, "run": run, "ep": state["info"]["ep"], "expected": clip.text, "got": got,
-            "reference": reference, "wer": rate, "max_wer": max_wer, "ok": reason is None,
-            "reason": reason and one_line(reason), "error": state["error"],
+            "reference": ref and ref.text, "wer": rate, "max_wer": max_wer, "ok": reason is None,
+            "reason": reason and one_line(reason), "error": state["error"], **compared,
             **{k: m.get(k) for k in ("audio_ms", "encoder_ms", "ttft_ms", "prompt_tokens", "prefill_tokens_per_s",
                                      "generated_tokens", "decode_tokens", "decode_ms", "decode_tokens_per_s",
                                      "total_ms", "rtf")}}
@@ -197,7 +242,7 @@ class Verifier:
                 result = transcribe(page, clip, self.opts.timeout_s)
             except TimeoutError as exc:
                 result = {**state, "status": "timeout", "text": "", "metrics": None, "error": str(exc)}
-            self.rows.append(row(clip, result, self.reference.text(clip, variant), max_wer, run))
+            self.rows.append(row(clip, result, self.reference.transcribe(clip, variant), max_wer, run))
             r = self.rows[-1]
             log.info(f"  {clip.name}: {'ok' if r['ok'] else 'FAIL'} {r['got']!r} (WER {r['wer']:.2f})")
             if result["status"] == "timeout":
@@ -227,20 +272,26 @@ class Verifier:
                    f"status {state['status']}")
         if ready:
             self.run_clips(page, samples, state, max_wer, "samples")
-            if clips and self.opts.clips_ep is None:
+            if clips and not self.opts.clips_eps:
                 self.run_clips(page, clips, state, self.clips_max_wer(max_wer), "clips")
         page.close()
         return ready
 
     def second_visit(self, context, url, clips, max_wer) -> None:
-        ep = self.opts.clips_ep if clips and self.opts.clips_ep else self.opts.ep
-        page, state, requests, ready = self.open(context, url + query(ep), "second visit")
+        runs = self.opts.clips_eps if clips else ()
+        page, state, requests, ready = self.open(context, url + query(runs[0].ep if runs else self.opts.ep),
+                                                 "second visit")
         shard_requests = [u for u in requests if "/model/shards/" in u]
         self.check("second visit loads the model from the cache", ready and not shard_requests,
                    f"{len(shard_requests)} shard requests; load {self._load_ms('second visit')} ms")
-        if ready and clips and self.opts.clips_ep:
-            self.run_clips(page, clips, state, self.clips_max_wer(max_wer), "clips")
+        if ready and runs:
+            self.run_clips(page, runs[0].pick(clips), state, self.clips_max_wer(max_wer), "clips")
         page.close()
+        for run in runs[1:]:  # a visit per further provider, the model from the same cache
+            page, state, _, ready = self.open(context, url + query(run.ep), f"clips on {run.ep}")
+            if ready:
+                self.run_clips(page, run.pick(clips), state, self.clips_max_wer(max_wer), "clips")
+            page.close()
 
     def clips_max_wer(self, site_bound: float) -> float:
         return site_bound if self.opts.clips_max_wer is None else self.opts.clips_max_wer
@@ -338,6 +389,7 @@ class Verifier:
             "load_ms": {"cold": self._load_ms("first visit"), "warm": self._load_ms("second visit")},
             "clips_wer": corpus_wer([(r["expected"], r["got"]) for r in self.rows if r["run"] == "clips"]),
             "reference_equal": sum(r["got"] == r["reference"] for r in self.rows if r["reference"] is not None),
+            **token_summary(self.rows),
             "decode_speed": speeds,
             "visits": self.visits, "checks": self.checks, "clips": self.rows, "duration_s": round(seconds, 1),
         }
