@@ -28,7 +28,7 @@ runtime.json's `max_positions`, past and present alive together, float32, and an
 a fixed arena plus, per position of a full-length prefill, the hidden states, MLP and attention
 scores of one layer, several times over); `need_bytes` is the larger (`peak` says which). Measured
 for the 0.6b (both graphs `matmul_nbits`): 1.22 GiB after loading, 1.38 GiB after a 29.5 s clip,
-against an estimate of 1.84 GiB. `plan` tries every combination of the graphs' forms and takes, among
+against an estimate of 1.83 GiB. `plan` tries every combination of the graphs' forms and takes, among
 those within the budget (4 GiB less a margin), the one that folds the most weights to float (the
 fastest); the report lists every option's figures. Only where no option fits does the variant get no
 wasm path: the manifest entry's `wasm.fits` is false and the page says the model needs WebGPU
