@@ -2,8 +2,9 @@
 estimate is within a factor of the heap a real onnxruntime-web wasm session grows to in Node; the same
 plan from the dimensions alone agrees with the graphs'; the 0.6b and the 1.7b keep their MatMulNBits and
 fit, where every option with a twin is past 4 GiB, and a budget below every option leaves no choice;
-under a budget too small for the twins the build ships the graphs with their MatMulNBits and the site's
-wasm path (Node) transcribes the samples token for token as the Python reference; under a budget too
+under a budget too small for the twins (and for an 8-bit decoder, which no twin folds) the build ships the
+graphs with their MatMulNBits and the site's wasm path (Node) transcribes the samples token for token as
+the Python reference; under a budget too
 small for anything the build refuses the wasm path in its report and manifest, and `webbuild verify`
 (real Chromium, WebGPU hidden) sees the page say the model needs WebGPU."""
 
@@ -124,12 +125,33 @@ def test_twins_over_budget_give_way_to_matmul_nbits_and_wasm_transcribes_as_the_
     twin = onnx.load(str(tmp_path / "twin.onnx"), load_external_data=False)
     ops = {n.op_type for n in twin.graph.node}
     assert "MatMulNBits" in ops and "GatherBlockQuantized" not in ops  # only the lookup wasm lacks is rewritten
-    bench = run_node(small, "wasm", decode_tokens=4, max_clips=2, timeout=600)
-    reference = load_transcriber(small)
+    wasm_transcribes_as_the_reference(small, max_clips=2)
+
+
+def test_an_8_bit_build_keeps_its_decoder_matmul_nbits_and_wasm_transcribes_as_the_reference(tmp_path):
+    yaml = (EXAMPLE / "model.yaml").read_text().replace("dir: ./model", f"dir: {EXAMPLE / 'model'}")
+    yaml = yaml.replace("audio: samples/", f"audio: {EXAMPLE / 'samples'}/") + "quantize: {bits: 8}\n"
+    (tmp_path / "model.yaml").write_text(yaml)
+    out = tmp_path / "dist"
+    run = subprocess.run([sys.executable, "-m", "webbuild.cli", str(tmp_path / "model.yaml"), "-o", str(out)],
+                         capture_output=True, text=True, cwd=REPO, timeout=1800)
+    assert run.returncode == 0, run.stderr
+    fit = wasm_plan(out)
+    # the twin folds 4-bit weights only: the int4 encoder may fold, the 8-bit decoder keeps its MatMulNBits
+    assert fit["fits"] and fit["forms"] == {"encoder": "float", "decoder": "matmul_nbits"}
+    assert [o["forms"]["decoder"] for o in fit["options"]] == ["matmul_nbits", "matmul_nbits"]
+    wasm_transcribes_as_the_reference(out, max_clips=2)
+
+
+def wasm_transcribes_as_the_reference(site: Path, max_clips: int) -> None:
+    """The site's sample clips on its wasm path in Node: the Python reference's tokens and the expected text."""
+    bench = run_node(site, "wasm", decode_tokens=4, max_clips=max_clips, timeout=600)
+    assert bench["ep"] == "wasm" and len(bench["clips"]) == max_clips
+    reference = load_transcriber(site)
     for clip in bench["clips"]:
-        want = reference.generate(read_wav(small / clip["src"]))
+        want = reference.generate(read_wav(site / clip["src"]))
         assert clip["token_ids"] == want, clip["src"]
-        assert clip["text"] == reference.transcribe(read_wav(small / clip["src"])) == clip["expected"]
+        assert clip["text"] == reference.transcribe(read_wav(site / clip["src"])) == clip["expected"]
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists(),
