@@ -1,8 +1,12 @@
-"""The wasm memory estimate (webbuild/build/wasm_budget.py) on the tiny example: it fits, and its figure is
-within a factor of the heap a real onnxruntime-web wasm session grows to in Node; the same estimate from
-the dimensions alone agrees with the graphs'; the 0.6b's does not fit; and a build under a forced-small
-budget refuses the wasm path in its report and manifest, and `webbuild verify` (real Chromium, WebGPU
-hidden) sees the page say the model needs WebGPU."""
+"""The wasm plan (webbuild/build/wasm_budget.py): on the tiny example every graph's twin fits, and the
+estimate is within a factor of the heap a real onnxruntime-web wasm session grows to in Node; the same
+plan from the dimensions alone agrees with the graphs'; the 0.6b and the 1.7b keep their MatMulNBits and
+fit, where every option with a twin is past 4 GiB, and a budget below every option leaves no choice;
+under a budget too small for the twins (and for an 8-bit decoder, which no twin folds) the build ships the
+graphs with their MatMulNBits and the site's wasm path (Node) transcribes the samples token for token as
+the Python reference; under a budget too
+small for anything the build refuses the wasm path in its report and manifest, and `webbuild verify`
+(real Chromium, WebGPU hidden) sees the page say the model needs WebGPU."""
 
 from __future__ import annotations
 
@@ -13,33 +17,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import onnx
 import pytest
 
 from webbuild.build.wasm_budget import BUDGET, BUDGET_ENV, GIB, shapes_need
+from webbuild.reference.audio import read_wav
+from webbuild.reference.transcribe import load_transcriber
+from webbuild.site.manifest import load_manifest, reassemble
+from webbuild.tools.bench import run_node
 from webbuild.zoo.presets import get_preset
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "tiny-asr"
-# Node: the largest wasm memory an instantiated module has at exit (memory only grows: the peak)
-HEAP_HOOK = """
-const mems = new Set();
-const scan = (o) => { for (const v of Object.values(o ?? {})) {
-  if (v instanceof WebAssembly.Memory) mems.add(v);
-  else if (v && typeof v === 'object') {
-    for (const w of Object.values(v)) if (w instanceof WebAssembly.Memory) mems.add(w);
-  }
-} };
-for (const name of ['instantiate', 'instantiateStreaming']) {
-  const f = WebAssembly[name];
-  WebAssembly[name] = async (...a) => {
-    const r = await f.apply(WebAssembly, a);
-    scan(a[1]);
-    scan((r.instance ?? r).exports);
-    return r;
-  };
-}
-process.on('exit', () => console.error('WASM_HEAP_BYTES', Math.max(0, ...[...mems].map((m) => m.buffer.byteLength))));
-"""
+FOLDED = {"encoder": "float", "decoder": "float"}
+KEPT = {"encoder": "matmul_nbits", "decoder": "matmul_nbits"}
 
 
 def build(out: Path, budget: int | None = None) -> subprocess.CompletedProcess:
@@ -65,21 +56,22 @@ def preset_need(name: str, max_positions: int) -> dict:
                        enc_dim=a["d_model"], enc_ffn=a["encoder_ffn_dim"], max_positions=max_positions)
 
 
-def test_the_tiny_example_fits_within_a_factor_of_its_measured_wasm_heap(dist, tmp_path):
+def wasm_plan(out: Path) -> dict:
+    return json.loads((out / "build-report.json").read_text())["variants"]["fp32"]["wasm"]
+
+
+def test_the_tiny_example_fits_within_a_factor_of_its_measured_wasm_heap(dist):
     out, run = dist
-    fit = json.loads((out / "build-report.json").read_text())["variants"]["fp32"]["wasm"]
+    fit = wasm_plan(out)
     manifest = json.loads((out / "model" / "manifest.json").read_text())
     assert manifest["variants"]["fp32"]["wasm"] == {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
     assert fit["fits"] and fit["budget_bytes"] == BUDGET and "why" not in fit
-    assert fit["folded_bytes"] > 0 and fit["kv_cache_bytes"] > 0  # the twins fold int4 weights to float32
-    assert "fp32: wasm fallback needs about" in run.stderr
-    hook = tmp_path / "heap.mjs"
-    hook.write_text(HEAP_HOOK)
-    node = subprocess.run(["node", "--import", str(hook), "webbuild/tools/bench/bench.mjs", str(out), "--ep", "wasm",
-                           "--decode-tokens", "8", "--max-clips", "1"], capture_output=True, text=True, cwd=REPO,
-                          timeout=600)
-    assert node.returncode == 0, node.stderr
-    heap = int(node.stderr.rsplit("WASM_HEAP_BYTES", 1)[1].split()[0])
+    # both twins fit, so both fold their int4 weights to float32 (the fast form); every option listed
+    assert fit["forms"] == FOLDED and fit["folded_bytes"] > 0 and fit["scratch_bytes"] == 0
+    assert len(fit["options"]) == 4 and all(o["fits"] for o in fit["options"])
+    assert {"encoder_wasm", "decoder_wasm"} <= set(manifest["variants"]["fp32"])
+    assert "fp32: wasm fallback needs about" in run.stderr and "encoder float, decoder float;" in run.stderr
+    heap = run_node(out, "wasm", decode_tokens=8, max_clips=1, timeout=600)["wasm_heap_bytes"]["peak"]
     print(f"tiny: wasm estimate {fit['need_bytes'] / 2**20:.0f} MiB, measured heap {heap / 2**20:.0f} MiB")
     # generous, but not wildly: measured 207 MiB
     assert heap <= fit["need_bytes"] <= 4 * heap, (heap, fit)
@@ -94,13 +86,72 @@ def test_the_estimate_from_dimensions_agrees_with_the_graphs(dist):
     assert 0.8 <= shapes["need_bytes"] / fit["need_bytes"] <= 1.25, (shapes, fit)
 
 
-def test_the_0_6b_does_not_fit_a_wasm_page(dist):
+def test_the_0_6b_and_1_7b_keep_their_matmul_nbits_and_fit(dist):
     out, _ = dist
-    positions = json.loads((out / "build-report.json").read_text())["variants"]["fp32"]["wasm"]["max_positions"]
-    need = preset_need("0.6b", positions)
-    print(f"0.6b wasm estimate: {need['need_bytes'] / GIB:.2f} GiB", {k: v for k, v in need.items() if k != "why"})
-    assert not need["fits"] and need["need_bytes"] > 4 * GIB
-    assert need["why"].startswith("its WebAssembly fallback needs ")
+    positions = wasm_plan(out)["max_positions"]
+    for name in ("0.6b", "1.7b"):
+        need = preset_need(name, positions)
+        print(f"{name} wasm plan: {need['need_bytes'] / GIB:.2f} GiB at {need['peak']}",
+              [(o["forms"], round(o["need_bytes"] / GIB, 2)) for o in need["options"]])
+        assert need["fits"] and need["forms"] == KEPT and need["folded_bytes"] == 0 and need["scratch_bytes"] > 0
+        # the encoder's twin alone (0.6b: float32 0.69 GB, folded) is past 4 GiB: every option with a twin is out
+        assert all(o["need_bytes"] > 4 * GIB for o in need["options"] if o["forms"] != KEPT)
+
+
+def test_a_budget_below_every_option_leaves_no_wasm_path(dist, monkeypatch):
+    out, _ = dist
+    monkeypatch.setenv(BUDGET_ENV, str(GIB))
+    need = preset_need("0.6b", wasm_plan(out)["max_positions"])
+    assert not need["fits"] and not any(o["fits"] for o in need["options"])
+    assert need["forms"] == KEPT and need["need_bytes"] == min(o["need_bytes"] for o in need["options"])
+    assert need["why"] == f"its WebAssembly fallback needs {need['need_bytes'] / GIB:.1f} GiB, more than the 1.0 GiB " \
+                          "a browser tab gets"
+
+
+def test_twins_over_budget_give_way_to_matmul_nbits_and_wasm_transcribes_as_the_reference(dist, tmp_path):
+    out, _ = dist
+    options = wasm_plan(out)["options"]
+    kept = next(o for o in options if o["forms"] == KEPT)
+    assert all(o["need_bytes"] > kept["need_bytes"] for o in options if o is not kept)  # the smallest
+    small = tmp_path / "dist"
+    run = build(small, budget=kept["need_bytes"])  # room for that option only
+    fit = wasm_plan(small)
+    assert fit["fits"] and fit["forms"] == KEPT and fit["need_bytes"] == kept["need_bytes"]
+    assert [o["fits"] for o in fit["options"]] == [o is kept for o in options]
+    assert "encoder matmul_nbits, decoder matmul_nbits;" in run.stderr
+    entry = json.loads((small / "model" / "manifest.json").read_text())["variants"]["fp32"]
+    assert entry["wasm"]["fits"] and "encoder_wasm" not in entry  # the int4 encoder itself runs on wasm
+    reassemble(small / "model", load_manifest(small / "model"), entry["decoder_wasm"], tmp_path / "twin.onnx")
+    twin = onnx.load(str(tmp_path / "twin.onnx"), load_external_data=False)
+    ops = {n.op_type for n in twin.graph.node}
+    assert "MatMulNBits" in ops and "GatherBlockQuantized" not in ops  # only the lookup wasm lacks is rewritten
+    wasm_transcribes_as_the_reference(small, max_clips=2)
+
+
+def test_an_8_bit_build_keeps_its_decoder_matmul_nbits_and_wasm_transcribes_as_the_reference(tmp_path):
+    yaml = (EXAMPLE / "model.yaml").read_text().replace("dir: ./model", f"dir: {EXAMPLE / 'model'}")
+    yaml = yaml.replace("audio: samples/", f"audio: {EXAMPLE / 'samples'}/") + "quantize: {bits: 8}\n"
+    (tmp_path / "model.yaml").write_text(yaml)
+    out = tmp_path / "dist"
+    run = subprocess.run([sys.executable, "-m", "webbuild.cli", str(tmp_path / "model.yaml"), "-o", str(out)],
+                         capture_output=True, text=True, cwd=REPO, timeout=1800)
+    assert run.returncode == 0, run.stderr
+    fit = wasm_plan(out)
+    # the twin folds 4-bit weights only: the int4 encoder may fold, the 8-bit decoder keeps its MatMulNBits
+    assert fit["fits"] and fit["forms"] == {"encoder": "float", "decoder": "matmul_nbits"}
+    assert [o["forms"]["decoder"] for o in fit["options"]] == ["matmul_nbits", "matmul_nbits"]
+    wasm_transcribes_as_the_reference(out, max_clips=2)
+
+
+def wasm_transcribes_as_the_reference(site: Path, max_clips: int) -> None:
+    """The site's sample clips on its wasm path in Node: the Python reference's tokens and the expected text."""
+    bench = run_node(site, "wasm", decode_tokens=4, max_clips=max_clips, timeout=600)
+    assert bench["ep"] == "wasm" and len(bench["clips"]) == max_clips
+    reference = load_transcriber(site)
+    for clip in bench["clips"]:
+        want = reference.generate(read_wav(site / clip["src"]))
+        assert clip["token_ids"] == want, clip["src"]
+        assert clip["text"] == reference.transcribe(read_wav(site / clip["src"])) == clip["expected"]
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists(),

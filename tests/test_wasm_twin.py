@@ -12,7 +12,7 @@ import pytest
 
 from webbuild.build.fuse import run_fuse
 from webbuild.errors import BuildError
-from webbuild.quantize.wasm_twin import wasm_graph
+from webbuild.quantize.wasm_twin import foldable, wasm_graph
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
 INT4_OPS = {"MatMulNBits", "GatherBlockQuantized"}
@@ -77,3 +77,23 @@ def test_twin_refuses_asymmetric_weights(quantized, tmp_path):
     onnx.save(model, str(bad))
     with pytest.raises(BuildError, match="zero points"):
         wasm_graph(bad, tmp_path / "twin.onnx")
+
+
+def test_twin_without_folding_keeps_matmul_nbits_and_rewrites_only_the_lookup(quantized):
+    twin = quantized.with_name("decoder.nbits.wasm.onnx")  # beside its weights file
+    assert wasm_graph(quantized, twin, fold_matmuls=False)
+    source = onnx.load(str(quantized), load_external_data=False)
+    graph = onnx.load(str(twin), load_external_data=False).graph
+    ops = [n.op_type for n in graph.node]
+    assert "GatherBlockQuantized" not in ops  # the wasm build has no kernel for it
+    assert ops.count("MatMulNBits") == sum(n.op_type == "MatMulNBits" for n in source.graph.node) > 0
+    assert foldable(source)
+    ids = [1, 8, 15, 42, 3, 99, 7]
+    got, want = prefill_logits(session(twin), ids), prefill_logits(session(quantized), ids)
+    assert np.array_equal(got, want)  # the same kernels on the same weights
+
+
+def test_asymmetric_weights_are_not_foldable(quantized):
+    model = onnx.load(str(quantized), load_external_data=False)
+    next(n for n in model.graph.node if n.op_type == "MatMulNBits").input.append("zero_points")
+    assert not foldable(model)

@@ -409,6 +409,9 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
               help="Length of the synthetic greedy decode that gives ms/token.")
 @click.option("--repeat", type=click.IntRange(1), default=1, show_default=True, help="Timed runs per sample clip.")
 @click.option("--max-clips", type=click.IntRange(0), help="Transcribe only the first N sample clips.")
+@click.option("--max-new-tokens", type=click.IntRange(1),
+              help="Cap each clip's greedy decode at N tokens (node only; default: the site's max_new_tokens), "
+                   "e.g. for a large model on wasm.")
 @click.option("--swiftshader", is_flag=True, help="WebGPU on Chromium's software Vulkan (correctness, not speed).")
 @click.option("--session-config", "session_config", multiple=True, metavar="KEY=VALUE",
               help="An onnxruntime session config entry to try on top of the runtime's own (node only), e.g. "
@@ -417,7 +420,8 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
               help="Decode with the captured step graph where WebGPU allows it (node only); off: every step plain.")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
 def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
-          swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool, report: Path | None):
+          max_new_tokens: int | None, swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool,
+          report: Path | None):
     """Measure load time, encoder time, TTFT, prefill and decode speed of a built site's runtime.
 
     Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
@@ -446,7 +450,7 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
             raise BenchError(f"--session-config wants KEY=VALUE, got "
                              f"{', '.join(e for e in session_config if '=' not in e)}")
         result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config,
-                          graph_capture=graph_capture)
+                          graph_capture=graph_capture, max_new_tokens=max_new_tokens)
     click.echo(table(result))
     if report:
         report.write_text(json.dumps(result, indent=1) + "\n")

@@ -59,15 +59,16 @@ def norms_out_of_gqa(src: Path, dest: Path) -> bool:
     return rewrite_file(src, dest, qk_norm_in_gqa.take_out)
 
 
-def webgpu_decoder(folder: Path, name: str, wasm_twin: bool, accuracy_level: int | None = None) -> str | None:
+def webgpu_decoder(folder: Path, name: str, wasm_twin: bool, accuracy_level: int | None = None,
+                   fold_matmuls: bool = True) -> str | None:
     """Rewrite `folder/name` in place into the WebGPU form (MatMulNBits at `accuracy_level`, None: as
     quantized). With `wasm_twin`, first keep the form the wasm EP runs as `<name>.wasm.onnx` (explicit
-    norms, int4 lookup and weights in standard ops: see webbuild.quantize.wasm_twin) and return its
-    name; None when no twin is needed."""
+    norms, the int4 lookup and, with `fold_matmuls`, the int4 weights in standard ops: see
+    webbuild.quantize.wasm_twin) and return its name; None when no twin is needed."""
     path, webgpu = folder / name, folder / f"{name}.webgpu"
     twin = folder / twin_name(name)
     moved = norms_into_gqa(path, webgpu, accuracy_level)
-    rewritten = wasm_twin and wasm_graph(path, twin)
+    rewritten = wasm_twin and wasm_graph(path, twin, fold_matmuls)
     if wasm_twin and moved and not rewritten:
         shutil.copyfile(path, twin)  # the explicit graph as it is
     if moved:

@@ -124,7 +124,8 @@ def _check_variants(ctx: BuildContext, out: Path) -> None:
 def stage_shard(ctx: BuildContext) -> None:
     """Every model file and ORT's wasm binary -> content-hashed shards under dist/model/."""
     assembled, variants = ctx.state.assembled, ctx.state.variants
-    _webgpu_forms_and_wasm_twins(ctx)
+    plans = _wasm_plans(ctx)
+    _webgpu_forms_and_wasm_twins(ctx, plans)
     for v in variants.values():
         log.debug(f"variant {v.name} ({v.dtype}): " + ", ".join(f"{role} {f}" for role, f in v.files.items()))
     files = {name: v.dir / name for v in variants.values() for name in v.files.values()}
@@ -133,7 +134,7 @@ def stage_shard(ctx: BuildContext) -> None:
     # the runtime finds each file by role (encoder, decoder_data, ...: webbuild.site.contract.FILE_ROLES)
     entries = {name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files}
                for name, v in variants.items()}
-    for name, fit in _wasm_fit(ctx).items():
+    for name, fit in plans.items():
         entries[name]["wasm"] = {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
     manifest = shard_files(files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
                            max_bytes=ctx.cfg.shard.max_bytes, variants=entries)
@@ -142,46 +143,55 @@ def stage_shard(ctx: BuildContext) -> None:
         ctx.report.variants.setdefault(name, {})["files"] = {f: manifest["files"][f]["size"] for f in v.files.values()}
 
 
-def _wasm_fit(ctx: BuildContext) -> dict[str, dict]:
-    """The fp32 variants' wasm memory estimates (webbuild.build.wasm_budget), into the report; the page
-    reads `fits` from the manifest entry and says the model needs WebGPU where it is false."""
-    from webbuild.build.wasm_budget import GIB, variant_need
+def _wasm_plans(ctx: BuildContext) -> dict[str, dict]:
+    """The fp32 variants' wasm plans (webbuild.build.wasm_budget): each graph's form for the wasm EP and
+    the memory estimate of every option, into the report; the page reads `fits` from the manifest entry
+    and says the model needs WebGPU where it is false (no option fits)."""
+    from webbuild.build.wasm_budget import GIB, variant_plan
 
     runtime = json.loads((ctx.state.assembled / RUNTIME_FILE).read_text())
-    fits = {}
+    plans = {}
     for name, v in ctx.state.variants.items():
         if v.dtype != "float32":
             continue  # the wasm EP runs the fp32 variant only (runtime/probe.js chooseVariant)
-        fit = fits[name] = variant_need(v.dir, v.files, runtime)
+        fit = plans[name] = variant_plan(v.dir, v.files, runtime)
         ctx.report.variants.setdefault(name, {})["wasm"] = fit
+        options = "; ".join(f"{_forms_text(o['forms'])}: {o['need_bytes'] / GIB:.2f} GiB" for o in fit["options"])
         if fit["fits"]:
             log.info(f"{name}: wasm fallback needs about {fit['need_bytes'] / GIB:.2f} GiB "
-                     f"of {fit['budget_bytes'] / GIB:.2f} GiB")
+                     f"of {fit['budget_bytes'] / GIB:.2f} GiB ({_forms_text(fit['forms'])}; options: {options})")
         else:
             log.warning(f"{name}: no wasm fallback: needs {fit['need_bytes'] / GIB:.1f} GiB of the "
                         f"{fit['budget_bytes'] / GIB:.1f} GiB a wasm page gets; visitors without WebGPU "
-                        f"are told the model needs WebGPU")
-    return fits
+                        f"are told the model needs WebGPU (options: {options})")
+    return plans
 
 
-def _webgpu_forms_and_wasm_twins(ctx: BuildContext) -> None:
+def _forms_text(forms: dict[str, str]) -> str:
+    return ", ".join(f"{graph} {form}" for graph, form in forms.items())
+
+
+def _webgpu_forms_and_wasm_twins(ctx: BuildContext, plans: dict[str, dict]) -> None:
     """Every decoder becomes the WebGPU form (Q/K norms inside GroupQueryAttention) and gets its step
     form for graph capture (role decoder_step); fp32 variants keep the form the wasm fallback runs as a
     twin graph (role decoder_wasm); each costs a few KB: the weights file is shared. A quantized encoder
-    gets a twin too (role encoder_wasm). See webbuild.build.forms and
-    webbuild.quantize.wasm_twin. The report's decoder census then counts the shipped graph."""
+    gets a twin too (role encoder_wasm) where its plan folds its MatMulNBits to float. See
+    webbuild.build.forms and webbuild.quantize.wasm_twin. The report's decoder census then counts the
+    shipped graph."""
     from webbuild.build.forms import step_decoder, webgpu_decoder
     from webbuild.quantize.wasm_twin import twin_name, wasm_graph
 
     level = ctx.cfg.quantize.webgpu_accuracy_level if ctx.cfg.quantize.method != "none" else None
     for name, v in ctx.state.variants.items():
         dec, enc = v.files.get("decoder"), v.files.get("encoder")
-        if dec and (twin := webgpu_decoder(v.dir, dec, wasm_twin=v.dtype == "float32", accuracy_level=level)):
+        forms = plans.get(name, {}).get("forms", {})  # wasm forms; none for variants the wasm EP never runs
+        if dec and (twin := webgpu_decoder(v.dir, dec, wasm_twin=name in plans, accuracy_level=level,
+                                           fold_matmuls=forms.get("decoder") == "float")):
             v.files["decoder_wasm"] = twin
         if dec and (step := step_decoder(v.dir, dec)):
             v.files["decoder_step"] = step  # the captured decode's graph (webbuild.build.step_form)
-        # the int4 encoder too: onnxruntime-web's wasm MatMulNBits is slow (webbuild.quantize.wasm_twin)
-        if enc and v.dtype == "float32" and wasm_graph(v.dir / enc, v.dir / twin_name(enc)):
+        # the int4 encoder's MatMulNBits are slow on wasm: folded to float where the plan can afford it
+        if enc and forms.get("encoder") == "float" and wasm_graph(v.dir / enc, v.dir / twin_name(enc)):
             v.files["encoder_wasm"] = twin_name(enc)
         if dec and name in ctx.report.variants:
             ctx.report.variants[name]["decoder"] |= census(op_census(v.dir / dec))

@@ -1,41 +1,54 @@
-"""Does a variant's wasm path fit a browser tab? An estimate of onnxruntime-web's wasm memory.
+"""Does a variant's wasm path fit a browser tab? An estimate of onnxruntime-web's wasm memory, and the
+choice of the form each graph ships in for the wasm EP.
 
 onnxruntime-web's wasm build is wasm32: one linear memory of at most 4 GiB holds everything the two
 sessions (encoder and decoder) keep. A variant whose wasm graphs need more fails at session creation
-with `std::bad_alloc` (the fp32 0.6b does: issue 17). The build estimates the need from the graphs it
-ships for the wasm EP (the twins where there are, else the graphs themselves), reading initializer
-sizes from the graph protos, never the weights, and counts:
+with `std::bad_alloc` (issue 17). Each int4 graph can run on the wasm EP in two forms:
 
-- the model bytes passed in: each graph's proto and its external data file, copied into the heap;
-- the initializers as onnxruntime's tensors: a second copy of every stored initializer;
-- what a twin folds: each MatMulNBits of the graph that its twin spells in standard ops
-  (webbuild.quantize.wasm_twin) becomes a float32 K x N weight at session creation, and the folding
-  costs far more than that float weight: every step of the dequantization (int32 nibbles, their
-  pairs, the float codes, the scaled blocks, the transposed weight) is folded into a constant of its
-  own, kept as the graph's initializer and as onnxruntime's tensor. Measured in Node (onnxruntime-web
-  1.30 wasm, one thread): twins of 1, 2, 4, 8 int4 1024 x 3072 weights (12 MiB each as float32) grow the
-  heap to 184, 318, 756, 1410 MiB, and 32 of them (384 MiB as float32) end in std::bad_alloc: about
-  FOLD_FACTOR times the float32 size, cumulative;
-- the decoder's KV cache at runtime.json's `max_positions`, past and present alive together (float32);
-- an activation allowance: a fixed arena (256 MiB) plus, per position of a full-length prefill, the
-  hidden states, MLP and attention scores of one layer, several times over.
+- `float`: its wasm twin (webbuild.quantize.wasm_twin) spells every MatMulNBits in standard ops that
+  onnxruntime folds to float32 weights at session creation: fast float MatMuls, but the folding costs
+  far more than the float weights: every step of the dequantization (int32 nibbles, their pairs, the
+  float codes, the scaled blocks, the transposed weight) is folded into a constant of its own, kept as
+  the graph's initializer and as onnxruntime's tensor. Measured in Node (onnxruntime-web 1.30 wasm, one
+  thread): twins of 1, 2, 4, 8 int4 1024 x 3072 weights (12 MiB each as float32) grow the heap to 184,
+  318, 756, 1410 MiB, and 32 of them (384 MiB as float32) end in std::bad_alloc: about FOLD_FACTOR
+  times the float32 size, cumulative;
+- `matmul_nbits`: the MatMulNBits kept (only the int4 lookup the wasm build lacks is rewritten). Small,
+  but onnxruntime-web's wasm MatMulNBits has no packed int4 kernel: every run dequantizes the weight
+  into a float32 buffer and runs a float GEMM (about 15 ns per weight on the CPU box: slow), and the
+  session's arena keeps the largest such buffer (measured: a 1024 x 32768 MatMulNBits session grew by
+  exactly its 128 MiB of float32 at its first run): `scratch_bytes`.
+
+The estimate reads initializer sizes from the int4 graphs' protos, never the weights. The sessions are
+created one after the other, and onnxruntime-web frees a session's model bytes (proto and external data,
+copied into the heap) once it is created, so the heap peaks either at a session's creation (the largest
+graph's model bytes beside every initializer as onnxruntime's tensors and what the twins fold) or
+while transcribing (those tensors, each session's dequantization scratch, the decoder's KV cache at
+runtime.json's `max_positions`, past and present alive together, float32, and an activation allowance:
+a fixed arena plus, per position of a full-length prefill, the hidden states, MLP and attention
+scores of one layer, several times over); `need_bytes` is the larger (`peak` says which). Measured
+for the 0.6b (both graphs `matmul_nbits`): 1.22 GiB after loading, 1.38 GiB after a 29.5 s clip,
+against an estimate of 1.83 GiB. `plan` tries every combination of the graphs' forms and takes, among
+those within the budget (4 GiB less a margin), the one that folds the most weights to float (the
+fastest); the report lists every option's figures. Only where no option fits does the variant get no
+wasm path: the manifest entry's `wasm.fits` is false and the page says the model needs WebGPU
+(webbuild/template/runtime/site.js).
 
 It is an estimate, deliberately generous (copies onnxruntime may free after session creation are
 counted as kept), not a measurement: tests/test_wasm_budget.py compares it with the heap of a real
-onnxruntime-web wasm session in Node for the tiny example. A variant whose estimate exceeds the budget
-(4 GiB less a margin) gets no wasm path: the manifest entry's `wasm.fits` is false and the page says
-the model needs WebGPU (webbuild/template/runtime/site.js).
+onnxruntime-web wasm session in Node.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
 import onnx
 
 from webbuild.graph.load import load_onnx
-from webbuild.quantize.wasm_twin import WASM_FLOAT_WEIGHTS_MAX
+from webbuild.quantize.wasm_twin import foldable
 
 GIB = 1 << 30
 WASM_MEMORY = 4 * GIB  # wasm32's address space: all a wasm page gets
@@ -43,7 +56,8 @@ MARGIN = GIB // 4  # onnxruntime's own code, stacks, the allocator's fragmentati
 BUDGET = WASM_MEMORY - MARGIN
 ARENA = 128 << 20  # activation allowance independent of the sequence length
 FOLD_FACTOR = 14  # heap bytes per float32 byte a twin folds (measured: see above)
-BUDGET_ENV = "WEBBUILD_WASM_BUDGET_BYTES"  # a smaller budget, for tests of the refusal only
+BUDGET_ENV = "WEBBUILD_WASM_BUDGET_BYTES"  # a smaller budget, for tests of the choice and the refusal only
+PARTS = ("model_bytes", "tensor_bytes", "folded_bytes", "scratch_bytes")  # a graph's, per form
 
 
 def budget_bytes() -> int:
@@ -60,28 +74,35 @@ def _tensor_bytes(t: onnx.TensorProto) -> int:
     return n * item
 
 
-def _matmul_nbits_floats(model: onnx.ModelProto) -> int:
-    """float32 bytes of every MatMulNBits weight in `model` (K x N each)."""
-    total = 0
+def _matmul_nbits_floats(model: onnx.ModelProto) -> list[int]:
+    """float32 bytes of each MatMulNBits weight in `model` (K x N each)."""
+    sizes = []
     for n in model.graph.node:
         if n.op_type == "MatMulNBits":
             a = {x.name: x.i for x in n.attribute}
-            total += 4 * a["K"] * a["N"]
-    return total
+            sizes.append(4 * a["K"] * a["N"])
+    return sizes
 
 
-def graph_need(folder: Path, graph: str, twin: str | None) -> dict:
-    """The estimated bytes of one graph's wasm session: `twin` (else `graph`) is what the wasm EP runs."""
-    shipped = folder / (twin or graph)
-    model = load_onnx(shipped)
+def form_parts(file_bytes: int, tensor_bytes: int, floats: list[int], can_fold: bool = True) -> dict[str, dict]:
+    """The estimated parts of one graph's wasm session in each form it can ship in: `floats` are its
+    MatMulNBits weights as float32 bytes. A graph without any has one form, `float` (its weights are)."""
+    base = {"model_bytes": file_bytes, "tensor_bytes": tensor_bytes}
+    forms = {}
+    if can_fold or not floats:
+        forms["float"] = base | {"folded_bytes": FOLD_FACTOR * sum(floats), "scratch_bytes": 0}
+    if floats:
+        forms["matmul_nbits"] = base | {"folded_bytes": 0, "scratch_bytes": max(floats)}
+    return forms
+
+
+def graph_forms(path: Path) -> dict[str, dict]:
+    """`form_parts` of the graph file `path` (an int4 graph as quantized, before any wasm twin)."""
+    model = load_onnx(path)
     data = {i.value for t in model.graph.initializer for i in t.external_data if i.key == "location"}
-    file_bytes = shipped.stat().st_size + sum((folder / d).stat().st_size for d in data)
+    file_bytes = path.stat().st_size + sum((path.parent / d).stat().st_size for d in data)
     tensors = sum(_tensor_bytes(t) for t in model.graph.initializer)
-    folded = 0
-    if twin:  # what the twin no longer runs as MatMulNBits, onnxruntime folds to float32
-        folded = _matmul_nbits_floats(load_onnx(folder / graph)) - \
-            _matmul_nbits_floats(model)
-    return {"model_bytes": file_bytes, "tensor_bytes": tensors, "folded_bytes": FOLD_FACTOR * folded}
+    return form_parts(file_bytes, tensors, _matmul_nbits_floats(model), foldable(model))
 
 
 def runtime_need(runtime: dict, intermediate: int | None = None, heads: int | None = None) -> dict:
@@ -97,21 +118,37 @@ def runtime_need(runtime: dict, intermediate: int | None = None, heads: int | No
             "max_positions": positions}
 
 
-def variant_need(folder: Path, files: dict[str, str], runtime: dict) -> dict:
-    """The wasm estimate of one variant (its files by role, as the manifest entry), with the budget."""
-    parts = {"model_bytes": 0, "tensor_bytes": 0, "folded_bytes": 0}
-    for graph in ("encoder", "decoder"):
-        if files.get(graph):
-            for k, v in graph_need(folder, files[graph], files.get(f"{graph}_wasm")).items():
-                parts[k] += v
-    parts |= runtime_need(runtime)
-    return judge(parts)
+def variant_plan(folder: Path, files: dict[str, str], runtime: dict) -> dict:
+    """The wasm plan of one variant (its int4 graphs by role, as the manifest entry), with the budget."""
+    graphs = {g: graph_forms(folder / files[g]) for g in ("encoder", "decoder") if files.get(g)}
+    return plan(graphs, runtime_need(runtime))
+
+
+def plan(graphs: dict[str, dict[str, dict]], runtime_parts: dict) -> dict:
+    """Every combination of the graphs' forms, judged against the budget; the chosen one's figures with
+    `forms` ({graph: form}) and `options` (each combination's forms, need and fit). The choice: of the
+    options that fit, the one folding the most weights to float (the fastest on wasm), else (none fits)
+    the smallest, whose `why` the page shows."""
+    options = []
+    for combo in itertools.product(*(forms.items() for forms in graphs.values())):
+        parts = {k: sum(p[k] for _, p in combo) for k in PARTS} | runtime_parts
+        parts["model_bytes"] = max(p["model_bytes"] for _, p in combo)  # one session's at a time
+        options.append({"forms": dict(zip(graphs, (form for form, _ in combo))), **judge(parts)})
+    fitting = [o for o in options if o["fits"]]
+    chosen = max(fitting, key=lambda o: (o["folded_bytes"], -o["need_bytes"])) if fitting else \
+        min(options, key=lambda o: o["need_bytes"])
+    listed = [{"forms": o["forms"], "need_bytes": o["need_bytes"], "fits": o["fits"]} for o in options]
+    return chosen | {"options": listed}
 
 
 def judge(parts: dict) -> dict:
-    need = sum(v for k, v in parts.items() if k.endswith("_bytes"))
-    budget = budget_bytes()
-    out = {"need_bytes": need, "budget_bytes": budget, "fits": need <= budget, **parts}
+    """The heap's peak, at a session's creation or while transcribing, against the budget."""
+    kept = parts["tensor_bytes"] + parts["folded_bytes"]
+    peaks = {"session creation": kept + parts["model_bytes"],
+             "transcription": kept + parts["scratch_bytes"] + parts["kv_cache_bytes"] + parts["activation_bytes"]}
+    peak = max(peaks, key=peaks.get)
+    need, budget = peaks[peak], budget_bytes()
+    out = {"need_bytes": need, "budget_bytes": budget, "fits": need <= budget, "peak": peak, **parts}
     if need > budget:
         out["why"] = (f"its WebAssembly fallback needs {need / GIB:.1f} GiB, more than the "
                       f"{budget / GIB:.1f} GiB a browser tab gets")
@@ -120,17 +157,19 @@ def judge(parts: dict) -> dict:
 
 def shapes_need(*, layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int,
                 vocab: int, enc_layers: int, enc_dim: int, enc_ffn: int, max_positions: int) -> dict:
-    """The same estimate from a model's dimensions, without building it: every linear weight int4 on the
-    wire and folded to float32 by the twins, the embedding int4 and looked up in place; biases, norms
-    and the encoder's convolutions left out (small beside the linears). A graph's weights are folded only
-    within webbuild.quantize.wasm_twin's WASM_FLOAT_WEIGHTS_MAX, as the twins are made."""
-    dec_linear = layers * (hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-                           + heads * head_dim * hidden + 3 * hidden * intermediate) + vocab * hidden
-    enc_linear = enc_layers * (4 * enc_dim * enc_dim + 2 * enc_dim * enc_ffn)
-    int4 = (dec_linear + enc_linear + vocab * hidden) * 5 // 8  # 4 bits + a float32 scale per 32
-    folded = sum(4 * n for n in (dec_linear, enc_linear) if 4 * n <= WASM_FLOAT_WEIGHTS_MAX)
-    parts = {"model_bytes": int4, "tensor_bytes": int4, "folded_bytes": FOLD_FACTOR * folded}
-    parts |= runtime_need({"decoder": {"num_layers": layers, "num_key_value_heads": kv_heads,
-                                       "head_dim": head_dim, "hidden_size": hidden},
-                           "max_positions": max_positions}, intermediate, heads)
-    return judge(parts)
+    """The same plan from a model's dimensions, without building it: every linear weight int4 (4 bits and
+    a float32 scale per 32) on the wire, the embedding int4 and looked up in place; biases, norms and the
+    encoder's convolutions left out (small beside the linears)."""
+    q, kv = heads * head_dim, kv_heads * head_dim
+    dec = [hidden * q, hidden * kv, hidden * kv, q * hidden, *[hidden * intermediate] * 3]
+    enc = [enc_dim * enc_dim] * 4 + [enc_dim * enc_ffn] * 2
+    dec_weights, enc_weights = layers * dec + [vocab * hidden], enc_layers * enc
+
+    def forms(weights: list[int], extra: int = 0) -> dict[str, dict]:
+        int4 = (sum(weights) + extra) * 5 // 8
+        return form_parts(int4, int4, [4 * w for w in weights])
+
+    graphs = {"encoder": forms(enc_weights), "decoder": forms(dec_weights, vocab * hidden)}
+    return plan(graphs, runtime_need({"decoder": {"num_layers": layers, "num_key_value_heads": kv_heads,
+                                                  "head_dim": head_dim, "hidden_size": hidden},
+                                      "max_positions": max_positions}, intermediate, heads))

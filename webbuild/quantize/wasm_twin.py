@@ -2,15 +2,17 @@
 with the int4 operators that onnxruntime-web's wasm (CPU) build lacks or runs slowly spelt in
 standard ops.
 
-- GatherBlockQuantized (the int4 embedding lookup) has no kernel in the 1.30 wasm build: the twin
-  gathers the packed uint8 rows and unpacks only those.
+- GatherBlockQuantized (the int4 or int8 embedding lookup) has no kernel in the 1.30 wasm build: the
+  twin gathers the packed uint8 rows and unpacks only those.
 - MatMulNBits has a kernel there but a slow one: 2.5 ms for a 256x768 int4 weight at one token,
-  about 40x the float MatMul (webbuild/tools/bench/steps.mjs, BENCHMARKS.md). The twin dequantizes each
-  weight with Cast/Div/Mul/Sub/Reshape/Transpose over its packed initializer: every input is a
-  constant, so onnxruntime folds it into a float32 weight once, at session creation. The download
-  stays int4; wasm memory holds float32 weights, so this is done only up to WASM_FLOAT_WEIGHTS_MAX.
+  about 40x the float MatMul (webbuild/tools/bench/steps.mjs, BENCHMARKS.md). With `fold_matmuls` the
+  twin dequantizes each weight with Cast/Div/Mul/Sub/Reshape/Transpose over its packed initializer:
+  every input is a constant, so onnxruntime folds it into a float32 weight once, at session creation.
+  The download stays int4, but the folding costs wasm memory many times the float32 weights
+  (webbuild.build.wasm_budget), so the build folds only where its estimate says the result fits.
 
-Nibbles are unpacked low first with the symmetric zero point 8, as the quantize stage packs them.
+Nibbles are unpacked low first with the symmetric zero point 8 (128 for 8-bit codes), as the quantize
+stage packs them.
 """
 
 from __future__ import annotations
@@ -24,8 +26,6 @@ import onnx.numpy_helper
 from webbuild.errors import BuildError
 from webbuild.graph.load import load_onnx
 
-# float32 bytes of folded weights above which MatMulNBits stays (a wasm32 heap has 4 GiB in all)
-WASM_FLOAT_WEIGHTS_MAX = 1 << 30
 _C = "wasm_twin/"  # shared constants
 
 
@@ -34,15 +34,13 @@ def twin_name(name: str) -> str:
     return name.removesuffix(".onnx") + ".wasm.onnx"
 
 
-def wasm_graph(src: Path, dest: Path) -> bool:
-    """Write `dest`: `src` with GatherBlockQuantized lookups (and, within WASM_FLOAT_WEIGHTS_MAX,
-    MatMulNBits) spelt in standard ops; False (nothing written) when there is none."""
+def wasm_graph(src: Path, dest: Path, fold_matmuls: bool = True) -> bool:
+    """Write `dest`: `src` with GatherBlockQuantized lookups (and, with `fold_matmuls`, MatMulNBits) spelt
+    in standard ops; False (nothing written) when there is none."""
     model = load_onnx(src)
     nodes = list(model.graph.node)
     lookups = [n for n in nodes if n.op_type == "GatherBlockQuantized"]
-    matmuls = [n for n in nodes if n.op_type == "MatMulNBits"]
-    if sum(4 * a["K"] * a["N"] for a in map(_attrs, matmuls)) > WASM_FLOAT_WEIGHTS_MAX:
-        matmuls = []
+    matmuls = [n for n in nodes if n.op_type == "MatMulNBits"] if fold_matmuls else []
     if not lookups and not matmuls:
         return False
     extra: list[onnx.TensorProto] = []
@@ -56,12 +54,23 @@ def wasm_graph(src: Path, dest: Path) -> bool:
         extra += consts
     model.graph.ClearField("node")
     model.graph.node.extend(nodes)
-    model.graph.initializer.extend([
-        onnx.numpy_helper.from_array(np.array(v, dtype), _C + name)
-        for name, v, dtype in (("sixteen", 16, np.int32), ("eight", 8, np.int32), ("last", [-1], np.int64),
-                               ("zero", [0], np.int64))] + extra)
+    shared = [("sixteen", 16, np.int32), ("eight", 8, np.int32), ("last", [-1], np.int64), ("zero", [0], np.int64)]
+    if any(_attrs(n).get("bits", 4) == 8 for n in lookups):
+        shared.append(("one_two_eight", 128, np.int32))  # 8-bit codes' zero point
+    model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(v, dtype), _C + name)
+                                    for name, v, dtype in shared] + extra)
     onnx.save(model, str(dest))
     return True
+
+
+def foldable(model: onnx.ModelProto) -> bool:
+    """Whether every MatMulNBits of `model` is a kind the twin can spell in standard ops (4-bit, symmetric,
+    no g_idx or bias): else only the form that keeps them runs on wasm."""
+    return all(_matmul_foldable(n) for n in model.graph.node if n.op_type == "MatMulNBits")
+
+
+def _matmul_foldable(mm: onnx.NodeProto) -> bool:
+    return _attrs(mm).get("bits", 4) == 4 and not any(mm.input[3:])
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
@@ -84,30 +93,39 @@ def _nibbles(p: str, packed: str) -> list[onnx.NodeProto]:
 
 def _lookup_nodes(src: Path, gbq: onnx.NodeProto, scales_type: int) -> tuple[list[onnx.NodeProto], list]:
     a = _attrs(gbq)
-    if a.get("bits", 4) != 4 or a.get("gather_axis", 0) != 0 or len(gbq.input) > 3:
-        raise BuildError(f"{src}: {gbq.name}: only 4-bit symmetric row lookups can be rewritten for wasm")
+    bits = a.get("bits", 4)
+    if bits not in (4, 8) or a.get("gather_axis", 0) != 0 or len(gbq.input) > 3:
+        raise BuildError(f"{src}: {gbq.name}: only 4- or 8-bit symmetric row lookups can be rewritten for wasm")
     data, ids, scales = gbq.input[:3]
     p = f"{_C}{gbq.name}/"
     n = onnx.helper.make_node
     return [
-        n("Gather", [data, ids], [p + "packed"], axis=0),                       # [B, S, blocks, block/2] uint8
-        *_nibbles(p, p + "packed"),
-        n("Shape", [p + "packed"], [p + "shape"]),
-        n("Slice", [p + "shape", _C + "zero", _C + "last"], [p + "lead"]),
-        n("Concat", [p + "lead", _C + "last"], [p + "unpacked_shape"], axis=0),
-        n("Reshape", [p + "pairs", p + "unpacked_shape"], [p + "codes"]),       # [B, S, blocks, block]
-        n("Sub", [p + "codes", _C + "eight"], [p + "centred"]),
+        n("Gather", [data, ids], [p + "packed"], axis=0),           # [B, S, blocks, block * bits / 8] uint8
+        *(_unpacked_rows(p) if bits == 4 else [n("Cast", [p + "packed"], [p + "codes"], to=onnx.TensorProto.INT32)]),
+        n("Sub", [p + "codes", _C + ("eight" if bits == 4 else "one_two_eight")], [p + "centred"]),
         n("Gather", [scales, ids], [p + "scales"], axis=0),                      # [B, S, blocks, 1]
         n("Cast", [p + "centred"], [p + "values"], to=scales_type),
         n("Mul", [p + "values", p + "scales"], [gbq.output[0]]),
     ], []
 
 
+def _unpacked_rows(p: str) -> list[onnx.NodeProto]:
+    """Gathered 4-bit rows `p`packed [B, S, blocks, block/2] -> int32 `p`codes [B, S, blocks, block]."""
+    n = onnx.helper.make_node
+    return [
+        *_nibbles(p, p + "packed"),
+        n("Shape", [p + "packed"], [p + "shape"]),
+        n("Slice", [p + "shape", _C + "zero", _C + "last"], [p + "lead"]),
+        n("Concat", [p + "lead", _C + "last"], [p + "unpacked_shape"], axis=0),
+        n("Reshape", [p + "pairs", p + "unpacked_shape"], [p + "codes"]),
+    ]
+
+
 def _matmul_nodes(src: Path, mm: onnx.NodeProto, scales_type: int) -> tuple[list[onnx.NodeProto], list]:
     """MatMulNBits(A, B, scales) -> MatMul(A, W) with W [K, N] dequantized from B [N, blocks, bs/2]."""
     a = _attrs(mm)
     k, width, bs = a["K"], a["N"], a["block_size"]
-    if a.get("bits", 4) != 4 or any(x for x in mm.input[3:]):
+    if not _matmul_foldable(mm):
         raise BuildError(f"{src}: {mm.name}: only 4-bit symmetric MatMulNBits without zero points, g_idx "
                             "or bias can be rewritten for wasm")
     blocks = -(-k // bs)

@@ -24,7 +24,8 @@ ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
 # twin (webbuild.quantize.wasm_twin), the decoder's step form for graph capture (webbuild.build.step_form)
 # and, for decoders that take inputs_embeds, the embedding table.
 # An fp32 entry also carries `wasm`: {need_bytes, budget_bytes, fits} (webbuild.build.wasm_budget); where
-# fits is false the runtime (runtime/site.js refuseUnfit) says the model needs WebGPU instead of loading.
+# fits is false (no form of the graphs fits) the runtime (runtime/site.js refuseUnfit) says the model needs
+# WebGPU instead of loading.
 FILE_ROLES = {
     "encoder": {"graph": "encoder", "data": "encoder_data", "wasm": "encoder_wasm"},
     "decoder": {"graph": "decoder", "data": "decoder_data", "wasm": "decoder_wasm", "step": "decoder_step",

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 from webbuild.errors import BenchError
+from webbuild.text import size
 
 HARNESSES = Path(__file__).resolve().parent  # the Node harnesses ship beside this module
 # Chromium's software Vulkan driver: WebGPU without a GPU (correct, not fast).
@@ -33,6 +34,7 @@ def run_node(
     timeout: float | None = None,
     session_config: dict[str, str] | None = None,
     graph_capture: bool = True,
+    max_new_tokens: int | None = None,
 ) -> dict:
     """Runs the Node harness on `dist` and returns its report.
 
@@ -45,6 +47,8 @@ def run_node(
         harness, extra = HARNESSES / "bench.mjs", ["--repeat", str(repeat)]
         if max_clips is not None:
             extra += ["--max-clips", str(max_clips)]
+        if max_new_tokens is not None:
+            extra += ["--max-new-tokens", str(max_new_tokens)]
         extra += ["--graph-capture", str(int(graph_capture))]
     elif (dist / "decoder_init.onnx").is_file():
         harness, extra = HARNESSES / "split.mjs", []
@@ -93,6 +97,8 @@ def table(r: dict) -> str:
     ]
     if "clips" in s:
         lines.append(f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text")
+    if heap := r.get("wasm_heap_bytes", {}).get("peak"):
+        lines.append(f"wasm heap   {size(r['wasm_heap_bytes']['loaded'])} after loading, {size(heap)} at the end")
     return "\n".join(lines + counter_lines(r) + timing_lines(r))
 
 

@@ -5,7 +5,10 @@
 // samples.json. Prints one JSON report on stdout.
 //
 //   node webbuild/tools/bench/bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens 128] [--repeat 1]
-//        [--threads N] [--variant NAME] [--max-clips N] [--session-config K=V]...
+//        [--threads N] [--variant NAME] [--max-clips N] [--max-new-tokens N] [--session-config K=V]...
+//
+// --max-new-tokens: caps each clip's greedy decode (default: runtime.json's max_new_tokens), for models
+// slow enough on an EP that a full transcript would take minutes (the 0.6b on wasm).
 //
 // --threads: ORT's wasm threads; 1 by default because onnxruntime-web's threaded glue loads its
 // worker through fetch() + a blob: URL import, which Node's file: URLs do not allow.
@@ -19,14 +22,15 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 import { gpuCountedDecodes } from './counters.mjs';
+import { wasmHeapBytes } from './heap.mjs';
 import { startServer } from './server.mjs';
 import { parseArgs } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
 import { gpuTimingPerToken } from './timing.mjs';
 import { decodeWav } from './wav.mjs';
 
-const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--session-config K=V]...';
-const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity, graphCapture: 1 };
+const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--max-new-tokens N] [--session-config K=V]...';
+const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity, maxNewTokens: 0, graphCapture: 1 };
 
 // The site's modules, from the built folder (asr.js: the same module instance site.js runs).
 async function siteModules(dir) {
@@ -95,13 +99,15 @@ async function main() {
       globalThis.__gpuTiming?.watchRun(model.rec.decoder);
       if (model.rec.steps) globalThis.__gpuTiming?.watchRun(model.rec.steps, 'issue');
     }
+    const heapLoaded = wasmHeapBytes();
     log(`loaded: ${model.info.ep} ${model.info.variant} on ${model.info.adapter} in ${model.load.total_ms.toFixed(0)} ms`);
+    const clipOpts = o.maxNewTokens ? { maxNewTokens: o.maxNewTokens } : {};
     const clips = [];
     for (const c of (await sampleClips(m, o.dir)).slice(0, o.maxClips)) {
       const pcm = decodeWav(new Uint8Array(await readFile(path.join(o.dir, c.src))), model.runtime.sample_rate);
       for (let i = 0; i < o.repeat; i++) {
-        const { stamps, ids, ...r } = await timedTranscribe(model.rec, pcm);
-        clips.push({ src: c.src, expected: c.text, match: r.text === c.text, ...r });
+        const { stamps, ids, ...r } = await timedTranscribe(model.rec, pcm, clipOpts);
+        clips.push({ src: c.src, expected: c.text, match: r.text === c.text, ...r, token_ids: ids });
         log(`${c.src}: ${JSON.stringify(r.text)} ${r.total_ms.toFixed(0)} ms`);
       }
     }
@@ -127,6 +133,8 @@ async function main() {
       synthetic_decode: { prompt_tokens: synth.prompt_tokens, prefill_ms: synth.prefill_ms, tokens: synth.steps.length,
         ms_per_token: spread(synth.steps), token_ids: synth.ids },
       counters_per_token, timing_per_token,
+      // onnxruntime-web's wasm memory (heap.mjs): after the sessions and warm-up, and at the end (the peak)
+      wasm_heap_bytes: { loaded: heapLoaded, peak: wasmHeapBytes() },
     }));
   } finally {
     await srv.close();
