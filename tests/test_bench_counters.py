@@ -84,7 +84,8 @@ def decoder_graph(site: Path, name: str = "decoder.fp32.onnx") -> onnx.ModelProt
 
 def test_counts_are_reported_and_identical_between_two_runs(level0, tmp_path):
     """Decode steps replay the captured step graph (runtime/capture.js): no bind group and no uniform
-    write of onnxruntime-web's per token, only the runtime's two input writes (token id, mask)."""
+    write of onnxruntime-web's per token, only the runtime's mask position (8 bytes): the token comes from
+    the previous step's choice on the GPU, and 12 bytes of it (token, margin) come back."""
     ra, rb = benched(level0, tmp_path, "a"), benched(level0, tmp_path, "b")
     a, b = ra["counters_per_token"], rb["counters_per_token"]
     assert ra["decode"] == "captured", ra["decode"]
@@ -94,14 +95,17 @@ def test_counts_are_reported_and_identical_between_two_runs(level0, tmp_path):
     assert a["readbacks"] == 1 and a["submits"] >= 1 and a["write_buffers"] >= 1 and a["write_bytes"] > 0
     assert a["dispatches"] == sum(a["kernels"].values()) and a["dispatches"] > 0
     assert "(no pipeline)" not in a["kernels"] and "(unnamed)" not in a["kernels"]
-    assert a["bind_groups"] == 0 and a["write_buffers"] == 2 and a["write_bytes"] == 16
+    assert a["bind_groups"] == 0 and a["write_buffers"] == 1 and a["write_bytes"] == 8
 
 
 def test_captured_decode_gives_the_plain_decodes_tokens(level0, tmp_path):
     """--no-graph-capture: every step a plain run of the decoder (a bind group and a uniform write per
-    dispatch); the same greedy tokens, and the same transcript of the sample clip, either way. The
-    captured step form runs the mask arithmetic on the GPU (Cast, ReduceSum, Sub, ReduceMax: 4
-    dispatches the plain graph leaves to the CPU EP)."""
+    dispatch), the token chosen in JS; the same greedy tokens and margins, and the same transcript of the
+    sample clip, either way. The captured step form runs the mask arithmetic on the GPU (Cast, ReduceSum,
+    Sub, ReduceMax: 4 dispatches the plain graph leaves to the CPU EP) and the greedy choice (the logits
+    padded to rows of 128, the vocabulary of 1,031 being no multiple: Pad, then ReduceMax x2, Equal,
+    Where, ReduceMin x2, Cast for the token; Equal, Where, ReduceMax x2, Sub for the margin), without the
+    last-position Slice."""
     captured = benched(level0, tmp_path, "captured", "--max-clips", "1")
     plain = benched(level0, tmp_path, "plain", "--max-clips", "1", "--no-graph-capture")
     assert captured["decode"] == "captured" and plain["decode"].startswith("plain")
@@ -110,9 +114,12 @@ def test_captured_decode_gives_the_plain_decodes_tokens(level0, tmp_path):
     assert captured["clips"][0]["text"] == plain["clips"][0]["text"]
     c, p = captured["counters_per_token"], plain["counters_per_token"]
     assert p["bind_groups"] == p["dispatches"] == p["write_buffers"] > 0
-    assert c["dispatches"] == p["dispatches"] + 4
-    assert {k: c["kernels"].get(k, 0) - p["kernels"].get(k, 0) for k in ("Cast", "ReduceSum", "Sub", "ReduceMax")} \
-        == {"Cast": 1, "ReduceSum": 1, "Sub": 1, "ReduceMax": 1}
+    margins = [r["synthetic_decode"]["margins"] for r in (captured, plain)]
+    assert len(margins[0]) == len(ids[0]) and margins[0] == pytest.approx(margins[1], abs=1e-4)
+    extra = {"Cast": 2, "ReduceSum": 1, "Sub": 2, "ReduceMax": 5, "ReduceMin": 2, "Equal": 2, "Where": 2, "Pad": 1,
+             "Slice": -1}
+    assert {k: c["kernels"].get(k, 0) - p["kernels"].get(k, 0) for k in extra} == extra
+    assert c["dispatches"] == p["dispatches"] + sum(extra.values())
 
 
 def test_the_step_form_has_no_audio_inputs_and_no_shape_arithmetic(level0):
@@ -120,9 +127,16 @@ def test_the_step_form_has_no_audio_inputs_and_no_shape_arithmetic(level0):
     full = decoder_graph(level0)
     inputs = [i.name for i in step.graph.input]
     assert [i.name for i in full.graph.input if i.name not in ("audio_features", "audio_offset")] == inputs
-    assert [o.name for o in step.graph.output] == [o.name for o in full.graph.output]
+    outputs = [o.name for o in full.graph.output]
+    assert [o.name for o in step.graph.output] == [n for n in outputs if n != "logits"] + ["next_token", "margin"]
+    # next_token is written into input_ids' buffer: the same type and shape
+    ids, token = step.graph.input[0], step.graph.output[-2]
+    assert ids.name == "input_ids" and ids.type == token.type
+    assert ids.type.tensor_type.elem_type == onnx.TensorProto.INT32
     ops = Counter(n.op_type for n in step.graph.node)
-    assert not {"Shape", "ScatterND", "Range", "Expand"} & set(ops), ops
+    assert not {"Shape", "ScatterND", "Expand"} & set(ops), ops
+    consts = {i.name for i in step.graph.initializer}
+    assert all(set(n.input) <= consts for n in step.graph.node if n.op_type == "Range")  # the index: folded
     assert ops["GroupQueryAttention"] == Counter(n.op_type for n in full.graph.node)["GroupQueryAttention"]
     # the weights are the decoder's own file: the step form is a few KB
     assert {e.value for t in step.graph.initializer for e in t.external_data if e.key == "location"} == \

@@ -115,17 +115,18 @@ def _greedy_on_gpu(graph: ir.Graph, logits: ir.Value, opset: int) -> None:
     rows = -(-vocab // _ROW)
     b = _Builder(graph, "greedy", opset)
     x = b.op("Reshape", [b.cast(logits, ir.DataType.FLOAT), b.const("flat", np.array([-1], np.int64))], (vocab,))
-    if rows * _ROW > vocab:
-        pads = b.const("pads", np.array([0, rows * _ROW - vocab], np.int64))
-        x = b.op("Pad", [x, pads, b.const("neg", np.array(-np.inf, np.float32))], (rows * _ROW,))
-    x = b.op("Reshape", [x, b.const("grid", np.array([rows, _ROW], np.int64))], (rows, _ROW))
-    index = b.const("index", np.arange(rows * _ROW, dtype=np.float32).reshape(rows, _ROW))
+    size, grid, flag = rows * _ROW, (rows, _ROW), ir.DataType.BOOL
+    neg = b.const("neg", np.array(-np.inf, np.float32))
+    if size > vocab:
+        x = b.op("Pad", [x, b.const("pads", np.array([0, size - vocab], np.int64)), neg], (size,))
+    shape = b.const("grid", np.array(grid, np.int64))
+    x = b.op("Reshape", [x, shape], grid)
+    # 0..size-1 from constants (onnxruntime folds it when the session is made: nothing to download)
+    count = [b.const(name, np.array(v, np.float32)) for name, v in (("zero", 0), ("size", size), ("one", 1))]
+    index = b.op("Reshape", [b.op("Range", count, (size,)), shape], grid)
     best = b.reduce("ReduceMax", x)
-    not_best = b.const("past_end", np.array(rows * _ROW, np.float32))
-    first = b.reduce("ReduceMin", b.op("Where", [b.op("Equal", [x, best], (rows, _ROW), ir.DataType.BOOL), index, not_best],
-                                        (rows, _ROW)))
-    others = b.op("Where", [b.op("Equal", [index, first], (rows, _ROW), ir.DataType.BOOL),
-                            b.const("neg_grid", np.array(-np.inf, np.float32)), x], (rows, _ROW))
+    first = b.reduce("ReduceMin", b.op("Where", [b.op("Equal", [x, best], grid, flag), index, count[1]], grid))
+    others = b.op("Where", [b.op("Equal", [index, first], grid, flag), neg, x], grid)  # all but the chosen one
     margin = b.op("Sub", [best, b.reduce("ReduceMax", others)], (1, 1), name=MARGIN)
     # [1, 1] as computed, never reshaped: a Reshape output aliases its input, and graph capture would not
     # copy it into the buffer bound to next_token (input_ids' own)

@@ -80,7 +80,7 @@ async function timedTranscribe(rec, pcm, opts = {}) {
   const steps = stamps.slice(1).map((t, i) => t - stamps[i]);
   const t = r.timings;
   return {
-    text: r.text, tokens: r.tokens.length, steps, stamps, ids: r.tokens,
+    text: r.text, tokens: r.tokens.length, steps, stamps, ids: r.tokens, margins: r.margins,
     encoder_ms: t.encoder_ms, prefill_ms: t.prefill_ms, prompt_tokens: t.prompt_tokens, ttft_ms: t.ttft_ms,
     prefill_tokens_per_s: (t.prompt_tokens / t.prefill_ms) * 1000, audio_ms: t.audio_ms, total_ms: t.total_ms,
   };
@@ -131,7 +131,7 @@ async function main() {
         decode_ms_per_token_clips: spread(clipSteps),
       },
       synthetic_decode: { prompt_tokens: synth.prompt_tokens, prefill_ms: synth.prefill_ms, tokens: synth.steps.length,
-        ms_per_token: spread(synth.steps), token_ids: synth.ids },
+        ms_per_token: spread(synth.steps), token_ids: synth.ids, margins: synth.margins },
       counters_per_token, timing_per_token,
       // onnxruntime-web's wasm memory (heap.mjs): after the sessions and warm-up, and at the end (the peak)
       wasm_heap_bytes: { loaded: heapLoaded, peak: wasmHeapBytes() },

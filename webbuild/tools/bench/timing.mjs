@@ -280,7 +280,9 @@ export async function gpuTimingPerToken(decode, result, scope = globalThis) {
   const cpu = gpuCpuPerToken(t.runs, result.stamps, t.wrapperUsPerCall);
   const gpu = await gpuTimedDecode(decode, result.stamps.length - 1, result.ids, scope);
   if (gpu.gpu_ms === undefined) return { ...cpu, ...gpu };
-  // A token takes at least the larger of its CPU work (every phase but the wait) and its GPU work (which
-  // overlaps the issue: onnxruntime-web submits as it goes); that one bounds it.
-  return { ...cpu, ...gpu, bound: gpu.gpu_ms > cpu.wall_ms - cpu.readback_wait_ms ? 'gpu' : 'cpu' };
+  // A token takes at least the larger of its CPU work (every phase but the wait; the issue alone when the
+  // steps are queued ahead) and its GPU work (which overlaps the issue: onnxruntime-web submits as it goes);
+  // that one bounds it.
+  const cpuMs = cpu.pipelined ? cpu.issue_cpu_ms : cpu.wall_ms - cpu.readback_wait_ms;
+  return { ...cpu, ...gpu, bound: gpu.gpu_ms > cpuMs ? 'gpu' : 'cpu' };
 }
