@@ -7,7 +7,7 @@ const rate = (v) => (v == null ? 'n/a' : `${v.toFixed(1)} tok/s`);
 export function renderInfo(info) {
   const l = info.load;
   $('m-adapter').textContent = info.adapter;
-  $('m-runtime').textContent = `${info.ep === 'webgpu' ? 'WebGPU' : `WebAssembly, ${info.threads} thread${info.threads === 1 ? '' : 's'}`} · ${info.variant} · ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
+  $('m-runtime').textContent = `${info.ep === 'webgpu' ? 'WebGPU' : `WebAssembly, ${info.threads} thread${info.threads === 1 ? '' : 's'}`} · ${info.variant} · model ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
   $('m-load').textContent = `${ms(l.total_ms)} (download ${ms(l.download_ms)}, sessions ${ms(l.session_ms)}, warm-up ${ms(l.warmup_ms)})`;
 }
 
@@ -16,5 +16,7 @@ export function renderMetrics(m) {
   $('m-ttft').textContent = ms(m.ttft_ms);
   $('m-prefill').textContent = rate(m.prefill_tokens_per_s);
   $('m-decode').textContent = `${rate(m.decode_tokens_per_s)} (${m.generated_tokens} tokens)`;
-  $('m-rtf').textContent = `${m.rtf.toFixed(3)}${m.chunks > 1 ? ` over ${m.chunks} chunks` : ''}`;
+  // processing time / audio length: below 1 keeps up with live audio; said as "N x faster" too
+  const pace = m.rtf < 1 ? `${(1 / m.rtf).toFixed(1)}x faster than real time` : `${m.rtf.toFixed(1)}x slower than real time`;
+  $('m-rtf').textContent = `${m.rtf.toFixed(3)} · ${pace}${m.chunks > 1 ? ` over ${m.chunks} chunks` : ''}`;
 }
