@@ -5,7 +5,8 @@ scale = lora_alpha / r. B starts at zero, so a fresh adapter changes nothing; th
 
 The folder holds `adapter_model.safetensors`, whose tensor names say the layer and the projection
 (`base_model.model.model.language_model.layers.3.mlp.up_proj.lora_A.weight`, as PEFT names them), and
-`adapter_config.json` with `r`, `lora_alpha` and `target_modules`.
+`adapter_config.json` with `r`, `lora_alpha` and `target_modules`: what model.yaml `adapters:` takes
+(webbuild.adapters checks it against the base).
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+from webbuild.adapters import CONFIG, TARGET_MODULES, WEIGHTS
+
 DECODER_PREFIX = "model.language_model.layers."  # the text decoder's layers in the checkpoint's names
 PEFT_PREFIX = "base_model.model."  # PEFT's wrapper adds this to every module name
-WEIGHTS, CONFIG = "adapter_model.safetensors", "adapter_config.json"
 
 
 class LoraLinear(nn.Module):
