@@ -202,8 +202,9 @@ class BuildConfig(_Strict):
     site: Site = Field(Site(), description="the page")
     verify: Verify = Field(Verify(), description="bounds for `webbuild verify`")
     adapters: list[Adapter] = Field(
-        default_factory=list, description="LoRA adapters shipped beside the base model, each switchable at run "
-                                          "time; checked against the source's config.json when model.yaml loads")
+        default_factory=list, description="LoRA adapters to ship beside the base model, each switchable at run "
+                                          "time (issue 18); checked against the source's config.json when "
+                                          "model.yaml loads, but not yet packaged by the build")
     config_path: Path | None = Field(None, exclude=True)
 
     @field_validator("adapters")
