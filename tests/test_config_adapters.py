@@ -120,3 +120,10 @@ def test_fitting_adapter_loads_with_its_settings(tmp_path):
     (adapter,) = load_config(path).adapters
     assert (adapter.name, adapter.path, adapter.scale, adapter.precision) == ("voice", tmp_path / "ok", 0.5, "fp16")
     assert load_config(EXAMPLE / "model.yaml").adapters == []
+
+
+def test_shipped_adapter_fits_the_example(tmp_path):
+    path = tmp_path / "model.yaml"
+    path.write_text(f"name: t\nsource: {{layout: qwen3-asr-split, dir: {EXAMPLE / 'model'}}}\n"
+                    f"adapters:\n  - {{name: klatt, path: {EXAMPLE / 'adapters' / 'klatt'}}}\n")
+    assert [a.name for a in load_config(path).adapters] == ["klatt"]

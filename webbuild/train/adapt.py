@@ -39,11 +39,11 @@ from webbuild.train.train import LEAD_SHARE, lr_at
 GENERAL_SEED = 11  # styles and noise of the general clips mixed into an adapter's training
 
 
-def load_base(ckpt: Path):
+def load_base(ckpt: Path, device: str = "cpu"):
     from transformers import Qwen3ASRForConditionalGeneration
 
     tok = Tokenizer.from_file(str(ckpt / "tokenizer.json"))
-    return Qwen3ASRForConditionalGeneration.from_pretrained(ckpt).eval(), tok
+    return Qwen3ASRForConditionalGeneration.from_pretrained(ckpt).to(device).eval(), tok
 
 
 def general_heldout(count: int) -> Clips:
@@ -67,7 +67,7 @@ def audio_cache(model, store: ClipStore, lead: int, batch_size: int = 64) -> tup
     trained) and its mel frame count."""
     audio, frames = [], []
     for start in range(0, len(store), batch_size):
-        idx = torch.arange(start, min(start + batch_size, len(store)))
+        idx = torch.arange(start, min(start + batch_size, len(store)), device=store.pcm.device)
         feats, mask = features(store, idx, lead=lead, lead_share=LEAD_SHARE)
         flat, counts = encode_audio(model, feats, mask)
         audio += list(flat.split(counts.tolist()))
@@ -78,8 +78,9 @@ def audio_cache(model, store: ClipStore, lead: int, batch_size: int = 64) -> tup
 def adapter_loss(model, tok, store, cache, idx: torch.Tensor) -> torch.Tensor:
     """Teacher-forced answer cross-entropy of clips `idx` on their cached audio embeddings."""
     audio, frames = cache
-    mask = (torch.arange(int(frames[idx].max()))[None, :] < frames[idx][:, None]).long()
-    ids, att, labels = token_batch(store, idx, mask, tok, train=True)
+    device = frames.device
+    mask = (torch.arange(int(frames[idx].max()), device=device)[None, :] < frames[idx][:, None]).long()
+    ids, att, labels = (t.to(device) for t in token_batch(store, idx, mask, tok, train=True))
     embeds = torch.cat([audio[i] for i in idx.tolist()])
     return logits_and_loss(model, ids, att, None, None, labels, audio=embeds)[1]
 
@@ -110,7 +111,8 @@ def fit(model, tok, store, cache, steps: int, batch_size: int, lr: float, warmup
 
 
 def score(model, tok, clips: Clips, lead: int) -> tuple[float, list[str]]:
-    return heldout_wer(model, tok, ClipStore.build(clips, tok, "cpu"), batch_size=50, lead=lead)
+    store = ClipStore.build(clips, tok, str(next(model.parameters()).device))
+    return heldout_wer(model, tok, store, batch_size=50, lead=lead)
 
 
 def wer_table(model, tok, sets: dict[str, Clips], lead: int) -> dict[str, float]:
@@ -123,18 +125,22 @@ def eval_sets(target: str, count: int) -> dict[str, Clips]:
 
 @click.group()
 @click.option("--threads", default=1, show_default=True, help="torch CPU threads")
-def main(threads: int):
+@click.option("--device", default="cpu", show_default=True, help="torch device of every command (cpu, cuda)")
+@click.pass_context
+def main(ctx, threads: int, device: str):
     """Train and measure LoRA adapters of the tiny example."""
     torch.set_num_threads(threads)
+    ctx.obj = device
 
 
 @main.command()
 @click.argument("ckpt", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--count", default=100, show_default=True, help="held-out clips per target")
 @click.option("--lead-ms", default=DEFAULT_LEAD_MS, show_default=True, help="front-end lead in evaluation")
-def survey(ckpt: Path, count: int, lead_ms: int):
+@click.pass_obj
+def survey(device: str, ckpt: Path, count: int, lead_ms: int):
     """The base's WER on each target's held-out clips."""
-    model, tok = load_base(ckpt)
+    model, tok = load_base(ckpt, device)
     for name in ["general"] + list(TARGETS):
         clips = general_heldout(count) if name == "general" else heldout_target(name, count)
         click.echo(f"{name}\tWER {100 * score(model, tok, clips, lead_samples(lead_ms))[0]:.2f}% "
@@ -156,22 +162,24 @@ def survey(ckpt: Path, count: int, lead_ms: int):
 @click.option("--count", default=200, show_default=True, help="held-out clips per evaluation set")
 @click.option("--lead-ms", default=DEFAULT_LEAD_MS, show_default=True, help="front-end lead (training and evaluation)")
 @click.option("--seed", default=1, show_default=True)
-def train(ckpt, target, out_dir, clips, general, steps, batch_size, lr, warmup, rank, alpha, count, lead_ms, seed):
+@click.pass_obj
+def train(device, ckpt, target, out_dir, clips, general, steps, batch_size, lr, warmup, rank, alpha, count, lead_ms,
+          seed):
     """Fit a rank-RANK adapter for TARGET on the frozen CKPT and measure it."""
     t0 = time.time()
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
-    model, tok = load_base(ckpt)
+    model, tok = load_base(ckpt, device)
     lead = lead_samples(lead_ms)
     sets = eval_sets(target, count)
     base_wer = wer_table(model, tok, sets, lead)
     click.echo(f"base: {base_wer}")
-    store = ClipStore.build(join(training_target(target, clips), general_training(general, clips)), tok, "cpu")
+    store = ClipStore.build(join(training_target(target, clips), general_training(general, clips)), tok, device)
     cache = audio_cache(model, store, lead)
     click.echo(f"data: {len(store)} clips, {time.time() - t0:.0f} s")
     attach(model, rank, alpha)
     losses = fit(model, tok, store, cache, steps, batch_size, lr, warmup, seed)
     save_adapter(model, out_dir, target=target)
-    fresh, _ = load_base(ckpt)  # measured as shipped: read back from the folder, fp16
+    fresh, _ = load_base(ckpt, device)  # measured as shipped: read back from the folder, fp16
     load_adapter(fresh, out_dir)
     adapter_wer = wer_table(fresh, tok, sets, lead)
     click.echo(f"adapter: {adapter_wer}")
@@ -188,9 +196,10 @@ def train(ckpt, target, out_dir, clips, general, steps, batch_size, lr, warmup, 
 @click.option("--target", type=click.Choice(list(TARGETS)), required=True)
 @click.option("--count", default=200, show_default=True, help="held-out clips per evaluation set")
 @click.option("--lead-ms", default=DEFAULT_LEAD_MS, show_default=True, help="front-end lead in evaluation")
-def evaluate(ckpt, adapter, target, count, lead_ms):
+@click.pass_obj
+def evaluate(device, ckpt, adapter, target, count, lead_ms):
     """WER of CKPT without and with ADAPTER on TARGET's held-out clips and the general held-out set."""
-    model, tok = load_base(ckpt)
+    model, tok = load_base(ckpt, device)
     sets, lead = eval_sets(target, count), lead_samples(lead_ms)
     base_wer = wer_table(model, tok, sets, lead)
     load_adapter(model, adapter)

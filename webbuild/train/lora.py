@@ -35,7 +35,7 @@ class LoraLinear(nn.Module):
         self.lora_B = nn.Linear(r, base.out_features, bias=False)
         nn.init.kaiming_uniform_(self.lora_A.weight, a=math.sqrt(5))  # PEFT's default
         nn.init.zeros_(self.lora_B.weight)
-        self.lora_A.to(base.weight.dtype), self.lora_B.to(base.weight.dtype)
+        self.to(device=base.weight.device, dtype=base.weight.dtype)
 
     @property
     def scale(self) -> float:
