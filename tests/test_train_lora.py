@@ -82,3 +82,6 @@ def test_saved_adapter_computes_what_it_did(tok, tmp_path):
     fresh = _model(tok)
     load_adapter(fresh, tmp_path / "a")
     assert torch.allclose(_logits(fresh, ids), adapted_out, atol=1e-5)
+    off = _model(tok)
+    load_adapter(off, tmp_path / "a", scale=0.0)  # model.yaml's scale multiplies the update
+    assert torch.allclose(_logits(off, ids), base_out, atol=1e-6)

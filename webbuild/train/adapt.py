@@ -196,15 +196,16 @@ def train(device, ckpt, target, out_dir, clips, general, steps, batch_size, lr, 
 @click.option("--target", type=click.Choice(list(TARGETS)), required=True)
 @click.option("--count", default=200, show_default=True, help="held-out clips per evaluation set")
 @click.option("--lead-ms", default=DEFAULT_LEAD_MS, show_default=True, help="front-end lead in evaluation")
+@click.option("--scale", default=1.0, show_default=True, help="the adapter's update times this (model.yaml scale)")
 @click.pass_obj
-def evaluate(device, ckpt, adapter, target, count, lead_ms):
+def evaluate(device, ckpt, adapter, target, count, lead_ms, scale):
     """WER of CKPT without and with ADAPTER on TARGET's held-out clips and the general held-out set."""
     model, tok = load_base(ckpt, device)
     sets, lead = eval_sets(target, count), lead_samples(lead_ms)
     base_wer = wer_table(model, tok, sets, lead)
-    load_adapter(model, adapter)
+    load_adapter(model, adapter, scale)
     adapter_wer = wer_table(model, tok, sets, lead)
-    click.echo("| set | base | base + adapter |\n| --- | --- | --- |")
+    click.echo(f"| set | base | base + adapter (scale {scale:g}) |\n| --- | --- | --- |")
     for name in sets:
         click.echo(f"| {name} | {100 * base_wer[name]:.2f}% | {100 * adapter_wer[name]:.2f}% |")
 

@@ -89,10 +89,11 @@ def save_adapter(model: nn.Module, folder: Path, dtype: torch.dtype = torch.floa
     return folder
 
 
-def load_adapter(model: nn.Module, folder: Path) -> list[str]:
-    """Attach the folder's adapter to `model` (float32 compute); the names of the adapted projections."""
+def load_adapter(model: nn.Module, folder: Path, scale: float = 1.0) -> list[str]:
+    """Attach the folder's adapter to `model`, its update times `scale` (model.yaml's adapter scale);
+    the names of the adapted projections."""
     config = json.loads((folder / CONFIG).read_text())
-    names = attach(model, config["r"], config["lora_alpha"], tuple(config["target_modules"]))
+    names = attach(model, config["r"], config["lora_alpha"] * scale, tuple(config["target_modules"]))
     tensors = load_file(str(folder / WEIGHTS))
     for name, mod in adapted(model).items():
         for part in ("lora_A", "lora_B"):
