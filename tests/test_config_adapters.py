@@ -127,3 +127,19 @@ def test_shipped_adapter_fits_the_example(tmp_path):
     path.write_text(f"name: t\nsource: {{layout: qwen3-asr-split, dir: {EXAMPLE / 'model'}}}\n"
                     f"adapters:\n  - {{name: klatt, path: {EXAMPLE / 'adapters' / 'klatt'}}}\n")
     assert [a.name for a in load_config(path).adapters] == ["klatt"]
+
+
+def test_source_without_decoder_dimensions(tmp_path):
+    source = tmp_path / "src"
+    source.mkdir()
+    for f in (EXAMPLE / "model").iterdir():
+        (source / f.name).symlink_to(f)
+    (source / "config.json").unlink()
+    (source / "config.json").write_text(json.dumps({"decoder": {"hidden_size": 256}}))
+    write_adapter(tmp_path / "ok")
+    path = tmp_path / "model.yaml"
+    path.write_text(f"name: t\nsource: {{layout: qwen3-asr-split, dir: {source}}}\n"
+                    "adapters:\n  - {name: voice, path: ok}\n")
+    result = CliRunner().invoke(main, [str(path), "-o", str(tmp_path / "out")])
+    line = only_line(result, "voice")
+    assert "the source's config.json lacks decoder.num_attention_heads" in line

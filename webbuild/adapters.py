@@ -102,4 +102,10 @@ def adapter_problems(folder: Path, base_config: dict) -> list[str]:
         found = read_header(folder / WEIGHTS)
     except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
         return [f"{folder / WEIGHTS}: {exc}"]
-    return tensor_problems(found, expected_tensors(base_config))
+    try:
+        expected = expected_tensors(base_config)
+    except (KeyError, TypeError) as exc:
+        key = "decoder" + ("" if exc.args[0] == "decoder" else f".{exc.args[0]}")
+        return [f"the source's config.json lacks {key}; an adapter's shapes follow from the decoder's "
+                "dimensions there"]
+    return tensor_problems(found, expected)
