@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Literal
@@ -9,6 +10,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from webbuild.adapters import adapter_problems
 from webbuild.errors import ConfigError
 
 LAYOUT_FILES = {
@@ -173,6 +175,19 @@ class Verify(_Strict):
         return {ep: v for ep in PROVIDERS if (v := getattr(self.min_decode_tokens_per_s, ep)) is not None}
 
 
+class Adapter(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$",
+                      description="the adapter's id (the page's picker, the manifest): lower-case letters, "
+                                  "digits, . _ -")
+    path: Path = Field(description="PEFT-style LoRA folder (adapter_config.json, adapter_model.safetensors) of "
+                                   "rank 32 on the decoder's q, k, v, o, gate, up and down projections, relative to "
+                                   "model.yaml; `python -m webbuild.train.adapt train` makes one")
+    scale: float = Field(1.0, gt=0, description="multiplies the adapter's update, on top of its lora_alpha / r")
+    precision: Literal["int8", "fp16", "fp32"] = Field(
+        "int8", description="how the adapter's weights ship: int8 (symmetric, block 32, the 8-bit MatMulNBits "
+                            "layout), fp16 or fp32")
+
+
 class BuildConfig(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$", description="model id: lower-case letters, digits, . _ -")
     source: Source = Field(description="the ONNX export to build from")
@@ -186,7 +201,20 @@ class BuildConfig(_Strict):
     shard: Shard = Field(Shard(), description="content-hashed shards under dist/model/")
     site: Site = Field(Site(), description="the page")
     verify: Verify = Field(Verify(), description="bounds for `webbuild verify`")
+    adapters: list[Adapter] = Field(
+        default_factory=list, description="LoRA adapters to ship beside the base model, each switchable at run "
+                                          "time (issue 18); checked against the source's config.json when "
+                                          "model.yaml loads, but not yet packaged by the build")
     config_path: Path | None = Field(None, exclude=True)
+
+    @field_validator("adapters")
+    @classmethod
+    def _unique_adapter_names(cls, adapters: list[Adapter]) -> list[Adapter]:
+        names = [a.name for a in adapters]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"adapter name {twice[0]!r} is used twice; each adapter needs its own name")
+        return adapters
 
     @property
     def title(self) -> str:
@@ -242,7 +270,9 @@ def _resolve_paths(cfg: BuildConfig, root: Path) -> BuildConfig:
     source = cfg.source.model_copy(update={"dir": (root / cfg.source.dir).resolve()})
     samples = [s.model_copy(update={"audio": (root / s.audio).resolve()}) for s in cfg.site.samples]
     site = cfg.site.model_copy(update={"samples": samples})
-    return cfg.model_copy(update={"source": source, "site": site, "output": (root / cfg.output).resolve()})
+    adapters = [a.model_copy(update={"path": (root / a.path).resolve()}) for a in cfg.adapters]
+    return cfg.model_copy(update={"source": source, "site": site, "output": (root / cfg.output).resolve(),
+                                  "adapters": adapters})
 
 
 def _check_files(cfg: BuildConfig, path: Path) -> list[str]:
@@ -257,4 +287,20 @@ def _check_files(cfg: BuildConfig, path: Path) -> list[str]:
         f"{path}: site.samples[{i}].audio: file {s.audio} does not exist"
         for i, s in enumerate(cfg.site.samples) if not s.audio.is_file()
     ]
+    return problems or _check_adapters(cfg, path)  # adapters are checked against a source that is there
+
+
+def _check_adapters(cfg: BuildConfig, path: Path) -> list[str]:
+    """Each adapter against the source's decoder (its config.json): one line per problem, naming the
+    adapter and the tensor."""
+    if not cfg.adapters:
+        return []
+    base = json.loads((cfg.source.dir / "config.json").read_text())
+    problems = []
+    for i, adapter in enumerate(cfg.adapters):
+        where = f"{path}: adapters[{i}] ({adapter.name})"
+        if not adapter.path.is_dir():
+            problems.append(f"{where}: folder {adapter.path} does not exist")
+            continue
+        problems += [f"{where}: {problem}" for problem in adapter_problems(adapter.path, base)]
     return problems

@@ -1,0 +1,111 @@
+"""What a LoRA adapter folder must hold to fit the base model it is built with.
+
+A PEFT-style folder: `adapter_config.json` (`r`, `lora_alpha`, `target_modules`) and
+`adapter_model.safetensors`, with A [r, in] and B [out, r] for every target projection of every decoder
+layer, under PEFT's names. The build takes rank-32 adapters on all seven projections (the shape the
+fused rank-32 LoRA kernels of newer runtimes take); the shapes follow from the base's config.json
+`decoder` block. Each problem is one line naming the adapter and, where there is one, the tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+RANK = 32
+TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+BLOCK = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
+         "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+WEIGHTS, CONFIG = "adapter_model.safetensors", "adapter_config.json"
+FLOAT_DTYPES = ("F32", "F16", "BF16")
+MAX_TENSOR_PROBLEMS = 4  # an adapter of another model would list every tensor; the first few say it
+
+
+def tensor_name(layer: int, proj: str, part: str) -> str:
+    """PEFT's name of one projection's A or B (`part`) in the text decoder."""
+    return f"base_model.model.model.language_model.layers.{layer}.{BLOCK[proj]}.{proj}.lora_{part}.weight"
+
+
+def projection_shapes(base_config: dict) -> dict[str, tuple[int, int]]:
+    """{projection: (out, in)} of the base decoder's layers, from its config.json."""
+    d = base_config["decoder"]
+    hidden, q, kv = d["hidden_size"], d["num_attention_heads"] * d["head_dim"], d["num_key_value_heads"] * d["head_dim"]
+    inter = d["intermediate_size"]
+    return {"q_proj": (q, hidden), "k_proj": (kv, hidden), "v_proj": (kv, hidden), "o_proj": (hidden, q),
+            "gate_proj": (inter, hidden), "up_proj": (inter, hidden), "down_proj": (hidden, inter)}
+
+
+def expected_tensors(base_config: dict, rank: int = RANK) -> dict[str, tuple[int, int]]:
+    """{tensor name: shape} of a rank-`rank` adapter of the base."""
+    shapes = projection_shapes(base_config)
+    return {tensor_name(layer, proj, part): ((rank, n_in) if part == "A" else (n_out, rank))
+            for layer in range(base_config["decoder"]["num_layers"])
+            for proj, (n_out, n_in) in shapes.items() for part in "AB"}
+
+
+def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """{tensor name: (dtype, shape)} from a safetensors file's JSON header, no tensor read."""
+    with path.open("rb") as f:
+        raw = f.read(8)
+        size = struct.unpack("<Q", raw)[0] if len(raw) == 8 else -1
+        if size <= 0 or size > path.stat().st_size - 8:
+            raise ValueError("not a safetensors file (its header size is wrong)")
+        header = json.loads(f.read(size))
+    return {k: (v["dtype"], tuple(v["shape"])) for k, v in header.items() if k != "__metadata__"}
+
+
+def config_problems(config: dict) -> list[str]:
+    problems = []
+    if config.get("r") != RANK:
+        problems.append(f"{CONFIG} has r: {config.get('r')!r}; the build takes rank-{RANK} adapters "
+                        f"(train with r={RANK})")
+    missing = [m for m in TARGET_MODULES if m not in (config.get("target_modules") or [])]
+    if missing:
+        problems.append(f"{CONFIG} target_modules lacks {', '.join(missing)}; the build adapts all of "
+                        f"{', '.join(TARGET_MODULES)}")
+    if not isinstance(config.get("lora_alpha"), (int, float)) or config["lora_alpha"] <= 0:
+        problems.append(f"{CONFIG} has lora_alpha: {config.get('lora_alpha')!r}; expected a positive number")
+    return problems
+
+
+def tensor_problems(found: dict[str, tuple[str, tuple[int, ...]]], expected: dict[str, tuple[int, int]]) -> list[str]:
+    problems = []
+    for name, shape in expected.items():
+        if name not in found:
+            problems.append(f"tensor {name} is missing")
+        elif found[name][1] != shape:
+            problems.append(f"tensor {name} has shape {list(found[name][1])}; the base needs {list(shape)}")
+        elif found[name][0] not in FLOAT_DTYPES:
+            problems.append(f"tensor {name} is {found[name][0]}; expected one of {', '.join(FLOAT_DTYPES)}")
+    problems += [f"tensor {name} adapts nothing in the base" for name in sorted(set(found) - set(expected))]
+    if len(problems) > MAX_TENSOR_PROBLEMS:
+        problems = problems[:MAX_TENSOR_PROBLEMS] + [f"... and {len(problems) - MAX_TENSOR_PROBLEMS} more tensors"]
+    return problems
+
+
+def adapter_problems(folder: Path, base_config: dict) -> list[str]:
+    """Why the adapter in `folder` does not fit the base (config.json `base_config`); empty if it does."""
+    missing = [name for name in (CONFIG, WEIGHTS) if not (folder / name).is_file()]
+    if missing:
+        return [f"{folder} lacks {' and '.join(missing)} (a PEFT-style LoRA folder)"]
+    try:
+        config = json.loads((folder / CONFIG).read_text())
+    except json.JSONDecodeError as exc:
+        return [f"{folder / CONFIG}: not valid JSON: {exc}"]
+    if not isinstance(config, dict):
+        return [f"{folder / CONFIG}: expected a JSON object"]
+    problems = config_problems(config)
+    if problems:  # tensor shapes follow from the rank: a wrong rank would list every tensor
+        return problems
+    try:
+        found = read_header(folder / WEIGHTS)
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
+        return [f"{folder / WEIGHTS}: {exc}"]
+    try:
+        expected = expected_tensors(base_config)
+    except (KeyError, TypeError) as exc:
+        key = "decoder" + ("" if exc.args[0] == "decoder" else f".{exc.args[0]}")
+        return [f"the source's config.json lacks {key}; an adapter's shapes follow from the decoder's "
+                "dimensions there"]
+    return tensor_problems(found, expected)
