@@ -71,7 +71,8 @@ def cpu(root, prompt):
 
 RUN = """async ({ ortUrl, form, ep, ids, steps, decoder }) => {
   const ort = await import(ortUrl);
-  const { Recogniser, argmaxLast } = await import('./runtime/asr.js');
+  const { Recogniser } = await import('./runtime/asr.js');
+  const { argmaxLast } = await import('./runtime/greedy.js');
   ort.env.wasm.numThreads = 1;  // no COOP/COEP here
   ort.env.logLevel = 'error';
   const get = async (path) => new Uint8Array(await (await fetch(path)).arrayBuffer());
