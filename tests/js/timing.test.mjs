@@ -68,8 +68,16 @@ describe('per token', () => {
   it('cuts each step into phases that add up to it', () => {
     assert.deepEqual(gpuCpuPerToken(runs, stamps, 0.05), {
       wall_ms: 15, pre_ms: 1.5, issue_cpu_ms: 4, webgpu_call_ms: 2.5, webgpu_calls: 11, wrapper_us_per_call: 0.05,
-      readback_wait_ms: 7, post_ms: 2.5, post_in_run_ms: 1, steps: 2,
+      readback_wait_ms: 7, post_ms: 2.5, post_in_run_ms: 1, steps: 2, pipelined: false,
     });
+  });
+
+  it('says when a step was issued before the previous token was out (steps queued ahead)', () => {
+    // the second step's run starts at 8, before the first step's token at 10
+    const queued = [runs[0], runs[1], { ...runs[2], t0: 8 }];
+    const t = gpuCpuPerToken(queued, stamps, 0.05);
+    assert.equal(t.pipelined, true);
+    assert.equal(t.wall_ms, 15); // the phases still add up to the steps; only their cut overlaps
   });
 
   it('refuses runs that do not match the steps', () => {
