@@ -13,6 +13,8 @@ import json
 import struct
 from pathlib import Path
 
+import numpy as np
+
 RANK = 32
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 BLOCK = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
@@ -20,6 +22,12 @@ BLOCK = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o
 WEIGHTS, CONFIG = "adapter_model.safetensors", "adapter_config.json"
 FLOAT_DTYPES = ("F32", "F16", "BF16")
 MAX_TENSOR_PROBLEMS = 4  # an adapter of another model would list every tensor; the first few say it
+
+
+def input_name(layer: int, proj: str, part: str) -> str:
+    """The adapted decoder graph's input of one projection's `down` ([in, r]) or `up` ([r, out]) matrix
+    (docs/adapters.md)."""
+    return f"lora.{layer}.{proj}.{part}"
 
 
 def tensor_name(layer: int, proj: str, part: str) -> str:
@@ -53,6 +61,27 @@ def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
             raise ValueError("not a safetensors file (its header size is wrong)")
         header = json.loads(f.read(size))
     return {k: (v["dtype"], tuple(v["shape"])) for k, v in header.items() if k != "__metadata__"}
+
+
+_NUMPY = {"F32": np.float32, "F16": np.float16}
+
+
+def read_tensors(path: Path) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file as float32 (safetensors' own numpy reader has no bfloat16)."""
+    with path.open("rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size))
+        data = f.read()
+    out = {}
+    for name, (dtype, shape) in read_header(path).items():
+        start, end = header[name]["data_offsets"]
+        raw = data[start:end]
+        if dtype == "BF16":  # the high half of a float32
+            array = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            array = np.frombuffer(raw, _NUMPY[dtype]).astype(np.float32)
+        out[name] = array.reshape(shape)
+    return out
 
 
 def config_problems(config: dict) -> list[str]:

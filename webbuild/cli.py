@@ -182,7 +182,10 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
               show_default=True,
               help="Silence put before each clip by the mel front-end of a source export whose encoder takes mel "
                    "(model.yaml encoder.lead_ms; 0: the upstream features). A built site's graph has its own.")
-def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int):
+@click.option("--adapter", default=None, metavar="NAME",
+              help="A built site's LoRA adapter (model.yaml adapters: name) to transcribe with; default: the base model.")
+def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int,
+               adapter: str | None):
     """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder (split, v2 or merged
     layout) or a built site (dist/; its own graphs, reassembled from the shards).
 
@@ -195,13 +198,14 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
       webbuild transcribe examples/tiny-asr/model examples/tiny-asr/samples/*.wav --json
       webbuild transcribe examples/tiny-asr/model /tmp/heldout    # folder of .wav + .txt
       webbuild transcribe dist /tmp/heldout --variant fp16        # a built site's fp16 graphs
+      webbuild transcribe dist /tmp/klatt --adapter klatt         # with the site's LoRA adapter on
     """
     from webbuild.reference.audio import read_wav
     from webbuild.reference.mel import lead_samples
     from webbuild.reference.transcribe import load_transcriber
     from webbuild.reference.wer import corpus_wer, wer
 
-    runner = load_transcriber(model, variant, lead=lead_samples(lead_ms))
+    runner = load_transcriber(model, variant, lead=lead_samples(lead_ms), adapter=adapter)
     pairs = []
     for path in _wav_paths(audio):
         row = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}

@@ -14,6 +14,9 @@ issue 14). The wasm twin keeps `quantize.accuracy_level`: on the CPU int8 kernel
 
 The step form (webbuild.build.step_form) is the WebGPU form for one decode token that graph capture
 can record; the runtime decodes with it after the plain prefill (runtime/capture.js).
+
+A build with LoRA adapters also gets the adapted decoder (webbuild.build.lora_form), made from the
+quantized graph before any of these forms, then given the same forms as the base decoder.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
+from webbuild.build.lora_form import lora_form
 from webbuild.build.step_form import step_form
 from webbuild.fusion import qk_norm_in_gqa
 from webbuild.fusion.report import Report
@@ -81,3 +85,11 @@ def step_decoder(folder: Path, name: str) -> str | None:
     weights file); its name, or None for a decoder it does not apply to (no token-id input, no GQA)."""
     dest = folder / f"{Path(name).stem}.step.onnx"
     return dest.name if rewrite_file(folder / name, dest, step_form) else None
+
+
+def lora_decoder(folder: Path, name: str) -> str:
+    """Write the adapted form of the decoder `folder/name` beside it as `<stem>.lora.onnx` (same weights
+    file); its name. Raises lora_form.NoProjections for a decoder whose projections cannot be found."""
+    dest = folder / f"{Path(name).stem}.lora.onnx"
+    rewrite_file(folder / name, dest, lora_form)
+    return dest.name

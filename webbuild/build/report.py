@@ -31,6 +31,7 @@ class BuildReport:
     graphs: dict[str, dict] = field(default_factory=dict)  # graph -> {"source": census, "fused": census}
     variants: dict[str, dict] = field(default_factory=dict)  # variant -> {"decoder", "encoder", "check", "files"}
     quantize: dict = field(default_factory=dict)
+    adapters: dict[str, dict] = field(default_factory=dict)  # name -> {"bytes", "parameters", "int8_ratio"}
     files: dict = field(default_factory=dict)
     stages: list[dict] = field(default_factory=list)
 

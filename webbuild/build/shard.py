@@ -59,12 +59,14 @@ def shard_files(
     *,
     model_id: str,
     variants: Mapping[str, Mapping[str, Any]] | None = None,
+    adapters: Mapping[str, Mapping[str, Any]] | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     max_file_bytes: int | None = BROWSER_MAX_FILE_BYTES,
 ) -> dict:
     """Write content-hashed shards of `files` and `manifest.json` into `out_dir`; return the manifest.
 
     `max_file_bytes` refuses logical files a browser cannot hold in one buffer (None: no check).
+    `adapters` (name -> entry, docs/adapters.md) is listed when there are any.
     """
     _check_inputs(files, model_id, variants or {}, max_bytes)
     _check_browser_sizes(files, max_file_bytes)
@@ -83,6 +85,7 @@ def shard_files(
         "max_shard_bytes": max_bytes,
         "total_bytes": sum(s["size"] for s in shards.values()),
         "variants": {k: dict(v) for k, v in (variants or {}).items()},
+        **({"adapters": {k: dict(v) for k, v in adapters.items()}} if adapters else {}),
         "shards": sorted(shards.values(), key=lambda s: s["path"]),
         "files": entries,
     }

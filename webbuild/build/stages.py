@@ -19,7 +19,7 @@ from webbuild.reference import layout_v2
 from webbuild.reference.mel import lead_samples
 from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
 from webbuild.site.manifest import dist_file_stats
-from webbuild.text import plural
+from webbuild.text import plural, size
 
 log = logging.getLogger(__name__)
 
@@ -131,16 +131,44 @@ def stage_shard(ctx: BuildContext) -> None:
     files = {name: v.dir / name for v in variants.values() for name in v.files.values()}
     files |= {RUNTIME_FILE: assembled / RUNTIME_FILE, TOKENS_FILE: assembled / TOKENS_FILE,
               ORT_WASM: ort_dist() / ORT_WASM}
+    adapter_files, adapters = _packed_adapters(ctx)
     # the runtime finds each file by role (encoder, decoder_data, ...: webbuild.site.contract.FILE_ROLES)
     entries = {name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files}
                for name, v in variants.items()}
     for name, fit in plans.items():
         entries[name]["wasm"] = {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
-    manifest = shard_files(files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
-                           max_bytes=ctx.cfg.shard.max_bytes, variants=entries)
+    manifest = shard_files(files | adapter_files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
+                           max_bytes=ctx.cfg.shard.max_bytes, variants=entries, adapters=adapters)
     ctx.state.manifest = manifest
     for name, v in variants.items():
         ctx.report.variants.setdefault(name, {})["files"] = {f: manifest["files"][f]["size"] for f in v.files.values()}
+
+
+def _packed_adapters(ctx: BuildContext) -> tuple[dict[str, Path], dict[str, dict]]:
+    """Each model.yaml adapter as its own file of the adapted decoder's lora.* inputs
+    (webbuild.site.adapter_pack, docs/adapters.md), and its manifest entry; the report gets each
+    file's size against the adapter's rank-32 int8 size (one byte per parameter)."""
+    from webbuild.site.adapter_pack import graph_inputs, pack
+
+    layers = json.loads((ctx.state.assembled / RUNTIME_FILE).read_text())["decoder"]["num_layers"]
+    folder = ctx.work_dir / "adapters"
+    folder.mkdir(exist_ok=True)
+    files, entries = {}, {}
+    for a in ctx.cfg.adapters:
+        inputs = graph_inputs(a.path, layers, a.scale)
+        data, tensors = pack(inputs, a.precision)
+        name = f"adapter.{a.name}.bin"
+        (folder / name).write_bytes(data)
+        files[name] = folder / name
+        rank = next(iter(inputs.values())).shape[1]
+        entries[a.name] = {"file": name, "precision": a.precision, "rank": rank, "scale": a.scale,
+                           "bytes": len(data), "tensors": tensors}
+        parameters = sum(w.size for w in inputs.values())
+        ctx.report.adapters[a.name] = {"bytes": len(data), "parameters": parameters,
+                                       "int8_ratio": round(len(data) / parameters, 4)}
+        log.info(f"adapter {a.name}: {size(len(data))} ({a.precision}, {parameters:,} parameters, "
+                 f"{len(data) / parameters:.3f} bytes each)")
+    return files, entries
 
 
 def _wasm_plans(ctx: BuildContext) -> dict[str, dict]:
@@ -174,27 +202,49 @@ def _forms_text(forms: dict[str, str]) -> str:
 def _webgpu_forms_and_wasm_twins(ctx: BuildContext, plans: dict[str, dict]) -> None:
     """Every decoder becomes the WebGPU form (Q/K norms inside GroupQueryAttention) and gets its step
     form for graph capture (role decoder_step); fp32 variants keep the form the wasm fallback runs as a
-    twin graph (role decoder_wasm); each costs a few KB: the weights file is shared. A quantized encoder
-    gets a twin too (role encoder_wasm) where its plan folds its MatMulNBits to float. See
-    webbuild.build.forms and webbuild.quantize.wasm_twin. The report's decoder census then counts the
-    shipped graph."""
-    from webbuild.build.forms import step_decoder, webgpu_decoder
+    twin graph (role decoder_wasm); each costs a few KB: the weights file is shared. With adapters, the
+    adapted decoder (role decoder_lora) is made first and gets the same forms (decoder_lora_step,
+    decoder_lora_wasm). A quantized encoder gets a twin too (role encoder_wasm) where its plan folds its
+    MatMulNBits to float. See webbuild.build.forms and webbuild.quantize.wasm_twin. The report's decoder
+    census then counts the shipped graph."""
     from webbuild.quantize.wasm_twin import twin_name, wasm_graph
 
-    level = ctx.cfg.quantize.webgpu_accuracy_level if ctx.cfg.quantize.method != "none" else None
     for name, v in ctx.state.variants.items():
         dec, enc = v.files.get("decoder"), v.files.get("encoder")
         forms = plans.get(name, {}).get("forms", {})  # wasm forms; none for variants the wasm EP never runs
-        if dec and (twin := webgpu_decoder(v.dir, dec, wasm_twin=name in plans, accuracy_level=level,
-                                           fold_matmuls=forms.get("decoder") == "float")):
-            v.files["decoder_wasm"] = twin
-        if dec and (step := step_decoder(v.dir, dec)):
-            v.files["decoder_step"] = step  # the captured decode's graph (webbuild.build.step_form)
+        if dec and ctx.cfg.adapters:
+            v.files["decoder_lora"] = _adapted_decoder(v, dec)
+            _decoder_forms(ctx, v, "decoder_lora", name in plans, forms.get("decoder") == "float")
+        if dec:
+            _decoder_forms(ctx, v, "decoder", name in plans, forms.get("decoder") == "float")
         # the int4 encoder's MatMulNBits are slow on wasm: folded to float where the plan can afford it
         if enc and forms.get("encoder") == "float" and wasm_graph(v.dir / enc, v.dir / twin_name(enc)):
             v.files["encoder_wasm"] = twin_name(enc)
         if dec and name in ctx.report.variants:
             ctx.report.variants[name]["decoder"] |= census(op_census(v.dir / dec))
+
+
+def _decoder_forms(ctx: BuildContext, v: Variant, role: str, wasm_twin: bool, fold_matmuls: bool) -> None:
+    """The WebGPU form of the decoder of `role` in place, its wasm twin (`<role>_wasm`) and its step
+    form (`<role>_step`: the captured decode's graph, webbuild.build.step_form)."""
+    from webbuild.build.forms import step_decoder, webgpu_decoder
+
+    level = ctx.cfg.quantize.webgpu_accuracy_level if ctx.cfg.quantize.method != "none" else None
+    graph = v.files[role]
+    if twin := webgpu_decoder(v.dir, graph, wasm_twin=wasm_twin, accuracy_level=level, fold_matmuls=fold_matmuls):
+        v.files[f"{role}_wasm"] = twin
+    if step := step_decoder(v.dir, graph):
+        v.files[f"{role}_step"] = step
+
+
+def _adapted_decoder(v: Variant, dec: str) -> str:
+    from webbuild.build.forms import lora_decoder
+    from webbuild.build.lora_form import NoProjections
+
+    try:
+        return lora_decoder(v.dir, dec)
+    except NoProjections as exc:
+        raise BuildError(f"adapters: the {v.name} decoder cannot take LoRA adapters: {exc}") from exc
 
 
 def stage_render(ctx: BuildContext) -> None:

@@ -119,10 +119,12 @@ class IdsDecoder:
     """A built decoder (decoder.<variant>.onnx): input_ids + audio splice inside the graph,
     attention_mask and per-layer past -> logits, present."""
 
-    def __init__(self, path: Path, decoder_cfg: dict):
+    def __init__(self, path: Path, decoder_cfg: dict, adapter: dict[str, np.ndarray] | None = None):
         self.sess = cpu_session(path)
         types = {i.name: i.type for i in self.sess.get_inputs()}
         self.dtype = np.float16 if types["audio_features"] == "tensor(float16)" else np.float32
+        # an adapted decoder's lora.* inputs (docs/adapters.md); left out, they default to no adapter
+        self.adapter = {name: w.astype(self.dtype) for name, w in (adapter or {}).items()}
         self.past_names = [n for n in types if n.startswith("past_key_values.")]
         d = decoder_cfg
         self.empty = np.zeros((1, d["num_key_value_heads"], 0, d["head_dim"]), self.dtype)
@@ -131,7 +133,7 @@ class IdsDecoder:
     def _run(self, ids, audio, offset: int, past: dict, total: int):
         out = self.sess.run(None, {"input_ids": np.array([ids], np.int64), "audio_features": audio,
                                    "audio_offset": np.array([offset], np.int64),
-                                   "attention_mask": np.ones((1, total), np.int64), **past})
+                                   "attention_mask": np.ones((1, total), np.int64), **past, **self.adapter})
         return out[0][0, -1].astype(np.float32), (dict(zip(self.past_names, out[1:])), total)
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
@@ -264,13 +266,17 @@ def site_model_dir(path: Path) -> Path | None:
     return None
 
 
-def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0) -> Transcriber:
-    """A Transcriber for a source export (split, v2 or merged layout) or a built site's `variant`.
-    `lead`: samples of lead (webbuild.reference.mel) before the audio where the encoder takes mel (a
-    built site's graphs carry their own front-end and ignore it)."""
+def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0, adapter: str | None = None) -> Transcriber:
+    """A Transcriber for a source export (split, v2 or merged layout) or a built site's `variant`, with
+    the site's LoRA `adapter` on (a name of its manifest's `adapters`). `lead`: samples of lead
+    (webbuild.reference.mel) before the audio where the encoder takes mel (a built site's graphs carry
+    their own front-end and ignore it)."""
     model_dir = Path(model_dir)
     if (site := site_model_dir(model_dir)) is not None:
-        return load_site(site, variant)
+        return load_site(site, variant, adapter)
+    if adapter is not None:
+        raise SourceError(f"{model_dir}: --adapter needs a built site (its manifest lists the adapters the build "
+                          "packed); build one with `webbuild model.yaml` and pass its folder")
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
         raise SourceError(f"{model_dir}: no config.json; pass a model folder (split, v2 or merged layout)")
@@ -301,8 +307,23 @@ def cpu_form(decoder: Path) -> Path:
     return explicit if rewrite_file(decoder, explicit, qk_norm_in_gqa.take_out) else decoder
 
 
-def load_site(site: Path, variant: str = "fp32") -> Transcriber:
-    """The Python reference on a built site's own graphs, reassembled from its shards."""
+def site_adapter(site: Path, manifest: dict, name: str, out: Path) -> dict[str, np.ndarray]:
+    """The lora.* inputs of the site's adapter `name`, unpacked from its file."""
+    from webbuild.site.adapter_pack import unpack
+    from webbuild.site.manifest import reassemble
+
+    adapters = manifest.get("adapters", {})
+    if name not in adapters:
+        raise SourceError(f"{site}: no adapter {name!r}; the site has "
+                          f"{', '.join(adapters) or 'none (model.yaml adapters: adds them)'}")
+    entry = adapters[name]
+    reassemble(site, manifest, entry["file"], out / entry["file"])
+    return unpack((out / entry["file"]).read_bytes(), entry["tensors"], entry["precision"])
+
+
+def load_site(site: Path, variant: str = "fp32", adapter: str | None = None) -> Transcriber:
+    """The Python reference on a built site's own graphs, reassembled from its shards; with `adapter`,
+    the adapted decoder fed that adapter's weights as the browser feeds them (docs/adapters.md)."""
     import tempfile
 
     from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE
@@ -318,6 +339,9 @@ def load_site(site: Path, variant: str = "fp32") -> Transcriber:
         reassemble(site, manifest, name, out / name)
     runtime = json.loads((out / RUNTIME_FILE).read_text())
     encoder = cpu_session(out / roles["encoder"])
-    decoder = IdsDecoder(cpu_form(out / roles["decoder"]), runtime["decoder"])
+    if adapter is None:
+        decoder = IdsDecoder(cpu_form(out / roles["decoder"]), runtime["decoder"])
+    else:
+        decoder = IdsDecoder(cpu_form(out / roles["decoder_lora"]), runtime["decoder"], site_adapter(site, manifest, adapter, out))
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp)

@@ -115,6 +115,8 @@ def _verify(root: Path, m: dict, check_files: bool) -> list[str]:
         problems += _check_parts(name, f, shards)
     for vname, v in m["variants"].items():
         problems += [f"variant {vname}: unknown file {n}" for n in v["files"] if n not in m["files"]]
+    for aname, a in m.get("adapters", {}).items():
+        problems += [] if a["file"] in m["files"] else [f"adapter {aname}: unknown file {a['file']}"]
     if check_files and not problems:  # reassembly check only makes sense on intact shards
         problems += [p for name, f in m["files"].items() if (p := _check_file(root, name, f))]
     return problems

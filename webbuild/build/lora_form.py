@@ -1,0 +1,135 @@
+"""The adapted form of a built decoder: every projection of every layer gets a replaceable LoRA update.
+
+Each of q, k, v, o, gate, up and down becomes the raw pattern that runtimes with a fused quantized-LoRA
+kernel recognise (base MatMulNBits + down projection + up projection + Add):
+
+    y = Proj(x) + MatMul(MatMul(x, lora.{i}.{proj}.down), lora.{i}.{proj}.up)
+
+with `down` [in, r] and `up` [r, out] graph inputs whose defaults are empty ([in, 0] and [0, out]), so
+the graph without an adapter fed computes the base model exactly. The base graph is left as it is: the
+runtime decodes with it while no adapter is on (onnxruntime-web 1.30 would still run the empty MatMuls
+and the Add: two dispatches per projection), and with this form while one is (docs/adapters.md).
+
+The projections are found by the layer's structure, not by names (exporters name nodes differently):
+GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
+residual norm after o feeds gate and up, gate's output goes through the SiLU's Sigmoid, and down reads
+the product of both.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx_ir as ir
+
+from webbuild.adapters import TARGET_MODULES, input_name
+
+RANK_DIM = "lora_rank"
+_THROUGH = ("Reshape", "Transpose", "Cast", "SimplifiedLayerNormalization", "LayerNormalization", "Squeeze",
+            "Unsqueeze")  # what may sit between a projection and GroupQueryAttention (q/k norms, head split)
+
+
+class NoProjections(ValueError):
+    """The decoder's layers do not show the seven projections an adapter needs."""
+
+
+def lora_form(model: ir.Model) -> bool:
+    """Rewrite `model` in place; True when it changed (always, or NoProjections)."""
+    for layer, projections in enumerate(find_projections(model.graph)):
+        for proj, node in projections.items():
+            _adapt(model.graph, node, layer, proj)
+    return True
+
+
+def is_projection(node: ir.Node | None) -> bool:
+    """A MatMulNBits, or a MatMul with constant weights (a build without quantization)."""
+    if node is None or node.op_type not in ("MatMulNBits", "MatMul"):
+        return False
+    weights = node.inputs[1]
+    return node.op_type == "MatMulNBits" or (weights is not None and weights.const_value is not None)
+
+
+def find_projections(graph: ir.Graph) -> list[dict[str, ir.Node]]:
+    """{projection: node} of each decoder layer, in layer order."""
+    layers = [_layer(n, i) for i, n in enumerate(n for n in graph if n.op_type == "GroupQueryAttention")]
+    if not layers:
+        raise NoProjections("the decoder has no GroupQueryAttention, so its layers cannot be told apart")
+    return layers
+
+
+def _layer(gqa: ir.Node, index: int) -> dict[str, ir.Node]:
+    found = {proj: _back_to_projection(gqa.inputs[i]) for i, proj in enumerate(("q_proj", "k_proj", "v_proj"))}
+    found["o_proj"] = _forward_to_projection(gqa.outputs[0])
+    norm = _forward(found["o_proj"], "SkipSimplifiedLayerNormalization") if found["o_proj"] else None
+    mlp = [u for u, _ in norm.outputs[0].uses() if is_projection(u)] if norm else []
+    found["gate_proj"] = next((p for p in mlp if any(u.op_type == "Sigmoid" for u, _ in p.outputs[0].uses())), None)
+    found["up_proj"] = next((p for p in mlp if p is not found["gate_proj"]), None)
+    found["down_proj"] = _down(found["up_proj"])
+    missing = [p for p in TARGET_MODULES if found.get(p) is None]
+    if missing or len(mlp) != 2:
+        raise NoProjections(f"layer {index}: could not find {', '.join(missing) or 'gate_proj and up_proj apart'} "
+                            "(an adapter needs the seven projections as separate MatMulNBits or MatMul nodes)")
+    return {p: found[p] for p in TARGET_MODULES}
+
+
+def _back_to_projection(v: ir.Value | None) -> ir.Node | None:
+    node = v.producer() if v is not None else None
+    while node is not None and node.op_type in _THROUGH:
+        node = node.inputs[0].producer() if node.inputs[0] is not None else None
+    return node if is_projection(node) else None
+
+
+def _forward_to_projection(v: ir.Value) -> ir.Node | None:
+    for user, _ in v.uses():
+        if is_projection(user):
+            return user
+        if user.op_type in _THROUGH:
+            return _forward_to_projection(user.outputs[0])
+    return None
+
+
+def _forward(node: ir.Node, op: str) -> ir.Node | None:
+    return next((u for u, _ in node.outputs[0].uses() if u.op_type == op), None)
+
+
+def _down(up: ir.Node | None) -> ir.Node | None:
+    """The projection reading SiLU(gate) * up."""
+    product = _forward(up, "Mul") if up is not None else None
+    return next((u for u, _ in product.outputs[0].uses() if is_projection(u)), None) if product else None
+
+
+def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
+    """node's output y -> y + (x @ down) @ up, with down and up graph inputs defaulting to empty."""
+    x, y = node.inputs[0], node.outputs[0]
+    dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
+    n_in, n_out = _dims(node)
+    down = _input(graph, input_name(layer, proj, "down"), dtype, (n_in, 0), [n_in, RANK_DIM])
+    up = _input(graph, input_name(layer, proj, "up"), dtype, (0, n_out), [RANK_DIM, n_out])
+    prefix = f"lora/{layer}/{proj}"
+    users = list(y.uses())
+    low = ir.node("MatMul", [x, down], name=f"{prefix}/down", outputs=[ir.Value(name=f"{prefix}/low")])
+    delta = ir.node("MatMul", [low.outputs[0], up], name=f"{prefix}/up", outputs=[ir.Value(name=f"{prefix}/delta")])
+    out = ir.Value(name=f"{prefix}/out", type=y.type, shape=y.shape)
+    add = ir.node("Add", [y, delta.outputs[0]], name=f"{prefix}/add", outputs=[out])
+    for user, index in users:
+        user.replace_input_with(index, out)
+    for i, graph_out in enumerate(graph.outputs):
+        if graph_out is y:
+            graph.outputs[i] = out
+    graph.insert_after(node, [low, delta, add])
+
+
+def _dims(node: ir.Node) -> tuple[int, int]:
+    """(in, out) features of a projection."""
+    if node.op_type == "MatMulNBits":
+        return node.attributes["K"].as_int(), node.attributes["N"].as_int()
+    k, n = node.inputs[1].shape
+    return int(k), int(n)
+
+
+def _input(graph: ir.Graph, name: str, dtype: ir.DataType, empty: tuple[int, int], dims: list) -> ir.Value:
+    """A graph input of shape `dims` whose default (an initializer of the same name) is empty."""
+    value = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(dims),
+                     const_value=ir.tensor(np.zeros(empty, dtype.numpy()), name=name))
+    graph.inputs.append(value)
+    graph.register_initializer(value)
+    return value
