@@ -183,7 +183,8 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
               help="Silence put before each clip by the mel front-end of a source export whose encoder takes mel "
                    "(model.yaml encoder.lead_ms; 0: the upstream features). A built site's graph has its own.")
 @click.option("--adapter", default=None, metavar="NAME",
-              help="A built site's LoRA adapter (model.yaml adapters: name) to transcribe with; default: the base model.")
+              help="A built site's LoRA adapter (model.yaml adapters: name) to transcribe with; "
+                   "default: the base model.")
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int,
                adapter: str | None):
     """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder (split, v2 or merged

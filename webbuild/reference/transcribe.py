@@ -342,6 +342,7 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None) -> 
     if adapter is None:
         decoder = IdsDecoder(cpu_form(out / roles["decoder"]), runtime["decoder"])
     else:
-        decoder = IdsDecoder(cpu_form(out / roles["decoder_lora"]), runtime["decoder"], site_adapter(site, manifest, adapter, out))
+        weights = site_adapter(site, manifest, adapter, out)
+        decoder = IdsDecoder(cpu_form(out / roles["decoder_lora"]), runtime["decoder"], weights)
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp)

@@ -27,8 +27,9 @@ def graph_inputs(folder: Path, num_layers: int, scale: float = 1.0) -> dict[str,
     inputs = {}
     for layer in range(num_layers):
         for proj in TARGET_MODULES:
-            inputs[input_name(layer, proj, "down")] = np.ascontiguousarray(tensors[tensor_name(layer, proj, "A")].T)
-            inputs[input_name(layer, proj, "up")] = np.ascontiguousarray((tensors[tensor_name(layer, proj, "B")] * factor).T)
+            a, b = tensors[tensor_name(layer, proj, "A")], tensors[tensor_name(layer, proj, "B")]
+            inputs[input_name(layer, proj, "down")] = np.ascontiguousarray(a.T)
+            inputs[input_name(layer, proj, "up")] = np.ascontiguousarray((b * factor).T)
     return inputs
 
 
