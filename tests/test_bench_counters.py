@@ -23,8 +23,8 @@ from pathlib import Path
 
 import onnx
 import pytest
-import yaml
 
+from tests.example_config import example_config, write_example_config
 from tests.test_bench import EXAMPLE, webbuild
 
 pytestmark = [pytest.mark.skipif(not Path("/usr/lib/chromium/vk_swiftshader_icd.json").is_file(),
@@ -49,12 +49,8 @@ def level0(tmp_path_factory) -> Path:
 def sites(level0, tmp_path_factory) -> dict[int, Path]:
     """The example as is (WebGPU accuracy level 0, the default) and at WebGPU accuracy level 4."""
     tmp = tmp_path_factory.mktemp("counters")
-    cfg = yaml.safe_load((EXAMPLE / "model.yaml").read_text())
-    cfg["source"]["dir"] = str(EXAMPLE / cfg["source"]["dir"])
-    for s in cfg["site"]["samples"]:
-        s["audio"] = str(EXAMPLE / s["audio"])
-    cfg["quantize"] = {**cfg.get("quantize", {}), "webgpu_accuracy_level": 4}
-    (tmp / "model.yaml").write_text(yaml.safe_dump(cfg))
+    quantize = {**example_config().get("quantize", {}), "webgpu_accuracy_level": 4}
+    write_example_config(tmp, quantize=quantize)
     return {0: level0, 4: build(tmp / "model.yaml", tmp / "level4")}
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import onnx
 import pytest
-import yaml
 
+from tests.example_config import example_config, write_example_config
 from tests.test_site import needs_chromium, playwright, reference_for  # noqa: F401 (fixture)
 from webbuild.build.runner import run_build
 from webbuild.config import load_config
@@ -28,12 +28,9 @@ def example_site(tmp_path_factory):
     """examples/tiny-asr/model.yaml built as is (split source, fused by the build), under /demo/; with the
     samples of its samples.json, each with its clip's path in the built folder."""
     work = tmp_path_factory.mktemp("example")
-    cfg = yaml.safe_load((EXAMPLE / "model.yaml").read_text())
-    cfg["source"]["dir"] = str(EXAMPLE / cfg["source"]["dir"])
+    cfg = example_config()
     cfg["site"]["base_path"] = "/demo/"
-    for s in cfg["site"]["samples"]:
-        s["audio"] = str(EXAMPLE / s["audio"])
-    (work / "model.yaml").write_text(yaml.safe_dump(cfg))
+    write_example_config(work, site=cfg["site"])
     run_build(load_config(work / "model.yaml"), work / "dist")
     samples = json.loads((work / "dist" / SAMPLES_FILE).read_text())["samples"]
     assert [s["text"] for s in samples] == [s["text"] for s in cfg["site"]["samples"]]

@@ -203,8 +203,8 @@ class BuildConfig(_Strict):
     verify: Verify = Field(Verify(), description="bounds for `webbuild verify`")
     adapters: list[Adapter] = Field(
         default_factory=list, description="LoRA adapters to ship beside the base model, each switchable at run "
-                                          "time (issue 18); checked against the source's config.json when "
-                                          "model.yaml loads, but not yet packaged by the build")
+                                          "time on the page (docs/adapters.md); checked against the source's "
+                                          "config.json when model.yaml loads, each packed as its own file")
     config_path: Path | None = Field(None, exclude=True)
 
     @field_validator("adapters")

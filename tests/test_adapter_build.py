@@ -1,0 +1,176 @@
+"""LoRA adapters in the build (docs/adapters.md): each packed as its own int8 file listed in the manifest,
+an adapted decoder in every form beside the unchanged base, and the Python reference with one on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx_ir as ir
+import pytest
+from click.testing import CliRunner
+
+from tests.example_config import EXAMPLE, write_example_config
+from webbuild.adapters import TARGET_MODULES, input_name
+from webbuild.build.lora_form import NoProjections, find_projections
+from webbuild.build.runner import run_build
+from webbuild.cli import main
+from webbuild.config import load_config
+from webbuild.reference.audio import read_wav
+from webbuild.reference.transcribe import IdsDecoder, cpu_form, load_transcriber
+from webbuild.site.adapter_pack import dequantize_int8, graph_inputs, pack, quantize_int8, unpack
+from webbuild.site.manifest import load_manifest, reassemble
+
+KLATT = EXAMPLE / "adapters" / "klatt"
+SAMPLES = sorted((EXAMPLE / "samples").glob("*.wav"))
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory) -> dict[str, Path]:
+    """The example built with its adapter and without any."""
+    out = {}
+    for name, adapters in (("with", [{"name": "klatt", "path": str(KLATT)}]), ("without", [])):
+        work = tmp_path_factory.mktemp(name)
+        run_build(load_config(write_example_config(work, adapters=adapters)), work / "dist")
+        out[name] = work / "dist"
+    return out
+
+
+@pytest.mark.parametrize("k", [256, 40])
+def test_int8_layout_round_trip(k):
+    """Blocks of 32 along K (K padded), zero point 128, an error of at most half a step per block."""
+    w = np.random.default_rng(0).normal(size=(k, 24)).astype(np.float32)
+    codes, scales = quantize_int8(w)
+    assert codes.shape == (24, -(-k // 32), 32) and codes.dtype == np.uint8 and scales.shape == (24, -(-k // 32))
+    back = dequantize_int8(codes, scales, k)
+    step = np.repeat(scales, 32, axis=1)[:, :k].T
+    assert np.all(np.abs(back - w) <= step / 2 + 1e-7)
+    assert np.all(codes[:, -1, k % 32 or 32:] == 128) if k % 32 else True  # padding quantizes to zero
+
+
+@pytest.mark.parametrize("precision, tolerance", [("int8", 0.02), ("fp16", 1e-3), ("fp32", 0.0)])
+def test_pack_unpack(precision, tolerance):
+    inputs = graph_inputs(KLATT, num_layers=4, scale=1.0)
+    data, tensors = pack(inputs, precision)
+    assert all(e["offset"] % 4 == 0 and e.get("scales_offset", 0) % 4 == 0 for e in tensors.values())
+    back = unpack(data, tensors, precision)
+    for name, w in inputs.items():
+        assert back[name].shape == w.shape
+        assert np.abs(back[name] - w).max() <= tolerance * np.abs(w).max() + 1e-9, name
+
+
+def test_graph_inputs_are_peft_transposed_and_scaled():
+    """down = A^T, up = (B * lora_alpha / r * scale)^T."""
+    from webbuild.adapters import read_tensors, tensor_name
+
+    peft = read_tensors(KLATT / "adapter_model.safetensors")
+    alpha = json.loads((KLATT / "adapter_config.json").read_text())["lora_alpha"]
+    inputs = graph_inputs(KLATT, num_layers=4, scale=0.5)
+    np.testing.assert_array_equal(inputs["lora.2.v_proj.down"], peft[tensor_name(2, "v_proj", "A")].T)
+    np.testing.assert_allclose(inputs["lora.2.v_proj.up"], peft[tensor_name(2, "v_proj", "B")].T * alpha / 32 * 0.5)
+
+
+def test_adapter_ships_as_its_own_file_at_int8_size(sites):
+    manifest = load_manifest(sites["with"] / "model")
+    entry = manifest["adapters"]["klatt"]
+    assert entry["precision"] == "int8" and entry["rank"] == 32 and entry["file"] == "adapter.klatt.bin"
+    assert list(entry["tensors"]) == [input_name(i, p, part) for i in range(4) for p in TARGET_MODULES
+                                      for part in ("down", "up")]
+    parameters = sum(np.prod(t["shape"]) for t in entry["tensors"].values())
+    assert parameters == 622_592
+    assert manifest["files"]["adapter.klatt.bin"]["size"] == entry["bytes"] <= 1.2 * parameters
+    report = json.loads((sites["with"] / "build-report.json").read_text())
+    assert report["adapters"]["klatt"]["int8_ratio"] == pytest.approx(1.125)
+    for variant in manifest["variants"].values():  # the adapter is not part of any variant's download
+        assert "adapter.klatt.bin" not in variant["files"]
+
+
+def test_base_download_does_not_change(sites):
+    """Every file of a build without adapters is in the build with them, byte for byte."""
+    base, adapted = (load_manifest(sites[k] / "model") for k in ("without", "with"))
+    for variant, entry in base["variants"].items():
+        assert {f: base["files"][f]["sha256"] for f in entry["files"]} == \
+               {f: adapted["files"][f]["sha256"] for f in entry["files"]}
+        roles = adapted["variants"][variant]
+        added = set(roles["files"]) - set(entry["files"])
+        assert added == {roles[r] for r in ("decoder_lora", "decoder_lora_step", "decoder_lora_wasm") if r in roles}
+    assert "adapters" not in base
+
+
+def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
+    """Every projection of the adapted WebGPU, step and wasm graphs: base + MatMul(MatMul(x, down), up) + Add,
+    with empty defaults."""
+    manifest = load_manifest(sites["with"] / "model")
+    roles = manifest["variants"]["fp32"]
+    for role in ("decoder_lora", "decoder_lora_step", "decoder_lora_wasm"):
+        reassemble(sites["with"] / "model", manifest, roles[role], tmp_path / roles[role])
+        model = ir.load(tmp_path / roles[role])
+        inputs = {v.name: v for v in model.graph.inputs}
+        for layer in range(4):
+            for proj in TARGET_MODULES:
+                down, up = inputs[input_name(layer, proj, "down")], inputs[input_name(layer, proj, "up")]
+                assert down.const_value.shape[1] == 0 and up.const_value.shape[0] == 0, role
+                (low, _), = down.uses()
+                (delta, _), = low.outputs[0].uses()
+                (add, _), = delta.outputs[0].uses()
+                assert (low.op_type, delta.op_type, add.op_type) == ("MatMul", "MatMul", "Add")
+                assert add.inputs[0].producer().op_type in ("MatMulNBits", "MatMul"), role
+
+
+def decoders(site: Path, tmp_path: Path) -> tuple[IdsDecoder, IdsDecoder, dict]:
+    manifest = load_manifest(site / "model")
+    roles = manifest["variants"]["fp32"]
+    for name in roles["files"]:
+        reassemble(site / "model", manifest, name, tmp_path / name)
+    runtime = {"num_key_value_heads": 2, "head_dim": 64, "hidden_size": 256}
+    return (IdsDecoder(cpu_form(tmp_path / roles["decoder"]), runtime),
+            IdsDecoder(cpu_form(tmp_path / roles["decoder_lora"]), runtime), manifest)
+
+
+def test_adapted_decoder_without_adapter_is_the_base(sites, tmp_path):
+    """With the empty defaults the adapted graph adds zeros: the base model's logits exactly; with the
+    int8 adapter, logits near those of the adapter's float weights."""
+    from webbuild.reference.prompt import Prompt
+
+    base, adapted, manifest = decoders(sites["with"], tmp_path)
+    prompt = Prompt(ids=[1025, 7, 8, 1029, 1029, 1028, 9], audio_offset=3, audio_tokens=2)
+    audio = np.random.default_rng(1).normal(size=(1, 2, 256)).astype(np.float32)
+    logits = base.prefill(prompt, audio)[0]
+    np.testing.assert_array_equal(adapted.prefill(prompt, audio)[0], logits)
+    entry = manifest["adapters"]["klatt"]
+    reassemble(sites["with"] / "model", manifest, entry["file"], tmp_path / entry["file"])
+    adapted.adapter = unpack((tmp_path / entry["file"]).read_bytes(), entry["tensors"], "int8")
+    with_int8 = adapted.prefill(prompt, audio)[0]
+    adapted.adapter = graph_inputs(KLATT, num_layers=4)
+    with_float = adapted.prefill(prompt, audio)[0]
+    assert np.abs(with_float - logits).max() > 0.5  # the adapter changes the answer's logits
+    assert np.abs(with_int8 - with_float).max() < 0.05 * np.abs(with_float - logits).max()
+
+
+def test_transcribe_with_adapter_on_and_off(sites):
+    """`webbuild transcribe SITE --adapter klatt`: the adapter's graphs and weights, a different result on the
+    example's clips than the base (whose transcripts it keeps without --adapter)."""
+    base = load_transcriber(sites["with"])
+    klatt = load_transcriber(sites["with"], adapter="klatt")
+    clips = [read_wav(p) for p in SAMPLES]
+    base_tokens = [base.generate(c) for c in clips]
+    assert base_tokens == [load_transcriber(sites["without"]).generate(c) for c in clips]
+    assert [klatt.generate(c) for c in clips] != base_tokens
+
+
+def test_transcribe_adapter_errors(sites):
+    runner = CliRunner()
+    unknown = runner.invoke(main, ["transcribe", str(sites["with"]), str(SAMPLES[0]), "--adapter", "nope"])
+    assert unknown.exit_code == 2 and "no adapter 'nope'; the site has klatt" in unknown.output
+    none = runner.invoke(main, ["transcribe", str(sites["without"]), str(SAMPLES[0]), "--adapter", "klatt"])
+    assert none.exit_code == 2 and "the site has none" in none.output
+    source = runner.invoke(main, ["transcribe", str(EXAMPLE / "model"), str(SAMPLES[0]), "--adapter", "klatt"])
+    assert source.exit_code == 2 and "--adapter needs a built site" in source.output
+
+
+def test_decoder_without_projections_is_a_clear_build_error(tmp_path):
+    """A decoder whose layers do not show the seven projections apart: the build stops, naming why."""
+    graph = ir.Graph([], [], nodes=[], name="g")
+    with pytest.raises(NoProjections, match="no GroupQueryAttention"):
+        find_projections(graph)
