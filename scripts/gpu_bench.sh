@@ -136,11 +136,19 @@ webbuild() {
   python3 -m webbuild.cli "$WORK/$name.yaml" -o "$WORK/$name.part" 2>&1 | tail -15
 }
 webbuild4() { webbuild webbuild4 "quantize: {webgpu_accuracy_level: 4}"; }
+# lora: the webbuild build plus a random rank-32 adapter `rand` (webbuild.zoo.random_adapter), for the
+# cost of an adapter off (bench lora) and on (bench lora on, the bench's --adapter rand)
+lora() {
+  python3 -m webbuild.zoo.random_adapter "$WORK/zoo/export" "$WORK/adapter-rand" >/dev/null
+  webbuild lora "adapters: [{name: rand, path: $WORK/adapter-rand}]"
+}
 # bench BUILD [TAG KEY=VALUE...]: the build's report as bench-BUILD[-TAG].json, with onnxruntime
-# session config entries (the sweep) when given
+# session config entries (the sweep) when given; a TAG starting with "on" benches the lora build with its
+# adapter on
 bench() {
   local build=$1 tag=${2:+-$2} args=(); shift $(( $# > 1 ? 2 : 1 ))
   for kv in "$@"; do args+=(--session-config "$kv"); done
+  [[ $tag == -on* ]] && args+=(--adapter rand)
   python3 -m webbuild.cli bench "$WORK/$build" --ep webgpu --decode-tokens "$TOKENS" "${args[@]}" --json "$WORK/bench-$build$tag.json.part"
 }
 
@@ -160,7 +168,7 @@ run() {
   # BENCHES: the reports to make, in order (NAME or NAME:ROUND); only the builds they need are made
   local benches=${BENCHES:-webbuild peer baseline webbuild:2 peer:2}
   step zoo zoo
-  for b in baseline peer peer0 webbuild webbuild4; do [[ " $benches " == *" $b"[:\ ]* ]] && step "$b" "$b"; done
+  for b in baseline peer peer0 webbuild webbuild4 lora; do [[ " $benches " == *" $b"[:\ ]* ]] && step "$b" "$b"; done
   [ "${CAPTURE:-0}" = 1 ] && { step peerg peerg; capture; }
   # a second round of the two fast ones shows the run-to-run spread; each report is copied to
   # $OUT as soon as it exists, so a run cut off by the time limit still returns what it measured

@@ -174,3 +174,15 @@ def test_decoder_without_projections_is_a_clear_build_error(tmp_path):
     graph = ir.Graph([], [], nodes=[], name="g")
     with pytest.raises(NoProjections, match="no GroupQueryAttention"):
         find_projections(graph)
+
+
+def test_random_adapter_fits_its_export(tmp_path):
+    """webbuild.zoo.random_adapter (the benchmarks' adapter for untrained zoo models) passes the build's
+    checks and changes the reference's logits."""
+    from webbuild.adapters import adapter_problems
+    from webbuild.zoo.random_adapter import random_adapter
+
+    folder = random_adapter(EXAMPLE / "model", tmp_path / "rand", seed=3)
+    assert adapter_problems(folder, json.loads((EXAMPLE / "model" / "config.json").read_text())) == []
+    inputs = graph_inputs(folder, num_layers=4)
+    assert all(np.abs(w).max() > 0 for w in inputs.values())
