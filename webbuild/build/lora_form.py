@@ -5,8 +5,10 @@ kernel recognise (base MatMulNBits + down projection + up projection + Add):
 
     y = Proj(x) + MatMul(MatMul(x, lora.{i}.{proj}.down), lora.{i}.{proj}.up)
 
-with `down` [in, r] and `up` [r, out] graph inputs whose defaults are empty ([in, 0] and [0, out]), so
-the graph without an adapter fed computes the base model exactly. The base graph is left as it is: the
+with `down` [in, r] and `up` [r, out] graph inputs without defaults: onnxruntime-web lists only the inputs
+that have no initializer and refuses any other feed ("invalid input"), so an input with a default could
+never be set in the browser. Fed empty ([in, 0] and [0, out]) or zeros, the graph computes the base model
+exactly. The base graph is left as it is: the
 runtime decodes with it while no adapter is on (onnxruntime-web 1.30 would still run the empty MatMuls
 and the Add: two dispatches per projection), and with this form while one is (docs/adapters.md).
 
@@ -18,7 +20,6 @@ the product of both.
 
 from __future__ import annotations
 
-import numpy as np
 import onnx_ir as ir
 
 from webbuild.adapters import TARGET_MODULES, input_name
@@ -102,8 +103,8 @@ def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
     x, y = node.inputs[0], node.outputs[0]
     dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
     n_in, n_out = _dims(node)
-    down = _input(graph, input_name(layer, proj, "down"), dtype, (n_in, 0), [n_in, RANK_DIM])
-    up = _input(graph, input_name(layer, proj, "up"), dtype, (0, n_out), [RANK_DIM, n_out])
+    down = _input(graph, input_name(layer, proj, "down"), dtype, [n_in, RANK_DIM])
+    up = _input(graph, input_name(layer, proj, "up"), dtype, [RANK_DIM, n_out])
     prefix = f"lora/{layer}/{proj}"
     users = list(y.uses())
     low = ir.node("MatMul", [x, down], name=f"{prefix}/down", outputs=[ir.Value(name=f"{prefix}/low")])
@@ -126,10 +127,8 @@ def _dims(node: ir.Node) -> tuple[int, int]:
     return int(k), int(n)
 
 
-def _input(graph: ir.Graph, name: str, dtype: ir.DataType, empty: tuple[int, int], dims: list) -> ir.Value:
-    """A graph input of shape `dims` whose default (an initializer of the same name) is empty."""
-    value = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(dims),
-                     const_value=ir.tensor(np.zeros(empty, dtype.numpy()), name=name))
+def _input(graph: ir.Graph, name: str, dtype: ir.DataType, dims: list) -> ir.Value:
+    """A graph input of shape `dims`, with no default (see the module's docstring)."""
+    value = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(dims))
     graph.inputs.append(value)
-    graph.register_initializer(value)
     return value

@@ -123,8 +123,12 @@ class IdsDecoder:
         self.sess = cpu_session(path)
         types = {i.name: i.type for i in self.sess.get_inputs()}
         self.dtype = np.float16 if types["audio_features"] == "tensor(float16)" else np.float32
-        # an adapted decoder's lora.* inputs (docs/adapters.md); left out, they default to no adapter
+        # an adapted decoder's lora.* inputs (docs/adapters.md), which have no default: without an adapter,
+        # empty ones ([in, 0] and [0, out]) add nothing, the base model
         self.adapter = {name: w.astype(self.dtype) for name, w in (adapter or {}).items()}
+        if not self.adapter:
+            self.adapter = {i.name: np.zeros(lora_empty(i.shape), self.dtype) for i in self.sess.get_inputs()
+                            if i.name.startswith("lora.")}
         self.past_names = [n for n in types if n.startswith("past_key_values.")]
         d = decoder_cfg
         self.empty = np.zeros((1, d["num_key_value_heads"], 0, d["head_dim"]), self.dtype)
@@ -143,6 +147,12 @@ class IdsDecoder:
     def step(self, token: int, state):
         past, total = state
         return self._run([token], self.no_audio, 0, past, total + 1)
+
+
+def lora_empty(shape: list) -> tuple[int, int]:
+    """The empty value of an adapted decoder's lora.* input of `shape` ([in, rank] or [rank, out], the
+    rank symbolic): its rank 0."""
+    return tuple(d if isinstance(d, int) else 0 for d in shape)
 
 
 class TokenizerCodec:
