@@ -4,13 +4,15 @@
 
 import { MicRecorder, decodeToMono16k } from './app/audio.js';
 import { renderMetrics, renderInfo } from './app/metrics.js';
-import { FROM_WORKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
+import { FROM_WORKER, LORA_PICKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
-const state = (window.webbuild = { status: 'loading', info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [] });
+// lora: the LoRA adapter the next transcription runs with (null: the base model); doneLora: the one the last ran with
+const state = (window.webbuild = { status: 'loading', info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [], lora: null, doneLora: null });
 const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
 let pending = null; // {id, resolve, reject} of the transcription in flight
+let switching = null; // {id, name} of the adapter switch in flight
 let nextId = 1;
 
 worker.onmessage = ({ data }) => handlers[data.type]?.(data);
@@ -28,6 +30,7 @@ const handlers = {
     setStatus(`Ready: ${info.variant} model on ${info.ep === 'webgpu' ? 'WebGPU' : 'WebAssembly (CPU)'}.`);
     if (info.notice) showNotice(info.notice);
     renderInfo(info);
+    showLoraPicker(info.loraAdapters ?? []);
     setEnabled(true);
   },
   [FROM_WORKER.token]: ({ id, text }) => { if (pending?.id === id) showText(text); },
@@ -35,8 +38,12 @@ const handlers = {
   [FROM_WORKER.cacheCleared]: ({ existed }) => setStatus(existed
     ? 'The stored model was removed from this browser; the next visit downloads it again.'
     : 'No stored model to remove.'),
-  [FROM_WORKER.error]: (msg) =>
-    (pending?.id === msg.id && msg.id ? pending.reject(new Error(msg.message)) : fail(msg.message)),
+  [FROM_WORKER.loraSet]: loraSet,
+  [FROM_WORKER.error]: (msg) => {
+    if (switching?.id === msg.id && msg.id) loraFailed(msg.message);
+    else if (pending?.id === msg.id && msg.id) pending.reject(new Error(msg.message));
+    else fail(msg.message);
+  },
 };
 
 const manifestUrl = new URL('model/manifest.json', location.href).href;
@@ -116,7 +123,8 @@ async function run(what, getPcm, keepExpected = false) {
       const chunkSeconds = Number(params.get('chunk_seconds')) || undefined; // models trained on short clips
       worker.postMessage({ type: TO_WORKER.transcribe, id: pending.id, pcm, maxNewTokens, chunkSeconds }, [pcm.buffer]);
     });
-    Object.assign(state, { status: 'done', text: done.text, tokens: done.tokens, margins: done.margins, metrics: done.metrics });
+    Object.assign(state, { status: 'done', text: done.text, tokens: done.tokens, margins: done.margins, metrics: done.metrics,
+      doneLora: done.lora });
     showText(done.text || '(no speech recognised)');
     renderMetrics(done.metrics);
     setStatus(`Done: ${(done.metrics.audio_ms / 1000).toFixed(1)} s of audio in ${(done.metrics.total_ms / 1000).toFixed(2)} s.`);
@@ -132,7 +140,8 @@ async function run(what, getPcm, keepExpected = false) {
 
 function showProgress(e) {
   const bar = $('progress');
-  const label = { download: 'Downloading the model', verify: 'Downloading the model', session: 'Preparing the model', warmup: 'Warming up (compiling GPU shaders)' }[e.phase] ?? e.phase;
+  $('progress').hidden = false;
+  const label = e.lora ? `Downloading the adapter “${e.lora}”` : { download: 'Downloading the model', verify: 'Downloading the model', session: 'Preparing the model', warmup: 'Warming up (compiling GPU shaders)' }[e.phase] ?? e.phase;
   state.progress = e;
   if (e.phase === 'download' || e.phase === 'verify') {
     bar.max = e.total || 1;
@@ -143,6 +152,45 @@ function showProgress(e) {
     $('progress-text').textContent = '';
   }
   setStatus(`${label}…`);
+}
+
+// The adapter picker (docs/adapters.md): "none (base model)" and each adapter the worker can switch on;
+// hidden where the build ships none.
+function showLoraPicker(names) {
+  const picker = $(LORA_PICKER);
+  for (const name of names) picker.append(Object.assign(document.createElement('option'), { value: name, textContent: name }));
+  picker.value = state.lora ?? '';
+  picker.disabled = false;
+  $('lora-row').hidden = !names.length;
+  picker.addEventListener('change', () => switchLora(picker.value || null));
+}
+
+// Asks the worker for adapter `name` (null: the base model); the next transcription runs with it.
+function switchLora(name) {
+  switching = { id: nextId++, name };
+  $(LORA_PICKER).disabled = true;
+  clearError();
+  setStatus(name ? `Switching to the adapter “${name}”…` : 'Switching to the base model…');
+  worker.postMessage({ type: TO_WORKER.setLora, id: switching.id, name });
+}
+
+function loraSet({ id, name }) {
+  if (switching?.id !== id) return;
+  switching = null;
+  state.lora = name;
+  if (state.info) state.info.lora = name;
+  Object.assign($(LORA_PICKER), { value: name ?? '', disabled: false });
+  $('progress').hidden = true;
+  $('progress-text').textContent = '';
+  setStatus(name ? `Adapter “${name}” on: the next transcription uses it.` : 'No adapter: the next transcription uses the base model.');
+}
+
+function loraFailed(message) {
+  switching = null;
+  Object.assign($(LORA_PICKER), { value: state.lora ?? '', disabled: false }); // the worker kept the previous one
+  $('progress').hidden = true;
+  showError(`the adapter could not be switched on (${message})`);
+  setStatus('Ready.');
 }
 
 function setEnabled(on) {

@@ -5,23 +5,33 @@ import { FROM_WORKER, TO_WORKER } from './runtime/contract.js';
 import { clearCache } from './runtime/loader.js';
 import { loadSite } from './runtime/site.js';
 import { splitAtQuiet } from './runtime/chunk.js';
+import { loraNames, switchLora } from './runtime/lora.js';
 
 let site = null;
 let modelId = null;
+let lora = null; // the LoRA adapter on (runtime/lora.js), null: the base model
 
 const post = (msg) => self.postMessage(msg);
 
-self.onmessage = async ({ data }) => {
+// One message at a time: an adapter switch waits for the transcription under way, which finishes with the
+// adapter it began with (a switch rewrites the adapted sessions' inputs in place).
+let queue = Promise.resolve();
+self.onmessage = ({ data }) => {
+  queue = queue.then(() => handle(data));
+};
+
+async function handle(data) {
   try {
     if (data.type === TO_WORKER.load) await load(data);
     else if (data.type === TO_WORKER.transcribe) await transcribe(data);
+    else if (data.type === TO_WORKER.setLora) await setLora(data);
     else if (data.type === TO_WORKER.clearCache) {
       post({ type: FROM_WORKER.cacheCleared, existed: await clearCache(modelId) });
     }
   } catch (e) {
     post({ type: FROM_WORKER.error, id: data.id, message: e?.message ?? String(e) });
   }
-};
+}
 
 async function load({ manifestUrl, forceEp, graphCapture }) {
   site = await loadSite(manifestUrl, {
@@ -39,8 +49,19 @@ async function load({ manifestUrl, forceEp, graphCapture }) {
       adapter: ep === 'webgpu' ? gpu.description : 'none (WebAssembly on the CPU)',
       shaderF16: Boolean(gpu.shaderF16), threads: site.ort.env.wasm.numThreads, kvCache: site.recogniser.kvLocation, decode: site.recogniser.decodeMode,
       modelBytes: site.modelBytes, load: site.load,
+      // the adapters only where the recogniser loaded the adapted decoder (the variant has its graphs)
+      loraAdapters: site.recogniser.adapted ? loraNames(site.manifest) : [], lora,
     },
   });
+}
+
+// The adapter's file through the loader (its shards only; progress tagged with its name), then its
+// values into the adapted sessions' inputs.
+async function setLora({ id, name }) {
+  if (!site) throw new Error('the model is not loaded yet');
+  const onProgress = (e) => post({ type: FROM_WORKER.progress, ...e, lora: name });
+  lora = await switchLora(site, name || null, { ...site.loading, onProgress });
+  post({ type: FROM_WORKER.loraSet, id, name: lora });
 }
 
 async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
@@ -59,7 +80,7 @@ async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
     results.push(r);
   }
   post({ type: FROM_WORKER.done, id, text: texts.filter(Boolean).join(' '), tokens: results.map((r) => r.tokens),
-    margins: results.map((r) => r.margins), metrics: summarise(results) });
+    margins: results.map((r) => r.margins), metrics: summarise(results), lora });
 }
 
 // Per-transcription metrics over all chunks: TTFT is the first chunk's; rates are totals.

@@ -9,15 +9,18 @@
 
 import { CapturedSteps, IN_FLIGHT } from './capture.js';
 import { pickLast, toFloat32 } from './greedy.js';
+import { LoraInputs } from './lora.js';
 import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 
 export class Recogniser {
   // files: Map of logical name -> bytes (from the loader); graphs: the variant's file names by graph,
   // {encoder: {graph, data, wasm}, decoder: {graph, data, wasm, embed}, dtype} (site.js variantGraphs).
+  // graphs.decoder_lora and graphs.lora (lora.js loraShapes): the adapted decoder of a build with adapters.
   static async create(ort, files, graphs, runtime, ep) {
     const r = new Recogniser(ort, runtime, ep);
     await r.loadEncoder(files, graphs.encoder);
     await r.loadDecoder(files, graphs.decoder, graphs.dtype);
+    if (graphs.lora && graphs.decoder_lora?.graph) await r.loadAdapted(files, graphs.decoder_lora, graphs.lora);
     r.tokens = new TokenTable(files.get(runtime.files.tokens));
     return r;
   }
@@ -32,15 +35,8 @@ export class Recogniser {
   // The decoder session as the site runs it (tests/test_decoder_webgpu.py drives it alone); dtype: of
   // past/present and audio_features.
   async loadDecoder(files, decoder, dtype = 'float32') {
-    this.decoder = await this.ort.InferenceSession.create(files.get(this.graphFile(decoder)), {
-      ...this.sessionOptions(),
-      executionProviders: [this.provider],
-      externalData: external(files, decoder.data),
-      // present.* stay on the GPU and come back as the next step's past: no round trip per token
-      ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
-    });
     this.dtype = dtype;
-    await this.loadSteps(files, decoder);
+    this.base = this.active = await this.decoderSet(files, decoder);
     this.takesIds = this.decoder.inputNames.includes('input_ids');
     if (!this.takesIds) {
       const embed = files.get(decoder.embed);
@@ -48,24 +44,61 @@ export class Recogniser {
     }
   }
 
-  // On WebGPU, the decoder's step form replayed by graph capture (runtime/capture.js) decodes after the
-  // plain prefill; where it cannot be set up, every step runs plainly (decodeMode says which, and why).
-  async loadSteps(files, decoder) {
-    this.steps = null;
-    this.decodeMode = 'plain';
-    if (this.ep !== 'webgpu' || !decoder.step || !this.rt.max_positions) return;
-    try {
-      this.steps = await CapturedSteps.create(this.ort, this.provider, files.get(decoder.step),
-        external(files, decoder.data), this.d, this.rt.max_positions, this.dtype);
-      this.decodeMode = 'captured';
-    } catch (e) {
-      this.plainSteps(e);
-    }
+  // The adapted decoder (docs/adapters.md), loaded beside the base one: its lora.* inputs made once
+  // (lora.js LoraInputs: zeros, the base model, until an adapter is written into them). The base
+  // sessions decode while no adapter is on, so a build's adapters cost the base decode nothing.
+  async loadAdapted(files, decoder, shapes) {
+    const device = this.ep === 'webgpu' ? this.provider?.device ?? await this.ort.env.webgpu.device : null;
+    const lora = new LoraInputs(this.ort, shapes, this.dtype, device);
+    this.adapted = await this.decoderSet(files, decoder, lora);
   }
 
-  plainSteps(why) {
-    this.steps = null;
-    this.decodeMode = `plain (graph capture unavailable: ${why?.message ?? why})`;
+  // A decoder session and, on WebGPU, its captured steps; lora: the adapted graph's extra inputs.
+  async decoderSet(files, decoder, lora = null) {
+    const session = await this.ort.InferenceSession.create(files.get(this.graphFile(decoder)), {
+      ...this.sessionOptions(),
+      executionProviders: [this.provider],
+      externalData: external(files, decoder.data),
+      // present.* stay on the GPU and come back as the next step's past: no round trip per token
+      ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
+    });
+    const set = { decoder: session, steps: null, decodeMode: 'plain', lora };
+    await this.loadSteps(set, files, decoder);
+    return set;
+  }
+
+  // The sessions decoding now: the base ones, or the adapted ones with an adapter on (setLora).
+  get decoder() { return this.active.decoder; }
+  get steps() { return this.active.steps; }
+  get decodeMode() { return this.active.decodeMode; }
+  get loraOn() { return this.active !== this.base; }
+
+  // An adapter's values (lora.js loraValues in this.dtype) into the adapted sessions' inputs, which then
+  // decode; null: the base sessions again. Takes effect at the next transcription.
+  setLora(values) {
+    if (!values) {
+      this.active = this.base;
+      return;
+    }
+    if (!this.adapted) throw new Error('this build has no adapted decoder: it ships no adapters');
+    this.adapted.lora.set(values);
+    this.active = this.adapted;
+  }
+
+  // On WebGPU, the decoder's step form replayed by graph capture (runtime/capture.js) decodes after the
+  // plain prefill; where it cannot be set up, every step runs plainly (decodeMode says which, and why).
+  // The adapted steps share the base steps' static buffers (only one set decodes at a time) and bind
+  // the adapter inputs once, as capture wants.
+  async loadSteps(set, files, decoder) {
+    if (this.ep !== 'webgpu' || !decoder.step || !this.rt.max_positions) return;
+    try {
+      set.steps = await CapturedSteps.create(this.ort, this.provider, files.get(decoder.step),
+        external(files, decoder.data), this.d, this.rt.max_positions, this.dtype,
+        { shared: this.base?.steps, extraFeeds: set.lora?.feeds });
+      set.decodeMode = 'captured';
+    } catch (e) {
+      plainSteps(set, e);
+    }
   }
 
   // Which graph file of `names` ({graph, wasm, ...}) this EP runs. Quantized builds carry wasm twins
@@ -93,9 +126,19 @@ export class Recogniser {
   }
 
   // Compiles the shaders for both graphs on a second of silence and two decode steps, so the
-  // visitor's first transcription does not pay for it.
+  // visitor's first transcription does not pay for it; on WebGPU the adapted graphs too, on their zero
+  // inputs, which also records their captured step: switching an adapter on then compiles nothing.
   async warmUp() {
-    await this.transcribe(new Float32Array(this.rt.sample_rate), { maxNewTokens: 2, forceSteps: true });
+    const silence = new Float32Array(this.rt.sample_rate);
+    await this.transcribe(silence, { maxNewTokens: 2, forceSteps: true });
+    if (!this.adapted || this.ep !== 'webgpu') return;
+    const active = this.active;
+    this.active = this.adapted;
+    try {
+      await this.transcribe(silence, { maxNewTokens: 2, forceSteps: true });
+    } finally {
+      this.active = active;
+    }
   }
 
   async encode(pcm) {
@@ -174,7 +217,7 @@ export class Recogniser {
       }
     } catch (e) {
       if (steps.recorded) throw e;
-      this.plainSteps(e);
+      plainSteps(this.active, e);
       return false;
     } finally {
       await Promise.allSettled(queue); // read-backs still mapping: their buffers are reused next time
@@ -225,6 +268,7 @@ export class Recogniser {
       ...inputs,
       attention_mask: new Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]),
       ...past,
+      ...this.active.lora?.feeds, // the adapted graph's lora.* inputs
     };
     const out = await this.decoder.run(feeds);
     this.kvLocation = out['present.0.key'].location; // 'gpu-buffer' when the cache stays on the GPU
@@ -259,6 +303,12 @@ export class Recogniser {
 // External weights as onnxruntime-web wants them: the path as written inside the graph.
 function external(files, name) {
   return name ? [{ path: name, data: files.get(name) }] : undefined;
+}
+
+// A set whose step graph could not be captured decodes every step plainly (decodeMode says why).
+function plainSteps(set, why) {
+  set.steps = null;
+  set.decodeMode = `plain (graph capture unavailable: ${why?.message ?? why})`;
 }
 
 // GPU tensors hold GPU memory until disposed; CPU tensors are left to the collector.

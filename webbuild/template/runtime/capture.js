@@ -26,7 +26,10 @@ const USAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBuffer
 
 export class CapturedSteps {
   // bytes/externalData: the step graph and the decoder's weights; d: runtime.decoder; positions: T.
-  static async create(ort, provider, bytes, externalData, d, positions, dtype) {
+  // shared: another CapturedSteps whose static buffers this one reads and writes too (the base steps, for
+  // the adapted ones: one decodes at a time); extraFeeds: GPU tensors bound once beside the step's own
+  // inputs (the adapted graph's lora.* inputs, runtime/lora.js).
+  static async create(ort, provider, bytes, externalData, d, positions, dtype, { shared = null, extraFeeds = {} } = {}) {
     const session = await ort.InferenceSession.create(bytes, {
       graphOptimizationLevel: 'all', logSeverityLevel: 3, externalData,
       executionProviders: [typeof provider === 'string' ? { name: provider } : provider],
@@ -34,37 +37,26 @@ export class CapturedSteps {
     });
     // the device the sessions run on: the site's own (probe.js webgpuProvider), else onnxruntime-web's
     const device = provider?.device ?? await ort.env.webgpu.device;
-    return new CapturedSteps(ort, device, session, d, positions, dtype);
+    const buffers = shared?.buffers ?? new StepBuffers(ort, device, d, positions, dtype);
+    return new CapturedSteps(ort, device, session, d, positions, dtype, buffers, extraFeeds);
   }
 
-  constructor(ort, device, session, d, positions, dtype) {
-    Object.assign(this, { ort, device, session, d, positions, dtype });
+  constructor(ort, device, session, d, positions, dtype, buffers, extraFeeds = {}) {
+    Object.assign(this, { ort, device, session, d, positions, dtype, buffers });
     for (const name of ['next_token', 'margin']) {
       if (!session.outputNames.includes(name)) throw new Error(`capture: the step graph has no ${name} output`);
     }
-    this.ids = this.tensor('int32', [1, 1]); // the token in, and the next one out: one buffer
-    this.mask = this.tensor('int64', [1, positions]);
-    this.margin = this.tensor('float32', [1, 1]);
-    this.feeds = { input_ids: this.ids, attention_mask: this.mask };
+    Object.assign(this, { ids: buffers.ids, mask: buffers.mask, margin: buffers.margin, staging: buffers.staging });
+    this.feeds = { input_ids: this.ids, attention_mask: this.mask, ...extraFeeds };
     this.fetches = { next_token: this.ids, margin: this.margin };
     for (let i = 0; i < d.num_layers; i++) {
       for (const kind of ['key', 'value']) {
-        const kv = this.tensor(dtype, [1, d.num_key_value_heads, positions, d.head_dim]);
+        const kv = buffers.kv[`${i}.${kind}`];
         this.feeds[`past_key_values.${i}.${kind}`] = kv;
         this.fetches[`present.${i}.${kind}`] = kv; // in place: GroupQueryAttention appends to it
       }
     }
-    // one staging buffer per step in flight (and one more: a buffer is mapped until its token is read)
-    this.staging = Array.from({ length: IN_FLIGHT + 1 },
-      () => device.createBuffer({ size: READ_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST }));
-    this.issued = 0;
     this.recorded = false;
-  }
-
-  tensor(type, dims) {
-    const size = dims.reduce((a, b) => a * b, 1) * BYTES[type];
-    const buffer = this.device.createBuffer({ size: Math.ceil(size / 16) * 16, usage: USAGE() });
-    return this.ort.Tensor.fromGpuBuffer(buffer, { dataType: type, dims });
   }
 
   // Whether a chunk with `prompt` positions and up to `newTokens` steps fits the static cache.
@@ -99,7 +91,7 @@ export class CapturedSteps {
     this.device.queue.writeBuffer(this.mask.gpuBuffer, (total - 1) * 8, BigInt64Array.of(1n));
     const out = await (this.recorded ? this.session.run(this.feeds, this.fetches) : this.record());
     if (out.next_token.gpuBuffer !== this.ids.gpuBuffer) throw new Error('capture: a replay answered on other buffers');
-    const staging = this.staging[this.issued++ % this.staging.length];
+    const staging = this.staging[this.buffers.issued++ % this.staging.length];
     const enc = this.device.createCommandEncoder();
     enc.copyBufferToBuffer(this.ids.gpuBuffer, 0, staging, 0, 4);
     enc.copyBufferToBuffer(this.margin.gpuBuffer, 0, staging, 8, 4);
@@ -124,6 +116,31 @@ export class CapturedSteps {
     } finally {
       delete device.createBindGroup;
     }
+  }
+}
+
+// The static buffers of the captured decode: the token in and out (one buffer), the mask, the margin, the
+// KV cache of T positions, and the read-back staging buffers. Made once; the adapted steps share them.
+class StepBuffers {
+  constructor(ort, device, d, positions, dtype) {
+    Object.assign(this, { ort, device });
+    this.ids = this.tensor('int32', [1, 1]); // the token in, and the next one out: one buffer
+    this.mask = this.tensor('int64', [1, positions]);
+    this.margin = this.tensor('float32', [1, 1]);
+    this.kv = {};
+    for (let i = 0; i < d.num_layers; i++) {
+      for (const kind of ['key', 'value']) this.kv[`${i}.${kind}`] = this.tensor(dtype, [1, d.num_key_value_heads, positions, d.head_dim]);
+    }
+    // one staging buffer per step in flight (and one more: a buffer is mapped until its token is read)
+    this.staging = Array.from({ length: IN_FLIGHT + 1 },
+      () => device.createBuffer({ size: READ_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST }));
+    this.issued = 0;
+  }
+
+  tensor(type, dims) {
+    const size = dims.reduce((a, b) => a * b, 1) * BYTES[type];
+    const buffer = this.device.createBuffer({ size: Math.ceil(size / 16) * 16, usage: USAGE() });
+    return this.ort.Tensor.fromGpuBuffer(buffer, { dataType: type, dims });
   }
 }
 

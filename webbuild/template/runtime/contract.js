@@ -18,33 +18,51 @@ export const SAMPLES_FILE = 'samples.json'; // beside index.html: the sample cli
  *   pcm: 16 kHz mono, transferred. Unset limits take runtime.json's max_new_tokens and max_chunk_seconds.
  * @typedef {{type: 'clear-cache'}} ClearCacheMessage
  *   Delete the model's cached shards (Cache API).
+ * @typedef {{type: 'set-lora', id: number, name: string | null}} SetLoraMessage
+ *   Switch to the LoRA adapter `name` (ReadyInfo.loraAdapters; docs/adapters.md), or back to the base model
+ *   (null). The worker handles messages one at a time, so a transcription under way finishes as it began
+ *   and the next one runs with the choice.
  */
-export const TO_WORKER = Object.freeze({ load: 'load', transcribe: 'transcribe', clearCache: 'clear-cache' });
+export const TO_WORKER = Object.freeze({
+  load: 'load', transcribe: 'transcribe', clearCache: 'clear-cache', setLora: 'set-lora',
+});
 
 // ---------------------------------------------------------------- worker -> page
 
 /**
  * @typedef {{type: 'progress', phase: 'download' | 'verify' | 'session' | 'warmup', loaded: number,
- *   total: number, file?: string, shard?: string}} ProgressMessage
- *   download / verify: bytes of the model's shards (loader.js); session / warmup: 0 of 1, no fraction.
+ *   total: number, file?: string, shard?: string, lora?: string}} ProgressMessage
+ *   download / verify: bytes of the model's shards (loader.js), or with `lora` of that adapter's file;
+ *   session / warmup: 0 of 1, no fraction.
  * @typedef {{type: 'warning', message: string}} WarningMessage
  *   Loading goes on: a shard re-downloaded after a failed check, no cache, a retry.
  * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, adapter: string,
  *   shaderF16: boolean, threads: number, kvCache: string, decode: string, modelBytes: number,
+ *   loraAdapters: string[], lora: string | null,
  *   load: {download_ms: number, session_ms: number, warmup_ms: number, total_ms: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu';
- *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)'.
+ *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)';
+ *   adapter: the WebGPU adapter (the device); loraAdapters: the LoRA adapters the page can switch on (none
+ *   where the build ships none), lora: the one on (null: the base model).
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
  * @typedef {{type: 'token', id: number, token: number, text: string}} TokenMessage
  *   One generated token of transcription `id`; text: the transcript so far.
- * @typedef {{type: 'done', id: number, text: string, tokens: number[][], margins: number[][], metrics: object}} DoneMessage
- *   tokens: per chunk of the audio; margins: per token, its logit minus the runner-up's (asr.js); metrics: worker.js summarise().
+ * @typedef {{type: 'done', id: number, text: string, tokens: number[][], margins: number[][], metrics: object,
+ *   lora: string | null}} DoneMessage
+ *   tokens: per chunk of the audio; margins: per token, its logit minus the runner-up's (asr.js); metrics: worker.js
+ *   summarise(); lora: the adapter it ran with (null: the base model).
  * @typedef {{type: 'cache-cleared', existed: boolean}} CacheClearedMessage
+ * @typedef {{type: 'lora-set', id: number, name: string | null}} LoraSetMessage
+ *   The switch `id` is done: transcriptions from now on run with adapter `name` (null: the base model).
  * @typedef {{type: 'error', id?: number, message: string}} ErrorMessage
- *   id: the transcription that failed; without it, loading failed.
+ *   id: the transcription or adapter switch that failed; without it, loading failed.
  */
 export const FROM_WORKER = Object.freeze({
   progress: 'progress', warning: 'warning', ready: 'ready', token: 'token', done: 'done',
-  cacheCleared: 'cache-cleared', error: 'error',
+  cacheCleared: 'cache-cleared', loraSet: 'lora-set', error: 'error',
 });
+
+// The id of the page's adapter picker, the <select> webbuild verify drives (webbuild/site/contract.py
+// LORA_PICKER); its options' values are the adapters' names, and '' for the base model.
+export const LORA_PICKER = 'lora';

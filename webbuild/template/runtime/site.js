@@ -7,6 +7,7 @@ import { RUNTIME_FILE } from './contract.js';
 import { loadFiles, loadManifest, openModelCache } from './loader.js';
 import { chooseVariant, probeWebGPU, webgpuProvider } from './probe.js';
 import { Recogniser } from './asr.js';
+import { loraShapes } from './lora.js';
 
 // Options: forceEp ('wasm': the CPU variant whatever the device offers; 'webgpu': WebGPU even on a
 // software adapter; else WebGPU on a hardware adapter, wasm otherwise); variant (instead of the
@@ -14,7 +15,8 @@ import { Recogniser } from './asr.js';
 // isolated, else 1); fallback (to wasm when a WebGPU session fails; default true); onManifest(manifest);
 // onProgress and onWarning as loader.js calls them, onProgress also with phases 'session' and 'warmup'.
 // gpu in the result: probe.js probeWebGPU()'s.
-// Returns {ort, manifest, runtime, gpu, ep, variant, notice, recogniser, modelBytes, load: {*_ms}}.
+// Returns {ort, manifest, runtime, gpu, ep, variant, notice, recogniser, modelBytes, load: {*_ms}, loading}
+// (loading: the loader's options and cache store, for the adapters' files: lora.js switchLora).
 export async function loadSite(manifestUrl, opts = {}) {
   const t0 = performance.now();
   const site = await openSite(manifestUrl, opts);
@@ -36,7 +38,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   await made.recogniser.warmUp();
   const tWarm = performance.now();
   return {
-    ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu,
+    ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu, loading: site.loading,
     modelBytes: manifest.variants[made.variant].files.reduce((n, f) => n + manifest.files[f].size, 0),
     load: {
       download_ms: tDownload - t0, session_ms: tSession - tDownload, warmup_ms: tWarm - tSession, total_ms: tWarm - t0,
@@ -78,12 +80,15 @@ async function openSite(manifestUrl, opts) {
 }
 
 // A manifest variant entry ({files, requires, dtype, encoder: 'encoder.fp16.onnx', decoder_data: ...}) as
-// the recogniser takes it: its file names by graph, through runtime.json's role table.
-export function variantGraphs(entry, roles) {
+// the recogniser takes it: its file names by graph, through runtime.json's role table; with the shapes
+// of the adapters' inputs (lora) where the variant has an adapted decoder and the build adapters.
+export function variantGraphs(entry, roles, manifest = null) {
   const graphs = { dtype: entry.dtype };
   for (const [graph, table] of Object.entries(roles)) {
-    graphs[graph] = Object.fromEntries(Object.entries(table).map(([kind, role]) => [kind, entry[role]]));
+    const names = Object.fromEntries(Object.entries(table).map(([kind, role]) => [kind, entry[role]]));
+    if (graph !== 'decoder_lora' || names.graph) graphs[graph] = names; // the adapted decoder: builds with adapters
   }
+  if (graphs.decoder_lora) graphs.lora = loraShapes(manifest);
   return graphs;
 }
 
@@ -104,8 +109,11 @@ function configureOrt(ort, wasmBinary, threads) {
 async function createRecogniser(site, { ep, variant, files, gpu, graphCapture }, fallback) {
   const { ort, manifest, runtime, loading } = site;
   const create = (v, vFiles, provider) => {
-    const graphs = variantGraphs(manifest.variants[v], runtime.roles);
-    if (!graphCapture) delete graphs.decoder.step; // every decode step plain (runtime/capture.js)
+    const graphs = variantGraphs(manifest.variants[v], runtime.roles, manifest);
+    if (!graphCapture) { // every decode step plain (runtime/capture.js)
+      delete graphs.decoder.step;
+      if (graphs.decoder_lora) delete graphs.decoder_lora.step;
+    }
     return Recogniser.create(ort, vFiles, graphs, runtime, provider);
   };
   try {

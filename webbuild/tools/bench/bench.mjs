@@ -6,6 +6,11 @@
 //
 //   node webbuild/tools/bench/bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens 128] [--repeat 1]
 //        [--threads N] [--variant NAME] [--max-clips N] [--max-new-tokens N] [--session-config K=V]...
+//        [--adapter NAME]
+//
+// --adapter: the site's LoRA adapter NAME (docs/adapters.md) switched on after loading, off, and on again,
+// the WebGPU calls of each switch counted (`lora_switches`); the clips and the synthetic decode then run
+// with it on. Without it they run on the base model, as the page does until a visitor picks an adapter.
 //
 // --max-new-tokens: caps each clip's greedy decode (default: runtime.json's max_new_tokens), for models
 // slow enough on an EP that a full transcript would take minutes (the 0.6b on wasm).
@@ -21,7 +26,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
-import { gpuCountedDecodes } from './counters.mjs';
+import { gpuCountedDecodes, gpuCountsDelta } from './counters.mjs';
 import { wasmHeapBytes } from './heap.mjs';
 import { startServer } from './server.mjs';
 import { parseArgs } from './ort.mjs';
@@ -29,15 +34,15 @@ import { quantile, spread } from './stats.mjs';
 import { gpuTimingPerToken } from './timing.mjs';
 import { decodeWav } from './wav.mjs';
 
-const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--max-new-tokens N] [--session-config K=V]...';
-const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity, maxNewTokens: 0, graphCapture: 1 };
+const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--max-new-tokens N] [--session-config K=V]... [--adapter NAME]';
+const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity, maxNewTokens: 0, graphCapture: 1, adapter: '' };
 
 // The site's modules, from the built folder (asr.js: the same module instance site.js runs).
 async function siteModules(dir) {
   const load = (rel) => import(pathToFileURL(path.join(dir, rel)).href);
-  const [contract, site, asr] = await Promise.all([
-    load('runtime/contract.js'), load('runtime/site.js'), load('runtime/asr.js')]);
-  return { contract, site, asr };
+  const [contract, site, asr, lora] = await Promise.all([
+    load('runtime/contract.js'), load('runtime/site.js'), load('runtime/asr.js'), load('runtime/lora.js')]);
+  return { contract, site, asr, lora };
 }
 
 // The site's sample clips and their expected texts, as the page lists them.
@@ -60,7 +65,7 @@ async function loadModel(m, srv, o) {
   const { gpu } = site;
   if (o.ep === 'webgpu' && !gpu.adapter) throw new Error(`no WebGPU adapter: ${gpu.reason}`);
   return {
-    rec: site.recogniser, runtime: site.runtime,
+    rec: site.recogniser, runtime: site.runtime, site,
     info: {
       ep: site.ep, variant: site.variant, threads: o.threads, kv_cache: site.recogniser.kvLocation ?? null, decode: site.recogniser.decodeMode,
       adapter: site.ep === 'webgpu' ? gpu.description
@@ -86,6 +91,22 @@ async function timedTranscribe(rec, pcm, opts = {}) {
   };
 }
 
+// The adapter switched on, off and on again (lora.js switchLora), each switch timed and its WebGPU calls
+// counted (counters.mjs totals, kernels left out; null on the wasm EP, which makes none).
+async function countedSwitches(m, site, name) {
+  const c = site.ep === 'webgpu' ? globalThis.__gpuCounters : null;
+  const switches = [];
+  for (const to of [name, null, name]) {
+    const s0 = c?.snapshot();
+    const t0 = performance.now();
+    await m.lora.switchLora(site, to);
+    const { kernels, ...counts } = c ? gpuCountsDelta(s0, c.snapshot()) : {};
+    switches.push({ to, ms: performance.now() - t0, counts: c ? counts : null });
+  }
+  log(`adapter ${name}: on, off and on again in ${switches.map((s) => s.ms.toFixed(0)).join(', ')} ms`);
+  return switches;
+}
+
 const log = (line) => console.error(`[bench] ${line}`); // progress on stderr; the report alone on stdout
 
 async function main() {
@@ -95,6 +116,7 @@ async function main() {
   try {
     const m = await siteModules(o.dir);
     const model = await loadModel(m, srv, o);
+    const loraSwitches = o.adapter ? await countedSwitches(m, model.site, o.adapter) : null;
     if (model.info.ep === 'webgpu') { // timing.mjs: the decoder's runs, or the captured decode's steps
       globalThis.__gpuTiming?.watchRun(model.rec.decoder);
       if (model.rec.steps) globalThis.__gpuTiming?.watchRun(model.rec.steps, 'issue');
@@ -123,6 +145,7 @@ async function main() {
     const median = (k) => quantile(clips.map((c) => c[k]), 0.5);
     console.log(JSON.stringify({
       bench: 'webbuild-node', node: process.version, dir: o.dir, session_config: o.sessionConfig, ...model.info, load: model.load,
+      lora: o.adapter || null, lora_switches: loraSwitches,
       clips: clips.map(({ steps, ...c }) => ({ ...c, decode_ms_per_token: quantile(steps, 0.5) })),
       summary: {
         clips: clips.length, clips_matching: clips.filter((c) => c.match).length,

@@ -13,7 +13,8 @@
 export function installGpuCounters(scope = globalThis) {
   if (scope.__gpuCounters) return scope.__gpuCounters;
   const counts = {
-    dispatches: 0, submits: 0, readbacks: 0, write_buffers: 0, write_bytes: 0, bind_groups: 0, buffers: 0, kernels: {},
+    dispatches: 0, submits: 0, readbacks: 0, write_buffers: 0, write_bytes: 0, bind_groups: 0, buffers: 0, buffer_bytes: 0,
+    kernels: {},
   };
   const pipelineNames = new WeakMap(); // GPUComputePipeline -> readable name
   const passPipeline = new WeakMap(); // GPUComputePassEncoder -> name of the pipeline it has set
@@ -31,7 +32,7 @@ export function installGpuCounters(scope = globalThis) {
   wrap(dev, 'createComputePipeline', null, (p, [desc]) => { pipelineNames.set(p, name(desc)); return p; });
   wrap(dev, 'createComputePipelineAsync', null, (pr, [desc]) => pr.then((p) => { pipelineNames.set(p, name(desc)); return p; }));
   wrap(dev, 'createBindGroup', () => { counts.bind_groups++; });
-  wrap(dev, 'createBuffer', () => { counts.buffers++; });
+  wrap(dev, 'createBuffer', ([desc]) => { counts.buffers++; counts.buffer_bytes += desc?.size ?? 0; });
   const pass = scope.GPUComputePassEncoder?.prototype;
   wrap(pass, 'setPipeline', function ([p]) { passPipeline.set(this, pipelineNames.get(p) ?? p?.label ?? '(unnamed)'); });
   const dispatched = function () {

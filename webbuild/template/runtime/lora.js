@@ -1,0 +1,180 @@
+// LoRA adapters (docs/adapters.md): the manifest's top-level `adapters`, one file per adapter
+// (`adapter.<name>.bin`), turned into the adapted decoder graphs' `lora.{i}.{proj}.down|up` inputs.
+//
+// The adapted sessions (asr.js) read the adapter through input tensors made once, at load:
+// - WebGPU: one GPU buffer per input, zero-filled (an adapter of zeros is the base model) and kept for
+//   the page's life. Graph capture (capture.js) replays with the buffers it recorded, so a switch may
+//   only write new values into them (`device.queue.writeBuffer`): switching allocates no GPU buffer and,
+//   the adapted graphs having been warmed up on the zeros, compiles no shader.
+// - wasm: CPU tensors, replaced at each switch.
+// Every adapter of a build has the same inputs and shapes (the base's projections at rank 32), so one set
+// of tensors serves them all.
+
+import { loadFiles } from './loader.js';
+
+const BLOCK = 32; // int8: MatMulNBits' 8-bit blocks along K
+const ZERO_POINT = 128;
+
+// The adapters a build ships, by name (the page's picker), in the manifest's order.
+export function loraNames(manifest) {
+  return Object.keys(manifest?.adapters ?? {});
+}
+
+// {input name: [K, N]} shared by every adapter of the build (null without adapters).
+export function loraShapes(manifest) {
+  const first = Object.values(manifest?.adapters ?? {})[0];
+  return first ? Object.fromEntries(Object.entries(first.tensors).map(([name, t]) => [name, t.shape])) : null;
+}
+
+// One adapter's file, through the loader: its own shards only, verified and cached like the model's.
+export async function loadLoraFile(manifest, name, loading = {}) {
+  const entry = manifest.adapters?.[name];
+  if (!entry) throw new Error(`no adapter ${JSON.stringify(name)}; the build has ${loraNames(manifest).join(', ') || 'none'}`);
+  const files = await loadFiles(manifest, [entry.file], loading);
+  return { entry, bytes: files.get(entry.file) };
+}
+
+// Switches a loaded site (site.js loadSite) to adapter `name`, or back to the base model (null): the
+// next transcription runs with it. loading: the loader's options (site.loading, with its progress
+// callbacks). Returns the name now on, or null.
+export async function switchLora(site, name, loading = site.loading) {
+  if (!name) {
+    site.recogniser.setLora(null);
+    return null;
+  }
+  const { entry, bytes } = await loadLoraFile(site.manifest, name, loading);
+  site.recogniser.setLora(loraValues(bytes, entry, site.recogniser.dtype));
+  return name;
+}
+
+// {input name: typed array [K * N], row-major} of an adapter file in the graph's float type: Float32Array
+// for 'float32', float16 bits (Uint16Array, as onnxruntime-web takes float16 data) for 'float16'.
+export function loraValues(bytes, entry, dtype = 'float32') {
+  const out = {};
+  for (const [name, t] of Object.entries(entry.tensors)) out[name] = tensorValues(bytes, entry.precision, t, dtype);
+  return out;
+}
+
+function tensorValues(bytes, precision, t, dtype) {
+  const [k, n] = t.shape;
+  if (precision === 'fp16' && dtype === 'float16') return view(bytes, Uint16Array, t.offset, k * n).slice();
+  const f32 = precision === 'int8' ? dequantizeInt8(bytes, t)
+    : precision === 'fp16' ? halfsToFloats(view(bytes, Uint16Array, t.offset, k * n))
+      : precision === 'fp32' ? view(bytes, Float32Array, t.offset, k * n).slice()
+        : unknownPrecision(precision);
+  return dtype === 'float16' ? floatsToHalfs(f32) : f32;
+}
+
+function unknownPrecision(precision) {
+  throw new Error(`adapter precision ${JSON.stringify(precision)}: this runtime reads int8, fp16 and fp32`);
+}
+
+// MatMulNBits' 8-bit layout of a [K, N] matrix: codes [N][ceil(K / 32) * 32] (column n of the matrix in
+// K order, K padded), zero point 128, float32 scales [N][ceil(K / 32)]. Element [k, n] is
+// (q[n][k] - 128) * scale[n][floor(k / 32)]; returned row-major [K, N], as the graph input is.
+export function dequantizeInt8(bytes, { shape: [k, n], offset, scales_offset: scalesOffset }) {
+  const blocks = Math.ceil(k / BLOCK);
+  const codes = view(bytes, Uint8Array, offset, n * blocks * BLOCK);
+  const scales = view(bytes, Float32Array, scalesOffset, n * blocks);
+  const out = new Float32Array(k * n);
+  for (let col = 0; col < n; col++) {
+    const row = col * blocks * BLOCK;
+    for (let i = 0; i < k; i++) out[i * n + col] = (codes[row + i] - ZERO_POINT) * scales[col * blocks + (i >> 5)];
+  }
+  return out;
+}
+
+// A typed view of `count` elements at byte `offset` of `bytes` (a Uint8Array); a copy where the offset
+// does not fall on the element size (the file's offsets are multiples of 4, the array may not start on one).
+function view(bytes, Type, offset, count) {
+  const at = bytes.byteOffset + offset;
+  if (offset + count * Type.BYTES_PER_ELEMENT > bytes.byteLength) throw new Error(`adapter file: ${Type.name} at ${offset} runs past its end`);
+  if (at % Type.BYTES_PER_ELEMENT === 0) return new Type(bytes.buffer, at, count);
+  return new Type(bytes.slice(offset, offset + count * Type.BYTES_PER_ELEMENT).buffer);
+}
+
+// float32 -> IEEE half bits, rounding to nearest even (as numpy's astype(float16) does).
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+
+export function floatToHalf(value) {
+  f32[0] = value;
+  const x = u32[0];
+  const sign = (x >>> 16) & 0x8000;
+  const exp = (x >>> 23) & 0xff;
+  const mant = x & 0x7fffff;
+  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0); // Inf, NaN
+  const e = exp - 127 + 15;
+  if (e >= 0x1f) return sign | 0x7c00; // overflow: Inf
+  if (e <= 0) { // subnormal half (or zero)
+    if (e < -10) return sign;
+    const m = mant | 0x800000;
+    const shift = 14 - e;
+    return sign | roundShift(m, shift);
+  }
+  return sign | ((e << 10) + roundShift(mant, 13)); // a carry out of the mantissa bumps the exponent: right
+}
+
+// m >> shift, rounded to nearest, ties to even.
+function roundShift(m, shift) {
+  const kept = m >>> shift;
+  const rest = m - (kept << shift);
+  const half = 1 << (shift - 1);
+  return kept + (rest > half || (rest === half && (kept & 1)) ? 1 : 0);
+}
+
+export function floatsToHalfs(values) {
+  const out = new Uint16Array(values.length);
+  for (let i = 0; i < values.length; i++) out[i] = floatToHalf(values[i]);
+  return out;
+}
+
+function halfsToFloats(bits) {
+  const out = new Float32Array(bits.length);
+  for (let i = 0; i < bits.length; i++) out[i] = halfToFloat(bits[i]);
+  return out;
+}
+
+function halfToFloat(h) {
+  const exp = (h >> 10) & 0x1f;
+  const frac = h & 0x3ff;
+  const sign = h & 0x8000 ? -1 : 1;
+  if (exp === 0) return sign * 2 ** -14 * (frac / 1024);
+  if (exp === 31) return frac ? NaN : sign * Infinity;
+  return sign * 2 ** (exp - 15) * (1 + frac / 1024);
+}
+
+// The adapted graphs' lora.* inputs, made once (at load) and then only rewritten.
+export class LoraInputs {
+  // shapes: loraShapes(manifest); dtype: the variant's float type; device: the sessions' GPUDevice on
+  // WebGPU (GPU tensors), null on wasm (CPU tensors).
+  constructor(ort, shapes, dtype, device = null) {
+    Object.assign(this, { ort, dtype, device, shapes });
+    this.feeds = {};
+    for (const [name, dims] of Object.entries(shapes)) this.feeds[name] = device ? this.gpuTensor(dims) : this.cpuTensor(dims);
+  }
+
+  // A zero-filled GPU tensor (WebGPU zero-initialises new buffers): the base model until an adapter is written.
+  gpuTensor(dims) {
+    const bytes = dims[0] * dims[1] * (this.dtype === 'float16' ? 2 : 4);
+    const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+    const buffer = this.device.createBuffer({ size: Math.ceil(bytes / 16) * 16, usage });
+    return this.ort.Tensor.fromGpuBuffer(buffer, { dataType: this.dtype, dims });
+  }
+
+  cpuTensor(dims, data = null) {
+    const Type = this.dtype === 'float16' ? Uint16Array : Float32Array;
+    return new this.ort.Tensor(this.dtype, data ?? new Type(dims[0] * dims[1]), dims);
+  }
+
+  // An adapter's values (loraValues in this dtype) into the inputs: written into the same GPU buffers,
+  // or new CPU tensors.
+  set(values) {
+    for (const [name, dims] of Object.entries(this.shapes)) {
+      const data = values[name];
+      if (!data || data.length !== dims[0] * dims[1]) throw new Error(`adapter input ${name}: expected ${dims.join('x')} values`);
+      if (this.device) this.device.queue.writeBuffer(this.feeds[name].gpuBuffer, 0, data);
+      else this.feeds[name] = this.cpuTensor(dims, data);
+    }
+  }
+}
