@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 
 export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const VENV_PY = path.join(REPO, '.venv/bin/python');
-const PYTHON = process.env.WEBBUILD_PYTHON ?? (existsSync(VENV_PY) ? VENV_PY : 'python3');
+export const PYTHON = process.env.WEBBUILD_PYTHON ?? (existsSync(VENV_PY) ? VENV_PY : 'python3');
 
 export function tempDir() {
   return mkdtempSync(path.join(tmpdir(), 'webbuild-loader-'));

@@ -3,7 +3,9 @@ driven in Chrome/Chromium with Playwright. Returns a report dict (see report.py 
 
 Three visits, and one more per further --clips-ep:
 1. fresh browser profile, one shard corrupted in transit once: the loader must notice and recover;
-   every sample (and the --clips, unless --clips-ep puts them on their own visits) is transcribed;
+   every sample (and the --clips, unless --clips-ep puts them on their own visits) is transcribed; where
+   the site ships LoRA adapters (docs/adapters.md), the samples again with each adapter picked, then with
+   none again, which must give the first tokens exactly;
 2. same profile again: the model must come from the Cache API (no shard requests); the --clips run
    here on the first --clips-ep, then on each further one on a visit of its own (same profile);
 3. a browser with WebGPU switched off: the site must fall back to wasm and still transcribe.
@@ -22,7 +24,7 @@ from urllib.parse import urlsplit
 
 from webbuild.errors import VerifyInputError, require_extra
 from webbuild.reference.wer import corpus_wer, wer
-from webbuild.site.contract import SAMPLES_FILE
+from webbuild.site.contract import LORA_PICKER, SAMPLES_FILE
 from webbuild.text import one_line, plural
 from webbuild.tools import browser as br
 from webbuild.tools.verify.tokens import MAX_TIE_MARGIN, first_difference, flatten, margin_drift, token_summary
@@ -126,20 +128,20 @@ class Expected:
 
 
 class Reference:
-    """The Python reference on a local build's own graphs, loaded once per variant."""
+    """The Python reference on a local build's own graphs, loaded once per variant and LoRA adapter."""
 
     def __init__(self, dist: Path | None):
         self.dist, self.loaded = dist, {}
 
-    def transcribe(self, clip: Clip, variant: str) -> Expected | None:
+    def transcribe(self, clip: Clip, variant: str, lora: str | None = None) -> Expected | None:
         if self.dist is None or clip.local is None:
             return None
         from webbuild.reference.audio import read_wav
         from webbuild.reference.transcribe import load_transcriber
 
-        if variant not in self.loaded:
-            self.loaded[variant] = load_transcriber(self.dist, variant)
-        t = self.loaded[variant]
+        if (variant, lora) not in self.loaded:
+            self.loaded[variant, lora] = load_transcriber(self.dist, variant, adapter=lora)
+        t = self.loaded[variant, lora]
         decoded = t.decode(read_wav(clip.local))
         return Expected(t.text(decoded.tokens), decoded.tokens, decoded.margins)
 
@@ -157,7 +159,15 @@ def transcribe(page, clip: Clip, timeout_s: float) -> dict:
     return page.evaluate("() => window.webbuild")
 
 
-VISIT_INFO = ("ep", "variant", "adapter", "threads", "kvCache", "decode", "load")  # from the page's ready info
+def switch_lora(page, name: str | None, timeout_s: float) -> str | None:
+    """Picks LoRA adapter `name` (None: the base model) in the page's picker and waits for the worker to
+    switch; the page's error, else None."""
+    page.select_option(f"#{LORA_PICKER}", name or "")
+    br.wait_for(page, f"() => window.webbuild.lora === {json.dumps(name)} || window.webbuild.error", timeout_s)
+    return page.evaluate("() => window.webbuild.error")
+
+
+VISIT_INFO = ("ep", "variant", "adapter", "threads", "kvCache", "decode", "load", "loraAdapters")  # the ready info
 
 def against_reference(state: dict, ref: Expected | None) -> tuple[dict, str | None]:
     """The page's tokens against the reference's (tokens.py): the row's fields (both token lists with
@@ -182,13 +192,18 @@ def against_reference(state: dict, ref: Expected | None) -> tuple[dict, str | No
         f"got {state['text']!r}, reference {ref.text!r}")
 
 
-def row(clip: Clip, state: dict, ref: Expected | None, max_wer: float, run: str) -> dict:
+def row(clip: Clip, state: dict, ref: Expected | None, max_wer: float | None, run: str,
+        lora: str | None = None) -> dict:
+    """One clip's result. max_wer None: the WER is not judged (a LoRA adapter's transcript, whose model
+    was adapted away from the clip's text); lora: the adapter the page must have transcribed with."""
     got, m = state["text"], state.get("metrics") or {}
     rate = wer(clip.text, got) if state["error"] is None else 1.0
     compared, differs = against_reference(state, ref)
     if state["error"] is not None:
         reason = f"error: {state['error']}"
-    elif rate > max_wer:
+    elif state.get("doneLora") != lora:
+        reason = f"transcribed with adapter {state.get('doneLora')!r}, not {lora!r}"
+    elif max_wer is not None and rate > max_wer:
         reason = f"WER {rate:.2f} > {max_wer:.2f}: expected {clip.text!r}, got {got!r}"
     else:
         reason = differs
@@ -235,14 +250,15 @@ class Verifier:
             self.check(f"{name}: model loads", ready, state["error"] or "")
         return page, state, self.log["requests"][start:], ready
 
-    def run_clips(self, page, clips: list[Clip], state: dict, max_wer: float, run: str) -> None:
+    def run_clips(self, page, clips: list[Clip], state: dict, max_wer: float | None, run: str,
+                  lora: str | None = None) -> None:
         variant = state["info"]["variant"]
         for clip in clips:
             try:
                 result = transcribe(page, clip, self.opts.timeout_s)
             except TimeoutError as exc:
                 result = {**state, "status": "timeout", "text": "", "metrics": None, "error": str(exc)}
-            self.rows.append(row(clip, result, self.reference.transcribe(clip, variant), max_wer, run))
+            self.rows.append(row(clip, result, self.reference.transcribe(clip, variant, lora), max_wer, run, lora))
             r = self.rows[-1]
             log.info(f"  {clip.name}: {'ok' if r['ok'] else 'FAIL'} {r['got']!r} (WER {r['wer']:.2f})")
             if result["status"] == "timeout":
@@ -272,10 +288,33 @@ class Verifier:
                    f"status {state['status']}")
         if ready:
             self.run_clips(page, samples, state, max_wer, "samples")
+            self.lora_runs(page, samples, state, max_wer)
             if clips and not self.opts.clips_eps:
                 self.run_clips(page, clips, state, self.clips_max_wer(max_wer), "clips")
         page.close()
         return ready
+
+    def lora_runs(self, page, samples: list[Clip], state: dict, max_wer: float) -> None:
+        """The samples with each LoRA adapter of the site picked (against the Python reference with it on,
+        the WER not judged), then with none again: the first run's tokens exactly."""
+        names = (state.get("info") or {}).get("loraAdapters") or []
+        if not names or not samples:
+            return
+        for name in [*names, None]:
+            error = switch_lora(page, name, self.opts.timeout_s)
+            what = f"adapter {name}: the picker switches it on" if name else "adapter none: the picker switches back"
+            if not self.check(what, error is None, error or ""):
+                return
+            run = f"samples, adapter {name}" if name else "samples, adapter none again"
+            self.run_clips(page, samples, state, None if name else max_wer, run, name)
+        tokens = {run: [r["tokens"] for r in self.rows if r["run"] == run]
+                  for run in ("samples", "samples, adapter none again")}
+        same = tokens["samples"] == tokens["samples, adapter none again"]
+        changed = sum(r["tokens"] != t for name in names for r, t in
+                      zip([r for r in self.rows if r["run"] == f"samples, adapter {name}"], tokens["samples"]))
+        self.check("adapter none again: the first tokens exactly", same,
+                   f"{plural(len(samples), 'sample')} after {', '.join(names)}; the adapters changed the tokens "
+                   f"of {plural(changed, 'run')}")
 
     def second_visit(self, context, url, clips, max_wer) -> None:
         runs = self.opts.clips_eps if clips else ()

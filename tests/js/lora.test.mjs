@@ -1,0 +1,103 @@
+// runtime/lora.js against the Python packer (webbuild/site/adapter_pack.py): an adapter file packed in
+// each precision reads back as the Python reference unpacks it, bit for bit, in float32 and as float16
+// bits (numpy's astype(float16)). Run: node --test tests/js/
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync, rmSync } from 'node:fs';
+import path from 'node:path';
+
+import { floatToHalf, loraNames, loraShapes, loraValues } from '../../webbuild/template/runtime/lora.js';
+import { PYTHON, REPO, tempDir } from './fixture.mjs';
+
+// Packs random [K, N] inputs (K not a multiple of 32 among them, values over float16's whole range and
+// beyond) with adapter_pack.pack; writes per precision the file, its `tensors` entry, and what
+// adapter_pack.unpack gives, as float32 and as float16 bits.
+const PACK = `
+import json, sys
+from pathlib import Path
+import numpy as np
+from webbuild.site.adapter_pack import pack, unpack
+out = Path(sys.argv[1])
+rng = np.random.default_rng(0)
+inputs = {"lora.0.q_proj.down": rng.normal(0, 0.05, (40, 32)), "lora.0.q_proj.up": rng.normal(0, 3, (32, 24)),
+          "lora.1.q_proj.down": np.array([[0.0, -0.0, 1e-8, 6e-5], [65504, 7e4, -2.0 ** -24, 1 + 2.0 ** -11]] * 16)}
+inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
+for precision in ("int8", "fp16", "fp32"):
+    data, tensors = pack(inputs, precision)
+    (out / f"{precision}.bin").write_bytes(data)
+    values = unpack(data, tensors, precision)
+    (out / f"{precision}.json").write_text(json.dumps({"tensors": tensors, "precision": precision}))
+    (out / f"{precision}.f32").write_bytes(b"".join(values[k].tobytes() for k in tensors))
+    (out / f"{precision}.f16").write_bytes(b"".join(values[k].astype(np.float16).tobytes() for k in tensors))
+`;
+
+let tmp;
+before(() => {
+  tmp = tempDir();
+  execFileSync(PYTHON, ['-c', PACK, tmp], { cwd: REPO, stdio: ['ignore', 'ignore', 'inherit'] });
+});
+after(() => rmSync(tmp, { recursive: true, force: true }));
+
+const read = (name) => new Uint8Array(readFileSync(path.join(tmp, name)));
+const concat = (Type, arrays) => {
+  const out = new Type(arrays.reduce((n, a) => n + a.length, 0));
+  let at = 0;
+  for (const a of arrays) { out.set(a, at); at += a.length; }
+  return out;
+};
+
+describe('adapter files', () => {
+  for (const precision of ['int8', 'fp16', 'fp32']) {
+    it(`${precision}: float32 inputs equal adapter_pack.unpack`, () => {
+      const entry = JSON.parse(readFileSync(path.join(tmp, `${precision}.json`), 'utf8'));
+      const values = loraValues(read(`${precision}.bin`), entry, 'float32');
+      assert.deepEqual(Object.keys(values), Object.keys(entry.tensors));
+      const expected = new Float32Array(read(`${precision}.f32`).buffer);
+      assert.deepEqual(concat(Float32Array, Object.values(values)), expected);
+    });
+
+    it(`${precision}: float16 inputs are numpy's float16 of them`, () => {
+      const entry = JSON.parse(readFileSync(path.join(tmp, `${precision}.json`), 'utf8'));
+      const values = loraValues(read(`${precision}.bin`), entry, 'float16');
+      assert.ok(Object.values(values).every((v) => v instanceof Uint16Array));
+      assert.deepEqual(concat(Uint16Array, Object.values(values)), new Uint16Array(read(`${precision}.f16`).buffer));
+    });
+  }
+
+  it('reads a file that does not start on a 4-byte boundary (copies instead of viewing)', () => {
+    const entry = JSON.parse(readFileSync(path.join(tmp, 'int8.json'), 'utf8'));
+    const bytes = read('int8.bin');
+    const shifted = new Uint8Array(bytes.length + 1).subarray(1);
+    shifted.set(bytes);
+    assert.deepEqual(loraValues(shifted, entry), loraValues(bytes, entry));
+  });
+
+  it('refuses a precision it cannot read and a file cut short', () => {
+    const entry = JSON.parse(readFileSync(path.join(tmp, 'fp32.json'), 'utf8'));
+    assert.throws(() => loraValues(read('fp32.bin'), { ...entry, precision: 'int4' }), /precision "int4"/);
+    assert.throws(() => loraValues(read('fp32.bin').subarray(0, 100), entry), /runs past its end/);
+  });
+});
+
+describe('float32 to float16 bits', () => {
+  it('rounds to nearest even, keeps signed zeros, subnormals, infinities and NaN', () => {
+    const cases = [[0, 0], [-0, 0x8000], [1, 0x3c00], [65504, 0x7bff], [65520, 0x7c00], [1e9, 0x7c00],
+      [-Infinity, 0xfc00], [2 ** -24, 0x0001], [2 ** -25, 0], [1.5 * 2 ** -25, 0x0001], [2 ** -14, 0x0400],
+      [1 + 2 ** -11, 0x3c00], [1 + 3 * 2 ** -11, 0x3c02], [0.1, 0x2e66]];
+    for (const [value, bits] of cases) assert.equal(floatToHalf(value), bits, `${value}`);
+    assert.equal(floatToHalf(NaN) & 0x7c00, 0x7c00);
+    assert.notEqual(floatToHalf(NaN) & 0x3ff, 0);
+  });
+});
+
+describe('manifest adapters', () => {
+  it('names and shared shapes, none without adapters', () => {
+    const tensors = { 'lora.0.q_proj.down': { shape: [256, 32], offset: 0 }, 'lora.0.q_proj.up': { shape: [32, 256], offset: 0 } };
+    const manifest = { adapters: { klatt: { file: 'adapter.klatt.bin', tensors }, other: { file: 'adapter.other.bin', tensors } } };
+    assert.deepEqual(loraNames(manifest), ['klatt', 'other']);
+    assert.deepEqual(loraShapes(manifest), { 'lora.0.q_proj.down': [256, 32], 'lora.0.q_proj.up': [32, 256] });
+    assert.deepEqual(loraNames({ variants: {} }), []);
+    assert.equal(loraShapes({ variants: {} }), null);
+  });
+});
