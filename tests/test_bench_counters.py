@@ -11,7 +11,11 @@ SwiftShader (subgroups of 4 lanes) a device without `subgroups` (runtime/probe.j
 is wrong below 8 lanes), so on SwiftShader both levels run one fused dispatch per MatMulNBits group:
 the difference per token is 0, not one dispatch per MatMulNBits. On a GPU with subgroups (the H200,
 issue 14) level 4 is 2 dispatches per MatMulNBits (7 per layer + lm_head, unfused) and level 0 the
-fused 4 per layer + lm_head."""
+fused 4 per layer + lm_head.
+
+LoRA adapters (docs/adapters.md): with none on, the example (which ships one) counts per token exactly as
+its build without adapters (the base sessions decode); switching one on writes its values into the adapted
+sessions' inputs made at load, creating no GPU buffer, and the captured decode replays with it."""
 
 from __future__ import annotations
 
@@ -175,3 +179,35 @@ def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_u
     assert browser["dispatches"] == node["dispatches"] + 1
     extra = {k: v - node["kernels"].get(k, 0) for k, v in browser["kernels"].items() if v != node["kernels"].get(k, 0)}
     assert extra == {"LayerNorm": 1} and set(node["kernels"]) <= set(browser["kernels"])
+
+
+@pytest.fixture(scope="module")
+def no_adapters(tmp_path_factory) -> Path:
+    """The example built without its LoRA adapter."""
+    tmp = tmp_path_factory.mktemp("counters")
+    write_example_config(tmp, adapters=[])
+    return build(tmp / "model.yaml", tmp / "plain")
+
+
+def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level0, no_adapters, tmp_path):
+    """Off: the same calls per token as the build without adapters. `--adapter klatt` switches it on, off and
+    on again: each switch on is one writeBuffer per lora.* input (float32 values: 4 bytes each), none makes
+    a GPU buffer, a bind group or a dispatch; with it on the decode replays the adapted step graph (still no
+    bind group and one 8-byte mask write per token), two MatMuls and an Add more per projection."""
+    off, without = benched(level0, tmp_path, "off"), benched(no_adapters, tmp_path, "without")
+    on = benched(level0, tmp_path, "on", "--adapter", "klatt")
+    assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
+    assert off["counters_per_token"] == without["counters_per_token"]
+    tensors = json.loads((level0 / "model" / "manifest.json").read_text())["adapters"]["klatt"]["tensors"]
+    values = sum(t["shape"][0] * t["shape"][1] for t in tensors.values())
+    assert [s["to"] for s in on["lora_switches"]] == ["klatt", None, "klatt"]
+    for s in on["lora_switches"]:
+        writes = len(tensors) if s["to"] else 0
+        assert s["counts"] == {"dispatches": 0, "submits": 0, "readbacks": 0, "write_buffers": writes,
+                               "write_bytes": 4 * values if s["to"] else 0, "bind_groups": 0, "buffers": 0,
+                               "buffer_bytes": 0}, s
+    c, base = on["counters_per_token"], off["counters_per_token"]
+    assert c["bind_groups"] == 0 and c["write_buffers"] == 1 and c["write_bytes"] == 8 and c["readbacks"] == 1
+    projections = len(tensors) // 2
+    assert c["kernels"]["MatMul"] - base["kernels"].get("MatMul", 0) == 2 * projections
+    assert c["kernels"]["Add"] - base["kernels"].get("Add", 0) == projections

@@ -362,9 +362,11 @@ def test_without_webgpu_falls_back_to_wasm(playwright, site, reference):
 @needs_chromium
 def test_controls_are_labelled_and_keyboard_reachable(playwright, site):
     with site_page(playwright, site, "?ep=wasm&max_new_tokens=2", webgpu=False) as (srv, page, _):
-        names = page.evaluate("""() => [...document.querySelectorAll('button, input')].map((el) =>
+        names = page.evaluate("""() => [...document.querySelectorAll('button, input, select')].map((el) =>
             [el.id, el.labels?.[0]?.textContent || el.textContent || el.getAttribute('aria-label') || ''])""")
         assert all(name.strip() for _, name in names), names
+        # a build without LoRA adapters: no adapter picker
+        assert page.evaluate("() => window.webbuild.info.loraAdapters") == [] and page.is_hidden("#lora")
         focused = []
         for _ in range(6):
             page.keyboard.press("Tab")

@@ -1,6 +1,8 @@
 """The embedded example (examples/tiny-asr, a trained tiny Qwen3-ASR) as a site: every sample clip
 transcribed in headless Chromium, on SwiftShader WebGPU and on the wasm fallback, gives exactly the
-text of the Python reference on the same built graphs (and the clip's transcript)."""
+text of the Python reference on the same built graphs (and the clip's transcript); with its LoRA adapter
+picked on the page, the tokens of the reference with that adapter on, and with none picked again, the
+first tokens exactly."""
 
 from __future__ import annotations
 
@@ -100,6 +102,67 @@ def test_example_site_transcribes_its_samples(playwright, example_site, expected
         assert page.inner_text("#m-rtf") not in ("", "–")
         origin = srv.url.split("/demo/")[0]
         assert all(u.startswith(origin + "/demo/") for u in log["requests"])
+    finally:
+        browser.close()
+        srv.shutdown()
+
+
+def page_tokens(page, sample: dict) -> list[int]:
+    """The page's greedy tokens of one sample clip (one chunk)."""
+    page.click(f"#{sample['id']}")
+    wait_for(page, "() => window.webbuild.status === 'done' || window.webbuild.error", 400)
+    state = page.evaluate("() => window.webbuild")
+    assert state["error"] is None, state["error"]
+    [tokens] = state["tokens"]
+    return tokens
+
+
+def pick_lora(page, name: str | None) -> None:
+    """The picker set to adapter `name` (None: the base model), the worker's switch waited for."""
+    page.select_option("#lora", name or "")
+    wait_for(page, f"() => window.webbuild.lora === {json.dumps(name)} || window.webbuild.error", 120)
+    assert page.evaluate("() => window.webbuild.error") is None
+
+
+@pytest.fixture(scope="module")
+def lora_expected(example_site):
+    """Per sample: the Python reference's tokens with no adapter and with klatt (webbuild transcribe --adapter)."""
+    from webbuild.reference.transcribe import load_transcriber
+
+    work, samples = example_site
+    refs = {name: load_transcriber(work / "dist", adapter=name) for name in (None, "klatt")}
+    return {name: [ref.generate(read_wav(s["audio"])) for s in samples] for name, ref in refs.items()}
+
+
+@needs_chromium
+@pytest.mark.parametrize("webgpu", [pytest.param(True, marks=pytest.mark.slow), False], ids=["webgpu", "wasm"])
+def test_adapter_picker_on_and_off_gives_the_references_tokens(playwright, example_site, lora_expected, webgpu):
+    """The page lists the build's adapter in a labelled picker; each transcription runs with the adapter
+    picked before it: none (the base graphs), klatt (the adapted graphs, its weights written into the inputs
+    made at load), none again (the first tokens exactly). On SwiftShader WebGPU (about a token a second)
+    the sample the adapter changes and one it leaves alone; on wasm every sample."""
+    from webbuild.tools.serve import start
+
+    work, samples = example_site
+    picked = [0, 3] if webgpu else range(len(samples))
+    assert lora_expected["klatt"][3] != lora_expected[None][3]  # the adapter changes sample 4's transcript
+    srv = start(work / "dist", quiet=True, base_path="/demo/")
+    browser, page, _ = open_site(playwright, srv, "?ep=webgpu" if webgpu else "", webgpu=webgpu)
+    try:
+        info = page.evaluate("() => window.webbuild.info")
+        assert info["ep"] == ("webgpu" if webgpu else "wasm") and info["loraAdapters"] == ["klatt"]
+        assert info["lora"] is None and (info["decode"] == "captured") == webgpu
+        assert page.is_visible("#lora") and page.inner_text("label[for=lora]") == "Adapter"
+        assert page.eval_on_selector_all("#lora option", "os => os.map((o) => [o.value, o.textContent])") == [
+            ["", "none (base model)"], ["klatt", "klatt"]]
+        runs = {}
+        for run, name in (("off", None), ("on", "klatt"), ("off again", None)):
+            if run != "off":
+                pick_lora(page, name)
+            runs[run] = [page_tokens(page, samples[i]) for i in picked]
+            assert page.evaluate("() => window.webbuild.doneLora") == name
+            assert runs[run] == [lora_expected[name][i] for i in picked], run
+        assert runs["off again"] == runs["off"] != runs["on"]
     finally:
         browser.close()
         srv.shutdown()

@@ -423,10 +423,13 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
                    "ep.webgpuexecutionprovider.maxNumPendingDispatches=256; repeatable.")
 @click.option("--graph-capture/--no-graph-capture", default=True, show_default=True,
               help="Decode with the captured step graph where WebGPU allows it (node only); off: every step plain.")
+@click.option("--adapter", metavar="NAME",
+              help="Switch the site's LoRA adapter NAME on (on, off, then on again, each switch's WebGPU calls "
+                   "counted) before the clips and the synthetic decode (node only); default: the base model.")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
 def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
           max_new_tokens: int | None, swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool,
-          report: Path | None):
+          adapter: str | None, report: Path | None):
     """Measure load time, encoder time, TTFT, prefill and decode speed of a built site's runtime.
 
     Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
@@ -441,6 +444,7 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
     Example:
       webbuild bench dist --ep wasm --json bench.json
       webbuild bench dist --ep webgpu --swiftshader --decode-tokens 16
+      webbuild bench dist --ep webgpu --adapter klatt   # per-token counts with the adapter on
       webbuild bench examples/tiny-asr/model --ep wasm
     """
     from webbuild.tools.bench import run_node, table
@@ -455,7 +459,7 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
             raise BenchError(f"--session-config wants KEY=VALUE, got "
                              f"{', '.join(e for e in session_config if '=' not in e)}")
         result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config,
-                          graph_capture=graph_capture, max_new_tokens=max_new_tokens)
+                          graph_capture=graph_capture, max_new_tokens=max_new_tokens, adapter=adapter)
     click.echo(table(result))
     if report:
         report.write_text(json.dumps(result, indent=1) + "\n")

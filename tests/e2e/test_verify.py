@@ -1,7 +1,8 @@
 """`webbuild verify` on the embedded example (examples/tiny-asr) built into a temporary folder:
-green on the built folder (samples + held-out clips on wasm and one on WebGPU, every check, the tokens
-equal to the Python reference's), red on a wrong transcript (through the deployed-URL path), and input
-errors with exit code 2. The token comparison on crafted lists: test_verify_tokens.py."""
+green on the built folder (samples, with its LoRA adapter klatt picked and with none again, + held-out clips
+on wasm and one on WebGPU, every check, the tokens equal to the Python reference's), red on a wrong
+transcript (through the deployed-URL path), and input errors with exit code 2. The token comparison on
+crafted lists: test_verify_tokens.py."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ CHECKS = {"first visit: model loads", "corrupted shard detected and recovered", 
           "console has no errors", "every transcript within the WER bound (and equal to the Python reference)",
           "decode speed on wasm at or above the floor"}  # the example's model.yaml sets one; verify runs on wasm
 WEBGPU_CLIP = {"clips on webgpu: model loads", "decode speed on webgpu at or above the floor"}  # --clips-ep webgpu:1
+LORA = {"adapter klatt: the picker switches it on", "adapter none: the picker switches back",
+        "adapter none again: the first tokens exactly"}  # the example ships one adapter
+SAMPLE_RUNS = ["samples", "samples, adapter klatt", "samples, adapter none again"]  # 4 samples each
 FLOOR = "decode speed on wasm at or above the floor"
 pytestmark = [
     pytest.mark.skipif(choose().source == "playwright", reason="no system Chrome/Chromium"),
@@ -81,17 +85,23 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
                    "--json", report_path, "--junit", tmp_path / "junit.xml")
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(report_path.read_text())
-    assert report["ok"] and {c["name"] for c in report["checks"]} == CHECKS | WEBGPU_CLIP
+    assert report["ok"] and {c["name"] for c in report["checks"]} == CHECKS | WEBGPU_CLIP | LORA
     assert junit_failures(tmp_path / "junit.xml", report) == {}
+    samples = [(run, "wasm") for run in SAMPLE_RUNS for _ in range(4)]
     assert [(r["run"], r["ep"]) for r in report["clips"]] == (
-        [("samples", "wasm")] * 4 + [("clips", "wasm")] * 3 + [("clips", "webgpu"), ("wasm fallback", "wasm")])
+        samples + [("clips", "wasm")] * 3 + [("clips", "webgpu"), ("wasm fallback", "wasm")])
     assert [r["clip"] for r in report["clips"] if r["run"] == "clips"] == [
         "heldout-000.wav", "heldout-001.wav", "heldout-002.wav", "heldout-000.wav"]  # webgpu:1: the first only
-    # every transcript equals the Python reference on the build's own graphs, and the true text
-    assert report["reference"] and report["reference_equal"] == 9
-    assert all(r["got"] == r["reference"] and r["wer"] == 0 for r in report["clips"])
+    # every transcript equals the Python reference on the build's own graphs (with the adapter on where it is
+    # picked), and the true text but where the adapter, fitted to another voice, changed it
+    assert report["reference"] and report["reference_equal"] == 17
+    assert all(r["got"] == r["reference"] for r in report["clips"])
+    assert [r["clip"] for r in report["clips"] if r["wer"] > 0] == ["03-sample-4.wav"]
+    assert all(r["max_wer"] is None for r in report["clips"] if r["run"] == "samples, adapter klatt")
+    runs = {run: [r["tokens"] for r in report["clips"] if r["run"] == run] for run in SAMPLE_RUNS}
+    assert runs["samples, adapter none again"] == runs["samples"] != runs["samples, adapter klatt"]
     # ... token for token, each token with the margin the reference gives it, to float32 noise on both EPs
-    assert (report["tokens_compared"], report["reference_tokens_equal"], report["passed_under_margin"]) == (9, 9, 0)
+    assert (report["tokens_compared"], report["reference_tokens_equal"], report["passed_under_margin"]) == (17, 17, 0)
     for r in report["clips"]:
         assert r["tokens"] == r["reference_tokens"] and r["difference"] is None and len(r["tokens"]) > 3
         assert len(r["margins"]) == len(r["tokens"]) and min(r["reference_margins"]) > MAX_TIE_MARGIN
@@ -104,10 +114,10 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
         assert r["ttft_ms"] > 0 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0 and r["rtf"] > 0
     assert report["load_ms"]["cold"] > 0 and report["load_ms"]["warm"] > 0
     assert "harmony emerge surprise" in run.stdout
-    assert run.stdout.rstrip().splitlines()[-1] == "PASS: 9/9 clips (0 passed under the margin), 13/13 checks"
+    assert run.stdout.rstrip().splitlines()[-1] == "PASS: 17/17 clips (0 passed under the margin), 16/16 checks"
     # the floors of the example's model.yaml reached the site (samples.json) and were checked on every clip
     floors = yaml.safe_load((EXAMPLE / "model.yaml").read_text())["verify"]["min_decode_tokens_per_s"]
-    for ep, count in (("wasm", 8), ("webgpu", 1)):
+    for ep, count in (("wasm", 16), ("webgpu", 1)):
         speed = report["decode_speed"][ep]
         assert speed["clips"] == count and speed["floor"] == floors[ep] and speed["floor_from"].startswith("model.yaml")
         assert speed["decode_tokens_per_s"] >= floors[ep]
@@ -122,8 +132,8 @@ def test_verify_fails_below_the_decode_speed_floor(dist, tmp_path):
     [check] = [c for c in report["checks"] if not c["ok"]]
     rate = report["decode_speed"]["wasm"]["decode_tokens_per_s"]
     assert check["name"] == FLOOR and check["detail"] == (
-        f"measured {rate:.1f} tokens/s on wasm over 5 clips, below the floor of 1e+09 (--min-decode-tokens-per-s)")
-    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 5/5 clips (0 passed under the margin), 10/11 checks",
+        f"measured {rate:.1f} tokens/s on wasm over 13 clips, below the floor of 1e+09 (--min-decode-tokens-per-s)")
+    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 13/13 clips (0 passed under the margin), 13/14 checks",
                                                      f"FAIL check {FLOOR}: {check['detail']}"]
     assert junit_failures(tmp_path / "junit.xml", report) == {FLOOR: check["detail"]}
 
@@ -151,9 +161,9 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(dist, clips, tmp_
     reason = "WER 1.00 > 0.00: expected 'this is not what the clip says', got 'ghost repeat station'"
     assert bad[0]["reason"] == reason
     assert run.stdout.rstrip().splitlines()[-3:] == [
-        "FAIL: 5/6 clips, 10/11 checks",  # a deployed URL: no reference, no token comparison
+        "FAIL: 13/14 clips, 13/14 checks",  # a deployed URL: no reference, no token comparison
         f"FAIL clip clip.wav (clips, wasm): {reason}",
-        f"FAIL check {failed[0]}: 5/6 clips; first failure clip.wav (clips): {reason}"]
+        f"FAIL check {failed[0]}: 13/14 clips; first failure clip.wav (clips): {reason}"]
     detail = next(c["detail"] for c in report["checks"] if not c["ok"])
     assert junit_failures(tmp_path / "junit.xml", report) == {"clip.wav [wasm]": reason, failed[0]: detail}
 

@@ -35,13 +35,15 @@ def run_node(
     session_config: dict[str, str] | None = None,
     graph_capture: bool = True,
     max_new_tokens: int | None = None,
+    adapter: str | None = None,
 ) -> dict:
     """Runs the Node harness on `dist` and returns its report.
 
     A built site runs through its own runtime (bench.mjs); a split source export (the baseline,
     which the site runtime does not take) through split.mjs, and a merged decoder (a peer such as
     the onnxruntime-genai builder's graph) through merged.mjs, both on synthetic inputs of the
-    site's shapes.
+    site's shapes. `adapter`: a built site's LoRA adapter switched on (on, off and on again, each
+    switch's WebGPU calls counted) before the clips and the synthetic decode run with it.
     """
     if (dist / "model" / "manifest.json").is_file():
         harness, extra = HARNESSES / "bench.mjs", ["--repeat", str(repeat)]
@@ -50,6 +52,8 @@ def run_node(
         if max_new_tokens is not None:
             extra += ["--max-new-tokens", str(max_new_tokens)]
         extra += ["--graph-capture", str(int(graph_capture))]
+        if adapter:
+            extra += ["--adapter", adapter]
     elif (dist / "decoder_init.onnx").is_file():
         harness, extra = HARNESSES / "split.mjs", []
     elif merged := next((n for n in MERGED_NAMES if (dist / n).is_file()), None):
@@ -97,9 +101,23 @@ def table(r: dict) -> str:
     ]
     if "clips" in s:
         lines.append(f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text")
+    lines += lora_lines(r)
     if heap := r.get("wasm_heap_bytes", {}).get("peak"):
         lines.append(f"wasm heap   {size(r['wasm_heap_bytes']['loaded'])} after loading, {size(heap)} at the end")
     return "\n".join(lines + counter_lines(r) + timing_lines(r))
+
+
+def lora_lines(r: dict) -> list[str]:
+    """The LoRA adapter on, with what switching it on, off and on again took (bench.mjs --adapter)."""
+    if not r.get("lora"):
+        return []
+    steps = []
+    for s in r["lora_switches"]:
+        c = s["counts"]
+        calls = (f": {_count(c['buffers'])} buffers, {_count(c['write_buffers'])} writeBuffer "
+                 f"({size(c['write_bytes'])})") if c else ""
+        steps.append(f"{'on' if s['to'] else 'off'} {s['ms']:.0f} ms{calls}")
+    return [f"lora        {r['lora']} (switched {'; '.join(steps)})"]
 
 
 def counter_lines(r: dict) -> list[str]:
