@@ -108,13 +108,15 @@ def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
 
 
 def test_js_contract_names_equal_the_python_ones():
-    from webbuild.site.contract import RUNTIME_FILE, SAMPLES_FILE
+    from webbuild.build.render import TEMPLATE_DIR
+    from webbuild.site.contract import LORA_PICKER, RUNTIME_FILE, SAMPLES_FILE
 
     r = node("""
-      import { RUNTIME_FILE, SAMPLES_FILE } from './runtime/contract.js';
-      console.log(JSON.stringify({ RUNTIME_FILE, SAMPLES_FILE }));
+      import { LORA_PICKER, RUNTIME_FILE, SAMPLES_FILE } from './runtime/contract.js';
+      console.log(JSON.stringify({ LORA_PICKER, RUNTIME_FILE, SAMPLES_FILE }));
     """)
-    assert r == {"RUNTIME_FILE": RUNTIME_FILE, "SAMPLES_FILE": SAMPLES_FILE}
+    assert r == {"LORA_PICKER": LORA_PICKER, "RUNTIME_FILE": RUNTIME_FILE, "SAMPLES_FILE": SAMPLES_FILE}
+    assert f'<select id="{LORA_PICKER}"' in (TEMPLATE_DIR / "index.html.j2").read_text()
 
 
 def test_variant_files_by_graph_through_the_role_table():
@@ -129,3 +131,20 @@ def test_variant_files_by_graph_through_the_role_table():
     """)
     assert r == {"dtype": "float32", "encoder": {"graph": "e.onnx", "data": "e.onnx.data"},
                  "decoder": {"graph": "d.onnx", "data": "d.onnx.data", "wasm": "d.wasm.onnx"}}
+
+
+def test_adapted_decoder_by_role_with_the_adapters_input_shapes():
+    """A variant with the adapted decoder's roles (docs/adapters.md) gets graphs.decoder_lora, and the lora.*
+    input shapes from the manifest's adapters (all adapters of a build share them)."""
+    from webbuild.site.contract import FILE_ROLES
+
+    entry = {"dtype": "float16", "encoder": "e.onnx", "decoder": "d.onnx", "decoder_data": "d.onnx.data",
+             "decoder_step": "d.step.onnx", "decoder_lora": "d.lora.onnx", "decoder_lora_step": "d.lora.step.onnx"}
+    tensors = {"lora.0.q_proj.down": {"shape": [256, 32], "offset": 0, "scales_offset": 8192}}
+    manifest = {"adapters": {"klatt": {"file": "adapter.klatt.bin", "precision": "int8", "tensors": tensors}}}
+    r = node(f"""
+      import {{ variantGraphs }} from './runtime/site.js';
+      console.log(JSON.stringify(variantGraphs({json.dumps(entry)}, {json.dumps(FILE_ROLES)}, {json.dumps(manifest)})));
+    """)
+    assert r["decoder_lora"] == {"graph": "d.lora.onnx", "data": "d.onnx.data", "step": "d.lora.step.onnx"}
+    assert r["lora"] == {"lora.0.q_proj.down": [256, 32]} and r["decoder"]["step"] == "d.step.onnx"
