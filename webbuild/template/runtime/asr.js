@@ -6,6 +6,9 @@
 // - inputs_embeds: rows looked up here in embed_tokens.bin, audio features spliced in here;
 // - input_ids + audio_features + audio_offset (quantized builds): the graph does the int4 lookup
 //   and the splice, and no float table is shipped. Decode steps pass an empty audio_features.
+//
+// A build with LoRA adapters (docs/adapters.md) also has the adapted decoder: its sessions decode while
+// an adapter is on (setLora), the base ones otherwise; the adapter's values reach them as extra inputs.
 
 import { CapturedSteps, IN_FLIGHT } from './capture.js';
 import { pickLast, toFloat32 } from './greedy.js';
@@ -71,7 +74,6 @@ export class Recogniser {
   get decoder() { return this.active.decoder; }
   get steps() { return this.active.steps; }
   get decodeMode() { return this.active.decodeMode; }
-  get loraOn() { return this.active !== this.base; }
 
   // An adapter's values (lora.js loraValues in this.dtype) into the adapted sessions' inputs, which then
   // decode; null: the base sessions again. Takes effect at the next transcription.

@@ -9,6 +9,10 @@
 // read-back (token, margin) without waiting for the previous step's, and the caller keeps a few steps
 // in flight (asr.js), reading the tokens as they arrive.
 //
+// A build with LoRA adapters has a second step session, the adapted decoder's (runtime/lora.js): it
+// reads and writes the same static buffers as the base one (only one decodes at a time) and binds the
+// adapter inputs once, like every other input; the registrations it pins are the same ones.
+//
 // onnxruntime-web 1.30 needs three things for capture to work (docs/graph-capture.md has the source lines):
 // - the EP named as an object, or enableGraphCapture never reaches it;
 // - every input and output a GPU tensor on the same buffer in every run;
