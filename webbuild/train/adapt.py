@@ -185,7 +185,8 @@ def train_adapter(device: str, base: Path, out_dir: Path, data: adapter_data.Ada
     store = ClipStore.build(data.train, tok, device)
     data.train = None  # the samples live on the device now
     cache = audio_cache(model, store, lead, batch_size=256 if device.startswith("cuda") else 64)
-    store = dataclasses.replace(store, pcm=store.pcm[:0])  # steps read the cache and the answers alone
+    # steps read the cache and the answers alone: let the samples go (a slice would keep their storage)
+    store = dataclasses.replace(store, pcm=store.pcm.new_empty(0))
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     click.echo(f"audio embeddings of {len(store)} clips, {time.time() - t0:.0f} s")
