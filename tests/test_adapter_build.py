@@ -195,3 +195,12 @@ def test_random_adapter_fits_its_export(tmp_path):
     assert adapter_problems(folder, json.loads((EXAMPLE / "model" / "config.json").read_text())) == []
     inputs = graph_inputs(folder, num_layers=4)
     assert all(np.abs(w).max() > 0 for w in inputs.values())
+
+
+def test_wasm_plan_counts_the_adapted_session(sites):
+    """On wasm the adapted decoder is a second session holding the decoder's weights: the plan counts it."""
+    need = {k: json.loads((sites[k] / "build-report.json").read_text())["variants"]["fp32"]["wasm"]
+            for k in ("with", "without")}
+    assert need["with"]["forms"] == need["without"]["forms"]
+    assert need["with"]["tensor_bytes"] > need["without"]["tensor_bytes"]
+    assert need["with"]["need_bytes"] > need["without"]["need_bytes"]
