@@ -4,11 +4,22 @@
 #
 #   scripts/train_on_device.sh prepare   # here: espeak-ng and what it links, a transformers wheel -> .cache/device
 #   scripts/train_on_device.sh run       # there, with .cache/device carried; results under $OUT
+#   scripts/train_on_device.sh adapter   # there, likewise: the LoRA adapter sweep of issue 18
 #
 # `run` unpacks espeak-ng into /tmp, checks the Python modules training needs, runs the documented
 # recipe, then puts the checkpoint under $OUT as its two weight shards plus rest.tar.gz (config,
 # tokenizer, train_log.json), and evaluates the first-word sets (webbuild.train.onset) on the GPU with
 # the front-end's lead and without. $OUT takes 8 files of at most 16 MiB: 15 MB shards keep it at 7.
+#
+# `adapter` unpacks espeak-ng and checks python as `run` does, rebuilds the base checkpoint from the
+# repository's export (examples/tiny-asr/model, webbuild.train.from_export), synthesizes the target's
+# and the general training clips and the two held-out sets once over all cores (`adapt data`), then
+# trains and measures the sweep below on the GPU, one process per run on the same clips (`adapt
+# sweep`). What comes back: adapter.log, wer.md (the WER table) and adapters.tar.gz (a folder per run:
+# adapter_config.json, adapter_model.safetensors, train_log.json; NAME.log per run; wer.md; data.json).
+# Each run's training time is capped so that the whole command ends in about ADAPTER_DEADLINE_S.
+# ADAPTER_CPU=1 runs the same path on the CPU without the GPU check (with small ADAPTER_* counts: a
+# test of the path before the device call).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -34,7 +45,7 @@ prepare() {
 espeak_env() {
   # a wrapper gives espeak-ng alone the carried libraries: exported for all, they would shadow the
   # machine's own (liblzma, libzstd, ...) in python3 and torch
-  local root=/tmp/espeak
+  local root=${ESPEAK_ROOT:-/tmp/espeak}
   rm -rf "$root" && mkdir -p "$root/bin"
   for deb in "$CARRY"/debs/*.deb; do dpkg -x "$deb" "$root"; done
   cat >"$root/bin/espeak-ng" <<EOF
@@ -51,8 +62,10 @@ EOF
 }
 
 python_env() {
-  python3 -c 'import torch; assert torch.cuda.is_available(), "no GPU"' \
-    || { echo "python3 has no torch with CUDA: run this on the GPU machine" >&2; exit 2; }
+  if [ "${ADAPTER_CPU:-0}" != 1 ]; then
+    python3 -c 'import torch; assert torch.cuda.is_available(), "no GPU"' \
+      || { echo "python3 has no torch with CUDA: run this on the GPU machine" >&2; exit 2; }
+  fi
   if ! python3 -c 'import transformers.models.qwen3_asr' 2>/dev/null; then
     ls "$CARRY"/wheels/transformers-*.whl >/dev/null 2>&1 \
       || { echo "transformers lacks Qwen3-ASR and no wheel was carried: run prepare" >&2; exit 2; }
@@ -62,7 +75,8 @@ python_env() {
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
   python3 -c 'import torch, transformers, tokenizers, scipy, click, numpy
 from transformers import Qwen3ASRForConditionalGeneration
-print("torch", torch.__version__, "transformers", transformers.__version__, torch.cuda.get_device_name())' \
+print("torch", torch.__version__, "transformers", transformers.__version__,
+      torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU")' \
     || { echo "a module training needs is missing (above)" >&2; exit 2; }
 }
 
@@ -82,8 +96,47 @@ run() {
   ls -l "$OUT"
 }
 
+adapter_sweep() {
+  local work=${ADAPTER_WORK:-/tmp/adapter} device=cuda steps=${ADAPTER_STEPS:-2500}
+  local deadline=${ADAPTER_DEADLINE_S:-500}
+  if [ "${ADAPTER_CPU:-0}" = 1 ]; then device=cpu deadline=${ADAPTER_DEADLINE_S:-3600}; fi
+  espeak_env
+  python_env
+  rm -rf "$work" && mkdir -p "$work"
+  # the base from the repository alone (fails here, not after the synthesis, if it cannot be rebuilt)
+  python3 -m webbuild.train.from_export examples/tiny-asr/model "$work/base"
+  python3 -m webbuild.train.adapt data --target klatt --clips "${ADAPTER_CLIPS:-40000}" \
+    --general "${ADAPTER_GENERAL:-40000}" --count "${ADAPTER_COUNT:-200}" --workers "${ADAPTER_WORKERS:-$(nproc)}" \
+    --out "$work/data"
+  # what is left of the deadline, less about 2 minutes for each run's loading, audio embeddings and
+  # five WER measurements, is the runs' training time (the cosine schedule follows it)
+  local minutes cap
+  minutes=$(python3 -c "print(round(min(4.0, max(0.5, ($deadline - $SECONDS - 120) / 60)), 2))")
+  echo "$SECONDS s so far; training capped at $minutes min a run"
+  cap="--max-minutes $minutes"
+  local status=0
+  python3 -m webbuild.train.adapt --device "$device" sweep examples/tiny-asr/model --data "$work/data" \
+    --out "$work/sweep" --scales 0.75,0.5 --jobs "${ADAPTER_JOBS:-0}" \
+    --run "a=--steps $steps --lr 5e-4 --general-share 0.5 $cap" \
+    --run "b=--steps $steps --lr 5e-4 --general-share 0.65 $cap" \
+    --run "c=--steps $steps --lr 5e-4 --general-share 0.5 --alpha 16 $cap" \
+    --run "d=--steps $steps --lr 2.5e-4 --general-share 0.5 $cap" || status=$?
+  cp "$work/data/data.json" "$work/sweep/" || true
+  cp "$work/sweep/wer.md" "$OUT/" || true
+  tar czf "$OUT/adapters.tar.gz" -C "$work/sweep" .
+  echo "adapter sweep: $SECONDS s in all, exit $status"
+  ls -l "$OUT"
+  return "$status"
+}
+
+adapter() {
+  : "${OUT:?adapter is for the GPU machine, where OUT names the folder that comes back}"
+  adapter_sweep 2>&1 | tee "$OUT/adapter.log"
+}
+
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
-  *) echo "usage: $0 prepare|run" >&2; exit 2 ;;
+  adapter) adapter ;;
+  *) echo "usage: $0 prepare|run|adapter" >&2; exit 2 ;;
 esac

@@ -182,7 +182,7 @@ def _wasm_plans(ctx: BuildContext) -> dict[str, dict]:
     for name, v in ctx.state.variants.items():
         if v.dtype != "float32":
             continue  # the wasm EP runs the fp32 variant only (runtime/probe.js chooseVariant)
-        fit = plans[name] = variant_plan(v.dir, v.files, runtime)
+        fit = plans[name] = variant_plan(v.dir, v.files, runtime, decoder_sessions=2 if ctx.cfg.adapters else 1)
         ctx.report.variants.setdefault(name, {})["wasm"] = fit
         options = "; ".join(f"{_forms_text(o['forms'])}: {o['need_bytes'] / GIB:.2f} GiB" for o in fit["options"])
         if fit["fits"]:

@@ -118,9 +118,14 @@ def runtime_need(runtime: dict, intermediate: int | None = None, heads: int | No
             "max_positions": positions}
 
 
-def variant_plan(folder: Path, files: dict[str, str], runtime: dict) -> dict:
-    """The wasm plan of one variant (its int4 graphs by role, as the manifest entry), with the budget."""
+def variant_plan(folder: Path, files: dict[str, str], runtime: dict, decoder_sessions: int = 1) -> dict:
+    """The wasm plan of one variant (its int4 graphs by role, as the manifest entry), with the budget.
+    `decoder_sessions`: 2 in a build with LoRA adapters, whose adapted decoder session holds the
+    decoder's weights a second time (docs/adapters.md)."""
     graphs = {g: graph_forms(folder / files[g]) for g in ("encoder", "decoder") if files.get(g)}
+    if "decoder" in graphs and decoder_sessions > 1:
+        graphs["decoder"] = {form: {k: v * (decoder_sessions if k != "model_bytes" else 1) for k, v in parts.items()}
+                             for form, parts in graphs["decoder"].items()}
     return plan(graphs, runtime_need(runtime))
 
 

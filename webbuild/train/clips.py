@@ -1,10 +1,11 @@
 """Write held-out clips as WAV + same-named .txt transcripts (the layout `webbuild transcribe` and
 `webbuild verify --clips` read).
 
-    python -m webbuild.train.clips OUT_DIR [--count 500]
+    python -m webbuild.train.clips OUT_DIR [--count 500] [--target klatt]
 
 The clips are exactly the held-out clips the training run evaluates on: same sentences, same
-voices, rates, pitches and noise (synthesis is seeded per shard).
+voices, rates, pitches and noise (synthesis is seeded per shard). With `--target`, the held-out clips
+of an adapter's target (webbuild.train.target) instead, as `adapt evaluate` scores them.
 """
 
 from __future__ import annotations
@@ -19,8 +20,13 @@ from webbuild.train.dataset import synthesize_sharded
 from webbuild.train.sentences import HELDOUT_SEED, HELDOUT_SIZE, heldout_sentences, load_vocabulary
 
 
-def write_heldout_clips(out_dir: Path, count: int = HELDOUT_SIZE) -> list[Path]:
-    clips = synthesize_sharded(heldout_sentences(load_vocabulary()), HELDOUT_SEED)
+def write_heldout_clips(out_dir: Path, count: int = HELDOUT_SIZE, target: str | None = None) -> list[Path]:
+    if target is None:
+        clips = synthesize_sharded(heldout_sentences(load_vocabulary()), HELDOUT_SEED)
+    else:
+        from webbuild.train.target import heldout_target
+
+        clips = heldout_target(target, count)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for i in range(min(count, len(clips.texts))):
@@ -34,9 +40,10 @@ def write_heldout_clips(out_dir: Path, count: int = HELDOUT_SIZE) -> list[Path]:
 @click.command()
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.option("--count", default=HELDOUT_SIZE, show_default=True, help="how many held-out clips to write")
-def main(out_dir: Path, count: int):
+@click.option("--target", default=None, help="an adapter target's held-out clips (webbuild.train.target), e.g. klatt")
+def main(out_dir: Path, count: int, target: str | None):
     """Write the held-out clips into OUT_DIR as heldout-NNN.wav + heldout-NNN.txt."""
-    paths = write_heldout_clips(out_dir, count)
+    paths = write_heldout_clips(out_dir, count, target)
     click.echo(f"wrote {plural(len(paths), 'clip')} to {out_dir}")
 
 

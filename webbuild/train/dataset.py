@@ -93,9 +93,17 @@ def build_shards(out_dir: Path, texts: list[str], seed: int, workers: int, prefi
 
 
 def load_shards(paths: list[Path]) -> Clips:
-    parts = [np.load(p) for p in paths]
-    return Clips(
-        np.concatenate([p["pcm"] for p in parts]),
-        np.concatenate([p["lengths"] for p in parts]),
-        [str(t) for p in parts for t in p["texts"]],
-    )
+    """The shards' clips in order, read into one array (no second copy of the samples is held)."""
+    lengths, texts = [np.zeros(0, np.int64)], []
+    for path in paths:
+        with np.load(path) as shard:
+            lengths.append(shard["lengths"])
+            texts += [str(t) for t in shard["texts"]]
+    all_lengths = np.concatenate(lengths).astype(np.int64)
+    pcm, pos = np.empty(int(all_lengths.sum()), np.int16), 0
+    for path in paths:
+        with np.load(path) as shard:
+            part = shard["pcm"]
+            pcm[pos : pos + len(part)] = part
+            pos += len(part)
+    return Clips(pcm, all_lengths, texts)

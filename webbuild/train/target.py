@@ -3,7 +3,7 @@
 A target keeps the held-out clips' random rate, pitch, gain, noise and silences and changes one
 thing (the espeak-ng voice, or the rate), so its WER against the base says what that one thing costs.
 Its held-out clips speak the general held-out sentences (never drawn for training) with their own
-seed; its training clips speak fresh training draws.
+seed; its training clips speak fresh training draws (webbuild.train.adapter_data).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from webbuild.train.dataset import Clips
-from webbuild.train.sentences import heldout_sentences, load_vocabulary, training_sentences
+from webbuild.train.sentences import heldout_sentences, load_vocabulary
 from webbuild.train.speech import Style, random_style, synthesize
 
 TARGET_SEED = 20261201  # voices' other draws and noise of every target clip set
@@ -52,8 +52,3 @@ def target_clips(target: str, texts: list[str], seed: int) -> Clips:
 def heldout_target(target: str, count: int) -> Clips:
     """The first `count` held-out sentences in `target`'s style: never an adapter's training clip."""
     return target_clips(target, heldout_sentences(load_vocabulary(), count), TARGET_SEED)
-
-
-def training_target(target: str, count: int, seed: int = TRAIN_SEED) -> Clips:
-    """`count` training sentences (none held out) in `target`'s style."""
-    return target_clips(target, training_sentences(load_vocabulary(), count, seed), TARGET_SEED + seed)
