@@ -189,7 +189,7 @@ function loraFailed(message) {
   switching = null;
   Object.assign($(LORA_PICKER), { value: state.lora ?? '', disabled: false }); // the worker kept the previous one
   $('progress').hidden = true;
-  showError(`the adapter could not be switched on (${message})`);
+  showError(`the adapter could not be switched (${message})`);
   setStatus('Ready.');
 }
 

@@ -117,6 +117,7 @@ export class Recogniser {
     this.provider = ep;
     this.ep = typeof ep === 'string' ? ep : ep.name;
     this.d = runtime.decoder;
+    this.adapted = null; // the adapted decoder's set, in a build with adapters (loadAdapted)
   }
 
   sessionOptions() {
