@@ -15,6 +15,7 @@ import onnx
 import pytest
 import yaml
 
+from tests.example_config import example_config
 from webbuild.config import LAYOUT_FILES
 from webbuild.reference import layout_v2 as v2
 from webbuild.reference.audio import read_wav
@@ -40,10 +41,8 @@ def v2_export(tmp_path_factory) -> Path:
 
 def _model_yaml(folder: Path, layout: str, source: Path) -> Path:
     """The example's model.yaml with `source` in `layout` and absolute sample paths."""
-    cfg = yaml.safe_load((EXAMPLE / "model.yaml").read_text())
+    cfg = example_config()
     cfg["source"] = {"layout": layout, "dir": str(source)}
-    for s in cfg["site"]["samples"]:
-        s["audio"] = str(EXAMPLE / s["audio"])
     path = folder / f"{layout}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

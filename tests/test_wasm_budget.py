@@ -20,6 +20,7 @@ from pathlib import Path
 import onnx
 import pytest
 
+from tests.example_config import write_example_config
 from webbuild.build.wasm_budget import BUDGET, BUDGET_ENV, GIB, shapes_need
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import load_transcriber
@@ -47,13 +48,14 @@ def dist(tmp_path_factory):
     return out, build(out)
 
 
-def preset_need(name: str, max_positions: int) -> dict:
+def preset_need(name: str, max_positions: int, decoder_sessions: int = 1) -> dict:
     p = get_preset(name)
     t, a = p.text, p.audio
     return shapes_need(layers=t["num_hidden_layers"], hidden=t["hidden_size"], intermediate=t["intermediate_size"],
                        heads=t["num_attention_heads"], kv_heads=t["num_key_value_heads"], head_dim=t["head_dim"],
                        vocab=151_936 if p.qwen_ids else p.bpe_vocab_size, enc_layers=a["encoder_layers"],
-                       enc_dim=a["d_model"], enc_ffn=a["encoder_ffn_dim"], max_positions=max_positions)
+                       enc_dim=a["d_model"], enc_ffn=a["encoder_ffn_dim"], max_positions=max_positions,
+                       decoder_sessions=decoder_sessions)
 
 
 def wasm_plan(out: Path) -> dict:
@@ -80,7 +82,7 @@ def test_the_tiny_example_fits_within_a_factor_of_its_measured_wasm_heap(dist):
 def test_the_estimate_from_dimensions_agrees_with_the_graphs(dist):
     out, _ = dist
     fit = json.loads((out / "build-report.json").read_text())["variants"]["fp32"]["wasm"]
-    shapes = preset_need("tiny", fit["max_positions"])
+    shapes = preset_need("tiny", fit["max_positions"], decoder_sessions=2)  # the example ships an adapter
     assert shapes["kv_cache_bytes"] == fit["kv_cache_bytes"]
     assert 0.8 <= shapes["folded_bytes"] / fit["folded_bytes"] <= 1.25, (shapes, fit)
     assert 0.8 <= shapes["need_bytes"] / fit["need_bytes"] <= 1.25, (shapes, fit)
@@ -129,9 +131,7 @@ def test_twins_over_budget_give_way_to_matmul_nbits_and_wasm_transcribes_as_the_
 
 
 def test_an_8_bit_build_keeps_its_decoder_matmul_nbits_and_wasm_transcribes_as_the_reference(tmp_path):
-    yaml = (EXAMPLE / "model.yaml").read_text().replace("dir: ./model", f"dir: {EXAMPLE / 'model'}")
-    yaml = yaml.replace("audio: samples/", f"audio: {EXAMPLE / 'samples'}/") + "quantize: {bits: 8}\n"
-    (tmp_path / "model.yaml").write_text(yaml)
+    write_example_config(tmp_path, quantize={"bits": 8})
     out = tmp_path / "dist"
     run = subprocess.run([sys.executable, "-m", "webbuild.cli", str(tmp_path / "model.yaml"), "-o", str(out)],
                          capture_output=True, text=True, cwd=REPO, timeout=1800)

@@ -123,10 +123,16 @@ def variant_plan(folder: Path, files: dict[str, str], runtime: dict, decoder_ses
     `decoder_sessions`: 2 in a build with LoRA adapters, whose adapted decoder session holds the
     decoder's weights a second time (docs/adapters.md)."""
     graphs = {g: graph_forms(folder / files[g]) for g in ("encoder", "decoder") if files.get(g)}
-    if "decoder" in graphs and decoder_sessions > 1:
-        graphs["decoder"] = {form: {k: v * (decoder_sessions if k != "model_bytes" else 1) for k, v in parts.items()}
-                             for form, parts in graphs["decoder"].items()}
+    if "decoder" in graphs:
+        graphs["decoder"] = sessions_of(graphs["decoder"], decoder_sessions)
     return plan(graphs, runtime_need(runtime))
+
+
+def sessions_of(forms: dict[str, dict], sessions: int) -> dict[str, dict]:
+    """A graph's form parts when `sessions` sessions of it are alive: each holds its tensors, folds and
+    scratch; their model bytes are freed once each is created, so they peak one at a time."""
+    return {form: {k: v if k == "model_bytes" else v * sessions for k, v in parts.items()}
+            for form, parts in forms.items()}
 
 
 def plan(graphs: dict[str, dict[str, dict]], runtime_parts: dict) -> dict:
@@ -161,7 +167,8 @@ def judge(parts: dict) -> dict:
 
 
 def shapes_need(*, layers: int, hidden: int, intermediate: int, heads: int, kv_heads: int, head_dim: int,
-                vocab: int, enc_layers: int, enc_dim: int, enc_ffn: int, max_positions: int) -> dict:
+                vocab: int, enc_layers: int, enc_dim: int, enc_ffn: int, max_positions: int,
+                decoder_sessions: int = 1) -> dict:
     """The same plan from a model's dimensions, without building it: every linear weight int4 (4 bits and
     a float32 scale per 32) on the wire, the embedding int4 and looked up in place; biases, norms and the
     encoder's convolutions left out (small beside the linears)."""
@@ -174,7 +181,8 @@ def shapes_need(*, layers: int, hidden: int, intermediate: int, heads: int, kv_h
         int4 = (sum(weights) + extra) * 5 // 8
         return form_parts(int4, int4, [4 * w for w in weights])
 
-    graphs = {"encoder": forms(enc_weights), "decoder": forms(dec_weights, vocab * hidden)}
+    decoder = sessions_of(forms(dec_weights, vocab * hidden), decoder_sessions)
+    graphs = {"encoder": forms(enc_weights), "decoder": decoder}
     return plan(graphs, runtime_need({"decoder": {"num_layers": layers, "num_key_value_heads": kv_heads,
                                                   "head_dim": head_dim, "hidden_size": hidden},
                                       "max_positions": max_positions}, intermediate, heads))
