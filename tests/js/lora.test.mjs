@@ -7,7 +7,8 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 
-import { floatToHalf, loraNames, loraShapes, loraValues } from '../../webbuild/template/runtime/lora.js';
+import { floatToHalf } from '../../webbuild/template/runtime/half.js';
+import { loraNames, loraShapes, loraValues } from '../../webbuild/template/runtime/lora.js';
 import { PYTHON, REPO, tempDir } from './fixture.mjs';
 
 // Packs random [K, N] inputs (K not a multiple of 32 among them, values over float16's whole range and

@@ -1,20 +1,11 @@
 // Greedy decoding's choice from a step's logits, in float32 whatever the graph's output type.
 
+import { halfsToFloats } from './half.js';
+
 // fp16 tensors arrive as raw bits (Uint16Array) or, in browsers that have it, Float16Array.
 export function toFloat32(data) {
   if (!(data instanceof Uint16Array)) return data instanceof Float32Array ? data : Float32Array.from(data);
-  const out = new Float32Array(data.length);
-  for (let i = 0; i < data.length; i++) out[i] = halfToFloat(data[i]);
-  return out;
-}
-
-function halfToFloat(h) {
-  const exp = (h >> 10) & 0x1f;
-  const frac = h & 0x3ff;
-  const sign = h & 0x8000 ? -1 : 1;
-  if (exp === 0) return sign * 2 ** -14 * (frac / 1024);
-  if (exp === 31) return frac ? NaN : sign * Infinity;
-  return sign * 2 ** (exp - 15) * (1 + frac / 1024);
+  return halfsToFloats(data);
 }
 
 // Greedy choice over the last position (a pruned graph has only that one): {token, margin}, the

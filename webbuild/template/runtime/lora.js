@@ -10,6 +10,7 @@
 // Every adapter of a build has the same inputs and shapes (the base's projections at rank 32), so one set
 // of tensors serves them all.
 
+import { floatsToHalfs, halfsToFloats } from './half.js';
 import { loadFiles } from './loader.js';
 
 const BLOCK = 32; // int8: MatMulNBits' 8-bit blocks along K
@@ -91,57 +92,6 @@ function view(bytes, Type, offset, count) {
   if (offset + count * Type.BYTES_PER_ELEMENT > bytes.byteLength) throw new Error(`adapter file: ${Type.name} at ${offset} runs past its end`);
   if (at % Type.BYTES_PER_ELEMENT === 0) return new Type(bytes.buffer, at, count);
   return new Type(bytes.slice(offset, offset + count * Type.BYTES_PER_ELEMENT).buffer);
-}
-
-// float32 -> IEEE half bits, rounding to nearest even (as numpy's astype(float16) does).
-const f32 = new Float32Array(1);
-const u32 = new Uint32Array(f32.buffer);
-
-export function floatToHalf(value) {
-  f32[0] = value;
-  const x = u32[0];
-  const sign = (x >>> 16) & 0x8000;
-  const exp = (x >>> 23) & 0xff;
-  const mant = x & 0x7fffff;
-  if (exp === 0xff) return sign | 0x7c00 | (mant ? 0x200 : 0); // Inf, NaN
-  const e = exp - 127 + 15;
-  if (e >= 0x1f) return sign | 0x7c00; // overflow: Inf
-  if (e <= 0) { // subnormal half (or zero)
-    if (e < -10) return sign;
-    const m = mant | 0x800000;
-    const shift = 14 - e;
-    return sign | roundShift(m, shift);
-  }
-  return sign | ((e << 10) + roundShift(mant, 13)); // a carry out of the mantissa bumps the exponent: right
-}
-
-// m >> shift, rounded to nearest, ties to even.
-function roundShift(m, shift) {
-  const kept = m >>> shift;
-  const rest = m - (kept << shift);
-  const half = 1 << (shift - 1);
-  return kept + (rest > half || (rest === half && (kept & 1)) ? 1 : 0);
-}
-
-export function floatsToHalfs(values) {
-  const out = new Uint16Array(values.length);
-  for (let i = 0; i < values.length; i++) out[i] = floatToHalf(values[i]);
-  return out;
-}
-
-function halfsToFloats(bits) {
-  const out = new Float32Array(bits.length);
-  for (let i = 0; i < bits.length; i++) out[i] = halfToFloat(bits[i]);
-  return out;
-}
-
-function halfToFloat(h) {
-  const exp = (h >> 10) & 0x1f;
-  const frac = h & 0x3ff;
-  const sign = h & 0x8000 ? -1 : 1;
-  if (exp === 0) return sign * 2 ** -14 * (frac / 1024);
-  if (exp === 31) return frac ? NaN : sign * Infinity;
-  return sign * 2 ** (exp - 15) * (1 + frac / 1024);
 }
 
 // The adapted graphs' lora.* inputs, made once (at load) and then only rewritten.
