@@ -151,6 +151,9 @@ bench() {
   [[ $tag == -on* ]] && args+=(--adapter rand)
   python3 -m webbuild.cli bench "$WORK/$build" --ep webgpu --decode-tokens "$TOKENS" "${args[@]}" --json "$WORK/bench-$build$tag.json.part"
 }
+adapted_ab() {
+  node webbuild/tools/bench/adapted_ab.mjs "$WORK/lora" --rounds "$AB_ROUNDS" --decode-tokens "$TOKENS" > "$WORK/adapted-ab.json.part"
+}
 
 # With SWEEP=1, WebGPU EP settings tried on the same builds: command buffers flushed every N
 # dispatches (onnxruntime's default is 16) and Dawn's validation off. On the H200 none beat the
@@ -176,6 +179,13 @@ run() {
     step "bench-${b/:/-}.json" bench "${b%:*}" "$([[ $b == *:* ]] && echo "${b#*:}")" || echo "$b bench failed"
     cp "$WORK/bench-${b/:/-}.json" "$OUT/" 2>/dev/null || true
   done
+  # AB_ROUNDS=N: the lora build's base decode with and without its adapted sessions loaded, in one process
+  # (webbuild/tools/bench/adapted_ab.mjs), N rounds ordered ABBA
+  if [ "${AB_ROUNDS:-0}" -gt 0 ]; then
+    step lora lora
+    step adapted-ab.json adapted_ab || echo "adapted-ab failed"
+    cp "$WORK/adapted-ab.json" "$OUT/" 2>/dev/null || true
+  fi
   if [ "${SWEEP:-0}" = 1 ]; then
     for entry in "${SWEEP_SETTINGS[@]}"; do
       read -r tag kvs <<< "$entry"

@@ -20,6 +20,7 @@ sessions' inputs made at load, creating no GPU buffer, and the captured decode r
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -30,6 +31,7 @@ import pytest
 
 from tests.example_config import example_config, write_example_config
 from tests.test_bench import EXAMPLE, webbuild
+from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV
 
 pytestmark = [pytest.mark.skipif(not Path("/usr/lib/chromium/vk_swiftshader_icd.json").is_file(),
                                  reason="no SwiftShader Vulkan ICD")]
@@ -217,3 +219,18 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     projections = len(tensors) // 2
     assert c["kernels"]["MatMul"] - base["kernels"].get("MatMul", 0) == 2 * projections
     assert c["kernels"]["Add"] - base["kernels"].get("Add", 0) == projections
+
+
+def test_the_adapted_sessions_loaded_or_released_leave_the_base_decode_as_it_is(level0, tmp_path):
+    """webbuild/tools/bench/adapted_ab.mjs (the H200 question of docs/adapters.md, asked in one process):
+    the example's base decode with its adapted sessions loaded and with them released makes the same
+    WebGPU calls per token, captured both ways; releasing and re-creating them works round after round."""
+    env = {**os.environ, **SWIFTSHADER_ENV}
+    run = subprocess.run(["node", str(HARNESSES / "adapted_ab.mjs"), str(level0), "--rounds", "2",
+                          "--decode-tokens", "2"], capture_output=True, text=True, timeout=900, env=env)
+    assert run.returncode == 0, run.stderr
+    r = json.loads(run.stdout)
+    assert [(p["round"], p["arm"]) for p in r["phases"]] == [(0, "with"), (0, "without"), (1, "without"), (1, "with")]
+    assert {p["decode"] for p in r["phases"]} == {"captured"}
+    assert len({p["calls_per_token"] for p in r["phases"]}) == 1 and r["phases"][0]["calls_per_token"] > 0
+    assert r["with"]["median_ms"] > 0 and r["without"]["median_ms"] > 0
