@@ -7,8 +7,8 @@ Spellings (q an int4 / uint4 / int8 / uint8 constant; float scales and integer z
   axis, then `Reshape` to 2-D (the WebNN EP's lowering of MatMulNBits);
 - `Cast(q) [-> Sub(zero point)] -> Mul(scale)` on such a 3-D q, scales [R, blocks, 1] (or [blocks, 1, C]),
   then `Reshape` (the WebNN EP's spelling where DequantizeLinear takes no 4-bit input).
-`dequantized(v)` reads any of them as a `Blocked` 2-D matrix of codes blocked along one axis; consumers
-take it through an optional Transpose and float Cast. `pack` turns it into the unsigned uint8 layout of
+`dequantized(v)` reads any of them as a `Blocked` 2-D matrix of codes blocked along one axis; a rule takes
+it through an optional Transpose and float Cast (`operand`). `pack` turns it into the unsigned uint8 layout of
 webbuild.graph.packing. A matrix blocked along its last axis (a [V, H] embedding table, an lm_head tied to
 it, the WebNN EP's [N, K] weights) is that layout byte for byte: its stored bytes are used as they are
 (memory-mapped; signed codes get their top bits flipped), never unpacked nor dequantized. Only a weight
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from webbuild.fusion.rule import Miss
 from webbuild.graph.ir import attr, const, new_const, prod
 from webbuild.graph.packing import n_blocks, pack_codes, unsigned_bytes
 
@@ -67,6 +68,28 @@ def has_dequantized(model: ir.Model) -> bool:
     """Does the graph hold a DequantizeLinear or a Cast of an integer constant (rules to run)?"""
     return any(n.op_type == "DequantizeLinear" or (n.op_type == "Cast" and _int_const(n.inputs[0]) is not None)
                for n in model.graph)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A rule's operand that is a Blocked matrix, under optional float Casts and a 2-D Transpose."""
+    blocked: Blocked
+    transposed: bool
+
+    @property
+    def where(self) -> str:
+        """The dequantization's node, for the rule's misses."""
+        return self.blocked.core.name or self.blocked.core.op_type
+
+
+def operand(v: ir.Value) -> Operand | Miss | None:
+    """`v` as an Operand; a Miss saying why the dequantized constant under it cannot be packed; None
+    when there is none."""
+    under, transposed = through(v)
+    b = dequantized(under)
+    if isinstance(b, str):
+        return Miss(b)
+    return None if b is None else Operand(b, transposed)
 
 
 def through(v: ir.Value) -> tuple[ir.Value, bool]:

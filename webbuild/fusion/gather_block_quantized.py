@@ -30,14 +30,11 @@ class _Match:
 
 
 def match(gather: ir.Node) -> _Match | Miss | None:
-    v, transposed = dequant.through(gather.inputs[0])
-    b = dequant.dequantized(v)
-    if b is None:
-        return None
-    if isinstance(b, str):
-        return Miss(b)
-    where = b.core.name or b.core.op_type
-    if transposed or b.axis != 1 or attr(gather, "axis", 0) != 0:
+    o = dequant.operand(gather.inputs[0])
+    if not isinstance(o, dequant.Operand):
+        return o
+    b, where = o.blocked, o.where
+    if o.transposed or b.axis != 1 or attr(gather, "axis", 0) != 0:
         return Miss("not rows gathered from a table blocked along its rows' length", where)
     if b.cols % b.block_size:
         return Miss(f"row length {b.cols} is not a multiple of the block size {b.block_size}", where)

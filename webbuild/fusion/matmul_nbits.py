@@ -27,15 +27,11 @@ class _Match:
 
 
 def match(mm: ir.Node) -> _Match | Miss | None:
-    v, transposed = dequant.through(mm.inputs[1])
-    if mm.op_type == "Gemm" and attr(mm, "transB", 0):
-        transposed = not transposed
-    b = dequant.dequantized(v)
-    if b is None:
-        return None
-    if isinstance(b, str):
-        return Miss(b)
-    where = b.core.name or b.core.op_type
+    o = dequant.operand(mm.inputs[1])
+    if not isinstance(o, dequant.Operand):
+        return o
+    b, where = o.blocked, o.where
+    transposed = o.transposed != bool(mm.op_type == "Gemm" and attr(mm, "transB", 0))
     if mm.op_type == "Gemm" and ((len(mm.inputs) > 2 and mm.inputs[2] is not None) or attr(mm, "transA", 0)
                                  or attr(mm, "alpha", 1.0) != 1.0 or attr(mm, "beta", 1.0) != 1.0):
         # MatMulNBits' bias input has no WebGPU kernel; a transposed A or a factor has no place in it
