@@ -11,9 +11,10 @@ import pytest
 from click.testing import CliRunner
 from safetensors.numpy import save_file
 
-from webbuild.adapters import RANK, TARGET_MODULES, expected_tensors, tensor_name
+from webbuild.adapters import RANK, TARGET_MODULES, adapter_problems, expected_tensors, input_name, tensor_name
 from webbuild.cli import main
 from webbuild.config import load_config
+from webbuild.site.adapter_pack import graph_inputs
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 BASE = json.loads((EXAMPLE / "model" / "config.json").read_text())
@@ -143,3 +144,49 @@ def test_source_without_decoder_dimensions(tmp_path):
     result = CliRunner().invoke(main, [str(path), "-o", str(tmp_path / "out")])
     line = only_line(result, "voice")
     assert "the source's config.json lacks decoder.num_attention_heads" in line
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ({"peft_type": "LOHA"}, "adapter_config.json has peft_type: 'LOHA'; the build takes LoRA adapters"),
+    ({"use_dora": True}, "adapter_config.json has use_dora: True, which DoRA rescales the base weights"),
+    ({"bias": "lora_only"}, "adapter_config.json has bias: 'lora_only', which trains biases"),
+    ({"modules_to_save": ["lm_head"]}, "adapter_config.json has modules_to_save: ['lm_head'], which saves whole"),
+    ({"rank_pattern": {"q_proj": 16}}, "adapter_config.json has rank_pattern: {'q_proj': 16}, which gives some"),
+    ({"alpha_pattern": {"q_proj": 8}}, "adapter_config.json has alpha_pattern: {'q_proj': 8}, which gives some"),
+    ({"fan_in_fan_out": True}, "adapter_config.json has fan_in_fan_out: True, which stores the matrices transposed"),
+])
+def test_peft_settings_that_are_not_a_plain_update(tmp_path, setting, expected):
+    """A PEFT setting base + B·A·x cannot express is refused by name, not built into another model."""
+    folder = write_adapter(tmp_path / "a")
+    config = json.loads((folder / "adapter_config.json").read_text())
+    (folder / "adapter_config.json").write_text(json.dumps({**config, **setting}))
+    line = only_line(build(tmp_path, "  - {name: peft, path: a}\n"), "peft")
+    assert f"adapters[0] (peft): {expected}" in line
+
+
+def test_peft_defaults_and_a_regex_target_are_accepted(tmp_path):
+    """The settings PEFT writes by default, and target_modules as PEFT's regular expression: the tensors decide."""
+    folder = write_adapter(tmp_path / "a")
+    config = json.loads((folder / "adapter_config.json").read_text())
+    config.update(target_modules=r".*\.(q|k|v|o|gate|up|down)_proj", use_dora=False, bias="none",
+                  modules_to_save=None, rank_pattern={}, alpha_pattern={}, fan_in_fan_out=False, use_rslora=False,
+                  lora_dropout=0.05)
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    assert adapter_problems(folder, BASE) == []
+
+
+@pytest.mark.parametrize("rslora, factor", [(False, 64 / RANK), (True, 64 / RANK ** 0.5)])
+def test_the_update_is_scaled_as_peft_scales_it(tmp_path, rslora, factor):
+    """up = (B * lora_alpha / r * scale)^T; with use_rslora (rank-stabilised LoRA) lora_alpha / sqrt(r)."""
+    folder = tmp_path / "a"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    tensors = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in expected_tensors(BASE).items()}
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    config = {"peft_type": "LORA", "r": RANK, "lora_alpha": 64, "target_modules": list(TARGET_MODULES),
+              "use_rslora": rslora}
+    (folder / "adapter_config.json").write_text(json.dumps(config))
+    inputs = graph_inputs(folder, BASE["decoder"]["num_layers"], scale=0.5)
+    b = tensors[tensor_name(1, "v_proj", "B")]
+    np.testing.assert_allclose(inputs[input_name(1, "v_proj", "up")], (b * factor * 0.5).T, rtol=1e-6)
+    np.testing.assert_array_equal(inputs[input_name(1, "v_proj", "down")], tensors[tensor_name(1, "v_proj", "A")].T)

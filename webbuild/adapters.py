@@ -1,15 +1,18 @@
 """What a LoRA adapter folder must hold to fit the base model it is built with.
 
-A PEFT-style folder: `adapter_config.json` (`r`, `lora_alpha`, `target_modules`) and
-`adapter_model.safetensors`, with A [r, in] and B [out, r] for every target projection of every decoder
-layer, under PEFT's names. The build takes rank-32 adapters on all seven projections (the shape the
-fused rank-32 LoRA kernels of newer runtimes take); the shapes follow from the base's config.json
-`decoder` block. Each problem is one line naming the adapter and, where there is one, the tensor.
+A PEFT-style folder: `adapter_config.json` (`r`, `lora_alpha`, `target_modules`, optionally `use_rslora`)
+and `adapter_model.safetensors`, with A [r, in] and B [out, r] for every target projection of every
+decoder layer, under PEFT's names. The build takes rank-32 adapters on all seven projections (the shape
+the fused rank-32 LoRA kernels of newer runtimes take); the shapes follow from the base's config.json
+`decoder` block. PEFT settings that are not a plain B·A·x update (DoRA, trained biases, whole modules
+saved, per-module ranks or alphas) are refused by name rather than built into another model. Each
+problem is one line naming the adapter and, where there is one, the tensor.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -22,6 +25,24 @@ BLOCK = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o
 WEIGHTS, CONFIG = "adapter_model.safetensors", "adapter_config.json"
 FLOAT_DTYPES = ("F32", "F16", "BF16")
 MAX_TENSOR_PROBLEMS = 4  # an adapter of another model would list every tensor; the first few say it
+
+
+# adapter_config.json settings that base + B·A·x cannot express: (key, is it set?, why, and what to do)
+UNSUPPORTED = (
+    ("use_dora", bool, "DoRA rescales the base weights, which base + B·A·x cannot express; train without use_dora"),
+    ("bias", lambda v: v not in (None, "none"), "trains biases the adapted graph has no input for; train with "
+                                                "bias='none'"),
+    ("modules_to_save", bool, "saves whole modules beside the LoRA matrices; the build ships LoRA matrices only"),
+    ("rank_pattern", bool, f"gives some modules their own rank; the build takes rank {RANK} on every projection"),
+    ("alpha_pattern", bool, "gives some modules their own lora_alpha; train with one lora_alpha for all"),
+    ("fan_in_fan_out", bool, "stores the matrices transposed, for Conv1D layers the decoder does not have"),
+)
+
+
+def update_scale(config: dict) -> float:
+    """PEFT's factor on B·A: lora_alpha / r, or lora_alpha / sqrt(r) for rank-stabilised LoRA (use_rslora)."""
+    r = config["r"]
+    return config["lora_alpha"] / (math.sqrt(r) if config.get("use_rslora") else r)
 
 
 def input_name(layer: int, proj: str, part: str) -> str:
@@ -89,12 +110,19 @@ def config_problems(config: dict) -> list[str]:
     if config.get("r") != RANK:
         problems.append(f"{CONFIG} has r: {config.get('r')!r}; the build takes rank-{RANK} adapters "
                         f"(train with r={RANK})")
-    missing = [m for m in TARGET_MODULES if m not in (config.get("target_modules") or [])]
+    if config.get("peft_type", "LORA") != "LORA":
+        problems.append(f"{CONFIG} has peft_type: {config['peft_type']!r}; the build takes LoRA adapters "
+                        "(peft_type LORA)")
+    targets = config.get("target_modules") or []
+    # a string is PEFT's regular expression (or "all-linear"): the tensors found say what it matched
+    missing = [] if isinstance(targets, str) else [m for m in TARGET_MODULES if m not in targets]
     if missing:
         problems.append(f"{CONFIG} target_modules lacks {', '.join(missing)}; the build adapts all of "
                         f"{', '.join(TARGET_MODULES)}")
     if not isinstance(config.get("lora_alpha"), (int, float)) or config["lora_alpha"] <= 0:
         problems.append(f"{CONFIG} has lora_alpha: {config.get('lora_alpha')!r}; expected a positive number")
+    problems += [f"{CONFIG} has {key}: {config[key]!r}, which {why}" for key, is_set, why in UNSUPPORTED
+                 if is_set(config.get(key))]
     return problems
 
 

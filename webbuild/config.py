@@ -182,7 +182,8 @@ class Adapter(_Strict):
     path: Path = Field(description="PEFT-style LoRA folder (adapter_config.json, adapter_model.safetensors) of "
                                    "rank 32 on the decoder's q, k, v, o, gate, up and down projections, relative to "
                                    "model.yaml; `python -m webbuild.train.adapt train` makes one")
-    scale: float = Field(1.0, gt=0, description="multiplies the adapter's update, on top of its lora_alpha / r")
+    scale: float = Field(1.0, gt=0, description="multiplies the adapter's update, on top of its lora_alpha / r "
+                                                "(lora_alpha / sqrt(r) with use_rslora)")
     precision: Literal["int8", "fp16", "fp32"] = Field(
         "int8", description="how the adapter's weights ship: int8 (symmetric, block 32, the 8-bit MatMulNBits "
                             "layout), fp16 or fp32")

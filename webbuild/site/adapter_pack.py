@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from webbuild.adapters import CONFIG, TARGET_MODULES, WEIGHTS, input_name, read_tensors, tensor_name
+from webbuild.adapters import CONFIG, TARGET_MODULES, WEIGHTS, input_name, read_tensors, tensor_name, update_scale
 
 BLOCK = 32
 ZERO_POINT = 128
@@ -20,9 +20,9 @@ PRECISIONS = {"int8": None, "fp16": np.float16, "fp32": np.float32}  # the store
 
 
 def graph_inputs(folder: Path, num_layers: int, scale: float = 1.0) -> dict[str, np.ndarray]:
-    """{graph input: float32 [K, N]} of a PEFT folder: down = A^T, up = (B * lora_alpha / r * scale)^T."""
-    config = json.loads((folder / CONFIG).read_text())
-    factor = config["lora_alpha"] / config["r"] * scale
+    """{graph input: float32 [K, N]} of a PEFT folder: down = A^T, up = (B * PEFT's factor * scale)^T, the
+    factor lora_alpha / r (lora_alpha / sqrt(r) with use_rslora)."""
+    factor = update_scale(json.loads((folder / CONFIG).read_text())) * scale
     tensors = read_tensors(folder / WEIGHTS)
     inputs = {}
     for layer in range(num_layers):

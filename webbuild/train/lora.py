@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from webbuild.adapters import CONFIG, TARGET_MODULES, WEIGHTS
+from webbuild.adapters import CONFIG, TARGET_MODULES, WEIGHTS, update_scale
 
 DECODER_PREFIX = "model.language_model.layers."  # the text decoder's layers in the checkpoint's names
 PEFT_PREFIX = "base_model.model."  # PEFT's wrapper adds this to every module name
@@ -93,7 +93,11 @@ def load_adapter(model: nn.Module, folder: Path, scale: float = 1.0) -> list[str
     """Attach the folder's adapter to `model`, its update times `scale` (model.yaml's adapter scale);
     the names of the adapted projections."""
     config = json.loads((folder / CONFIG).read_text())
-    names = attach(model, config["r"], config["lora_alpha"] * scale, tuple(config["target_modules"]))
+    # LoraLinear scales by alpha / r: an alpha giving PEFT's factor (update_scale: use_rslora too); a string
+    # target_modules is PEFT's regular expression, which the build checks against the seven projections
+    targets = config["target_modules"]
+    targets = TARGET_MODULES if isinstance(targets, str) else tuple(targets)
+    names = attach(model, config["r"], update_scale(config) * config["r"] * scale, targets)
     tensors = load_file(str(folder / WEIGHTS))
     for name, mod in adapted(model).items():
         for part in ("lora_A", "lora_B"):
