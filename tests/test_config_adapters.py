@@ -190,3 +190,20 @@ def test_the_update_is_scaled_as_peft_scales_it(tmp_path, rslora, factor):
     b = tensors[tensor_name(1, "v_proj", "B")]
     np.testing.assert_allclose(inputs[input_name(1, "v_proj", "up")], (b * factor * 0.5).T, rtol=1e-6)
     np.testing.assert_array_equal(inputs[input_name(1, "v_proj", "down")], tensors[tensor_name(1, "v_proj", "A")].T)
+
+
+def test_adapter_that_also_adapts_the_audio_encoder(tmp_path):
+    """PEFT's target_modules by leaf name also catch the audio encoder's q/k/v_proj: one line says so and how
+    to train for the decoder alone."""
+    folder = write_adapter(tmp_path / "a")
+    tensors = {name: np.zeros(shape, np.float16) for name, shape in expected_tensors(BASE).items()}
+    for layer in range(2):
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            for part, shape in (("A", (RANK, 64)), ("B", (64, RANK))):
+                tensors[f"base_model.model.model.audio_tower.layers.{layer}.self_attn.{proj}.lora_{part}.weight"] = \
+                    np.zeros(shape, np.float16)
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    line = only_line(build(tmp_path, "  - {name: both, path: a}\n"), "both")
+    assert "adapters[0] (both): 12 tensors adapt the audio encoder" in line
+    assert "train with target_modules='.*language_model.*\\\\.(q|k|v|o|gate|up|down)_proj'" in line
+    assert adapter_problems(folder, BASE) == [line.split("(both): ", 1)[1]]

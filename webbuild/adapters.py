@@ -23,6 +23,8 @@ TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj"
 BLOCK = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
          "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
 WEIGHTS, CONFIG = "adapter_model.safetensors", "adapter_config.json"
+ENCODER = ".audio_tower."  # in PEFT's names of the audio encoder's tensors
+DECODER_TARGETS = r".*language_model.*\.(q|k|v|o|gate|up|down)_proj"  # PEFT's regex form: the decoder's only
 FLOAT_DTYPES = ("F32", "F16", "BF16")
 MAX_TENSOR_PROBLEMS = 4  # an adapter of another model would list every tensor; the first few say it
 
@@ -135,7 +137,12 @@ def tensor_problems(found: dict[str, tuple[str, tuple[int, ...]]], expected: dic
             problems.append(f"tensor {name} has shape {list(found[name][1])}; the base needs {list(shape)}")
         elif found[name][0] not in FLOAT_DTYPES:
             problems.append(f"tensor {name} is {found[name][0]}; expected one of {', '.join(FLOAT_DTYPES)}")
-    problems += [f"tensor {name} adapts nothing in the base" for name in sorted(set(found) - set(expected))]
+    extra = sorted(set(found) - set(expected))
+    encoder = [name for name in extra if ENCODER in name]
+    if encoder:  # PEFT's target_modules by leaf name also match the audio encoder's q/k/v_proj
+        problems.append(f"{len(encoder)} tensors adapt the audio encoder ({encoder[0]}, ...); the build adapts "
+                        f"the text decoder only: train with target_modules={DECODER_TARGETS!r}")
+    problems += [f"tensor {name} adapts nothing in the base" for name in extra if ENCODER not in name]
     if len(problems) > MAX_TENSOR_PROBLEMS:
         problems = problems[:MAX_TENSOR_PROBLEMS] + [f"... and {len(problems) - MAX_TENSOR_PROBLEMS} more tensors"]
     return problems
