@@ -28,7 +28,7 @@ $(STAMP): pyproject.toml package.json package-lock.json
 setup: $(STAMP)
 
 $(TEST_STAMP): $(STAMP) pyproject.toml
-	@echo "== test extras [$(TEST_EXTRAS)]: torch, transformers, pytest, playwright, ruff, onnxruntime-genai"
+	@echo "== test extras [$(TEST_EXTRAS)]: torch, transformers, pytest, playwright, ruff, onnxruntime-genai, peft"
 	$(PIP) install -e ".[$(TEST_EXTRAS)]"
 	touch $@
 

@@ -205,5 +205,5 @@ def test_adapter_that_also_adapts_the_audio_encoder(tmp_path):
     save_file(tensors, str(folder / "adapter_model.safetensors"))
     line = only_line(build(tmp_path, "  - {name: both, path: a}\n"), "both")
     assert "adapters[0] (both): 12 tensors adapt the audio encoder" in line
-    assert "train with target_modules='.*language_model.*\\\\.(q|k|v|o|gate|up|down)_proj'" in line
+    assert 'train with target_modules=r".*language_model.*\\.(q|k|v|o|gate|up|down)_proj"' in line
     assert adapter_problems(folder, BASE) == [line.split("(both): ", 1)[1]]

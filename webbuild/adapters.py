@@ -141,7 +141,7 @@ def tensor_problems(found: dict[str, tuple[str, tuple[int, ...]]], expected: dic
     encoder = [name for name in extra if ENCODER in name]
     if encoder:  # PEFT's target_modules by leaf name also match the audio encoder's q/k/v_proj
         problems.append(f"{len(encoder)} tensors adapt the audio encoder ({encoder[0]}, ...); the build adapts "
-                        f"the text decoder only: train with target_modules={DECODER_TARGETS!r}")
+                        f'the text decoder only: train with target_modules=r"{DECODER_TARGETS}"')
     problems += [f"tensor {name} adapts nothing in the base" for name in extra if ENCODER not in name]
     if len(problems) > MAX_TENSOR_PROBLEMS:
         problems = problems[:MAX_TENSOR_PROBLEMS] + [f"... and {len(problems) - MAX_TENSOR_PROBLEMS} more tensors"]
