@@ -1,0 +1,61 @@
+// Time per run of scripts/lora_branch_graphs.py's graphs on WebGPU (Node + Dawn): the adapter matrices as
+// GPU-buffer inputs made once, x fed from the CPU, y read back; dispatches per run counted. Rounds alternate
+// the graphs in one process (ABC, CBA, ...). Prints the phases as JSON.
+//   node scripts/lora_branch_probe.mjs DIR [RUNS 100] [ROUNDS 4]
+import { readFileSync } from 'node:fs';
+import { installDawn } from '../webbuild/tools/bench/dawn.mjs';
+import { importOrt } from '../webbuild/tools/bench/ort.mjs';
+
+installDawn();
+const ort = await importOrt();
+const dir = process.argv[2], runs = Number(process.argv[3] ?? 100), rounds = Number(process.argv[4] ?? 4);
+const KINDS = ['float3d', 'nbits3d', 'float2d'];
+const sessions = {};
+let device;
+for (const kind of KINDS) {
+  const s = await ort.InferenceSession.create(readFileSync(`${dir}/lora_${kind}.onnx`), { executionProviders: ['webgpu'],
+    graphOptimizationLevel: 'all', logSeverityLevel: 3 });
+  device ??= await ort.env.webgpu.device;
+  const feeds = {};
+  for (const name of s.inputNames) {
+    if (name === 'x') continue;
+    const meta = s.inputMetadata.find((m) => m.name === name);
+    const dims = meta.shape; const n = dims.reduce((a, b) => a * b, 1);
+    const isQ = name.endsWith('.q');
+    const data = isQ ? Uint8Array.from({ length: n }, () => 120 + Math.floor(Math.random() * 16))
+      : Float32Array.from({ length: n }, () => (Math.random() - 0.5) * (name.endsWith('.s') ? 0.01 : 0.05));
+    const size = Math.ceil(data.byteLength / 16) * 16;
+    const buf = device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC });
+    device.queue.writeBuffer(buf, 0, data);
+    feeds[name] = ort.Tensor.fromGpuBuffer(buf, { dataType: isQ ? 'uint8' : 'float32', dims });
+  }
+  sessions[kind] = { s, feeds };
+}
+const xs = Float32Array.from({ length: 1024 }, () => Math.random() - 0.5);
+const X = { float3d: new ort.Tensor('float32', xs, [1, 1, 1024]), nbits3d: new ort.Tensor('float32', xs, [1, 1, 1024]), float2d: new ort.Tensor('float32', xs, [1, 1024]) };
+const time = async (kind, n) => {
+  const { s, feeds } = sessions[kind];
+  const ts = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const out = await s.run({ ...feeds, x: X[kind] });
+    ts.push(performance.now() - t0);
+    if (!Number.isFinite(out.y.data[0])) throw new Error(`${kind}: not finite`);
+  }
+  ts.sort((a, b) => a - b);
+  return { median: ts[ts.length >> 1], p10: ts[Math.floor(ts.length / 10)] };
+};
+for (const kind of KINDS) await time(kind, 10); // shaders compiled
+const c = globalThis.__gpuCounters;
+const result = { runs, rounds, phases: [] };
+for (let r = 0; r < rounds; r++) {
+  for (const kind of r % 2 ? [...KINDS].reverse() : KINDS) {
+    const s0 = c?.snapshot();
+    const t = await time(kind, runs);
+    const d = c ? Object.fromEntries(Object.entries(c.snapshot()).filter(([k, v]) => typeof v === 'number').map(([k, v]) => [k, (v - s0[k]) / runs])) : {};
+    result.phases.push({ round: r, kind, ...t, dispatches: d.dispatches });
+    console.error(`round ${r} ${kind}: median ${t.median.toFixed(2)} ms, p10 ${t.p10.toFixed(2)} ms, ${d.dispatches} dispatches/run`);
+  }
+}
+console.log(JSON.stringify(result));
+process.exit(0);
