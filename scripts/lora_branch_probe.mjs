@@ -5,6 +5,7 @@
 import { readFileSync } from 'node:fs';
 import { installDawn } from '../webbuild/tools/bench/dawn.mjs';
 import { importOrt } from '../webbuild/tools/bench/ort.mjs';
+import { quantile } from '../webbuild/tools/bench/stats.mjs';
 
 installDawn();
 const ort = await importOrt();
@@ -42,8 +43,7 @@ const time = async (kind, n) => {
     ts.push(performance.now() - t0);
     if (!Number.isFinite(out.y.data[0])) throw new Error(`${kind}: not finite`);
   }
-  ts.sort((a, b) => a - b);
-  return { median: ts[ts.length >> 1], p10: ts[Math.floor(ts.length / 10)] };
+  return { median: quantile(ts, 0.5), p10: quantile(ts, 0.1) };
 };
 for (const kind of KINDS) await time(kind, 10); // shaders compiled
 const c = globalThis.__gpuCounters;

@@ -42,7 +42,7 @@ export function halfsToFloats(bits) {
   return out;
 }
 
-export function halfToFloat(h) {
+function halfToFloat(h) {
   const exp = (h >> 10) & 0x1f;
   const frac = h & 0x3ff;
   const sign = h & 0x8000 ? -1 : 1;

@@ -15,11 +15,10 @@ import { pathToFileURL } from 'node:url';
 import { installDawn } from './dawn.mjs';
 import { parseArgs } from './ort.mjs';
 import { startServer } from './server.mjs';
-import { quantile } from './stats.mjs';
+import { mean, quantile } from './stats.mjs';
 
 const USAGE = 'adapted_ab.mjs DIST [--rounds R] [--decode-tokens N]';
 const log = (line) => console.error(`[adapted-ab] ${line}`);
-const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 // The adapted sessions released (GPU memory and their captured step with them); the base ones stay.
 async function dropAdapted(rec) {

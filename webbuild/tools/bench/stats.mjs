@@ -1,4 +1,4 @@
-// Order statistics for timing lists (linear interpolation between ranks).
+// Summary statistics for timing lists (quantiles by linear interpolation between ranks).
 
 export function quantile(xs, q) {
   if (!xs.length) return null;
@@ -7,5 +7,7 @@ export function quantile(xs, q) {
   const lo = Math.floor(at);
   return s[lo] + (at - lo) * ((s[lo + 1] ?? s[lo]) - s[lo]);
 }
+
+export const mean = (xs) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
 export const spread = (xs) => ({ median: quantile(xs, 0.5), p10: quantile(xs, 0.1), p90: quantile(xs, 0.9), n: xs.length });
