@@ -43,7 +43,7 @@ from webbuild.tools import browser as br
 from webbuild.tools.bench import HARNESSES
 from webbuild.tools.bench.browser import site_worker, spread
 from webbuild.tools.bench.instrument import counted_site
-from webbuild.tools.verify.runner import Clip, site_url, transcribe
+from webbuild.tools.verify.visits import Clip, site_url, transcribe
 
 ADAPTER_JS = """async () => {
   if (!navigator.gpu) return { error: 'no navigator.gpu' };

@@ -16,9 +16,9 @@ prepare() {
   .venv/bin/python - <<'PY'
 import onnx
 from pathlib import Path
-from webbuild.fusion.fuse import save
+from webbuild.fusion.fuse_decoder import save
 from webbuild.fusion.fuse_encoder import fuse_encoder
-from webbuild.build.frontend import add_mel_frontend
+from webbuild.pipeline.frontend import add_mel_frontend
 from webbuild.quantize.encoder import encoder_variant
 from webbuild.quantize.variants import ENCODER_ACCURACY_LEVEL, save_model
 out = Path(".gpu-enc")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from webbuild.build.render import TEMPLATE_DIR, ort_dist
+from webbuild.pipeline.render import TEMPLATE_DIR, ort_dist
 from webbuild.site.contract import ORT_DIR, ORT_MODULE, ORT_MODULES, ORT_WASM
 
 ORT_URL = f"./{ORT_DIR}/{ORT_MODULE}"  # what the page imports onnxruntime-web from

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 
 from tests.example_config import EXAMPLE, write_example_config
 from webbuild.adapters import TARGET_MODULES, input_name
-from webbuild.build.lora_form import NoProjections, find_projections
-from webbuild.build.runner import run_build
 from webbuild.cli import main
 from webbuild.config import load_config
+from webbuild.pipeline.lora_form import NoProjections, find_projections
+from webbuild.pipeline.runner import run_build
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import IdsDecoder, cpu_form, load_transcriber
 from webbuild.site.adapter_pack import dequantize_int8, graph_inputs, pack, quantize_int8, unpack

@@ -119,9 +119,9 @@ def test_fuse_no_quantize_and_missing_side_files(tmp_path):
 
 def _build_with(monkeypatch, tmp_path, stage, *args: str):
     """`webbuild examples/tiny-asr/model.yaml` with `stage` as its only stage."""
-    import webbuild.build.runner
+    import webbuild.pipeline.runner
 
-    monkeypatch.setattr(webbuild.build.runner, "STAGES", [("probe", stage)])
+    monkeypatch.setattr(webbuild.pipeline.runner, "STAGES", [("probe", stage)])
     return CliRunner().invoke(main, [str(EXAMPLE / "model.yaml"), "-o", str(tmp_path / "out"), *args])
 
 
@@ -152,7 +152,7 @@ def test_progress_is_logged_as_timed_lines_and_verbose_adds_debug(monkeypatch, t
     import logging
 
     def stage(ctx):
-        log = logging.getLogger("webbuild.build.probe")
+        log = logging.getLogger("webbuild.pipeline.probe")
         log.info("info line")
         log.debug("debug line")
         log.warning("warning line")

@@ -1,4 +1,4 @@
-"""webbuild.build.forms: the WebGPU form written in place with a wasm twin, both reading the same
+"""webbuild.pipeline.forms: the WebGPU form written in place with a wasm twin, both reading the same
 weights file, and the CPU form the Python reference runs."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 import onnx
 import pytest
 
-from webbuild.build.forms import norms_out_of_gqa, webgpu_decoder
 from webbuild.config import Quantize
-from webbuild.fusion.fuse import fuse_decoder, save
+from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, compare, embed_table
+from webbuild.pipeline.forms import norms_out_of_gqa, webgpu_decoder
 from webbuild.quantize.matmul_nbits import quantize_matmuls
 from webbuild.reference.transcribe import cpu_form
 

@@ -20,7 +20,7 @@ import pytest
 
 from tests.runtime_page import ORT_URL, runtime_page
 from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
-from webbuild.fusion.fuse import fuse_decoder, save
+from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, embed_table, greedy
 from webbuild.tools.browser import choose, launch
 

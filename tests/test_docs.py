@@ -27,7 +27,7 @@ def test_every_package_is_named_in_the_architecture_page():
 
 
 def test_the_packages_are_found():
-    assert {"webbuild/", "webbuild/build/", "webbuild/tools/verify/", "webbuild/template/"} <= set(_packages())
+    assert {"webbuild/", "webbuild/pipeline/", "webbuild/tools/verify/", "webbuild/template/"} <= set(_packages())
 
 
 def test_ci_workflow_runs_webbuild_commands_that_exist():

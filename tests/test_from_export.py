@@ -13,7 +13,7 @@ from onnx import numpy_helper  # noqa: E402
 
 from webbuild.errors import SourceError  # noqa: E402
 from webbuild.train.from_export import is_export, load_export, read_graph  # noqa: E402
-from webbuild.zoo.check import check_export  # noqa: E402
+from webbuild.zoo.export_check import check_export  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
 

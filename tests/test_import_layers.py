@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1] / "webbuild"
 LAYERS = [
     {"cli", "config_reference"},
     {"tools", "train"},
-    {"build", "zoo"},
+    {"pipeline", "zoo"},
     {"reference"},
     {"fusion", "quantize"},
     {"site", "graph", "config"},

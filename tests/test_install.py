@@ -38,7 +38,7 @@ try:
     main()
 except SystemExit as e:
     assert not e.code, e.code
-import webbuild.build.fuse, webbuild.reference.transcribe, webbuild.tools.serve, webbuild.tools.verify.runner
+import webbuild.pipeline.fuse, webbuild.reference.transcribe, webbuild.tools.serve, webbuild.tools.verify.visits
 import webbuild.tools.bench, webbuild.train.clips
 print(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers"}))
 """

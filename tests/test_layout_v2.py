@@ -1,5 +1,5 @@
 """Layout v2 (issue 16): the zoo's v2 export of the tiny example's model has the interface
-webbuild.reference.layout_v2 documents, and `webbuild model.yaml` builds a site from it that transcribes
+webbuild.reference.source_v2 documents, and `webbuild model.yaml` builds a site from it that transcribes
 the example's samples exactly as the site built from the split source does."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import yaml
 
 from tests.example_config import example_config
 from webbuild.config import LAYOUT_FILES
-from webbuild.reference import layout_v2 as v2
+from webbuild.reference import source_v2 as v2
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import cpu_session, load_transcriber
 
@@ -34,7 +34,7 @@ def webbuild(*args) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="session")
 def v2_export(tmp_path_factory) -> Path:
     """The zoo's v2 export of examples/tiny-asr/model (a split export)."""
-    from webbuild.zoo.layout_v2 import convert
+    from webbuild.zoo.export_v2 import convert
 
     return convert(EXAMPLE / "model", tmp_path_factory.mktemp("layout-v2") / "model")
 

@@ -10,7 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto
 
-from webbuild.build.check import check_variant, reference_tokens, variant_transcriber
+from webbuild.pipeline.check import check_variant, reference_tokens, variant_transcriber
 from webbuild.quantize.variants import quantize_variants
 
 CLIPS = {f"noise{i}": (np.random.default_rng(i).standard_normal(12000 + 4000 * i) * 0.1).astype(np.float32)

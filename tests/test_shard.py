@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from webbuild.build.shard import shard_files
 from webbuild.errors import BuildError
+from webbuild.pipeline.shard import shard_files
 from webbuild.site.manifest import (
     DEFAULT_MAX_BYTES,
     SCHEMA_PATH,
@@ -203,13 +203,13 @@ def test_default_limit_is_25_mib():
 def test_command_line(sources, tmp_path):
     out = tmp_path / "dist"
     args = [f"{n}={p}" for n, p in sources.items()]
-    r = subprocess.run([sys.executable, "-m", "webbuild.build.shard", str(out), *args, "--model-id", "m",
+    r = subprocess.run([sys.executable, "-m", "webbuild.pipeline.shard", str(out), *args, "--model-id", "m",
                         "--max-bytes", str(LIMIT), "--variant", "all=one.bin,over.bin"],
                        capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert r.returncode == 0, r.stderr
     assert load_manifest(out)["variants"] == {"all": {"files": ["one.bin", "over.bin"]}}
     assert verify_manifest(out) == []
-    r = subprocess.run([sys.executable, "-m", "webbuild.build.shard", str(out), "x=/nonexistent", "--model-id", "m"],
+    r = subprocess.run([sys.executable, "-m", "webbuild.pipeline.shard", str(out), "x=/nonexistent", "--model-id", "m"],
                        capture_output=True, text=True, cwd=Path(__file__).parents[1])
     assert r.returncode == 2 and "x: source /nonexistent does not exist" in r.stderr
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from webbuild.build.runner import run_build
 from webbuild.config import load_config
+from webbuild.pipeline.runner import run_build
 from webbuild.reference.audio import read_wav, write_wav
 from webbuild.reference.prompt import build_prompt
 from webbuild.site.contract import ORT_DIR, ORT_MODULES, ORT_WASM, SAMPLES_FILE
@@ -100,7 +100,7 @@ def test_site_files(site):
 
 
 def test_runtime_config_and_token_table(site, zoo_export):
-    from webbuild.build.assemble import token_table
+    from webbuild.pipeline.assemble import token_table
 
     src = zoo_export("merged")
     tok = Tokenizer.from_file(str(src / "tokenizer.json"))
@@ -133,7 +133,7 @@ def test_runtime_json_carries_the_contract_names(site, fused_site):
         assert rt["roles"] == FILE_ROLES
         assert {TOKENS_FILE, ORT_WASM} <= set(manifest["files"]) and (dist / rt["files"]["ort_module"]).is_file()
         for name, entry in manifest["variants"].items():
-            roles = set(entry) - {"files", "requires", "dtype", "wasm"}  # wasm: webbuild.build.wasm_budget
+            roles = set(entry) - {"files", "requires", "dtype", "wasm"}  # wasm: webbuild.pipeline.wasm_budget
             assert roles <= known and sorted(entry[r] for r in roles) == sorted(entry["files"]), name
 
 
@@ -219,8 +219,8 @@ def onnx_ops(path: Path) -> list[str]:
 
 
 def test_theme_contrast_warnings():
-    from webbuild.build.render import contrast_ratio, theme_warnings
     from webbuild.config import Theme
+    from webbuild.pipeline.render import contrast_ratio, theme_warnings
 
     assert round(contrast_ratio("#000000", "#ffffff"), 1) == 21.0
     assert theme_warnings(Theme()) == []  # the defaults are readable

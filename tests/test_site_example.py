@@ -16,8 +16,8 @@ import pytest
 
 from tests.example_config import example_config, write_example_config
 from tests.test_site import needs_chromium, playwright, reference_for  # noqa: F401 (fixture)
-from webbuild.build.runner import run_build
 from webbuild.config import load_config
+from webbuild.pipeline.runner import run_build
 from webbuild.reference.audio import read_wav
 from webbuild.site.contract import SAMPLES_FILE
 from webbuild.tools.browser import open_site, wait_for

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from webbuild.build.render import TEMPLATE_DIR
+from webbuild.pipeline.render import TEMPLATE_DIR
 
 pytestmark = pytest.mark.skipif(not shutil.which("node"), reason="no node")
 
@@ -108,7 +108,7 @@ def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
 
 
 def test_js_contract_names_equal_the_python_ones():
-    from webbuild.build.render import TEMPLATE_DIR
+    from webbuild.pipeline.render import TEMPLATE_DIR
     from webbuild.site.contract import LORA_PICKER, RUNTIME_FILE, SAMPLES_FILE
 
     r = node("""

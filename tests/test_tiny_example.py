@@ -50,7 +50,7 @@ def test_example_stays_small():
 
 @pytest.fixture(scope="module")
 def built_example(tmp_path_factory):
-    from webbuild.build.runner import run_build
+    from webbuild.pipeline.runner import run_build
 
     cfg = load_config(EXAMPLE / "model.yaml")
     out = tmp_path_factory.mktemp("example") / "dist"

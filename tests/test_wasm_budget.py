@@ -1,4 +1,4 @@
-"""The wasm plan (webbuild/build/wasm_budget.py): on the tiny example every graph's twin fits, and the
+"""The wasm plan (webbuild/pipeline/wasm_budget.py): on the tiny example every graph's twin fits, and the
 estimate is within a factor of the heap a real onnxruntime-web wasm session grows to in Node; the same
 plan from the dimensions alone agrees with the graphs'; the 0.6b and the 1.7b keep their MatMulNBits and
 fit, where every option with a twin is past 4 GiB, and a budget below every option leaves no choice;
@@ -21,7 +21,7 @@ import onnx
 import pytest
 
 from tests.example_config import write_example_config
-from webbuild.build.wasm_budget import BUDGET, BUDGET_ENV, GIB, shapes_need
+from webbuild.pipeline.wasm_budget import BUDGET, BUDGET_ENV, GIB, shapes_need
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import load_transcriber
 from webbuild.site.manifest import load_manifest, reassemble

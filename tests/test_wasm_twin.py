@@ -10,8 +10,8 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from webbuild.build.fuse import run_fuse
 from webbuild.errors import BuildError
+from webbuild.pipeline.fuse import run_fuse
 from webbuild.quantize.wasm_twin import foldable, wasm_graph
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"

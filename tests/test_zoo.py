@@ -111,9 +111,9 @@ def test_layout_v2_prefill_is_the_split_prefill_on_embeddings(zoo_export, tiny_m
     """The v2 converter's decoder_init, fed the split export's own table rows with the audio spliced in,
     gives the last-position logits and the KV of the split decoder_init quantized alike (int4 block 32,
     float activations), whichever exporter made the split graphs."""
-    from webbuild.reference.layout_v2 import INIT
+    from webbuild.reference.source_v2 import INIT
     from webbuild.reference.transcribe import cpu_session
-    from webbuild.zoo.layout_v2 import convert
+    from webbuild.zoo.export_v2 import convert
     from webbuild.zoo.published_int4 import quantize_export
 
     _, tok = tiny_model

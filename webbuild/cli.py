@@ -118,8 +118,8 @@ def build(config: Path, output: Path | None):
     Example:
       webbuild build examples/tiny-asr/model.yaml -o dist
     """
-    from webbuild.build.runner import run_build
     from webbuild.config import load_config
+    from webbuild.pipeline.runner import run_build
 
     cfg = load_config(config)
     click.echo(run_build(cfg, output or cfg.output).table())
@@ -149,7 +149,7 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
       webbuild zoo tiny -o /tmp/tiny                       # a few MB, seconds
       webbuild zoo 0.6b -o /tmp/q06 --hf-dir /tmp/q06-hf   # published 0.6B dimensions
       webbuild zoo tiny -o /tmp/tm --layout merged --exporter dynamo
-      python -m webbuild.zoo.layout_v2 /tmp/tiny /tmp/tiny-v2  # a split export in layout v2 (qwen3-asr-v2)
+      python -m webbuild.zoo.export_v2 /tmp/tiny /tmp/tiny-v2  # a split export in layout v2 (qwen3-asr-v2)
     """
     from webbuild.zoo.build import load_checkpoint, random_model, save_text_decoder_hf
     from webbuild.zoo.export import check_new_folder, export_model
@@ -263,7 +263,7 @@ def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool, strict
       webbuild fuse examples/tiny-asr/model -o /tmp/fused --report /tmp/fuse.json
       webbuild fuse examples/tiny-asr/model -o /tmp/fused-fp32 --no-quantize
     """
-    from webbuild.build.fuse import check_strict, run_fuse, summary
+    from webbuild.pipeline.fuse import check_strict, run_fuse, summary
 
     rep = run_fuse(src, output, report, quantize=not no_quantize)
     for graph in (rep, rep.get("encoder")):
@@ -326,7 +326,7 @@ class ClipsEp(click.ParamType):
     name = "EP[:N]"
 
     def convert(self, value, param, ctx):
-        from webbuild.tools.verify.runner import ClipsRun
+        from webbuild.tools.verify.visits import ClipsRun
 
         if isinstance(value, ClipsRun):
             return value
@@ -384,8 +384,8 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
       webbuild verify https://user.github.io/my-asr/ --browser chrome
     """
     from webbuild.tools.verify.report import failures, table, under_margin, verdict, write_json, write_junit
-    from webbuild.tools.verify.runner import Options
-    from webbuild.tools.verify.runner import verify as run_verify
+    from webbuild.tools.verify.visits import Options
+    from webbuild.tools.verify.visits import verify as run_verify
 
     overrides = {name: floor for provider, floor in floors for name in ([provider] if provider else PROVIDERS)}
     opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_eps, clips_max_wer, timeout,

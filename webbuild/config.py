@@ -17,7 +17,7 @@ LAYOUT_FILES = {
     "qwen3-asr-split": ("encoder.onnx", "decoder_init.onnx", "decoder_step.onnx", "embed_tokens.bin",
                         "config.json", "tokenizer.json"),
     "merged": ("encoder.onnx", "decoder_model_merged.onnx", "embed_tokens.bin", "config.json", "tokenizer.json"),
-    # = webbuild.reference.layout_v2's file names (this layer cannot import it)
+    # = webbuild.reference.source_v2's file names (this layer cannot import it)
     "qwen3-asr-v2": ("encoder.onnx", "decoder_init.int4.onnx", "decoder_step.int4.onnx", "decoder_weights.int4.data",
                      "embed_tokens.int8.bin", "embed_scales.f32.bin", "config.json", "tokenizer.json"),
 }
@@ -36,7 +36,7 @@ class Source(_Strict):
                     "qwen3-asr-v2, the layout published for browsers (encoder.onnx, decoder_init.int4.onnx "
                     "taking input_embeds and position_ids, decoder_step.int4.onnx, both int4 MatMulNBits in "
                     "one decoder_weights.int4.data, the int8 table embed_tokens.int8.bin with "
-                    "embed_scales.f32.bin, config.json, tokenizer.json; `python -m webbuild.zoo.layout_v2` "
+                    "embed_scales.f32.bin, config.json, tokenizer.json; `python -m webbuild.zoo.export_v2` "
                     "converts a split export)")
     dir: Path = Field(description="folder of the source export, relative to model.yaml")
 

@@ -15,8 +15,8 @@ import pytest
 
 from webbuild.reference.transcribe import pick
 from webbuild.tools.verify.report import junit, table, under_margin, verdict
-from webbuild.tools.verify.runner import Clip, Expected, row
 from webbuild.tools.verify.tokens import MAX_TIE_MARGIN, first_difference, margin_drift, token_summary
+from webbuild.tools.verify.visits import Clip, Expected, row
 
 REPO = Path(__file__).resolve().parents[2]
 TIE, SURE = MAX_TIE_MARGIN / 4, 5.0  # a near tie, a confident choice

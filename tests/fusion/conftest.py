@@ -97,7 +97,7 @@ def source(request, zoo) -> tuple[str, str, Path]:
 @pytest.fixture(scope="session")
 def fused(source, tmp_path_factory):
     """(layout, exporter, source path, fused model, report, saved decoder.onnx path) per zoo source."""
-    from webbuild.fusion.fuse import fuse_decoder, save
+    from webbuild.fusion.fuse_decoder import fuse_decoder, save
 
     layout, exporter, path = source
     model, report = fuse_decoder(path)
@@ -108,8 +108,8 @@ def fused(source, tmp_path_factory):
 def partly_fused(path: Path, rules):
     """Load + cleanup a zoo source and apply `rules` (callables (model, report)) in order."""
     from webbuild.fusion import cleanup
-    from webbuild.fusion.fuse import load_source
-    from webbuild.fusion.report import Report
+    from webbuild.fusion.fuse_decoder import load_source
+    from webbuild.fusion.rule_report import Report
     from webbuild.graph.ir import dead_code_elimination
 
     model, _ = load_source(path)

@@ -11,7 +11,7 @@ import onnx_ir as ir
 from onnx import TensorProto, helper
 
 if TYPE_CHECKING:
-    from webbuild.fusion.report import Report
+    from webbuild.fusion.rule_report import Report
 
 H = 16
 _rng = np.random.default_rng(0)
@@ -159,7 +159,7 @@ def apply_rules(m: ir.Model, *rules) -> tuple[list[int], Report]:
     each, as the driver does (its cleanup infers shapes first)."""
     import onnx_ir.passes.common as common
 
-    from webbuild.fusion.report import Report
+    from webbuild.fusion.rule_report import Report
     from webbuild.graph.ir import dead_code_elimination
 
     common.ShapeInferencePass()(m)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tests.fusion.attention_graph import AXES, MAX_POS, NEGATIVE, WINDOW, attention_graph, run
-from webbuild.fusion.fuse import fuse_decoder
+from webbuild.fusion.fuse_decoder import fuse_decoder
 from webbuild.graph.ir import census
 
 VARIANTS = [{}] + [{axis: s} for axis, spellings in AXES.items() for s in spellings[1:]]

@@ -4,8 +4,8 @@ import shutil
 import onnx_ir as ir
 import pytest
 
-from webbuild.build.fuse import run_fuse, summary
 from webbuild.errors import SourceError
+from webbuild.pipeline.fuse import run_fuse, summary
 
 
 def attrs(node: ir.Node) -> dict:

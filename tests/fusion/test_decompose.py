@@ -6,7 +6,7 @@ import pytest
 
 from webbuild.fusion import parity
 from webbuild.fusion.decompose import decompose
-from webbuild.fusion.fuse import fuse_decoder, save
+from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.validate import check_file
 from webbuild.graph.ir import census
 
@@ -125,7 +125,7 @@ def test_round_trip_shipped_quantized_decoder(zoo, tmp_path, weights, signed):
     """The decoder `webbuild fuse` ships (int4 MatMulNBits at accuracy level 4; the embedding lookup
     reading lm_head's bytes and scales) -> every fused op decomposed, the weights in the WebNN EP's
     spellings -> fused again: the same census, the same nodes with byte-identical weights."""
-    from webbuild.build.fuse import run_fuse
+    from webbuild.pipeline.fuse import run_fuse
 
     run_fuse(zoo.source("split", "torchscript"), tmp_path / "q")
     path = tmp_path / "q" / "decoder.onnx"

@@ -9,7 +9,7 @@ import onnx_ir as ir
 import pytest
 
 from webbuild.fusion import parity
-from webbuild.fusion.fuse import fuse_decoder
+from webbuild.fusion.fuse_decoder import fuse_decoder
 from webbuild.fusion.pipeline_names import merged_names
 from webbuild.fusion.validate import check, check_file
 from webbuild.graph.ir import census, nodes_per_layer

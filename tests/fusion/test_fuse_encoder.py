@@ -11,11 +11,11 @@ import onnxruntime as ort
 import pytest
 
 from tests.fusion.encoder_graphs import attention_graph
-from webbuild.build.fuse import run_fuse, summary
 from webbuild.fusion import encoder_attention
 from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.fusion.validate import check
 from webbuild.graph.ir import census
+from webbuild.pipeline.fuse import run_fuse, summary
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tiny-asr" / "model" / "encoder.onnx"
 LAYERS = 4

@@ -7,8 +7,8 @@ import pytest
 
 from tests.fusion.graphs import dequantized_weight, graph_of, run
 from webbuild.fusion import gather_block_quantized, matmul_nbits
-from webbuild.fusion.fuse import fuse_decoder
-from webbuild.fusion.report import Report
+from webbuild.fusion.fuse_decoder import fuse_decoder
+from webbuild.fusion.rule_report import Report
 from webbuild.fusion.validate import check
 from webbuild.graph.ir import census
 

@@ -6,7 +6,7 @@ import pytest
 
 from tests.fusion.conftest import partly_fused
 from webbuild.fusion import gqa, rms_norm, rope, skip_rms_norm
-from webbuild.fusion.report import Report
+from webbuild.fusion.rule_report import Report
 from webbuild.fusion.validate import check
 from webbuild.graph.ir import census
 

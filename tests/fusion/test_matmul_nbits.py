@@ -7,7 +7,7 @@ import pytest
 
 from tests.fusion.graphs import run
 from webbuild.fusion import matmul_nbits
-from webbuild.fusion.report import Report
+from webbuild.fusion.rule_report import Report
 from webbuild.fusion.validate import check
 from webbuild.graph.ir import census, dead_code_elimination
 

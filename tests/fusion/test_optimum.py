@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.fusion.exporters import FAMILIES, export
-from webbuild.fusion.fuse import fuse_decoder, save
+from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.parity import compare_tokens
 from webbuild.fusion.validate import check
 from webbuild.graph.ir import census

@@ -7,7 +7,7 @@ import pytest
 
 from tests.fusion.test_fuse import build_genai
 from webbuild.fusion import qk_norm_in_gqa
-from webbuild.fusion.fuse import fuse_decoder, save
+from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, compare, embed_table
 from webbuild.fusion.validate import check_file
 from webbuild.graph.ir import census, dead_code_elimination, nodes_per_layer

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from webbuild.cli import main
-from webbuild.fusion.report import strict_failures, summary
+from webbuild.fusion.rule_report import strict_failures, summary
 
 TINY = Path(__file__).resolve().parents[2] / "examples" / "tiny-asr" / "model"
 WHY = "K is not transposed to [B, heads, hd, T]"
@@ -99,7 +99,7 @@ def test_fusion_strict_stops_the_build_with_exit_code_1(tmp_path):
 
 
 def test_the_build_table_ends_with_what_was_not_fused():
-    from webbuild.build.report import BuildReport
+    from webbuild.pipeline.build_report import BuildReport
 
     census = {"nodes": 4, "ops": {"Softmax": 1, "MatMul": 3}}
     miss = {"rule": "gqa", "at": "Softmax", "why": WHY}
@@ -113,9 +113,9 @@ def test_the_build_table_ends_with_what_was_not_fused():
 
 def test_strict_rules_name_registered_attention_and_norm_rules():
     from webbuild.fusion import fuse_encoder
-    from webbuild.fusion.fuse import decoder_steps
-    from webbuild.fusion.report import STRICT_RULES
+    from webbuild.fusion.fuse_decoder import decoder_steps
     from webbuild.fusion.rule import Rule
+    from webbuild.fusion.rule_report import STRICT_RULES
 
     names = {s.action.name for s in (*decoder_steps(None), *fuse_encoder.STEPS) if isinstance(s.action, Rule)}
     assert set(STRICT_RULES) <= names

@@ -3,7 +3,7 @@ import pytest
 
 from tests.fusion.graphs import H, rms_graph, run
 from webbuild.fusion import cleanup, rms_norm
-from webbuild.fusion.report import Report
+from webbuild.fusion.rule_report import Report
 from webbuild.fusion.validate import check
 from webbuild.graph.ir import census, dead_code_elimination
 
@@ -37,7 +37,7 @@ def test_reduction_over_other_axis_is_left_and_reported():
 
 def test_zoo_decoder_has_no_decomposed_norm_left(source):
     layout, exporter, path = source
-    from webbuild.fusion.fuse import load_source
+    from webbuild.fusion.fuse_decoder import load_source
 
     m, _ = load_source(path)
     cleanup.apply(m)

@@ -4,8 +4,8 @@ subgraph evaluated on onnxruntime at both ends of the cache."""
 import numpy as np
 
 from webbuild.fusion import cleanup, gqa, rms_norm, rope
-from webbuild.fusion.fuse import load_source
-from webbuild.fusion.report import Report
+from webbuild.fusion.fuse_decoder import load_source
+from webbuild.fusion.rule_report import Report
 
 
 def _first_attention(path):

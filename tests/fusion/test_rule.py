@@ -2,8 +2,8 @@
 
 import onnx_ir as ir
 
-from webbuild.fusion.report import Report
 from webbuild.fusion.rule import Miss, Rule, Step, run
+from webbuild.fusion.rule_report import Report
 from webbuild.graph.ir import census, replace
 
 

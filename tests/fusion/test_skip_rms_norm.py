@@ -3,7 +3,7 @@ import numpy as np
 from tests.fusion.conftest import partly_fused
 from tests.fusion.graphs import H, residual_graph, run
 from webbuild.fusion import rms_norm, skip_rms_norm
-from webbuild.fusion.report import Report
+from webbuild.fusion.rule_report import Report
 from webbuild.fusion.validate import check
 from webbuild.graph.ir import census, dead_code_elimination
 

@@ -4,7 +4,7 @@ and a decoder whose projections are already int4 MatMulNBits."""
 import pytest
 
 from webbuild.fusion import parity
-from webbuild.fusion.fuse import fuse_decoder, save
+from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.validate import check_file
 
 

@@ -1,4 +1,4 @@
-// Builds real shard folders with the Python packer (webbuild/build/shard.py), as the build does.
+// Builds real shard folders with the Python packer (webbuild/pipeline/shard.py), as the build does.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
@@ -27,7 +27,7 @@ export function buildFixture(dir, sizes, { maxBytes, modelId = 'tiny-asr', sourc
   }
   for (const [v, files] of Object.entries(variants)) args.push('--variant', `${v}=${files.join(',')}`);
   const out = path.join(dir, 'site');
-  execFileSync(PYTHON, ['-m', 'webbuild.build.shard', out, ...args, '--model-id', modelId, '--max-bytes', String(maxBytes)],
+  execFileSync(PYTHON, ['-m', 'webbuild.pipeline.shard', out, ...args, '--model-id', modelId, '--max-bytes', String(maxBytes)],
     { cwd: REPO, stdio: ['ignore', 'ignore', 'inherit'] });
   return { dir: out, manifest: JSON.parse(readFileSync(path.join(out, 'manifest.json'), 'utf8')), sources: data };
 }

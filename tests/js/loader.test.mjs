@@ -1,4 +1,4 @@
-// Loader tests: real shards from webbuild/build/shard.py, served by a real HTTP server, fetched with
+// Loader tests: real shards from webbuild/pipeline/shard.py, served by a real HTTP server, fetched with
 // Node's real fetch and checked with real sha256. Run: node --test tests/js/
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';

@@ -17,7 +17,7 @@ under a flag of the source or the options), in order:
   merge_split    split layout's prefill graph -> the single decoder interface
   packed_qkv     Q/K/V projections -> one MatMul(NBits) (+ Split when Q/K norms sit between)
   qk_norm_in_gqa opt-in, WebGPU/CUDA only: Q/K norms into GQA (and back out: take_out); the build
-                 applies it to its WebGPU decoders after quantization (webbuild/build/forms.py)
+                 applies it to its WebGPU decoders after quantization (webbuild/pipeline/forms.py)
   prune_lm_head  lm_head on the last position only
   static_reshape computed Reshape targets -> constants
 
@@ -34,5 +34,5 @@ after the same cleanup (its list: `fuse_encoder.STEPS`):
 The quantized-weight rules share `dequant` (the DequantizeLinear and Cast/Sub/Mul spellings, packed from
 the stored bytes); the norm rules share `norm_parts`; the skip norms match with onnxscript patterns, the others are
 structural (`fusion.rule` says why). `fusion.decompose` is the inverse (round-trip tests),
-`fusion.parity` the onnxruntime CPU harness; `webbuild fuse` is webbuild.build.fuse.run_fuse.
+`fusion.parity` the onnxruntime CPU harness; `webbuild fuse` is webbuild.pipeline.fuse.run_fuse.
 """

@@ -1,5 +1,5 @@
 """Split layout (decoder_init + decoder_step) -> one decoder serving prefill and step; layout v2's
-decoder_init (taking input_embeds already, webbuild.reference.layout_v2) likewise.
+decoder_init (taking input_embeds already, webbuild.reference.source_v2) likewise.
 
 After GQA fusion the prefill graph already does everything the step graph does: GQA takes a past
 KV of any length (0 on the first call) and masks causally itself. So the init graph becomes the

@@ -35,7 +35,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
 from webbuild.fusion import cleanup
-from webbuild.fusion.report import Report
+from webbuild.fusion.rule_report import Report
 from webbuild.graph.ir import census, dead_code_elimination
 
 M = TypeVar("M")

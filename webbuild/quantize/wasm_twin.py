@@ -9,7 +9,7 @@ standard ops.
   twin dequantizes each weight with Cast/Div/Mul/Sub/Reshape/Transpose over its packed initializer:
   every input is a constant, so onnxruntime folds it into a float32 weight once, at session creation.
   The download stays int4, but the folding costs wasm memory many times the float32 weights
-  (webbuild.build.wasm_budget), so the build folds only where its estimate says the result fits.
+  (webbuild.pipeline.wasm_budget), so the build folds only where its estimate says the result fits.
 
 Nibbles are unpacked low first with the symmetric zero point 8 (128 for 8-bit codes), as the quantize
 stage packs them.

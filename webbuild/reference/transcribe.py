@@ -1,7 +1,7 @@
 """Reference transcription in Python with onnxruntime: mel -> encoder -> greedy decoding.
 
 Model folders are recognised by their files: the split layout (decoder_init + decoder_step), layout v2
-(its int4 decoder_init taking embeddings + decoder_step; webbuild.reference.layout_v2) and the merged
+(its int4 decoder_init taking embeddings + decoder_step; webbuild.reference.source_v2) and the merged
 layout (decoder_model_merged.onnx). Every decoder exposes the same two calls, `prefill` and
 `step`, so the greedy loop is written once.
 """
@@ -18,7 +18,7 @@ from tokenizers import Tokenizer
 
 from webbuild.errors import SourceError
 from webbuild.graph.load import load_onnx
-from webbuild.reference import layout_v2
+from webbuild.reference import source_v2
 from webbuild.reference.mel import LEAD_METADATA, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
 
@@ -77,12 +77,12 @@ class SplitDecoder:
 
 class V2Decoder(SplitDecoder):
     """Layout v2: decoder_init takes the prompt's embeddings (int8 table rows, audio spliced in here),
-    decoder_step as the split layout's; webbuild.reference.layout_v2."""
+    decoder_step as the split layout's; webbuild.reference.source_v2."""
 
     def __init__(self, model_dir: Path, cfg: dict):
-        self.init = source_session(model_dir / layout_v2.INIT)
-        self.step_sess = source_session(model_dir / layout_v2.STEP)
-        self.embed = layout_v2.embed_table(model_dir, cfg)
+        self.init = source_session(model_dir / source_v2.INIT)
+        self.step_sess = source_session(model_dir / source_v2.STEP)
+        self.embed = source_v2.embed_table(model_dir, cfg)
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
         n = len(prompt.ids)
@@ -293,14 +293,14 @@ def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0, adap
     cfg = json.loads(cfg_path.read_text())
     if (model_dir / "decoder_init.onnx").is_file():
         decoder = SplitDecoder(model_dir, cfg)
-    elif (model_dir / layout_v2.INIT).is_file():
+    elif (model_dir / source_v2.INIT).is_file():
         decoder = V2Decoder(model_dir, cfg)
     elif (model_dir / "decoder_model_merged.onnx").is_file():
         decoder = MergedDecoder(model_dir, cfg)
     elif (model_dir / "decoder.onnx").is_file():  # fused decoder of a build, same interface
         decoder = MergedDecoder(model_dir, cfg, graph="decoder.onnx")
     else:
-        raise SourceError(f"{model_dir}: found none of decoder_init.onnx (split layout), {layout_v2.INIT} "
+        raise SourceError(f"{model_dir}: found none of decoder_init.onnx (split layout), {source_v2.INIT} "
                             "(layout v2), decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
@@ -309,7 +309,7 @@ def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0, adap
 
 def cpu_form(decoder: Path) -> Path:
     """`decoder`, or a copy beside it with the Q/K norms taken back out of GroupQueryAttention: the
-    site's WebGPU form, which onnxruntime CPU refuses (webbuild.build.forms)."""
+    site's WebGPU form, which onnxruntime CPU refuses (webbuild.pipeline.forms)."""
     from webbuild.fusion import qk_norm_in_gqa
     from webbuild.graph.files import rewrite_file
 

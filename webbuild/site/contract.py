@@ -9,7 +9,7 @@ test keeps them equal to these), and `LORA_PICKER`, the page element `webbuild v
 from __future__ import annotations
 
 RUNTIME_FILE = "runtime.json"  # a logical file of the model manifest: the constants the runtime needs
-TOKENS_FILE = "tokens.bin"  # the decode table (webbuild.build.assemble.token_table)
+TOKENS_FILE = "tokens.bin"  # the decode table (webbuild.pipeline.assemble.token_table)
 SAMPLES_FILE = "samples.json"  # beside index.html: the sample clips, their texts and verify's WER bound
 # the id of the page's LoRA adapter picker (a <select>: each adapter's name, '' for the base model), which
 # `webbuild verify` drives; window.webbuild.lora is the adapter on (null: the base model)
@@ -24,11 +24,11 @@ ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
 
 # A manifest variant entry names its files by role ({"encoder": "encoder.fp16.onnx", "decoder_data": ...});
 # the runtime finds each graph's files through this table: the graph, its external weights, its wasm
-# twin (webbuild.quantize.wasm_twin), the decoder's step form for graph capture (webbuild.build.step_form)
+# twin (webbuild.quantize.wasm_twin), the decoder's step form for graph capture (webbuild.pipeline.step_form)
 # and, for decoders that take inputs_embeds, the embedding table. A build with LoRA adapters adds the
-# adapted decoder (webbuild.build.lora_form, docs/adapters.md) with the same kinds of forms, reading the
+# adapted decoder (webbuild.pipeline.lora_form, docs/adapters.md) with the same kinds of forms, reading the
 # base decoder's weights file; the runtime loads it beside the base one (runtime/lora.js).
-# An fp32 entry also carries `wasm`: {need_bytes, budget_bytes, fits} (webbuild.build.wasm_budget); where
+# An fp32 entry also carries `wasm`: {need_bytes, budget_bytes, fits} (webbuild.pipeline.wasm_budget); where
 # fits is false (no form of the graphs fits) the runtime (runtime/site.js refuseUnfit) says the model needs
 # WebGPU instead of loading.
 FILE_ROLES = {
@@ -41,6 +41,6 @@ FILE_ROLES = {
 
 
 def runtime_names() -> dict:
-    """runtime.json's keys for the names above (webbuild.build.assemble.runtime_config)."""
+    """runtime.json's keys for the names above (webbuild.pipeline.assemble.runtime_config)."""
     return {"files": {"tokens": TOKENS_FILE, "ort_module": f"{ORT_DIR}/{ORT_MODULE}", "ort_wasm": ORT_WASM},
             "roles": FILE_ROLES}

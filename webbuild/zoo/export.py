@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from webbuild.errors import ZooError
 from webbuild.reference.prompt import audio_token_count, build_prompt
 from webbuild.reference.tokenizer import special_ids
-from webbuild.zoo import check, wrappers
+from webbuild.zoo import export_check, wrappers
 from webbuild.zoo.onnx_export import SharedWeights, as_numpy, export_file, save_inline_file
 
 LAYOUTS = ("split", "merged")
@@ -49,7 +49,7 @@ def export_model(model, tok: Tokenizer, out_dir: Path, layout: str = "split", ex
             _export_merged_decoder(model, samples, stage, exporter)
         _write_side_files(model, tok, stage)
         log.info("checking the ONNX graphs against torch")
-        check.check_export(stage, layout, model, tok)
+        export_check.check_export(stage, layout, model, tok)
         stage.rename(out_dir)
     log.info(f"wrote {out_dir}")
 

@@ -229,7 +229,7 @@ export class Recogniser {
 
   // The prompt in one run, or on WebGPU in runs of at most rt.webgpu_prefill_chunk tokens: the
   // build sets that when onnxruntime-web's WebGPU GroupQueryAttention is wrong for longer runs
-  // (1.30: 32 or more new tokens, see webbuild/build/assemble.py).
+  // (1.30: 32 or more new tokens, see webbuild/pipeline/assemble.py).
   async prefill(ids, audio, offset) {
     const n = (this.ep === 'webgpu' && this.rt.webgpu_prefill_chunk) || ids.length;
     let past = this.emptyPast();

@@ -55,7 +55,7 @@ export function choiceNotice(pick, gpu, forceEp) {
   return `WebGPU is not available (${gpu.reason}); running on the CPU with WebAssembly, which is slower.`;
 }
 
-// The build's estimate of a variant's wasm memory (manifest entry `wasm`, webbuild/build/wasm_budget.py):
+// The build's estimate of a variant's wasm memory (manifest entry `wasm`, webbuild/pipeline/wasm_budget.py):
 // where it exceeds what a tab gets, say so before downloading rather than fail with std::bad_alloc.
 export function refuseUnfit(manifest, variant) {
   const wasm = manifest.variants[variant]?.wasm;

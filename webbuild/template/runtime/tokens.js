@@ -1,4 +1,4 @@
-// Token id -> bytes table emitted by the build (webbuild/build/assemble.py token_table):
+// Token id -> bytes table emitted by the build (webbuild/pipeline/assemble.py token_table):
 // u32 count, u32 offsets[count + 1], then the bytes of every token back to back.
 
 export class TokenTable {

@@ -19,7 +19,7 @@ from pathlib import Path
 from webbuild.errors import BenchError, require_extra
 from webbuild.tools import browser as br
 from webbuild.tools.bench.instrument import counted_site, counted_site_parent
-from webbuild.tools.verify.runner import Clip, site_data, site_url, transcribe
+from webbuild.tools.verify.visits import Clip, site_data, site_url, transcribe
 
 
 def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | None = None,

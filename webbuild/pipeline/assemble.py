@@ -22,11 +22,11 @@ from pathlib import Path
 import onnx
 from tokenizers import Tokenizer
 
-from webbuild.build.state import Variant
 from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
 from webbuild.graph.load import load_onnx
-from webbuild.reference import layout_v2
+from webbuild.pipeline.state import Variant
+from webbuild.reference import source_v2
 from webbuild.reference.mel import HOP
 from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count
 from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE, runtime_names
@@ -76,7 +76,7 @@ def _table_files(source: Path, layout: str, out: Path) -> None:
         shutil.copyfile(source / "config.json", out / "config.json")
         return
     cfg = json.loads((source / "config.json").read_text())
-    table = layout_v2.embed_table(source, cfg)
+    table = source_v2.embed_table(source, cfg)
     table.tofile(out / "embed_tokens.bin")
     cfg.update(embed_tokens_shape=list(table.shape), embed_tokens_dtype="float32")
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
@@ -118,7 +118,7 @@ def _encoder(src: Path, dest: Path, lead: int) -> None:
     if inputs == ["pcm"]:
         save_graph(src, dest)
     elif inputs == ["mel"]:
-        from webbuild.build.frontend import add_mel_frontend  # the one mel implementation, in the graph
+        from webbuild.pipeline.frontend import add_mel_frontend  # the one mel implementation, in the graph
 
         add_mel_frontend(src, dest, lead)
     else:

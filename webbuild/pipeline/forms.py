@@ -12,10 +12,10 @@ activation quantization, then DP4A) and then skips its decode-time fusions (norm
 + SiLU), while level 0 decodes in one fused dispatch per group with fp32 accumulation (BENCHMARKS.md,
 issue 14). The wasm twin keeps `quantize.accuracy_level`: on the CPU int8 kernels are the fast ones.
 
-The step form (webbuild.build.step_form) is the WebGPU form for one decode token that graph capture
+The step form (webbuild.pipeline.step_form) is the WebGPU form for one decode token that graph capture
 can record; the runtime decodes with it after the plain prefill (runtime/capture.js).
 
-A build with LoRA adapters also gets the adapted decoder (webbuild.build.lora_form), made from the
+A build with LoRA adapters also gets the adapted decoder (webbuild.pipeline.lora_form), made from the
 quantized graph before any of these forms, then given the same forms as the base decoder.
 """
 
@@ -26,11 +26,11 @@ from pathlib import Path
 
 import onnx_ir as ir
 
-from webbuild.build.lora_form import lora_form
-from webbuild.build.step_form import step_form
 from webbuild.fusion import qk_norm_in_gqa
-from webbuild.fusion.report import Report
+from webbuild.fusion.rule_report import Report
 from webbuild.graph.files import rewrite_file
+from webbuild.pipeline.lora_form import lora_form
+from webbuild.pipeline.step_form import step_form
 from webbuild.quantize.wasm_twin import twin_name, wasm_graph
 
 

@@ -43,7 +43,7 @@ INIT_IO = ({"input_embeds": _FLOAT, "position_ids": _INT64},
            {"logits": _FLOAT, "present_keys": _FLOAT, "present_values": _FLOAT})
 STEP_IO = ({"input_embeds": _FLOAT, "position_ids": _INT64, "past_keys": _FLOAT, "past_values": _FLOAT},
            INIT_IO[1])
-FIX = "re-export the model in layout v2 (`python -m webbuild.zoo.layout_v2 SPLIT_DIR OUT_DIR`)"
+FIX = "re-export the model in layout v2 (`python -m webbuild.zoo.export_v2 SPLIT_DIR OUT_DIR`)"
 
 
 def quantize_table(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

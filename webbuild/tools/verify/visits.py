@@ -108,7 +108,7 @@ def site_data(context, url: str) -> dict:
 
 def wasm_unfit(context, url: str) -> str | None:
     """Why the site's wasm variant does not fit a tab (manifest entry `wasm.fits` false,
-    webbuild/build/wasm_budget.py), else None; the variant as runtime/probe.js chooseVariant picks it."""
+    webbuild/pipeline/wasm_budget.py), else None; the variant as runtime/probe.js chooseVariant picks it."""
     res = context.request.get(url + "model/manifest.json")
     variants = res.json().get("variants", {}) if res.ok else {}
     entry = variants.get("fp32") or next(iter(variants.values()), {})

@@ -1,6 +1,6 @@
-"""A zoo split export rewritten in layout v2 (webbuild.reference.layout_v2 gives its files and interface).
+"""A zoo split export rewritten in layout v2 (webbuild.reference.source_v2 gives its files and interface).
 
-    python -m webbuild.zoo.layout_v2 SPLIT_DIR OUT_DIR
+    python -m webbuild.zoo.export_v2 SPLIT_DIR OUT_DIR
 
 From our own graphs: decoder_step already has v2's interface; decoder_init loses its embedding lookup
 and audio splice (the residual stream they make becomes the `input_embeds` input, as a v2 caller
@@ -25,10 +25,10 @@ from tokenizers import Tokenizer
 
 from webbuild.errors import ZooError
 from webbuild.fusion import prune_lm_head
-from webbuild.fusion.report import Report
+from webbuild.fusion.rule_report import Report
 from webbuild.graph.ir import attr, dead_code_elimination, only_user
 from webbuild.graph.load import load_onnx
-from webbuild.reference import layout_v2 as v2
+from webbuild.reference import source_v2 as v2
 from webbuild.reference.prompt import PROMPT_PREFIX, PROMPT_SUFFIX
 from webbuild.zoo.export import check_new_folder
 from webbuild.zoo.onnx_export import save_sharing_weights

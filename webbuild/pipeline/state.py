@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from webbuild.build.report import BuildReport
 from webbuild.config import BuildConfig
-from webbuild.reference import layout_v2
+from webbuild.pipeline.build_report import BuildReport
+from webbuild.reference import source_v2
 
 
 @dataclass
@@ -22,7 +22,7 @@ class SourceModel:
     @property
     def decoder_source(self) -> Path:
         """What the fuse stage reads: the split folder, or the merged or v2 prefill decoder graph."""
-        graph = {"merged": "decoder_model_merged.onnx", "qwen3-asr-v2": layout_v2.INIT}.get(self.layout)
+        graph = {"merged": "decoder_model_merged.onnx", "qwen3-asr-v2": source_v2.INIT}.get(self.layout)
         return self.dir / graph if graph else self.dir
 
 

@@ -12,7 +12,7 @@ import resource
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from webbuild.fusion.report import summary as fusion_summary
+from webbuild.fusion.rule_report import summary as fusion_summary
 from webbuild.text import size
 
 

@@ -10,7 +10,7 @@ API
     Writes ``out_dir/manifest.json`` last and returns the manifest dict. Stale ``*.bin`` files
     in ``out_dir/shards/`` from an earlier run are removed so a re-run never ships dead bytes.
 
-``python -m webbuild.build.shard OUT_DIR NAME=PATH ... --model-id ID [--max-bytes N]
+``python -m webbuild.pipeline.shard OUT_DIR NAME=PATH ... --model-id ID [--max-bytes N]
 [--variant NAME=FILE,FILE]`` does the same from the shell (used by the loader's JS tests).
 
 Why one file per shard (no packing of small files into a shared shard): a shard's bytes then
@@ -187,7 +187,7 @@ def _remove_stale(shard_dir: Path, keep: set[str]) -> None:
 
 
 def _parse_args(argv):
-    ap = argparse.ArgumentParser(prog="python -m webbuild.build.shard", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m webbuild.pipeline.shard", description=__doc__.split("\n")[0])
     ap.add_argument("out_dir", type=Path)
     ap.add_argument("files", nargs="+", metavar="NAME=PATH")
     ap.add_argument("--model-id", required=True)

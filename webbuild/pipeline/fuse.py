@@ -11,8 +11,8 @@ from pathlib import Path
 
 from webbuild.config import Quantize
 from webbuild.errors import FusionIncomplete, SourceError
-from webbuild.fusion import report as fusion_report
-from webbuild.fusion.fuse import decoder_path, fuse_decoder, save
+from webbuild.fusion import rule_report as fusion_report
+from webbuild.fusion.fuse_decoder import decoder_path, fuse_decoder, save
 from webbuild.fusion.fuse_encoder import ENCODER as ENCODER_NAME
 from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.fusion.validate import check_file

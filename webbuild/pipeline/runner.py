@@ -1,4 +1,4 @@
-"""`webbuild model.yaml`: run the stages (webbuild.build.stages) in a temporary folder, then move the site
+"""`webbuild model.yaml`: run the stages (webbuild.pipeline.stages) in a temporary folder, then move the site
 into place. Each stage is timed and its peak memory recorded in the build report."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from webbuild.build.report import BuildReport, peak_rss_bytes
-from webbuild.build.stages import STAGES
-from webbuild.build.state import BuildContext, BuildState, SourceModel
 from webbuild.config import BuildConfig
 from webbuild.errors import BuildError, WebbuildError
+from webbuild.pipeline.build_report import BuildReport, peak_rss_bytes
+from webbuild.pipeline.stages import STAGES
+from webbuild.pipeline.state import BuildContext, BuildState, SourceModel
 
 log = logging.getLogger(__name__)
 

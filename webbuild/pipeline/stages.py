@@ -1,5 +1,5 @@
 """The build's stages, in order: plain functions `stage(ctx)` that read and write files under the context's
-folders and hand their results on in `ctx.state` (webbuild.build.state)."""
+folders and hand their results on in `ctx.state` (webbuild.pipeline.state)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from webbuild.build.assemble import assemble_model, present_files
-from webbuild.build.render import ort_dist, render_site
-from webbuild.build.report import census
-from webbuild.build.shard import shard_files
-from webbuild.build.state import BuildContext, Variant
 from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
-from webbuild.reference import layout_v2
+from webbuild.pipeline.assemble import assemble_model, present_files
+from webbuild.pipeline.build_report import census
+from webbuild.pipeline.render import ort_dist, render_site
+from webbuild.pipeline.shard import shard_files
+from webbuild.pipeline.state import BuildContext, Variant
+from webbuild.reference import source_v2
 from webbuild.reference.mel import lead_samples
 from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
 from webbuild.site.manifest import dist_file_stats
@@ -29,13 +29,13 @@ def stage_source(ctx: BuildContext) -> None:
     to it), so a multi-GB export is not copied. A v2 source's interface and table are checked first."""
     model = ctx.state.model
     if model.layout == "qwen3-asr-v2":
-        layout_v2.check_source(model.dir, json.loads((model.dir / "config.json").read_text()))
+        source_v2.check_source(model.dir, json.loads((model.dir / "config.json").read_text()))
     for graph in sorted(ctx.state.model.dir.glob("*.onnx")):
         ctx.report.graphs[graph.stem] = {"source": census(op_census(graph))}
 
 
 def stage_fuse(ctx: BuildContext) -> None:
-    """One decoder graph and the encoder with fused operators (webbuild.build.fuse.run_fuse) for the
+    """One decoder graph and the encoder with fused operators (webbuild.pipeline.fuse.run_fuse) for the
     assemble stage.
 
     Split sources always need it (it also merges decoder_init + decoder_step); merged sources
@@ -44,7 +44,7 @@ def stage_fuse(ctx: BuildContext) -> None:
     cfg, model = ctx.cfg, ctx.state.model
     if model.layout == "merged" and not cfg.fusion.enabled:
         return
-    from webbuild.build.fuse import check_strict, run_fuse
+    from webbuild.pipeline.fuse import check_strict, run_fuse
 
     out = ctx.work_dir / "fused"
     # quantize=False: the quantize stage quantizes (with model.yaml's settings), after assemble
@@ -65,7 +65,7 @@ def _fused_graph(rep: dict) -> dict:
 
 
 def stage_assemble(ctx: BuildContext) -> None:
-    """The runtime's model files (webbuild.build.assemble), from the fuse stage's graphs where it ran."""
+    """The runtime's model files (webbuild.pipeline.assemble), from the fuse stage's graphs where it ran."""
     state = ctx.state
     state.assembled = ctx.work_dir / "model"
     fp32 = assemble_model(state.model.dir, state.model.layout, state.assembled, decoder=state.model.decoder,
@@ -104,7 +104,7 @@ def _quantized_variant(folder: Path, name: str, encoder: str, decoder: str) -> V
 
 def _check_variants(ctx: BuildContext, out: Path) -> None:
     """Session creation and greedy transcripts of every variant; agreement with the source."""
-    from webbuild.build.check import check_variant, reference_tokens, variant_transcriber
+    from webbuild.pipeline.check import check_variant, reference_tokens, variant_transcriber
     from webbuild.reference.audio import read_wav
 
     clips = {s.audio.name: read_wav(s.audio) for s in ctx.cfg.site.samples}
@@ -172,10 +172,10 @@ def _packed_adapters(ctx: BuildContext) -> tuple[dict[str, Path], dict[str, dict
 
 
 def _wasm_plans(ctx: BuildContext) -> dict[str, dict]:
-    """The fp32 variants' wasm plans (webbuild.build.wasm_budget): each graph's form for the wasm EP and
+    """The fp32 variants' wasm plans (webbuild.pipeline.wasm_budget): each graph's form for the wasm EP and
     the memory estimate of every option, into the report; the page reads `fits` from the manifest entry
     and says the model needs WebGPU where it is false (no option fits)."""
-    from webbuild.build.wasm_budget import GIB, variant_plan
+    from webbuild.pipeline.wasm_budget import GIB, variant_plan
 
     runtime = json.loads((ctx.state.assembled / RUNTIME_FILE).read_text())
     plans = {}
@@ -205,7 +205,7 @@ def _webgpu_forms_and_wasm_twins(ctx: BuildContext, plans: dict[str, dict]) -> N
     twin graph (role decoder_wasm); each costs a few KB: the weights file is shared. With adapters, the
     adapted decoder (role decoder_lora) is made first and gets the same forms (decoder_lora_step,
     decoder_lora_wasm). A quantized encoder gets a twin too (role encoder_wasm) where its plan folds its
-    MatMulNBits to float. See webbuild.build.forms and webbuild.quantize.wasm_twin. The report's decoder
+    MatMulNBits to float. See webbuild.pipeline.forms and webbuild.quantize.wasm_twin. The report's decoder
     census then counts the shipped graph."""
     from webbuild.quantize.wasm_twin import twin_name, wasm_graph
 
@@ -226,8 +226,8 @@ def _webgpu_forms_and_wasm_twins(ctx: BuildContext, plans: dict[str, dict]) -> N
 
 def _decoder_forms(ctx: BuildContext, v: Variant, role: str, wasm_twin: bool, fold_matmuls: bool) -> None:
     """The WebGPU form of the decoder of `role` in place, its wasm twin (`<role>_wasm`) and its step
-    form (`<role>_step`: the captured decode's graph, webbuild.build.step_form)."""
-    from webbuild.build.forms import step_decoder, webgpu_decoder
+    form (`<role>_step`: the captured decode's graph, webbuild.pipeline.step_form)."""
+    from webbuild.pipeline.forms import step_decoder, webgpu_decoder
 
     level = ctx.cfg.quantize.webgpu_accuracy_level if ctx.cfg.quantize.method != "none" else None
     graph = v.files[role]
@@ -238,8 +238,8 @@ def _decoder_forms(ctx: BuildContext, v: Variant, role: str, wasm_twin: bool, fo
 
 
 def _adapted_decoder(v: Variant, dec: str) -> str:
-    from webbuild.build.forms import lora_decoder
-    from webbuild.build.lora_form import NoProjections
+    from webbuild.pipeline.forms import lora_decoder
+    from webbuild.pipeline.lora_form import NoProjections
 
     try:
         return lora_decoder(v.dir, dec)
