@@ -6,13 +6,14 @@ PY := $(VENV)/bin/python
 # no -q: pip prints a line per package, so a minutes-long install is never silent
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
+CHECK_STAMP := $(VENV)/.installed-check
 TEST_STAMP := $(VENV)/.installed-test
 # Extras of `make test`. torch is pinned in the zoo extra; on Linux x86-64 the package index's build of
 # that version is the CUDA one (2.7 GB of wheels), a machine whose pip sees the +cpu wheel (a find-links
 # folder or PyTorch's CPU index, README.md "Install") gets the 0.19 GB CPU build instead.
 TEST_EXTRAS ?= zoo,test
 
-.PHONY: setup setup-test system-deps site lint test test-python test-js e2e optimum-fixtures clean
+.PHONY: setup setup-check setup-test system-deps site lint check test test-python test-check test-js e2e optimum-fixtures clean
 
 # The main job (build a site from an export, serve, verify, bench) needs no torch.
 $(STAMP): pyproject.toml package.json package-lock.json
@@ -27,8 +28,16 @@ $(STAMP): pyproject.toml package.json package-lock.json
 
 setup: $(STAMP)
 
-$(TEST_STAMP): $(STAMP) pyproject.toml
-	@echo "== test extras [$(TEST_EXTRAS)]: torch, transformers, pytest, playwright, ruff, onnxruntime-genai, peft"
+# `make check`'s tools (pytest, ruff): no torch, no browser
+$(CHECK_STAMP): $(STAMP) pyproject.toml
+	@echo "== check extra: pytest, jsonschema, ruff"
+	$(PIP) install -e ".[check]"
+	touch $@
+
+setup-check: $(CHECK_STAMP)
+
+$(TEST_STAMP): $(CHECK_STAMP) pyproject.toml
+	@echo "== test extras [$(TEST_EXTRAS)]: torch, transformers, playwright, onnxruntime-genai, peft"
 	$(PIP) install -e ".[$(TEST_EXTRAS)]"
 	touch $@
 
@@ -51,8 +60,16 @@ site: setup
 	@echo "  $(VENV)/bin/webbuild serve dist"
 
 # ruff, configured in pyproject.toml ([tool.ruff]); first, because it takes a second and the tests minutes
-lint: setup-test
+lint: setup-check
 	$(VENV)/bin/ruff check .
+
+# The lane of every test that needs neither torch, nor a browser, nor SwiftShader's WebGPU (markers that
+# tests/conftest.py gives each test from its fixtures and imports): a few minutes, for every change
+LANE := not torch and not browser and not webgpu
+check: lint test-check
+
+test-check: setup-check
+	$(PY) -m pytest -m "$(LANE)"
 
 test: setup-test lint system-deps optimum-fixtures test-python test-js e2e
 

@@ -22,33 +22,30 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import onnx
 import pytest
 
+from tests.command import webbuild
 from tests.example_config import example_config, write_example_config
-from tests.test_bench import EXAMPLE, webbuild
 from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV
 
-pytestmark = [pytest.mark.skipif(not Path("/usr/lib/chromium/vk_swiftshader_icd.json").is_file(),
-                                 reason="no SwiftShader Vulkan ICD")]
+pytestmark = [pytest.mark.webgpu]
 DECODE = 4  # counted as (4-token decode - 1-token decode) / 3: SwiftShader is slow
 
 
 def build(yaml_path: Path, out: Path) -> Path:
-    run = subprocess.run([sys.executable, "-m", "webbuild.cli", str(yaml_path), "-o", str(out)],
-                         capture_output=True, text=True, timeout=900)
+    run = webbuild(yaml_path, "-o", out)
     assert run.returncode == 0, run.stderr
     return out
 
 
 @pytest.fixture(scope="module")
-def level0(tmp_path_factory) -> Path:
+def level0(example_dist) -> Path:
     """The example as is (WebGPU decoder at accuracy level 0, the default)."""
-    return build(EXAMPLE / "model.yaml", tmp_path_factory.mktemp("counters") / "level0")
+    return example_dist
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +158,7 @@ def test_accuracy_level_4_vs_0_follows_the_graph_and_the_fusions(sites, tmp_path
     assert level4["kernels"] == level0["kernels"]
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="no /usr/bin/chromium")
+@pytest.mark.browser
 def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_unfused(level0, tmp_path):
     """`--runtime browser`: the site's worker in Chromium (a bench-only copy with counters.mjs and
     synth_hook.js) counts the same calls as the Node bench, both onnxruntime-web 1.30 on SwiftShader with

@@ -9,21 +9,17 @@ from __future__ import annotations
 import json
 import shutil
 from collections import Counter
-from pathlib import Path
 
 import onnx
 import pytest
 
 from tests.example_config import example_config, write_example_config
-from tests.test_site import needs_chromium, playwright, reference_for  # noqa: F401 (fixture)
 from webbuild.config import load_config
 from webbuild.pipeline.runner import run_build
 from webbuild.reference.audio import read_wav
+from webbuild.reference.transcribe import load_transcriber
 from webbuild.site.contract import SAMPLES_FILE
 from webbuild.tools.browser import open_site, wait_for
-
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
-
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +40,7 @@ def example_site(tmp_path_factory):
 def expected(example_site):
     """Per sample: (the Python reference's text on the site's own graphs, the clip's transcript)."""
     work, samples = example_site
-    ref = reference_for(work)
+    ref = load_transcriber(work / "dist")
     return [(ref.transcribe(read_wav(s["audio"])), s["text"]) for s in samples]
 
 
@@ -85,7 +81,6 @@ def transcribe_all(page, samples: list[dict]) -> list[str]:
     return texts
 
 
-@needs_chromium
 @pytest.mark.parametrize("webgpu", [pytest.param(True, marks=pytest.mark.slow), False], ids=["webgpu", "wasm"])
 def test_example_site_transcribes_its_samples(playwright, example_site, expected, webgpu):
     from webbuild.tools.serve import start
@@ -147,7 +142,6 @@ def lora_clips(example_site, tmp_path_factory):
     return [{**c, "reference": {name: ref.decode(read_wav(c["audio"])) for name, ref in refs.items()}} for c in clips]
 
 
-@needs_chromium
 @pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed (the Klatt-voice clips)")
 @pytest.mark.parametrize("webgpu", [pytest.param(True, marks=pytest.mark.slow), False], ids=["webgpu", "wasm"])
 def test_adapter_picker_on_and_off_gives_the_references_tokens(playwright, example_site, lora_clips, webgpu):

@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import yaml
 
-from webbuild.tools.browser import choose
+from tests.command import webbuild
+from tests.example_config import EXAMPLE
 from webbuild.tools.serve import start
 from webbuild.tools.verify.tokens import MAX_TIE_MARGIN
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "tiny-asr"
 CHECKS = {"first visit: model loads", "corrupted shard detected and recovered", "second visit: model loads",
           "second visit loads the model from the cache", "WebGPU off: model loads",
           "wasm fallback when WebGPU is off", "wasm fallback transcribes", "no request leaves the origin",
@@ -32,14 +29,7 @@ LORA = {"adapter klatt: the picker switches it on", "adapter none: the picker sw
         "adapter none again: the first tokens exactly"}  # the example ships one adapter
 SAMPLE_RUNS = ["samples", "samples, adapter klatt", "samples, adapter none again"]  # 4 samples each
 FLOOR = "decode speed on wasm at or above the floor"
-pytestmark = [
-    pytest.mark.skipif(choose().source == "playwright", reason="no system Chrome/Chromium"),
-]
-
-
-def webbuild(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "webbuild.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, timeout=1800)
+pytestmark = [pytest.mark.browser]
 
 
 def junit_failures(path: Path, report: dict) -> dict[str, str]:
@@ -63,11 +53,8 @@ def junit_failures(path: Path, report: dict) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory):
-    out = tmp_path_factory.mktemp("verify") / "dist"
-    run = webbuild(EXAMPLE / "model.yaml", "-o", out)
-    assert run.returncode == 0, run.stderr
-    return out
+def dist(example_dist):
+    return example_dist
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,8 @@ only built when a test asks for them.
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,9 +85,10 @@ class Zoo:
 
 
 @pytest.fixture(scope="session")
-def zoo(request) -> Zoo:
-    root = Path(request.config.cache.mkdir(f"fusion-zoo-{_key()}"))
-    return Zoo(root)
+def zoo(request, tmp_path_factory) -> Zoo:
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: this session only
+    name = f"fusion-zoo-{_key()}"
+    return Zoo(Path(cache.mkdir(name)) if cache else tmp_path_factory.mktemp(name))
 
 
 @pytest.fixture(scope="session", params=SOURCES, ids=SOURCE_IDS)
@@ -105,17 +108,21 @@ def fused(source, tmp_path_factory):
     return layout, exporter, path, model, report, out
 
 
-def partly_fused(path: Path, rules):
-    """Load + cleanup a zoo source and apply `rules` (callables (model, report)) in order."""
-    from webbuild.fusion import cleanup
-    from webbuild.fusion.fuse_decoder import load_source
-    from webbuild.fusion.rule_report import Report
-    from webbuild.graph.ir import dead_code_elimination
+@pytest.fixture(scope="session")
+def genai_build(zoo, tmp_path_factory):
+    """genai_build(ep) -> the onnxruntime-genai builder's model.onnx for the zoo's weights (fp32, embeddings
+    excluded) for that execution provider, built once a session."""
+    pytest.importorskip("onnxruntime_genai")
+    made: dict[str, Path] = {}
 
-    model, _ = load_source(path)
-    cleanup.apply(model)
-    report = Report()
-    for rule in rules:
-        rule(model, report)
-        dead_code_elimination(model)
-    return model, report
+    def get(ep: str) -> Path:
+        if ep not in made:
+            out = tmp_path_factory.mktemp(f"genai-{ep}")
+            subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(zoo.hf()),
+                            "-o", str(out), "-p", "fp32", "-e", ep, "-c", str(out / "cache"),
+                            "--extra_options", "exclude_embeds=true", "prune_lm_head=true"],
+                           check=True, capture_output=True)
+            made[ep] = out / "model.onnx"
+        return made[ep]
+
+    return get
