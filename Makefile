@@ -30,7 +30,7 @@ setup: $(STAMP)
 
 # `make check`'s tools (pytest, ruff): no torch, no browser
 $(CHECK_STAMP): $(STAMP) pyproject.toml
-	@echo "== check extra: pytest, jsonschema, ruff"
+	@echo "== check extra: pytest, jsonschema, safetensors, ruff"
 	$(PIP) install -e ".[check]"
 	touch $@
 

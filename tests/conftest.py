@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.command import webbuild
-from tests.example_config import EXAMPLE
+from tests.example_config import EXAMPLE, write_example_config
 
 LANES = ("torch", "browser", "webgpu")
 FIXTURE_MARKS = {"tiny_model": "torch", "zoo": "torch", "playwright": "browser"}
@@ -148,6 +148,15 @@ def example_build(tmp_path_factory) -> Build:
 @pytest.fixture(scope="session")
 def example_dist(example_build) -> Path:
     return example_build.dist
+
+
+@pytest.fixture(scope="session")
+def example_dist_without_adapters(tmp_path_factory) -> Path:
+    """The embedded example built without its LoRA adapter, once a session; read-only."""
+    work = tmp_path_factory.mktemp("example-without-adapters")
+    run = webbuild(write_example_config(work, adapters=[]), "-o", work / "dist")
+    assert run.returncode == 0, run.stderr
+    return work / "dist"
 
 
 # ---------------------------------------------------------------- the browser

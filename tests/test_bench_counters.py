@@ -180,20 +180,13 @@ def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_u
     assert extra == {"LayerNorm": 1} and set(node["kernels"]) <= set(browser["kernels"])
 
 
-@pytest.fixture(scope="module")
-def no_adapters(tmp_path_factory) -> Path:
-    """The example built without its LoRA adapter."""
-    tmp = tmp_path_factory.mktemp("counters")
-    write_example_config(tmp, adapters=[])
-    return build(tmp / "model.yaml", tmp / "plain")
-
-
-def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level0, no_adapters, tmp_path):
+def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level0, example_dist_without_adapters,
+                                                                           tmp_path):
     """Off: the same calls per token as the build without adapters. `--adapter klatt` switches it on, off and
     on again: each switch on is one writeBuffer per lora.* input (float32 values: 4 bytes each), none makes
     a GPU buffer, a bind group or a dispatch; with it on the decode replays the adapted step graph (still no
     bind group and one 8-byte mask write per token), two MatMuls and an Add more per projection."""
-    off, without = benched(level0, tmp_path, "off"), benched(no_adapters, tmp_path, "without")
+    off, without = benched(level0, tmp_path, "off"), benched(example_dist_without_adapters, tmp_path, "without")
     on = benched(level0, tmp_path, "on", "--adapter", "klatt")
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
     # buffers per token are no decode step's (a captured step makes none) but the first decode's prompt
