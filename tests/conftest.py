@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import shutil
 import sys
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from tests.command import webbuild
 from tests.example_config import EXAMPLE, write_example_config
 
 LANES = ("torch", "browser", "webgpu")
-FIXTURE_MARKS = {"tiny_model": "torch", "zoo": "torch", "playwright": "browser"}
+FIXTURE_MARKS = {"tiny_model": "torch", "zoo": "torch", "playwright": "browser", "webgpu_bench": "webgpu"}
 PACKAGE_MARKS = {"torch": "torch", "transformers": "torch", "peft": "torch", "playwright": "browser"}
 SWIFTSHADER_ICD = Path("/usr/lib/chromium/vk_swiftshader_icd.json")  # what the Node bench's Dawn loads
 
@@ -157,6 +158,34 @@ def example_dist_without_adapters(tmp_path_factory) -> Path:
     run = webbuild(write_example_config(work, adapters=[]), "-o", work / "dist")
     assert run.returncode == 0, run.stderr
     return work / "dist"
+
+
+# ---------------------------------------------------------------- WebGPU on SwiftShader
+
+BENCH_DECODE = 4  # decode tokens of a SwiftShader bench: slow, so few
+
+
+@pytest.fixture(scope="session")
+def webgpu_bench(tmp_path_factory):
+    """webgpu_bench(site, *options, run=0) -> (report, terminal output) of `webbuild bench SITE --ep webgpu
+    --swiftshader --decode-tokens 4 OPTIONS`, made once a session per (site, options, run): the counters'
+    and the timing's tests read the same runs (`run` asks for another, to compare two)."""
+    made: dict[tuple, tuple[dict, str]] = {}
+
+    def get(site: Path, *options: str, run: int = 0) -> tuple[dict, str]:
+        key = (site, options, run)
+        if key not in made:
+            out = tmp_path_factory.mktemp("bench") / "bench.json"
+            bench = webbuild("bench", site, "--ep", "webgpu", "--swiftshader", "--decode-tokens", BENCH_DECODE,
+                             "--json", out, *options, timeout=900)
+            assert bench.returncode == 0, bench.stderr
+            report = json.loads(out.read_text())
+            assert report["ep"] == "webgpu", report["adapter"]
+            assert report["synthetic_decode"]["ms_per_token"]["n"] == BENCH_DECODE
+            made[key] = report, bench.stdout
+        return made[key]
+
+    return get
 
 
 # ---------------------------------------------------------------- the browser
