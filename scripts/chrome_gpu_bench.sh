@@ -74,7 +74,6 @@ prepare() {
   bash "$WRAPPER" payload .gpu .whl .gl .wb2
 }
 
-
 # this machine's Chromium without the validation layer, the mock ICD and all locales but en-US, with
 # every shared library it links except glibc's and the compiler runtime (newer there), plus the NSS
 # modules NSS opens at run time: 324 MB, 117 MB of xz, in $PARTS parts
