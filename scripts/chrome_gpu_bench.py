@@ -38,8 +38,8 @@ from pathlib import Path
 
 from webbuild.tools import browser as br
 from webbuild.tools.bench import HARNESSES
-from webbuild.tools.bench.browser import site_worker, spread
 from webbuild.tools.bench.instrument import counted_site
+from webbuild.tools.bench.page_bench import site_worker, spread
 from webbuild.tools.verify.visits import Clip, site_url, transcribe
 
 ADAPTER_JS = """async () => {

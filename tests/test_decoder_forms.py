@@ -14,7 +14,7 @@ from webbuild.config import Quantize
 from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, compare, embed_table
 from webbuild.pipeline.forms import decoder_forms, norms_out_of_gqa
-from webbuild.quantize.matmul_nbits import quantize_matmuls
+from webbuild.quantize.quantize_matmuls import quantize_matmuls
 from webbuild.reference.transcribe import cpu_form
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
