@@ -450,7 +450,7 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
     from webbuild.tools.bench import run_node, table
 
     if runtime == "browser":
-        from webbuild.tools.bench.browser import run_browser
+        from webbuild.tools.bench.page_bench import run_browser
 
         result = run_browser(dir, ep, repeat, max_clips, decode_tokens)
     else:

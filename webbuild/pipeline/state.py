@@ -29,7 +29,8 @@ class SourceModel:
 @dataclass
 class Variant:
     """One precision variant of the site's model: file names in `dir` by role (encoder, encoder_data,
-    decoder, decoder_data, embed, decoder_wasm, encoder_wasm), in the order the manifest lists them."""
+    decoder, decoder_data, embed, decoder_wasm, decoder_step, encoder_wasm, decoder_lora*: the roles of
+    webbuild.site.contract.FILE_ROLES), in the order the manifest lists them."""
 
     name: str  # fp16 | fp32
     dir: Path
@@ -55,7 +56,11 @@ class BuildState:
 
     model: SourceModel
     assembled: Path | None = None  # the assemble stage's folder: runtime.json, tokens.bin, config.json
+    # by variant name: the quantize stage's files, then (from the forms stage on) every file as it ships
     variants: dict[str, Variant] = field(default_factory=dict)
+    wasm_plans: dict[str, dict] = field(default_factory=dict)  # fp32 variants' wasm plans (forms stage)
+    adapter_files: dict[str, Path] = field(default_factory=dict)  # adapter.<name>.bin -> packed file
+    adapters: dict[str, dict] = field(default_factory=dict)  # the manifest's `adapters` entries
     manifest: dict | None = None  # dist/model/manifest.json, once the shard stage wrote it
 
 
