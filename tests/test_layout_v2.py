@@ -21,6 +21,7 @@ from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import cpu_session, load_transcriber
 
 LAYERS, KV, HEAD_DIM, HIDDEN, VOCAB = 4, 2, 64, 256, 1031  # the example's config.json decoder block
+pytestmark = [pytest.mark.torch]  # the v2 export is the zoo's (webbuild.zoo needs the zoo extra)
 
 
 
