@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -28,6 +29,14 @@ import pytest
 
 from tests.command import webbuild
 from tests.example_config import EXAMPLE, write_example_config
+from webbuild.tools.bench import NODE_ARGS_ENV
+from webbuild.tools.browser import ARGS_ENV
+
+# V8's optimising wasm compiler spends about 50 s of CPU on onnxruntime-web's 25 MB module in every Node run
+# and Chromium page on a 2-core machine, for code the tests' tiny models hardly run: its baseline compiler
+# only, for every Node the bench starts and every Chromium the tests launch (subprocesses inherit it)
+os.environ.setdefault(NODE_ARGS_ENV, "--liftoff-only")
+os.environ.setdefault(ARGS_ENV, "--js-flags=--liftoff-only")
 
 LANES = ("torch", "browser", "webgpu")
 FIXTURE_MARKS = {"tiny_model": "torch", "zoo": "torch", "playwright": "browser", "webgpu_bench": "webgpu"}

@@ -31,7 +31,7 @@ import pytest
 from tests.command import webbuild
 from tests.conftest import BENCH_DECODE as DECODE
 from tests.example_config import example_config, write_example_config
-from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV
+from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV, node_args
 
 # Counted as (4-token decode - 1-token decode) / 3. The example as is runs one sample clip, so that the
 # captured and the plain decode compare transcripts; the tests (and test_bench_timing.py) share its runs
@@ -211,7 +211,7 @@ def test_the_adapted_sessions_loaded_or_released_leave_the_base_decode_as_it_is(
     the example's base decode with its adapted sessions loaded and with them released makes the same
     WebGPU calls per token, captured both ways; releasing and re-creating them works round after round."""
     env = {**os.environ, **SWIFTSHADER_ENV}
-    run = subprocess.run(["node", str(HARNESSES / "adapted_ab.mjs"), str(level0), "--rounds", "2",
+    run = subprocess.run(["node", *node_args(), str(HARNESSES / "adapted_ab.mjs"), str(level0), "--rounds", "2",
                           "--decode-tokens", "2"], capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr
     r = json.loads(run.stdout)
