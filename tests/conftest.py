@@ -15,6 +15,7 @@ collection.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import inspect
 import json
@@ -68,30 +69,33 @@ def missing(lane: str) -> str | None:
     return None
 
 
-_module_marks: dict[str, frozenset[str]] = {}
+@cache
+def direct_sources(name: str) -> frozenset[str]:
+    """The modules module `name`'s namespace holds things from: modules, and functions and classes by the
+    module that defines them (what its top-level imports brought in)."""
+    found = set()
+    for value in list(vars(sys.modules[name]).values()):
+        if inspect.ismodule(value):
+            found.add(value.__name__)
+        elif inspect.isclass(value) or inspect.isfunction(value):
+            found.add(getattr(value, "__module__", None) or "")
+    return frozenset(found - {name, ""})
 
 
-def module_marks(module) -> frozenset[str]:
-    """The lanes of the packages `module` imports at its top: the modules, functions and classes its
-    namespace holds, followed through the webbuild and test modules they come from."""
-    name = module.__name__
-    if name not in _module_marks:
-        _module_marks[name] = frozenset()  # a cycle adds nothing
-        marks = set()
-        for value in list(vars(module).values()):
-            if inspect.ismodule(value):
-                source = value.__name__
-            elif inspect.isclass(value) or inspect.isfunction(value):
-                source = getattr(value, "__module__", None) or ""
-            else:
-                continue
-            root = source.split(".")[0]
-            if root in PACKAGE_MARKS:
-                marks.add(PACKAGE_MARKS[root])
-            elif root in ("webbuild", "tests") and source != name and source in sys.modules:
-                marks |= module_marks(sys.modules[source])
-        _module_marks[name] = frozenset(marks)
-    return _module_marks[name]
+def sources(module) -> set[str]:
+    """direct_sources(), followed through every webbuild and test module among them."""
+    seen, todo = set(), [module.__name__]
+    while todo:
+        for source in direct_sources(todo.pop()) - seen:
+            seen.add(source)
+            if source.split(".")[0] in ("webbuild", "tests") and source in sys.modules:
+                todo.append(source)
+    return seen
+
+
+def module_marks(module) -> set[str]:
+    """The lanes of the packages `module` imports at its top, directly or through webbuild and test modules."""
+    return {PACKAGE_MARKS[root] for root in {s.split(".")[0] for s in sources(module)} if root in PACKAGE_MARKS}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m reads the markers
@@ -108,28 +112,107 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ---------------------------------------------------------------- zoo exports (torch)
+# The tiny preset's exports, cached across sessions (pytest's cache folder) under a key of the zoo's source
+# and the torch/transformers versions, so that a change to the exporters rebuilds them instead of testing
+# stale graphs. Dynamo exports (~20-40 s each) are only built when a test asks for them.
+
+
+ZOO_DIR = Path(__file__).resolve().parents[1] / "webbuild" / "zoo"
+
+
+def zoo_key() -> str:
+    """The zoo exports' cache key: torch's and transformers' versions, and the source of the zoo and of the
+    webbuild modules it imports."""
+    import torch
+    import transformers
+
+    import webbuild.zoo.build
+    import webbuild.zoo.export
+    import webbuild.zoo.published_int4
+
+    zoo = [webbuild.zoo.build, webbuild.zoo.export, webbuild.zoo.published_int4]
+    used = {name for module in zoo for name in sources(module) if name.startswith("webbuild.")}
+    files = sorted({*ZOO_DIR.glob("*.py"), *(Path(sys.modules[name].__file__) for name in used)})
+    h = hashlib.sha256(f"{torch.__version__} {transformers.__version__}".encode())
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class Zoo:
+    def __init__(self, root: Path):
+        self.root = root
+        self._model = None
+
+    def model(self):
+        if self._model is None:
+            from webbuild.zoo.build import random_model
+
+            self._model = random_model("tiny", seed=0)
+        return self._model
+
+    def export(self, layout: str, exporter: str) -> Path:
+        """The export folder for (layout, exporter)."""
+        from webbuild.zoo.export import export_model
+
+        out = self.root / f"{layout}-{exporter}"
+        if not out.exists():
+            export_model(*self.model(), out, layout=layout, exporter=exporter)
+        return out
+
+    def source(self, layout: str, exporter: str) -> Path:
+        """What fuse_decoder takes: the split folder, or the merged .onnx file."""
+        out = self.export(layout, exporter)
+        return out if layout == "split" else out / "decoder_model_merged.onnx"
+
+    def family(self, name: str) -> Path:
+        """A merged export of a tiny Llama / Qwen2 / Qwen3 CausalLM (fusion.tests.sources)."""
+        from tests.fusion.sources import export_family
+
+        out = self.root / f"family-{name}"
+        if not out.exists():
+            export_family(name, out)
+        return out / "decoder_model_merged.onnx"
+
+    def quantized(self, layout: str = "merged") -> Path:
+        """A torchscript zoo export with int4 MatMulNBits (block 64) weights, as fuse_decoder takes it."""
+        from webbuild.zoo.published_int4 import quantize_export
+
+        out = self.root / f"{layout}-torchscript-q4"
+        if not out.exists():
+            # float activations: the fused graph's packed MatMulNBits and the source's three
+            # would round int8 activations differently at accuracy level 4
+            quantize_export(self.export(layout, "torchscript"), out, accuracy_level=0)
+        return out if layout == "split" else out / "decoder_model_merged.onnx"
+
+    def hf(self) -> Path:
+        from webbuild.zoo.build import save_text_decoder_hf
+
+        out = self.root / "hf"
+        if not out.exists():
+            save_text_decoder_hf(*self.model(), out)
+        return out
 
 
 @pytest.fixture(scope="session")
-def tiny_model():
-    from webbuild.zoo.build import random_model
-
-    return random_model("tiny", seed=0)
+def zoo(request, tmp_path_factory) -> Zoo:
+    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: this session only
+    name = f"zoo-{zoo_key()}"
+    return Zoo(Path(cache.mkdir(name)) if cache else tmp_path_factory.mktemp(name))
 
 
 @pytest.fixture(scope="session")
-def zoo_export(tiny_model, tmp_path_factory):
-    """zoo_export(layout, exporter) -> folder of that export of the same random tiny model."""
-    from webbuild.zoo.export import export_model
+def tiny_model(zoo):
+    """(model, tokenizer) of the zoo's tiny preset, random weights (seed 0): what the zoo's exports export."""
+    return zoo.model()
 
-    made: dict[tuple[str, str], Path] = {}
+
+@pytest.fixture(scope="session")
+def zoo_export(zoo):
+    """zoo_export(layout, exporter) -> folder of that export of the tiny model (cached across sessions)."""
 
     def get(layout: str = "split", exporter: str = "torchscript") -> Path:
-        if (layout, exporter) not in made:
-            out = tmp_path_factory.mktemp("zoo") / f"{layout}-{exporter}"
-            export_model(*tiny_model, out, layout, exporter)
-            made[layout, exporter] = out
-        return made[layout, exporter]
+        return zoo.export(layout, exporter)
 
     return get
 
