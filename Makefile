@@ -1,6 +1,7 @@
 # Two entry points that work on a fresh machine:
 #   make site   set up .venv without torch and build the embedded example (examples/tiny-asr) into dist/
 #   make test   + the zoo/test extras (torch), espeak-ng and chromium through apt when missing; lint, every test
+# and, while developing, make check: lint and the tests that need neither torch nor a browser (no torch installed)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # no -q: pip prints a line per package, so a minutes-long install is never silent
@@ -13,7 +14,7 @@ TEST_STAMP := $(VENV)/.installed-test
 # folder or PyTorch's CPU index, README.md "Install") gets the 0.19 GB CPU build instead.
 TEST_EXTRAS ?= zoo,test
 
-.PHONY: setup setup-check setup-test system-deps site lint check test test-python test-check test-js e2e optimum-fixtures clean
+.PHONY: setup setup-check setup-test system-deps site lint ruff check test test-python test-check test-js e2e optimum-fixtures clean
 
 # The main job (build a site from an export, serve, verify, bench) needs no torch.
 $(STAMP): pyproject.toml package.json package-lock.json
@@ -59,8 +60,11 @@ site: setup
 	@echo "built dist/. Preview it (then open http://127.0.0.1:8000/):"
 	@echo "  $(VENV)/bin/webbuild serve dist"
 
-# ruff, configured in pyproject.toml ([tool.ruff]); first, because it takes a second and the tests minutes
-lint: setup-check
+# Every static check, first, because they take seconds and the tests minutes; the type checkers join ruff here
+lint: ruff
+
+# configured in pyproject.toml ([tool.ruff])
+ruff: setup-check
 	$(VENV)/bin/ruff check .
 
 # The lane of every test that needs neither torch, nor a browser, nor SwiftShader's WebGPU (markers that
