@@ -15,6 +15,7 @@ collection.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import inspect
@@ -22,6 +23,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -30,6 +32,7 @@ import pytest
 
 from tests.command import webbuild
 from tests.example_config import EXAMPLE, write_example_config
+from tests.fusion.exporters import cache_root
 from webbuild.tools.bench import NODE_ARGS_ENV
 from webbuild.tools.browser import ARGS_ENV
 
@@ -112,17 +115,20 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ---------------------------------------------------------------- zoo exports (torch)
-# The tiny preset's exports, cached across sessions (pytest's cache folder) under a key of the zoo's source
-# and the torch/transformers versions, so that a change to the exporters rebuilds them instead of testing
-# stale graphs. Dynamo exports (~20-40 s each) are only built when a test asks for them.
+# The tiny preset's exports, cached across sessions and clones (~/.cache/webbuild, or $WEBBUILD_CACHE, as the
+# Optimum exports are) under a key of the source of the zoo and of what it imports and of the versions of
+# the exporters' packages, so that a change to the exporters rebuilds them instead of testing stale graphs.
+# Dynamo exports (~20-40 s each) are only built when a test asks for them.
 
 
 ZOO_DIR = Path(__file__).resolve().parents[1] / "webbuild" / "zoo"
 
 
 def zoo_key() -> str:
-    """The zoo exports' cache key: torch's and transformers' versions, and the source of the zoo and of the
+    """The zoo exports' cache key: the exporters' packages' versions, and the source of the zoo and of the
     webbuild modules it imports."""
+    import onnx
+    import onnxscript
     import torch
     import transformers
 
@@ -133,7 +139,8 @@ def zoo_key() -> str:
     zoo = [webbuild.zoo.build, webbuild.zoo.export, webbuild.zoo.published_int4]
     used = {name for module in zoo for name in sources(module) if name.startswith("webbuild.")}
     files = sorted({*ZOO_DIR.glob("*.py"), *(Path(sys.modules[name].__file__) for name in used)})
-    h = hashlib.sha256(f"{torch.__version__} {transformers.__version__}".encode())
+    versions = (torch.__version__, transformers.__version__, onnx.__version__, onnxscript.__version__)
+    h = hashlib.sha256(" ".join(versions).encode())
     for f in files:
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
@@ -143,6 +150,18 @@ class Zoo:
     def __init__(self, root: Path):
         self.root = root
         self._model = None
+
+    def made(self, name: str, make) -> Path:
+        """root/name, made by make(folder) into a folder of its own first when missing: another session may
+        make the same one at the same time (the cache is shared), and none sees it half written."""
+        out = self.root / name
+        if not out.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=self.root) as tmp:
+                make(Path(tmp) / name)
+                with contextlib.suppress(OSError):  # made meanwhile by another session: theirs stays
+                    os.rename(Path(tmp) / name, out)
+        return out
 
     def model(self):
         if self._model is None:
@@ -155,10 +174,7 @@ class Zoo:
         """The export folder for (layout, exporter)."""
         from webbuild.zoo.export import export_model
 
-        out = self.root / f"{layout}-{exporter}"
-        if not out.exists():
-            export_model(*self.model(), out, layout=layout, exporter=exporter)
-        return out
+        return self.made(f"{layout}-{exporter}", lambda out: export_model(*self.model(), out, layout, exporter))
 
     def source(self, layout: str, exporter: str) -> Path:
         """What fuse_decoder takes: the split folder, or the merged .onnx file."""
@@ -169,36 +185,27 @@ class Zoo:
         """A merged export of a tiny Llama / Qwen2 / Qwen3 CausalLM (fusion.tests.sources)."""
         from tests.fusion.sources import export_family
 
-        out = self.root / f"family-{name}"
-        if not out.exists():
-            export_family(name, out)
-        return out / "decoder_model_merged.onnx"
+        return self.made(f"family-{name}", lambda out: export_family(name, out)) / "decoder_model_merged.onnx"
 
     def quantized(self, layout: str = "merged") -> Path:
         """A torchscript zoo export with int4 MatMulNBits (block 64) weights, as fuse_decoder takes it."""
         from webbuild.zoo.published_int4 import quantize_export
 
-        out = self.root / f"{layout}-torchscript-q4"
-        if not out.exists():
-            # float activations: the fused graph's packed MatMulNBits and the source's three
-            # would round int8 activations differently at accuracy level 4
-            quantize_export(self.export(layout, "torchscript"), out, accuracy_level=0)
+        source = self.export(layout, "torchscript")
+        # float activations: the fused graph's packed MatMulNBits and the source's three
+        # would round int8 activations differently at accuracy level 4
+        out = self.made(f"{layout}-torchscript-q4", lambda out: quantize_export(source, out, accuracy_level=0))
         return out if layout == "split" else out / "decoder_model_merged.onnx"
 
     def hf(self) -> Path:
         from webbuild.zoo.build import save_text_decoder_hf
 
-        out = self.root / "hf"
-        if not out.exists():
-            save_text_decoder_hf(*self.model(), out)
-        return out
+        return self.made("hf", lambda out: save_text_decoder_hf(*self.model(), out))
 
 
 @pytest.fixture(scope="session")
-def zoo(request, tmp_path_factory) -> Zoo:
-    cache = getattr(request.config, "cache", None)  # None under -p no:cacheprovider: this session only
-    name = f"zoo-{zoo_key()}"
-    return Zoo(Path(cache.mkdir(name)) if cache else tmp_path_factory.mktemp(name))
+def zoo() -> Zoo:
+    return Zoo(cache_root() / "zoo" / zoo_key())
 
 
 @pytest.fixture(scope="session")
