@@ -125,8 +125,8 @@ def _split(v: ir.Value) -> _Split | Miss:
     x, scale = _unscaled(r.inputs[0])
     if x.shape is None or len(x.shape) != len(perm) - 1:
         return Miss("Q/K/V projections of unknown rank or not [.., S, H]")
-    h = width(x)
-    if h is not None and (h % dims[-2] or (dims[-1] > 0 and dims[-1] * dims[-2] != h)):
+    h, hd = width(x), dims[-1]  # hd None: computed at run time, unchecked as -1 is
+    if h is not None and (h % dims[-2] or (hd is not None and hd > 0 and hd * dims[-2] != h)):
         return Miss(f"projection width {h} does not split into {dims[-2]} heads of {dims[-1]}")
     return _Split(x, perm, dims[-2], scale)
 
