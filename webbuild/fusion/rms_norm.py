@@ -51,6 +51,8 @@ def match(rm: ir.Node) -> _Match | Miss:
     weight, out = _weight(normed)
     if weight is not None and const(weight).ndim != 1:
         return Miss("weight is not a vector")
+    if weight is None and (x.shape is None or not isinstance(x.shape[-1], int)):
+        return Miss("no weight and the normalised width is unknown")
     return _Match(x, root[0], weight, out, rm)
 
 
