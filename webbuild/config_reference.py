@@ -78,7 +78,8 @@ def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, 
             continue
         key = f"{prefix}{name}"
         kind, allowed, nested = describe_type(field.annotation)
-        kind = (field.json_schema_extra or {}).get("kind", kind)  # a key a validator also takes in another form
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        kind = str(extra.get("kind", kind))  # a key a validator also takes in another form
         allowed += [text.format(value) for meta in field.metadata for attr, text in CONSTRAINTS.items()
                     if (value := getattr(meta, attr, None)) is not None]
         yield key, kind, _default(field, nested), ", ".join(allowed), field.description or ""

@@ -56,7 +56,7 @@ def _keep(masks: list[Mask], past: int) -> np.ndarray | str:
     got = probe.evaluate([m.value for m in masks], probe.decoder_feeds(past, _NEW))
     if isinstance(got, str):
         return f"mask not checked ({got})"
-    keep = None
+    keep: np.ndarray | None = None
     for m, value in zip(masks, got):
         if m.kind == "add":
             if not np.all((value <= MASKED) | (np.abs(value) < 1e-6)):
@@ -65,6 +65,7 @@ def _keep(masks: list[Mask], past: int) -> np.ndarray | str:
         else:
             k = value.astype(bool) if m.kind == "keep" else ~value.astype(bool)
         keep = k if keep is None else keep & k
+    assert keep is not None, "causal_window passes one mask or more"
     total = keep.shape[-1] if keep.ndim >= 2 else 0  # a graph without past inputs sees _NEW
     if keep.shape[-2:] != (_NEW, total) or total not in (_NEW, past + _NEW):
         return f"mask of shape {keep.shape} for {_NEW} new positions after {past}"

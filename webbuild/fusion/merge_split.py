@@ -18,7 +18,7 @@ import onnx_ir as ir
 
 from webbuild.fusion.attention_mask import mask_input
 from webbuild.fusion.rule import Miss, Rule
-from webbuild.graph.ir import attr, axes_of, prod
+from webbuild.graph.ir import attr, axes_of, const_input, prod
 
 SPLIT_INPUTS = {"input_ids", "audio_features", "audio_offset"}
 V2_INPUTS = {"input_embeds", "position_ids"}
@@ -45,8 +45,10 @@ def match(g: ir.Graph) -> _Match | Miss:
         if layer is None:
             return Miss(f"{name} is not a stack of per-layer tensors", "present_keys")
     keys, values = layers
-    gqas = [prod(k, "GroupQueryAttention") for k in keys]
-    if any(n is None for n in gqas) or any(prod(v) is not n for v, n in zip(values, gqas)):
+    assert keys is not None and values is not None  # the loop above returned otherwise
+    found = [prod(k, "GroupQueryAttention") for k in keys]
+    gqas = [n for n in found if n is not None]
+    if len(gqas) != len(found) or any(prod(v) is not n for v, n in zip(values, gqas)):
         return Miss("stacked KV does not come from GroupQueryAttention outputs", "present_keys")
     start = _stream_start(g)
     if start is None:
@@ -116,7 +118,7 @@ def _live(node: ir.Node, stop: ir.Value) -> bool:
     return False
 
 
-def _unstack(v: ir.Value) -> list[ir.Value] | None:
+def _unstack(v: ir.Value) -> list[ir.Value | None] | None:
     """torch.stack spelled Concat(Unsqueeze(x_i, 0), ...) -> [x_i]."""
     cat = prod(v, "Concat")
     if cat is None or attr(cat, "axis") != 0:
@@ -124,7 +126,7 @@ def _unstack(v: ir.Value) -> list[ir.Value] | None:
     parts = [prod(x, "Unsqueeze") for x in cat.inputs]
     if any(u is None or axes_of(u) != [0] for u in parts):
         return None
-    return [u.inputs[0] for u in parts]
+    return [u.inputs[0] for u in parts if u is not None]
 
 
 def _stream_start(g: ir.Graph) -> tuple[ir.Value, int] | None:
@@ -133,15 +135,15 @@ def _stream_start(g: ir.Graph) -> tuple[ir.Value, int] | None:
     for n in g:
         if n.op_type == "SimplifiedLayerNormalization":
             x = n.inputs[0]
-            if any(u.op_type == "SkipSimplifiedLayerNormalization" for u in x.consumers()):
-                return x, int(n.inputs[1].const_value.shape[0])
+            if x is not None and any(u.op_type == "SkipSimplifiedLayerNormalization" for u in x.consumers()):
+                return x, int(const_input(n, 1).shape[0])
     return None
 
 
 def _kv_io(gqas: list[ir.Node]) -> tuple[list[ir.Value], list[ir.Value]]:
     pasts, presents = [], []
     for i, n in enumerate(gqas):
-        kv, hd = int(attr(n, "kv_num_heads")), int(n.inputs[7].const_value.shape[1]) * 2
+        kv, hd = int(attr(n, "kv_num_heads")), int(const_input(n, 7).shape[1]) * 2
         for slot, kind in ((3, "key"), (4, "value")):
             past = ir.Value(name=f"past_key_values.{i}.{kind}", type=n.outputs[0].type,
                             shape=ir.Shape(["batch_size", kv, "past_sequence_length", hd]))

@@ -27,7 +27,8 @@ class SplitRunner:
 
     def __init__(self, src: Path):
         self.init, self.step_s = _session(src / "decoder_init.onnx"), _session(src / "decoder_step.onnx")
-        self.kv, self.pos = None, 0
+        self.kv: tuple[np.ndarray, np.ndarray] | None = None
+        self.pos = 0
 
     def prefill(self, embeds: np.ndarray) -> np.ndarray:
         b, s, _ = embeds.shape
@@ -39,6 +40,7 @@ class SplitRunner:
 
     def step(self, embed: np.ndarray) -> np.ndarray:
         b = embed.shape[0]
+        assert self.kv is not None, "prefill first"
         logits, k, v = self.step_s.run(None, {
             "input_embeds": embed, "position_ids": np.full((b, 1), self.pos, np.int64),
             "past_keys": self.kv[0], "past_values": self.kv[1]})
@@ -57,7 +59,7 @@ class MergedRunner:
         self.past_names = [i.name for i in self.sess.get_inputs() if i.name.startswith("past_key_values.")]
         self.shapes = {i.name: i.shape for i in self.sess.get_inputs()}
         self.out_names = [o.name for o in self.sess.get_outputs()]
-        self.past = None
+        self.past: dict[str, np.ndarray] | None = None
 
     def _run(self, embeds: np.ndarray) -> np.ndarray:
         b, s, _ = embeds.shape
@@ -121,7 +123,7 @@ class TokenRunner:
         self.inputs = {i.name: i for i in self.sess.get_inputs()}
         self.past_names = [n for n in self.inputs if n.startswith("past_key_values.")]
         self.out_names = [o.name for o in self.sess.get_outputs()]
-        self.past = None
+        self.past: dict[str, np.ndarray] | None = None
 
     def _run(self, ids: np.ndarray) -> np.ndarray:
         b, s = ids.shape

@@ -43,7 +43,7 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, quantize: bool = 
     del model
     gc.collect()  # an onnx-ir graph is reference cycles: free its weights before onnxruntime loads the file
     seconds = {"fuse": round(t1 - t0, 2)}
-    if quantize:
+    if side is not None:  # with quantize
         q = Quantize()
         log.info(f"quantizing (int{q.bits} MatMulNBits, block {q.block_size}, accuracy level {q.accuracy_level}; "
                  "int4 embedding lookup)")

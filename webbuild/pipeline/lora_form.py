@@ -69,7 +69,7 @@ def _layer(gqa: ir.Node, index: int) -> dict[str, ir.Node]:
     if missing or len(mlp) != 2:
         raise NoProjections(f"layer {index}: could not find {', '.join(missing) or 'gate_proj and up_proj apart'} "
                             "(an adapter needs the seven projections as separate MatMulNBits or MatMul nodes)")
-    return {p: found[p] for p in TARGET_MODULES}
+    return {p: node for p in TARGET_MODULES if (node := found[p]) is not None}  # all of them, as checked
 
 
 def _back_to_projection(v: ir.Value | None) -> ir.Node | None:
@@ -101,6 +101,7 @@ def _down(up: ir.Node | None) -> ir.Node | None:
 def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
     """node's output y -> y + (x @ down) @ up, with down and up graph inputs defaulting to empty."""
     x, y = node.inputs[0], node.outputs[0]
+    assert x is not None, "a projection reads its input"
     dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
     n_in, n_out = _dims(node)
     down = _input(graph, input_name(layer, proj, "down"), dtype, [n_in, RANK_DIM])
@@ -123,7 +124,9 @@ def _dims(node: ir.Node) -> tuple[int, int]:
     """(in, out) features of a projection."""
     if node.op_type == "MatMulNBits":
         return node.attributes["K"].as_int(), node.attributes["N"].as_int()
-    k, n = node.inputs[1].shape
+    w = node.inputs[1]
+    assert w is not None and w.shape is not None, "a MatMul projection's weight is an initializer"
+    k, n = w.shape.numpy()
     return int(k), int(n)
 
 

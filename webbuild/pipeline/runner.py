@@ -37,10 +37,13 @@ def run_build(cfg: BuildConfig, output: Path) -> BuildReport:
                 stage(ctx)
             except WebbuildError as exc:  # bad input, not a bug: say which stage found it
                 error = BuildError(f"stage {name}: {exc.format_message()}")
-                error.exit_code = exc.exit_code  # a failed check (fusion.strict) stays exit code 1
+                # a failed check (fusion.strict) stays exit code 1; click types exit_code a ClassVar, yet reads
+                # it from the instance
+                error.exit_code = exc.exit_code  # type: ignore[misc]
                 raise error from exc
             report.add_stage(name, time.monotonic() - start, peak_rss_bytes())
         report.measure_files(ctx.stage_dir)
+        assert state.manifest is not None, "the shard stage writes the manifest"
         report.files["shards"] = len(state.manifest["shards"])
         report.files["shard_limit_bytes"] = cfg.shard.max_bytes
         report.write(ctx.stage_dir / "build-report.json")

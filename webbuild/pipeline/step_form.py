@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.graph.ir import dead_code_elimination, shared_const
+from webbuild.graph.ir import dead_code_elimination, prod, shared_const
 
 AUDIO_INPUTS = ("audio_features", "audio_offset")  # the decoder's splice inputs (webbuild.quantize.embeddings)
 MASK, IDS, LOGITS = "attention_mask", "input_ids", "logits"
@@ -67,7 +67,7 @@ def _drop_audio_splice(model: ir.Model) -> None:
     audio = [v for v in graph.inputs if v.name in AUDIO_INPUTS]
     for v in audio:
         for node, _ in list(v.uses()):
-            if node.op_type == "ScatterND":
+            if node.op_type == "ScatterND" and node.inputs[0] is not None:
                 ir.convenience.replace_all_uses_with(node.outputs[0], node.inputs[0])
     dead_code_elimination(model)  # the splice's index arithmetic, which still reads the inputs' shapes
     for v in audio:
@@ -95,8 +95,8 @@ def _lengths_on_gpu(graph: ir.Graph, mask: ir.Value) -> tuple[ir.Value, ir.Value
 def _drop_last_position_slice(logits: ir.Value) -> None:
     """lm_head's input sliced to the last position (the pruned decoder's Slice) is that input already."""
     head = logits.producer()
-    src = head.inputs[0].producer() if head is not None else None
-    if src is not None and src.op_type == "Slice" and _is_last_position(src):
+    src = prod(head.inputs[0]) if head is not None else None
+    if head is not None and src is not None and src.op_type == "Slice" and _is_last_position(src):
         head.replace_input_with(0, src.inputs[0])
 
 
@@ -109,7 +109,7 @@ def _is_last_position(node: ir.Node) -> bool:
 
 def _greedy_on_gpu(graph: ir.Graph, logits: ir.Value, opset: int) -> None:
     """Replace the `logits` output with `next_token` and `margin` (see the module docstring)."""
-    vocab = logits.shape[-1]
+    vocab = logits.shape[-1] if logits.shape is not None else None
     if not isinstance(vocab, int):
         raise ValueError("the decoder's logits have no static vocabulary size")
     rows = -(-vocab // _ROW)
@@ -140,7 +140,8 @@ class _Builder:
     """Nodes appended at the end of `graph`, named under `prefix`, with their output types and shapes."""
 
     def __init__(self, graph: ir.Graph, prefix: str, opset: int):
-        self.graph, self.prefix, self.opset, self.nodes = graph, prefix, opset, []
+        self.graph, self.prefix, self.opset = graph, prefix, opset
+        self.nodes: list[ir.Node] = []
 
     def const(self, name: str, array: np.ndarray) -> ir.Value:
         return shared_const(self.graph, f"{self.prefix}/{name}", array)
@@ -156,11 +157,13 @@ class _Builder:
         return out
 
     def cast(self, v: ir.Value, dtype: ir.DataType) -> ir.Value:
+        assert v.shape is not None, "the logits' shape is checked, the builder's own are set"
         return v if v.dtype == dtype else self.op("Cast", [v], tuple(v.shape), dtype, to=dtype)
 
     def reduce(self, op_type: str, x: ir.Value) -> ir.Value:
         """[rows, cols] -> [1, 1]: per row, then across the rows, each over the last axis (onnxruntime's
         WebGPU reductions transpose first over any other axis: one more dispatch)."""
+        assert x.shape is not None, "the logits' shape is checked, the builder's own are set"
         per_row = self.op(op_type, [x, *self.axes(1)], (x.shape[0],), x.dtype, keepdims=0, **self.axes_attr(1))
         row = self.op("Reshape", [per_row, self.const("as_row", np.array([1, -1], np.int64))], (1, x.shape[0]), x.dtype)
         return self.op(op_type, [row, *self.axes(1)], (1, 1), x.dtype, keepdims=1, **self.axes_attr(1))

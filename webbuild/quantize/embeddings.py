@@ -17,6 +17,8 @@ Untied tables, asymmetric or HQQ lm_heads are quantized separately (RTN symmetri
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -35,7 +37,7 @@ def lm_head_node(model: onnx.ModelProto, vocab: int, hidden: int) -> onnx.NodePr
     return found[-1] if found else None
 
 
-def _shares(node: onnx.NodeProto | None) -> bool:
+def _shares(node: onnx.NodeProto | None) -> TypeGuard[onnx.NodeProto]:
     return node is not None and (len(node.input) < 4 or not node.input[3])
 
 
@@ -69,7 +71,7 @@ def add_input_ids(model: onnx.ModelProto, table: np.ndarray, bits: int = 4, bloc
     lm = lm_head_node(model, vocab, hidden)
     share = _shares(lm) and (tied if tied is not None else is_tied(model, lm, table))
     nodes: list[onnx.NodeProto] = []
-    if share:
+    if share and lm is not None:  # it is when it shares
         a = _attrs(lm)
         data, bits, block_size = lm.input[1], a["bits"], a["block_size"]
         scales = _reshape_scales(model, nodes, lm.input[2], vocab, hidden, block_size)

@@ -81,7 +81,7 @@ def quantize_decoder(model: onnx.ModelProto, table: np.ndarray, cfg: dict,
                      s: Quantize) -> tuple[onnx.ModelProto, dict]:
     """MatMulNBits weights and the int4 input_ids lookup (`table`: the float embeddings, `cfg`: the
     source's config.json) for a decoder taking inputs_embeds; returns (model, report)."""
-    report = {"requantized": requantize(model, s) if s.method != "none" else []}
+    report: dict = {"requantized": requantize(model, s) if s.method != "none" else []}
     model = quantize_matmuls(model, s)
     load_deferred(model)  # weights the quantizer left as they were (excluded, method none)
     tied = cfg.get("decoder", {}).get("tie_word_embeddings")

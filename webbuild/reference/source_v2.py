@@ -23,6 +23,7 @@ Names, dtypes and shapes followed here (L layers, kv key/value heads, hd head di
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -95,7 +96,7 @@ def _sized(path: Path, size: int, what: str) -> Path:
     return path
 
 
-def _check_io(path: Path, kind: str, values, expected: dict[str, int]) -> None:
+def _check_io(path: Path, kind: str, values, expected: Mapping[str, int]) -> None:
     found = {v.name: v.type.tensor_type.elem_type for v in values}
     if list(found) != list(expected):
         raise SourceError(f"{path}: {kind}s {list(found)}, expected {list(expected)} (layout v2); {FIX}")

@@ -58,6 +58,7 @@ def _fields(buf: memoryview):
     """(field number, wire type, value) of one protobuf message: an int for varints, a memoryview for
     length-delimited fields, bytes for fixed-width ones."""
     pos, end = 0, len(buf)
+    value: int | memoryview | bytes
     while pos < end:
         key, pos = _varint(buf, pos)
         field, wire = key >> 3, key & 7
@@ -248,7 +249,7 @@ def decoder_weights(graph: Graph, layers: int, tied: bool) -> dict[str, np.ndarr
             raise SourceError(f"decoder_init.onnx: MatMul {node.name!r} is where {name} should be")
         if name == "lm_head":
             embed = out.get(DECODER_PREFIX + "embed_tokens.weight")
-            if tied and not np.array_equal(weight, embed):
+            if tied and (embed is None or not np.array_equal(weight, embed)):
                 raise SourceError("decoder_init.onnx: lm_head differs from the embedding but the config ties them")
             if not tied:
                 out["lm_head.weight"] = weight
