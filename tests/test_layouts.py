@@ -12,7 +12,6 @@ from click.testing import CliRunner
 from webbuild import layouts
 from webbuild.cli import main
 from webbuild.config import load_config
-from webbuild.errors import ConfigError
 from webbuild.layouts import LAYOUTS, Decoder, Table
 
 EXPECTED_FILES = {
@@ -66,11 +65,10 @@ def test_an_old_spelling_works_with_one_deprecation_line(caplog):
 
 
 def test_an_unknown_name_is_one_line_naming_the_setting_and_the_names():
-    with pytest.raises(ConfigError) as exc:
+    with pytest.raises(ValueError) as exc:
         layouts.layout("qwen3-asr-merged", "--layout")
-    assert exc.value.problems == ["--layout: unknown layout 'qwen3-asr-merged'; expected one of 'qwen3-asr-split', "
-                                  "'merged', 'qwen3-asr-v2'"]
-    assert exc.value.exit_code == 2
+    assert str(exc.value) == ("--layout: unknown layout 'qwen3-asr-merged'; expected one of 'qwen3-asr-split', "
+                              "'merged', 'qwen3-asr-v2'")
 
 
 @pytest.mark.parametrize("entry", LAYOUTS, ids=lambda e: e.name)
@@ -83,10 +81,9 @@ def test_detect_finds_nothing_in_a_folder_of_other_files(tmp_path):
     assert "decoder_init.int4.onnx (qwen3-asr-v2)" in layouts.detect_hint()
 
 
-def test_source_v2_names_the_registry_files():
+def test_the_v2_module_reads_files_the_registry_lists():
     from webbuild.reference import source_v2
 
-    assert (source_v2.INIT, source_v2.STEP) == layouts.V2.graphs
     assert {source_v2.WEIGHTS, source_v2.TABLE, source_v2.SCALES} <= set(layouts.V2.files)
 
 

@@ -3,7 +3,8 @@
 An entry gives the layout's name (model.yaml `source.layout`, `webbuild zoo --layout`), the old spellings
 still accepted, the files a folder of it holds, its decoder graphs, and how its decoder and its
 embedding table are read. Config, the build's stages, fusion, the reference and the zoo look a layout up
-here (`layout`, or `detect` for a folder) and act on the entry's fields, never on its name.
+here (`layout`, or `detect` for a folder) and act on the entry's fields, never on its name. The module
+sits at the bottom of the import layers: it imports nothing from webbuild.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import logging
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-
-from webbuild.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -119,11 +118,11 @@ def find(name: str, setting: str = "source.layout") -> Layout | None:
 
 
 def layout(name: str, setting: str = "source.layout") -> Layout:
-    """`find`, with a one-line ConfigError (exit code 2) naming `setting` and the valid names for an
-    unknown name."""
+    """`find`, with a ValueError naming `setting` and the valid names for an unknown name (model.yaml's
+    loader and `webbuild zoo --layout` check the name first and report it as bad input)."""
     entry = find(name, setting)
     if entry is None:
-        raise ConfigError([f"{setting}: unknown layout {name!r}; expected one of {names_text()}"])
+        raise ValueError(f"{setting}: unknown layout {name!r}; expected one of {names_text()}")
     return entry
 
 
