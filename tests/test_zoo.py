@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import onnx
@@ -142,6 +143,35 @@ def test_zoo_refuses_existing_output(tmp_path, tiny_model):
 
     with pytest.raises(ZooError, match="already exists"):
         export_model(*tiny_model, tmp_path, "qwen3-asr-split")
+
+
+def test_zoo_layouts_each_have_an_export_and_a_check():
+    from webbuild.layouts import ZOO_LAYOUTS
+    from webbuild.zoo.export import DECODER_EXPORTS
+    from webbuild.zoo.export_check import DECODER_CHECKS
+
+    assert [e.decoder for e in ZOO_LAYOUTS] == list(DECODER_EXPORTS) == list(DECODER_CHECKS)
+
+
+def test_zoo_refuses_a_layout_it_does_not_write(tmp_path, tiny_model):
+    from webbuild.errors import ZooError
+    from webbuild.zoo.export import export_model
+
+    with pytest.raises(ZooError, match="the zoo writes the layouts qwen3-asr-split, merged, not qwen3-asr-v2"):
+        export_model(*tiny_model, tmp_path / "v2", "qwen3-asr-v2")
+    assert not (tmp_path / "v2").exists()
+
+
+def test_zoo_layout_old_spelling_writes_the_layout_with_a_deprecation_line(tmp_path, caplog):
+    from click.testing import CliRunner
+
+    from webbuild.cli import main
+
+    with caplog.at_level(logging.WARNING):
+        result = CliRunner().invoke(main, ["zoo", "tiny", "-o", str(tmp_path / "old"), "--layout", "split"])
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in (tmp_path / "old").iterdir()} == SPLIT_FILES
+    assert "--layout 'split' is deprecated: use 'qwen3-asr-split'" in [r.getMessage() for r in caplog.records]
 
 
 def _weights_graph(names_values: dict[str, np.ndarray]) -> onnx.ModelProto:
