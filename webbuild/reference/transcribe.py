@@ -297,7 +297,8 @@ def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0, adap
 
 
 # how each layout's decoder is called and its table read (webbuild.layouts' Decoder and Table)
-DECODERS = {Decoder.SPLIT: SplitDecoder, Decoder.SPLIT_EMBEDS: V2Decoder, Decoder.MERGED: MergedDecoder}
+DECODERS: dict[Decoder, type[SplitDecoder] | type[MergedDecoder]] = {
+    Decoder.SPLIT: SplitDecoder, Decoder.SPLIT_EMBEDS: V2Decoder, Decoder.MERGED: MergedDecoder}
 TABLES = {Table.FLOAT32: _embed_table, Table.INT8_ROWS: source_v2.embed_table}
 BUILT_DECODER = "decoder.onnx"  # a build's fused decoder, MergedDecoder's interface
 
