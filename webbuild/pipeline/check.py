@@ -67,7 +67,7 @@ def zero_adapter(decoder: IdsDecoder, rank: int) -> dict[str, np.ndarray]:
 
 def reference_tokens(reference_dir: Path, clips: dict[str, np.ndarray],
                      max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, lead: int = 0) -> dict[str, list[int]]:
-    """Greedy tokens of the fp32 unfused source export (split or merged layout); an encoder taking mel
+    """Greedy tokens of the fp32 unfused source export (any layout); an encoder taking mel
     gets `lead` samples of lead before the audio, as the built front-end does."""
     ref = load_transcriber(reference_dir, lead=lead)
     return {name: ref.generate(pcm, max_new_tokens) for name, pcm in clips.items()}

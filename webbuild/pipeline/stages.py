@@ -10,6 +10,7 @@ from pathlib import Path
 
 from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
+from webbuild.layouts import Table
 from webbuild.pipeline.adapter_files import pack_adapters
 from webbuild.pipeline.assemble import assemble_model, present_files
 from webbuild.pipeline.build_report import census
@@ -27,9 +28,9 @@ log = logging.getLogger(__name__)
 
 def stage_source(ctx: BuildContext) -> None:
     """Take the source export's op census. Later stages read the source in place (they never write
-    to it), so a multi-GB export is not copied. A v2 source's interface and table are checked first."""
+    to it), so a multi-GB export is not copied. An int8-table source's table and graphs are checked first."""
     model = ctx.state.model
-    if model.layout == "qwen3-asr-v2":
+    if model.layout.table is Table.INT8_ROWS:
         source_v2.check_source(model.dir, json.loads((model.dir / "config.json").read_text()))
     for graph in sorted(ctx.state.model.dir.glob("*.onnx")):
         ctx.report.graphs[graph.stem] = {"source": census(op_census(graph))}
@@ -39,11 +40,11 @@ def stage_fuse(ctx: BuildContext) -> None:
     """One decoder graph and the encoder with fused operators (webbuild.pipeline.fuse.run_fuse) for the
     assemble stage.
 
-    Split sources always need it (it also merges decoder_init + decoder_step); merged sources
-    only when `fusion.enabled`.
+    Split sources always need it (it also merges decoder_init + decoder_step); sources whose decoder
+    has the build's interface already (webbuild.layouts: fusion_optional) only when `fusion.enabled`.
     """
     cfg, model = ctx.cfg, ctx.state.model
-    if model.layout == "merged" and not cfg.fusion.enabled:
+    if model.layout.fusion_optional and not cfg.fusion.enabled:
         return
     from webbuild.pipeline.fuse import check_strict, run_fuse
 

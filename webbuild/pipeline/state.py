@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from webbuild.config import BuildConfig
+from webbuild.layouts import Layout
 from webbuild.pipeline.build_report import BuildReport
-from webbuild.reference import source_v2
 
 
 @dataclass
@@ -15,15 +15,14 @@ class SourceModel:
     """The source export, read in place (no stage writes to it), and the fuse stage's graphs."""
 
     dir: Path
-    layout: str  # model.yaml's source.layout
+    layout: Layout  # model.yaml's source.layout
     decoder: Path | None = None  # one fused decoder graph with the merged interface
     encoder: Path | None = None  # the fused encoder, weights still float
 
     @property
     def decoder_source(self) -> Path:
-        """What the fuse stage reads: the split folder, or the merged or v2 prefill decoder graph."""
-        graph = {"merged": "decoder_model_merged.onnx", "qwen3-asr-v2": source_v2.INIT}.get(self.layout)
-        return self.dir / graph if graph else self.dir
+        """What the fuse stage reads: the layout's prefill decoder graph."""
+        return self.dir / self.layout.prefill
 
 
 @dataclass
