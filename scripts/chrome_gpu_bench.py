@@ -2,6 +2,7 @@
 """The 0.6b build in Chromium on the GPU beside Node + Dawn and the genai peer, with WebGPU call
 counters (issue 15 parts 2 and 3). Run on the GPU machine by scripts/chrome_gpu_bench.sh; the browser
 is webbuild's own choice (WEBBUILD_BROWSER, WEBBUILD_BROWSER_ARGS), launched through Playwright.
+webbuild is imported as a package: installed, or its checkout on PYTHONPATH.
 
 Rows, alternated in rounds (A B C, A B C, ...):
   chromium-webbuild  the built site's own page and worker; its worker.js gets the counters in front and
@@ -24,25 +25,21 @@ The page's WebGPU adapter must be the GPU: a fallback or SwiftShader adapter sto
 from __future__ import annotations
 
 import argparse
+import functools
+import http.server
 import json
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(REPO))
-
-from chrome_gpu_probe import serve
-
 from webbuild.tools import browser as br
 from webbuild.tools.bench import HARNESSES
-from webbuild.tools.bench.browser import site_worker, spread
 from webbuild.tools.bench.instrument import counted_site
+from webbuild.tools.bench.page_bench import site_worker, spread
 from webbuild.tools.verify.visits import Clip, site_url, transcribe
 
 ADAPTER_JS = """async () => {
@@ -57,7 +54,24 @@ ADAPTER_JS = """async () => {
               maxComputeWorkgroupStorageSize: a.limits.maxComputeWorkgroupStorageSize } };
 }"""
 
+HERE = Path(__file__).resolve().parent  # chrome_gpu_merged.html lies beside this script
+REPO = HERE.parent
+
 COUNT_KEYS = ("dispatches", "submits", "readbacks", "write_buffers", "write_bytes", "bind_groups", "buffers")
+
+
+def serve(folder: Path) -> http.server.ThreadingHTTPServer:
+    """The peer page's folder on loopback. A plain static server, not webbuild's SiteServer: the page
+    reaches the peer model and onnxruntime-web through symbolic links out of the folder."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+    handler = functools.partial(Quiet, directory=str(folder))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
 
 
 def log(msg: str) -> None:

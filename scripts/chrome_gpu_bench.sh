@@ -1,42 +1,59 @@
 #!/usr/bin/env bash
-# Issue 15 parts 2 and 3 on the H200: `webbuild verify`, `webbuild bench --runtime browser` and the
-# Chromium / Node + Dawn / genai-peer rounds (scripts/chrome_gpu_bench.py) on the 0.6b build, in the
-# Chromium of scripts/chrome_gpu.sh with WebGPU on the NVIDIA adapter. docs/chrome-gpu-bench.md has the
-# results and the exact sequence of device calls.
+# `webbuild verify`, `webbuild bench --runtime browser` and the Chromium / Node + Dawn / genai-peer
+# rounds (scripts/chrome_gpu_bench.py) on the 0.6b build, on the GPU machine, in Debian's Chromium with
+# WebGPU on the NVIDIA adapter (docs/chrome-gpu.md: the flags and environment that put it there).
+# docs/chrome-gpu-bench.md has the results and the sequence of device calls; scripts/gpu_bench.sh
+# holds what is common to the GPU machine (payload limit, .gpu/.whl/.gl, unpacking, environment).
 #
-# Here, once:   scripts/gpu_bench.sh prepare         (.gpu .whl .gl: Node, ORT + dawn.node, transformers, genai builder)
-#               scripts/chrome_gpu.sh prepare        (or an existing $STAGE with the browser in 4 xz parts)
-#               scripts/chrome_gpu_bench.sh prepare  (.wb2: this branch's HEAD; .wb2pw: Playwright for Python,
-#                                                     greenlet, a font)
-#               STAGE=... scripts/chrome_gpu_bench.sh parts   (.cp0-.cp2: browser parts 0-2; .chrome: part 3)
-# There, device calls back to back while the machine is warm (all folders are ignored ones of the main
-# checkout, which is what the device tool sends):
-#   1. carry .gpu .whl .gl .wb2:  bash .wb2/scripts/chrome_gpu_bench.sh gen
-#        setup, then zoo 0.6b + webbuild build + genai peer in a process of its own (~3 min there)
-#   2. carry .cp0 .wb2pw:  mkdir -p /tmp/chrome-parts && mv .cp0/* /tmp/chrome-parts/ && bash /tmp/wb2/scripts/chrome_gpu_bench.sh pw
-#   3. carry .cp1:         mv .cp1/* /tmp/chrome-parts/          4. the same with .cp2
-#   5. carry .chrome:      bash .chrome/chrome_gpu.sh setup && bash /tmp/wb2/scripts/chrome_gpu_bench.sh run
-#        waits for the builds, then verify, bench --runtime browser, the rounds (STEPS, ROUNDS, ROWS)
+# The browser travels xz-compressed in parts over consecutive calls while the machine is warm (a
+# call carries at most 64 MiB with the tracked tree), each part parked in /tmp/chrome-parts there,
+# since a carried folder replaces its copy on every call.
 # Every step keeps its result in $WORK and is skipped when that is there, so a `run` cut off by the
 # 10-minute limit goes on where it stopped when called again on the same warm machine.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
+WRAPPER=$HERE/gpu_bench.sh
 OUT=${OUT:-$PWD/chrome-gpu-bench-out}
 WORK=${WORK:-/tmp/cgb}
 WB=/tmp/wb2  # the code snapshot there
 PRESET=${PRESET:-0.6b}
 ROUNDS=${ROUNDS:-3}
-NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-NV_EGL=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+PARTS=4  # 117 MB of xz: four parts of 29 MB, each beside the tracked tree
 # docs/chrome-gpu.md: WebGPU on the NVIDIA Vulkan driver in headless Chromium (config vk_angle);
 # Playwright adds --headless and --no-sandbox, webbuild --enable-unsafe-webgpu
 GPU_FLAGS="--enable-gpu --ignore-gpu-blocklist --use-angle=vulkan --enable-features=Vulkan --use-vulkan=native --disable-vulkan-surface"
 
-carry_root() { (cd "$HERE/.." && cd "$(git rev-parse --path-format=absolute --git-common-dir)/.." && pwd); }
+usage() {
+  cat <<'USAGE'
+usage: scripts/chrome_gpu_bench.sh [COMMAND]   (COMMAND defaults to run)
 
+Here, once (folders go into the checkout the device tool sends, ignored by git):
+  scripts/gpu_bench.sh prepare          .gpu .whl .gl: Node, onnxruntime-web + dawn.node, wheels, loader debs
+  prepare                               .wb2: this branch's HEAD; .wb2pw: Playwright for Python, greenlet, a font
+  browser                               $STAGE (default .chrome-stage): this machine's Chromium and the
+                                        libraries it links, in 4 xz parts + parts.sha256
+  parts                                 .cp0 .. .cp3: one part each, for one call each
+There, device calls back to back while the machine is warm:
+  1. carry .gpu .whl .gl .wb2:  bash .wb2/scripts/chrome_gpu_bench.sh gen
+       setup, then zoo 0.6b + webbuild build + genai peer in a process of its own (~3 min)
+  2. carry .cp0 .wb2pw:         bash /tmp/wb2/scripts/chrome_gpu_bench.sh pw
+  3. carry .cp1:                bash /tmp/wb2/scripts/chrome_gpu_bench.sh stash      4. the same with .cp2
+  5. carry .cp3:                bash /tmp/wb2/scripts/chrome_gpu_bench.sh run
+       unpacks the browser, waits for the builds, then the STEPS; $OUT gets verify.json,
+       bench-browser.json, rounds.json (a step cut off: NAME.json.partial) and gen.log
+
+Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), STAGE, STEPS ("verify bench_browser rounds"),
+ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), TIMING=1 (GPU kernel
+times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
+USAGE
+}
+
+# ---- here ----
+
+# .wb2: the committed code; .wb2pw: Playwright for Python and what it needs there
 prepare() {
-  local root src; root=$(carry_root); src=$(cd "$HERE/.." && pwd)
-  for d in .wb2 .wb2pw; do grep -qx "/$d/" "$root/.git/info/exclude" || echo "/$d/" >> "$root/.git/info/exclude"; done
+  local root src; root=$(bash "$WRAPPER" root); src=$(cd "$HERE/.." && pwd)
+  bash "$WRAPPER" ignore .wb2 .wb2pw
   rm -rf "$root/.wb2" "$root/.wb2pw" && mkdir -p "$root/.wb2" "$root/.wb2pw"
   # committed code only: what runs there is a commit of this branch
   git -C "$src" archive HEAD webbuild scripts pyproject.toml package.json | tar -x -C "$root/.wb2"
@@ -54,39 +71,69 @@ prepare() {
   cp /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf "$root/.wb2pw/"
   printf '<?xml version="1.0"?>\n<fontconfig><dir>/tmp/fonts</dir><cachedir>/tmp/fonts/cache</cachedir></fontconfig>\n' > "$root/.wb2pw/fonts.conf"
   rm -rf "$tmp"; du -sh "$root/.wb2" "$root/.wb2pw"
+  bash "$WRAPPER" payload .gpu .whl .gl .wb2
 }
 
-# browser parts 0-2 hard-linked into .cp0-.cp2 (one a call), part 3 with chrome_gpu.sh's files in .chrome
-parts() {
-  local root; root=$(carry_root); STAGE=${STAGE:-$root/.chrome-stage}
-  for i in 0 1 2; do
-    grep -qx "/.cp$i/" "$root/.git/info/exclude" || echo "/.cp$i/" >> "$root/.git/info/exclude"
-    rm -rf "$root/.cp$i" && mkdir "$root/.cp$i" && ln "$STAGE/chrome.tar.xz.$i" "$root/.cp$i/"
+# this machine's Chromium without the validation layer, the mock ICD and all locales but en-US, with
+# every shared library it links except glibc's and the compiler runtime (newer there), plus the NSS
+# modules NSS opens at run time: 324 MB, 117 MB of xz, in $PARTS parts
+browser() {
+  local root src=/usr/lib/chromium; root=$(bash "$WRAPPER" root)
+  STAGE=${STAGE:-$root/.chrome-stage}
+  bash "$WRAPPER" ignore .chrome-stage
+  rm -rf "$STAGE" && mkdir -p "$STAGE/root/chrome/lib" "$STAGE/root/chrome/locales"
+  (cd $src && cp -a chromium chrome_crashpad_handler icudtl.dat resources.pak chrome_100_percent.pak \
+     snapshot_blob.bin v8_context_snapshot.bin libvk_swiftshader.so vk_swiftshader_icd.json libvulkan.so.1 \
+     libEGL.so libGLESv2.so "$STAGE/root/chrome/" && cp locales/en-US.pak "$STAGE/root/chrome/locales/")
+  ldd $src/chromium | awk '$3 ~ /^\// {print $3}' | while read -r l; do
+    case $(basename "$l") in libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libgcc_s*|libstdc++*|libresolv*) continue;; esac
+    cp -L "$l" "$STAGE/root/chrome/lib/"
   done
-  STAGE=$STAGE bash "$HERE/chrome_gpu.sh" load 3
+  cp -L /usr/lib/x86_64-linux-gnu/{libfreebl3,libfreeblpriv3,libnssckbi,libsoftokn3}.so "$STAGE/root/chrome/lib/"
+  tar -C "$STAGE/root" -cf - chrome | xz -9 -T2 > "$STAGE/chrome.tar.xz"
+  (cd "$STAGE" && split -n "$PARTS" -d -a 1 chrome.tar.xz chrome.tar.xz. && rm chrome.tar.xz && sha256sum chrome.tar.xz.* > parts.sha256)
+  rm -rf "$STAGE/root"; ls -la "$STAGE"
+}
+
+# the browser's parts hard-linked into .cp0-.cp3 (one a call), each with the parts' checksums
+parts() {
+  local root i; root=$(bash "$WRAPPER" root); STAGE=${STAGE:-$root/.chrome-stage}
+  for ((i = 0; i < PARTS; i++)); do
+    bash "$WRAPPER" ignore ".cp$i"
+    rm -rf "$root/.cp$i" && mkdir "$root/.cp$i" && ln "$STAGE/chrome.tar.xz.$i" "$root/.cp$i/"
+    cp "$STAGE/parts.sha256" "$root/.cp$i/"
+  done
+  bash "$WRAPPER" payload .cp0 .wb2pw
+  bash "$WRAPPER" payload ".cp$((PARTS - 1))"
 }
 
 # ---- there ----
 
-# Node, onnxruntime-web + dawn.node, the loader debs and the Python wheels of gpu_bench.sh, unpacked
-# outside the tree (a carried folder is replaced on every call)
+# the code snapshot into $WB, then what scripts/gpu_bench.sh prepare packed (node_modules into $WB)
 setup() {
   mkdir -p $WB && cp -a "$HERE/../." $WB/  # the code; node_modules stays
-  [ -x /tmp/bin/node ] && [ -d $WB/node_modules ] && return
-  for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  tar -C /tmp/site -xJf .gpu/transformers.tar.xz
-  tar -C /tmp/site -xJf .gpu/genai.tar.xz
-  tar -C $WB -xJf .gpu/node_modules.tar.xz
-  mkdir -p /tmp/bin && xz -dc .gpu/node.xz > /tmp/bin/node.part && chmod +x /tmp/bin/node.part && mv /tmp/bin/node.part /tmp/bin/node
+  bash "$WRAPPER" setup $WB
 }
 
 env_there() {
   cd $WB  # `python3 -m` puts the working folder first: the snapshot, not the sent checkout
-  export PYTHONPATH=/tmp/site:$WB PYTHONSAFEPATH=1 PYTHONUNBUFFERED=1 PATH=/tmp/bin:$PATH
-  export FONTCONFIG_FILE=/tmp/fonts/fonts.conf
-  export VK_DRIVER_FILES=${VK_DRIVER_FILES:-$NV_ICD} VK_ICD_FILENAMES=${VK_ICD_FILENAMES:-$NV_ICD}
-  export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-$NV_EGL}
+  eval "$(bash "$WRAPPER" env $WB)"
+  export PYTHONSAFEPATH=1 FONTCONFIG_FILE=/tmp/fonts/fonts.conf
+}
+
+# the parts a call carried (.cp*/) parked in /tmp/chrome-parts, outside the replaced folders
+stash() {
+  mkdir -p /tmp/chrome-parts
+  for f in .cp*/chrome.tar.xz.* .cp*/parts.sha256; do [ -e "$f" ] && mv "$f" /tmp/chrome-parts/; done
+  ls -la /tmp/chrome-parts
+}
+
+# the browser unpacked into /tmp/chrome once all parts are there (a later call on the warm machine skips it)
+unpack_browser() {
+  stash
+  [ -x /tmp/chrome/chromium ] && return
+  (cd /tmp/chrome-parts && sha256sum -c parts.sha256) || { echo "parts missing or broken"; exit 3; }
+  cat /tmp/chrome-parts/chrome.tar.xz.* | xz -dc -T0 | tar -C /tmp -xf -
 }
 
 # step NAME COMMAND...: runs COMMAND once; its result lives in $WORK/NAME (written to NAME.part first)
@@ -141,9 +188,10 @@ _gen() {
   echo "gen done"
 }
 
-# call 2: Playwright for Python (+ greenlet) into /tmp/site
+# call 2: browser part 0 parked; Playwright for Python (+ greenlet) into /tmp/site
 pw() {
   local from=${1:-.wb2pw}
+  stash
   [ -d /tmp/site/playwright ] || tar -C /tmp/site -xJf "$from/playwright.tar.xz"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$from"/greenlet-*.whl
   mkdir -p /tmp/fonts && cp "$from"/DejaVuSans.ttf "$from"/fonts.conf /tmp/fonts/
@@ -173,9 +221,10 @@ rounds() {
     --rows "${ROWS:-chromium-webbuild,chromium-peer,node-webbuild}" ${TIMING:+--timing} --out "$WORK/rounds.json.part"
 }
 
-# last call: wait for the builds, then verify, bench --runtime browser, the rounds
+# last call: the browser unpacked, the builds waited for, then verify, bench --runtime browser, the rounds
 run() {
   mkdir -p "$OUT" "$WORK"
+  unpack_browser
   env_there
   browser_wrapper
   # TIMING=1: GPU kernel times per token after the rounds; the developer features unquantize timestamps
@@ -199,4 +248,8 @@ run() {
   cp "$WORK/gen.log" "$OUT/" 2>/dev/null || true
 }
 
-"${1:-run}" "${@:2}"
+case ${1:-run} in
+  -h|--help|help) usage ;;
+  prepare|browser|parts|gen|_gen|pw|stash|run) "$@" ;;
+  *) usage >&2; exit 2 ;;
+esac

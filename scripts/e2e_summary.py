@@ -21,8 +21,8 @@ def summary(report: dict, path: str) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("report")
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("report", help="the JSON report of `webbuild verify --json` (make e2e: e2e-report.json)")
     ap.add_argument("--seconds", type=int, help="how long webbuild verify took")
     ap.add_argument("--rc", type=int, default=0, help="webbuild verify's exit code")
     args = ap.parse_args()

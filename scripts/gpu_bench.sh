@@ -1,6 +1,22 @@
 #!/usr/bin/env bash
-# The 0.6b speed comparison on an NVIDIA GPU machine without network (issue 7). Three builds of the
-# same zoo weights, benched one after another by the same onnxruntime-web on Dawn/Vulkan:
+# The GPU machine's wrapper and the 0.6b speed bench run on it (scripts/README.md).
+#
+# What every device script needs to know about the GPU machine is written here once:
+#   - A device call sends the tracked tree of the checkout the device tool sends (the main one, also
+#     when this runs from a worktree: `root`) plus the ignored folders named in its carry: 64 MiB in
+#     all. `payload DIR...` says what a call carrying DIR... weighs against that limit.
+#   - The machine has python3 and the NVIDIA driver, nothing else: no network, no Node, no Vulkan
+#     loader. `prepare` packs them into .gpu/ .whl/ .gl/ here; `setup` unpacks them there, outside
+#     the tree (a carried folder is replaced on every call): the loader debs into /, Node into
+#     /tmp/bin, the wheels, a trimmed transformers and the genai builder into /tmp/site,
+#     onnxruntime-web + dawn.node into the checkout's node_modules. `env` prints the exports that
+#     run Python, Node and Dawn/Vulkan there (for `eval`).
+#   - What a call brings back is what it leaves in $OUT: at most 8 files of 16 MiB (64 MiB together,
+#     2 folders deep). Each script copies its reports there as soon as they exist, so a call cut off
+#     at the 10-minute limit still returns what it measured.
+#
+# The bench (`run`): three builds of the same zoo weights, benched one after another by the same
+# onnxruntime-web on Dawn/Vulkan:
 #   baseline  the split export as published: decoder_init + decoder_step, int4 MatMulNBits block 64
 #             (webbuild.zoo.published_int4), float embedding table, KV cache on the GPU
 #   peer      the onnxruntime-genai builder's graph (-p int4 -e webgpu, exclude_embeds=true so audio
@@ -8,30 +24,79 @@
 #             default MatMulNBits accuracy level; peer0 the same at accuracy_level=0
 #   webbuild  `webbuild model.yaml`: fused, int4, the site's own runtime (WebGPU accuracy level 0, the
 #             default); webbuild4 the same with quantize.webgpu_accuracy_level 4
-# Reports land in $OUT (or ./gpu-bench-out): one JSON per build plus the log.
-#
-# Here, once:  scripts/gpu_bench.sh prepare   (fills .gpu/ .whl/ .gl/, all in .git/info/exclude)
-# There:       bash scripts/gpu_bench.sh run  (device `run` tool, carry [".gpu", ".whl", ".gl"])
 # Every step keeps its result in $WORK and is skipped when that is there: a run cut off by the
 # 10-minute limit goes on where it stopped when called again on the same (still warm) machine.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-bench-out}
+HERE=$(cd "$(dirname "$0")" && pwd)
+CODE=$(cd "$HERE/.." && pwd)  # the checkout this script belongs to
+CARRIED=$PWD                  # there: the sent checkout, where the carried folders are
+LIMIT_MIB=64
+NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+NV_EGL=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+OUT=${OUT:-$CODE/gpu-bench-out}
 WORK=${WORK:-/tmp/gpu-bench}
 PRESET=${PRESET:-0.6b}
 TOKENS=${TOKENS:-128}
 
+usage() {
+  cat <<USAGE
+usage: scripts/gpu_bench.sh [COMMAND]   (COMMAND defaults to run)
+
+Here, on this machine:
+  prepare          fill .gpu/ .whl/ .gl/ in the sent checkout: Node, onnxruntime-web + dawn.node,
+                   a trimmed transformers, the genai builder's Python, wheels, Vulkan/GL loader debs
+  payload [DIR...] MiB a device call carrying DIR... sends, against the $LIMIT_MIB MiB limit (exit 1 when over)
+  root             print the checkout the device tool sends (where carried folders go)
+  ignore DIR...    add DIR... of that checkout to its .git/info/exclude (sent only when carried)
+There, in a device call with carry [".gpu", ".whl", ".gl"]:
+  setup [CODE]     unpack them outside the tree; node_modules into CODE (default: this checkout)
+  env [CODE]       print the exports that run Python (PYTHONPATH=/tmp/site:CODE), Node and Vulkan
+  run              setup, then zoo $PRESET, the builds BENCHES needs and their benches:
+                   \$OUT/bench-BUILD[-ROUND].json (+ adapted-ab.json with AB_ROUNDS)
+  -h, --help       this text
+
+Environment: OUT (results, default ./gpu-bench-out), WORK (steps, default /tmp/gpu-bench), PRESET (0.6b),
+TOKENS (128 decode tokens), BENCHES (default "webbuild peer baseline webbuild:2 peer:2": NAME or
+NAME:ROUND; builds baseline peer peer0 webbuild webbuild4 lora), AB_ROUNDS (N: the lora build's base
+decode with and without its adapted sessions, ABBA), SWEEP=1 (WebGPU EP settings on webbuild and peer),
+CARRY_ROOT (where prepare puts the carried folders).
+USAGE
+}
+
+# the checkout the device tool sends: the main one, also when this runs from a worktree
+carry_root() {
+  [ -n "${CARRY_ROOT:-}" ] && { echo "$CARRY_ROOT"; return; }
+  (cd "$CODE" && cd "$(git rev-parse --path-format=absolute --git-common-dir)/.." && pwd)
+}
+
+# ignore DIR...: DIR... of the sent checkout are ignored by its git (.git/info/exclude): only a carry sends them
+ignore() {
+  local root d; root=$(carry_root)
+  for d in "$@"; do grep -qx "/$d/" "$root/.git/info/exclude" 2>/dev/null || echo "/$d/" >> "$root/.git/info/exclude"; done
+}
+
+# payload DIR...: the tracked and untracked-not-ignored files of the sent checkout plus DIR...
+payload() {
+  local root; root=$(carry_root)
+  (cd "$root" && { du -bc $(git ls-files) $(git ls-files --others --exclude-standard) "$@" 2>/dev/null || true; } | tail -1 |
+    awk -v limit="$LIMIT_MIB" -v dirs="$*" '{ mib = $1 / 1048576
+      printf "payload %.1f MiB of the %d MiB a call may carry (the tree%s)\n", mib, limit, dirs == "" ? "" : " + " dirs
+      exit (mib > limit) }')
+}
+
 prepare() {
-  for d in .gpu .whl .gl; do grep -qx "/$d/" .git/info/exclude || echo "/$d/" >> .git/info/exclude; done
-  rm -rf .gpu .whl .gl && mkdir -p .gpu .whl .gl
+  local root; root=$(carry_root)
+  ignore .gpu .whl .gl
+  cd "$CODE"  # node, node_modules and .venv of this checkout; what a call carries goes into $root
+  rm -rf "$root/.gpu" "$root/.whl" "$root/.gl" && mkdir -p "$root/.gpu" "$root/.whl" "$root/.gl"
   local tmp; tmp=$(mktemp -d)
-  # Node and dawn.node stripped of symbols: the whole call must stay under 64 MiB.
-  cp "$(command -v node)" "$tmp/node" && strip "$tmp/node" && xz -9 -T0 -c "$tmp/node" > .gpu/node.xz
+  # Node and dawn.node stripped of symbols: the whole call must stay under $LIMIT_MIB MiB.
+  cp "$(command -v node)" "$tmp/node" && strip "$tmp/node" && xz -9 -T0 -c "$tmp/node" > "$root/.gpu/node.xz"
   mkdir -p "$tmp/nm" && cp -r --parents node_modules/onnxruntime-web/package.json \
     node_modules/onnxruntime-web/dist/ort.webgpu.min.mjs node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.{mjs,wasm} \
     node_modules/webgpu/{package.json,index.js} node_modules/webgpu/dist/linux-x64/dawn.node "$tmp/nm/"
   strip "$tmp/nm/node_modules/webgpu/dist/linux-x64/dawn.node"
-  tar -C "$tmp/nm" -cJf .gpu/node_modules.tar.xz node_modules
+  tar -C "$tmp/nm" -cJf "$root/.gpu/node_modules.tar.xz" node_modules
   # transformers with only the model families the zoo and the genai builder import (and what those
   # import in turn), plus every configuration, which the auto classes import: ~2 MB, not 13.5.
   local site=.venv/lib/python3*/site-packages
@@ -56,34 +121,48 @@ def ignore(d, names):
     return drop
 shutil.copytree(src, dst, ignore=ignore)
 EOF
-  tar -C "$tmp/tf" -cJf .gpu/transformers.tar.xz transformers
+  tar -C "$tmp/tf" -cJf "$root/.gpu/transformers.tar.xz" transformers
   # onnxruntime-genai's model builder is plain Python; its native runtime is not needed to build.
   mkdir -p "$tmp/genai/onnxruntime_genai"
   cp -r $site/onnxruntime_genai/models "$tmp/genai/onnxruntime_genai/"
   find "$tmp/genai" -name __pycache__ -prune -exec rm -rf {} +
   echo "__version__ = '$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("onnxruntime-genai"))')'" > "$tmp/genai/onnxruntime_genai/__init__.py"
-  tar -C "$tmp/genai" -cJf .gpu/genai.tar.xz onnxruntime_genai
+  tar -C "$tmp/genai" -cJf "$root/.gpu/genai.tar.xz" onnxruntime_genai
   .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$root/.whl" \
     "pydantic==$(.venv/bin/python -c 'import pydantic; print(pydantic.VERSION)')" \
     "pydantic-core==$(.venv/bin/python -c 'import pydantic_core; print(pydantic_core.__version__)')" \
     typing-inspection annotated-types "onnx-ir==$(.venv/bin/python -c 'import onnx_ir; print(onnx_ir.__version__)')"
   # the Vulkan loader and the GL dispatch libraries the NVIDIA ICD loads (the GPU image has neither)
   local o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
-  mkdir -p /tmp/amd64/partial && apt-get $o update -q >/dev/null && (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+  mkdir -p /tmp/amd64/partial && apt-get $o update -q >/dev/null && (cd "$root/.gl" && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
   rm -rf "$tmp"
-  du -bc $(git ls-files) $(git ls-files --others --exclude-standard) .gpu/* .whl/* .gl/* | tail -1 |
-    awk '{printf "payload %.1f MiB of the 64 MiB a call may carry\n", $1 / 1048576}'
+  payload .gpu .whl .gl
 }
 
+# setup [CODE]: what prepare packed, unpacked outside the carried folders; node last, as the sign
+# that the rest is there (a later call on the warm machine skips it)
 setup() {
-  [ -x /tmp/bin/node ] && return
-  for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  tar -C /tmp/site -xJf .gpu/transformers.tar.xz
-  tar -C /tmp/site -xJf .gpu/genai.tar.xz
-  tar -xJf .gpu/node_modules.tar.xz
-  mkdir -p /tmp/bin && xz -dc .gpu/node.xz > /tmp/bin/node.part && chmod +x /tmp/bin/node.part && mv /tmp/bin/node.part /tmp/bin/node
+  local code=${1:-$CODE}
+  if [ ! -x /tmp/bin/node ]; then
+    for f in "$CARRIED"/.gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$CARRIED"/.whl/*.whl
+    tar -C /tmp/site -xJf "$CARRIED/.gpu/transformers.tar.xz"
+    tar -C /tmp/site -xJf "$CARRIED/.gpu/genai.tar.xz"
+    mkdir -p /tmp/bin && xz -dc "$CARRIED/.gpu/node.xz" > /tmp/bin/node.part && chmod +x /tmp/bin/node.part
+    mv /tmp/bin/node.part /tmp/bin/node
+  fi
+  [ -d "$code/node_modules/onnxruntime-web" ] || tar -C "$code" -xJf "$CARRIED/.gpu/node_modules.tar.xz"
+}
+
+# env [CODE]: the exports for `eval "$(scripts/gpu_bench.sh env CODE)"`
+device_env() {
+  local code=${1:-$CODE}
+  cat <<ENV
+export PYTHONPATH=/tmp/site:$code PYTHONUNBUFFERED=1 PATH=/tmp/bin:\$PATH
+export VK_DRIVER_FILES=\${VK_DRIVER_FILES:-$NV_ICD} VK_ICD_FILENAMES=\${VK_ICD_FILENAMES:-$NV_ICD}
+export __EGL_VENDOR_LIBRARY_FILENAMES=\${__EGL_VENDOR_LIBRARY_FILENAMES:-$NV_EGL}
+ENV
 }
 
 # step NAME COMMAND...: runs COMMAND once; its result lives in $WORK/NAME (written to NAME.part first)
@@ -111,23 +190,6 @@ peer() {
     -c "$WORK/genai-cache" --extra_options $extra "$@" 2>&1 | grep -v "^Saving\|it/s" | tail -5
 }
 peer0() { peer peer0 accuracy_level=0; }
-# the genai graph made for graph capture (static KV, mask math on the GPU): docs/graph-capture.md
-peerg() { peer peerg accuracy_level=0 enable_webgpu_graph=true; }
-# CAPTURE=1: scripts/graph_capture_probe.mjs on peerg, plain and captured (+ the pin workaround); the
-# per-step counts, times and tokens land in $OUT/capture-CASE.json (logits dropped: too big to carry)
-capture() {
-  for c in device:0 object:1:pin; do
-    IFS=: read -r ep cap pin <<< "$c"
-    node scripts/graph_capture_probe.mjs "$WORK/peerg" "$WORK/zoo/export/embed_tokens.bin" --ep "$ep" --capture "$cap" \
-      --pin "$([ "${pin:-}" = pin ] && echo 1 || echo 0)" --steps 32 --max 64 --json "$WORK/capture-$c.json" 2>&1 |
-      grep -v 'MODULE_TYPELESS\|Reparsing\|"type": "module"\|trace-warnings\|VerifyEachNode' | tail -8
-    python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d.pop('logits'); json.dump(d, open(sys.argv[2], 'w'))" \
-      "$WORK/capture-$c.json" "$OUT/capture-${c//:/-}.json"
-  done
-  python3 -c "import json,sys; a,b=(json.load(open(f))['logits'] for f in sys.argv[1:]); \
-print('captured logits vs plain: max abs diff', max(abs(x-y) for s,t in zip(a,b) for x,y in zip(s,t)))" \
-    "$WORK/capture-device:0.json" "$WORK/capture-object:1:pin.json"
-}
 # webbuild [NAME [YAML LINE]]: `webbuild model.yaml` into $WORK/NAME (default webbuild)
 webbuild() {
   local name=${1:-webbuild} variant=fp32; [ "$(f16)" = yes ] && variant=fp16
@@ -165,14 +227,13 @@ SWEEP_SETTINGS=("d64 $EP.maxNumPendingDispatches=64" "d1024 $EP.maxNumPendingDis
 run() {
   mkdir -p "$OUT" "$WORK"
   setup
-  export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 PATH=/tmp/bin:$PATH
-  export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+  eval "$(device_env)"
+  cd "$CODE"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc; echo "shader-f16: $(f16)"
   # BENCHES: the reports to make, in order (NAME or NAME:ROUND); only the builds they need are made
   local benches=${BENCHES:-webbuild peer baseline webbuild:2 peer:2}
   step zoo zoo
   for b in baseline peer peer0 webbuild webbuild4 lora; do [[ " $benches " == *" $b"[:\ ]* ]] && step "$b" "$b"; done
-  [ "${CAPTURE:-0}" = 1 ] && { step peerg peerg; capture; }
   # a second round of the two fast ones shows the run-to-run spread; each report is copied to
   # $OUT as soon as it exists, so a run cut off by the time limit still returns what it measured
   for b in $benches; do
@@ -195,4 +256,10 @@ run() {
   du -sb "$WORK"/{baseline,peer,webbuild/model} 2>/dev/null || true
 }
 
-"${1:-run}"
+case ${1:-run} in
+  -h|--help|help) usage ;;
+  prepare|payload|ignore|setup|run) "$@" ;;
+  root) carry_root ;;
+  env) shift; device_env "$@" ;;
+  *) usage >&2; exit 2 ;;
+esac

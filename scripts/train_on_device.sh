@@ -5,6 +5,8 @@
 #   scripts/train_on_device.sh prepare   # here: espeak-ng and what it links, a transformers wheel -> .cache/device
 #   scripts/train_on_device.sh run       # there, with .cache/device carried; results under $OUT
 #   scripts/train_on_device.sh adapter   # there, likewise: the LoRA adapter sweep of issue 18
+# .cache/device goes into the checkout the device tool sends, and `prepare` ends with what a call
+# carrying it weighs (scripts/gpu_bench.sh: root, payload).
 #
 # `run` unpacks espeak-ng into /tmp, checks the Python modules training needs, runs the documented
 # recipe, then puts the checkpoint under $OUT as its two weight shards plus rest.tar.gz (config,
@@ -22,12 +24,31 @@
 # test of the path before the device call).
 set -euo pipefail
 
-cd "$(dirname "$0")/.."
+HERE=$(cd "$(dirname "$0")" && pwd)
+cd "$HERE/.."
 CARRY=.cache/device
 DEBS="espeak-ng espeak-ng-data libespeak-ng1 libpcaudio0 libsonic0"
 TRANSFORMERS=5.24.0  # the version the shipped run used; Qwen3-ASR is in transformers from 5.24 on
 
+usage() {
+  cat <<'USAGE'
+usage: scripts/train_on_device.sh prepare|run|adapter
+
+  prepare   here: espeak-ng, the libraries it links and a transformers wheel into .cache/device
+            of the checkout the device tool sends (prints the payload of a call that carries it)
+  run       there (device call, carry [".cache/device"]): the tiny-asr training recipe of
+            examples/tiny-asr/TRAINING.md; $OUT gets train.log, the checkpoint's weight shards,
+            rest.tar.gz, onset-lead300.json, onset-lead0.json and onset.log
+  adapter   there, likewise: the LoRA adapter sweep; $OUT gets adapter.log, wer.md, adapters.tar.gz
+
+Environment (adapter): ADAPTER_STEPS (2500), ADAPTER_DEADLINE_S (500), ADAPTER_CLIPS, ADAPTER_GENERAL,
+ADAPTER_COUNT, ADAPTER_WORKERS, ADAPTER_JOBS, ADAPTER_WORK (/tmp/adapter), ADAPTER_CPU=1 (the same path
+on the CPU, a test before the device call).
+USAGE
+}
+
 prepare() {
+  cd "$(bash "$HERE/gpu_bench.sh" root)"  # the device tool sends that checkout: .cache/device goes there
   rm -rf "$CARRY" && mkdir -p "$CARRY/debs" "$CARRY/lib" "$CARRY/wheels"
   (cd "$CARRY/debs" && apt-get download $DEBS)
   # libpcaudio0 links ALSA and PulseAudio (and those a dozen more); espeak-ng --stdout never opens a
@@ -40,6 +61,7 @@ prepare() {
   # the device's transformers may predate Qwen3-ASR; the wheel is pure Python (its needs are there)
   python3 -m pip download -q --no-deps --only-binary=:all: -d "$CARRY/wheels" "transformers==$TRANSFORMERS"
   du -sh "$CARRY"
+  bash "$HERE/gpu_bench.sh" payload "$CARRY"
 }
 
 espeak_env() {
@@ -138,5 +160,6 @@ case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
   adapter) adapter ;;
-  *) echo "usage: $0 prepare|run|adapter" >&2; exit 2 ;;
+  -h|--help|help) usage ;;
+  *) usage >&2; exit 2 ;;
 esac

@@ -23,7 +23,7 @@ def zoo_export(tiny_model, tmp_path_factory):
 
     made: dict[tuple[str, str], Path] = {}
 
-    def get(layout: str = "split", exporter: str = "torchscript") -> Path:
+    def get(layout: str = "qwen3-asr-split", exporter: str = "torchscript") -> Path:
         if (layout, exporter) not in made:
             out = tmp_path_factory.mktemp("zoo") / f"{layout}-{exporter}"
             export_model(*tiny_model, out, layout, exporter)

@@ -1,5 +1,5 @@
-"""webbuild.pipeline.forms: the WebGPU form written in place with a wasm twin, both reading the same
-weights file, and the CPU form the Python reference runs."""
+"""webbuild.pipeline.forms: the WebGPU form and its wasm twin written once into the forms folder, both
+reading the same weights file, and the CPU form the Python reference runs."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from webbuild.config import Quantize
 from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, compare, embed_table
-from webbuild.pipeline.forms import norms_out_of_gqa, webgpu_decoder
-from webbuild.quantize.matmul_nbits import quantize_matmuls
+from webbuild.pipeline.forms import decoder_forms, norms_out_of_gqa
+from webbuild.quantize.quantize_matmuls import quantize_matmuls
 from webbuild.reference.transcribe import cpu_form
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
@@ -39,31 +39,36 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_webgpu_form_in_place_with_the_explicit_graph_as_wasm_twin(fused, tmp_path):
-    shutil.copytree(fused.parent, tmp_path, dirs_exist_ok=True)
+def forms_of(src: Path, dest: Path, wasm_twin: bool, accuracy_level: int | None = None) -> dict[str, str]:
+    """decoder_forms of `src` into `dest`, its weights file copied there first as the forms stage does."""
+    dest.mkdir(exist_ok=True)
+    shutil.copyfile(src.with_name(src.name + ".data"), dest / (src.name + ".data"))
+    return decoder_forms(src, dest, src.name, wasm_twin, accuracy_level, fold_matmuls=True)
+
+
+def test_webgpu_form_written_once_with_the_explicit_graph_as_wasm_twin(fused, tmp_path):
     explicit, data = digest(fused), digest(fused.with_name("decoder.onnx.data"))
-    assert webgpu_decoder(tmp_path, "decoder.onnx", wasm_twin=True) == "decoder.wasm.onnx"
-    webgpu = ops(tmp_path / "decoder.onnx")
+    assert forms_of(fused, tmp_path / "forms", wasm_twin=True) == {"graph": "decoder.onnx",
+                                                                     "wasm": "decoder.wasm.onnx"}
+    webgpu = ops(tmp_path / "forms" / "decoder.onnx")
     assert webgpu.count("SimplifiedLayerNormalization") == 1 and len(webgpu) == len(ops(fused)) - 6 * 4
-    assert digest(tmp_path / "decoder.wasm.onnx") == explicit  # unquantized: no lookup to rewrite
-    assert digest(tmp_path / "decoder.onnx.data") == data  # the weights file is shared, untouched
-    assert locations(tmp_path / "decoder.onnx") == locations(fused) == {"decoder.onnx.data"}
-    assert not (tmp_path / "decoder.onnx.webgpu").exists()
+    assert digest(tmp_path / "forms" / "decoder.wasm.onnx") == explicit  # unquantized: no lookup to rewrite
+    assert digest(tmp_path / "forms" / "decoder.onnx.data") == data  # the weights file is shared, untouched
+    assert locations(tmp_path / "forms" / "decoder.onnx") == locations(fused) == {"decoder.onnx.data"}
+    assert digest(fused) == explicit  # the source graph is never rewritten
 
 
-def test_no_twin_for_fp16_and_nothing_written_without_norms_to_move(fused, tmp_path):
-    shutil.copytree(fused.parent, tmp_path, dirs_exist_ok=True)
-    assert webgpu_decoder(tmp_path, "decoder.onnx", wasm_twin=False) is None
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["decoder.onnx", "decoder.onnx.data"]
-    before = digest(tmp_path / "decoder.onnx")
-    assert webgpu_decoder(tmp_path, "decoder.onnx", wasm_twin=False) is None  # already the WebGPU form
-    assert digest(tmp_path / "decoder.onnx") == before
+def test_no_twin_for_fp16_and_the_graph_shipped_as_it_is_without_norms_to_move(fused, tmp_path):
+    assert forms_of(fused, tmp_path / "once", wasm_twin=False) == {"graph": "decoder.onnx"}
+    assert sorted(p.name for p in (tmp_path / "once").iterdir()) == ["decoder.onnx", "decoder.onnx.data"]
+    webgpu = tmp_path / "once" / "decoder.onnx"
+    assert forms_of(webgpu, tmp_path / "twice", wasm_twin=False) == {"graph": "decoder.onnx"}
+    assert digest(tmp_path / "twice" / "decoder.onnx") == digest(webgpu)  # already the WebGPU form
     assert not norms_out_of_gqa(fused, tmp_path / "unused.onnx") and not (tmp_path / "unused.onnx").exists()
 
 
 def test_cpu_form_runs_on_onnxruntime_cpu_like_the_fused_graph(fused, tmp_path):
-    shutil.copytree(fused.parent, tmp_path, dirs_exist_ok=True)
-    webgpu_decoder(tmp_path, "decoder.onnx", wasm_twin=False)
+    forms_of(fused, tmp_path, wasm_twin=False)
     cpu = cpu_form(tmp_path / "decoder.onnx")
     assert cpu.name == "decoder.cpu.onnx" and ops(cpu).count("SimplifiedLayerNormalization") == 9
     result = compare(MergedRunner(fused), MergedRunner(cpu), embed_table(EXAMPLE_MODEL))
@@ -81,6 +86,7 @@ def levels(path: Path) -> set[int]:
 def test_webgpu_form_takes_its_own_accuracy_level_and_the_twin_keeps_the_quantized_one(fused, tmp_path, level):
     quantized = quantize_matmuls(onnx.load(str(fused)), Quantize(accuracy_level=4))
     onnx.save(quantized, str(tmp_path / "decoder.onnx"), save_as_external_data=True, location="decoder.onnx.data")
-    twin = webgpu_decoder(tmp_path, "decoder.onnx", wasm_twin=True, accuracy_level=level)
-    assert levels(tmp_path / "decoder.onnx") == {4 if level is None else level}
-    assert twin == "decoder.wasm.onnx" and levels(tmp_path / twin) <= {4}  # the twin may spell weights as floats
+    forms = forms_of(tmp_path / "decoder.onnx", tmp_path / "forms", wasm_twin=True, accuracy_level=level)
+    assert levels(tmp_path / "forms" / "decoder.onnx") == {4 if level is None else level}
+    assert levels(tmp_path / "decoder.onnx") == {4}  # the quantized graph is left as it is
+    assert forms["wasm"] == "decoder.wasm.onnx" and levels(tmp_path / "forms" / forms["wasm"]) <= {4}  # may fold

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 from tests.quantize_graphs import initializer, model, nbits_weight, nodes_of, run
 from webbuild.config import Quantize
 from webbuild.quantize.embeddings import add_input_ids
-from webbuild.quantize.matmul_nbits import quantize_matmuls
+from webbuild.quantize.quantize_matmuls import quantize_matmuls
 
 V, H = 80, 64
 RNG = np.random.default_rng(2)

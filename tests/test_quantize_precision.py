@@ -9,8 +9,8 @@ from onnxruntime.transformers.float16 import convert_float_to_float16
 
 from tests.quantize_graphs import initializer, model, nodes_of, run
 from webbuild.config import Quantize
-from webbuild.quantize.matmul_nbits import quantize_matmuls
 from webbuild.quantize.precision import to_fp16
+from webbuild.quantize.quantize_matmuls import quantize_matmuls
 
 H = 64
 

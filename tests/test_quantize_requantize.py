@@ -7,7 +7,7 @@ from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQua
 
 from tests.quantize_graphs import attrs, initializer, matmul_model, nbits_weight, nodes_of, run
 from webbuild.config import Quantize
-from webbuild.quantize.matmul_nbits import quantize_matmuls
+from webbuild.quantize.quantize_matmuls import quantize_matmuls
 from webbuild.quantize.requantize import requantize
 
 K, N = 256, 64

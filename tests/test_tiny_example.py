@@ -68,6 +68,22 @@ def test_built_variants_transcribe_the_samples(built_example, variant):
     assert report.variants[variant]["check"]["mean_token_agreement"] == 1.0
 
 
+def test_every_shipped_graph_role_has_a_check_row(built_example):
+    """The check stage runs every graph the site ships (CPU forms where onnxruntime CPU refuses the WebGPU
+    one): a row per role, each against the source, or against its base role for the adapted decoder's."""
+    import json
+
+    _, dist, report = built_example
+    manifest = json.loads((dist / "model" / "manifest.json").read_text())
+    for variant, entry in manifest["variants"].items():
+        graphs = {role for role, name in entry.items() if isinstance(name, str) and name.endswith(".onnx")}
+        rows = report.variants[variant]["check"]["roles"]
+        assert set(rows) == graphs and {"decoder", "decoder_step", "decoder_lora"} <= graphs
+        assert rows["decoder"]["ran"] == "cpu form" and rows["decoder"]["file"] == entry["decoder"]
+        for role, row in rows.items():
+            assert row["tokens_equal"] if role.startswith("decoder_lora") else row["mean_token_agreement"] == 1.0
+
+
 def test_built_site_ships_no_float_embedding_table(built_example):
     import json
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ZOO_DIR = Path(__file__).resolve().parents[2] / "webbuild" / "zoo"
-SOURCES = [("split", "torchscript"), ("merged", "torchscript"), ("split", "dynamo"), ("merged", "dynamo")]
+SOURCES = [(layout, exporter) for exporter in ("torchscript", "dynamo") for layout in ("qwen3-asr-split", "merged")]
 SOURCE_IDS = [f"{layout}-{exporter}" for layout, exporter in SOURCES]
 
 
@@ -51,7 +51,7 @@ class Zoo:
     def source(self, layout: str, exporter: str) -> Path:
         """What fuse_decoder takes: the split folder, or the merged .onnx file."""
         out = self.export(layout, exporter)
-        return out if layout == "split" else out / "decoder_model_merged.onnx"
+        return out if layout == "qwen3-asr-split" else out / "decoder_model_merged.onnx"
 
     def family(self, name: str) -> Path:
         """A merged export of a tiny Llama / Qwen2 / Qwen3 CausalLM (fusion.tests.sources)."""
@@ -71,7 +71,7 @@ class Zoo:
             # float activations: the fused graph's packed MatMulNBits and the source's three
             # would round int8 activations differently at accuracy level 4
             quantize_export(self.export(layout, "torchscript"), out, accuracy_level=0)
-        return out if layout == "split" else out / "decoder_model_merged.onnx"
+        return out if layout == "qwen3-asr-split" else out / "decoder_model_merged.onnx"
 
     def hf(self) -> Path:
         from webbuild.zoo.build import save_text_decoder_hf

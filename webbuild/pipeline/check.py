@@ -1,8 +1,19 @@
-"""Check a written variant: onnxruntime session creation, greedy transcripts, agreement with a reference.
+"""The check stage's work: every graph a variant ships, run on onnxruntime CPU on the sample clips and
+compared with the unfused source export, one row per role.
 
-`webbuild.reference.transcribe.IdsDecoder` drives the built decoder interface (input_ids + audio splice, see
-embeddings.py), so one greedy loop (webbuild.reference.transcribe.Transcriber) serves built variants and the fp32
-unfused reference alike.
+What runs for each role (a graph onnxruntime CPU refuses runs through its CPU form: the Q/K norms taken
+back out of GroupQueryAttention, webbuild.reference.transcribe.cpu_form; everything else as shipped):
+
+- `encoder` and `decoder`: the WebGPU path, greedy tokens against the source's;
+- `encoder_wasm` / `decoder_wasm`: the wasm path (the twins, the encoder where it has none), against the source;
+- `decoder_step`: the captured decode's graph, as runtime/capture.js drives it: the plain decoder's prefill,
+  then the step form on a static KV cache of runtime.json's `max_positions`, feeding each `next_token` back;
+- `decoder_lora*`: the adapted forms fed a zero adapter of the adapters' rank, whose tokens must equal
+  the base form's.
+
+`webbuild.reference.transcribe.IdsDecoder` drives the built decoder interface (input_ids + audio splice,
+webbuild.quantize.embeddings), so one greedy loop (`Transcriber`) serves built graphs and the unfused
+source alike.
 """
 
 from __future__ import annotations
@@ -13,7 +24,18 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
-from webbuild.reference.transcribe import IdsDecoder, TokenizerCodec, Transcriber, cpu_session, load_transcriber
+from webbuild.pipeline.forms import link_or_copy
+from webbuild.pipeline.state import Variant
+from webbuild.reference.prompt import Prompt
+from webbuild.reference.transcribe import (
+    IdsDecoder,
+    TokenizerCodec,
+    Transcriber,
+    cpu_form,
+    cpu_session,
+    load_transcriber,
+    pick,
+)
 from webbuild.reference.wer import edit_distance
 
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -21,16 +43,31 @@ DEFAULT_MAX_NEW_TOKENS = 64
 
 def variant_transcriber(out_dir: Path, variant: str, side_dir: Path) -> Transcriber:
     """Transcriber over encoder.<variant>.onnx + decoder.<variant>.onnx; tokenizer/config from side_dir."""
+    return role_transcriber(Path(out_dir) / f"encoder.{variant}.onnx", Path(out_dir) / f"decoder.{variant}.onnx",
+                            side_dir)
+
+
+def role_transcriber(encoder: Path, decoder: Path, side_dir: Path, rank: int | None = None) -> Transcriber:
+    """Transcriber over the graphs `encoder` and `decoder` (taking input_ids); tokenizer/config from side_dir.
+    With `rank`, an adapted decoder's lora.* inputs are zeros of that rank (a zero adapter)."""
     cfg = json.loads((Path(side_dir) / "config.json").read_text())
-    tok = Tokenizer.from_file(str(Path(side_dir) / "tokenizer.json"))
-    return Transcriber(cpu_session(Path(out_dir) / f"encoder.{variant}.onnx"),
-                       IdsDecoder(Path(out_dir) / f"decoder.{variant}.onnx", cfg["decoder"]), TokenizerCodec(tok),
+    decoder_runner = IdsDecoder(decoder, cfg["decoder"])
+    if rank is not None:
+        decoder_runner.adapter = zero_adapter(decoder_runner, rank)
+    return Transcriber(cpu_session(encoder), decoder_runner,
+                       TokenizerCodec(Tokenizer.from_file(str(Path(side_dir) / "tokenizer.json"))),
                        frozenset(cfg["special_tokens"]["eos_token_ids"]))
+
+
+def zero_adapter(decoder: IdsDecoder, rank: int) -> dict[str, np.ndarray]:
+    """Zeros for every lora.* input of `decoder` ([in, r] and [r, out], r = `rank`)."""
+    return {i.name: np.zeros([d if isinstance(d, int) else rank for d in i.shape], decoder.dtype)
+            for i in decoder.sess.get_inputs() if i.name.startswith("lora.")}
 
 
 def reference_tokens(reference_dir: Path, clips: dict[str, np.ndarray],
                      max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, lead: int = 0) -> dict[str, list[int]]:
-    """Greedy tokens of the fp32 unfused source export (split or merged layout); an encoder taking mel
+    """Greedy tokens of the fp32 unfused source export (any layout); an encoder taking mel
     gets `lead` samples of lead before the audio, as the built front-end does."""
     ref = load_transcriber(reference_dir, lead=lead)
     return {name: ref.generate(pcm, max_new_tokens) for name, pcm in clips.items()}
@@ -39,13 +76,123 @@ def reference_tokens(reference_dir: Path, clips: dict[str, np.ndarray],
 def check_variant(t: Transcriber, clips: dict[str, np.ndarray], reference: dict[str, list[int]] | None,
                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> dict:
     """Transcripts of `clips` and, given reference tokens, per-clip token agreement (1 - edit distance / len)."""
-    report = {"transcripts": {}, "token_agreement": {}}
-    for name, pcm in clips.items():
-        tokens = t.generate(pcm, max_new_tokens)
-        report["transcripts"][name] = t.codec.decode(tokens)
-        if reference is not None:
-            ref = reference[name]
-            report["token_agreement"][name] = 1.0 - edit_distance(ref, tokens) / max(len(ref), 1)
+    return agreement({name: t.generate(pcm, max_new_tokens) for name, pcm in clips.items()}, t.codec, reference)
+
+
+def agreement(tokens: dict[str, list[int]], codec: TokenizerCodec, reference: dict[str, list[int]] | None) -> dict:
+    """Transcripts of each clip's `tokens` and, given reference tokens, per-clip token agreement."""
+    report: dict = {"transcripts": {name: codec.decode(ids) for name, ids in tokens.items()},
+                    "token_agreement": {}}
+    if reference is not None:
+        report["token_agreement"] = {name: 1.0 - edit_distance(reference[name], ids) / max(len(reference[name]), 1)
+                                     for name, ids in tokens.items()}
     if report["token_agreement"]:
         report["mean_token_agreement"] = float(np.mean(list(report["token_agreement"].values())))
     return report
+
+
+class RoleCheck:
+    """The check of one shipped variant (`v`, the forms stage's folder) on `clips` against `reference`
+    (the source's tokens); CPU forms are written into `scratch`, next to links of the weights files."""
+
+    def __init__(self, v: Variant, side_dir: Path, scratch: Path, clips: dict[str, np.ndarray],
+                 reference: dict[str, list[int]] | None, max_positions: int, rank: int | None):
+        self.v, self.side_dir, self.scratch, self.clips = v, side_dir, scratch, clips
+        self.reference, self.max_positions, self.rank = reference, max_positions, rank
+        self.decoded: dict[tuple, dict[str, list[int]]] = {}  # tokens by clip, per run (sessions not kept)
+        self.codec = TokenizerCodec(Tokenizer.from_file(str(Path(side_dir) / "tokenizer.json")))
+        self.cpu_forms: dict[str, Path] = {}
+        scratch.mkdir(parents=True, exist_ok=True)
+        for name in v.files.values():  # the CPU forms read the same weights files
+            if not name.endswith(".onnx") and not (scratch / name).exists():
+                link_or_copy(v.dir / name, scratch / name)
+
+    def rows(self) -> dict[str, dict]:
+        """A row per graph role of the variant (every role whose file is a graph), in the manifest's order."""
+        return {role: self._row(role) for role, name in self.v.files.items() if name.endswith(".onnx")}
+
+    def _run(self, role: str) -> tuple[str, str, str | None]:
+        """(encoder, decoder, step form or None): the roles that run together to check `role`."""
+        wasm = role.endswith("_wasm")
+        encoder = "encoder_wasm" if wasm and "encoder_wasm" in self.v.files else "encoder"
+        if role.startswith("encoder"):
+            decoder = "decoder_wasm" if wasm and "decoder_wasm" in self.v.files else "decoder"
+            return encoder, decoder, None
+        if role.endswith("_step"):
+            return encoder, role.removesuffix("_step"), role
+        return encoder, role, None
+
+    def _row(self, role: str) -> dict:
+        """The role's file, how it ran, and its tokens against the source (adapted roles: against the base
+        role's tokens, which a zero adapter must give exactly)."""
+        run = self._run(role)
+        tokens = self._decode(run)
+        row = {"file": self.v.files[role], "ran": "cpu form" if self._cpu(role) != self.v.path(role) else "as shipped",
+               "with": [r for r in run if r and r != role]}
+        if role.startswith("decoder_lora"):
+            base = tuple(r.replace("decoder_lora", "decoder") if r else r for r in run)
+            return row | {"against": f"{role.replace('decoder_lora', 'decoder')} (zero adapter)",
+                          "tokens_equal": tokens == self._decode(base)}
+        return row | {"against": "source" if self.reference is not None else "none (no sample clips)"} \
+            | agreement(tokens, self.codec, self.reference)
+
+    def _decode(self, run: tuple) -> dict[str, list[int]]:
+        """Greedy tokens of every clip through the roles of `run`, once per run; its sessions are released
+        after it (a large model's sessions would not fit side by side)."""
+        if run not in self.decoded:
+            encoder, decoder, step = run
+            rank = self.rank if decoder.startswith("decoder_lora") else None
+            t = role_transcriber(self.v.path(encoder), self._cpu(decoder), self.side_dir, rank)
+            if step is None:
+                tokens = {name: t.generate(pcm, DEFAULT_MAX_NEW_TOKENS) for name, pcm in self.clips.items()}
+            else:
+                form = StepForm(self._cpu(step), self.max_positions, t.decoder)
+                tokens = {name: form.generate(t, pcm, DEFAULT_MAX_NEW_TOKENS) for name, pcm in self.clips.items()}
+            self.decoded[run] = tokens
+        return self.decoded[run]
+
+    def _cpu(self, role: str) -> Path:
+        """The role's graph in the form onnxruntime CPU opens: a CPU form in the scratch folder, else as shipped."""
+        if role not in self.cpu_forms:
+            copy = self.scratch / self.v.files[role]
+            link_or_copy(self.v.path(role), copy)
+            cpu = cpu_form(copy)
+            self.cpu_forms[role] = cpu if cpu != copy else self.v.path(role)
+        return self.cpu_forms[role]
+
+
+class StepForm:
+    """The step form (webbuild.pipeline.step_form) decoding after a plain prefill, as runtime/capture.js
+    does: past and present are one static [1, kv, max_positions, hd] cache per layer, the mask has ones up
+    to the current position, and each step's `next_token` is the next step's `input_ids`."""
+
+    def __init__(self, path: Path, max_positions: int, plain: IdsDecoder):
+        self.sess = cpu_session(path)
+        self.max_positions, self.plain = max_positions, plain
+        inputs = {i.name: i for i in self.sess.get_inputs()}
+        self.past_names = [n for n in inputs if n.startswith("past_key_values.")]
+        self.adapter = {n: w for n, w in plain.adapter.items() if n in inputs}
+        self.mask_dtype = np.int32 if inputs["attention_mask"].type == "tensor(int32)" else np.int64
+
+    def generate(self, t: Transcriber, pcm: np.ndarray, max_new_tokens: int) -> list[int]:
+        """Greedy tokens of `pcm` (end of sequence left out)."""
+        audio = t.audio_features(pcm)
+        prompt: Prompt = t.codec.prompt(audio.shape[1])
+        logits, (past, total) = self.plain.prefill(prompt, audio)
+        cache = {n: self._static(past[n]) for n in self.past_names}
+        token, tokens = pick(logits)[0], []
+        while token not in t.eos_ids and len(tokens) < max_new_tokens and total < self.max_positions:
+            tokens.append(token)
+            mask = np.zeros((1, self.max_positions), self.mask_dtype)
+            mask[0, :total + 1] = 1
+            out = self.sess.run(None, {"input_ids": np.array([[token]], np.int32), "attention_mask": mask,
+                                       **cache, **self.adapter})
+            named = dict(zip([o.name for o in self.sess.get_outputs()], out))
+            cache = {n: named[n.replace("past_key_values.", "present.")] for n in self.past_names}
+            token, total = int(named["next_token"][0, 0]), total + 1
+        return tokens
+
+    def _static(self, present: np.ndarray) -> np.ndarray:
+        cache = np.zeros(present.shape[:2] + (self.max_positions,) + present.shape[3:], present.dtype)
+        cache[:, :, :present.shape[2]] = present
+        return cache

@@ -21,15 +21,18 @@ quantized graph before any of these forms, then given the same forms as the base
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import onnx_ir as ir
 
+from webbuild.errors import BuildError
 from webbuild.fusion import qk_norm_in_gqa
 from webbuild.fusion.rule_report import Report
 from webbuild.graph.files import rewrite_file
-from webbuild.pipeline.lora_form import lora_form
+from webbuild.pipeline.lora_form import NoProjections, lora_form
+from webbuild.pipeline.state import Variant
 from webbuild.pipeline.step_form import step_form
 from webbuild.quantize.wasm_twin import twin_name, wasm_graph
 
@@ -63,21 +66,77 @@ def norms_out_of_gqa(src: Path, dest: Path) -> bool:
     return rewrite_file(src, dest, qk_norm_in_gqa.take_out)
 
 
-def webgpu_decoder(folder: Path, name: str, wasm_twin: bool, accuracy_level: int | None = None,
-                   fold_matmuls: bool = True) -> str | None:
-    """Rewrite `folder/name` in place into the WebGPU form (MatMulNBits at `accuracy_level`, None: as
-    quantized). With `wasm_twin`, first keep the form the wasm EP runs as `<name>.wasm.onnx` (explicit
-    norms, the int4 lookup and, with `fold_matmuls`, the int4 weights in standard ops: see
-    webbuild.quantize.wasm_twin) and return its name; None when no twin is needed."""
-    path, webgpu = folder / name, folder / f"{name}.webgpu"
-    twin = folder / twin_name(name)
-    moved = norms_into_gqa(path, webgpu, accuracy_level)
-    rewritten = wasm_twin and wasm_graph(path, twin, fold_matmuls)
+def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, accuracy_level: int | None,
+                  adapted: bool) -> Variant:
+    """Every file of variant `v` as it ships, written once into `dest`: weights files linked, the encoder as
+    it is plus its wasm twin where the wasm plan folds its MatMulNBits (`wasm_forms`: the plan's form of
+    each graph; None for a variant the wasm EP never runs), the decoder's forms (`decoder_forms`) and, for
+    a build with adapters (`adapted`), the adapted decoder's (made from the quantized decoder first, as
+    `decoder_lora`). Roles keep the order the manifest lists them in."""
+    shipped = Variant(v.name, dest, dict(v.files))
+    for role, name in v.files.items():
+        if role not in ("decoder", "decoder_lora"):
+            shutil.copyfile(v.path(role), dest / name)  # a copy: onnx refuses weights files with hard links
+    wasm_twin, forms = wasm_forms is not None, wasm_forms or {}
+    decoder = v.files.get("decoder")
+    roles = []
+    if decoder and adapted:
+        roles.append(("decoder_lora", v.dir / _adapted_decoder(v, decoder)))
+    if decoder:
+        roles.append(("decoder", v.path("decoder")))
+    for role, src in roles:
+        made = decoder_forms(src, dest, src.name, wasm_twin, accuracy_level, forms.get("decoder") == "float")
+        shipped.files |= {role: made["graph"]} | {f"{role}_{kind}": made[kind] for kind in ("wasm", "step")
+                                                  if kind in made}
+    encoder = v.files.get("encoder")
+    # the int4 encoder's MatMulNBits are slow on wasm: folded to float where the plan can afford it
+    if encoder and forms.get("encoder") == "float" and wasm_graph(v.path("encoder"), dest / twin_name(encoder)):
+        shipped.files["encoder_wasm"] = twin_name(encoder)
+    return shipped
+
+
+def _adapted_decoder(v: Variant, decoder: str) -> str:
+    """The adapted form of the quantized decoder, beside it (a scratch file: its forms are what ships)."""
+    try:
+        return lora_decoder(v.dir, decoder)
+    except NoProjections as exc:
+        raise BuildError(f"adapters: the {v.name} decoder cannot take LoRA adapters: {exc}") from exc
+
+
+def decoder_forms(src: Path, dest: Path, name: str, wasm_twin: bool, accuracy_level: int | None,
+                  fold_matmuls: bool) -> dict[str, str]:
+    """The shipped forms of the decoder graph `src`, each written once into `dest` (which holds its weights
+    file): the WebGPU form as `name`, its wasm twin and its step form beside it. Returns the written
+    files by kind: `graph`, and `wasm` and `step` where they apply."""
+    twin = _decoder_twin_and_webgpu(src, dest / name, dest / twin_name(name), wasm_twin, accuracy_level,
+                                    fold_matmuls)
+    if not (dest / name).exists():  # already the WebGPU form: shipped as it is
+        shutil.copyfile(src, dest / name)
+    forms = {"graph": name} | ({"wasm": twin} if twin else {})
+    if step := step_decoder(dest, name):
+        forms["step"] = step
+    return forms
+
+
+def _decoder_twin_and_webgpu(src: Path, webgpu: Path, twin: Path, wasm_twin: bool, accuracy_level: int | None,
+                             fold_matmuls: bool) -> str | None:
+    """Write the WebGPU form of `src` to `webgpu` (where it differs from `src`) and, with `wasm_twin`, the
+    form the wasm EP runs to `twin`; the twin's name, or None when no twin is needed."""
+    moved = norms_into_gqa(src, webgpu, accuracy_level)
+    rewritten = wasm_twin and wasm_graph(src, twin, fold_matmuls)
     if wasm_twin and moved and not rewritten:
-        shutil.copyfile(path, twin)  # the explicit graph as it is
-    if moved:
-        webgpu.replace(path)
+        shutil.copyfile(src, twin)  # the explicit graph as it is
     return twin.name if wasm_twin and (moved or rewritten) else None
+
+
+def link_or_copy(src: Path, dest: Path) -> None:
+    """`dest` as a hard link of `src` where the file system allows (a multi-GB weights file costs
+    nothing), else a copy. Only for files onnxruntime reads: onnx itself refuses to load external data
+    from a file with several links."""
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
 
 
 def step_decoder(folder: Path, name: str) -> str | None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from webbuild.config import BuildConfig
 from webbuild.errors import BuildError, WebbuildError
+from webbuild.layouts import layout
 from webbuild.pipeline.build_report import BuildReport, peak_rss_bytes
 from webbuild.pipeline.stages import STAGES
 from webbuild.pipeline.state import BuildContext, BuildState, SourceModel
@@ -26,7 +27,7 @@ def run_build(cfg: BuildConfig, output: Path) -> BuildReport:
     output.parent.mkdir(parents=True, exist_ok=True)
     report = BuildReport(name=cfg.name)
     with tempfile.TemporaryDirectory(prefix=f".{output.name}-", dir=output.parent) as tmp:
-        state = BuildState(SourceModel(cfg.source.dir, cfg.source.layout))
+        state = BuildState(SourceModel(cfg.source.dir, layout(cfg.source.layout)))
         ctx = BuildContext(cfg, Path(tmp) / "site", Path(tmp) / "work", report, state)
         ctx.stage_dir.mkdir()
         ctx.work_dir.mkdir()

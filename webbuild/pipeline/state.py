@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from webbuild.config import BuildConfig
+from webbuild.layouts import Layout
 from webbuild.pipeline.build_report import BuildReport
-from webbuild.reference import source_v2
 
 
 @dataclass
@@ -15,21 +15,21 @@ class SourceModel:
     """The source export, read in place (no stage writes to it), and the fuse stage's graphs."""
 
     dir: Path
-    layout: str  # model.yaml's source.layout
+    layout: Layout  # model.yaml's source.layout
     decoder: Path | None = None  # one fused decoder graph with the merged interface
     encoder: Path | None = None  # the fused encoder, weights still float
 
     @property
     def decoder_source(self) -> Path:
-        """What the fuse stage reads: the split folder, or the merged or v2 prefill decoder graph."""
-        graph = {"merged": "decoder_model_merged.onnx", "qwen3-asr-v2": source_v2.INIT}.get(self.layout)
-        return self.dir / graph if graph else self.dir
+        """What the fuse stage reads: the layout's prefill decoder graph."""
+        return self.dir / self.layout.prefill
 
 
 @dataclass
 class Variant:
     """One precision variant of the site's model: file names in `dir` by role (encoder, encoder_data,
-    decoder, decoder_data, embed, decoder_wasm, encoder_wasm), in the order the manifest lists them."""
+    decoder, decoder_data, embed, decoder_wasm, decoder_step, encoder_wasm, decoder_lora*: the roles of
+    webbuild.site.contract.FILE_ROLES), in the order the manifest lists them."""
 
     name: str  # fp16 | fp32
     dir: Path
@@ -55,7 +55,11 @@ class BuildState:
 
     model: SourceModel
     assembled: Path | None = None  # the assemble stage's folder: runtime.json, tokens.bin, config.json
+    # by variant name: the quantize stage's files, then (from the forms stage on) every file as it ships
     variants: dict[str, Variant] = field(default_factory=dict)
+    wasm_plans: dict[str, dict] = field(default_factory=dict)  # fp32 variants' wasm plans (forms stage)
+    adapter_files: dict[str, Path] = field(default_factory=dict)  # adapter.<name>.bin -> packed file
+    adapters: dict[str, dict] = field(default_factory=dict)  # the manifest's `adapters` entries
     manifest: dict | None = None  # dist/model/manifest.json, once the shard stage wrote it
 
 

@@ -24,7 +24,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from webbuild.graph.packing import LOOKUP_ATTRS, dequantize, lookup_scales_shape
-from webbuild.quantize.matmul_nbits import MS_DOMAIN, _attrs
+from webbuild.quantize.quantize_matmuls import MS_DOMAIN, _attrs
 from webbuild.quantize.requantize import block_quantize
 
 P = "embed/"  # prefix of every name this transform adds

@@ -14,8 +14,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from webbuild.config import Quantize
-from webbuild.quantize.matmul_nbits import quantize_matmuls
 from webbuild.quantize.precision import to_fp16
+from webbuild.quantize.quantize_matmuls import quantize_matmuls
 
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
 FRONTEND_PREFIX = "fe_"

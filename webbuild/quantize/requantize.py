@@ -15,7 +15,7 @@ from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQua
 
 from webbuild.config import Quantize
 from webbuild.graph.packing import dequantize
-from webbuild.quantize.matmul_nbits import MS_DOMAIN, _attrs
+from webbuild.quantize.quantize_matmuls import MS_DOMAIN, _attrs
 
 
 def block_quantize(w: np.ndarray, bits: int, block_size: int) -> tuple[np.ndarray, np.ndarray]:

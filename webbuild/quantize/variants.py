@@ -30,8 +30,8 @@ from webbuild.graph.load import load_onnx
 from webbuild.quantize.embeddings import add_input_ids
 from webbuild.quantize.encoder import encoder_variant
 from webbuild.quantize.lazy import load_deferred, load_lazily
-from webbuild.quantize.matmul_nbits import quantize_matmuls
 from webbuild.quantize.precision import to_fp16
+from webbuild.quantize.quantize_matmuls import quantize_matmuls
 from webbuild.quantize.requantize import requantize
 
 DECODER_SOURCES = ("decoder.onnx", "decoder_model_merged.onnx")

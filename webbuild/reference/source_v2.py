@@ -31,9 +31,9 @@ from onnx import TensorProto
 
 from webbuild.errors import SourceError
 from webbuild.graph.load import load_onnx
+from webbuild.layouts import V2
 
-INIT = "decoder_init.int4.onnx"
-STEP = "decoder_step.int4.onnx"
+INIT, STEP = V2.graphs  # decoder_init.int4.onnx, decoder_step.int4.onnx
 WEIGHTS = "decoder_weights.int4.data"
 TABLE = "embed_tokens.int8.bin"
 SCALES = "embed_scales.f32.bin"

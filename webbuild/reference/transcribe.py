@@ -1,9 +1,8 @@
 """Reference transcription in Python with onnxruntime: mel -> encoder -> greedy decoding.
 
-Model folders are recognised by their files: the split layout (decoder_init + decoder_step), layout v2
-(its int4 decoder_init taking embeddings + decoder_step; webbuild.reference.source_v2) and the merged
-layout (decoder_model_merged.onnx). Every decoder exposes the same two calls, `prefill` and
-`step`, so the greedy loop is written once.
+Source folders are recognised by their files (webbuild.layouts.detect), and their layout's entry says
+which decoder class below runs them and how their embedding table is read. Every decoder exposes the
+same two calls, `prefill` and `step`, so the greedy loop is written once.
 """
 
 from __future__ import annotations
@@ -16,8 +15,10 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from webbuild import layouts
 from webbuild.errors import SourceError
 from webbuild.graph.load import load_onnx
+from webbuild.layouts import Decoder, Table
 from webbuild.reference import source_v2
 from webbuild.reference.mel import LEAD_METADATA, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
@@ -53,12 +54,14 @@ def _prompt_embeds(table: np.ndarray, prompt: Prompt, audio: np.ndarray) -> np.n
 
 
 class SplitDecoder:
-    """decoder_init (prefill with the audio splice) + decoder_step (one token, stacked KV)."""
+    """decoder_init (prefill with the audio splice) + decoder_step (one token, stacked KV): graphs
+    (prefill, step) of `model_dir`; `embed` the float [V, H] table; `cfg` its config.json."""
 
-    def __init__(self, model_dir: Path, cfg: dict):
-        self.init = source_session(model_dir / "decoder_init.onnx")
-        self.step_sess = source_session(model_dir / "decoder_step.onnx")
-        self.embed = _embed_table(model_dir, cfg)
+    def __init__(self, model_dir: Path, graphs: tuple[str, ...], embed: np.ndarray, cfg: dict):
+        init, step = graphs
+        self.init = source_session(model_dir / init)
+        self.step_sess = source_session(model_dir / step)
+        self.embed = embed
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
         n = len(prompt.ids)
@@ -76,13 +79,8 @@ class SplitDecoder:
 
 
 class V2Decoder(SplitDecoder):
-    """Layout v2: decoder_init takes the prompt's embeddings (int8 table rows, audio spliced in here),
-    decoder_step as the split layout's; webbuild.reference.source_v2."""
-
-    def __init__(self, model_dir: Path, cfg: dict):
-        self.init = source_session(model_dir / source_v2.INIT)
-        self.step_sess = source_session(model_dir / source_v2.STEP)
-        self.embed = source_v2.embed_table(model_dir, cfg)
+    """decoder_init takes the prompt's embeddings (table rows, audio spliced in here), decoder_step as
+    SplitDecoder's: layout v2 (webbuild.reference.source_v2)."""
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
         n = len(prompt.ids)
@@ -95,9 +93,10 @@ class V2Decoder(SplitDecoder):
 class MergedDecoder:
     """optimum-style decoder: inputs_embeds + attention_mask + per-layer past -> logits + present."""
 
-    def __init__(self, model_dir: Path, cfg: dict, graph: str = "decoder_model_merged.onnx"):
+    def __init__(self, model_dir: Path, graphs: tuple[str, ...], embed: np.ndarray, cfg: dict):
+        (graph,) = graphs
         self.sess = source_session(model_dir / graph)
-        self.embed = _embed_table(model_dir, cfg)
+        self.embed = embed
         self.past_names = [i.name for i in self.sess.get_inputs() if i.name.startswith("past_key_values.")]
         dec = cfg["decoder"]
         self.empty = np.zeros((1, dec["num_key_value_heads"], 0, dec["head_dim"]), np.float32)
@@ -277,7 +276,7 @@ def site_model_dir(path: Path) -> Path | None:
 
 
 def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0, adapter: str | None = None) -> Transcriber:
-    """A Transcriber for a source export (split, v2 or merged layout) or a built site's `variant`, with
+    """A Transcriber for a source export (any layout of webbuild.layouts) or a built site's `variant`, with
     the site's LoRA `adapter` on (a name of its manifest's `adapters`). `lead`: samples of lead
     (webbuild.reference.mel) before the audio where the encoder takes mel (a built site's graphs carry
     their own front-end and ignore it)."""
@@ -289,22 +288,29 @@ def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0, adap
                           "packed); build one with `webbuild model.yaml` and pass its folder")
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
-        raise SourceError(f"{model_dir}: no config.json; pass a model folder (split, v2 or merged layout)")
+        raise SourceError(f"{model_dir}: no config.json; pass a model folder (a source export or a built site)")
     cfg = json.loads(cfg_path.read_text())
-    if (model_dir / "decoder_init.onnx").is_file():
-        decoder = SplitDecoder(model_dir, cfg)
-    elif (model_dir / source_v2.INIT).is_file():
-        decoder = V2Decoder(model_dir, cfg)
-    elif (model_dir / "decoder_model_merged.onnx").is_file():
-        decoder = MergedDecoder(model_dir, cfg)
-    elif (model_dir / "decoder.onnx").is_file():  # fused decoder of a build, same interface
-        decoder = MergedDecoder(model_dir, cfg, graph="decoder.onnx")
-    else:
-        raise SourceError(f"{model_dir}: found none of decoder_init.onnx (split layout), {source_v2.INIT} "
-                            "(layout v2), decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
+    decoder = _source_decoder(model_dir, cfg)
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
     return Transcriber(source_session(model_dir / "encoder.onnx"), decoder, TokenizerCodec(tok), eos, lead=lead)
+
+
+# how each layout's decoder is called and its table read (webbuild.layouts' Decoder and Table)
+DECODERS: dict[Decoder, type[SplitDecoder] | type[MergedDecoder]] = {
+    Decoder.SPLIT: SplitDecoder, Decoder.SPLIT_EMBEDS: V2Decoder, Decoder.MERGED: MergedDecoder}
+TABLES = {Table.FLOAT32: _embed_table, Table.INT8_ROWS: source_v2.embed_table}
+BUILT_DECODER = "decoder.onnx"  # a build's fused decoder, MergedDecoder's interface
+
+
+def _source_decoder(model_dir: Path, cfg: dict) -> SplitDecoder | V2Decoder | MergedDecoder:
+    """The decoder of a source folder, by the layout its files tell, or of a build's model folder."""
+    layout = layouts.detect(model_dir)
+    if layout is not None:
+        return DECODERS[layout.decoder](model_dir, layout.graphs, TABLES[layout.table](model_dir, cfg), cfg)
+    if (model_dir / BUILT_DECODER).is_file():
+        return MergedDecoder(model_dir, (BUILT_DECODER,), _embed_table(model_dir, cfg), cfg)
+    raise SourceError(f"{model_dir}: found none of {layouts.detect_hint()}, {BUILT_DECODER} (built model)")
 
 
 def cpu_form(decoder: Path) -> Path:

@@ -1,4 +1,4 @@
-"""Rebuild the transformers checkpoint of a zoo split export (the inverse of `webbuild zoo ... --layout split`).
+"""Rebuild the transformers checkpoint of a zoo split export (the inverse of `webbuild zoo ...`).
 
     python -m webbuild.train.from_export EXPORT_DIR OUT_DIR
 
@@ -31,6 +31,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from webbuild import layouts
 from webbuild.errors import SourceError
 
 ENCODER_PREFIXES = {"tower.": "model.audio_tower.", "projector.": "model.multi_modal_projector."}
@@ -269,7 +270,8 @@ def load_export(export_dir: Path):
     export_dir = Path(export_dir)
     for name in ("config.json", "encoder.onnx", "decoder_init.onnx", "tokenizer.json"):
         if not (export_dir / name).is_file():
-            raise SourceError(f"{export_dir / name}: missing; a split export (webbuild zoo --layout split) has it")
+            raise SourceError(f"{export_dir / name}: missing; a split export (webbuild zoo --layout "
+                              f"{layouts.SPLIT.name}) has it")
     split = json.loads((export_dir / "config.json").read_text())
     tok = Tokenizer.from_file(str(export_dir / "tokenizer.json"))
     ids = special_ids(tok)

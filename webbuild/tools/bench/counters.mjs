@@ -3,7 +3,7 @@
 // prototypes of scope's GPU* classes; it must run before onnxruntime-web creates its device.
 //   Node + Dawn: dawn.mjs calls it on globalThis once it has put the `webgpu` package's classes there.
 //   Chromium: this file's source, `export` words stripped, is prepended to the site's worker.js in a
-//   bench-only copy of the site (webbuild/tools/bench/browser.py); the worker is where onnxruntime-web
+//   bench-only copy of the site (webbuild/tools/bench/page_bench.py); the worker is where onnxruntime-web
 //   runs and Playwright's init scripts do not reach workers. So this file stays self-contained (no
 //   imports) and its top-level names are prefixed to stay clear of worker.js's own.
 // Per decode token = (counts of a long decode - counts of a short one) / (token difference):

@@ -1,7 +1,7 @@
 // Appended to the site's worker.js in a bench-only copy of the site (webbuild/tools/bench/instrument.py
 // instrumented_worker(), behind counters.mjs's source): module scope, so it sees the worker's `site`.
 // Not part of any shipped site. Driven through Playwright's Worker.evaluate by
-// webbuild/tools/bench/browser.py (`webbuild bench --runtime browser`) and scripts/chrome_gpu_bench.py.
+// webbuild/tools/bench/page_bench.py (`webbuild bench --runtime browser`) and scripts/chrome_gpu_bench.py.
 
 // bench.mjs's synthetic decode in the site's own worker: n greedy steps past any end token after two
 // seconds of silence (the 41-token prompt the peers get). steps: the gaps between the per-token callbacks (decode step times, ms); counts:

@@ -9,7 +9,7 @@ from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantCo
 
 from tests.quantize_graphs import attrs, initializer, matmul_model, model, nbits_weight, nodes_of, run
 from webbuild.config import Quantize
-from webbuild.quantize.matmul_nbits import quantize_matmuls
+from webbuild.quantize.quantize_matmuls import quantize_matmuls
 
 K, N = 128, 96
 RNG = np.random.default_rng(0)
