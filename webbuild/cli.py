@@ -212,7 +212,7 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
     runner = load_transcriber(model, variant, lead=lead_samples(lead_ms), adapter=adapter)
     pairs = []
     for path in _wav_paths(audio):
-        row = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}
+        row: dict = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}
         expected = path.with_suffix(".txt")
         if expected.is_file():
             row["expected"] = expected.read_text().strip()

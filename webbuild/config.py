@@ -9,6 +9,7 @@ from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
 from webbuild import layouts
 from webbuild.adapters import adapter_problems
@@ -193,7 +194,7 @@ class BuildConfig(_Strict):
     source: Source = Field(description="the ONNX export to build from")
     output: Path = Field(Path("dist"), description="output folder, relative to model.yaml (`-o` overrides)")
     variants: list[Literal["fp16", "fp32"]] = Field(
-        default_factory=lambda: ["fp16", "fp32"], min_length=1,
+        default_factory=lambda: list[Literal["fp16", "fp32"]](["fp16", "fp32"]), min_length=1,
         description="precision variants to emit; the page runs fp16 only on adapters with shader-f16, else fp32")
     fusion: Fusion = Field(Fusion(), description="operator fusion (webbuild.fusion)")
     quantize: Quantize = Field(Quantize(), description="int4/int8 MatMulNBits weights (webbuild.quantize)")
@@ -252,7 +253,7 @@ def _loc(loc: tuple) -> str:
     return ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[") or "(top)"
 
 
-def _message(err: dict) -> str:
+def _message(err: ErrorDetails) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         return "unknown key; remove it or check its spelling (see docs/model-yaml.md)"

@@ -29,6 +29,7 @@ from webbuild.pipeline.state import Variant
 from webbuild.reference.prompt import Prompt
 from webbuild.reference.transcribe import (
     IdsDecoder,
+    SiteCodec,
     TokenizerCodec,
     Transcriber,
     cpu_form,
@@ -79,7 +80,8 @@ def check_variant(t: Transcriber, clips: dict[str, np.ndarray], reference: dict[
     return agreement({name: t.generate(pcm, max_new_tokens) for name, pcm in clips.items()}, t.codec, reference)
 
 
-def agreement(tokens: dict[str, list[int]], codec: TokenizerCodec, reference: dict[str, list[int]] | None) -> dict:
+def agreement(tokens: dict[str, list[int]], codec: TokenizerCodec | SiteCodec,
+              reference: dict[str, list[int]] | None) -> dict:
     """Transcripts of each clip's `tokens` and, given reference tokens, per-clip token agreement."""
     report: dict = {"transcripts": {name: codec.decode(ids) for name, ids in tokens.items()},
                     "token_agreement": {}}
@@ -146,6 +148,7 @@ class RoleCheck:
             if step is None:
                 tokens = {name: t.generate(pcm, DEFAULT_MAX_NEW_TOKENS) for name, pcm in self.clips.items()}
             else:
+                assert isinstance(t.decoder, IdsDecoder), "a built site's decoder takes input_ids"
                 form = StepForm(self._cpu(step), self.max_positions, t.decoder)
                 tokens = {name: form.generate(t, pcm, DEFAULT_MAX_NEW_TOKENS) for name, pcm in self.clips.items()}
             self.decoded[run] = tokens
@@ -180,7 +183,8 @@ class StepForm:
         prompt: Prompt = t.codec.prompt(audio.shape[1])
         logits, (past, total) = self.plain.prefill(prompt, audio)
         cache = {n: self._static(past[n]) for n in self.past_names}
-        token, tokens = pick(logits)[0], []
+        token = pick(logits)[0]
+        tokens: list[int] = []
         while token not in t.eos_ids and len(tokens) < max_new_tokens and total < self.max_positions:
             tokens.append(token)
             mask = np.zeros((1, self.max_positions), self.mask_dtype)

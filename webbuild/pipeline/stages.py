@@ -88,7 +88,7 @@ def stage_quantize(ctx: BuildContext) -> None:
     from webbuild.quantize.variants import quantize_variants
 
     out = ctx.work_dir / "quantized"
-    rep = quantize_variants(ctx.state.assembled, out, cfg.quantize, cfg.variants, cfg.encoder.precision)
+    rep = quantize_variants(ctx.state.assembled_dir, out, cfg.quantize, cfg.variants, cfg.encoder.precision)
     ctx.state.variants = {name: _quantized_variant(out, name, v["encoder"]["file"], v["decoder"]["file"])
                           for name, v in rep["variants"].items()}
     ctx.report.quantize = {k: v for k, v in rep.items() if k != "variants"}
@@ -120,7 +120,7 @@ def stage_forms(ctx: BuildContext) -> None:
         if "decoder" in shipped.files and name in ctx.report.variants:
             ctx.report.variants[name]["decoder"] |= census(op_census(shipped.path("decoder")))
     ctx.state.wasm_plans = plans
-    ctx.state.adapter_files, ctx.state.adapters = pack_adapters(ctx.cfg.adapters, ctx.state.assembled,
+    ctx.state.adapter_files, ctx.state.adapters = pack_adapters(ctx.cfg.adapters, ctx.state.assembled_dir,
                                                                 ctx.work_dir / "adapters", ctx.report)
 
 
@@ -134,7 +134,7 @@ def stage_check(ctx: BuildContext) -> None:
     # a source encoder taking mel gets the lead the built front-end puts first (one taking pcm, its own)
     reference = reference_tokens(ctx.state.model.dir, clips, lead=lead_samples(ctx.cfg.encoder.lead_ms)) \
         if clips else None
-    runtime = json.loads((ctx.state.assembled / RUNTIME_FILE).read_text())
+    runtime = json.loads((ctx.state.assembled_dir / RUNTIME_FILE).read_text())
     rank = next(iter(ctx.state.adapters.values()))["rank"] if ctx.state.adapters else None
     side = ctx.state.model.dir  # config.json and tokenizer.json
     for name, v in ctx.state.variants.items():
@@ -160,13 +160,14 @@ def _check_text(role: str, row: dict) -> str:
 def stage_shard(ctx: BuildContext) -> None:
     """Every shipped file, runtime.json, tokens.bin and ORT's wasm binary -> content-hashed shards under
     dist/model/, with the manifest (webbuild.pipeline.shard)."""
-    assembled, variants = ctx.state.assembled, ctx.state.variants
+    assembled, variants = ctx.state.assembled_dir, ctx.state.variants
     files = {name: v.dir / name for v in variants.values() for name in v.files.values()}
     files |= {RUNTIME_FILE: assembled / RUNTIME_FILE, TOKENS_FILE: assembled / TOKENS_FILE,
               ORT_WASM: ort_dist() / ORT_WASM}
     # the runtime finds each file by role (encoder, decoder_data, ...: webbuild.site.contract.FILE_ROLES)
-    entries = {name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files}
-               for name, v in variants.items()}
+    entries: dict[str, dict] = {
+        name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files}
+        for name, v in variants.items()}
     for name, fit in ctx.state.wasm_plans.items():
         entries[name]["wasm"] = {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
     manifest = shard_files(files | ctx.state.adapter_files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
@@ -182,7 +183,7 @@ def _wasm_plans(ctx: BuildContext) -> dict[str, dict]:
     and says the model needs WebGPU where it is false (no option fits)."""
     from webbuild.pipeline.wasm_budget import GIB, variant_plan
 
-    runtime = json.loads((ctx.state.assembled / RUNTIME_FILE).read_text())
+    runtime = json.loads((ctx.state.assembled_dir / RUNTIME_FILE).read_text())
     plans = {}
     for name, v in ctx.state.variants.items():
         if v.dtype != "float32":

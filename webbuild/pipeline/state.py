@@ -62,6 +62,13 @@ class BuildState:
     adapters: dict[str, dict] = field(default_factory=dict)  # the manifest's `adapters` entries
     manifest: dict | None = None  # dist/model/manifest.json, once the shard stage wrote it
 
+    @property
+    def assembled_dir(self) -> Path:
+        """`assembled`, for the stages after the assemble stage."""
+        if self.assembled is None:
+            raise RuntimeError("the assemble stage has not run")
+        return self.assembled
+
 
 @dataclass
 class BuildContext:

@@ -148,7 +148,7 @@ class IdsDecoder:
         return self._run([token], self.no_audio, 0, past, total + 1)
 
 
-def lora_empty(shape: list) -> tuple[int, int]:
+def lora_empty(shape: list) -> tuple[int, ...]:
     """The empty value of an adapted decoder's lora.* input of `shape` ([in, rank] or [rank, out], the
     rank symbolic): its rank 0."""
     return tuple(d if isinstance(d, int) else 0 for d in shape)
