@@ -122,7 +122,7 @@ def test_runtime_config_and_token_table(site, zoo_export):
 def test_runtime_json_carries_the_contract_names(site, fused_site):
     """runtime.json names the files the JS looks up as webbuild.site.contract does (file roles, the decode
     table, onnxruntime-web's module and wasm), and every file role of a manifest variant is one of them."""
-    from webbuild.site.contract import FILE_ROLES, ORT_MODULE, RUNTIME_FILE, TOKENS_FILE
+    from webbuild.site.contract import FILE_ROLES, IO, ORT_MODULE, RUNTIME_FILE, TOKENS_FILE, VARIANTS
 
     known = {role for table in FILE_ROLES.values() for role in table.values()}
     for built in (site, fused_site):
@@ -130,10 +130,11 @@ def test_runtime_json_carries_the_contract_names(site, fused_site):
         manifest = load_manifest(dist / "model")
         rt = json.loads((dist / "model" / manifest["files"][RUNTIME_FILE]["parts"][0]["shard"]).read_bytes())
         assert rt["files"] == {"tokens": TOKENS_FILE, "ort_module": f"{ORT_DIR}/{ORT_MODULE}", "ort_wasm": ORT_WASM}
-        assert rt["roles"] == FILE_ROLES
+        assert rt["roles"] == FILE_ROLES and rt["io"] == IO.names() and rt["variants"] == VARIANTS
         assert {TOKENS_FILE, ORT_WASM} <= set(manifest["files"]) and (dist / rt["files"]["ort_module"]).is_file()
         for name, entry in manifest["variants"].items():
-            roles = set(entry) - {"files", "requires", "dtype", "wasm"}  # wasm: webbuild.pipeline.wasm_budget
+            assert {k: entry[k] for k in VARIANTS[name]} == VARIANTS[name]  # dtype, requires, providers
+            roles = set(entry) - {"files", "wasm", *VARIANTS[name]}  # wasm: webbuild.pipeline.wasm_budget
             assert roles <= known and sorted(entry[r] for r in roles) == sorted(entry["files"]), name
 
 

@@ -2,6 +2,7 @@
 // the audio features spliced over the <|audio_pad|> positions, prefill, then greedy decoding
 // with the KV cache kept on the GPU. webbuild/reference/transcribe.py's greedy loop is the spec.
 //
+// Every graph input and output is named as runtime.json's `io` says (webbuild/site/contract.py IO).
 // Two decoder interfaces (the variant's files say which graph; the graph says which inputs):
 // - inputs_embeds: rows looked up here in embed_tokens.bin, audio features spliced in here;
 // - input_ids + audio_features + audio_offset (quantized builds): the graph does the int4 lookup
@@ -11,6 +12,7 @@
 // an adapter is on (setLora), the base ones otherwise; the adapter's values reach them as extra inputs.
 
 import { CapturedSteps, IN_FLIGHT } from './capture.js';
+import { kvNames } from './contract.js';
 import { pickLast, toFloat32 } from './greedy.js';
 import { LoraInputs } from './lora.js';
 import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
@@ -40,7 +42,7 @@ export class Recogniser {
   async loadDecoder(files, decoder, dtype = 'float32') {
     this.dtype = dtype;
     this.base = this.active = await this.decoderSet(files, decoder);
-    this.takesIds = this.decoder.inputNames.includes('input_ids');
+    this.takesIds = this.decoder.inputNames.includes(this.io.input_ids);
     if (!this.takesIds) {
       const embed = files.get(decoder.embed);
       this.embed = new Float32Array(embed.buffer, embed.byteOffset, embed.byteLength / 4);
@@ -95,7 +97,7 @@ export class Recogniser {
     if (this.ep !== 'webgpu' || !decoder.step || !this.rt.max_positions) return;
     try {
       set.steps = await CapturedSteps.create(this.ort, this.provider, files.get(decoder.step),
-        external(files, decoder.data), this.d, this.rt.max_positions, this.dtype,
+        external(files, decoder.data), this.d, this.io, this.rt.max_positions, this.dtype,
         { shared: this.base?.steps, extraFeeds: set.lora?.feeds });
       set.decodeMode = 'captured';
     } catch (e) {
@@ -117,6 +119,8 @@ export class Recogniser {
     this.provider = ep;
     this.ep = typeof ep === 'string' ? ep : ep.name;
     this.d = runtime.decoder;
+    this.io = runtime.io; // the graphs' input and output names
+    this.kv = kvNames(this.io, this.d?.num_layers ?? 0); // {past, present} per layer, key then value
     this.adapted = null; // the adapted decoder's set, in a build with adapters (loadAdapted)
   }
 
@@ -125,7 +129,7 @@ export class Recogniser {
   }
 
   presentNames() {
-    return Array.from({ length: this.d.num_layers }, (_, i) => [`present.${i}.key`, `present.${i}.value`]).flat();
+    return this.kv.map((n) => n.present);
   }
 
   // Compiles the shaders for both graphs on a second of silence and two decode steps, so the
@@ -145,8 +149,8 @@ export class Recogniser {
   }
 
   async encode(pcm) {
-    const out = await this.encoder.run({ pcm: new this.ort.Tensor('float32', pcm, [1, pcm.length]) });
-    return out.audio_features;
+    const out = await this.encoder.run({ [this.io.pcm]: new this.ort.Tensor('float32', pcm, [1, pcm.length]) });
+    return out[this.io.audio_features];
   }
 
   // Greedy transcription of one chunk. onToken(text so far, token id) streams the transcript.
@@ -254,14 +258,14 @@ export class Recogniser {
       const whole = r0 === 0 && r1 === A;
       const rows = r1 > r0 ? (whole ? audio : new Tensor(audio.type, audio.data.slice(r0 * H, r1 * H), [1, r1 - r0, H])) : null;
       return {
-        input_ids: new Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]),
-        audio_features: rows ?? new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, 0, H]),
-        audio_offset: new Tensor('int64', BigInt64Array.from([BigInt(rows ? offset + r0 : 0)]), [1]),
+        [this.io.input_ids]: new Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]),
+        [this.io.audio_features]: rows ?? new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, 0, H]),
+        [this.io.audio_offset]: new Tensor('int64', BigInt64Array.from([BigInt(rows ? offset + r0 : 0)]), [1]),
       };
     }
     const x = this.embedRows(ids);
     if (r1 > r0) x.set(toFloat32(audio.data.subarray(r0 * H, r1 * H)), (offset + r0) * H); // the audio splice
-    return { inputs_embeds: new Tensor('float32', x, [1, ids.length, H]) };
+    return { [this.io.inputs_embeds]: new Tensor('float32', x, [1, ids.length, H]) };
   }
 
   // One decoder run with `total` = past + new positions.
@@ -269,30 +273,22 @@ export class Recogniser {
     const { Tensor } = this.ort;
     const feeds = {
       ...inputs,
-      attention_mask: new Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]),
+      [this.io.attention_mask]: new Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]),
       ...past,
       ...this.active.lora?.feeds, // the adapted graph's lora.* inputs
     };
     const out = await this.decoder.run(feeds);
-    this.kvLocation = out['present.0.key'].location; // 'gpu-buffer' when the cache stays on the GPU
-    const present = {};
-    for (let i = 0; i < this.d.num_layers; i++) {
-      present[`past_key_values.${i}.key`] = out[`present.${i}.key`];
-      present[`past_key_values.${i}.value`] = out[`present.${i}.value`];
-    }
-    return { logits: out.logits, present };
+    this.kvLocation = out[this.kv[0].present].location; // 'gpu-buffer' when the cache stays on the GPU
+    // the next run's past, by its input names
+    const present = Object.fromEntries(this.kv.map((n) => [n.past, out[n.present]]));
+    return { logits: out[this.io.logits], present };
   }
 
   emptyPast() {
     const { Tensor } = this.ort;
     const dims = [1, this.d.num_key_value_heads, 0, this.d.head_dim];
     const empty = () => new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims);
-    const past = {};
-    for (let i = 0; i < this.d.num_layers; i++) {
-      past[`past_key_values.${i}.key`] = empty();
-      past[`past_key_values.${i}.value`] = empty();
-    }
-    return past;
+    return Object.fromEntries(this.kv.map((n) => [n.past, empty()]));
   }
 
   embedRows(ids) {

@@ -1,10 +1,30 @@
 // The JS half of the contract between the build and the site's runtime (webbuild/site/contract.py):
 // the two file names the runtime knows before it reads runtime.json, where the build writes the rest
-// (file roles, onnxruntime-web's file names); and the messages between the page (app.js) and the
-// model worker (worker.js). tests/test_site_runtime.py keeps the names equal to the Python ones.
+// (file roles, the graphs' input and output names, the variants' policy, onnxruntime-web's file names);
+// and the messages between the page (app.js) and the model worker (worker.js).
+// tests/test_site_runtime.py keeps the names equal to the Python ones.
 
 export const RUNTIME_FILE = 'runtime.json'; // a logical file of the model manifest
 export const SAMPLES_FILE = 'samples.json'; // beside index.html: the sample clips and their texts
+
+// ---------------------------------------------------------------- graph names
+
+// runtime.json's `io` (webbuild/site/contract.py IO): a name, or a template with %d (the layer) and %s
+// (a word) for the per-layer ones, filled in order.
+export function fill(template, ...values) {
+  let i = 0;
+  return template.replace(/%[ds]/g, () => String(values[i++]));
+}
+
+// The decoder's KV cache names, per layer key then value: {past: its input, present: its output}.
+export function kvNames(io, layers) {
+  const out = [];
+  for (let i = 0; i < layers; i++) {
+    out.push({ past: fill(io.past_key, i), present: fill(io.present_key, i) });
+    out.push({ past: fill(io.past_value, i), present: fill(io.present_value, i) });
+  }
+  return out;
+}
 
 // ---------------------------------------------------------------- page -> worker
 

@@ -17,6 +17,7 @@ export async function probeWebGPU() {
     description: [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(' / ') || 'unknown adapter',
     fallbackAdapter,
     software: softwareAdapter(info, fallbackAdapter),
+    features: new Set(adapter.features), // what a variant may require (manifest entry `requires`)
     shaderF16: adapter.features.has('shader-f16'),
     limits: { maxBufferSize: adapter.limits.maxBufferSize, maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize },
   };
@@ -46,16 +47,18 @@ export async function webgpuProvider(adapter) {
   return { name: 'webgpu', device: await adapter.requestDevice({ requiredFeatures, requiredLimits }) };
 }
 
-// Picks {ep, variant}. fp16 needs shader-f16 (software adapters and many Linux drivers lack it);
-// without an adapter, or with a software one unless forceEp is 'webgpu', the wasm EP runs the fp32
-// variant on the CPU.
-export function chooseVariant(manifest, gpu, forceEp) {
+// Picks {ep, variant}: without an adapter, or with a software one unless forceEp is 'webgpu', the wasm EP
+// on the CPU, else WebGPU; the variant is the first of `order` (runtime.json's `variants`, preferred
+// first; webbuild/site/contract.py VARIANTS) that the manifest ships and the EP may run (its entry's
+// `providers`: wasm runs fp32), on WebGPU one whose `requires` the adapter has (fp16 needs shader-f16,
+// which software adapters and many Linux drivers lack).
+export function chooseVariant(manifest, gpu, forceEp, order = Object.keys(manifest.variants ?? {})) {
   const variants = manifest.variants ?? {};
-  const ok = (name) => name in variants && (variants[name].requires ?? []).every((f) => f === 'shader-f16' ? gpu.shaderF16 : false);
+  const names = order.filter((name) => name in variants);
+  const runs = (name, ep) => variants[name].providers.includes(ep);
+  const fits = (name) => (variants[name].requires ?? []).every((f) => gpu.features?.has(f));
   if (forceEp === 'wasm' || !gpu.adapter || (gpu.software && forceEp !== 'webgpu')) {
-    const variant = 'fp32' in variants ? 'fp32' : Object.keys(variants)[0];
-    return { ep: 'wasm', variant };
+    return { ep: 'wasm', variant: names.find((name) => runs(name, 'wasm')) ?? names[0] };
   }
-  const variant = ['fp16', 'fp32'].find(ok) ?? Object.keys(variants)[0];
-  return { ep: 'webgpu', variant };
+  return { ep: 'webgpu', variant: names.find((name) => runs(name, 'webgpu') && fits(name)) ?? names[0] };
 }

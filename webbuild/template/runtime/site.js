@@ -22,7 +22,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   const site = await openSite(manifestUrl, opts);
   const { manifest, runtime } = site;
   const gpu = await probeWebGPU();
-  const pick = chooseVariant(manifest, gpu, opts.forceEp);
+  const pick = chooseVariant(manifest, gpu, opts.forceEp, Object.keys(runtime.variants));
   const variant = opts.variant ?? pick.variant;
   if (pick.ep === 'wasm') refuseUnfit(manifest, variant);
   const shared = [runtime.files.tokens, runtime.files.ort_wasm];
@@ -79,7 +79,7 @@ async function openSite(manifestUrl, opts) {
   return { manifest, runtime, loading, ortModule };
 }
 
-// A manifest variant entry ({files, requires, dtype, encoder: 'encoder.fp16.onnx', decoder_data: ...}) as
+// A manifest variant entry ({files, requires, dtype, providers, encoder: 'encoder.fp16.onnx', decoder_data: ...}) as
 // the recogniser takes it: its file names by graph, through runtime.json's role table; with the shapes
 // of the adapters' inputs (lora) where the variant has an adapted decoder and the build adapters.
 export function variantGraphs(entry, roles, manifest = null) {
@@ -121,7 +121,7 @@ async function createRecogniser(site, { ep, variant, files, gpu, graphCapture },
     return { ep, variant, recogniser: await create(variant, files, provider) };
   } catch (e) {
     if (ep !== 'webgpu' || !fallback) throw e;
-    const wasm = chooseVariant(manifest, gpu, 'wasm').variant;
+    const wasm = chooseVariant(manifest, gpu, 'wasm', Object.keys(runtime.variants)).variant;
     refuseUnfit(manifest, wasm);
     const wasmFiles = wasm === variant ? files : await loadFiles(manifest, manifest.variants[wasm].files, loading);
     return { ep: 'wasm', variant: wasm, recogniser: await create(wasm, wasmFiles, 'wasm'),

@@ -111,7 +111,8 @@ def wasm_unfit(context, url: str) -> str | None:
     webbuild/pipeline/wasm_budget.py), else None; the variant as runtime/probe.js chooseVariant picks it."""
     res = context.request.get(url + "model/manifest.json")
     variants = res.json().get("variants", {}) if res.ok else {}
-    entry = variants.get("fp32") or next(iter(variants.values()), {})
+    entry = next((e for e in variants.values() if "wasm" in e.get("providers", [])), None) \
+        or next(iter(variants.values()), {})
     wasm = entry.get("wasm") or {}
     if wasm.get("fits") is not False:
         return None
