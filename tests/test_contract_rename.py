@@ -26,6 +26,17 @@ RENAMED = {"past_key": "cache_in.%d.k", "past_value": "cache_in.%d.v", "present_
 SAMPLE = EXAMPLE / "samples" / "sample-1.wav"  # the page's #sample-0
 
 
+def test_model_yaml_accepts_the_contract_variants():
+    """config.py sits beside site/ in the layers, so it spells the variants itself; they must agree."""
+    from typing import get_args
+
+    from webbuild.config import BuildConfig
+    from webbuild.site.contract import VARIANTS
+
+    (allowed,) = get_args(BuildConfig.model_fields["variants"].annotation)
+    assert set(get_args(allowed)) == set(VARIANTS)
+
+
 @pytest.fixture(scope="module")
 def renamed_site(tmp_path_factory) -> Path:
     """The example built with RENAMED in the contract; the contract is back as it was afterwards."""
