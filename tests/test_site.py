@@ -279,7 +279,7 @@ def check_metrics(page, state):
     assert m["prompt_tokens"] > 31  # the fused graph's prefill really is split on WebGPU (31 a run)
     load = state["info"]["load"]
     assert min(load.values()) > 0
-    for key in ("adapter", "runtime", "load", "encoder", "ttft", "prefill", "decode", "rtf"):
+    for key in ("gpu", "runtime", "load", "encoder", "ttft", "prefill", "decode", "rtf"):
         assert page.inner_text(f"#m-{key}") not in ("", "–"), key
 
 
@@ -304,7 +304,7 @@ def test_webgpu_transcribes_like_the_reference(playwright, graph, request):
         assert state["status"] == "ready", state
         assert state["info"]["ep"] == "webgpu" and state["info"]["variant"] == "fp32"  # no shader-f16 here
         assert state["info"]["kvCache"] == "gpu-buffer"
-        assert "swiftshader" in state["info"]["adapter"].lower()
+        assert "swiftshader" in state["info"]["gpu"].lower()
         assert page.is_hidden("#notice")
         state = transcribe_sample(page)
         check_against_reference(state, site, reference)
@@ -329,7 +329,7 @@ def test_software_webgpu_gets_wasm_with_a_note_unless_ep_webgpu(playwright, site
         open_page(forced, srv.url + "?ep=webgpu&max_new_tokens=2")
         state = forced.evaluate("() => window.webbuild")
         assert state["status"] == "ready" and state["info"]["ep"] == "webgpu", state
-        assert "swiftshader" in state["info"]["adapter"].lower() and forced.is_hidden("#notice")
+        assert "swiftshader" in state["info"]["gpu"].lower() and forced.is_hidden("#notice")
 
 
 @needs_chromium

@@ -69,13 +69,14 @@ def test_variant_choice():
     r = node(MANIFEST + """
       import { chooseVariant } from './runtime/probe.js';
       const only32 = { variants: { fp32: m.variants.fp32 } };
-      const f16 = { adapter: {}, features: new Set(['shader-f16']) }, plain = { adapter: {}, features: new Set() };
+      const f16 = { gpuAdapter: {}, features: new Set(['shader-f16']) };
+      const plain = { gpuAdapter: {}, features: new Set() };
       // a variant the wasm EP may run (providers), not just the last one
       const wasmFirst = { variants: { a: { requires: [], providers: ['wasm'] },
                                       b: { requires: [], providers: ['webgpu'] } } };
       console.log(JSON.stringify([
         chooseVariant(m, f16, undefined, order), chooseVariant(m, plain, undefined, order),
-        chooseVariant(m, { adapter: null }, undefined, order), chooseVariant(m, f16, 'wasm', order),
+        chooseVariant(m, { gpuAdapter: null }, undefined, order), chooseVariant(m, f16, 'wasm', order),
         chooseVariant(only32, f16, undefined, order),
         chooseVariant(wasmFirst, f16, 'wasm', ['b', 'a']), chooseVariant(wasmFirst, f16, 'webgpu', ['a', 'b']),
       ]));
@@ -87,7 +88,7 @@ def test_variant_choice():
 
 def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
     r = node(MANIFEST + """
-      import { chooseVariant, softwareAdapter } from './runtime/probe.js';
+      import { chooseVariant, softwareGpu } from './runtime/probe.js';
       import { choiceNotice } from './runtime/site.js';
       const names = [
         [{ vendor: 'google', architecture: 'swiftshader' }, false],
@@ -97,12 +98,12 @@ def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
         [{ vendor: 'nvidia', architecture: 'hopper' }, true], [{ vendor: 'nvidia', architecture: 'hopper' }, false],
         [{ vendor: 'apple', architecture: 'metal-3' }, false],
       ];
-      const soft = { adapter: {}, features: new Set(['shader-f16']), software: true,
+      const soft = { gpuAdapter: {}, features: new Set(['shader-f16']), software: true,
                      description: 'google / swiftshader' };
-      const none = { adapter: null, reason: 'no adapter here' };
+      const none = { gpuAdapter: null, reason: 'no GPU here' };
       const auto = chooseVariant(m, soft, undefined, order);
       console.log(JSON.stringify({
-        software: names.map(([info, fallback]) => softwareAdapter(info, fallback)),
+        software: names.map(([info, fallback]) => softwareGpu(info, fallback)),
         auto, forced: chooseVariant(m, soft, 'webgpu', order), asked: chooseVariant(m, soft, 'wasm', order),
         notes: [choiceNotice(auto, soft), choiceNotice(auto, soft, 'wasm'),
                 choiceNotice(chooseVariant(m, none, undefined, order), none),
@@ -115,7 +116,7 @@ def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
     assert r["notes"] == [
         "WebGPU here is a software renderer (google / swiftshader); using WebAssembly "
         "(add ?ep=webgpu to force WebGPU).",
-        None, "WebGPU is not available (no adapter here); running on the CPU with WebAssembly, which is slower.", None]
+        None, "WebGPU is not available (no GPU here); running on the CPU with WebAssembly, which is slower.", None]
 
 
 def test_js_contract_names_equal_the_python_ones():

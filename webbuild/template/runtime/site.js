@@ -10,7 +10,7 @@ import { Recogniser } from './asr.js';
 import { loraShapes } from './lora.js';
 
 // Options: forceEp ('wasm': the CPU variant whatever the device offers; 'webgpu': WebGPU even on a
-// software adapter; else WebGPU on a hardware adapter, wasm otherwise); variant (instead of the
+// software GPU; else WebGPU on a hardware GPU, wasm otherwise); variant (instead of the
 // choice for this device); threads (wasm threads; by default up to 4 where the page is cross-origin
 // isolated, else 1); fallback (to wasm when a WebGPU session fails; default true); onManifest(manifest);
 // onProgress and onWarning as loader.js calls them, onProgress also with phases 'session' and 'warmup'.
@@ -49,7 +49,7 @@ export async function loadSite(manifestUrl, opts = {}) {
 // Why the page runs on wasm when it was not asked to (null otherwise).
 export function choiceNotice(pick, gpu, forceEp) {
   if (pick.ep !== 'wasm' || forceEp === 'wasm') return null;
-  if (gpu.adapter && gpu.software) {
+  if (gpu.gpuAdapter && gpu.software) {
     return `WebGPU here is a software renderer (${gpu.description}); using WebAssembly (add ?ep=webgpu to force WebGPU).`;
   }
   return `WebGPU is not available (${gpu.reason}); running on the CPU with WebAssembly, which is slower.`;
@@ -117,7 +117,7 @@ async function createRecogniser(site, { ep, variant, files, gpu, graphCapture },
     return Recogniser.create(ort, vFiles, graphs, runtime, provider);
   };
   try {
-    const provider = ep === 'webgpu' ? await webgpuProvider(gpu.adapter) : ep;
+    const provider = ep === 'webgpu' ? await webgpuProvider(gpu.gpuAdapter) : ep;
     return { ep, variant, recogniser: await create(variant, files, provider) };
   } catch (e) {
     if (ep !== 'webgpu' || !fallback) throw e;
