@@ -17,6 +17,13 @@ import { pickLast, toFloat32 } from './greedy.js';
 import { LoraInputs } from './lora.js';
 import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 
+/** @typedef {import('webbuild-types').OrtTensor} OrtTensor */
+/**
+ * A decoder session and, on WebGPU, its captured steps; lora: the adapted graph's extra inputs.
+ * @typedef {{decoder: import('webbuild-types').OrtSession, steps: CapturedSteps | null, decodeMode: string,
+ *   lora: LoraInputs | null}} DecoderSet
+ */
+
 export class Recogniser {
   // files: Map of logical name -> bytes (from the loader); graphs: the variant's file names by graph,
   // {encoder: {graph, data, wasm}, decoder: {graph, data, wasm, embed}, dtype} (site.js variantGraphs).
@@ -39,6 +46,7 @@ export class Recogniser {
 
   // The decoder session as the site runs it (tests/test_decoder_webgpu.py drives it alone); dtype: of
   // past/present and audio_features.
+  /** @param {'float16' | 'float32'} [dtype] */
   async loadDecoder(files, decoder, dtype = 'float32') {
     this.dtype = dtype;
     this.base = this.active = await this.decoderSet(files, decoder);
@@ -59,6 +67,10 @@ export class Recogniser {
   }
 
   // A decoder session and, on WebGPU, its captured steps; lora: the adapted graph's extra inputs.
+  /**
+   * @param {LoraInputs | null} [lora]
+   * @returns {Promise<DecoderSet>}
+   */
   async decoderSet(files, decoder, lora = null) {
     const session = await this.ort.InferenceSession.create(files.get(this.graphFile(decoder)), {
       ...this.sessionOptions(),
@@ -67,6 +79,7 @@ export class Recogniser {
       // present.* stay on the GPU and come back as the next step's past: no round trip per token
       ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
     });
+    /** @type {DecoderSet} */
     const set = { decoder: session, steps: null, decodeMode: 'plain', lora };
     await this.loadSteps(set, files, decoder);
     return set;
@@ -85,7 +98,7 @@ export class Recogniser {
       return;
     }
     if (!this.adapted) throw new Error('this build has no adapted decoder: it ships no adapters');
-    this.adapted.lora.set(values);
+    /** @type {LoraInputs} */ (this.adapted.lora).set(values);
     this.active = this.adapted;
   }
 
@@ -121,7 +134,15 @@ export class Recogniser {
     this.d = runtime.decoder;
     this.io = runtime.io; // the graphs' input and output names
     this.kv = kvNames(this.io, this.d?.num_layers ?? 0); // {past, present} per layer, key then value
+    /** @type {DecoderSet | null} */
     this.adapted = null; // the adapted decoder's set, in a build with adapters (loadAdapted)
+    /** @type {'float16' | 'float32'} */
+    this.dtype = 'float32';
+    /** @type {TokenTable | null} */
+    this.tokens = null; // the decode table (create)
+    this.embed = new Float32Array(0); // the embedding table, for decoders that take inputs_embeds
+    this.takesIds = false;
+    this.kvLocation = 'cpu';
   }
 
   sessionOptions() {
@@ -154,6 +175,10 @@ export class Recogniser {
   }
 
   // Greedy transcription of one chunk. onToken(text so far, token id) streams the transcript.
+  /**
+   * @param {Float32Array} pcm
+   * @param {{maxNewTokens?: number, onToken?: (text: string, token: number) => void, forceSteps?: boolean}} [options]
+   */
   async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false } = {}) {
     const t0 = performance.now();
     const audio = await this.encode(pcm);
@@ -237,26 +262,35 @@ export class Recogniser {
   async prefill(ids, audio, offset) {
     const n = (this.ep === 'webgpu' && this.rt.webgpu_prefill_chunk) || ids.length;
     let past = this.emptyPast();
-    let out;
+    let out = null;
     for (let at = 0; at < ids.length; at += n) {
       const part = ids.slice(at, at + n);
       out = await this.step(this.inputs(part, audio, offset - at), at + part.length, past);
       dispose(past);
       past = out.present;
     }
+    if (!out) throw new Error('an empty prompt');
     return out;
   }
 
   // Decoder inputs for new token `ids`; the rows of `audio` (encoder output) go over the
   // positions from `offset` on (relative to ids[0]; negative when the audio began earlier).
+  /**
+   * @param {number[]} ids
+   * @param {OrtTensor | null} [audio]
+   * @param {number} [offset]
+   */
   inputs(ids, audio = null, offset = 0) {
     const { Tensor } = this.ort;
     const H = this.d.hidden_size;
     const A = audio ? audio.dims[1] : 0;
     const r0 = Math.max(0, -offset), r1 = Math.min(A, ids.length - offset); // rows in this run
+    const spliced = audio && r1 > r0 ? audio : null; // the audio, where this run has rows of it
+    /** @type {Float32Array | Uint16Array} */
+    const data = spliced ? /** @type {Float32Array | Uint16Array} */ (spliced.data) : new Float32Array(0);
     if (this.takesIds) {
       const whole = r0 === 0 && r1 === A;
-      const rows = r1 > r0 ? (whole ? audio : new Tensor(audio.type, audio.data.slice(r0 * H, r1 * H), [1, r1 - r0, H])) : null;
+      const rows = spliced ? (whole ? spliced : new Tensor(spliced.type, data.slice(r0 * H, r1 * H), [1, r1 - r0, H])) : null;
       return {
         [this.io.input_ids]: new Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]),
         [this.io.audio_features]: rows ?? new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, 0, H]),
@@ -264,7 +298,7 @@ export class Recogniser {
       };
     }
     const x = this.embedRows(ids);
-    if (r1 > r0) x.set(toFloat32(audio.data.subarray(r0 * H, r1 * H)), (offset + r0) * H); // the audio splice
+    if (spliced) x.set(toFloat32(data.subarray(r0 * H, r1 * H)), (offset + r0) * H); // the audio splice
     return { [this.io.inputs_embeds]: new Tensor('float32', x, [1, ids.length, H]) };
   }
 

@@ -24,6 +24,11 @@
 
 import { kvNames } from './contract.js';
 
+/** @typedef {import('webbuild-types').Ort} Ort */
+/** @typedef {import('webbuild-types').OrtSession} OrtSession */
+/** @typedef {import('webbuild-types').OrtTensor} OrtTensor */
+/** @typedef {import('webbuild-types').Runtime} Runtime */
+
 const PIN = 'gpuBufferMetadata';
 const BYTES = { float32: 4, float16: 2, int64: 8, int32: 4 };
 const READ_BYTES = 16; // the token (int32) at 0, its margin (float32) at 8
@@ -36,6 +41,17 @@ export class CapturedSteps {
   // shared: another CapturedSteps whose static buffers this one reads and writes too (the base steps, for
   // the adapted ones: one decodes at a time); extraFeeds: GPU tensors bound once beside the step's own
   // inputs (the adapted graph's lora.* inputs, runtime/lora.js).
+  /**
+   * @param {Ort} ort
+   * @param {string | {name: string, device?: GPUDevice}} provider
+   * @param {Uint8Array} bytes
+   * @param {{path: string, data: Uint8Array}[] | undefined} externalData
+   * @param {Runtime['decoder']} d
+   * @param {Runtime['io']} io
+   * @param {number} positions
+   * @param {'float16' | 'float32'} dtype
+   * @param {{shared?: CapturedSteps | null, extraFeeds?: Record<string, OrtTensor>}} [options]
+   */
   static async create(ort, provider, bytes, externalData, d, io, positions, dtype, { shared = null, extraFeeds = {} } = {}) {
     const session = await ort.InferenceSession.create(bytes, {
       graphOptimizationLevel: 'all', logSeverityLevel: 3, externalData,
@@ -43,18 +59,41 @@ export class CapturedSteps {
       enableGraphCapture: true, preferredOutputLocation: 'gpu-buffer',
     });
     // the device the sessions run on: the site's own (probe.js webgpuProvider), else onnxruntime-web's
-    const device = provider?.device ?? await ort.env.webgpu.device;
+    const device = (typeof provider === 'string' ? undefined : provider.device) ?? await ort.env.webgpu.device;
     const buffers = shared?.buffers ?? new StepBuffers(ort, device, d, positions, dtype);
     return new CapturedSteps(ort, device, session, d, io, positions, dtype, buffers, extraFeeds);
   }
 
+  /**
+   * @param {Ort} ort
+   * @param {GPUDevice} device
+   * @param {OrtSession} session
+   * @param {Runtime['decoder']} d
+   * @param {Runtime['io']} io
+   * @param {number} positions
+   * @param {'float16' | 'float32'} dtype
+   * @param {StepBuffers} buffers
+   * @param {Record<string, OrtTensor>} [extraFeeds]
+   */
   constructor(ort, device, session, d, io, positions, dtype, buffers, extraFeeds = {}) {
-    Object.assign(this, { ort, device, session, d, io, positions, dtype, buffers });
+    this.ort = ort;
+    this.device = device;
+    this.session = session;
+    this.d = d;
+    this.io = io;
+    this.positions = positions;
+    this.dtype = dtype;
+    this.buffers = buffers;
     for (const name of [io.next_token, io.margin]) {
       if (!session.outputNames.includes(name)) throw new Error(`capture: the step graph has no ${name} output`);
     }
-    Object.assign(this, { ids: buffers.ids, mask: buffers.mask, margin: buffers.margin, staging: buffers.staging });
+    this.ids = buffers.ids;
+    this.mask = buffers.mask;
+    this.margin = buffers.margin;
+    this.staging = buffers.staging;
+    /** @type {Record<string, OrtTensor>} */
     this.feeds = { [io.input_ids]: this.ids, [io.attention_mask]: this.mask, ...extraFeeds };
+    /** @type {Record<string, OrtTensor>} */
     this.fetches = { [io.next_token]: this.ids, [io.margin]: this.margin };
     this.kv = kvNames(io, d.num_layers);
     this.kv.forEach((n, i) => {
@@ -117,7 +156,7 @@ export class CapturedSteps {
       this.recorded = true;
       return out;
     } finally {
-      delete device.createBindGroup;
+      delete /** @type {{createBindGroup?: unknown}} */ (device).createBindGroup;
     }
   }
 }
@@ -125,8 +164,16 @@ export class CapturedSteps {
 // The static buffers of the captured decode: the token in and out (one buffer), the mask, the margin, the
 // KV cache of T positions, and the read-back staging buffers. Made once; the adapted steps share them.
 class StepBuffers {
+  /**
+   * @param {Ort} ort
+   * @param {GPUDevice} device
+   * @param {Runtime['decoder']} d
+   * @param {number} positions
+   * @param {'float16' | 'float32'} dtype
+   */
   constructor(ort, device, d, positions, dtype) {
-    Object.assign(this, { ort, device });
+    this.ort = ort;
+    this.device = device;
     this.ids = this.tensor('int32', [1, 1]); // the token in, and the next one out: one buffer
     this.mask = this.tensor('int64', [1, positions]);
     this.margin = this.tensor('float32', [1, 1]);
@@ -138,6 +185,10 @@ class StepBuffers {
     this.issued = 0;
   }
 
+  /**
+   * @param {'float16' | 'float32' | 'int64' | 'int32'} type
+   * @param {number[]} dims
+   */
   tensor(type, dims) {
     const size = dims.reduce((a, b) => a * b, 1) * BYTES[type];
     const buffer = this.device.createBuffer({ size: Math.ceil(size / 16) * 16, usage: USAGE() });
