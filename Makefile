@@ -12,7 +12,7 @@ TEST_STAMP := $(VENV)/.installed-test
 # folder or PyTorch's CPU index, README.md "Install") gets the 0.19 GB CPU build instead.
 TEST_EXTRAS ?= zoo,test
 
-.PHONY: setup setup-test system-deps site lint typecheck-py test test-python test-js e2e optimum-fixtures clean
+.PHONY: setup setup-test system-deps site lint typecheck-py typecheck-js test test-python test-js e2e optimum-fixtures clean
 
 # The main job (build a site from an export, serve, verify, bench) needs no torch.
 $(STAMP): pyproject.toml package.json package-lock.json
@@ -58,6 +58,11 @@ lint: setup-test
 # about a second, a cold run about 10 s on the 2-core box
 typecheck-py: setup-test
 	$(PY) -m mypy
+
+# tsc --checkJs on the browser runtime and the Node bench harnesses (tsconfig.json; typescript and
+# @webgpu/types are devDependencies in package-lock.json, installed by setup's npm ci)
+typecheck-js: setup
+	node_modules/.bin/tsc -p tsconfig.json
 
 test: setup-test lint system-deps optimum-fixtures test-python test-js e2e
 

@@ -73,7 +73,7 @@ def benched(site: Path, tmp: Path, tag: str, *runtime: str) -> dict:
     assert run.returncode == 0, run.stderr
     assert "dispatches" in run.stdout and "kernels" in run.stdout  # the terminal table shows them
     r = json.loads(out.read_text())
-    assert r["ep"] == "webgpu", r["adapter"]
+    assert r["ep"] == "webgpu", r["gpu"]
     assert r["synthetic_decode"]["ms_per_token"]["n"] == DECODE
     return r
 

@@ -35,7 +35,7 @@ def bench(request, site, tmp_path_factory) -> tuple[dict, str]:
                    "--max-clips", "0", "--json", str(out), *mode)
     assert run.returncode == 0, run.stderr
     r = json.loads(out.read_text())
-    assert r["ep"] == "webgpu", r["adapter"]
+    assert r["ep"] == "webgpu", r["gpu"]
     return r, run.stdout
 
 

@@ -2,9 +2,9 @@ import onnx_ir as ir
 
 from tests.fusion.conftest import partly_fused
 from webbuild.fusion import gqa, merge_split, rms_norm, skip_rms_norm
-from webbuild.fusion.pipeline_names import merged_names
 from webbuild.fusion.validate import check
 from webbuild.graph.ir import dead_code_elimination
+from webbuild.site.contract import IO
 
 
 def test_split_becomes_one_decoder_with_merged_interface(zoo):
@@ -13,7 +13,7 @@ def test_split_becomes_one_decoder_with_merged_interface(zoo):
     assert merge_split.is_split_init(m)
     assert merge_split.RULE.apply(m, report)
     dead_code_elimination(m)
-    inputs, outputs = merged_names(4)
+    inputs, outputs = IO.decoder(4)
     assert [v.name for v in m.graph.inputs] == inputs
     assert [v.name for v in m.graph.outputs] == outputs
     key = m.graph.inputs[2]

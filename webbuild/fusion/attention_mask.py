@@ -17,8 +17,8 @@ import numpy as np
 import onnx_ir as ir
 
 from webbuild.graph.ir import shared_const
+from webbuild.site.contract import IO
 
-NAME = "attention_mask"
 _SEQLENS, _TOTAL = "attn_mask/seqlens_k", "attn_mask/total_sequence_length"
 MASKED = -1e4  # an additive mask entry at or below this hides its position (fp16's min is -65504)
 _PAST, _NEW = 3, 2  # probe: 2 new positions after 3 cached ones
@@ -96,9 +96,9 @@ def _window(keep: np.ndarray) -> int | str | None:
 def mask_input(graph: ir.Graph) -> ir.Value:
     """The graph's `attention_mask` input, added (at position 1) when the source has none."""
     for v in graph.inputs:
-        if v.name == NAME:
+        if v.name == IO.attention_mask:
             return v
-    v = ir.Value(name=NAME, shape=ir.Shape(["batch_size", "total_sequence_length"]),
+    v = ir.Value(name=IO.attention_mask, shape=ir.Shape(["batch_size", "total_sequence_length"]),
                  type=ir.TensorType(ir.DataType.INT64))
     graph.inputs.insert(min(1, len(graph.inputs)), v)
     return v

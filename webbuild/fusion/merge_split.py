@@ -6,7 +6,8 @@ KV of any length (0 on the first call) and masks causally itself. So the init gr
 one decoder by giving it the merged interface:
   inputs  inputs_embeds [B,S,H] (replacing the embedding lookup + audio splice, which move out of
           the graph for now), attention_mask [B,T], past_key_values.{i}.key|value [B,kv,P,hd]
-  outputs logits, present.{i}.key|value (GQA's present outputs, instead of the stacked tensors).
+  outputs logits, present.{i}.key|value (GQA's present outputs, instead of the stacked tensors),
+each named as webbuild.site.contract.IO spells it.
 The front (Gather on the tied weight + audio splice) can come back later as its own rule.
 """
 
@@ -19,8 +20,12 @@ import onnx_ir as ir
 from webbuild.fusion.attention_mask import mask_input
 from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import attr, axes_of, const_input, prod
+from webbuild.site.contract import IO
 
+# the split layout's own names (its export format, webbuild.zoo.export), which the merged graph replaces
+# by the site's (webbuild.site.contract.IO)
 SPLIT_INPUTS = {"input_ids", "audio_features", "audio_offset"}
+SPLIT_LOGITS = "logits"
 V2_INPUTS = {"input_embeds", "position_ids"}
 STACKED = ("present_keys", "present_values")
 
@@ -60,14 +65,15 @@ def match(g: ir.Graph) -> _Match | Miss:
 
 
 def _rewrite(g: ir.Graph, m: _Match) -> None:
-    embeds = ir.Value(name="inputs_embeds", shape=ir.Shape(["batch_size", "sequence_length", m.hidden]),
+    embeds = ir.Value(name=IO.inputs_embeds, shape=ir.Shape(["batch_size", "sequence_length", m.hidden]),
                       type=m.gqas[0].outputs[0].type)
     ir.convenience.replace_all_uses_with(m.x0, embeds)
     for v in g.inputs:
         for user in [u for u in v.consumers() if _shape_read(u, v)]:
             user.replace_input_with(0, embeds)
     pasts, presents = _kv_io(m.gqas)
-    logits = next(v for v in g.outputs if v.name == "logits")
+    logits = next(v for v in g.outputs if v.name == SPLIT_LOGITS)
+    logits.name = IO.logits
     mask = mask_input(g)
     g.inputs.clear()
     g.inputs.extend([embeds, mask, *pasts])
@@ -145,11 +151,11 @@ def _kv_io(gqas: list[ir.Node]) -> tuple[list[ir.Value], list[ir.Value]]:
     for i, n in enumerate(gqas):
         kv, hd = int(attr(n, "kv_num_heads")), int(const_input(n, 7).shape[1]) * 2
         for slot, kind in ((3, "key"), (4, "value")):
-            past = ir.Value(name=f"past_key_values.{i}.{kind}", type=n.outputs[0].type,
+            past = ir.Value(name=IO.past(i, kind), type=n.outputs[0].type,
                             shape=ir.Shape(["batch_size", kv, "past_sequence_length", hd]))
             n.replace_input_with(slot, past)
             present = n.outputs[slot - 2]
-            present.name = f"present.{i}.{kind}"
+            present.name = IO.present(i, kind)
             present.shape = ir.Shape(["batch_size", kv, "total_sequence_length", hd])
             pasts.append(past)
             presents.append(present)

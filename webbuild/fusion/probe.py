@@ -7,6 +7,8 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from webbuild.site.contract import IO
+
 _LIMIT = 400  # nodes; a closure bigger than this is not a cheap side computation
 
 
@@ -79,17 +81,17 @@ def decoder_feeds(past: int, n: int):
         name = v.name or ""
         if name == "position_ids":
             return np.arange(past, past + n, dtype=np.int64)[None]
-        if name == "attention_mask":
+        if name == IO.attention_mask:
             return np.ones((1, past + n), np.int64)
-        if name in ("inputs_embeds", "input_embeds"):
+        if name in (IO.inputs_embeds, "input_embeds"):
             return np.zeros((1, n, dims[-1] or 1), np.float32)
-        if name == "input_ids":
+        if name == IO.input_ids:
             return np.zeros((1, n), np.int64)
-        if name.startswith("past_key_values."):
+        if IO.present_of_past([name]):
             return np.zeros((1, dims[1] or 1, past, dims[3] or 1), np.float32)
-        if name == "audio_features":
+        if name == IO.audio_features:
             return np.zeros((1, 1, dims[-1] or 1), np.float32)
-        if name == "audio_offset":
+        if name == IO.audio_offset:
             return np.zeros(1, np.int64)
         return None
 

@@ -30,7 +30,7 @@ from webbuild.pipeline.state import Variant
 from webbuild.reference import source_v2
 from webbuild.reference.mel import HOP
 from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count
-from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE, runtime_names
+from webbuild.site.contract import IO, RUNTIME_FILE, TOKENS_FILE, runtime_names
 
 RUNTIME_FORMAT = 1
 MAX_CHUNK_SECONDS = 30.0  # long audio is cut at quiet points into chunks at most this long
@@ -117,14 +117,14 @@ def _external_tensors(model: onnx.ModelProto):
 
 def _encoder(src: Path, dest: Path, lead: int) -> None:
     inputs = [i.name for i in load_onnx(src).graph.input]
-    if inputs == ["pcm"]:
+    if inputs == [IO.pcm]:
         save_graph(src, dest)
-    elif inputs == ["mel"]:
+    elif inputs == [IO.mel]:
         from webbuild.pipeline.frontend import add_mel_frontend  # the one mel implementation, in the graph
 
         add_mel_frontend(src, dest, lead)
     else:
-        raise BuildError(f"{src}: expected one encoder input named 'pcm' or 'mel', found {inputs}")
+        raise BuildError(f"{src}: expected one encoder input named {IO.pcm!r} or {IO.mel!r}, found {inputs}")
 
 
 def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0) -> dict:

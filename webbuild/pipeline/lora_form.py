@@ -5,11 +5,11 @@ kernel recognise (base MatMulNBits + down projection + up projection + Add):
 
     y = Proj(x) + MatMul(MatMul(x, lora.{i}.{proj}.down), lora.{i}.{proj}.up)
 
-with `down` [in, r] and `up` [r, out] graph inputs without defaults: onnxruntime-web lists only the inputs
-that have no initializer and refuses any other feed ("invalid input"), so an input with a default could
-never be set in the browser. Fed empty ([in, 0] and [0, out]) or zeros, the graph computes the base model
-exactly. The base graph is left as it is: the
-runtime decodes with it while no adapter is on (onnxruntime-web 1.30 would still run the empty MatMuls
+(names: webbuild.site.contract.IO.lora) with `down` [in, r] and `up` [r, out] graph inputs without
+defaults: onnxruntime-web lists only the inputs that have no initializer and refuses any other feed
+("invalid input"), so an input with a default could never be set in the browser. Fed empty ([in, 0] and
+[0, out]) or zeros, the graph computes the base model exactly. The base graph is left as it is: the runtime
+decodes with it while no adapter is on (onnxruntime-web 1.30 would still run the empty MatMuls
 and the Add: two dispatches per projection), and with this form while one is (docs/adapters.md).
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from webbuild.adapters import TARGET_MODULES, input_name
+from webbuild.adapters import TARGET_MODULES
+from webbuild.site.contract import IO
 
 RANK_DIM = "lora_rank"
 _THROUGH = ("Reshape", "Transpose", "Cast", "SimplifiedLayerNormalization", "LayerNormalization", "Squeeze",
@@ -104,8 +105,8 @@ def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
     assert x is not None, "a projection reads its input"
     dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
     n_in, n_out = _dims(node)
-    down = _input(graph, input_name(layer, proj, "down"), dtype, [n_in, RANK_DIM])
-    up = _input(graph, input_name(layer, proj, "up"), dtype, [RANK_DIM, n_out])
+    down = _input(graph, IO.lora_input(layer, proj, "down"), dtype, [n_in, RANK_DIM])
+    up = _input(graph, IO.lora_input(layer, proj, "up"), dtype, [RANK_DIM, n_out])
     prefix = f"lora/{layer}/{proj}"
     users = list(y.uses())
     low = ir.node("MatMul", [x, down], name=f"{prefix}/down", outputs=[ir.Value(name=f"{prefix}/low")])

@@ -166,8 +166,8 @@ def stage_shard(ctx: BuildContext) -> None:
               ORT_WASM: ort_dist() / ORT_WASM}
     # the runtime finds each file by role (encoder, decoder_data, ...: webbuild.site.contract.FILE_ROLES)
     entries: dict[str, dict] = {
-        name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files}
-        for name, v in variants.items()}
+        name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files,
+               "providers": v.providers} for name, v in variants.items()}
     for name, fit in ctx.state.wasm_plans.items():
         entries[name]["wasm"] = {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
     manifest = shard_files(files | ctx.state.adapter_files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
@@ -186,8 +186,8 @@ def _wasm_plans(ctx: BuildContext) -> dict[str, dict]:
     runtime = json.loads((ctx.state.assembled_dir / RUNTIME_FILE).read_text())
     plans = {}
     for name, v in ctx.state.variants.items():
-        if v.dtype != "float32":
-            continue  # the wasm EP runs the fp32 variant only (runtime/probe.js chooseVariant)
+        if "wasm" not in v.providers:
+            continue  # a variant the wasm EP never runs (webbuild.site.contract.VARIANTS)
         fit = plans[name] = variant_plan(v.dir, v.files, runtime, decoder_sessions=2 if ctx.cfg.adapters else 1)
         ctx.report.variants.setdefault(name, {})["wasm"] = fit
         options = "; ".join(f"{_forms_text(o['forms'])}: {o['need_bytes'] / GIB:.2f} GiB" for o in fit["options"])

@@ -8,6 +8,7 @@ from pathlib import Path
 from webbuild.config import BuildConfig
 from webbuild.layouts import Layout
 from webbuild.pipeline.build_report import BuildReport
+from webbuild.site.contract import VARIANTS
 
 
 @dataclass
@@ -38,12 +39,17 @@ class Variant:
     @property
     def dtype(self) -> str:
         """The float type of audio_features, past and present."""
-        return "float16" if self.name == "fp16" else "float32"
+        return VARIANTS[self.name]["dtype"]
 
     @property
     def requires(self) -> list[str]:
         """WebGPU features an adapter needs to run this variant."""
-        return ["shader-f16"] if self.name == "fp16" else []
+        return VARIANTS[self.name]["requires"]
+
+    @property
+    def providers(self) -> list[str]:
+        """The execution providers that may run this variant."""
+        return VARIANTS[self.name]["providers"]
 
     def path(self, role: str) -> Path:
         return self.dir / self.files[role]

@@ -22,6 +22,7 @@ its CPU EP; the step form has none:
 The runtime feeds it a static KV cache: `attention_mask` [1, T_max] with ones up to the current
 position, and every `past_key_values.*` bound to the same [1, kv, T_max, hd] buffer as its `present.*`
 (GroupQueryAttention appends in place). The weights file is the decoder's: the form adds a few KB.
+Every input and output name is webbuild.site.contract.IO's.
 """
 
 from __future__ import annotations
@@ -30,10 +31,8 @@ import numpy as np
 import onnx_ir as ir
 
 from webbuild.graph.ir import dead_code_elimination, prod, shared_const
+from webbuild.site.contract import IO
 
-AUDIO_INPUTS = ("audio_features", "audio_offset")  # the decoder's splice inputs (webbuild.quantize.embeddings)
-MASK, IDS, LOGITS = "attention_mask", "input_ids", "logits"
-NEXT_TOKEN, MARGIN = "next_token", "margin"  # the step form's outputs besides present.*
 _SEQLENS, _TOTAL = 5, 6  # GroupQueryAttention's inputs
 _ROW = 128  # the vocabulary as [rows, _ROW] for the two-stage reductions
 
@@ -44,9 +43,9 @@ def step_form(model: ir.Model) -> bool:
     graph = model.graph
     gqa = [n for n in graph.all_nodes() if n.op_type == "GroupQueryAttention"]
     names = {v.name: v for v in graph.inputs}
-    mask = names.get(MASK)
-    logits = next((v for v in graph.outputs if v.name == LOGITS), None)
-    if not gqa or mask is None or IDS not in names or logits is None:
+    mask = names.get(IO.attention_mask)
+    logits = next((v for v in graph.outputs if v.name == IO.logits), None)
+    if not gqa or mask is None or IO.input_ids not in names or logits is None:
         return False
     _drop_audio_splice(model)
     seqlens, total = _lengths_on_gpu(graph, mask)
@@ -55,7 +54,7 @@ def step_form(model: ir.Model) -> bool:
         node.replace_input_with(_TOTAL, total)
     _drop_last_position_slice(logits)
     _greedy_on_gpu(graph, logits, model.opset_imports.get("", 17))
-    ids = names[IDS]
+    ids = names[IO.input_ids]
     ids.type = ir.TensorType(ir.DataType.INT32)  # the embedding lookup takes int32 indices as well
     ids.shape = ir.Shape([1, 1])
     return True
@@ -64,7 +63,7 @@ def step_form(model: ir.Model) -> bool:
 def _drop_audio_splice(model: ir.Model) -> None:
     """The splice's output becomes the text embeddings it was written over; the audio inputs go."""
     graph = model.graph
-    audio = [v for v in graph.inputs if v.name in AUDIO_INPUTS]
+    audio = [v for v in graph.inputs if v.name in (IO.audio_features, IO.audio_offset)]  # the splice's
     for v in audio:
         for node, _ in list(v.uses()):
             if node.op_type == "ScatterND" and node.inputs[0] is not None:
@@ -127,10 +126,10 @@ def _greedy_on_gpu(graph: ir.Graph, logits: ir.Value, opset: int) -> None:
     best = b.reduce("ReduceMax", x)
     first = b.reduce("ReduceMin", b.op("Where", [b.op("Equal", [x, best], grid, flag), index, count[1]], grid))
     others = b.op("Where", [b.op("Equal", [index, first], grid, flag), neg, x], grid)  # all but the chosen one
-    margin = b.op("Sub", [best, b.reduce("ReduceMax", others)], (1, 1), name=MARGIN)
+    margin = b.op("Sub", [best, b.reduce("ReduceMax", others)], (1, 1), name=IO.margin)
     # [1, 1] as computed, never reshaped: a Reshape output aliases its input, and graph capture would not
     # copy it into the buffer bound to next_token (input_ids' own)
-    token = b.op("Cast", [first], (1, 1), ir.DataType.INT32, name=NEXT_TOKEN, to=ir.DataType.INT32)
+    token = b.op("Cast", [first], (1, 1), ir.DataType.INT32, name=IO.next_token, to=ir.DataType.INT32)
     b.commit()
     graph.outputs.remove(logits)
     graph.outputs.extend([token, margin])

@@ -22,6 +22,7 @@ from webbuild.layouts import Decoder, Table
 from webbuild.reference import source_v2
 from webbuild.reference.mel import LEAD_METADATA, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
+from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 200
 
@@ -97,12 +98,12 @@ class MergedDecoder:
         (graph,) = graphs
         self.sess = source_session(model_dir / graph)
         self.embed = embed
-        self.past_names = [i.name for i in self.sess.get_inputs() if i.name.startswith("past_key_values.")]
+        self.past_names = list(IO.present_of_past([i.name for i in self.sess.get_inputs()]))
         dec = cfg["decoder"]
         self.empty = np.zeros((1, dec["num_key_value_heads"], 0, dec["head_dim"]), np.float32)
 
     def _run(self, x: np.ndarray, past: dict, total: int):
-        out = self.sess.run(None, {"inputs_embeds": x, "attention_mask": np.ones((1, total), np.int64), **past})
+        out = self.sess.run(None, {IO.inputs_embeds: x, IO.attention_mask: np.ones((1, total), np.int64), **past})
         return out[0][0, -1], (dict(zip(self.past_names, out[1:])), total)
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
@@ -118,25 +119,29 @@ class IdsDecoder:
     """A built decoder (decoder.<variant>.onnx): input_ids + audio splice inside the graph,
     attention_mask and per-layer past -> logits, present."""
 
-    def __init__(self, path: Path, decoder_cfg: dict, adapter: dict[str, np.ndarray] | None = None):
+    def __init__(self, path: Path, decoder_cfg: dict, adapter: dict[str, np.ndarray] | None = None,
+                 io: type[IO] = IO):
+        """io: the graph's input and output names (a built site's: IO.of(runtime.json's io))."""
         self.sess = cpu_session(path)
+        self.io = io
         types = {i.name: i.type for i in self.sess.get_inputs()}
-        self.dtype = np.float16 if types["audio_features"] == "tensor(float16)" else np.float32
+        self.dtype = np.float16 if types[io.audio_features] == "tensor(float16)" else np.float32
         # an adapted decoder's lora.* inputs (docs/adapters.md), which have no default: without an adapter,
         # empty ones ([in, 0] and [0, out]) add nothing, the base model
         self.adapter = {name: w.astype(self.dtype) for name, w in (adapter or {}).items()}
         if not self.adapter:
-            self.adapter = {i.name: np.zeros(lora_empty(i.shape), self.dtype) for i in self.sess.get_inputs()
-                            if i.name.startswith("lora.")}
-        self.past_names = [n for n in types if n.startswith("past_key_values.")]
+            shapes = {i.name: i.shape for i in self.sess.get_inputs()}
+            self.adapter = {n: np.zeros(lora_empty(shapes[n]), self.dtype) for n in io.lora_inputs(list(shapes))}
+        self.past_names = list(io.present_of_past(list(types)))
         d = decoder_cfg
         self.empty = np.zeros((1, d["num_key_value_heads"], 0, d["head_dim"]), self.dtype)
         self.no_audio = np.zeros((1, 0, d["hidden_size"]), self.dtype)
 
     def _run(self, ids, audio, offset: int, past: dict, total: int):
-        out = self.sess.run(None, {"input_ids": np.array([ids], np.int64), "audio_features": audio,
-                                   "audio_offset": np.array([offset], np.int64),
-                                   "attention_mask": np.ones((1, total), np.int64), **past, **self.adapter})
+        io = self.io
+        out = self.sess.run(None, {io.input_ids: np.array([ids], np.int64), io.audio_features: audio,
+                                   io.audio_offset: np.array([offset], np.int64),
+                                   io.attention_mask: np.ones((1, total), np.int64), **past, **self.adapter})
         return out[0][0, -1].astype(np.float32), (dict(zip(self.past_names, out[1:])), total)
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
@@ -209,11 +214,12 @@ class Transcriber:
     codec: TokenizerCodec | SiteCodec
     eos_ids: frozenset[int]
     keep: object = None  # e.g. the temporary folder a built site was reassembled into
+    io: type[IO] = IO  # the graphs' input and output names (a built site's own, load_site)
     lead: int = 0  # samples of lead log_mel puts before the audio (encoders taking mel; webbuild.reference.mel)
 
     @property
     def takes_pcm(self) -> bool:
-        return self.encoder.get_inputs()[0].name == "pcm"
+        return self.encoder.get_inputs()[0].name == self.io.pcm
 
     @property
     def front_end_lead(self) -> int:
@@ -226,8 +232,8 @@ class Transcriber:
     def audio_features(self, pcm: np.ndarray) -> np.ndarray:
         # built encoders carry the mel front-end in the graph and take PCM directly
         if self.takes_pcm:
-            return self.encoder.run(None, {"pcm": np.asarray(pcm, np.float32)[None]})[0]
-        return self.encoder.run(None, {"mel": log_mel(pcm, self.lead)[None]})[0]
+            return self.encoder.run(None, {self.io.pcm: np.asarray(pcm, np.float32)[None]})[0]
+        return self.encoder.run(None, {self.io.mel: log_mel(pcm, self.lead)[None]})[0]
 
     def expected_tokens(self, pcm: np.ndarray) -> range:
         """Audio tokens the encoder may give for `pcm`. A graph's front-end measures the chunk's leading
@@ -354,11 +360,12 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None) -> 
     for name in roles["files"] + [RUNTIME_FILE, TOKENS_FILE]:
         reassemble(site, manifest, name, out / name)
     runtime = json.loads((out / RUNTIME_FILE).read_text())
+    io = IO.of(runtime.get("io", {}))  # the site's own graph names (older sites: none, the defaults)
     encoder = cpu_session(out / roles["encoder"])
     if adapter is None:
-        decoder = IdsDecoder(cpu_form(out / roles["decoder"]), runtime["decoder"])
+        decoder = IdsDecoder(cpu_form(out / roles["decoder"]), runtime["decoder"], io=io)
     else:
         weights = site_adapter(site, manifest, adapter, out)
-        decoder = IdsDecoder(cpu_form(out / roles["decoder_lora"]), runtime["decoder"], weights)
+        decoder = IdsDecoder(cpu_form(out / roles["decoder_lora"]), runtime["decoder"], weights, io=io)
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
-    return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp)
+    return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io)

@@ -23,6 +23,7 @@ from webbuild.errors import ZooError
 from webbuild.layouts import Decoder
 from webbuild.reference.prompt import audio_token_count, build_prompt
 from webbuild.reference.tokenizer import special_ids
+from webbuild.site.contract import IO
 from webbuild.zoo import export_check, wrappers
 from webbuild.zoo.onnx_export import SharedWeights, as_numpy, export_file, save_inline_file
 
@@ -127,21 +128,15 @@ def _export_split_decoder(model, samples, stage: Path, exporter: str) -> None:
                         *SPLIT_STEP_IO)
 
 
-def merged_io_names(n_layers: int) -> tuple[list[str], list[str]]:
-    past = [f"past_key_values.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
-    present = [f"present.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
-    return ["inputs_embeds", "attention_mask", *past], ["logits", *present]
-
-
 def _export_merged_decoder(model, samples, stage: Path, exporter: str) -> None:
     text = model.config.text_config
     log.info(f"exporting decoder_model_merged ({exporter})")
-    inputs, outputs = merged_io_names(text.num_hidden_layers)
+    inputs, outputs = IO.decoder(text.num_hidden_layers)  # the built decoder's own interface
     past_len, q_len = 20, 3
     kv = [torch.randn(1, text.num_key_value_heads, past_len, text.head_dim) for _ in inputs[2:]]
     args = (torch.randn(1, q_len, text.hidden_size), torch.ones(1, past_len + q_len, dtype=torch.int64), *kv)
-    dynamic = {"inputs_embeds": {0: "batch", 1: "seq_len"}, "attention_mask": {0: "batch", 1: "total_seq_len"},
-               "logits": {0: "batch", 1: "seq_len"}}
+    dynamic = {IO.inputs_embeds: {0: "batch", 1: "seq_len"}, IO.attention_mask: {0: "batch", 1: "total_seq_len"},
+               IO.logits: {0: "batch", 1: "seq_len"}}
     dynamic.update({n: {0: "batch", 2: "past_seq_len"} for n in inputs[2:]})
     dynamic.update({n: {0: "batch", 2: "total_seq_len"} for n in outputs[1:]})
     with SharedWeights(stage / "decoder_model_merged.onnx.data") as data:

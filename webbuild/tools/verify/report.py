@@ -41,7 +41,7 @@ def table(report: dict) -> str:
     out = [line(COLUMNS), line("-" * w for w in widths), *map(line, rows), ""]
     out += [f"ok   {c['name']}" + (f" ({c['detail']})" if c["detail"] else "") for c in report["checks"] if c["ok"]]
     load = report["load_ms"]
-    out.append(f"\n{report['url']} on {report['browser']}: {report['ep']} ({report['variant']}, {report['adapter']}); "
+    out.append(f"\n{report['url']} on {report['browser']}: {report['ep']} ({report['variant']}, {report['gpu']}); "
                f"load cold {load['cold']} ms, warm {load['warm']} ms; {report['duration_s']} s")
     refs = [r for r in report["clips"] if r["reference"] is not None]
     if refs:

@@ -115,7 +115,8 @@ def wasm_unfit(context, url: str) -> str | None:
     webbuild/pipeline/wasm_budget.py), else None; the variant as runtime/probe.js chooseVariant picks it."""
     res = context.request.get(url + "model/manifest.json")
     variants = res.json().get("variants", {}) if res.ok else {}
-    entry: dict = variants.get("fp32") or next(iter(variants.values()), {})
+    runs_wasm = [e for e in variants.values() if "wasm" in e.get("providers", [])]
+    entry: dict = (runs_wasm or list(variants.values()) or [{}])[0]
     wasm = entry.get("wasm") or {}
     if wasm.get("fits") is not False:
         return None
@@ -172,7 +173,7 @@ def switch_lora(page, name: str | None, timeout_s: float) -> str | None:
     return page.evaluate("() => window.webbuild.error")
 
 
-VISIT_INFO = ("ep", "variant", "adapter", "threads", "kvCache", "decode", "load", "loraAdapters")  # the ready info
+VISIT_INFO = ("ep", "variant", "gpu", "threads", "kvCache", "decode", "load", "loraAdapters")  # the ready info
 
 def against_reference(state: dict, ref: Expected | None) -> tuple[dict, str | None]:
     """The page's tokens against the reference's (tokens.py): the row's fields (both token lists with
@@ -429,7 +430,7 @@ class Verifier:
         return {
             "target": self.opts.target, "url": url, "browser": choice.describe(),
             "ok": all(c["ok"] for c in self.checks),
-            "ep": first.get("ep"), "variant": first.get("variant"), "adapter": first.get("adapter"),
+            "ep": first.get("ep"), "variant": first.get("variant"), "gpu": first.get("gpu"),
             "max_wer": max_wer, "reference": self.reference.dist is not None,
             "load_ms": {"cold": self._load_ms("first visit"), "warm": self._load_ms("second visit")},
             "clips_wer": corpus_wer([(r["expected"], r["got"]) for r in self.rows if r["run"] == "clips"]),
