@@ -38,6 +38,7 @@ from webbuild.reference.transcribe import (
     pick,
 )
 from webbuild.reference.wer import edit_distance
+from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 64
 
@@ -173,27 +174,27 @@ class StepForm:
         self.sess = cpu_session(path)
         self.max_positions, self.plain = max_positions, plain
         inputs = {i.name: i for i in self.sess.get_inputs()}
-        self.past_names = [n for n in inputs if n.startswith("past_key_values.")]
+        self.present_of = IO.present_of_past(list(inputs))  # {past input: the present output it becomes}
         self.adapter = {n: w for n, w in plain.adapter.items() if n in inputs}
-        self.mask_dtype = np.int32 if inputs["attention_mask"].type == "tensor(int32)" else np.int64
+        self.mask_dtype = np.int32 if inputs[IO.attention_mask].type == "tensor(int32)" else np.int64
 
     def generate(self, t: Transcriber, pcm: np.ndarray, max_new_tokens: int) -> list[int]:
         """Greedy tokens of `pcm` (end of sequence left out)."""
         audio = t.audio_features(pcm)
         prompt: Prompt = t.codec.prompt(audio.shape[1])
         logits, (past, total) = self.plain.prefill(prompt, audio)
-        cache = {n: self._static(past[n]) for n in self.past_names}
+        cache = {n: self._static(past[n]) for n in self.present_of}
         token = pick(logits)[0]
         tokens: list[int] = []
         while token not in t.eos_ids and len(tokens) < max_new_tokens and total < self.max_positions:
             tokens.append(token)
             mask = np.zeros((1, self.max_positions), self.mask_dtype)
             mask[0, :total + 1] = 1
-            out = self.sess.run(None, {"input_ids": np.array([[token]], np.int32), "attention_mask": mask,
+            out = self.sess.run(None, {IO.input_ids: np.array([[token]], np.int32), IO.attention_mask: mask,
                                        **cache, **self.adapter})
             named = dict(zip([o.name for o in self.sess.get_outputs()], out))
-            cache = {n: named[n.replace("past_key_values.", "present.")] for n in self.past_names}
-            token, total = int(named["next_token"][0, 0]), total + 1
+            cache = {past: named[present] for past, present in self.present_of.items()}
+            token, total = int(named[IO.next_token][0, 0]), total + 1
         return tokens
 
     def _static(self, present: np.ndarray) -> np.ndarray:

@@ -44,8 +44,6 @@ FILE_ROLES = {
 }
 
 
-
-
 class IO:
     """The input and output names of the graphs the site runs, as onnxruntime-genai's genai_config.json
     writes them: a name, or a %-template of the layer (and the projection) for the per-layer ones.
