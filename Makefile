@@ -1,18 +1,21 @@
 # Two entry points that work on a fresh machine:
 #   make site   set up .venv without torch and build the embedded example (examples/tiny-asr) into dist/
 #   make test   + the zoo/test extras (torch), espeak-ng and chromium through apt when missing; lint, every test
+# and, while developing, make check: lint and the tests that need neither torch nor a browser (no torch installed)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # no -q: pip prints a line per package, so a minutes-long install is never silent
 PIP := $(PY) -m pip --disable-pip-version-check
 STAMP := $(VENV)/.installed
+CHECK_STAMP := $(VENV)/.installed-check
 TEST_STAMP := $(VENV)/.installed-test
 # Extras of `make test`. torch is pinned in the zoo extra; on Linux x86-64 the package index's build of
 # that version is the CUDA one (2.7 GB of wheels), a machine whose pip sees the +cpu wheel (a find-links
 # folder or PyTorch's CPU index, README.md "Install") gets the 0.19 GB CPU build instead.
 TEST_EXTRAS ?= zoo,test
 
-.PHONY: setup setup-test system-deps site lint typecheck-py typecheck-js test test-python test-js e2e optimum-fixtures clean
+.PHONY: setup setup-check setup-test system-deps site lint ruff typecheck-py typecheck-js check test test-python \
+  test-check test-js e2e optimum-fixtures clean
 
 # The main job (build a site from an export, serve, verify, bench) needs no torch.
 $(STAMP): pyproject.toml package.json package-lock.json
@@ -27,8 +30,16 @@ $(STAMP): pyproject.toml package.json package-lock.json
 
 setup: $(STAMP)
 
-$(TEST_STAMP): $(STAMP) pyproject.toml
-	@echo "== test extras [$(TEST_EXTRAS)]: torch, transformers, pytest, playwright, ruff, onnxruntime-genai, peft"
+# `make check`'s tools (pytest, ruff): no torch, no browser
+$(CHECK_STAMP): $(STAMP) pyproject.toml
+	@echo "== check extra: pytest, jsonschema, safetensors, ruff"
+	$(PIP) install -e ".[check]"
+	touch $@
+
+setup-check: $(CHECK_STAMP)
+
+$(TEST_STAMP): $(CHECK_STAMP) pyproject.toml
+	@echo "== test extras [$(TEST_EXTRAS)]: torch, transformers, playwright, onnxruntime-genai, peft"
 	$(PIP) install -e ".[$(TEST_EXTRAS)]"
 	touch $@
 
@@ -50,19 +61,30 @@ site: setup
 	@echo "built dist/. Preview it (then open http://127.0.0.1:8000/):"
 	@echo "  $(VENV)/bin/webbuild serve dist"
 
-# ruff, configured in pyproject.toml ([tool.ruff]); first, because it takes a second and the tests minutes
-lint: setup-test
+# Every static check, first, because they take seconds and the tests minutes
+lint: ruff typecheck-py typecheck-js
+
+# configured in pyproject.toml ([tool.ruff])
+ruff: setup-check
 	$(VENV)/bin/ruff check .
 
 # mypy on webbuild/, configured in pyproject.toml ([tool.mypy]); its cache (.mypy_cache) makes a rerun take
 # about a second, a cold run about 10 s on the 2-core box
-typecheck-py: setup-test
+typecheck-py: setup-check
 	$(PY) -m mypy
 
 # tsc --checkJs on the browser runtime and the Node bench harnesses (tsconfig.json; typescript and
 # @webgpu/types are devDependencies in package-lock.json, installed by setup's npm ci)
 typecheck-js: setup
 	node_modules/.bin/tsc -p tsconfig.json
+
+# The lane of every test that needs neither torch, nor a browser, nor SwiftShader's WebGPU (markers that
+# tests/conftest.py gives each test from its fixtures and imports): a few minutes, for every change
+LANE := not torch and not browser and not webgpu
+check: lint test-check
+
+test-check: setup-check
+	$(PY) -m pytest -m "$(LANE)"
 
 test: setup-test lint system-deps optimum-fixtures test-python test-js e2e
 

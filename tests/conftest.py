@@ -1,33 +1,299 @@
-"""Shared fixtures: zoo exports of the tiny preset, made once per test session."""
+"""What the tests share: the fixtures more than one test module uses, and the lanes.
+
+Lanes. Every test gets a marker for each thing it needs that a plain install lacks (pyproject.toml
+registers them):
+- torch: it uses a fixture that exports with torch (FIXTURE_MARKS, also through the fixtures it
+  uses), or its module imports torch, transformers or peft, directly or through the webbuild and test
+  modules it imports from (module_marks);
+- browser: it uses the playwright fixture, or says so itself (Chromium started by a subprocess);
+- webgpu: it says so itself (WebGPU on SwiftShader in Node, through Dawn).
+`make check` runs the tests with none of them (LANE in the Makefile), `make test` all. Where what a
+marker needs is missing, its tests are skipped with the reason (missing()); a module that imports an
+optional package at its top does so through pytest.importorskip, so that it skips instead of failing
+collection.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.util
+import inspect
+import json
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.command import webbuild
+from tests.example_config import EXAMPLE, write_example_config
+from tests.fusion.exporters import cache_root
+from webbuild.tools.bench import NODE_ARGS_ENV
+from webbuild.tools.browser import ARGS_ENV
+
+# V8's optimising wasm compiler spends about 50 s of CPU on onnxruntime-web's 25 MB module in every Node run
+# and Chromium page on a 2-core machine, for code the tests' tiny models hardly run: its baseline compiler
+# only, for every Node the bench starts and every Chromium the tests launch (subprocesses inherit it)
+os.environ.setdefault(NODE_ARGS_ENV, "--liftoff-only")
+os.environ.setdefault(ARGS_ENV, "--js-flags=--liftoff-only")
+
+LANES = ("torch", "browser", "webgpu")
+FIXTURE_MARKS = {"tiny_model": "torch", "zoo": "torch", "playwright": "browser", "webgpu_bench": "webgpu"}
+PACKAGE_MARKS = {"torch": "torch", "transformers": "torch", "peft": "torch", "playwright": "browser"}
+SWIFTSHADER_ICD = Path("/usr/lib/chromium/vk_swiftshader_icd.json")  # what the Node bench's Dawn loads
+
+
+def installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ImportError:  # a meta-path finder that refuses it (tests/hidden.py)
+        return False
+
+
+@cache
+def missing(lane: str) -> str | None:
+    """Why the tests of `lane` cannot run here, or None."""
+    if lane == "torch":
+        absent = [p for p in ("torch", "transformers") if not installed(p)]
+        return f"needs {' and '.join(absent)}: pip install -e '.[zoo]' (make setup-test)" if absent else None
+    if lane == "browser":
+        if not installed("playwright"):
+            return "needs playwright: pip install -e '.[verify]' (make setup-test)"
+        from webbuild.tools.browser import choose
+
+        return "needs a system Chrome/Chromium (make system-deps)" if choose().source == "playwright" else None
+    if not shutil.which("node") or not SWIFTSHADER_ICD.is_file():
+        return f"needs node and Chromium's SwiftShader ({SWIFTSHADER_ICD})"
+    return None
+
+
+@cache
+def direct_sources(name: str) -> frozenset[str]:
+    """The modules module `name`'s namespace holds things from: modules, and functions and classes by the
+    module that defines them (what its top-level imports brought in)."""
+    found = set()
+    for value in list(vars(sys.modules[name]).values()):
+        if inspect.ismodule(value):
+            found.add(value.__name__)
+        elif inspect.isclass(value) or inspect.isfunction(value):
+            found.add(getattr(value, "__module__", None) or "")
+    return frozenset(found - {name, ""})
+
+
+def sources(module) -> set[str]:
+    """direct_sources(), followed through every webbuild and test module among them."""
+    seen, todo = set(), [module.__name__]
+    while todo:
+        for source in direct_sources(todo.pop()) - seen:
+            seen.add(source)
+            if source.split(".")[0] in ("webbuild", "tests") and source in sys.modules:
+                todo.append(source)
+    return seen
+
+
+def module_marks(module) -> set[str]:
+    """The lanes of the packages `module` imports at its top, directly or through webbuild and test modules."""
+    return {PACKAGE_MARKS[root] for root in {s.split(".")[0] for s in sources(module)} if root in PACKAGE_MARKS}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m reads the markers
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        lanes = {FIXTURE_MARKS[f] for f in getattr(item, "fixturenames", ()) if f in FIXTURE_MARKS}
+        if getattr(item, "module", None) is not None:
+            lanes |= module_marks(item.module)
+        for lane in sorted(lanes - {m.name for m in item.iter_markers()}):
+            item.add_marker(lane)
+        for lane in LANES:
+            if item.get_closest_marker(lane) and (reason := missing(lane)):
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# ---------------------------------------------------------------- zoo exports (torch)
+# The tiny preset's exports, cached across sessions and clones (~/.cache/webbuild, or $WEBBUILD_CACHE, as the
+# Optimum exports are) under a key of the source of the zoo and of what it imports and of the versions of
+# the exporters' packages, so that a change to the exporters rebuilds them instead of testing stale graphs.
+# Dynamo exports (~20-40 s each) are only built when a test asks for them.
+
+
+ZOO_DIR = Path(__file__).resolve().parents[1] / "webbuild" / "zoo"
+
+
+def zoo_key() -> str:
+    """The zoo exports' cache key: the exporters' packages' versions, and the source of the zoo and of the
+    webbuild modules it imports."""
+    import onnx
+    import onnxscript
+    import torch
+    import transformers
+
+    import webbuild.zoo.build
+    import webbuild.zoo.export
+    import webbuild.zoo.published_int4
+
+    zoo = [webbuild.zoo.build, webbuild.zoo.export, webbuild.zoo.published_int4]
+    used = {name for module in zoo for name in sources(module) if name.startswith("webbuild.")}
+    files = sorted({*ZOO_DIR.glob("*.py"), *(Path(sys.modules[name].__file__) for name in used)})
+    versions = (torch.__version__, transformers.__version__, onnx.__version__, onnxscript.__version__)
+    h = hashlib.sha256(" ".join(versions).encode())
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+class Zoo:
+    def __init__(self, root: Path):
+        self.root = root
+        self._model = None
+
+    def made(self, name: str, make) -> Path:
+        """root/name, made by make(folder) into a folder of its own first when missing: another session may
+        make the same one at the same time (the cache is shared), and none sees it half written."""
+        out = self.root / name
+        if not out.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=self.root) as tmp:
+                make(Path(tmp) / name)
+                with contextlib.suppress(OSError):  # made meanwhile by another session: theirs stays
+                    os.rename(Path(tmp) / name, out)
+        return out
+
+    def model(self):
+        if self._model is None:
+            from webbuild.zoo.build import random_model
+
+            self._model = random_model("tiny", seed=0)
+        return self._model
+
+    def export(self, layout: str, exporter: str) -> Path:
+        """The export folder for (layout, exporter)."""
+        from webbuild.zoo.export import export_model
+
+        return self.made(f"{layout}-{exporter}", lambda out: export_model(*self.model(), out, layout, exporter))
+
+    def source(self, layout: str, exporter: str) -> Path:
+        """What fuse_decoder takes: the split folder, or the merged .onnx file."""
+        out = self.export(layout, exporter)
+        return out if layout == "qwen3-asr-split" else out / "decoder_model_merged.onnx"
+
+    def family(self, name: str) -> Path:
+        """A merged export of a tiny Llama / Qwen2 / Qwen3 CausalLM (fusion.tests.sources)."""
+        from tests.fusion.sources import export_family
+
+        return self.made(f"family-{name}", lambda out: export_family(name, out)) / "decoder_model_merged.onnx"
+
+    def quantized(self, layout: str = "merged") -> Path:
+        """A torchscript zoo export with int4 MatMulNBits (block 64) weights, as fuse_decoder takes it."""
+        from webbuild.zoo.published_int4 import quantize_export
+
+        source = self.export(layout, "torchscript")
+        # float activations: the fused graph's packed MatMulNBits and the source's three
+        # would round int8 activations differently at accuracy level 4
+        out = self.made(f"{layout}-torchscript-q4", lambda out: quantize_export(source, out, accuracy_level=0))
+        return out if layout == "qwen3-asr-split" else out / "decoder_model_merged.onnx"
+
+    def hf(self) -> Path:
+        from webbuild.zoo.build import save_text_decoder_hf
+
+        return self.made("hf", lambda out: save_text_decoder_hf(*self.model(), out))
 
 
 @pytest.fixture(scope="session")
-def tiny_model():
-    from webbuild.zoo.build import random_model
-
-    return random_model("tiny", seed=0)
+def zoo() -> Zoo:
+    return Zoo(cache_root() / "zoo" / zoo_key())
 
 
 @pytest.fixture(scope="session")
-def zoo_export(tiny_model, tmp_path_factory):
-    """zoo_export(layout, exporter) -> folder of that export of the same random tiny model."""
-    from webbuild.zoo.export import export_model
+def tiny_model(zoo):
+    """(model, tokenizer) of the zoo's tiny preset, random weights (seed 0): what the zoo's exports export."""
+    return zoo.model()
 
-    made: dict[tuple[str, str], Path] = {}
+
+@pytest.fixture(scope="session")
+def zoo_export(zoo):
+    """zoo_export(layout, exporter) -> folder of that export of the tiny model (cached across sessions)."""
 
     def get(layout: str = "qwen3-asr-split", exporter: str = "torchscript") -> Path:
-        if (layout, exporter) not in made:
-            out = tmp_path_factory.mktemp("zoo") / f"{layout}-{exporter}"
-            export_model(*tiny_model, out, layout, exporter)
-            made[layout, exporter] = out
-        return made[layout, exporter]
+        return zoo.export(layout, exporter)
 
     return get
+
+
+# ---------------------------------------------------------------- the embedded example, built once
+
+
+@dataclass(frozen=True)
+class Build:
+    dist: Path
+    stdout: str
+    stderr: str  # the log
+
+
+@pytest.fixture(scope="session")
+def example_build(tmp_path_factory) -> Build:
+    """`webbuild examples/tiny-asr/model.yaml -o <dist> -v`, once a session: the example as is (default
+    base path, its LoRA adapter, the wasm twins). Tests only read the folder; one that changes a site
+    changes a copy."""
+    dist = tmp_path_factory.mktemp("example") / "dist"
+    run = webbuild(EXAMPLE / "model.yaml", "-o", dist, "-v")
+    assert run.returncode == 0, run.stderr
+    return Build(dist, run.stdout, run.stderr)
+
+
+@pytest.fixture(scope="session")
+def example_dist(example_build) -> Path:
+    return example_build.dist
+
+
+@pytest.fixture(scope="session")
+def example_dist_without_adapters(tmp_path_factory) -> Path:
+    """The embedded example built without its LoRA adapter, once a session; read-only."""
+    work = tmp_path_factory.mktemp("example-without-adapters")
+    run = webbuild(write_example_config(work, adapters=[]), "-o", work / "dist")
+    assert run.returncode == 0, run.stderr
+    return work / "dist"
+
+
+# ---------------------------------------------------------------- WebGPU on SwiftShader
+
+BENCH_DECODE = 4  # decode tokens of a SwiftShader bench: slow, so few
+
+
+@pytest.fixture(scope="session")
+def webgpu_bench(tmp_path_factory):
+    """webgpu_bench(site, *options, run=0) -> (report, terminal output) of `webbuild bench SITE --ep webgpu
+    --swiftshader --decode-tokens 4 OPTIONS`, made once a session per (site, options, run): the counters'
+    and the timing's tests read the same runs (`run` asks for another, to compare two)."""
+    made: dict[tuple, tuple[dict, str]] = {}
+
+    def get(site: Path, *options: str, run: int = 0) -> tuple[dict, str]:
+        key = (site, options, run)
+        if key not in made:
+            out = tmp_path_factory.mktemp("bench") / "bench.json"
+            bench = webbuild("bench", site, "--ep", "webgpu", "--swiftshader", "--decode-tokens", BENCH_DECODE,
+                             "--json", out, *options, timeout=900)
+            assert bench.returncode == 0, bench.stderr
+            report = json.loads(out.read_text())
+            assert report["ep"] == "webgpu", report["gpu"]
+            assert report["synthetic_decode"]["ms_per_token"]["n"] == BENCH_DECODE
+            made[key] = report, bench.stdout
+        return made[key]
+
+    return get
+
+
+# ---------------------------------------------------------------- the browser
+
+
+@pytest.fixture(scope="module")  # per module: two live sync drivers in one thread refuse to start
+def playwright():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        yield p
+

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import yaml
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "tiny-asr"
 
 
 def example_config() -> dict:

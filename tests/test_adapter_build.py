@@ -12,12 +12,10 @@ import onnx_ir as ir
 import pytest
 from click.testing import CliRunner
 
-from tests.example_config import EXAMPLE, write_example_config
+from tests.example_config import EXAMPLE
 from webbuild.adapters import TARGET_MODULES
 from webbuild.cli import main
-from webbuild.config import load_config
 from webbuild.pipeline.lora_form import NoProjections, find_projections
-from webbuild.pipeline.runner import run_build
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import IdsDecoder, cpu_form, load_transcriber
 from webbuild.site.adapter_pack import dequantize_int8, graph_inputs, pack, quantize_int8, unpack
@@ -30,14 +28,9 @@ SAMPLES = sorted((EXAMPLE / "samples").glob("*.wav"))
 
 
 @pytest.fixture(scope="module")
-def sites(tmp_path_factory) -> dict[str, Path]:
-    """The example built with its adapter and without any."""
-    out = {}
-    for name, adapters in (("with", [{"name": "klatt", "path": str(KLATT)}]), ("without", [])):
-        work = tmp_path_factory.mktemp(name)
-        run_build(load_config(write_example_config(work, adapters=adapters)), work / "dist")
-        out[name] = work / "dist"
-    return out
+def sites(example_dist, example_dist_without_adapters) -> dict[str, Path]:
+    """The example built as is (its adapter klatt, at the scale its model.yaml sets) and without any."""
+    return {"with": example_dist, "without": example_dist_without_adapters}
 
 
 @pytest.mark.parametrize("k", [256, 40])
@@ -147,7 +140,7 @@ def test_adapted_decoder_without_adapter_is_the_base(sites, tmp_path):
     reassemble(sites["with"] / "model", manifest, entry["file"], tmp_path / entry["file"])
     adapted.adapter = unpack((tmp_path / entry["file"]).read_bytes(), entry["tensors"], "int8")
     with_int8 = adapted.prefill(prompt, audio)[0]
-    adapted.adapter = graph_inputs(KLATT, num_layers=4)
+    adapted.adapter = graph_inputs(KLATT, num_layers=4, scale=entry["scale"])
     with_float = adapted.prefill(prompt, audio)[0]
     assert np.abs(with_float - logits).max() > 0.5  # the adapter changes the answer's logits
     assert np.abs(with_int8 - with_float).max() < 0.05 * np.abs(with_float - logits).max()
@@ -188,6 +181,7 @@ def test_decoder_without_projections_is_a_clear_build_error(tmp_path):
         find_projections(graph)
 
 
+@pytest.mark.torch  # webbuild.zoo needs the zoo extra
 def test_random_adapter_fits_its_export(tmp_path):
     """webbuild.zoo.random_adapter (the benchmarks' adapter for untrained zoo models) passes the build's
     checks and changes the reference's logits."""

@@ -5,12 +5,13 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 
-from webbuild.train import adapter_data
-from webbuild.train.adapter_data import Plan
-from webbuild.train.sentences import heldout_sentences, load_vocabulary
-from webbuild.train.target import heldout_target
+torch = pytest.importorskip("torch")
+
+from webbuild.train import adapter_data  # noqa: E402
+from webbuild.train.adapter_data import Plan  # noqa: E402
+from webbuild.train.sentences import heldout_sentences, load_vocabulary  # noqa: E402
+from webbuild.train.target import heldout_target  # noqa: E402
 
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 PLAN = Plan("klatt", clips=3, general=2, count=2)

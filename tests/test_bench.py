@@ -7,29 +7,20 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.command import webbuild
 from webbuild.site.contract import SAMPLES_FILE
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 pytestmark = [
     pytest.mark.skipif(not shutil.which("node"), reason="no node"),
 ]
 
 
-def webbuild(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "webbuild.cli", *args], capture_output=True, text=True, timeout=900)
-
-
 @pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    dist = tmp_path_factory.mktemp("bench") / "dist"
-    built = webbuild(str(EXAMPLE / "model.yaml"), "-o", str(dist))
-    assert built.returncode == 0, built.stderr
-    return dist
+def site(example_dist):
+    return example_dist
 
 
 def test_bench_wasm_reports_the_metrics(site, tmp_path):
@@ -48,7 +39,7 @@ def test_bench_wasm_reports_the_metrics(site, tmp_path):
     assert d["n"] == 8 and 0 < d["p10"] <= d["median"] <= d["p90"]
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="no /usr/bin/chromium")
+@pytest.mark.browser
 def test_bench_in_the_browser_clicks_the_samples_of_samples_json(site, tmp_path):
     out = tmp_path / "bench.json"
     worker = (site / "worker.js").read_bytes()

@@ -22,60 +22,51 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import onnx
 import pytest
 
+from tests.command import webbuild
+from tests.conftest import BENCH_DECODE as DECODE
 from tests.example_config import example_config, write_example_config
-from tests.test_bench import EXAMPLE, webbuild
-from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV
+from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV, node_args
 
-pytestmark = [pytest.mark.skipif(not Path("/usr/lib/chromium/vk_swiftshader_icd.json").is_file(),
-                                 reason="no SwiftShader Vulkan ICD")]
-DECODE = 4  # counted as (4-token decode - 1-token decode) / 3: SwiftShader is slow
-
-
-def build(yaml_path: Path, out: Path) -> Path:
-    run = subprocess.run([sys.executable, "-m", "webbuild.cli", str(yaml_path), "-o", str(out)],
-                         capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr
-    return out
+# Counted as (4-token decode - 1-token decode) / 3. The example as is runs one sample clip, so that the
+# captured and the plain decode compare transcripts; the tests (and test_bench_timing.py) share its runs
+# (webgpu_bench); the browser's run too, as the pool of buffers a clip leaves counts in `buffers`. The other
+# runs count without one.
+CLIP, NO_CLIP = ("--max-clips", "1"), ("--max-clips", "0")
 
 
 @pytest.fixture(scope="module")
-def level0(tmp_path_factory) -> Path:
+def level0(example_dist) -> Path:
     """The example as is (WebGPU decoder at accuracy level 0, the default)."""
-    return build(EXAMPLE / "model.yaml", tmp_path_factory.mktemp("counters") / "level0")
+    return example_dist
 
 
 @pytest.fixture(scope="module")
-def sites(level0, tmp_path_factory) -> dict[int, Path]:
-    """The example as is (WebGPU accuracy level 0, the default) and at WebGPU accuracy level 4."""
+def level4(tmp_path_factory) -> Path:
+    """The example at WebGPU accuracy level 4."""
     tmp = tmp_path_factory.mktemp("counters")
     quantize = {**example_config().get("quantize", {}), "webgpu_accuracy_level": 4}
-    write_example_config(tmp, quantize=quantize)
-    return {0: level0, 4: build(tmp / "model.yaml", tmp / "level4")}
-
-
-def counted(site: Path, tmp: Path, tag: str, *runtime: str) -> dict:
-    """counters_per_token of `webbuild bench --ep webgpu` on SwiftShader (Node + Dawn, or `--runtime browser`)."""
-    return benched(site, tmp, tag, *runtime)["counters_per_token"]
-
-
-def benched(site: Path, tmp: Path, tag: str, *runtime: str) -> dict:
-    """The report of `webbuild bench --ep webgpu` on SwiftShader, its synthetic decode checked."""
-    out = tmp / f"{tag}.json"
-    run = webbuild("bench", str(site), "--ep", "webgpu", "--swiftshader", "--decode-tokens", str(DECODE),
-                   "--max-clips", "0", "--json", str(out), *runtime)
+    run = webbuild(write_example_config(tmp, quantize=quantize), "-o", tmp / "level4")
     assert run.returncode == 0, run.stderr
-    assert "dispatches" in run.stdout and "kernels" in run.stdout  # the terminal table shows them
-    r = json.loads(out.read_text())
-    assert r["ep"] == "webgpu", r["gpu"]
-    assert r["synthetic_decode"]["ms_per_token"]["n"] == DECODE
-    return r
+    return tmp / "level4"
+
+
+def benched(webgpu_bench, site: Path, *options: str, run: int = 0) -> dict:
+    """The report of `webbuild bench --ep webgpu` on SwiftShader (Node + Dawn, or `--runtime browser`), its
+    terminal table checked."""
+    report, stdout = webgpu_bench(site, *options, run=run)
+    assert "dispatches" in stdout and "kernels" in stdout  # the terminal table shows them
+    return report
+
+
+def counted(webgpu_bench, site: Path, *options: str) -> dict:
+    """counters_per_token of benched()."""
+    return benched(webgpu_bench, site, *options)["counters_per_token"]
 
 
 def decoder_graph(site: Path, name: str = "decoder.fp32.onnx") -> onnx.ModelProto:
@@ -84,11 +75,11 @@ def decoder_graph(site: Path, name: str = "decoder.fp32.onnx") -> onnx.ModelProt
     return onnx.load_from_string(b"".join(p.read_bytes() for p in shards))
 
 
-def test_counts_are_reported_and_identical_between_two_runs(level0, tmp_path):
+def test_counts_are_reported_and_identical_between_two_runs(level0, webgpu_bench):
     """Decode steps replay the captured step graph (runtime/capture.js): no bind group and no uniform
     write of onnxruntime-web's per token, only the runtime's mask position (8 bytes): the token comes from
     the previous step's choice on the GPU, and 12 bytes of it (token, margin) come back."""
-    ra, rb = benched(level0, tmp_path, "a"), benched(level0, tmp_path, "b")
+    ra, rb = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, level0, *CLIP, run=1)
     a, b = ra["counters_per_token"], rb["counters_per_token"]
     assert ra["decode"] == "captured", ra["decode"]
     assert a == b
@@ -100,7 +91,7 @@ def test_counts_are_reported_and_identical_between_two_runs(level0, tmp_path):
     assert a["bind_groups"] == 0 and a["write_buffers"] == 1 and a["write_bytes"] == 8
 
 
-def test_captured_decode_gives_the_plain_decodes_tokens(level0, tmp_path):
+def test_captured_decode_gives_the_plain_decodes_tokens(level0, webgpu_bench):
     """--no-graph-capture: every step a plain run of the decoder (a bind group and a uniform write per
     dispatch), the token chosen in JS; the same greedy tokens and margins, and the same transcript of the
     sample clip, either way. The captured step form runs the mask arithmetic on the GPU (Cast, ReduceSum,
@@ -108,8 +99,8 @@ def test_captured_decode_gives_the_plain_decodes_tokens(level0, tmp_path):
     padded to rows of 128, the vocabulary of 1,031 being no multiple: Pad, then ReduceMax x2, Equal,
     Where, ReduceMin x2, Cast for the token; Equal, Where, ReduceMax x2, Sub for the margin), without the
     last-position Slice."""
-    captured = benched(level0, tmp_path, "captured", "--max-clips", "1")
-    plain = benched(level0, tmp_path, "plain", "--max-clips", "1", "--no-graph-capture")
+    captured = benched(webgpu_bench, level0, *CLIP)
+    plain = benched(webgpu_bench, level0, *CLIP, "--no-graph-capture")
     assert captured["decode"] == "captured" and plain["decode"].startswith("plain")
     ids = [r["synthetic_decode"]["token_ids"] for r in (captured, plain)]
     assert ids[0] == ids[1] and len(ids[0]) == DECODE + 1
@@ -145,9 +136,9 @@ def test_the_step_form_has_no_audio_inputs_and_no_shape_arithmetic(level0):
         {"decoder.fp32.onnx.data"}
 
 
-def test_accuracy_level_4_vs_0_follows_the_graph_and_the_fusions(sites, tmp_path):
-    level4, level0 = counted(sites[4], tmp_path, "l4"), counted(sites[0], tmp_path, "l0")
-    graph = decoder_graph(sites[4])
+def test_accuracy_level_4_vs_0_follows_the_graph_and_the_fusions(level0, level4, webgpu_bench):
+    graph = decoder_graph(level4)
+    level4, level0 = counted(webgpu_bench, level4, *NO_CLIP), counted(webgpu_bench, level0, *CLIP)
     ops = Counter(n.op_type for n in graph.graph.node)
     layers = ops["GroupQueryAttention"]
     assert ops["MatMulNBits"] == 7 * layers + 1  # q, k, v, o, gate, up, down per layer, and lm_head
@@ -161,8 +152,8 @@ def test_accuracy_level_4_vs_0_follows_the_graph_and_the_fusions(sites, tmp_path
     assert level4["kernels"] == level0["kernels"]
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="no /usr/bin/chromium")
-def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_unfused(level0, tmp_path):
+@pytest.mark.browser
+def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_unfused(level0, webgpu_bench):
     """`--runtime browser`: the site's worker in Chromium (a bench-only copy with counters.mjs and
     synth_hook.js) counts the same calls as the Node bench, both onnxruntime-web 1.30 on SwiftShader with
     runtime/probe.js's device (the adapter's features less subgroups, all its limits), except one.
@@ -171,7 +162,8 @@ def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_u
     MatMulNBits decode kernels: one LayerNorm dispatch more per token (its bind group and its uniforms'
     writeBuffer with it, in a plain run; in the captured decode both are recorded). Capping Node's device at
     Chromium's limits gives the browser's counts exactly."""
-    browser, node = counted(level0, tmp_path, "browser", "--runtime", "browser"), counted(level0, tmp_path, "node")
+    browser, node = (counted(webgpu_bench, level0, *CLIP, "--runtime", "browser"),
+                     counted(webgpu_bench, level0, *CLIP))
     assert browser["decode_tokens"] == node["decode_tokens"] == [1, DECODE]
     assert browser["readbacks"] == 1 and browser["dispatches"] > 0
     assert browser["dispatches"] == sum(browser["kernels"].values())
@@ -183,21 +175,14 @@ def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_u
     assert extra == {"LayerNorm": 1} and set(node["kernels"]) <= set(browser["kernels"])
 
 
-@pytest.fixture(scope="module")
-def no_adapters(tmp_path_factory) -> Path:
-    """The example built without its LoRA adapter."""
-    tmp = tmp_path_factory.mktemp("counters")
-    write_example_config(tmp, adapters=[])
-    return build(tmp / "model.yaml", tmp / "plain")
-
-
-def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level0, no_adapters, tmp_path):
+def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level0, example_dist_without_adapters,
+                                                                           webgpu_bench):
     """Off: the same calls per token as the build without adapters. `--adapter klatt` switches it on, off and
     on again: each switch on is one writeBuffer per lora.* input (float32 values: 4 bytes each), none makes
     a GPU buffer, a bind group or a dispatch; with it on the decode replays the adapted step graph (still no
     bind group and one 8-byte mask write per token), two MatMuls and an Add more per projection."""
-    off, without = benched(level0, tmp_path, "off"), benched(no_adapters, tmp_path, "without")
-    on = benched(level0, tmp_path, "on", "--adapter", "klatt")
+    off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
+    on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
     # buffers per token are no decode step's (a captured step makes none) but the first decode's prompt
     # filling onnxruntime-web's buffer pool, which the sessions of a device share: negative in both builds,
@@ -221,12 +206,13 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     assert c["kernels"]["Add"] - base["kernels"].get("Add", 0) == projections
 
 
-def test_the_adapted_sessions_loaded_or_released_leave_the_base_decode_as_it_is(level0, tmp_path):
+@pytest.mark.webgpu
+def test_the_adapted_sessions_loaded_or_released_leave_the_base_decode_as_it_is(level0):
     """webbuild/tools/bench/adapted_ab.mjs (the H200 question of docs/adapters.md, asked in one process):
     the example's base decode with its adapted sessions loaded and with them released makes the same
     WebGPU calls per token, captured both ways; releasing and re-creating them works round after round."""
     env = {**os.environ, **SWIFTSHADER_ENV}
-    run = subprocess.run(["node", str(HARNESSES / "adapted_ab.mjs"), str(level0), "--rounds", "2",
+    run = subprocess.run(["node", *node_args(), str(HARNESSES / "adapted_ab.mjs"), str(level0), "--rounds", "2",
                           "--decode-tokens", "2"], capture_output=True, text=True, timeout=900, env=env)
     assert run.returncode == 0, run.stderr
     r = json.loads(run.stdout)

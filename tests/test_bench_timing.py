@@ -6,37 +6,20 @@ varies by 2x between runs; only relations that hold for any run are asserted."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
 
-from tests.test_bench import EXAMPLE, webbuild
-from tests.test_bench_counters import build
+from tests.conftest import BENCH_DECODE as DECODE
 
-pytestmark = [pytest.mark.skipif(not Path("/usr/lib/chromium/vk_swiftshader_icd.json").is_file(),
-                                 reason="no SwiftShader Vulkan ICD")]
-DECODE = 4  # SwiftShader is slow: 4 steps, then the GPU-timed decode of 4 more
 ROUNDING = 0.001  # timing.mjs rounds each ms figure to 3 decimals
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    return build(EXAMPLE / "model.yaml", tmp_path_factory.mktemp("timing") / "site")
-
-
 @pytest.fixture(scope="module", params=["plain", "captured"])
-def bench(request, site, tmp_path_factory) -> tuple[dict, str]:
+def bench(request, example_dist, webgpu_bench) -> tuple[dict, str]:
     """`webbuild bench --ep webgpu --swiftshader` of the example, its decode steps plain (one run and one
-    read-back after the other) or captured (steps queued ahead of the tokens): the report and the table."""
-    out = tmp_path_factory.mktemp("timing") / "bench.json"
+    read-back after the other) or captured (steps queued ahead of the tokens): the report and the table.
+    The runs of tests/test_bench_counters.py with the same options."""
     mode = ["--no-graph-capture"] if request.param == "plain" else []
-    run = webbuild("bench", str(site), "--ep", "webgpu", "--swiftshader", "--decode-tokens", str(DECODE),
-                   "--max-clips", "0", "--json", str(out), *mode)
-    assert run.returncode == 0, run.stderr
-    r = json.loads(out.read_text())
-    assert r["ep"] == "webgpu", r["gpu"]
-    return r, run.stdout
+    return webgpu_bench(example_dist, "--max-clips", "1", *mode)
 
 
 def test_the_phases_add_up_to_the_decode_steps(bench):

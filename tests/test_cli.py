@@ -29,6 +29,7 @@ def test_every_command_explains_itself_with_an_example(name):
     assert "Example" in result.output and f"webbuild {name}" in result.output
 
 
+@pytest.mark.torch  # without the zoo extra `webbuild zoo` says so first (tests/test_install.py)
 def test_zoo_rejects_unknown_preset(tmp_path):
     result = CliRunner().invoke(main, ["zoo", "huge", "-o", str(tmp_path / "z")])
     assert result.exit_code == 2

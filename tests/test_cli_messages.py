@@ -6,25 +6,20 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import click
 import pytest
 
+from tests.command import webbuild
+from tests.example_config import EXAMPLE
 from webbuild.cli import main
 from webbuild.errors import SourceError
 from webbuild.graph.load import load_onnx
 from webbuild.text import plural, size
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "tiny-asr"
 FIX = "re-export or re-download the model"
 
-
-def webbuild(*args, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "webbuild.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, timeout=timeout)
 
 
 def one_error_line(r: subprocess.CompletedProcess) -> str:
@@ -172,10 +167,8 @@ def test_counts_and_sizes_read_one_way():
         "512 B", "25.0 MiB", "34.8 MiB", "3.00 GiB"]
 
 
-def test_build_log_shows_final_paths_and_binary_sizes(tmp_path):
-    out = tmp_path / "dist"
-    r = webbuild(EXAMPLE / "model.yaml", "-o", out, "-v")
-    assert r.returncode == 0, r.stderr
+def test_build_log_shows_final_paths_and_binary_sizes(example_build):
+    r, out = example_build, example_build.dist
     assert f"/.{out.name}-" not in r.stderr + r.stdout  # the staging folder is gone once the build ends
     assert "fused decoder.onnx: " in r.stderr and r.stderr.rstrip().endswith(f"wrote {out}")
     assert " MB" not in r.stdout and "MiB" in r.stdout

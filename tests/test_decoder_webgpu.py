@@ -18,14 +18,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.example_config import EXAMPLE
 from tests.runtime_page import ORT_URL, runtime_page
-from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
 from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, embed_table, greedy
 from webbuild.site.contract import IO
 from webbuild.tools.browser import choose, launch
 
-EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
+EXAMPLE_MODEL = EXAMPLE / "model"
 PREFILL = 24  # < 32: onnxruntime-web 1.30's WebGPU GQA is wrong for runs of 32+ new tokens
 STEPS = 8
 # Measured (BENCHMARKS.md): SwiftShader WebGPU fp32 within 8.7e-7 of the logits' range, wasm 4.5e-7,
@@ -128,7 +128,6 @@ def rel_err(ref: np.ndarray, got: list[list[float]]) -> np.ndarray:
     return np.abs(ref - got).max(1) / (ref.max(1) - ref.min(1))
 
 
-@needs_chromium
 @pytest.mark.parametrize("form", list(FORMS))
 def test_webgpu_logits_match_onnxruntime_cpu(browser_run, cpu, form):
     ref_logits, ref_tokens = cpu
@@ -141,7 +140,6 @@ def test_webgpu_logits_match_onnxruntime_cpu(browser_run, cpu, form):
     assert out["tokens"] == ref_tokens
 
 
-@needs_chromium
 def test_wasm_runs_the_explicit_form_and_rejects_norms_inside_gqa(browser_run, cpu):
     """Why the wasm fallback keeps the explicit form: onnxruntime-web's CPU kernel refuses
     q_norm_weight, as onnxruntime CPU does."""

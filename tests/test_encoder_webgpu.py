@@ -16,8 +16,8 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from tests.example_config import EXAMPLE
 from tests.runtime_page import ORT_URL, runtime_page
-from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
 from webbuild.fusion.fuse_decoder import save
 from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.pipeline.frontend import add_mel_frontend
@@ -26,7 +26,6 @@ from webbuild.reference.mel import DEFAULT_LEAD_MS, lead_samples
 from webbuild.site.contract import IO
 from webbuild.tools.browser import choose, launch
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 # Measured: SwiftShader WebGPU within 9.9e-7 of the features' range, wasm 6.9e-7 (BENCHMARKS.md); 100x
 # that leaves room for a real adapter's summation order and still catches a wrong kernel (0.1 and more).
 REL_TOL = 1e-4
@@ -124,7 +123,6 @@ def rel_errors(cpu: list[np.ndarray], out: dict) -> list[float]:
     return errs
 
 
-@needs_chromium
 @pytest.mark.parametrize("ep", ["webgpu", "wasm"])
 def test_fused_encoder_matches_onnxruntime_cpu(browser_run, cpu, ep):
     out = browser_run(ep)
@@ -135,7 +133,6 @@ def test_fused_encoder_matches_onnxruntime_cpu(browser_run, cpu, ep):
     assert max(errs) < REL_TOL
 
 
-@needs_chromium
 def test_small_subgroups_get_their_own_device(browser_run, cpu):
     """SwiftShader's subgroups have 4 lanes: webgpuProvider hands onnxruntime a device without them,
     and with the default device the same graph is wrong from 32 tokens on."""

@@ -4,7 +4,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 pytest.importorskip("transformers")
 onnx = pytest.importorskip("onnx")

@@ -7,27 +7,7 @@ torch and transformers, as an environment without them would.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-
-HIDE = """
-import sys
-HIDDEN = {"torch", "transformers"} | set(filter(None, sys.argv[1:2]))
-del sys.argv[1]
-class Hide:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in HIDDEN:
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-sys.meta_path.insert(0, Hide())
-"""
-
-
-def run_hidden(code: str, *args: str, also: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", HIDE + code, also, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+from tests.hidden import run_hidden
 
 
 def test_the_main_job_builds_and_imports_no_torch(tmp_path):
@@ -65,6 +45,7 @@ def test_training_without_torch_is_one_line_naming_the_extra():
 
 
 def test_verify_without_playwright_is_one_line_naming_the_extra():
-    r = run_hidden("from webbuild.cli import main; main()", "verify", "examples/tiny-asr", also="playwright")
+    r = run_hidden("from webbuild.cli import main; main()", "verify", "examples/tiny-asr",
+                   hidden=("torch", "transformers", "playwright"))
     assert r.returncode == 2
     assert len(r.stderr.splitlines()) == 1 and "pip install -e '.[verify]'" in r.stderr, r.stderr

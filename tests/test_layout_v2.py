@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,20 +13,16 @@ import onnx
 import pytest
 import yaml
 
-from tests.example_config import example_config
+from tests.command import webbuild
+from tests.example_config import EXAMPLE, example_config
 from webbuild.layouts import V2
 from webbuild.reference import source_v2 as v2
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import cpu_session, load_transcriber
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "tiny-asr"
 LAYERS, KV, HEAD_DIM, HIDDEN, VOCAB = 4, 2, 64, 256, 1031  # the example's config.json decoder block
+pytestmark = [pytest.mark.torch]  # the v2 export is the zoo's (webbuild.zoo needs the zoo extra)
 
-
-def webbuild(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "webbuild.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, timeout=600)
 
 
 @pytest.fixture(scope="session")
@@ -49,15 +43,13 @@ def _model_yaml(folder: Path, layout: str, source: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def sites(v2_export, tmp_path_factory) -> dict[str, Path]:
-    """dist/ built by `webbuild model.yaml` from the v2 export and from the example's split source."""
+def sites(v2_export, example_dist, tmp_path_factory) -> dict[str, Path]:
+    """dist/ built by `webbuild model.yaml` from the v2 export and from the example's split source (the
+    example as is)."""
     work = tmp_path_factory.mktemp("layout-v2-sites")
-    out = {}
-    for layout, source in (("qwen3-asr-v2", v2_export), ("qwen3-asr-split", EXAMPLE / "model")):
-        r = webbuild(_model_yaml(work, layout, source), "-o", work / layout)
-        assert r.returncode == 0, r.stderr
-        out[layout] = work / layout
-    return out
+    r = webbuild(_model_yaml(work, "qwen3-asr-v2", v2_export), "-o", work / "qwen3-asr-v2")
+    assert r.returncode == 0, r.stderr
+    return {"qwen3-asr-v2": work / "qwen3-asr-v2", "qwen3-asr-split": example_dist}
 
 
 def _io(path: Path) -> tuple[dict, dict]:
@@ -68,7 +60,8 @@ def _io(path: Path) -> tuple[dict, dict]:
 
 
 def test_v2_export_files_names_and_dtypes(v2_export):
-    assert {p.name for p in v2_export.iterdir()} == {*V2.files, "prompt_config.json", "preprocessor_config.json"}
+    assert {p.name for p in v2_export.iterdir()} == {*V2.files, "prompt_config.json",
+                                                     "preprocessor_config.json"}
     f32, i64 = np.dtype(np.float32), np.dtype(np.int64)
     outputs = {"logits": f32, "present_keys": f32, "present_values": f32}
     assert _io(v2_export / v2.INIT) == ({"input_embeds": f32, "position_ids": i64}, outputs)

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 pytest.importorskip("transformers")
 peft = pytest.importorskip("peft")

@@ -91,6 +91,7 @@ def test_gemm_with_transposed_weight_and_bias_is_quantized():
     assert np.abs(y - (x @ W + bias)).max() < 0.1 * np.abs(x @ W).max()
 
 
+@pytest.mark.torch  # onnxruntime's HQQ quantizer computes with torch
 def test_hqq_zero_points_rounded_to_uint8_move_weights_by_at_most_half_a_step():
     w = W[:64, :32].copy()
     x = X[..., :64]

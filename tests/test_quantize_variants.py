@@ -25,12 +25,13 @@ def merged(zoo_export):
 
 @pytest.fixture(scope="module")
 def fused_dir(merged, tmp_path_factory):
-    fuse = pytest.importorskip("fusion.fuse")
+    from webbuild.fusion.fuse_decoder import fuse_decoder, save
+
     out = tmp_path_factory.mktemp("fused")
     for name in ("encoder.onnx", "embed_tokens.bin", "config.json", "tokenizer.json"):
         shutil.copy(merged / name, out / name)
-    model, _ = fuse.fuse_decoder(merged / "decoder_model_merged.onnx")
-    fuse.save(model, out)
+    model, _ = fuse_decoder(merged / "decoder_model_merged.onnx")
+    save(model, out)
     return out
 
 

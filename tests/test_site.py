@@ -18,12 +18,10 @@ from webbuild.reference.audio import read_wav, write_wav
 from webbuild.reference.prompt import build_prompt
 from webbuild.site.contract import ORT_DIR, ORT_MODULES, ORT_WASM, SAMPLES_FILE
 from webbuild.site.manifest import load_manifest, verify_manifest
-from webbuild.tools.browser import QUIET, open_page, open_site, wait_for  # noqa: F401 (one copy, shared with webbuild verify)
+from webbuild.tools.browser import choose, launch, open_page, open_site, wait_for
 
-CHROMIUM = Path("/usr/bin/chromium")
 MAX_BYTES = 4 * 2**20  # small, so the decoder data and ORT's wasm arrive in several shards
 NEW_TOKENS = 6  # SwiftShader decodes about one token a second: keep browser runs short
-needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium")
 
 
 def build_site(root: Path, source: Path, fusion: bool) -> Path:
@@ -232,14 +230,6 @@ def test_theme_contrast_warnings():
 # ---------------------------------------------------------------- in the browser
 
 
-@pytest.fixture(scope="module")  # per module: two live sync drivers in one thread refuse to start
-def playwright():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        yield p
-
-
 def served(site, **kw):
     from webbuild.tools.serve import start
 
@@ -290,10 +280,9 @@ def check_same_origin(srv, log):
     assert not log["errors"], log["errors"]
 
 
-@needs_chromium
 @pytest.mark.parametrize("graph", ["export", "fused"])
-def test_webgpu_transcribes_like_the_reference(playwright, graph, request):
-    site = request.getfixturevalue("site" if graph == "export" else "fused_site")
+def test_webgpu_transcribes_like_the_reference(playwright, graph, site, fused_site):
+    site = site if graph == "export" else fused_site
     reference = reference_for(site)
     if graph == "fused":  # the GQA graph prefills in runs the WebGPU kernel gets right
         rt = json.loads(next((site / "dist" / "model" / "shards").glob("runtime.json.*")).read_bytes())
@@ -313,7 +302,6 @@ def test_webgpu_transcribes_like_the_reference(playwright, graph, request):
         check_same_origin(srv, log)
 
 
-@needs_chromium
 def test_software_webgpu_gets_wasm_with_a_note_unless_ep_webgpu(playwright, site):
     # this machine's only WebGPU adapter is SwiftShader (software), ~100x slower than wasm here
     with site_page(playwright, site, "?max_new_tokens=2", webgpu=True) as (srv, page, _):
@@ -332,7 +320,6 @@ def test_software_webgpu_gets_wasm_with_a_note_unless_ep_webgpu(playwright, site
         assert "swiftshader" in state["info"]["gpu"].lower() and forced.is_hidden("#notice")
 
 
-@needs_chromium
 def test_without_webgpu_falls_back_to_wasm(playwright, site, reference):
     # No COOP/COEP here (as on GitHub Pages): single-threaded wasm must work too.
     srv = served(site)
@@ -360,7 +347,6 @@ def test_without_webgpu_falls_back_to_wasm(playwright, site, reference):
         srv.shutdown()
 
 
-@needs_chromium
 def test_controls_are_labelled_and_keyboard_reachable(playwright, site):
     with site_page(playwright, site, "?ep=wasm&max_new_tokens=2", webgpu=False) as (srv, page, _):
         names = page.evaluate("""() => [...document.querySelectorAll('button, input, select')].map((el) =>
@@ -383,7 +369,6 @@ def test_controls_are_labelled_and_keyboard_reachable(playwright, site):
         assert "webbuild-tiny-test" not in page.evaluate("() => caches.keys()")
 
 
-@needs_chromium
 def test_file_upload_any_rate_and_channels(playwright, site, tmp_path):
     # 44.1 kHz stereo, 16-bit: decoded and resampled to 16 kHz mono in the page
     import wave
@@ -406,11 +391,10 @@ def test_file_upload_any_rate_and_channels(playwright, site, tmp_path):
         assert page.is_enabled("#sample-0")  # the page recovers from a bad file
 
 
-@needs_chromium
 def test_microphone_recording(playwright, site):
     # Chromium's fake capture device (a beeping tone) stands in for a microphone
     srv = served(site)
-    browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=QUIET + [
+    browser = launch(playwright, choose(), webgpu=False, extra=[
         "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"])
     try:
         context = browser.new_context(permissions=["microphone"])

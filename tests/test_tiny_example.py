@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from tests.conftest import REPO
+from tests.example_config import EXAMPLE
 from webbuild.config import load_config
 from webbuild.reference.audio import read_wav
 from webbuild.reference.mel import lead_samples
 from webbuild.reference.transcribe import load_transcriber
-
-EXAMPLE = REPO / "examples" / "tiny-asr"
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +49,10 @@ def test_example_stays_small():
 
 
 @pytest.fixture(scope="module")
-def built_example(tmp_path_factory):
-    from webbuild.pipeline.runner import run_build
-
-    cfg = load_config(EXAMPLE / "model.yaml")
-    out = tmp_path_factory.mktemp("example") / "dist"
-    report = run_build(cfg, out)
-    return cfg, out, report
+def built_example(example_dist):
+    """(the example's configuration, its build, the build's report)"""
+    report = json.loads((example_dist / "build-report.json").read_text())
+    return load_config(EXAMPLE / "model.yaml"), example_dist, report
 
 
 @pytest.mark.parametrize("variant", ["fp32", "fp16"])
@@ -65,19 +62,17 @@ def test_built_variants_transcribe_the_samples(built_example, variant):
     runner = load_transcriber(dist, variant)
     for sample in cfg.site.samples:
         assert runner.transcribe(read_wav(sample.audio)) == sample.text
-    assert report.variants[variant]["check"]["mean_token_agreement"] == 1.0
+    assert report["variants"][variant]["check"]["mean_token_agreement"] == 1.0
 
 
 def test_every_shipped_graph_role_has_a_check_row(built_example):
     """The check stage runs every graph the site ships (CPU forms where onnxruntime CPU refuses the WebGPU
     one): a row per role, each against the source, or against its base role for the adapted decoder's."""
-    import json
-
     _, dist, report = built_example
     manifest = json.loads((dist / "model" / "manifest.json").read_text())
     for variant, entry in manifest["variants"].items():
         graphs = {role for role, name in entry.items() if isinstance(name, str) and name.endswith(".onnx")}
-        rows = report.variants[variant]["check"]["roles"]
+        rows = report["variants"][variant]["check"]["roles"]
         assert set(rows) == graphs and {"decoder", "decoder_step", "decoder_lora"} <= graphs
         assert rows["decoder"]["ran"] == "cpu form" and rows["decoder"]["file"] == entry["decoder"]
         for role, row in rows.items():
@@ -85,8 +80,6 @@ def test_every_shipped_graph_role_has_a_check_row(built_example):
 
 
 def test_built_site_ships_no_float_embedding_table(built_example):
-    import json
-
     _, dist, _ = built_example
     manifest = json.loads((dist / "model" / "manifest.json").read_text())
     assert not [name for name in manifest["files"] if "embed_tokens" in name]
@@ -116,11 +109,9 @@ DATA_KEYS = ("graphs", "variants", "ops", "transcripts", "token_agreement", "fil
 def test_build_report_names_every_graph_census_the_same_way(built_example):
     """A graph is {"nodes", "ops"} wherever it appears (graphs.<name>.source / .fused, variants.<v>.decoder);
     sizes are "bytes" or end in _bytes; no key says before/after or prefixes a graph's name."""
-    import json
     import re
 
-    _, dist, _ = built_example
-    report = json.loads((dist / "build-report.json").read_text())
+    _, _, report = built_example
 
     def walk(node, parent: str = ""):
         if isinstance(node, dict):

@@ -5,15 +5,16 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 
-from webbuild.reference.mel import lead_length, lead_samples, log_mel
-from webbuild.reference.prompt import answer_text, parse_answer
-from webbuild.reference.tokenizer import build_tokenizer
-from webbuild.train.dataset import Clips, synthesize_clips
-from webbuild.train.features import log_mel_batch
-from webbuild.train.sentences import heldout_sentences, load_vocabulary, training_sentences
-from webbuild.train.speech import (
+torch = pytest.importorskip("torch")
+
+from webbuild.reference.mel import lead_length, lead_samples, log_mel  # noqa: E402
+from webbuild.reference.prompt import answer_text, parse_answer  # noqa: E402
+from webbuild.reference.tokenizer import build_tokenizer  # noqa: E402
+from webbuild.train.dataset import Clips, synthesize_clips  # noqa: E402
+from webbuild.train.features import log_mel_batch  # noqa: E402
+from webbuild.train.sentences import heldout_sentences, load_vocabulary, training_sentences  # noqa: E402
+from webbuild.train.speech import (  # noqa: E402
     CUT_S,
     DIGITAL_SILENCE_SHARE,
     ONSET_SHARE,

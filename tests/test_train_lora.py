@@ -5,7 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch")
 
 pytest.importorskip("transformers")
 

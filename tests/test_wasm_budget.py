@@ -12,43 +12,41 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import onnx
 import pytest
 
-from tests.example_config import write_example_config
+from tests.command import webbuild
+from tests.example_config import EXAMPLE, example_config, write_example_config
 from webbuild.pipeline.wasm_budget import BUDGET, BUDGET_ENV, GIB, shapes_need
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import load_transcriber
 from webbuild.site.manifest import load_manifest, reassemble
 from webbuild.tools.bench import run_node
-from webbuild.zoo.presets import get_preset
 
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "examples" / "tiny-asr"
 FOLDED = {"encoder": "float", "decoder": "float"}
 KEPT = {"encoder": "matmul_nbits", "decoder": "matmul_nbits"}
 
 
-def build(out: Path, budget: int | None = None) -> subprocess.CompletedProcess:
+def build(out: Path, budget: int | None = None, config: Path = EXAMPLE / "model.yaml") -> subprocess.CompletedProcess:
     env = dict(os.environ, **({BUDGET_ENV: str(budget)} if budget else {}))
-    run = subprocess.run([sys.executable, "-m", "webbuild.cli", str(EXAMPLE / "model.yaml"), "-o", str(out)],
-                         capture_output=True, text=True, cwd=REPO, timeout=1800, env=env)
+    run = webbuild(config, "-o", out, env=env)
     assert run.returncode == 0, run.stderr
     return run
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory):
-    out = tmp_path_factory.mktemp("wasm") / "dist"
-    return out, build(out)
+def dist(example_build):
+    return example_build.dist, example_build
 
 
 def preset_need(name: str, max_positions: int, decoder_sessions: int = 1) -> dict:
+    """The plan from a zoo preset's dimensions (webbuild.zoo needs the zoo extra: tests calling this are
+    marked torch)."""
+    from webbuild.zoo.presets import get_preset
+
     p = get_preset(name)
     t, a = p.text, p.audio
     return shapes_need(layers=t["num_hidden_layers"], hidden=t["hidden_size"], intermediate=t["intermediate_size"],
@@ -79,6 +77,7 @@ def test_the_tiny_example_fits_within_a_factor_of_its_measured_wasm_heap(dist):
     assert heap <= fit["need_bytes"] <= 4 * heap, (heap, fit)
 
 
+@pytest.mark.torch
 def test_the_estimate_from_dimensions_agrees_with_the_graphs(dist):
     out, _ = dist
     fit = json.loads((out / "build-report.json").read_text())["variants"]["fp32"]["wasm"]
@@ -88,6 +87,7 @@ def test_the_estimate_from_dimensions_agrees_with_the_graphs(dist):
     assert 0.8 <= shapes["need_bytes"] / fit["need_bytes"] <= 1.25, (shapes, fit)
 
 
+@pytest.mark.torch
 def test_the_0_6b_and_1_7b_keep_their_matmul_nbits_and_fit(dist):
     out, _ = dist
     positions = wasm_plan(out)["max_positions"]
@@ -100,6 +100,7 @@ def test_the_0_6b_and_1_7b_keep_their_matmul_nbits_and_fit(dist):
         assert all(o["need_bytes"] > 4 * GIB for o in need["options"] if o["forms"] != KEPT)
 
 
+@pytest.mark.torch
 def test_a_budget_below_every_option_leaves_no_wasm_path(dist, monkeypatch):
     out, _ = dist
     monkeypatch.setenv(BUDGET_ENV, str(GIB))
@@ -133,8 +134,7 @@ def test_twins_over_budget_give_way_to_matmul_nbits_and_wasm_transcribes_as_the_
 def test_an_8_bit_build_keeps_its_decoder_matmul_nbits_and_wasm_transcribes_as_the_reference(tmp_path):
     write_example_config(tmp_path, quantize={"bits": 8})
     out = tmp_path / "dist"
-    run = subprocess.run([sys.executable, "-m", "webbuild.cli", str(tmp_path / "model.yaml"), "-o", str(out)],
-                         capture_output=True, text=True, cwd=REPO, timeout=1800)
+    run = webbuild(tmp_path / "model.yaml", "-o", out)
     assert run.returncode == 0, run.stderr
     fit = wasm_plan(out)
     # the twin folds 4-bit weights only: the int4 encoder may fold, the 8-bit decoder keeps its MatMulNBits
@@ -154,11 +154,14 @@ def wasm_transcribes_as_the_reference(site: Path, max_clips: int) -> None:
         assert clip["text"] == reference.transcribe(read_wav(site / clip["src"])) == clip["expected"]
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None and not Path("/usr/bin/chromium").exists(),
-                    reason="no Chromium")
+@pytest.mark.browser
 def test_a_build_over_budget_refuses_wasm_and_verify_sees_the_page_say_so(tmp_path):
+    # one sample and no adapter: verify transcribes it once on SwiftShader WebGPU (the example's four, three
+    # times with its adapter, take minutes here) before the visit that matters
+    site = example_config()["site"]
     out = tmp_path / "dist"
-    run = build(out, budget=64 << 20)
+    run = build(out, budget=64 << 20, config=write_example_config(
+        tmp_path, adapters=[], site={**site, "samples": site["samples"][:1]}))
     fit = json.loads((out / "build-report.json").read_text())["variants"]["fp32"]["wasm"]
     need = f"{fit['need_bytes'] / GIB:.1f} GiB"
     assert f"fp32: no wasm fallback: needs {need} of the 0.1 GiB a wasm page gets; visitors without WebGPU " \
@@ -167,8 +170,7 @@ def test_a_build_over_budget_refuses_wasm_and_verify_sees_the_page_say_so(tmp_pa
     assert json.loads((out / "model" / "manifest.json").read_text())["variants"]["fp32"]["wasm"]["fits"] is False
     # first visits on WebGPU (SwiftShader, forced), then the visit with WebGPU hidden expects the refusal
     report_path = tmp_path / "report.json"
-    verify = subprocess.run([sys.executable, "-m", "webbuild.cli", "verify", str(out), "--ep", "webgpu", "--json",
-                             str(report_path)], capture_output=True, text=True, cwd=REPO, timeout=1800)
+    verify = webbuild("verify", out, "--ep", "webgpu", "--json", report_path)
     report = json.loads(report_path.read_text())
     checks = {c["name"]: c for c in report["checks"]}
     said = checks["WebGPU off: the page says the model needs WebGPU"]

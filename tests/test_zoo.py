@@ -8,12 +8,13 @@ import logging
 import numpy as np
 import onnx
 import pytest
-import torch
-import torch.nn.functional as F
 
-from webbuild.reference.mel import log_mel
-from webbuild.reference.prompt import audio_token_count, build_prompt
-from webbuild.reference.transcribe import load_transcriber
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+from webbuild.reference.mel import log_mel  # noqa: E402
+from webbuild.reference.prompt import audio_token_count, build_prompt  # noqa: E402
+from webbuild.reference.transcribe import load_transcriber  # noqa: E402
 
 SPLIT_FILES = {"encoder.onnx", "decoder_init.onnx", "decoder_step.onnx", "decoder_weights.data",
                "embed_tokens.bin", "config.json", "preprocessor_config.json", "tokenizer.json"}

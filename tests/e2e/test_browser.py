@@ -3,7 +3,6 @@ then Playwright's own; SwiftShader WebGPU flags only without a GPU."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -96,7 +95,7 @@ ASK = """async () => {
 }"""
 
 
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="no /usr/bin/chromium")
+@pytest.mark.browser
 def test_hide_webgpu_takes_it_from_pages_and_the_worker_even_with_webgpu_flags(tmp_path):
     """Launched WITH the WebGPU flags (SwiftShader's adapter exists), a hidden context still sees no
     WebGPU, in the page and in the site's worker: the fallback check cannot depend on a switch."""
@@ -106,7 +105,7 @@ def test_hide_webgpu_takes_it_from_pages_and_the_worker_even_with_webgpu_flags(t
 
     (tmp_path / "index.html").write_text("<p>x</p>")
     (tmp_path / "worker.js").write_text(WORKER_JS)
-    choice = choose("/usr/bin/chromium", env={}, gpu=False)
+    choice = choose(env={}, gpu=False)  # a system Chromium (the browser lane's)
     srv = start(tmp_path, quiet=True)
     with sync_playwright() as p:
         browser = launch(p, choice, webgpu=True)

@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 import yaml
 
-from webbuild.tools.browser import choose
+from tests.command import webbuild
+from tests.example_config import EXAMPLE
 from webbuild.tools.serve import start
 from webbuild.tools.verify.tokens import MAX_TIE_MARGIN
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "examples" / "tiny-asr"
 CHECKS = {"first visit: model loads", "corrupted shard detected and recovered", "second visit: model loads",
           "second visit loads the model from the cache", "WebGPU off: model loads",
           "wasm fallback when WebGPU is off", "wasm fallback transcribes", "no request leaves the origin",
@@ -32,14 +29,7 @@ LORA = {"adapter klatt: the picker switches it on", "adapter none: the picker sw
         "adapter none again: the first tokens exactly"}  # the example ships one adapter
 SAMPLE_RUNS = ["samples", "samples, adapter klatt", "samples, adapter none again"]  # 4 samples each
 FLOOR = "decode speed on wasm at or above the floor"
-pytestmark = [
-    pytest.mark.skipif(choose().source == "playwright", reason="no system Chrome/Chromium"),
-]
-
-
-def webbuild(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "webbuild.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, timeout=1800)
+pytestmark = [pytest.mark.browser]
 
 
 def junit_failures(path: Path, report: dict) -> dict[str, str]:
@@ -63,11 +53,8 @@ def junit_failures(path: Path, report: dict) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def dist(tmp_path_factory):
-    out = tmp_path_factory.mktemp("verify") / "dist"
-    run = webbuild(EXAMPLE / "model.yaml", "-o", out)
-    assert run.returncode == 0, run.stderr
-    return out
+def dist(example_dist):
+    return example_dist
 
 
 @pytest.fixture(scope="module")
@@ -126,27 +113,29 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
         assert speed["decode_tokens_per_s"] >= floors[ep]
 
 
-def test_verify_fails_below_the_decode_speed_floor(dist, tmp_path):
-    run = webbuild("verify", dist, "--ep", "wasm", "--min-decode-tokens-per-s", "1e9", "--json", tmp_path / "r.json",
-                   "--junit", tmp_path / "junit.xml")
+def test_verify_fails_below_the_decode_speed_floor(example_dist_without_adapters, tmp_path):
+    # the build without the adapter: its 4 samples once (the adapter's runs are the green test's)
+    run = webbuild("verify", example_dist_without_adapters, "--ep", "wasm", "--min-decode-tokens-per-s", "1e9",
+                   "--json", tmp_path / "r.json", "--junit", tmp_path / "junit.xml")
     assert run.returncode == 1, run.stdout + run.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert all(r["ok"] for r in report["clips"])  # only the speed fails
     [check] = [c for c in report["checks"] if not c["ok"]]
     rate = report["decode_speed"]["wasm"]["decode_tokens_per_s"]
     assert check["name"] == FLOOR and check["detail"] == (
-        f"measured {rate:.1f} tokens/s on wasm over 13 clips, below the floor of 1e+09 (--min-decode-tokens-per-s)")
-    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 13/13 clips (0 passed under the margin), 13/14 checks",
+        f"measured {rate:.1f} tokens/s on wasm over 5 clips, below the floor of 1e+09 (--min-decode-tokens-per-s)")
+    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 5/5 clips (0 passed under the margin), 10/11 checks",
                                                      f"FAIL check {FLOOR}: {check['detail']}"]
     assert junit_failures(tmp_path / "junit.xml", report) == {FLOOR: check["detail"]}
 
 
-def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(dist, clips, tmp_path):
+def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(example_dist_without_adapters, clips, tmp_path):
     wrong = tmp_path / "wrong"
     wrong.mkdir()
     shutil.copy(clips / "heldout-001.wav", wrong / "clip.wav")
     (wrong / "clip.txt").write_text("this is not what the clip says\n")
-    srv = start(dist, quiet=True, base_path="/")  # a "deployed" site: verify gets only its URL
+    # a "deployed" site, built without the adapter (its 4 samples once): verify gets only its URL
+    srv = start(example_dist_without_adapters, quiet=True, base_path="/")
     try:
         run = webbuild("verify", srv.url, "--ep", "wasm", "--clips", wrong, "--json", tmp_path / "r.json",
                        "--junit", tmp_path / "junit.xml")
@@ -164,9 +153,9 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(dist, clips, tmp_
     reason = "WER 1.00 > 0.00: expected 'this is not what the clip says', got 'ghost repeat station'"
     assert bad[0]["reason"] == reason
     assert run.stdout.rstrip().splitlines()[-3:] == [
-        "FAIL: 13/14 clips, 13/14 checks",  # a deployed URL: no reference, no token comparison
+        "FAIL: 5/6 clips, 10/11 checks",  # a deployed URL: no reference, no token comparison
         f"FAIL clip clip.wav (clips, wasm): {reason}",
-        f"FAIL check {failed[0]}: 13/14 clips; first failure clip.wav (clips): {reason}"]
+        f"FAIL check {failed[0]}: 5/6 clips; first failure clip.wav (clips): {reason}"]
     detail = next(c["detail"] for c in report["checks"] if not c["ok"])
     assert junit_failures(tmp_path / "junit.xml", report) == {"clip.wav [wasm]": reason, failed[0]: detail}
 

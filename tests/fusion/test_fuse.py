@@ -1,9 +1,6 @@
 """End to end: every zoo source fuses to the target graph, matches the source on onnxruntime CPU,
 is no bigger per layer than the onnxruntime-genai builder's graph, and fusing again is a no-op."""
 
-import subprocess
-import sys
-
 import numpy as np
 import onnx_ir as ir
 import pytest
@@ -60,19 +57,9 @@ def test_fusing_twice_changes_nothing(fused):
     assert report["fused"] == {} and report["not_fused"] == []
 
 
-def build_genai(zoo, out, ep: str):
-    """onnxruntime-genai builder output for the same weights (fp32, embeddings excluded)."""
-    pytest.importorskip("onnxruntime_genai")
-    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(zoo.hf()), "-o", str(out),
-                    "-p", "fp32", "-e", ep, "-c", str(out / "cache"),
-                    "--extra_options", "exclude_embeds=true", "prune_lm_head=true"],
-                   check=True, capture_output=True)
-    return out / "model.onnx"
-
-
 @pytest.fixture(scope="session")
-def genai_graph(zoo, tmp_path_factory):
-    return build_genai(zoo, tmp_path_factory.mktemp("genai"), "cpu")
+def genai_graph(genai_build):
+    return genai_build("cpu")
 
 
 def test_no_more_nodes_per_layer_than_genai_builder(fused, genai_graph):

@@ -4,7 +4,7 @@ import numpy as np
 import onnx_ir as ir
 import pytest
 
-from tests.fusion.conftest import partly_fused
+from tests.fusion.partial import partly_fused
 from webbuild.fusion import gqa, rms_norm, rope, skip_rms_norm
 from webbuild.fusion.rule_report import Report
 from webbuild.fusion.validate import check

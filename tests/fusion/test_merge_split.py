@@ -1,6 +1,6 @@
 import onnx_ir as ir
 
-from tests.fusion.conftest import partly_fused
+from tests.fusion.partial import partly_fused
 from webbuild.fusion import gqa, merge_split, rms_norm, skip_rms_norm
 from webbuild.fusion.validate import check
 from webbuild.graph.ir import dead_code_elimination

@@ -15,6 +15,9 @@ from webbuild.fusion.parity import compare_tokens
 from webbuild.fusion.validate import check
 from webbuild.graph.ir import census
 
+# the exports are torch's, in the exporter's own venv (`make optimum-fixtures` makes them, minutes the first time)
+pytestmark = [pytest.mark.torch]
+
 
 @pytest.fixture(scope="module", params=FAMILIES)
 def fused(request, tmp_path_factory):

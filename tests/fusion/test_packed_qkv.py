@@ -1,6 +1,6 @@
 import numpy as np
 
-from tests.fusion.conftest import partly_fused
+from tests.fusion.partial import partly_fused
 from webbuild.fusion import gqa, packed_qkv, rms_norm, skip_rms_norm
 from webbuild.fusion.validate import check
 from webbuild.graph.ir import census

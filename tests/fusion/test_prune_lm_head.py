@@ -1,6 +1,6 @@
 import numpy as np
 
-from tests.fusion.conftest import partly_fused
+from tests.fusion.partial import partly_fused
 from webbuild.fusion import prune_lm_head
 from webbuild.fusion.validate import check
 

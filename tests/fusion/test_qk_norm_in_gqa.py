@@ -5,7 +5,6 @@ structure, and that the inverse gives back the explicit graph."""
 import onnx_ir as ir
 import pytest
 
-from tests.fusion.test_fuse import build_genai
 from webbuild.fusion import qk_norm_in_gqa
 from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, compare, embed_table
@@ -14,8 +13,8 @@ from webbuild.graph.ir import census, dead_code_elimination, nodes_per_layer
 
 
 @pytest.fixture(scope="module")
-def genai_webgpu(zoo, tmp_path_factory):
-    return build_genai(zoo, tmp_path_factory.mktemp("genai-webgpu"), "webgpu")
+def genai_webgpu(genai_build):
+    return genai_build("webgpu")
 
 
 def test_norm_weights_move_into_gqa(zoo, tmp_path, genai_webgpu):

@@ -1,7 +1,7 @@
 import numpy as np
 
-from tests.fusion.conftest import partly_fused
 from tests.fusion.graphs import H, residual_graph, run
+from tests.fusion.partial import partly_fused
 from webbuild.fusion import rms_norm, skip_rms_norm
 from webbuild.fusion.rule_report import Report
 from webbuild.fusion.validate import check

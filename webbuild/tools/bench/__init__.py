@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +14,10 @@ from webbuild.errors import BenchError
 from webbuild.text import size
 
 HARNESSES = Path(__file__).resolve().parent  # the Node harnesses ship beside this module
+# Flags for every Node the bench starts (shell-style quoting), as $WEBBUILD_BROWSER_ARGS is for Chromium.
+# The tests set --liftoff-only: V8's optimising wasm compiler otherwise spends about 50 s of CPU on
+# onnxruntime-web's 25 MB module in every run on a 2-core machine; figures measured so are not a benchmark's.
+NODE_ARGS_ENV = "WEBBUILD_NODE_ARGS"
 # Chromium's software Vulkan driver: WebGPU without a GPU (correct, not fast).
 SWIFTSHADER_ENV = {
     "LD_LIBRARY_PATH": "/usr/lib/chromium",
@@ -67,7 +72,7 @@ def run_node(
         raise BenchError("node not found: install Node >= 20 or set WEBBUILD_NODE")
     for key, value in (session_config or {}).items():
         extra += ["--session-config", f"{key}={value}"]
-    cmd = [node, str(harness), str(dist), "--ep", ep, "--decode-tokens", str(decode_tokens), *extra]
+    cmd = [node, *node_args(), str(harness), str(dist), "--ep", ep, "--decode-tokens", str(decode_tokens), *extra]
     env = {**os.environ, **(SWIFTSHADER_ENV if swiftshader else {})}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
@@ -77,6 +82,10 @@ def run_node(
         tail = proc.stderr.strip().splitlines()[-5:]
         raise BenchError(f"{harness.name} failed: " + (" | ".join(tail) or f"exit code {proc.returncode}"))
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def node_args() -> list[str]:
+    return shlex.split(os.environ.get(NODE_ARGS_ENV, ""))
 
 
 def table(r: dict) -> str:
