@@ -12,7 +12,6 @@ import onnx
 import pytest
 
 from tests.example_config import EXAMPLE, write_example_config
-from tests.test_site import needs_chromium, playwright  # noqa: F401 (fixture)
 from webbuild.config import load_config
 from webbuild.pipeline.runner import run_build
 from webbuild.reference.audio import read_wav
@@ -80,9 +79,8 @@ def test_the_python_reference_reads_the_sites_names(renamed_site):
     assert ref.transcribe(read_wav(SAMPLE)) == "harmony emerge surprise"
 
 
-@needs_chromium
 @pytest.mark.parametrize("ep, new_tokens", [("wasm", 64), pytest.param("webgpu", 4, marks=pytest.mark.slow)])
-def test_the_page_transcribes_with_the_new_names(playwright, renamed_site, ep, new_tokens):  # noqa: F811
+def test_the_page_transcribes_with_the_new_names(playwright, renamed_site, ep, new_tokens):
     """wasm: the whole sample; WebGPU (SwiftShader, ~1 token/s here): a few tokens, through graph capture."""
     from webbuild.tools.serve import start
 

@@ -66,7 +66,7 @@ def test_manifest_and_runtime_json_match_their_schemas(example_site, tmp_path):
     from webbuild.site.manifest import load_manifest, reassemble
     from webbuild.site.schema_types import SCHEMA_DIR
 
-    model = example_site[0] / "dist" / "model"
+    model = example_site[0] / "model"
     manifest = load_manifest(model)
     reassemble(model, manifest, RUNTIME_FILE, tmp_path / RUNTIME_FILE)
     for stem, data in (("manifest", manifest), ("runtime", json.loads((tmp_path / RUNTIME_FILE).read_text()))):
