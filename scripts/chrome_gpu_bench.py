@@ -279,7 +279,7 @@ def main() -> int:
                 info = site.state["info"]
                 result["site"] = {"info": info, "adapter": site.adapter, "clips": site.clips,
                                   "wall_s": round(site.wall_s, 1)}
-                log(f"site: {info['ep']} {info['variant']} on {info['adapter']!r}; "
+                log(f"site: {info['ep']} {info['variant']} on {info['gpu']!r}; "
                     f"load {info['load']['total_ms']:.0f} ms; requestAdapter {site.adapter}")
                 log(f"clips: {site.clips}")
                 save()

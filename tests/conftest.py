@@ -179,7 +179,7 @@ class Zoo:
     def source(self, layout: str, exporter: str) -> Path:
         """What fuse_decoder takes: the split folder, or the merged .onnx file."""
         out = self.export(layout, exporter)
-        return out if layout == "split" else out / "decoder_model_merged.onnx"
+        return out if layout == "qwen3-asr-split" else out / "decoder_model_merged.onnx"
 
     def family(self, name: str) -> Path:
         """A merged export of a tiny Llama / Qwen2 / Qwen3 CausalLM (fusion.tests.sources)."""
@@ -195,7 +195,7 @@ class Zoo:
         # float activations: the fused graph's packed MatMulNBits and the source's three
         # would round int8 activations differently at accuracy level 4
         out = self.made(f"{layout}-torchscript-q4", lambda out: quantize_export(source, out, accuracy_level=0))
-        return out if layout == "split" else out / "decoder_model_merged.onnx"
+        return out if layout == "qwen3-asr-split" else out / "decoder_model_merged.onnx"
 
     def hf(self) -> Path:
         from webbuild.zoo.build import save_text_decoder_hf
@@ -218,7 +218,7 @@ def tiny_model(zoo):
 def zoo_export(zoo):
     """zoo_export(layout, exporter) -> folder of that export of the tiny model (cached across sessions)."""
 
-    def get(layout: str = "split", exporter: str = "torchscript") -> Path:
+    def get(layout: str = "qwen3-asr-split", exporter: str = "torchscript") -> Path:
         return zoo.export(layout, exporter)
 
     return get
@@ -279,7 +279,7 @@ def webgpu_bench(tmp_path_factory):
                              "--json", out, *options, timeout=900)
             assert bench.returncode == 0, bench.stderr
             report = json.loads(out.read_text())
-            assert report["ep"] == "webgpu", report["adapter"]
+            assert report["ep"] == "webgpu", report["gpu"]
             assert report["synthetic_decode"]["ms_per_token"]["n"] == BENCH_DECODE
             made[key] = report, bench.stdout
         return made[key]

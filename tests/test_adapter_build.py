@@ -13,12 +13,13 @@ import pytest
 from click.testing import CliRunner
 
 from tests.example_config import EXAMPLE
-from webbuild.adapters import TARGET_MODULES, input_name
+from webbuild.adapters import TARGET_MODULES
 from webbuild.cli import main
 from webbuild.pipeline.lora_form import NoProjections, find_projections
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import IdsDecoder, cpu_form, load_transcriber
 from webbuild.site.adapter_pack import dequantize_int8, graph_inputs, pack, quantize_int8, unpack
+from webbuild.site.contract import IO
 from webbuild.site.manifest import load_manifest, reassemble
 
 KLATT = EXAMPLE / "adapters" / "klatt"
@@ -70,7 +71,7 @@ def test_adapter_ships_as_its_own_file_at_int8_size(sites):
     manifest = load_manifest(sites["with"] / "model")
     entry = manifest["adapters"]["klatt"]
     assert entry["precision"] == "int8" and entry["rank"] == 32 and entry["file"] == "adapter.klatt.bin"
-    assert list(entry["tensors"]) == [input_name(i, p, part) for i in range(4) for p in TARGET_MODULES
+    assert list(entry["tensors"]) == [IO.lora_input(i, p, part) for i in range(4) for p in TARGET_MODULES
                                       for part in ("down", "up")]
     parameters = sum(np.prod(t["shape"]) for t in entry["tensors"].values())
     assert parameters == 622_592
@@ -104,7 +105,7 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
         inputs = {v.name: v for v in model.graph.inputs}
         for layer in range(4):
             for proj in TARGET_MODULES:
-                down, up = inputs[input_name(layer, proj, "down")], inputs[input_name(layer, proj, "up")]
+                down, up = inputs[IO.lora_input(layer, proj, "down")], inputs[IO.lora_input(layer, proj, "up")]
                 assert down.const_value is None and up.const_value is None, role
                 assert down.shape[1] == up.shape[0] == "lora_rank", role
                 (low, _), = down.uses()

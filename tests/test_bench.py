@@ -30,7 +30,7 @@ def test_bench_wasm_reports_the_metrics(site, tmp_path):
     assert "ms/token" in run.stdout and "TTFT" in run.stdout
     r = json.loads(out.read_text())
     assert (r["ep"], r["variant"], r["kv_cache"]) == ("wasm", "fp32", "cpu")
-    assert r["adapter"].startswith("none")
+    assert r["gpu"].startswith("none")
     assert r["load"]["total_ms"] >= r["load"]["session_ms"] > 0
     s = r["summary"]
     assert s["clips"] == 2 and s["clips_matching"] == 2  # the example transcribes its samples exactly

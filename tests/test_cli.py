@@ -40,7 +40,7 @@ def test_zoo_rejects_unknown_preset(tmp_path):
 def test_transcribe_json_lines(zoo_export, tmp_path):
     clip = tmp_path / "a.wav"
     write_wav(clip, np.random.RandomState(0).randn(20000) * 0.05)
-    result = CliRunner().invoke(main, ["transcribe", str(zoo_export("split")), str(clip), "--json",
+    result = CliRunner().invoke(main, ["transcribe", str(zoo_export("qwen3-asr-split")), str(clip), "--json",
                                        "--max-new-tokens", "3"])
     assert result.exit_code == 0, result.output
     import json
@@ -52,7 +52,7 @@ def test_transcribe_json_lines(zoo_export, tmp_path):
 def test_transcribe_unreadable_audio(zoo_export, tmp_path):
     bad = tmp_path / "bad.wav"
     bad.write_bytes(b"not a wav at all")
-    result = CliRunner().invoke(main, ["transcribe", str(zoo_export("split")), str(bad)])
+    result = CliRunner().invoke(main, ["transcribe", str(zoo_export("qwen3-asr-split")), str(bad)])
     assert result.exit_code == 2
     assert "bad.wav" in result.output and "not a readable WAV" in result.output
 
@@ -71,7 +71,7 @@ def test_transcribe_folder_with_transcripts_reports_wer(zoo_export, tmp_path):
     for name in ("b", "a"):
         write_wav(tmp_path / f"{name}.wav", np.random.RandomState(1).randn(9000) * 0.05)
     (tmp_path / "a.txt").write_text("hello world\n")
-    result = CliRunner().invoke(main, ["transcribe", str(zoo_export("split")), str(tmp_path),
+    result = CliRunner().invoke(main, ["transcribe", str(zoo_export("qwen3-asr-split")), str(tmp_path),
                                                        "--json", "--max-new-tokens", "2"])
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in result.stdout.splitlines()]

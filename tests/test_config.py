@@ -66,7 +66,7 @@ def test_minimal_yaml_gets_defaults(tmp_path, zoo_export):
     from webbuild.config import load_config
 
     path = tmp_path / "model.yaml"
-    path.write_text(f"name: tiny-asr\nsource: {{layout: qwen3-asr-split, dir: {zoo_export('split')}}}\n")
+    path.write_text(f"name: tiny-asr\nsource: {{layout: qwen3-asr-split, dir: {zoo_export('qwen3-asr-split')}}}\n")
     cfg = load_config(path)
     assert cfg.variants == ["fp16", "fp32"]
     assert cfg.shard.max_bytes == 25 * 1024 * 1024
@@ -79,7 +79,7 @@ def test_relative_source_dir_resolves_against_yaml(tmp_path, zoo_export):
 
     from webbuild.config import load_config
 
-    shutil.copytree(zoo_export("split"), tmp_path / "sub" / "model")
+    shutil.copytree(zoo_export("qwen3-asr-split"), tmp_path / "sub" / "model")
     path = tmp_path / "sub" / "model.yaml"
     path.write_text("name: x\nsource: {layout: qwen3-asr-split, dir: ./model}\n")
     assert load_config(path).source.dir == tmp_path / "sub" / "model"

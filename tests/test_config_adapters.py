@@ -11,10 +11,11 @@ import pytest
 from click.testing import CliRunner
 from safetensors.numpy import save_file
 
-from webbuild.adapters import RANK, TARGET_MODULES, adapter_problems, expected_tensors, input_name, tensor_name
+from webbuild.adapters import RANK, TARGET_MODULES, adapter_problems, expected_tensors, tensor_name
 from webbuild.cli import main
 from webbuild.config import load_config
 from webbuild.site.adapter_pack import graph_inputs
+from webbuild.site.contract import IO
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr"
 BASE = json.loads((EXAMPLE / "model" / "config.json").read_text())
@@ -188,8 +189,8 @@ def test_the_update_is_scaled_as_peft_scales_it(tmp_path, rslora, factor):
     (folder / "adapter_config.json").write_text(json.dumps(config))
     inputs = graph_inputs(folder, BASE["decoder"]["num_layers"], scale=0.5)
     b = tensors[tensor_name(1, "v_proj", "B")]
-    np.testing.assert_allclose(inputs[input_name(1, "v_proj", "up")], (b * factor * 0.5).T, rtol=1e-6)
-    np.testing.assert_array_equal(inputs[input_name(1, "v_proj", "down")], tensors[tensor_name(1, "v_proj", "A")].T)
+    np.testing.assert_allclose(inputs[IO.lora_input(1, "v_proj", "up")], (b * factor * 0.5).T, rtol=1e-6)
+    np.testing.assert_array_equal(inputs[IO.lora_input(1, "v_proj", "down")], tensors[tensor_name(1, "v_proj", "A")].T)
 
 
 def test_adapter_that_also_adapts_the_audio_encoder(tmp_path):

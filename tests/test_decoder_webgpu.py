@@ -22,6 +22,7 @@ from tests.example_config import EXAMPLE
 from tests.runtime_page import ORT_URL, runtime_page
 from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, embed_table, greedy
+from webbuild.site.contract import IO
 from webbuild.tools.browser import choose, launch
 
 EXAMPLE_MODEL = EXAMPLE / "model"
@@ -69,7 +70,7 @@ def cpu(root, prompt):
     return np.stack([x[0] for x in logits]), tokens
 
 
-RUN = """async ({ ortUrl, form, ep, ids, steps, decoder }) => {
+RUN = """async ({ ortUrl, form, ep, ids, steps, decoder, io }) => {
   const ort = await import(ortUrl);
   const { Recogniser } = await import('./runtime/asr.js');
   const { argmaxLast } = await import('./runtime/greedy.js');
@@ -79,7 +80,7 @@ RUN = """async ({ ortUrl, form, ep, ids, steps, decoder }) => {
   const files = new Map([['decoder.onnx', await get(`graphs/${form}/decoder.onnx`)],
     ['decoder.onnx.data', await get(`graphs/${form}/decoder.onnx.data`)],
     ['embed_tokens.bin', await get('graphs/embed_tokens.bin')]]);
-  const r = new Recogniser(ort, { decoder }, ep);
+  const r = new Recogniser(ort, { decoder, io }, ep);
   try {
     await r.loadDecoder(files, { graph: 'decoder.onnx', data: 'decoder.onnx.data', embed: 'embed_tokens.bin' });
     let { logits, present } = await r.step(r.inputs(ids), ids.length, r.emptyPast());
@@ -113,7 +114,7 @@ def browser_run(playwright, root, prompt):
     def run(form: str, ep: str) -> dict:
         if (form, ep) not in done:
             done[form, ep] = page.evaluate(RUN, {"ortUrl": ORT_URL, "form": form, "ep": ep, "ids": prompt,
-                                                 "steps": STEPS, "decoder": decoder})
+                                                 "steps": STEPS, "decoder": decoder, "io": IO.names()})
         return done[form, ep]
 
     yield run

@@ -23,6 +23,7 @@ from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.pipeline.frontend import add_mel_frontend
 from webbuild.reference.audio import read_wav
 from webbuild.reference.mel import DEFAULT_LEAD_MS, lead_samples
+from webbuild.site.contract import IO
 from webbuild.tools.browser import choose, launch
 
 # Measured: SwiftShader WebGPU within 9.9e-7 of the features' range, wasm 6.9e-7 (BENCHMARKS.md); 100x
@@ -58,7 +59,7 @@ def cpu(root, clips) -> list[np.ndarray]:
     return [sess.run(None, {"pcm": c[None].astype(np.float32)})[0] for c in clips]
 
 
-RUN = """async ({ ortUrl, ep, pcm, plain }) => {
+RUN = """async ({ ortUrl, ep, pcm, plain, io }) => {
   const ort = await import(ortUrl);
   const { Recogniser } = await import('./runtime/asr.js');
   const { webgpuProvider } = await import('./runtime/probe.js');
@@ -75,7 +76,7 @@ RUN = """async ({ ortUrl, ep, pcm, plain }) => {
     if (!plain) provider = await webgpuProvider(a);
   }
   try {
-    const r = new Recogniser(ort, { decoder: {} }, provider);
+    const r = new Recogniser(ort, { decoder: {}, io }, provider);
     await r.loadEncoder(files, { graph: 'encoder.onnx', data: 'encoder.onnx.data' });
     const features = [];
     for (const x of pcm) {
@@ -103,7 +104,7 @@ def browser_run(playwright, root, clips):
         if (ep, plain) not in done:
             page = browser.new_page()
             page.goto(srv.url + "index.html")
-            done[ep, plain] = page.evaluate(RUN, {"ortUrl": ORT_URL, "ep": ep, "plain": plain,
+            done[ep, plain] = page.evaluate(RUN, {"ortUrl": ORT_URL, "ep": ep, "plain": plain, "io": IO.names(),
                                                   "pcm": [c.tolist() for c in clips]})
             page.close()
         return done[ep, plain]

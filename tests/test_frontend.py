@@ -61,7 +61,7 @@ def test_silence_then_speech_keeps_the_dynamic_range_floor(frontend):
 
 @pytest.mark.parametrize("lead", [0, LEAD])
 def test_encoder_takes_pcm(zoo_export, tmp_path, lead):
-    src = zoo_export("split") / "encoder.onnx"
+    src = zoo_export("qwen3-asr-split") / "encoder.onnx"
     add_mel_frontend(src, tmp_path / "encoder.onnx", lead)
     pcm_enc = ort.InferenceSession(str(tmp_path / "encoder.onnx"), providers=["CPUExecutionProvider"])
     mel_enc = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"])
@@ -79,13 +79,13 @@ def test_encoder_takes_pcm(zoo_export, tmp_path, lead):
 
 def test_rejects_encoder_without_mel_input(zoo_export, tmp_path):
     with pytest.raises(BuildError, match="expected one input named 'mel'"):
-        add_mel_frontend(zoo_export("split") / "decoder_step.onnx", tmp_path / "x.onnx")
+        add_mel_frontend(zoo_export("qwen3-asr-split") / "decoder_step.onnx", tmp_path / "x.onnx")
 
 
 def test_external_weights_are_copied_not_loaded(zoo_export, tmp_path):
     """An encoder whose weights live in a data file (the fused encoder's) keeps them in one: the
     front-end is spliced into the graph alone and the file is copied beside the output."""
-    src = zoo_export("split") / "encoder.onnx"
+    src = zoo_export("qwen3-asr-split") / "encoder.onnx"
     model = onnx.load(str(src))
     (tmp_path / "in").mkdir()
     onnx.save(model, str(tmp_path / "in" / "enc.onnx"), save_as_external_data=True, location="w.bin")

@@ -17,7 +17,7 @@ LAYERS = [
     {"reference"},
     {"fusion", "quantize"},
     {"site", "graph", "config"},
-    {"errors", "text", "adapters"},
+    {"errors", "text", "adapters", "layouts"},
 ]
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from tests.command import webbuild
 from tests.example_config import EXAMPLE, example_config
-from webbuild.config import LAYOUT_FILES
+from webbuild.layouts import V2
 from webbuild.reference import source_v2 as v2
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import cpu_session, load_transcriber
@@ -60,7 +60,7 @@ def _io(path: Path) -> tuple[dict, dict]:
 
 
 def test_v2_export_files_names_and_dtypes(v2_export):
-    assert {p.name for p in v2_export.iterdir()} == {*LAYOUT_FILES["qwen3-asr-v2"], "prompt_config.json",
+    assert {p.name for p in v2_export.iterdir()} == {*V2.files, "prompt_config.json",
                                                      "preprocessor_config.json"}
     f32, i64 = np.dtype(np.float32), np.dtype(np.int64)
     outputs = {"logits": f32, "present_keys": f32, "present_values": f32}

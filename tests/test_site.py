@@ -120,7 +120,7 @@ def test_runtime_config_and_token_table(site, zoo_export):
 def test_runtime_json_carries_the_contract_names(site, fused_site):
     """runtime.json names the files the JS looks up as webbuild.site.contract does (file roles, the decode
     table, onnxruntime-web's module and wasm), and every file role of a manifest variant is one of them."""
-    from webbuild.site.contract import FILE_ROLES, ORT_MODULE, RUNTIME_FILE, TOKENS_FILE
+    from webbuild.site.contract import FILE_ROLES, IO, ORT_MODULE, RUNTIME_FILE, TOKENS_FILE, VARIANTS
 
     known = {role for table in FILE_ROLES.values() for role in table.values()}
     for built in (site, fused_site):
@@ -128,10 +128,11 @@ def test_runtime_json_carries_the_contract_names(site, fused_site):
         manifest = load_manifest(dist / "model")
         rt = json.loads((dist / "model" / manifest["files"][RUNTIME_FILE]["parts"][0]["shard"]).read_bytes())
         assert rt["files"] == {"tokens": TOKENS_FILE, "ort_module": f"{ORT_DIR}/{ORT_MODULE}", "ort_wasm": ORT_WASM}
-        assert rt["roles"] == FILE_ROLES
+        assert rt["roles"] == FILE_ROLES and rt["io"] == IO.names() and rt["variants"] == VARIANTS
         assert {TOKENS_FILE, ORT_WASM} <= set(manifest["files"]) and (dist / rt["files"]["ort_module"]).is_file()
         for name, entry in manifest["variants"].items():
-            roles = set(entry) - {"files", "requires", "dtype", "wasm"}  # wasm: webbuild.pipeline.wasm_budget
+            assert {k: entry[k] for k in VARIANTS[name]} == VARIANTS[name]  # dtype, requires, providers
+            roles = set(entry) - {"files", "wasm", *VARIANTS[name]}  # wasm: webbuild.pipeline.wasm_budget
             assert roles <= known and sorted(entry[r] for r in roles) == sorted(entry["files"]), name
 
 
@@ -268,7 +269,7 @@ def check_metrics(page, state):
     assert m["prompt_tokens"] > 31  # the fused graph's prefill really is split on WebGPU (31 a run)
     load = state["info"]["load"]
     assert min(load.values()) > 0
-    for key in ("adapter", "runtime", "load", "encoder", "ttft", "prefill", "decode", "rtf"):
+    for key in ("gpu", "runtime", "load", "encoder", "ttft", "prefill", "decode", "rtf"):
         assert page.inner_text(f"#m-{key}") not in ("", "–"), key
 
 
@@ -292,7 +293,7 @@ def test_webgpu_transcribes_like_the_reference(playwright, graph, site, fused_si
         assert state["status"] == "ready", state
         assert state["info"]["ep"] == "webgpu" and state["info"]["variant"] == "fp32"  # no shader-f16 here
         assert state["info"]["kvCache"] == "gpu-buffer"
-        assert "swiftshader" in state["info"]["adapter"].lower()
+        assert "swiftshader" in state["info"]["gpu"].lower()
         assert page.is_hidden("#notice")
         state = transcribe_sample(page)
         check_against_reference(state, site, reference)
@@ -316,7 +317,7 @@ def test_software_webgpu_gets_wasm_with_a_note_unless_ep_webgpu(playwright, site
         open_page(forced, srv.url + "?ep=webgpu&max_new_tokens=2")
         state = forced.evaluate("() => window.webbuild")
         assert state["status"] == "ready" and state["info"]["ep"] == "webgpu", state
-        assert "swiftshader" in state["info"]["adapter"].lower() and forced.is_hidden("#notice")
+        assert "swiftshader" in state["info"]["gpu"].lower() and forced.is_hidden("#notice")
 
 
 def test_without_webgpu_falls_back_to_wasm(playwright, site, reference):

@@ -57,6 +57,22 @@ def test_python_reference_runs_both_variants_webgpu_graphs(example_site, expecte
         assert [ref.transcribe(read_wav(s["audio"])) for s in samples] == [t for _, t in expected], variant
 
 
+def test_manifest_and_runtime_json_match_their_schemas(example_site, tmp_path):
+    """The schemas the runtime's TypeScript types come from (webbuild/site/schema_types.py) hold for what
+    the build writes."""
+    import jsonschema
+
+    from webbuild.site.contract import RUNTIME_FILE
+    from webbuild.site.manifest import load_manifest, reassemble
+    from webbuild.site.schema_types import SCHEMA_DIR
+
+    model = example_site[0] / "model"
+    manifest = load_manifest(model)
+    reassemble(model, manifest, RUNTIME_FILE, tmp_path / RUNTIME_FILE)
+    for stem, data in (("manifest", manifest), ("runtime", json.loads((tmp_path / RUNTIME_FILE).read_text()))):
+        jsonschema.validate(data, json.loads((SCHEMA_DIR / f"{stem}.schema.json").read_text()))
+
+
 def transcribe_all(page, samples: list[dict]) -> list[str]:
     texts = []
     for sample in samples:

@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from webbuild.pipeline.render import TEMPLATE_DIR
+from webbuild.site.contract import VARIANTS
 
 pytestmark = pytest.mark.skipif(not shutil.which("node"), reason="no node")
 
@@ -59,27 +60,36 @@ def test_streaming_decoder_and_answer_text():
     assert r["final"] == "hé ok" and r["noMarker"] == "just text"
 
 
+# the manifest's variant entries as the build writes them (webbuild.pipeline.state.Variant), and the order
+# runtime.json gives: webbuild.site.contract.VARIANTS
+MANIFEST = f"const m = {{ variants: {json.dumps(VARIANTS)} }}; const order = {json.dumps(list(VARIANTS))};"
+
+
 def test_variant_choice():
-    r = node("""
+    r = node(MANIFEST + """
       import { chooseVariant } from './runtime/probe.js';
-      const m = { variants: { fp16: { requires: ['shader-f16'] }, fp32: { requires: [] } } };
-      const only32 = { variants: { fp32: { requires: [] } } };
+      const only32 = { variants: { fp32: m.variants.fp32 } };
+      const f16 = { gpuAdapter: {}, features: new Set(['shader-f16']) };
+      const plain = { gpuAdapter: {}, features: new Set() };
+      // a variant the wasm EP may run (providers), not just the last one
+      const wasmFirst = { variants: { a: { requires: [], providers: ['wasm'] },
+                                      b: { requires: [], providers: ['webgpu'] } } };
       console.log(JSON.stringify([
-        chooseVariant(m, { adapter: {}, shaderF16: true }), chooseVariant(m, { adapter: {}, shaderF16: false }),
-        chooseVariant(m, { adapter: null }), chooseVariant(m, { adapter: {}, shaderF16: true }, 'wasm'),
-        chooseVariant(only32, { adapter: {}, shaderF16: true }),
+        chooseVariant(m, f16, undefined, order), chooseVariant(m, plain, undefined, order),
+        chooseVariant(m, { gpuAdapter: null }, undefined, order), chooseVariant(m, f16, 'wasm', order),
+        chooseVariant(only32, f16, undefined, order),
+        chooseVariant(wasmFirst, f16, 'wasm', ['b', 'a']), chooseVariant(wasmFirst, f16, 'webgpu', ['a', 'b']),
       ]));
     """)
     assert r == [{"ep": "webgpu", "variant": "fp16"}, {"ep": "webgpu", "variant": "fp32"},
                  {"ep": "wasm", "variant": "fp32"}, {"ep": "wasm", "variant": "fp32"},
-                 {"ep": "webgpu", "variant": "fp32"}]
+                 {"ep": "webgpu", "variant": "fp32"}, {"ep": "wasm", "variant": "a"}, {"ep": "webgpu", "variant": "b"}]
 
 
 def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
-    r = node("""
-      import { chooseVariant, softwareAdapter } from './runtime/probe.js';
+    r = node(MANIFEST + """
+      import { chooseVariant, softwareGpu } from './runtime/probe.js';
       import { choiceNotice } from './runtime/site.js';
-      const m = { variants: { fp16: { requires: ['shader-f16'] }, fp32: { requires: [] } } };
       const names = [
         [{ vendor: 'google', architecture: 'swiftshader' }, false],
         [{ description: 'llvmpipe (LLVM 15.0.7, 256 bits)' }, false],
@@ -88,14 +98,16 @@ def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
         [{ vendor: 'nvidia', architecture: 'hopper' }, true], [{ vendor: 'nvidia', architecture: 'hopper' }, false],
         [{ vendor: 'apple', architecture: 'metal-3' }, false],
       ];
-      const soft = { adapter: {}, shaderF16: true, software: true, description: 'google / swiftshader' };
-      const none = { adapter: null, reason: 'no adapter here' };
-      const auto = chooseVariant(m, soft);
+      const soft = { gpuAdapter: {}, features: new Set(['shader-f16']), software: true,
+                     description: 'google / swiftshader' };
+      const none = { gpuAdapter: null, reason: 'no GPU here' };
+      const auto = chooseVariant(m, soft, undefined, order);
       console.log(JSON.stringify({
-        software: names.map(([info, fallback]) => softwareAdapter(info, fallback)),
-        auto, forced: chooseVariant(m, soft, 'webgpu'), asked: chooseVariant(m, soft, 'wasm'),
-        notes: [choiceNotice(auto, soft), choiceNotice(auto, soft, 'wasm'), choiceNotice(chooseVariant(m, none), none),
-                choiceNotice(chooseVariant(m, soft, 'webgpu'), soft, 'webgpu')],
+        software: names.map(([info, fallback]) => softwareGpu(info, fallback)),
+        auto, forced: chooseVariant(m, soft, 'webgpu', order), asked: chooseVariant(m, soft, 'wasm', order),
+        notes: [choiceNotice(auto, soft), choiceNotice(auto, soft, 'wasm'),
+                choiceNotice(chooseVariant(m, none, undefined, order), none),
+                choiceNotice(chooseVariant(m, soft, 'webgpu', order), soft, 'webgpu')],
       }));
     """)
     assert r["software"] == [True, True, True, True, True, False, False]  # the fallback flag alone suffices
@@ -104,7 +116,7 @@ def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
     assert r["notes"] == [
         "WebGPU here is a software renderer (google / swiftshader); using WebAssembly "
         "(add ?ep=webgpu to force WebGPU).",
-        None, "WebGPU is not available (no adapter here); running on the CPU with WebAssembly, which is slower.", None]
+        None, "WebGPU is not available (no GPU here); running on the CPU with WebAssembly, which is slower.", None]
 
 
 def test_js_contract_names_equal_the_python_ones():
@@ -148,3 +160,15 @@ def test_adapted_decoder_by_role_with_the_adapters_input_shapes():
     """)
     assert r["decoder_lora"] == {"graph": "d.lora.onnx", "data": "d.onnx.data", "step": "d.lora.step.onnx"}
     assert r["lora"] == {"lora.0.q_proj.down": [256, 32]} and r["decoder"]["step"] == "d.step.onnx"
+
+
+def test_js_fills_the_graph_name_templates_as_python_does():
+    from webbuild.site.contract import IO
+
+    r = node(f"""
+      import {{ fill, kvNames }} from './runtime/contract.js';
+      const io = {json.dumps(IO.names())};
+      console.log(JSON.stringify({{ kv: kvNames(io, 2), lora: fill(io.lora, 1, 'q_proj', 'down') }}));
+    """)
+    assert r["kv"] == [{"past": p, "present": q} for p, q in zip(IO.pasts(2), IO.presents(2))]
+    assert r["lora"] == IO.lora_input(1, "q_proj", "down") == "lora.1.q_proj.down"

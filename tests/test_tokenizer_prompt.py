@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+from tokenizers import Tokenizer, models
+
+from webbuild.errors import SourceError
 from webbuild.reference.prompt import PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count, build_prompt, parse_answer
 from webbuild.reference.tokenizer import QWEN_SPECIAL_IDS, build_tokenizer
 
@@ -29,6 +33,12 @@ def test_prompt_structure():
     assert pad not in p.ids[:p.audio_offset] + p.ids[p.audio_offset + 26:]
     text = tok.decode(p.ids, skip_special_tokens=False)
     assert text == PROMPT_PREFIX + "<|audio_pad|>" * 26 + PROMPT_SUFFIX
+
+
+def test_prompt_of_a_tokenizer_without_audio_pad_is_refused():
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0}, unk_token="[UNK]"))
+    with pytest.raises(SourceError, match="audio_pad"):
+        build_prompt(tok, 26)
 
 
 def test_audio_token_count_13_per_second():

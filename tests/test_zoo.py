@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import onnx
@@ -26,7 +27,7 @@ def io_names(path):
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
 def test_split_layout_files_and_io_names(zoo_export, exporter):
-    out = zoo_export("split", exporter)
+    out = zoo_export("qwen3-asr-split", exporter)
     assert {p.name for p in out.iterdir()} == SPLIT_FILES
     assert io_names(out / "encoder.onnx") == (["mel"], ["audio_features"])
     assert io_names(out / "decoder_init.onnx") == (
@@ -37,7 +38,7 @@ def test_split_layout_files_and_io_names(zoo_export, exporter):
 
 def test_split_config_and_embeddings(zoo_export, tiny_model):
     model, tok = tiny_model
-    out = zoo_export("split")
+    out = zoo_export("qwen3-asr-split")
     cfg = json.loads((out / "config.json").read_text())
     assert {"encoder", "decoder", "mel", "special_tokens"} <= cfg.keys()
     text = model.config.text_config
@@ -50,7 +51,7 @@ def test_split_config_and_embeddings(zoo_export, tiny_model):
 
 
 def test_split_decoders_share_one_weight_file(zoo_export, tiny_model):
-    out = zoo_export("split")
+    out = zoo_export("qwen3-asr-split")
     locations = set()
     for name in ("decoder_init.onnx", "decoder_step.onnx"):
         model = onnx.load(str(out / name), load_external_data=False)
@@ -98,7 +99,7 @@ def onnx_greedy(model_dir, pcm: np.ndarray, steps: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("layout", ["split", "merged"])
+@pytest.mark.parametrize("layout", ["qwen3-asr-split", "merged"])
 def test_greedy_decode_equals_torch(zoo_export, tiny_model, layout):
     model, tok = tiny_model
     pcm = (np.random.RandomState(3).randn(16000 * 2 + 1234) * 0.1).astype(np.float32)
@@ -118,7 +119,7 @@ def test_layout_v2_prefill_is_the_split_prefill_on_embeddings(zoo_export, tiny_m
     from webbuild.zoo.published_int4 import quantize_export
 
     _, tok = tiny_model
-    split = zoo_export("split", exporter)
+    split = zoo_export("qwen3-asr-split", exporter)
     v2 = convert(split, tmp_path / "v2", accuracy_level=0)
     q4 = quantize_export(split, tmp_path / "q4", block_size=32, accuracy_level=0)
     cfg = json.loads((split / "config.json").read_text())
@@ -142,7 +143,36 @@ def test_zoo_refuses_existing_output(tmp_path, tiny_model):
     from webbuild.zoo.export import export_model
 
     with pytest.raises(ZooError, match="already exists"):
-        export_model(*tiny_model, tmp_path, "split")
+        export_model(*tiny_model, tmp_path, "qwen3-asr-split")
+
+
+def test_zoo_layouts_each_have_an_export_and_a_check():
+    from webbuild.layouts import ZOO_LAYOUTS
+    from webbuild.zoo.export import DECODER_EXPORTS
+    from webbuild.zoo.export_check import DECODER_CHECKS
+
+    assert [e.decoder for e in ZOO_LAYOUTS] == list(DECODER_EXPORTS) == list(DECODER_CHECKS)
+
+
+def test_zoo_refuses_a_layout_it_does_not_write(tmp_path, tiny_model):
+    from webbuild.errors import ZooError
+    from webbuild.zoo.export import export_model
+
+    with pytest.raises(ZooError, match="the zoo writes the layouts qwen3-asr-split, merged, not qwen3-asr-v2"):
+        export_model(*tiny_model, tmp_path / "v2", "qwen3-asr-v2")
+    assert not (tmp_path / "v2").exists()
+
+
+def test_zoo_layout_old_spelling_writes_the_layout_with_a_deprecation_line(tmp_path, caplog):
+    from click.testing import CliRunner
+
+    from webbuild.cli import main
+
+    with caplog.at_level(logging.WARNING):
+        result = CliRunner().invoke(main, ["zoo", "tiny", "-o", str(tmp_path / "old"), "--layout", "split"])
+    assert result.exit_code == 0, result.output
+    assert {p.name for p in (tmp_path / "old").iterdir()} == SPLIT_FILES
+    assert "--layout 'split' is deprecated: use 'qwen3-asr-split'" in [r.getMessage() for r in caplog.records]
 
 
 def _weights_graph(names_values: dict[str, np.ndarray]) -> onnx.ModelProto:

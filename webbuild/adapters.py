@@ -47,12 +47,6 @@ def update_scale(config: dict) -> float:
     return config["lora_alpha"] / (math.sqrt(r) if config.get("use_rslora") else r)
 
 
-def input_name(layer: int, proj: str, part: str) -> str:
-    """The adapted decoder graph's input of one projection's `down` ([in, r]) or `up` ([r, out]) matrix
-    (docs/adapters.md)."""
-    return f"lora.{layer}.{proj}.{part}"
-
-
 def tensor_name(layer: int, proj: str, part: str) -> str:
     """PEFT's name of one projection's A or B (`part`) in the text decoder."""
     return f"base_model.model.model.language_model.layers.{layer}.{BLOCK[proj]}.{proj}.lora_{part}.weight"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from webbuild import layouts
 from webbuild.config import PROVIDERS, Encoder, Quantize
 from webbuild.errors import AudioError, BenchError, CommandError, ZooError
 from webbuild.text import plural
@@ -130,9 +131,11 @@ def build(config: Path, output: Path | None):
 @click.argument("preset")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Folder to create (must not exist).")
-@click.option("--layout", type=click.Choice(["split", "merged"]), default="split", show_default=True,
-              help="split: encoder + decoder_init + decoder_step (published layout); "
-                   "merged: one decoder with past_key_values.")
+@click.option("--layout", type=click.Choice([name for entry in layouts.ZOO_LAYOUTS
+                                            for name in (entry.name, *entry.aliases)]),
+              default=layouts.SPLIT.name, show_default=True,
+              help="; ".join(f"{entry.name}: {entry.summary}" for entry in layouts.ZOO_LAYOUTS)
+              + f" (old spellings, deprecated: {layouts.aliases_text()})")
 @click.option("--exporter", type=click.Choice(["torchscript", "dynamo"]), default="torchscript", show_default=True,
               help="torch.onnx path; they decompose operators differently.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random weights.")
@@ -149,7 +152,7 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
       webbuild zoo tiny -o /tmp/tiny                       # a few MB, seconds
       webbuild zoo 0.6b -o /tmp/q06 --hf-dir /tmp/q06-hf   # published 0.6B dimensions
       webbuild zoo tiny -o /tmp/tm --layout merged --exporter dynamo
-      python -m webbuild.zoo.export_v2 /tmp/tiny /tmp/tiny-v2  # a split export in layout v2 (qwen3-asr-v2)
+      python -m webbuild.zoo.export_v2 /tmp/tiny /tmp/tiny-v2  # a split export in layout qwen3-asr-v2
     """
     from webbuild.zoo.build import load_checkpoint, random_model, save_text_decoder_hf
     from webbuild.zoo.export import check_new_folder, export_model
@@ -164,7 +167,7 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
         model, tok = load_checkpoint(Path(preset))
     else:
         raise ZooError(f"{preset!r} is neither a preset ({', '.join(PRESET_NAMES)}) nor a checkpoint folder")
-    export_model(model, tok, output, layout, exporter)
+    export_model(model, tok, output, layouts.layout(layout, "--layout").name, exporter)
     if hf_dir:
         save_text_decoder_hf(model, tok, hf_dir)
         log.info(f"wrote {hf_dir}")
@@ -187,8 +190,8 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
                    "default: the base model.")
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int,
                adapter: str | None):
-    """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder (split, v2 or merged
-    layout) or a built site (dist/; its own graphs, reassembled from the shards).
+    """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder of any layout (its
+    files tell which) or a built site (dist/; its own graphs, reassembled from the shards).
 
     AUDIO are WAV files or folders of them. WAV of any sample rate and channel count is resampled
     to 16 kHz mono; decoding is greedy. Where a clip has a same-named .txt transcript beside it,
@@ -209,7 +212,7 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
     runner = load_transcriber(model, variant, lead=lead_samples(lead_ms), adapter=adapter)
     pairs = []
     for path in _wav_paths(audio):
-        row = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}
+        row: dict = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}
         expected = path.with_suffix(".txt")
         if expected.is_file():
             row["expected"] = expected.read_text().strip()
@@ -248,11 +251,11 @@ def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
 def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool, strict: bool):
     """Rebuild fused operators (GroupQueryAttention, RMSNorm, packed QKV) in a decoder, then quantize.
 
-    SRC is a split-layout source folder or a merged decoder .onnx file. The quantization is the
-    build's default: int{bits} MatMulNBits (symmetric, block {block_size}, accuracy level
-    {accuracy_level}) and the embeddings as an int4 lookup (GatherBlockQuantized, sharing lm_head's
-    weight when tied), so the graph takes input_ids, audio_features and audio_offset instead of
-    inputs_embeds (config.json and embed_tokens.bin are read from the source's folder). Writes
+    SRC is a source export folder of any layout (its files tell which) or a decoder .onnx file. The
+    quantization is the build's default: int{bits} MatMulNBits (symmetric, block {block_size}, accuracy
+    level {accuracy_level}) and the embeddings as an int4 lookup (GatherBlockQuantized, sharing
+    lm_head's weight when tied), so the graph takes input_ids, audio_features and audio_offset instead
+    of inputs_embeds (config.json and embed_tokens.bin are read from the source's folder). Writes
     OUTPUT/decoder.onnx(.data). The encoder.onnx beside it, if any, is fused too (LayerNorm /
     SkipLayerNorm, Gelu / BiasGelu, MultiHeadAttention; float weights) into OUTPUT/encoder.onnx,
     reported as a second graph. Prints the op table of each graph (op, nodes before -> after), then

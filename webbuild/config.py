@@ -9,18 +9,12 @@ from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 
+from webbuild import layouts
 from webbuild.adapters import adapter_problems
 from webbuild.errors import ConfigError
 
-LAYOUT_FILES = {
-    "qwen3-asr-split": ("encoder.onnx", "decoder_init.onnx", "decoder_step.onnx", "embed_tokens.bin",
-                        "config.json", "tokenizer.json"),
-    "merged": ("encoder.onnx", "decoder_model_merged.onnx", "embed_tokens.bin", "config.json", "tokenizer.json"),
-    # = webbuild.reference.source_v2's file names (this layer cannot import it)
-    "qwen3-asr-v2": ("encoder.onnx", "decoder_init.int4.onnx", "decoder_step.int4.onnx", "decoder_weights.int4.data",
-                     "embed_tokens.int8.bin", "embed_scales.f32.bin", "config.json", "tokenizer.json"),
-}
 DEFAULT_SHARD_BYTES = 25 * 1024 * 1024
 
 
@@ -29,21 +23,27 @@ class _Strict(BaseModel):
 
 
 class Source(_Strict):
-    layout: Literal["qwen3-asr-split", "merged", "qwen3-asr-v2"] = Field(
-        description="how the source export is laid out: qwen3-asr-split (encoder.onnx, decoder_init.onnx, "
-                    "decoder_step.onnx; `webbuild zoo --layout split`) or merged (encoder.onnx, "
-                    "decoder_model_merged.onnx), both with embed_tokens.bin, config.json, tokenizer.json; or "
-                    "qwen3-asr-v2, the layout published for browsers (encoder.onnx, decoder_init.int4.onnx "
-                    "taking input_embeds and position_ids, decoder_step.int4.onnx, both int4 MatMulNBits in "
-                    "one decoder_weights.int4.data, the int8 table embed_tokens.int8.bin with "
-                    "embed_scales.f32.bin, config.json, tokenizer.json; `python -m webbuild.zoo.export_v2` "
-                    "converts a split export)")
+    layout: str = Field(
+        description=f"how the source export is laid out, by name: {layouts.describe()}. Old spellings, "
+                    f"accepted with a deprecation line: {layouts.aliases_text()}",
+        json_schema_extra={"allowed": list(layouts.NAMES)})
     dir: Path = Field(description="folder of the source export, relative to model.yaml")
+
+    @field_validator("layout")
+    @classmethod
+    def _known_layout(cls, name: str) -> str:
+        """The canonical name of a layout (webbuild.layouts) or of an old spelling of one."""
+        entry = layouts.find(name, "source.layout")
+        if entry is None:
+            raise ValueError(f"expected one of {layouts.names_text()}")
+        return entry.name
 
 
 class Fusion(_Strict):
-    enabled: bool = Field(True, description="operator fusion of a merged-layout source; a split source is always "
-                                            "fused, since the fuse stage also merges decoder_init and decoder_step")
+    enabled: bool = Field(True, description="operator fusion of a source in layout "
+                                            f"{' or '.join(e.name for e in layouts.LAYOUTS if e.fusion_optional)}; "
+                                            "the others are always fused, since the fuse stage also makes their "
+                                            "one decoder graph (merging decoder_init and decoder_step)")
     prune_lm_head: bool = Field(True, description="compute logits for the last position only")
     strict: bool = Field(False, description="stop the build with exit code 1 when an attention or a norm is left "
                                             "unfused (the error lists which rule, where and why); otherwise the "
@@ -194,7 +194,7 @@ class BuildConfig(_Strict):
     source: Source = Field(description="the ONNX export to build from")
     output: Path = Field(Path("dist"), description="output folder, relative to model.yaml (`-o` overrides)")
     variants: list[Literal["fp16", "fp32"]] = Field(
-        default_factory=lambda: ["fp16", "fp32"], min_length=1,
+        default_factory=lambda: list[Literal["fp16", "fp32"]](["fp16", "fp32"]), min_length=1,
         description="precision variants to emit; the page runs fp16 only on adapters with shader-f16, else fp32")
     fusion: Fusion = Field(Fusion(), description="operator fusion (webbuild.fusion)")
     quantize: Quantize = Field(Quantize(), description="int4/int8 MatMulNBits weights (webbuild.quantize)")
@@ -253,7 +253,7 @@ def _loc(loc: tuple) -> str:
     return ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[") or "(top)"
 
 
-def _message(err: dict) -> str:
+def _message(err: ErrorDetails) -> str:
     kind = err["type"]
     if kind == "extra_forbidden":
         return "unknown key; remove it or check its spelling (see docs/model-yaml.md)"
@@ -282,7 +282,7 @@ def _check_files(cfg: BuildConfig, path: Path) -> list[str]:
         return [f"{path}: source.dir: folder {src.dir} does not exist; point it at the source export"]
     problems = [
         f"{path}: source.dir: {src.dir} lacks {name}, which layout {src.layout!r} needs"
-        for name in LAYOUT_FILES[src.layout] if not (src.dir / name).is_file()
+        for name in layouts.layout(src.layout).files if not (src.dir / name).is_file()
     ]
     problems += [
         f"{path}: site.samples[{i}].audio: file {s.audio} does not exist"

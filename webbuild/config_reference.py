@@ -39,7 +39,7 @@ source: {{layout: qwen3-asr-split, dir: ./model}}   # dir relative to this file
 
 Paths are relative to the model.yaml file. Unknown keys, wrong types, bad values and missing files
 each get one line naming the key, and exit code 2:
-`model.yaml: source.layout: expected one of 'qwen3-asr-split', 'merged'; got 'split'`.
+`model.yaml: source.layout: expected one of 'qwen3-asr-split', 'merged', 'qwen3-asr-v2'; got 'splt'`.
 
 Every key, as `key` (type; default; allowed values): description.
 
@@ -78,7 +78,10 @@ def field_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, 
             continue
         key = f"{prefix}{name}"
         kind, allowed, nested = describe_type(field.annotation)
-        kind = (field.json_schema_extra or {}).get("kind", kind)  # a key a validator also takes in another form
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        kind = str(extra.get("kind", kind))  # a key a validator also takes in another form
+        listed = extra.get("allowed")  # values a validator checks
+        allowed = [_code(value) for value in listed] if isinstance(listed, list) and listed else allowed
         allowed += [text.format(value) for meta in field.metadata for attr, text in CONSTRAINTS.items()
                     if (value := getattr(meta, attr, None)) is not None]
         yield key, kind, _default(field, nested), ", ".join(allowed), field.description or ""

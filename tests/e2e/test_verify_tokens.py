@@ -126,7 +126,7 @@ def test_row_wer_is_judged_before_the_tokens():
 
 def _report(rows: list[dict]) -> dict:
     """A verify report around crafted rows, with the fields report.py reads."""
-    return {"url": "http://127.0.0.1:1/", "browser": "chromium", "ep": "webgpu", "variant": "fp32", "adapter": "sw",
+    return {"url": "http://127.0.0.1:1/", "browser": "chromium", "ep": "webgpu", "variant": "fp32", "gpu": "sw",
             "load_ms": {"cold": 1, "warm": 1}, "duration_s": 3.0, "reference": True, "clips_wer": 0.0,
             "reference_equal": sum(r["got"] == r["reference"] for r in rows),
             "ok": all(r["ok"] for r in rows), "checks": [{"name": "console has no errors", "ok": True, "detail": ""}],

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-SOURCES = [("split", "torchscript"), ("merged", "torchscript"), ("split", "dynamo"), ("merged", "dynamo")]
+SOURCES = [(layout, exporter) for exporter in ("torchscript", "dynamo") for layout in ("qwen3-asr-split", "merged")]
 SOURCE_IDS = [f"{layout}-{exporter}" for layout, exporter in SOURCES]
 
 

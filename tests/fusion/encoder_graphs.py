@@ -110,17 +110,22 @@ def residual_graph(bias: str | None = None, constant_skip: bool = False, broadca
 
 
 def attention_graph(layout: str = "batch", heads: int = 2, mask: bool = True, scale_on: str = "scores",
-                    softmax_axis: int = -1, cross: bool = False) -> ir.Model:
+                    softmax_axis: int = -1, cross: bool = False, runtime_hd: bool = False) -> ir.Model:
     """softmax(Q_h K_h^T * scale + mask) V_h merged back. layout 'batch' ([B, S, H], heads split to
     [B, heads, S, hd]) or 'nobatch' ([S, H] -> [heads, S, hd]); scale_on: 'scores' | 'q' | 'v' (bad);
-    cross: K and V project a second input `kv_in` (same shape as x)."""
+    cross: K and V project a second input `kv_in` (same shape as x); runtime_hd: the split's head size
+    is an input `hd` ([1] int64) concatenated to the constant part, as a shape computed at run time."""
     hd = H // heads
     batch = layout == "batch"
+    split = [0, 0, heads, hd] if batch else [-1, heads, hd]
     inits = [_w("wq", H, H), _w("wk", H, H), _w("wv", H, H), _c("scale", 1 / math.sqrt(hd)),
-             onnx.numpy_helper.from_array(np.array([0, 0, heads, hd] if batch else [-1, heads, hd], np.int64), "split"),
+             onnx.numpy_helper.from_array(np.array(split[:-1] if runtime_hd else split, np.int64),
+                                          "split_heads" if runtime_hd else "split"),
              onnx.numpy_helper.from_array(np.array([0, 0, H] if batch else [-1, H], np.int64), "merge")]
     qv_perm, k_perm = ([0, 2, 1, 3], [0, 2, 3, 1]) if batch else ([1, 0, 2], [1, 2, 0])
     nodes = [helper.make_node("MatMul", ["kv_in" if cross and n != "q" else "x", f"w{n}"], [f"{n}p"]) for n in "qkv"]
+    if runtime_hd:
+        nodes.append(helper.make_node("Concat", ["split_heads", "hd"], ["split"], axis=0))
     scaled = {"q": "qp", "v": "vp"}
     if scale_on in ("q", "v"):
         nodes.append(helper.make_node("Mul", [f"{scale_on}p", "scale"], [f"{scale_on}s"]))
@@ -144,7 +149,8 @@ def attention_graph(layout: str = "batch", heads: int = 2, mask: bool = True, sc
               helper.make_node("Transpose", ["pv"], ["pt"], perm=qv_perm),
               helper.make_node("Reshape", ["pt", "merge"], ["y"])]
     x_shape = ["b", "s", H] if batch else ["s", H]
-    inputs = [_f("x", x_shape), *([_f("kv_in", x_shape)] if cross else []), *([_f("mask", ["s", "s"])] if mask else [])]
+    inputs = [_f("x", x_shape), *([_f("kv_in", x_shape)] if cross else []), *([_f("mask", ["s", "s"])] if mask else []),
+              *([helper.make_tensor_value_info("hd", TensorProto.INT64, [1])] if runtime_hd else [])]
     return _model(nodes, inputs, [_f("y", x_shape)], inits)
 
 

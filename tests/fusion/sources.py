@@ -79,12 +79,12 @@ def export_family(family: str, out: Path, exporter: str = "torchscript") -> Path
     """A merged-layout export folder (decoder_model_merged.onnx + embed_tokens.bin + config.json)."""
     import torch
 
-    from webbuild.zoo.export import merged_io_names
+    from webbuild.site.contract import IO
     from webbuild.zoo.onnx_export import export_graph, save_sharing_weights
 
     model = family_model(family)
     d = FAMILY_DIMS
-    inputs, outputs = merged_io_names(d["num_hidden_layers"])
+    inputs, outputs = IO.decoder(d["num_hidden_layers"])
     kv = [torch.randn(1, d["num_key_value_heads"], 6, d["head_dim"]) for _ in inputs[2:]]
     args = (torch.randn(1, 3, d["hidden_size"]), torch.ones(1, 9, dtype=torch.int64), *kv)
     dynamic = {"inputs_embeds": {0: "batch", 1: "seq_len"}, "attention_mask": {0: "batch", 1: "total_seq_len"},

@@ -13,7 +13,7 @@ def attrs(node: ir.Node) -> dict:
 
 
 def test_run_fuse_writes_graph_report_and_table(zoo, tmp_path):
-    rep = run_fuse(zoo.source("split", "torchscript"), tmp_path / "out", tmp_path / "r.json")
+    rep = run_fuse(zoo.source("qwen3-asr-split", "torchscript"), tmp_path / "out", tmp_path / "r.json")
     lines = summary(rep)
     assert (tmp_path / "out" / "decoder.onnx").is_file() and (tmp_path / "out" / "decoder.onnx.data").is_file()
     saved = json.loads((tmp_path / "r.json").read_text())
@@ -25,7 +25,7 @@ def test_run_fuse_writes_graph_report_and_table(zoo, tmp_path):
 
 
 def test_default_quantization_int4_block_32_level_4_and_tied_lookup(zoo, tmp_path):
-    rep = run_fuse(zoo.source("split", "torchscript"), tmp_path / "out")
+    rep = run_fuse(zoo.source("qwen3-asr-split", "torchscript"), tmp_path / "out")
     model = ir.load(tmp_path / "out" / "decoder.onnx")
     nbits = [n for n in model.graph if n.op_type == "MatMulNBits"]
     assert len(nbits) == rep["ops_fused"]["MatMul"] == rep["ops_after"]["MatMulNBits"]
@@ -38,7 +38,7 @@ def test_default_quantization_int4_block_32_level_4_and_tied_lookup(zoo, tmp_pat
 
 
 def test_no_quantize_keeps_float_weights_and_inputs_embeds(zoo, tmp_path):
-    rep = run_fuse(zoo.source("split", "torchscript"), tmp_path / "out", quantize=False)
+    rep = run_fuse(zoo.source("qwen3-asr-split", "torchscript"), tmp_path / "out", quantize=False)
     assert "quantize" not in rep and "MatMulNBits" not in rep["ops_after"] and rep["ops_after"]["MatMul"] > 0
     assert ir.load(tmp_path / "out" / "decoder.onnx").graph.inputs[0].name == "inputs_embeds"
 
@@ -53,5 +53,8 @@ def test_quantizing_needs_the_embedding_table_beside_the_source(zoo, tmp_path):
 
 
 def test_missing_source_is_a_clear_error(tmp_path):
-    with pytest.raises(SourceError, match="split-layout folder or a merged"):
+    with pytest.raises(SourceError, match="nope: not found; give a source folder or a decoder .onnx"):
         run_fuse(tmp_path / "nope", tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SourceError, match="empty: found none of decoder_init.onnx \\(qwen3-asr-split\\), "):
+        run_fuse(tmp_path / "empty", tmp_path / "out")

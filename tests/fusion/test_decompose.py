@@ -127,7 +127,7 @@ def test_round_trip_shipped_quantized_decoder(zoo, tmp_path, weights, signed):
     spellings -> fused again: the same census, the same nodes with byte-identical weights."""
     from webbuild.pipeline.fuse import run_fuse
 
-    run_fuse(zoo.source("split", "torchscript"), tmp_path / "q")
+    run_fuse(zoo.source("qwen3-asr-split", "torchscript"), tmp_path / "q")
     path = tmp_path / "q" / "decoder.onnx"
     original, flat = ir.load(path), ir.load(path)
     done = decompose(flat, weights=weights, signed=signed)

@@ -36,6 +36,18 @@ def test_attention_becomes_multi_head_attention(layout, mask, scale_on):
     np.testing.assert_allclose(run(m, feeds)[0], want, rtol=1e-5, atol=1e-5)
 
 
+def test_head_size_computed_at_run_time_is_left_unchecked():
+    """The head split's target is Concat(constant, a piece computed at run time): the head count is
+    known, the head size not, so the width check skips it rather than comparing None."""
+    m = attention_graph("batch", heads=2, mask=False, runtime_hd=True)
+    feeds = {**_feeds("batch", False), "hd": np.array([H // 2], np.int64)}
+    want = run(m, feeds)[0]
+    (n,), report = apply_rules(m, encoder_attention.RULE.apply)
+    assert n == 1 and not report.missed
+    check(m)
+    np.testing.assert_allclose(run(m, feeds)[0], want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("kwargs, why", [({"scale_on": "v"}, "V is scaled"),
                                          ({"softmax_axis": 1}, "last axis")])
 def test_unrecognised_attention_is_left_and_reported(kwargs, why):

@@ -7,9 +7,9 @@ import pytest
 
 from webbuild.fusion import parity
 from webbuild.fusion.fuse_decoder import fuse_decoder
-from webbuild.fusion.pipeline_names import merged_names
 from webbuild.fusion.validate import check, check_file
 from webbuild.graph.ir import census, nodes_per_layer
+from webbuild.site.contract import IO
 
 
 def _export_dir(path):
@@ -23,7 +23,7 @@ def test_target_ops_and_interface(fused):
     assert ops["SkipSimplifiedLayerNormalization"] == 8 and ops["SimplifiedLayerNormalization"] == 9
     assert not {"Softmax", "Pow", "ReduceMean", "Sqrt", "Cos", "Sin", "Expand"} & set(ops)
     assert report["not_fused"] == []
-    inputs, outputs = merged_names(4)
+    inputs, outputs = IO.decoder(4)
     assert [v.name for v in model.graph.inputs] == inputs
     assert [v.name for v in model.graph.outputs] == outputs
     check_file(out)

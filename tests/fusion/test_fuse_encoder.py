@@ -24,7 +24,7 @@ FRAMES = (100, 3000)
 
 
 def _encoder(request, zoo) -> Path:
-    return EXAMPLE if request.param == "example" else zoo.export("split", request.param) / "encoder.onnx"
+    return EXAMPLE if request.param == "example" else zoo.export("qwen3-asr-split", request.param) / "encoder.onnx"
 
 
 @pytest.fixture(scope="module", params=["example", "torchscript", "dynamo"])

@@ -1,4 +1,5 @@
 import numpy as np
+import onnx_ir as ir
 import pytest
 
 from tests.fusion.graphs import H, rms_graph, run
@@ -50,3 +51,15 @@ def test_zoo_decoder_has_no_decomposed_norm_left(source):
     assert not {"Pow", "ReduceMean", "Sqrt", "Reciprocal"} & set(ops)
     assert not report.missed
     check(m)
+
+
+def test_norm_without_weight_of_unknown_width_is_left_and_reported():
+    """SimplifiedLayerNormalization needs a scale; without one in the source the rule makes ones of x's
+    width, which a symbolic last axis does not give."""
+    m = rms_graph("recip", weight=False)
+    m.graph.inputs[0].shape = ir.Shape(["b", 3, "hidden"])
+    before = census(m)
+    report = Report()
+    assert rms_norm.RULE.apply(m, report) == 0
+    assert census(m) == before
+    assert report.missed and "width" in report.missed[0]["why"]

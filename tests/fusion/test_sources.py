@@ -35,7 +35,7 @@ def test_decoder_families(zoo, family, tmp_path):
     assert r["max_rel_err"] < 1e-4 and r["tokens_equal"], r
 
 
-@pytest.mark.parametrize("layout", ["merged", "split"])
+@pytest.mark.parametrize("layout", ["merged", "qwen3-asr-split"])
 def test_matmulnbits_source(zoo, layout, tmp_path):
     model, report, r = _fuse_and_compare(zoo.quantized(layout), tmp_path)
     ops = report["ops_after"]

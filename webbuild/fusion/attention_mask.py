@@ -17,8 +17,8 @@ import numpy as np
 import onnx_ir as ir
 
 from webbuild.graph.ir import shared_const
+from webbuild.site.contract import IO
 
-NAME = "attention_mask"
 _SEQLENS, _TOTAL = "attn_mask/seqlens_k", "attn_mask/total_sequence_length"
 MASKED = -1e4  # an additive mask entry at or below this hides its position (fp16's min is -65504)
 _PAST, _NEW = 3, 2  # probe: 2 new positions after 3 cached ones
@@ -56,7 +56,7 @@ def _keep(masks: list[Mask], past: int) -> np.ndarray | str:
     got = probe.evaluate([m.value for m in masks], probe.decoder_feeds(past, _NEW))
     if isinstance(got, str):
         return f"mask not checked ({got})"
-    keep = None
+    keep: np.ndarray | None = None
     for m, value in zip(masks, got):
         if m.kind == "add":
             if not np.all((value <= MASKED) | (np.abs(value) < 1e-6)):
@@ -65,6 +65,7 @@ def _keep(masks: list[Mask], past: int) -> np.ndarray | str:
         else:
             k = value.astype(bool) if m.kind == "keep" else ~value.astype(bool)
         keep = k if keep is None else keep & k
+    assert keep is not None, "causal_window passes one mask or more"
     total = keep.shape[-1] if keep.ndim >= 2 else 0  # a graph without past inputs sees _NEW
     if keep.shape[-2:] != (_NEW, total) or total not in (_NEW, past + _NEW):
         return f"mask of shape {keep.shape} for {_NEW} new positions after {past}"
@@ -95,9 +96,9 @@ def _window(keep: np.ndarray) -> int | str | None:
 def mask_input(graph: ir.Graph) -> ir.Value:
     """The graph's `attention_mask` input, added (at position 1) when the source has none."""
     for v in graph.inputs:
-        if v.name == NAME:
+        if v.name == IO.attention_mask:
             return v
-    v = ir.Value(name=NAME, shape=ir.Shape(["batch_size", "total_sequence_length"]),
+    v = ir.Value(name=IO.attention_mask, shape=ir.Shape(["batch_size", "total_sequence_length"]),
                  type=ir.TensorType(ir.DataType.INT64))
     graph.inputs.insert(min(1, len(graph.inputs)), v)
     return v

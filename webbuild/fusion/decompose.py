@@ -21,7 +21,17 @@ import onnx_ir as ir
 
 from webbuild.fusion.dequant import ACCURACY_KEY
 from webbuild.fusion.qk_norm_in_gqa import head_norm
-from webbuild.graph.ir import attr, const, dead_code_elimination, new_const, only_user, prod, replace, shared_const
+from webbuild.graph.ir import (
+    attr,
+    const,
+    const_input,
+    dead_code_elimination,
+    new_const,
+    only_user,
+    prod,
+    replace,
+    shared_const,
+)
 from webbuild.graph.packing import LOOKUP_ATTRS, unpack_codes
 
 _NEG = -1e9
@@ -32,7 +42,8 @@ class _Builder:
 
     def __init__(self, graph: ir.Graph, prefix: str, weights: str = "dq", signed: bool = False,
                  tables: dict | None = None):
-        self.graph, self.prefix, self.nodes = graph, prefix, []
+        self.graph, self.prefix = graph, prefix
+        self.nodes: list[ir.Node] = []
         self.weights, self.signed = weights, signed
         # a lookup's data -> (bits, block size, scales' source, zero points, its DequantizeLinear table)
         self.tables = {} if tables is None else tables
@@ -76,7 +87,7 @@ def decompose(model: ir.Model, weights: str = "dq", signed: bool = False) -> dic
     return done
 
 
-def _rms(b: _Builder, x: ir.Value, w: ir.Value, eps: float) -> ir.Value:
+def _rms(b: _Builder, x: ir.Value | None, w: ir.Value | None, eps: float) -> ir.Value:
     sq = b.op("Pow", x, b.const("two", np.float32(2)))
     if b.graph.opset_imports.get("", 18) >= 18:
         mean = b.op("ReduceMean", sq, b.const("axes_last", [-1]), keepdims=1)
@@ -97,7 +108,7 @@ def _skip(b: _Builder, n: ir.Node) -> list:
 
 def _gqa(b: _Builder, n: ir.Node) -> list:
     heads, kv = int(attr(n, "num_heads")), int(attr(n, "kv_num_heads"))
-    cos_cache, sin_cache = (n.inputs[i].const_value.numpy() for i in (7, 8))
+    cos_cache, sin_cache = (const_input(n, i) for i in (7, 8))
     hd = cos_cache.shape[1] * 2
     q, k, v = n.inputs[0], n.inputs[1], n.inputs[2]
     if k is None:  # packed QKV
@@ -209,10 +220,14 @@ def _dq(b: _Builder, name: str, q: np.ndarray, scale: np.ndarray, zero: np.ndarr
     return out
 
 
-def _source(v: ir.Value) -> tuple[ir.Value, np.ndarray]:
+def _source(v: ir.Value | None) -> tuple[ir.Value | None, np.ndarray]:
     """A constant input, or the constant a Reshape of it reads (a lookup's scales shared with lm_head)."""
     r = prod(v, "Reshape")
-    return (r.inputs[0], const(r.inputs[0])) if r is not None and const(v) is None else (v, const(v))
+    src = r.inputs[0] if r is not None and const(v) is None else v
+    c = const(src)
+    if c is None:
+        raise ValueError(f"{v.name if v is not None else 'an absent input'}: scales that are not a constant")
+    return src, c
 
 
 def _gbq(b: _Builder, n: ir.Node):
@@ -235,9 +250,9 @@ def _gbq(b: _Builder, n: ir.Node):
     b.tables[n.inputs[0]] += (table,)
     rows_out = b.op("Gather", table, n.inputs[1], axis=0)
     after = only_user(n.outputs[0], "Reshape")
-    rank = len(n.inputs[1].shape) if n.inputs[1].shape is not None else -1
+    rank = len(n.inputs[1].shape) if n.inputs[1] is not None and n.inputs[1].shape is not None else -1
     target = const(after.inputs[1]) if after is not None else None
-    if target is not None and target.tolist() == [0] * rank + [codes.shape[1]]:
+    if after is not None and target is not None and target.tolist() == [0] * rank + [codes.shape[1]]:
         return {after.outputs[0]: rows_out}
     return [b.op("Reshape", rows_out, b.const(f"shape_blocks_{rank}_{blocks}_{bs}", [0] * rank + [blocks, bs]))]
 
@@ -248,7 +263,7 @@ def _matmul_nbits(b: _Builder, n: ir.Node) -> list:
         raise ValueError(f"{n.name}: only 4- and 8-bit MatMulNBits without g_idx/bias decompose")
     level = int(attr(n, "accuracy_level", 0))
     blocks = -(-k // bs)
-    scales = const(n.inputs[2]).reshape(width, blocks)
+    scales = const_input(n, 2).reshape(width, blocks)
     zp = const(n.inputs[3]) if len(n.inputs) > 3 and n.inputs[3] is not None else None
     if zp is not None and zp.dtype != np.uint8:
         raise ValueError(f"{n.name}: float zero points do not decompose to DequantizeLinear")
@@ -258,7 +273,7 @@ def _matmul_nbits(b: _Builder, n: ir.Node) -> list:
             tied[3], _full_zero(zero, bits, scales.shape)):  # lm_head reads the lookup's table: its transpose
         tied[4].producer().metadata_props[ACCURACY_KEY] = str(level)  # the lookup has no accuracy level
         return [b.op("MatMul", n.inputs[0], b.op("Transpose", tied[4], perm=[1, 0]))]
-    codes = unpack_codes(const(n.inputs[1]), bits, width)  # [N, blocks * bs]
+    codes = unpack_codes(const_input(n, 1), bits, width)  # [N, blocks * bs]
     name = n.name or "MatMulNBits"
     if b.weights == "cast":  # Cast(q [N, blocks, bs]) [- zero point] * scale -> [N, K] -> transposed
         if k % bs:

@@ -82,7 +82,7 @@ class Operand:
         return self.blocked.core.name or self.blocked.core.op_type
 
 
-def operand(v: ir.Value) -> Operand | Miss | None:
+def operand(v: ir.Value | None) -> Operand | Miss | None:
     """`v` as an Operand; a Miss saying why the dequantized constant under it cannot be packed; None
     when there is none."""
     under, transposed = through(v)
@@ -92,7 +92,7 @@ def operand(v: ir.Value) -> Operand | Miss | None:
     return None if b is None else Operand(b, transposed)
 
 
-def through(v: ir.Value) -> tuple[ir.Value, bool]:
+def through(v: ir.Value | None) -> tuple[ir.Value | None, bool]:
     """(the value under optional float Casts and an optional 2-D Transpose, whether it was transposed)."""
     transposed = False
     for _ in range(3):
@@ -107,7 +107,7 @@ def through(v: ir.Value) -> tuple[ir.Value, bool]:
     return v, transposed
 
 
-def dequantized(v: ir.Value) -> Blocked | str | None:
+def dequantized(v: ir.Value | None) -> Blocked | str | None:
     """`v` as a Blocked matrix; a string saying why it cannot be packed; None when `v` is not a
     dequantized constant at all."""
     reshape = prod(v, "Reshape")
@@ -117,7 +117,8 @@ def dequantized(v: ir.Value) -> Blocked | str | None:
         return found
     q, scale, zero, axis, block, core, nodes = found
     t = _int_const(q)
-    shape = [int(d) for d in t.shape]
+    assert t is not None, "_core returns integer constant codes"
+    shape = [int(d) for d in t.shape.numpy()]
     if reshape is not None:
         nodes = (*nodes, reshape)
         target = const(reshape.inputs[1])
@@ -143,7 +144,7 @@ def dequantized(v: ir.Value) -> Blocked | str | None:
     return Blocked(q, scale, zero, rows, cols, axis, block, bits, signed, core, tuple(nodes))
 
 
-def _core(v: ir.Value):
+def _core(v: ir.Value | None):
     """(q value, scale, zero, blocked axis or None (3-D Cast spelling), block size, core node, nodes),
     a reason string, or None."""
     n = prod(v, "DequantizeLinear", "Mul")
@@ -171,7 +172,7 @@ def _core(v: ir.Value):
             cast, zero_v = prod(sub.inputs[0], "Cast"), sub.inputs[1]
         t = _int_const(cast.inputs[0]) if cast is not None else None
         scale = const(s) if t is not None else None  # read only once the other side is integer codes
-        if scale is None:
+        if scale is None or cast is None or t is None:
             continue
         q = cast.inputs[0]
         zero = const(zero_v) if zero_v is not None else None
@@ -229,6 +230,7 @@ def pack(g: ir.Graph, b: Blocked) -> Packed:
 
 def _pack(g: ir.Graph, b: Blocked) -> Packed:
     t = ir.convenience.get_const_tensor(b.q)
+    assert t is not None, "a Blocked's codes are a constant (dequantized)"
     rows, k = (b.rows, b.cols) if b.axis == 1 else (b.cols, b.rows)
     blocks, shift = n_blocks(k, b.block_size), 2 ** (b.bits - 1) if b.signed else 0
     blob = b.block_size * b.bits // 8
@@ -262,6 +264,7 @@ def matmul_scales(g: ir.Graph, p: Packed) -> ir.Value:
 
 def matmul_zero_points(p: Packed) -> np.ndarray:
     """MatMulNBits' zero points: [rows * ceil(n_blocks * bits / 8)], packed like B along the blocks."""
+    assert p.zero is not None, "called for a Packed with zero points"
     return pack_codes(p.zero, p.bits).reshape(-1)
 
 

@@ -26,6 +26,7 @@ from webbuild.graph.ir import (
     import_ms_domain,
     only_user,
     prod,
+    producer_of,
     replace,
     scalar,
     scalar_operand,
@@ -52,6 +53,8 @@ class _Match:
 
 def match(sm: ir.Node) -> _Match | Miss:
     scores = sm.inputs[0]
+    if scores is None:
+        return Miss("Softmax without an input")
     rank = len(scores.shape) if scores.shape is not None else None
     if attr(sm, "axis", -1) not in (-1, (rank or 0) - 1):
         return Miss("Softmax not over the last axis")
@@ -63,7 +66,7 @@ def match(sm: ir.Node) -> _Match | Miss:
     if pv is None or pv.inputs[0] is not sm.outputs[0]:
         return Miss("Softmax output is not multiplied by V")
     q, k, v = (_split(x) for x in (qk.inputs[0], qk.inputs[1], pv.inputs[1]))
-    if any(isinstance(b, Miss) for b in (q, k, v)):
+    if isinstance(q, Miss) or isinstance(k, Miss) or isinstance(v, Miss):
         return next(b for b in (q, k, v) if isinstance(b, Miss))
     split_rank = len(q.perm)
     perms = _PERMS.get(split_rank)
@@ -81,7 +84,7 @@ def match(sm: ir.Node) -> _Match | Miss:
     return _Match(q.x, k.x, v.x, bias, out, q.heads, scale * q.scale * k.scale, split_rank, sm)
 
 
-def _scores(v: ir.Value) -> tuple[ir.Node, float, ir.Value | None] | None:
+def _scores(v: ir.Value | None) -> tuple[ir.Node, float, ir.Value | None] | None:
     """(Q @ K^T MatMul, scale, additive bias or None) under an optional Add and scalar Mul/Div."""
     add = prod(v, "Add")
     for s, bias in ((add.inputs[0], add.inputs[1]), (add.inputs[1], add.inputs[0])) if add else ((v, None),):
@@ -92,7 +95,7 @@ def _scores(v: ir.Value) -> tuple[ir.Node, float, ir.Value | None] | None:
     return None
 
 
-def _unscaled(v: ir.Value) -> tuple[ir.Value, float]:
+def _unscaled(v: ir.Value | None) -> tuple[ir.Value | None, float]:
     """(v without the scalar Mul/Div factors applied last, the product of those factors)."""
     scale = 1.0
     while (n := prod(v, "Mul", "Div")) is not None:
@@ -111,7 +114,7 @@ class _Split:
     scale: float    # a scalar factor applied to the projection before the split
 
 
-def _split(v: ir.Value) -> _Split | Miss:
+def _split(v: ir.Value | None) -> _Split | Miss:
     """Transpose*(Reshape(x [* c], [.., heads, hd])) -> x, composed perm, heads."""
     perm = None
     while (t := prod(v, "Transpose")) is not None:
@@ -120,18 +123,18 @@ def _split(v: ir.Value) -> _Split | Miss:
         v = t.inputs[0]
     r = prod(v, "Reshape")
     dims = _dims(r.inputs[1]) if r is not None else None
-    if perm is None or dims is None or len(dims) != len(perm) or not dims[-2] or dims[-2] < 1:
+    if r is None or perm is None or dims is None or len(dims) != len(perm) or not dims[-2] or dims[-2] < 1:
         return Miss("Q/K/V are not Transpose(Reshape(x, [.., heads, hd])) with a known head count")
     x, scale = _unscaled(r.inputs[0])
-    if x.shape is None or len(x.shape) != len(perm) - 1:
+    if x is None or x.shape is None or len(x.shape) != len(perm) - 1:
         return Miss("Q/K/V projections of unknown rank or not [.., S, H]")
-    h = width(x)
-    if h is not None and (h % dims[-2] or (dims[-1] > 0 and dims[-1] * dims[-2] != h)):
+    h, hd = width(x), dims[-1]  # hd None: computed at run time, unchecked as -1 is
+    if h is not None and (h % dims[-2] or (hd is not None and hd > 0 and hd * dims[-2] != h)):
         return Miss(f"projection width {h} does not split into {dims[-2]} heads of {dims[-1]}")
     return _Split(x, perm, dims[-2], scale)
 
 
-def _dims(v: ir.Value) -> list[int | None] | None:
+def _dims(v: ir.Value | None) -> list[int | None] | None:
     """A Reshape target: constant, or a Concat of constant and computed 1-element pieces (None)."""
     c = const(v)
     if c is not None:
@@ -144,7 +147,7 @@ def _dims(v: ir.Value) -> list[int | None] | None:
         pc = const(piece)
         if pc is not None:
             dims += [int(d) for d in pc.reshape(-1)]
-        elif piece.shape is not None and list(piece.shape) == [1]:
+        elif piece is not None and piece.shape is not None and list(piece.shape) == [1]:
             dims.append(None)
         else:
             return None
@@ -170,7 +173,7 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     node = ir.node("MultiHeadAttention", [*ins, None, None, bias] if bias is not None else ins,
                    {"num_heads": m.heads, "scale": float(m.scale)}, domain=MS,
                    name=f"{name}/MultiHeadAttention")
-    g.insert_after(m.out.producer(), node)
+    g.insert_after(producer_of(m.out), node)
     out = node.outputs[0]
     out.type = m.out.type
     if m.rank == 3:
@@ -183,6 +186,7 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
 
 def _attention_bias(g: ir.Graph, bias: ir.Value, name: str) -> ir.Value:
     """bias [.., S, T] -> [1.., S, T] of rank 4, once per bias value."""
+    assert bias.shape is not None, "match leaves biases of unknown rank"
     if len(bias.shape) == 4:
         return bias
     new_axes = 4 - len(bias.shape)

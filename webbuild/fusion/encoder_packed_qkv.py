@@ -36,7 +36,7 @@ class _Match:
 def match(mha: ir.Node) -> _Match | Miss:
     projs = [_projection(mha, slot) for slot in range(3)]
     why = _why_not(mha, projs)
-    return Miss(why) if why else _Match(mha, projs)
+    return Miss(why) if why else _Match(mha, [p for p in projs if p is not None])
 
 
 def _projection(mha: ir.Node, slot: int) -> _Proj | None:
@@ -56,7 +56,8 @@ def _projection(mha: ir.Node, slot: int) -> _Proj | None:
             return None
         n = mm
     w = const(n.inputs[1]) if n is not None and n.op_type == "MatMul" else None
-    return _Proj(n.inputs[0], w, b, out, unsq) if w is not None and w.ndim == 2 else None
+    x = n.inputs[0] if n is not None else None
+    return _Proj(x, w, b, out, unsq) if x is not None and w is not None and w.ndim == 2 else None
 
 
 def _gemm(n: ir.Node, unsq: ir.Node | None) -> _Proj | None:
@@ -64,15 +65,17 @@ def _gemm(n: ir.Node, unsq: ir.Node | None) -> _Proj | None:
         return None
     w = const(n.inputs[1])
     b = const(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] is not None else None
-    if w is None or (len(n.inputs) > 2 and n.inputs[2] is not None and (b is None or b.ndim != 1)):
+    if w is None or n.inputs[0] is None or (
+            len(n.inputs) > 2 and n.inputs[2] is not None and (b is None or b.ndim != 1)):
         return None
     return _Proj(n.inputs[0], w.T if attr(n, "transB", 0) else w, b, n.outputs[0], unsq)
 
 
-def _why_not(mha: ir.Node, projs: list[_Proj | None]) -> str | None:
+def _why_not(mha: ir.Node, found: list[_Proj | None]) -> str | None:
     if len(mha.inputs) > 3 and mha.inputs[3] is not None:
         return "attention already takes a QKV bias"
-    if any(p is None for p in projs):
+    projs = [p for p in found if p is not None]
+    if len(projs) != len(found):
         return "Q, K, V are not all single-use projections with constant weights"
     if not (projs[0].x is projs[1].x is projs[2].x):
         return "Q, K, V project different tensors (not self-attention)"
@@ -100,6 +103,7 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
         anchor = node
     for slot, out in enumerate(split.outputs):
         old = mha.inputs[slot]
+        assert old is not None, "match found a projection in each slot"
         out.shape, out.type = old.shape, old.type
         replace(old, out)
 

@@ -1,4 +1,4 @@
-"""Driver: a decoder export (split dir or merged .onnx) -> one fused decoder graph + a report.
+"""Driver: a decoder export (a source folder or a decoder .onnx) -> one fused decoder graph + a report.
 
 Order matters: norms first (GQA looks for Q/K norms as SimplifiedLayerNormalization), then the
 residual Skip fold, attention, the split->single-graph interface, packing, lm_head pruning.
@@ -14,6 +14,7 @@ from pathlib import Path
 
 import onnx_ir as ir
 
+from webbuild import layouts
 from webbuild.errors import SourceError
 from webbuild.fusion import (
     cleanup,
@@ -31,20 +32,23 @@ from webbuild.fusion import (
 )
 from webbuild.fusion.rule import Step, fuse_graph
 
-SPLIT_INIT = "decoder_init.onnx"
-
 
 def decoder_path(src: Path) -> Path:
-    """The decoder graph to fuse: a split dir's decoder_init.onnx, or the merged .onnx file itself."""
+    """The decoder graph to fuse: a source folder's prefill graph (its layout told by its files,
+    webbuild.layouts.detect), or the .onnx file itself."""
     src = Path(src)
-    path = src / SPLIT_INIT if src.is_dir() else src
-    if not path.is_file():
-        raise SourceError(f"{path}: not found; give a split-layout folder or a merged decoder .onnx")
-    return path
+    if not src.is_dir():
+        if not src.is_file():
+            raise SourceError(f"{src}: not found; give a source folder or a decoder .onnx")
+        return src
+    layout = layouts.detect(src)
+    if layout is None:
+        raise SourceError(f"{src}: found none of {layouts.detect_hint()}; give a source folder or a decoder .onnx")
+    return src / layout.prefill
 
 
 def load_source(src: Path) -> tuple[ir.Model, dict]:
-    """(decoder graph to fuse, decoder config or {}) for a split dir or a merged .onnx file."""
+    """(decoder graph to fuse, decoder config or {}) for a source folder or a decoder .onnx file."""
     src, path = Path(src), decoder_path(src)
     cfg_path = (src if src.is_dir() else src.parent) / "config.json"
     data = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}

@@ -19,6 +19,7 @@ import onnx_ir as ir
 from webbuild.errors import SourceError
 from webbuild.fusion import bias_gelu, cleanup, encoder_attention, encoder_packed_qkv, gelu, layer_norm, skip_layer_norm
 from webbuild.fusion.rule import Step, fuse_graph
+from webbuild.graph.ir import prod
 
 ENCODER = "encoder.onnx"
 ANCHORS = {"Erf", "Softmax", "ReduceMean"}
@@ -46,8 +47,8 @@ def load_encoder(src: Path) -> ir.Model:
 def needs_fusion(model: ir.Model) -> bool:
     """Something decomposed to fuse: an anchor op, or a residual Add feeding a LayerNormalization."""
     return any(n.op_type in ANCHORS for n in model.graph) or any(
-        n.op_type == "LayerNormalization" and n.domain == "" and n.inputs[0].producer() is not None
-        and n.inputs[0].producer().op_type == "Add" for n in model.graph)
+        n.op_type == "LayerNormalization" and n.domain == "" and prod(n.inputs[0], "Add") is not None
+        for n in model.graph)
 
 
 def fuse_encoder(src: Path | ir.Model) -> tuple[ir.Model, dict]:

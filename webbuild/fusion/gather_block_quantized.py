@@ -38,8 +38,8 @@ def match(gather: ir.Node) -> _Match | Miss | None:
         return Miss("not rows gathered from a table blocked along its rows' length", where)
     if b.cols % b.block_size:
         return Miss(f"row length {b.cols} is not a multiple of the block size {b.block_size}", where)
-    indices = gather.inputs[1].shape
-    if indices is None:
+    indices = gather.inputs[1]
+    if indices is None or indices.shape is None:
         return Miss("indices of unknown rank (the lookup's output is reshaped per index axis)")
     why = dequant.unfit(b, "GatherBlockQuantized")
     return Miss(why, where) if why else _Match(gather, b)
@@ -61,7 +61,9 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     blocks = _op(g, gather, "Lookup", "GatherBlockQuantized", inputs, domain=MS, bits=p.bits, block_size=p.block_size,
                  **LOOKUP_ATTRS)
     blocks.type = gather.outputs[0].type
-    rank = len(gather.inputs[1].shape)
+    indices = gather.inputs[1]
+    assert indices is not None and indices.shape is not None, "match checked the indices' rank"
+    rank = len(indices.shape)
     target = new_const(g, "lookup_shape", np.array([0] * rank + [p.k]))
     out = _op(g, gather, "LookupReshape", "Reshape", [blocks, target])
     out.type, out.shape = gather.outputs[0].type, gather.outputs[0].shape

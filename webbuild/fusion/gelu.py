@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import onnx_ir as ir
 
 from webbuild.fusion.rule import Miss, Rule
-from webbuild.graph.ir import MS, import_ms_domain, only_user, other, prod, replace, scalar, scalar_operand
+from webbuild.graph.ir import MS, import_ms_domain, only_user, other, prod, producer_of, replace, scalar, scalar_operand
 
 
 @dataclass
@@ -32,7 +32,8 @@ def match(erf: ir.Node) -> _Match | Miss:
     if x is None:
         return Miss("Erf input is not x / sqrt(2)")
     add = only_user(erf.outputs[0], "Add")
-    if add is None or scalar_operand(add) is None or not _near(scalar_operand(add)[1], 1.0):
+    one = scalar_operand(add) if add is not None else None
+    if add is None or one is None or not _near(one[1], 1.0):
         return Miss("no 1 + erf(..)")
     out = _times_half_x(add.outputs[0], x)
     return _Match(x, out, erf) if out is not None else Miss("1 + erf(..) is not multiplied by 0.5 * x")
@@ -41,7 +42,7 @@ def match(erf: ir.Node) -> _Match | Miss:
 def _erf_argument(erf: ir.Node) -> ir.Value | None:
     n = prod(erf.inputs[0], "Div", "Mul")
     found = scalar_operand(n) if n is not None else None
-    if found is None:
+    if n is None or found is None:
         return None
     x, c = found
     if n.op_type == "Div":
@@ -58,7 +59,7 @@ def _times_half_x(v: ir.Value, x: ir.Value) -> ir.Value | None:
     if o is x:  # (x * v) * 0.5
         m2 = only_user(m1.outputs[0], "Mul")
         half = scalar_operand(m2) if m2 is not None else None
-        return m2.outputs[0] if half is not None and _near(half[1], 0.5) else None
+        return m2.outputs[0] if m2 is not None and half is not None and _near(half[1], 0.5) else None
     if _near(scalar(o), 0.5):  # x * (0.5 * v)
         m2 = only_user(m1.outputs[0], "Mul")
         return m2.outputs[0] if m2 is not None and other(m2, m1.outputs[0]) is x else None
@@ -75,7 +76,7 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     import_ms_domain(g)
     node = ir.node("Gelu", [m.x], domain=MS, name=f"{m.anchor.name or 'erf'}/Gelu")
     node.outputs[0].shape, node.outputs[0].type = m.out.shape, m.out.type
-    g.insert_after(m.out.producer(), node)
+    g.insert_after(producer_of(m.out), node)
     replace(m.out, node.outputs[0])
 
 

@@ -38,6 +38,7 @@ from webbuild.graph.ir import (
     import_ms_domain,
     only_user,
     prod,
+    producer_of,
     replace,
     scalar,
     scalar_operand,
@@ -136,7 +137,7 @@ def match(sm: ir.Node) -> _Match | Miss:
         return Miss("Softmax input is not (Q @ K^T) * scale [+ mask]")
     qk, scale, masks = found
     q_rot, q_scale = _factors(qk.inputs[0])
-    key = _key(qk.inputs[1], transpose=_k_as_hd_t(qk))
+    key = _key(qk.inputs[1], transpose=bool(_k_as_hd_t(qk)))
     if isinstance(key, Miss):
         return key
     k_all, k_scale = key
@@ -154,6 +155,8 @@ def match(sm: ir.Node) -> _Match | Miss:
         return v_all
     past_k, k_new = _split_past(k_all)
     past_v, v_new = _split_past(v_all)
+    if k_all is None or v_all is None:
+        return Miss("K or V is an absent input")
     rk = rope.match(k_new)
     if rk is None or rk.cos is not r.cos or rk.sin is not r.sin or rk.interleaved != r.interleaved:
         return Miss("K is not rotated with Q's cos/sin")
@@ -175,22 +178,23 @@ def match(sm: ir.Node) -> _Match | Miss:
 def _count_heads(m: _Match) -> Miss | None:
     """Turn per-branch head sizes into head counts and check them against each other."""
     widths = [width(b.proj) for b in (m.q, m.k, m.v)]
-    if None in widths:
+    known = [w for w in widths if w is not None]
+    if len(known) != len(widths):
         return Miss("projection widths unknown")
-    for b, w in zip((m.q, m.k, m.v), widths):
+    for b, w in zip((m.q, m.k, m.v), known):
         b.count = w // m.head_dim
-    if m.k.count != m.v.count or m.q.count % m.k.count or widths[0] % m.head_dim:
+    if m.k.count != m.v.count or m.q.count % m.k.count or known[0] % m.head_dim:
         return Miss(f"inconsistent heads: q {widths[0]}, k {widths[1]}, v {widths[2]}, head_dim {m.head_dim}")
     return None
 
 
-def _strip_cast(v: ir.Value) -> ir.Value:
+def _strip_cast(v: ir.Value | None) -> ir.Value | None:
     while (n := prod(v, "Cast")) is not None:
         v = n.inputs[0]
     return v
 
 
-def _factor(v: ir.Value) -> tuple[ir.Value, float] | None:
+def _factor(v: ir.Value | None) -> tuple[ir.Value | None, float] | None:
     """v = x * k or x / k with k a scalar constant: (x, the factor)."""
     n = prod(v, "Mul", "Div")
     if n is None:
@@ -201,7 +205,7 @@ def _factor(v: ir.Value) -> tuple[ir.Value, float] | None:
     return scalar_operand(n)
 
 
-def _factors(v: ir.Value) -> tuple[ir.Value, float]:
+def _factors(v: ir.Value | None) -> tuple[ir.Value | None, float]:
     """Strip scalar factors: (what they multiply, their product)."""
     scale = 1.0
     while (f := _factor(v)) is not None:
@@ -210,7 +214,7 @@ def _factors(v: ir.Value) -> tuple[ir.Value, float]:
     return v, scale
 
 
-def _scores(v: ir.Value, depth: int = 0) -> tuple[ir.Node, float, list[Mask]] | None:
+def _scores(v: ir.Value | None, depth: int = 0) -> tuple[ir.Node, float, list[Mask]] | None:
     """(the Q @ K^T MatMul, scale, masks) under casts, scalar factors and masks in any order: a mask is
     added (Add) or selects between the scores and a very negative fill (Where)."""
     v = _strip_cast(v)
@@ -226,14 +230,14 @@ def _scores(v: ir.Value, depth: int = 0) -> tuple[ir.Node, float, list[Mask]] | 
     if n.op_type == "Add":
         for x, mask in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0])):
             found = _scores(x, depth + 1)
-            if found:
+            if found and mask is not None:
                 return found[0], found[1], [*found[2], Mask(mask, "add")]
     if n.op_type == "Where":
         cond, a, b = n.inputs
         for x, fill, kind in ((a, b, "keep"), (b, a, "drop")):
             if (scalar(fill) or 0.0) <= MASKED:
                 found = _scores(x, depth + 1)
-                if found:
+                if found and cond is not None:
                     return found[0], found[1], [*found[2], Mask(cond, kind)]
     return None
 
@@ -262,7 +266,7 @@ def _einsum_terms(n: ir.Node) -> tuple[tuple[str, str], str] | None:
     return ((a, b), out) if len(a) == len(b) == len(out) == 4 and a[:2] == b[:2] == out[:2] else None
 
 
-def _key(v: ir.Value, transpose: bool = True) -> tuple[ir.Value, float] | Miss:
+def _key(v: ir.Value | None, transpose: bool = True) -> tuple[ir.Value | None, float] | Miss:
     """The right operand of Q @ K^T -> (K_all [B, kv, T, hd], scale): the transpose to [.., hd, T] when
     the product wants one (`transpose`), scalar factors and repeat_kv may come in any order."""
     scale, transposed, unrepeated = 1.0, not transpose, False
@@ -331,14 +335,14 @@ def _merge_heads(v: ir.Value) -> ir.Value | None:
     return r.outputs[0] if r is not None else None
 
 
-def _unrepeat(v: ir.Value) -> ir.Value | Miss:
+def _unrepeat(v: ir.Value | None) -> ir.Value | None | Miss:
     """Strip repeat_kv: Reshape(Expand(Unsqueeze(x, 2))) or Reshape(Tile(Unsqueeze(x, 2))) -> x (each KV
     head repeated for its group of query heads, as GQA reads them). A whole-tensor Tile along the head
     axis puts the copies in another order (query head h reads KV head h mod kv): that is no GQA."""
     r = prod(v, "Reshape")
     e = prod(r.inputs[0], "Expand", "Tile") if r else None
     u = prod(e.inputs[0], "Unsqueeze") if e else None
-    if u is not None and axes_of(u) == [2]:
+    if u is not None and e is not None and axes_of(u) == [2]:
         reps = const(e.inputs[1]) if e.op_type == "Tile" else None
         if reps is None or (reps.size == 5 and list(reps[[0, 1, 3, 4]]) == [1, 1, 1, 1]):
             return u.inputs[0]
@@ -349,14 +353,14 @@ def _unrepeat(v: ir.Value) -> ir.Value | Miss:
     return v
 
 
-def _split_past(v: ir.Value) -> tuple[ir.Value | None, ir.Value]:
+def _split_past(v: ir.Value | None) -> tuple[ir.Value | None, ir.Value | None]:
     cat = prod(v, "Concat")
     if cat is not None and len(cat.inputs) == 2 and attr(cat, "axis") in (2, -2):
         return cat.inputs[0], cat.inputs[1]
     return None, v
 
 
-def _heads(v: ir.Value) -> _Heads | Miss:
+def _heads(v: ir.Value | None) -> _Heads | Miss:
     """BNSH tensor -> its projection: Transpose(0,2,1,3)(optional norm(Reshape(proj, [.., heads, hd]))),
     scalar factors before or after the Transpose."""
     v, factor = _factors(v)
@@ -372,7 +376,7 @@ def _heads(v: ir.Value) -> _Heads | Miss:
         norm = None
     r = prod(x, "Reshape")
     hd = _head_dim(r) if r is not None else None
-    if hd is None:
+    if r is None or hd is None or r.inputs[0] is None:
         return Miss("Q/K/V not reshaped to [B, S, heads, hd] with a known hd")
     return _Heads(r.inputs[0], norm, hd, factor)
 
@@ -398,6 +402,7 @@ def _gqa_input(g: ir.Graph, b: _Heads, new: list[ir.Node]) -> ir.Value:
 
 
 def _rewrite(g: ir.Graph, m: _Match) -> None:
+    assert m.caches is not None, "the rule's matcher (_Checks.match) sets the caches"
     import_ms_domain(g)
     seqlens, total = gqa_lengths(g)
     cos = shared_const(g, "cos_cache", m.caches[0])
@@ -416,7 +421,7 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     out.shape, out.type = m.out.shape, m.out.type
     for p, src in ((present_k, m.k_all), (present_v, m.v_all)):
         p.shape, p.type = src.shape, src.type
-    g.insert_after(m.out.producer(), new)
+    g.insert_after(producer_of(m.out), new)
     replace(m.out, out)
     replace(m.k_all, present_k)
     replace(m.v_all, present_v)

@@ -18,7 +18,7 @@ import onnx_ir as ir
 
 from webbuild.fusion.norm_parts import sqrt_plus_eps
 from webbuild.fusion.rule import Miss, Rule
-from webbuild.graph.ir import attr, axes_of, const, new_const, only_user, other, replace, scalar
+from webbuild.graph.ir import attr, axes_of, const, new_const, only_user, other, producer_of, replace, scalar
 
 MIN_OPSET = 17
 
@@ -46,6 +46,8 @@ def match(rm: ir.Node) -> _Match | Miss | None:
     if sub is None:
         return None  # the variance's ReduceMean, or another mean
     x, d = rm.inputs[0], sub.outputs[0]
+    if x is None:
+        return None
     rank = len(x.shape) if x.shape is not None else None
     last = [[-1]] + ([[rank - 1]] if rank else [])
     if attr(rm, "keepdims", 1) != 1 or axes_of(rm) not in last:
@@ -63,7 +65,7 @@ def match(rm: ir.Node) -> _Match | Miss | None:
     beta, out = _affine(out, "Add")
     if gamma is None and (x.shape is None or not isinstance(x.shape[-1], int)):
         return Miss("no scale and the normalised width is unknown")
-    opset = rm.graph.opset_imports.get("")
+    opset = rm.graph.opset_imports.get("") if rm.graph is not None else None
     if (opset or 0) < MIN_OPSET:
         return Miss(f"opset {opset} < {MIN_OPSET}: no LayerNormalization")
     return _Match(x, root[0], gamma, beta, out, rm)
@@ -94,7 +96,8 @@ def _affine(v: ir.Value, op: str) -> tuple[ir.Value | None, ir.Value]:
     """(1-D constant, result) of an elementwise `op` with a constant vector after v, else (None, v)."""
     n = only_user(v, op)
     c = other(n, v) if n is not None else None
-    if c is not None and const(c) is not None and const(c).ndim == 1:
+    w = const(c)
+    if n is not None and w is not None and w.ndim == 1:
         return c, n.outputs[0]
     return None, v
 
@@ -102,12 +105,14 @@ def _affine(v: ir.Value, op: str) -> tuple[ir.Value | None, ir.Value]:
 def _rewrite(g: ir.Graph, m: _Match) -> None:
     gamma = m.gamma
     if gamma is None:  # LayerNormalization needs a scale; ones keep the math
-        gamma = new_const(g, "layer_norm.ones", np.ones(int(m.x.shape[-1]), np.float32))
+        width = m.x.shape[-1] if m.x.shape is not None else None
+        assert isinstance(width, int), "match checked the width"
+        gamma = new_const(g, "layer_norm.ones", np.ones(width, np.float32))
     ins = [m.x, gamma] + ([m.beta] if m.beta is not None else [])
     node = ir.node("LayerNormalization", ins, {"axis": -1, "epsilon": m.eps, "stash_type": 1},
                    name=f"{m.anchor.name}/LayerNorm")
     node.outputs[0].shape, node.outputs[0].type = m.out.shape, m.out.type
-    g.insert_after(m.out.producer(), node)
+    g.insert_after(producer_of(m.out), node)
     replace(m.out, node.outputs[0])
 
 

@@ -6,7 +6,8 @@ KV of any length (0 on the first call) and masks causally itself. So the init gr
 one decoder by giving it the merged interface:
   inputs  inputs_embeds [B,S,H] (replacing the embedding lookup + audio splice, which move out of
           the graph for now), attention_mask [B,T], past_key_values.{i}.key|value [B,kv,P,hd]
-  outputs logits, present.{i}.key|value (GQA's present outputs, instead of the stacked tensors).
+  outputs logits, present.{i}.key|value (GQA's present outputs, instead of the stacked tensors),
+each named as webbuild.site.contract.IO spells it.
 The front (Gather on the tied weight + audio splice) can come back later as its own rule.
 """
 
@@ -18,9 +19,13 @@ import onnx_ir as ir
 
 from webbuild.fusion.attention_mask import mask_input
 from webbuild.fusion.rule import Miss, Rule
-from webbuild.graph.ir import attr, axes_of, prod
+from webbuild.graph.ir import attr, axes_of, const_input, prod
+from webbuild.site.contract import IO
 
+# the split layout's own names (its export format, webbuild.zoo.export), which the merged graph replaces
+# by the site's (webbuild.site.contract.IO)
 SPLIT_INPUTS = {"input_ids", "audio_features", "audio_offset"}
+SPLIT_LOGITS = "logits"
 V2_INPUTS = {"input_embeds", "position_ids"}
 STACKED = ("present_keys", "present_values")
 
@@ -45,8 +50,10 @@ def match(g: ir.Graph) -> _Match | Miss:
         if layer is None:
             return Miss(f"{name} is not a stack of per-layer tensors", "present_keys")
     keys, values = layers
-    gqas = [prod(k, "GroupQueryAttention") for k in keys]
-    if any(n is None for n in gqas) or any(prod(v) is not n for v, n in zip(values, gqas)):
+    assert keys is not None and values is not None  # the loop above returned otherwise
+    found = [prod(k, "GroupQueryAttention") for k in keys]
+    gqas = [n for n in found if n is not None]
+    if len(gqas) != len(found) or any(prod(v) is not n for v, n in zip(values, gqas)):
         return Miss("stacked KV does not come from GroupQueryAttention outputs", "present_keys")
     start = _stream_start(g)
     if start is None:
@@ -58,14 +65,15 @@ def match(g: ir.Graph) -> _Match | Miss:
 
 
 def _rewrite(g: ir.Graph, m: _Match) -> None:
-    embeds = ir.Value(name="inputs_embeds", shape=ir.Shape(["batch_size", "sequence_length", m.hidden]),
+    embeds = ir.Value(name=IO.inputs_embeds, shape=ir.Shape(["batch_size", "sequence_length", m.hidden]),
                       type=m.gqas[0].outputs[0].type)
     ir.convenience.replace_all_uses_with(m.x0, embeds)
     for v in g.inputs:
         for user in [u for u in v.consumers() if _shape_read(u, v)]:
             user.replace_input_with(0, embeds)
     pasts, presents = _kv_io(m.gqas)
-    logits = next(v for v in g.outputs if v.name == "logits")
+    logits = next(v for v in g.outputs if v.name == SPLIT_LOGITS)
+    logits.name = IO.logits
     mask = mask_input(g)
     g.inputs.clear()
     g.inputs.extend([embeds, mask, *pasts])
@@ -116,7 +124,7 @@ def _live(node: ir.Node, stop: ir.Value) -> bool:
     return False
 
 
-def _unstack(v: ir.Value) -> list[ir.Value] | None:
+def _unstack(v: ir.Value) -> list[ir.Value | None] | None:
     """torch.stack spelled Concat(Unsqueeze(x_i, 0), ...) -> [x_i]."""
     cat = prod(v, "Concat")
     if cat is None or attr(cat, "axis") != 0:
@@ -124,7 +132,7 @@ def _unstack(v: ir.Value) -> list[ir.Value] | None:
     parts = [prod(x, "Unsqueeze") for x in cat.inputs]
     if any(u is None or axes_of(u) != [0] for u in parts):
         return None
-    return [u.inputs[0] for u in parts]
+    return [u.inputs[0] for u in parts if u is not None]
 
 
 def _stream_start(g: ir.Graph) -> tuple[ir.Value, int] | None:
@@ -133,21 +141,21 @@ def _stream_start(g: ir.Graph) -> tuple[ir.Value, int] | None:
     for n in g:
         if n.op_type == "SimplifiedLayerNormalization":
             x = n.inputs[0]
-            if any(u.op_type == "SkipSimplifiedLayerNormalization" for u in x.consumers()):
-                return x, int(n.inputs[1].const_value.shape[0])
+            if x is not None and any(u.op_type == "SkipSimplifiedLayerNormalization" for u in x.consumers()):
+                return x, int(const_input(n, 1).shape[0])
     return None
 
 
 def _kv_io(gqas: list[ir.Node]) -> tuple[list[ir.Value], list[ir.Value]]:
     pasts, presents = [], []
     for i, n in enumerate(gqas):
-        kv, hd = int(attr(n, "kv_num_heads")), int(n.inputs[7].const_value.shape[1]) * 2
+        kv, hd = int(attr(n, "kv_num_heads")), int(const_input(n, 7).shape[1]) * 2
         for slot, kind in ((3, "key"), (4, "value")):
-            past = ir.Value(name=f"past_key_values.{i}.{kind}", type=n.outputs[0].type,
+            past = ir.Value(name=IO.past(i, kind), type=n.outputs[0].type,
                             shape=ir.Shape(["batch_size", kv, "past_sequence_length", hd]))
             n.replace_input_with(slot, past)
             present = n.outputs[slot - 2]
-            present.name = f"present.{i}.{kind}"
+            present.name = IO.present(i, kind)
             present.shape = ir.Shape(["batch_size", kv, "total_sequence_length", hd])
             pasts.append(past)
             presents.append(present)

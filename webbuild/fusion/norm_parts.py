@@ -17,8 +17,8 @@ def sqrt_plus_eps(statistic: ir.Value) -> tuple[float, ir.Node] | None:
     """(eps, the Sqrt node) of Sqrt(statistic + eps), the statistic's only use, or None."""
     add = only_user(statistic, "Add")
     eps = scalar_operand(add) if add is not None else None
-    sqrt = only_user(add.outputs[0], "Sqrt") if eps else None
-    return (eps[1], sqrt) if sqrt is not None else None
+    sqrt = only_user(add.outputs[0], "Sqrt") if add is not None and eps else None
+    return (eps[1], sqrt) if eps is not None and sqrt is not None else None
 
 
 @dataclass

@@ -15,7 +15,7 @@ import numpy as np
 import onnx_ir as ir
 
 from webbuild.fusion.rule import Miss, Rule
-from webbuild.graph.ir import attr, const, import_ms_domain, new_const, prod, replace, shared_const
+from webbuild.graph.ir import attr, const, const_input, import_ms_domain, new_const, prod, replace, shared_const
 
 _NBITS_ATTRS = ("K", "bits", "block_size", "accuracy_level")
 
@@ -37,7 +37,8 @@ def match(gqa: ir.Node) -> _Unsplit | _Pack | Miss | None:
         return None  # already packed
     split = _already_packed(gqa)
     if split is not None:
-        return _Unsplit(gqa, split.inputs[0]) if _unsplittable(gqa, split) else None
+        packed = split.inputs[0]
+        return _Unsplit(gqa, packed) if packed is not None and _unsplittable(gqa, split) else None
     sliced = _sliced(gqa)
     if sliced is not None:
         return _Unsplit(gqa, sliced)
@@ -69,8 +70,9 @@ def _already_packed(gqa: ir.Node) -> ir.Node | None:
 def _sliced(gqa: ir.Node) -> ir.Value | None:
     """The tensor whose last axis three Slices cut, back to back from 0 to the end, into the Q, K and V
     that GQA reads directly (a packed source without Q/K norms: Phi-3's qkv_proj)."""
-    slices = [prod(v, "Slice") for v in gqa.inputs[:3]]
-    if any(s is None or len(s.inputs) < 4 or s.inputs[0] is not slices[0].inputs[0] for s in slices):
+    found = [prod(v, "Slice") for v in gqa.inputs[:3]]
+    slices = [s for s in found if s is not None]
+    if len(slices) != len(found) or any(len(s.inputs) < 4 or s.inputs[0] is not slices[0].inputs[0] for s in slices):
         return None
     bounds = [[_int(s, i) for i in (1, 2, 3)] + [_int(s, 4) if len(s.inputs) > 4 else 1] for s in slices]
     if any(axis not in (-1, 2) or step != 1 for *_, axis, step in bounds):
@@ -105,8 +107,8 @@ def _projection(gqa: ir.Node, slot: int) -> tuple[ir.Value, ir.Node, ir.Value | 
         v = heads.inputs[0]
     add = prod(v, "Add")
     bias = next((x for x in add.inputs if const(x) is not None), None) if add else None
-    mm = prod(next(x for x in add.inputs if x is not bias) if bias is not None else v, "MatMul", "MatMulNBits")
-    return (v, mm, bias) if mm is not None else None
+    mm = prod(next(x for x in add.inputs if x is not bias) if add and bias is not None else v, "MatMul", "MatMulNBits")
+    return (v, mm, bias) if mm is not None and v is not None else None
 
 
 def _why_not(projs) -> str | None:
@@ -171,7 +173,7 @@ def _pack(g: ir.Graph, gqa: ir.Node, projs) -> None:
 
 
 def _out_width(n: ir.Node) -> int:
-    return int(attr(n, "N")) if n.op_type == "MatMulNBits" else int(const(n.inputs[1]).shape[1])
+    return int(attr(n, "N")) if n.op_type == "MatMulNBits" else int(const_input(n, 1).shape[1])
 
 
 def _packed_matmul(g: ir.Graph, nodes, name: str) -> ir.Node:
@@ -189,4 +191,4 @@ def _packed_matmul(g: ir.Graph, nodes, name: str) -> ir.Node:
     return ir.node("MatMulNBits", [h, *packed], attrs, domain="com.microsoft", name=name + "/MatMulNBits")
 
 
-RULE = Rule("packed_qkv", ("GroupQueryAttention",), match, _rewrite)
+RULE: Rule[_Unsplit | _Pack] = Rule("packed_qkv", ("GroupQueryAttention",), match, _rewrite)

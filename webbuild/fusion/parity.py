@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from webbuild.site.contract import IO
+
 
 def _session(path: Path, config: dict[str, str] | None = None) -> ort.InferenceSession:
     opts = ort.SessionOptions()
@@ -27,7 +29,8 @@ class SplitRunner:
 
     def __init__(self, src: Path):
         self.init, self.step_s = _session(src / "decoder_init.onnx"), _session(src / "decoder_step.onnx")
-        self.kv, self.pos = None, 0
+        self.kv: tuple[np.ndarray, np.ndarray] | None = None
+        self.pos = 0
 
     def prefill(self, embeds: np.ndarray) -> np.ndarray:
         b, s, _ = embeds.shape
@@ -39,6 +42,7 @@ class SplitRunner:
 
     def step(self, embed: np.ndarray) -> np.ndarray:
         b = embed.shape[0]
+        assert self.kv is not None, "prefill first"
         logits, k, v = self.step_s.run(None, {
             "input_embeds": embed, "position_ids": np.full((b, 1), self.pos, np.int64),
             "past_keys": self.kv[0], "past_values": self.kv[1]})
@@ -54,21 +58,22 @@ class MergedRunner:
         onnxruntime session config entries."""
         self.sess = _session(path, config)
         self.kv_dims = kv_dims
-        self.past_names = [i.name for i in self.sess.get_inputs() if i.name.startswith("past_key_values.")]
+        self.presents = IO.present_of_past([i.name for i in self.sess.get_inputs()])
+        self.past_names = list(self.presents)
         self.shapes = {i.name: i.shape for i in self.sess.get_inputs()}
         self.out_names = [o.name for o in self.sess.get_outputs()]
-        self.past = None
+        self.past: dict[str, np.ndarray] | None = None
 
     def _run(self, embeds: np.ndarray) -> np.ndarray:
         b, s, _ = embeds.shape
         past_len = 0 if self.past is None else next(iter(self.past.values())).shape[2]
-        feeds = {"inputs_embeds": embeds, "attention_mask": np.ones((b, past_len + s), np.int64)}
+        feeds = {IO.inputs_embeds: embeds, IO.attention_mask: np.ones((b, past_len + s), np.int64)}
         for name in self.past_names:
             feeds[name] = self.past[name] if self.past else np.zeros((b, *self._kv_dims(name)[:1], 0,
                                                                          self._kv_dims(name)[1]), np.float32)
         outs = dict(zip(self.out_names, self.sess.run(None, feeds)))
-        self.past = {n: outs[n.replace("past_key_values.", "present.")] for n in self.past_names}
-        return outs["logits"][:, -1]
+        self.past = {n: outs[present] for n, present in self.presents.items()}
+        return outs[IO.logits][:, -1]
 
     def _kv_dims(self, name: str) -> tuple[int, int]:
         _, kv, _, hd = self.shapes[name]
@@ -119,22 +124,23 @@ class TokenRunner:
     def __init__(self, path: Path):
         self.sess = _session(path)
         self.inputs = {i.name: i for i in self.sess.get_inputs()}
-        self.past_names = [n for n in self.inputs if n.startswith("past_key_values.")]
+        self.presents = IO.present_of_past(list(self.inputs))
+        self.past_names = list(self.presents)
         self.out_names = [o.name for o in self.sess.get_outputs()]
-        self.past = None
+        self.past: dict[str, np.ndarray] | None = None
 
     def _run(self, ids: np.ndarray) -> np.ndarray:
         b, s = ids.shape
         past_len = 0 if self.past is None else next(iter(self.past.values())).shape[2]
-        feeds = {"input_ids": ids, "attention_mask": np.ones((b, past_len + s), np.int64)}
+        feeds = {IO.input_ids: ids, IO.attention_mask: np.ones((b, past_len + s), np.int64)}
         if "position_ids" in self.inputs:
             feeds["position_ids"] = np.arange(past_len, past_len + s, dtype=np.int64)[None].repeat(b, 0)
         for name in self.past_names:
             _, kv, _, hd = self.inputs[name].shape
             feeds[name] = self.past[name] if self.past else np.zeros((b, kv, 0, hd), np.float32)
         outs = dict(zip(self.out_names, self.sess.run(None, feeds)))
-        self.past = {n: outs[n.replace("past_key_values.", "present.")] for n in self.past_names}
-        return outs["logits"][:, -1]
+        self.past = {n: outs[present] for n, present in self.presents.items()}
+        return outs[IO.logits][:, -1]
 
     prefill = step = _run
 

@@ -7,13 +7,15 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
+from webbuild.site.contract import IO
+
 _LIMIT = 400  # nodes; a closure bigger than this is not a cheap side computation
 
 
 def closure(targets: list[ir.Value]) -> list[ir.Node] | None:
     """Nodes the targets depend on, in graph order; None when that is most of the graph."""
     seen: set[int] = set()
-    todo = [t.producer() for t in targets if t.producer() is not None]
+    todo = [p for t in targets if (p := t.producer()) is not None]
     while todo:
         n = todo.pop()
         if id(n) in seen:
@@ -21,8 +23,9 @@ def closure(targets: list[ir.Value]) -> list[ir.Node] | None:
         seen.add(id(n))
         if len(seen) > _LIMIT:
             return None
-        todo.extend(v.producer() for v in n.inputs if v is not None and v.producer() is not None)
+        todo.extend(p for v in n.inputs if v is not None and (p := v.producer()) is not None)
     graph = targets[0].graph
+    assert graph is not None, "the targets are values of a graph"
     return [n for n in graph if id(n) in seen]
 
 
@@ -32,7 +35,9 @@ def evaluate(targets: list[ir.Value], feeds_for) -> list[np.ndarray] | str:
     if nodes is None:
         return "too much of the graph"
     mapping: dict[int, ir.Value] = {}
-    inputs, inits, feeds = [], [], {}
+    inputs: list[ir.Value] = []
+    inits: list[ir.Value] = []
+    feeds: dict[str, np.ndarray | None] = {}
 
     def new(v: ir.Value) -> ir.Value:
         if id(v) not in mapping:
@@ -40,8 +45,9 @@ def evaluate(targets: list[ir.Value], feeds_for) -> list[np.ndarray] | str:
                 c = ir.Value(name=f"c{len(mapping)}", const_value=ir.tensor(v.const_value.numpy()))
                 inits.append(c)
             else:  # a graph input
-                c = ir.Value(name=f"in{len(mapping)}", type=v.type)
-                feeds[c.name] = feeds_for(v)
+                name = f"in{len(mapping)}"
+                c = ir.Value(name=name, type=v.type)
+                feeds[name] = feeds_for(v)
                 inputs.append(c)
             mapping[id(v)] = c
         return mapping[id(v)]
@@ -57,12 +63,14 @@ def evaluate(targets: list[ir.Value], feeds_for) -> list[np.ndarray] | str:
     if any(a is None for a in feeds.values()):
         return "needs an input it cannot probe: " + ", ".join(k for k, a in feeds.items() if a is None)
     outs = [mapping[id(t)] for t in targets]
-    graph = ir.Graph(inputs, outs, nodes=copies, initializers=inits, opset_imports=dict(targets[0].graph.opset_imports))
+    source = targets[0].graph
+    assert source is not None, "closure read it"
+    graph = ir.Graph(inputs, outs, nodes=copies, initializers=inits, opset_imports=dict(source.opset_imports))
     proto = ir.to_proto(ir.Model(graph, ir_version=10))
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
     sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return sess.run(None, {i.name: feeds[i.name] for i in inputs})
+    return sess.run(None, feeds)  # one feed per input, by its name
 
 
 def decoder_feeds(past: int, n: int):
@@ -73,17 +81,17 @@ def decoder_feeds(past: int, n: int):
         name = v.name or ""
         if name == "position_ids":
             return np.arange(past, past + n, dtype=np.int64)[None]
-        if name == "attention_mask":
+        if name == IO.attention_mask:
             return np.ones((1, past + n), np.int64)
-        if name in ("inputs_embeds", "input_embeds"):
+        if name in (IO.inputs_embeds, "input_embeds"):
             return np.zeros((1, n, dims[-1] or 1), np.float32)
-        if name == "input_ids":
+        if name == IO.input_ids:
             return np.zeros((1, n), np.int64)
-        if name.startswith("past_key_values."):
+        if IO.present_of_past([name]):
             return np.zeros((1, dims[1] or 1, past, dims[3] or 1), np.float32)
-        if name == "audio_features":
+        if name == IO.audio_features:
             return np.zeros((1, 1, dims[-1] or 1), np.float32)
-        if name == "audio_offset":
+        if name == IO.audio_offset:
             return np.zeros(1, np.int64)
         return None
 

@@ -34,9 +34,11 @@ def rule(output: str = "logits") -> Rule[_Match]:
 def match(g: ir.Graph, output: str = "logits") -> _Match | Miss | None:
     logits = next((v for v in g.outputs if v.name == output), None)
     head = prod(logits, *_HEADS) if logits is not None else None
-    if head is None:
+    if logits is None or head is None:
         return Miss("logits are not produced by a MatMul-like lm_head", output)
     h = head.inputs[0]
+    if h is None:
+        return Miss("lm_head without an input", output)
     if _is_last_slice(h) or _one_position(logits):
         return None  # already pruned
     if h.shape is not None and len(h.shape) != 3:
@@ -47,6 +49,7 @@ def match(g: ir.Graph, output: str = "logits") -> _Match | Miss | None:
 def _rewrite(g: ir.Graph, m: _Match) -> None:
     head, logits = m.head, m.logits
     h = head.inputs[0]
+    assert h is not None, "match read it"
     starts = shared_const(g, "prune/minus_one", np.array([-1], np.int64))
     ends = shared_const(g, "prune/int_max", np.array([np.iinfo(np.int64).max], np.int64))
     axes = shared_const(g, "prune/axis_1", np.array([1], np.int64))

@@ -32,21 +32,22 @@ class _Match:
 def match(gqa: ir.Node) -> _Match | Miss | None:
     if len(gqa.inputs) > _Q_NORM and gqa.inputs[_Q_NORM] is not None:
         return None  # already inside
-    norms = [head_norm(gqa.inputs[slot]) for slot in (0, 1)]
-    if None in norms:
+    q_norm, k_norm = (head_norm(gqa.inputs[slot]) for slot in (0, 1))
+    if q_norm is None or k_norm is None:
         return None  # no Q/K norm (Llama, Qwen2): nothing to move
-    eps = {attr(norm, "epsilon") for _, norm in norms}
+    eps = {attr(norm, "epsilon") for _, norm in (q_norm, k_norm)}
     if len(eps) != 1:
         return Miss("Q and K norms use different epsilons")
-    return _Match(gqa, *norms, eps.pop())
+    return _Match(gqa, q_norm, k_norm, eps.pop())
 
 
-def head_norm(v: ir.Value) -> tuple[ir.Value, ir.Node] | None:
+def head_norm(v: ir.Value | None) -> tuple[ir.Value, ir.Node] | None:
     """v = Reshape(SimplifiedLayerNormalization(Reshape(x, [.., heads, hd])), [0, 0, -1]) -> (x, norm)."""
     flat = prod(v, "Reshape")
     norm = prod(flat.inputs[0], "SimplifiedLayerNormalization") if flat else None
     heads = prod(norm.inputs[0], "Reshape") if norm else None
-    return (heads.inputs[0], norm) if heads is not None else None
+    x = heads.inputs[0] if heads is not None else None
+    return (x, norm) if x is not None and norm is not None else None
 
 
 def _rewrite(g: ir.Graph, m: _Match) -> None:
@@ -77,6 +78,7 @@ def _take_out(g: ir.Graph, gqa: ir.Node) -> None:
     flat = shared_const(g, "qk_norm/flat", np.array([0, 0, -1], np.int64))
     eps = attr(gqa, "qk_norm_epsilon", 1e-6)
     for slot, w in ((0, gqa.inputs[_Q_NORM]), (1, gqa.inputs[_K_NORM])):
+        assert w is not None and w.shape is not None, "a norm weight GQA holds (an initializer)"
         heads = shared_const(g, "qk_norm/heads", np.array([0, 0, -1, w.shape[0]], np.int64))
         split = ir.node("Reshape", [gqa.inputs[slot], heads], name=f"{gqa.name}/qk_norm{slot}/Reshape")
         norm = ir.node("SimplifiedLayerNormalization", [split.outputs[0], w],

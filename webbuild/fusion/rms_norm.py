@@ -18,7 +18,7 @@ import onnx_ir as ir
 
 from webbuild.fusion.norm_parts import sqrt_plus_eps
 from webbuild.fusion.rule import Miss, Rule
-from webbuild.graph.ir import attr, axes_of, const, new_const, only_user, other, prod, replace, scalar
+from webbuild.graph.ir import attr, axes_of, const, new_const, only_user, other, prod, producer_of, replace, scalar
 
 
 @dataclass
@@ -37,6 +37,8 @@ def match(rm: ir.Node) -> _Match | Miss:
     if sq is None:
         return Miss("ReduceMean input is not a square")
     x = sq.inputs[0]
+    if x is None:
+        return Miss("ReduceMean input is not x*x")
     if sq.op_type == "Pow" and scalar(sq.inputs[1]) != 2.0 or sq.op_type == "Mul" and sq.inputs[1] is not x:
         return Miss("ReduceMean input is not x*x")
     rank = len(x.shape) if x.shape is not None else None
@@ -49,8 +51,10 @@ def match(rm: ir.Node) -> _Match | Miss:
     if normed is None:
         return Miss("x is not scaled by 1/sqrt(mean + eps)")
     weight, out = _weight(normed)
-    if weight is not None and const(weight).ndim != 1:
+    if weight is not None and (w := const(weight)) is not None and w.ndim != 1:
         return Miss("weight is not a vector")
+    if weight is None and (x.shape is None or not isinstance(x.shape[-1], int)):
+        return Miss("no weight and the normalised width is unknown")
     return _Match(x, root[0], weight, out, rm)
 
 
@@ -81,11 +85,12 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     weight = m.weight
     if weight is None:  # SimplifiedLayerNormalization needs a scale; ones keep the math
         dim = m.x.shape[-1] if m.x.shape is not None else None
-        weight = new_const(g, "rms_norm.ones", np.ones(int(dim), np.float32))
+        assert isinstance(dim, int), "match checked the width"
+        weight = new_const(g, "rms_norm.ones", np.ones(dim, np.float32))
     node = ir.node("SimplifiedLayerNormalization", [m.x, weight],
                    {"axis": -1, "epsilon": m.eps, "stash_type": 1}, name=f"{m.anchor.name}/SimplifiedLayerNorm")
     node.outputs[0].shape, node.outputs[0].type = m.out.shape, m.out.type
-    g.insert_after(m.out.producer(), node)
+    g.insert_after(producer_of(m.out), node)
     replace(m.out, node.outputs[0])
 
 

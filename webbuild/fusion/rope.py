@@ -27,7 +27,7 @@ class Rope:
     interleaved: bool = False  # pairs (x0, x1), (x2, x3), ... rotate, rather than the two halves
 
 
-def match(v: ir.Value) -> Rope | None:
+def match(v: ir.Value | None) -> Rope | None:
     """v = x*cos + rotate(x)*sin (any operand order), rotate being rotate_half or the interleaved pair
     rotation; also Concat(rope(x[..., :d]), x[..., d:]) with d read from cos (Phi-3's partial-rotary
     spelling): that is rope(x) when d is the whole head, which the caches' size check settles."""
@@ -43,15 +43,18 @@ def match(v: ir.Value) -> Rope | None:
         if a is None or b is None:
             continue
         for x in a.inputs:
-            for r in b.inputs:
-                if _is_rotate_half(r, x):
-                    return Rope(x, other(a, x), other(b, r))
-                if _is_rotate_pairs(r, x):
-                    return Rope(x, other(a, x), other(b, r), interleaved=True)
+            for rot in b.inputs:
+                cos, sin = other(a, x), other(b, rot)
+                if x is None or cos is None or sin is None:
+                    continue
+                if _is_rotate_half(rot, x):
+                    return Rope(x, cos, sin)
+                if _is_rotate_pairs(rot, x):
+                    return Rope(x, cos, sin, interleaved=True)
     return None
 
 
-def _split_rotary(v: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value] | None:
+def _split_rotary(v: ir.Value | None) -> tuple[ir.Value, ir.Value, ir.Value] | None:
     """v = Concat(y, x[..., d:], axis=-1) with y computed from x[..., :d]: (y, x, x[..., :d])."""
     cat = prod(v, "Concat")
     if cat is None or len(cat.inputs) != 2 or attr(cat, "axis") not in (-1, 3):
@@ -59,10 +62,12 @@ def _split_rotary(v: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value] | None:
     rest = prod(cat.inputs[1], "Slice")
     if rest is None or _slice_axis(rest) not in (-1, 3) or _const_at(rest, 2) not in (None, _INT64_MAX):
         return None
-    x = rest.inputs[0]
+    x, y = rest.inputs[0], cat.inputs[0]
+    if x is None or y is None:
+        return None
     head = next((u for u in x.consumers() if u is not rest and u.op_type == "Slice"
                  and _slice_axis(u) in (-1, 3) and _const_at(u, 1) == 0 and u.inputs[2] is rest.inputs[1]), None)
-    return (cat.inputs[0], x, head.outputs[0]) if head is not None else None
+    return (y, x, head.outputs[0]) if head is not None else None
 
 
 def _slice_axis(s: ir.Node) -> int | None:
@@ -74,7 +79,7 @@ def _const_at(n: ir.Node, i: int) -> int | None:
     return int(c.reshape(-1)[0]) if c is not None and c.size == 1 else None
 
 
-def _is_rotate_half(r: ir.Value, x: ir.Value) -> bool:
+def _is_rotate_half(r: ir.Value | None, x: ir.Value) -> bool:
     """r = Concat(-x[..., h:], x[..., :h], axis=-1)."""
     cat = prod(r, "Concat")
     if cat is None or len(cat.inputs) != 2 or attr(cat, "axis") not in (-1, 3):
@@ -85,7 +90,7 @@ def _is_rotate_half(r: ir.Value, x: ir.Value) -> bool:
     return bool(hi and lo and hi.inputs[0] is x and lo.inputs[0] is x)
 
 
-def _is_rotate_pairs(r: ir.Value, x: ir.Value) -> bool:
+def _is_rotate_pairs(r: ir.Value | None, x: ir.Value) -> bool:
     """r = Reshape(Concat(Unsqueeze(-x[..., 1::2], -1), Unsqueeze(x[..., ::2], -1), axis=-1)) to x's shape:
     each pair (a, b) becomes (-b, a) (GPT-J / Meta Llama's interleaved rotary)."""
     flat = prod(r, "Reshape", "Flatten")
@@ -107,12 +112,14 @@ def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int,
            interleaved: bool = False) -> tuple[np.ndarray, np.ndarray] | str:
     """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not.
     `interleaved`: the source's tables repeat each frequency twice in a row rather than in two halves."""
-    tables = _tables(cos), _tables(sin)
-    if all(t is not None for t in tables):
-        return _from_tables(*tables, head_dim, max_pos, interleaved)
+    cos_table, sin_table = _tables(cos), _tables(sin)
+    if cos_table is not None and sin_table is not None:
+        return _from_tables(cos_table, sin_table, head_dim, max_pos, interleaved)
     c, s = _trace(cos, "Cos", interleaved), _trace(sin, "Sin", interleaved)
-    if isinstance(c, str) or isinstance(s, str):
-        return c if isinstance(c, str) else s
+    if isinstance(c, str):
+        return c
+    if isinstance(s, str):
+        return s
     (inv_c, scale_c), (inv_s, scale_s) = c, s
     if not np.array_equal(inv_c, inv_s):
         return "cos and sin use different frequencies"
@@ -125,7 +132,7 @@ def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int,
     return cos_cache, sin_cache
 
 
-def _tables(v: ir.Value) -> np.ndarray | None:
+def _tables(v: ir.Value | None) -> np.ndarray | None:
     """A precomputed [positions, hd] table gathered by position (HF's cos_cached, our decompose)."""
     for _ in range(4):
         n = prod(v)
@@ -158,7 +165,7 @@ def _halves(head_dim: int, interleaved: bool) -> tuple[slice, slice]:
     return (slice(0, None, 2), slice(1, None, 2)) if interleaved else (slice(0, half), slice(half, None))
 
 
-def _trace(v: ir.Value, op: str, interleaved: bool) -> tuple[np.ndarray, float] | str:
+def _trace(v: ir.Value | None, op: str, interleaved: bool) -> tuple[np.ndarray, float] | str:
     """Walk up from the multiplied-in table to Cos/Sin: (inv_freq, scaling). An interleaved table may
     repeat its entries after Cos/Sin (Concat / Tile, then Reshape); `verify` checks the layout."""
     scale = 1.0
@@ -171,15 +178,15 @@ def _trace(v: ir.Value, op: str, interleaved: bool) -> tuple[np.ndarray, float] 
         repeats = interleaved and n.op_type in ("Concat", "Tile", "Flatten")
         if n.op_type in ("Unsqueeze", "Cast", "Reshape", "Squeeze", "Expand") or repeats:
             v = n.inputs[0]
-        elif n.op_type == "Mul" and scalar_operand(n):
-            v, k = scalar_operand(n)
+        elif n.op_type == "Mul" and (operand := scalar_operand(n)):
+            v, k = operand
             scale *= k
         else:
             return f"unexpected {n.op_type} between {op} and the rotation"
     return f"{op} not found"
 
 
-def _inv_freq(freqs: ir.Value, scale: float, interleaved: bool) -> tuple[np.ndarray, float] | str:
+def _inv_freq(freqs: ir.Value | None, scale: float, interleaved: bool) -> tuple[np.ndarray, float] | str:
     """freqs = Concat(f, f) with f = positions x inv_freq: the first 1-D float constant above f.
     Interleaved tables are spelt in several ways (Concat of Unsqueezes, Expand, Tile, then Reshape):
     the layout is left to `verify`, which compares the source's values with the caches."""
@@ -190,7 +197,8 @@ def _inv_freq(freqs: ir.Value, scale: float, interleaved: bool) -> tuple[np.ndar
         return "frequencies are not duplicated halves (interleaved rotary?)"
     else:
         start = cat.inputs[0]
-    seen, todo = set(), [start]
+    seen: set[int] = set()
+    todo = [start]
     while todo:
         v = todo.pop()
         c = const(v)

@@ -97,7 +97,10 @@ def _kind(anchor: ir.Node | ir.Graph) -> str:
 def pattern_match(target: pattern.Pattern, node: ir.Node) -> pattern.MatchResult | None:
     """onnxscript's match of `target` ending at `node`, or None. The matched nodes' other uses are
     allowed: the rewrite redirects them (a residual sum goes on to the next layer)."""
-    found = target.match(None, node.graph, node, check_nodes_are_removable=False)  # the matcher reads no model
+    if node.graph is None:
+        return None
+    # onnxscript types the first argument as the model, which the matcher does not read: none is at hand here
+    found = target.match(None, node.graph, node, check_nodes_are_removable=False)  # type: ignore[arg-type]
     return found if found else None
 
 

@@ -31,7 +31,7 @@ def _unfit(ln: ir.Node, add: ir.Node) -> str | None:
     a, b = add.inputs
     if const(a) is not None or const(b) is not None:
         return "Add has a constant operand"
-    if a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
+    if a is None or b is None or a.shape is None or b.shape is None or len(a.shape) != len(b.shape):
         return "Add operands of unknown or different rank"
     rank = len(a.shape)
     if attr(ln, "axis", -1) not in (-1, rank - 1):

@@ -23,7 +23,7 @@ def match(sln: ir.Node) -> Residual | Miss | None:
     a, b = m.add.inputs
     if const(a) is not None or const(b) is not None:
         return Miss("Add has a constant operand")
-    if a.shape is not None and b.shape is not None and len(a.shape) != len(b.shape):
+    if a is not None and b is not None and a.shape is not None and b.shape is not None and len(a.shape) != len(b.shape):
         return Miss("broadcasting Add")
     return m
 

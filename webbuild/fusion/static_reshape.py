@@ -59,7 +59,7 @@ def _keeps_leading(n: ir.Node) -> bool:
     return n.op_type in _KEEPS_LEADING or n.op_type == "Split" and attr(n, "axis", 0) == -1
 
 
-def _entries(v: ir.Value) -> list | None:
+def _entries(v: ir.Value | None) -> list | None:
     """The target as a list of ints and (tensor, axis) reads, or None when not that simple."""
     c = const(v)
     if c is not None:
@@ -69,11 +69,14 @@ def _entries(v: ir.Value) -> list | None:
         return None
     if n.op_type == "Concat":
         parts = [_entries(x) for x in n.inputs]
-        return None if any(p is None for p in parts) else [e for p in parts for e in p]
+        known = [p for p in parts if p is not None]
+        return None if len(known) != len(parts) else [e for p in known for e in p]
     if n.op_type in ("Unsqueeze", "Squeeze", "Cast"):
         return _entries(n.inputs[0])
     if n.op_type == "Shape":
         x = n.inputs[0]
+        if x is None:
+            return None
         rank = len(x.shape) if x.shape is not None else None
         start, end = attr(n, "start", 0), attr(n, "end", rank)
         if end is None or start < 0 or end < 0:
@@ -93,18 +96,19 @@ def _entries(v: ir.Value) -> list | None:
     return None
 
 
-def _same_leading(data: ir.Value, x: ir.Value, axis: int) -> bool:
+def _same_leading(data: ir.Value | None, x: ir.Value, axis: int) -> bool:
     """Whether data.shape[axis] == x.shape[axis] for a leading axis (not the last of either)."""
     if data is x:
         return True
-    a, b = data.shape, x.shape
+    a, b = data.shape if data is not None else None, x.shape
     if a is not None and b is not None and len(a) > axis and len(b) > axis:
         da, db = a[axis], b[axis]
         if isinstance(da, ir.SymbolicDim) and da.value is not None and da == db:
             return True
         if b is not None and axis >= len(b) - 1:
             return False
-    seen, todo = set(), [data]
+    seen: set[int] = set()
+    todo = [data]
     while todo and len(seen) < 2000:
         v = todo.pop()
         if v is x:

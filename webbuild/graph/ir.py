@@ -20,6 +20,14 @@ def prod(v: ir.Value | None, *ops: str) -> ir.Node | None:
     return n if n is not None and (not ops or n.op_type in ops) else None
 
 
+def producer_of(v: ir.Value) -> ir.Node:
+    """The node computing `v`, a value a rule matched as an op's output (so not a graph input)."""
+    n = v.producer()
+    if n is None:
+        raise ValueError(f"{v.name!r} is not computed by a node")
+    return n
+
+
 def const(v: ir.Value | None) -> np.ndarray | None:
     if v is None:
         return None
@@ -27,12 +35,20 @@ def const(v: ir.Value | None) -> np.ndarray | None:
     return None if t is None else t.numpy()
 
 
+def const_input(node: ir.Node, i: int) -> np.ndarray:
+    """Input i of `node`, a constant its op requires (a norm's scale, GQA's cos/sin caches)."""
+    c = const(node.inputs[i]) if len(node.inputs) > i else None
+    if c is None:
+        raise ValueError(f"{node.op_type} {node.name!r}: input {i} is not a constant")
+    return c
+
+
 def scalar(v: ir.Value | None) -> float | None:
     c = const(v)
     return float(c.reshape(-1)[0]) if c is not None and c.size == 1 else None
 
 
-def other(node: ir.Node, v: ir.Value) -> ir.Value | None:
+def other(node: ir.Node, v: ir.Value | None) -> ir.Value | None:
     """The other operand of a binary node, or None when `v` is not an operand."""
     a, b = node.inputs[0], node.inputs[1]
     return b if a is v else a if b is v else None
@@ -42,7 +58,7 @@ def scalar_operand(node: ir.Node) -> tuple[ir.Value, float] | None:
     """(tensor operand, scalar constant) of a binary node whose one side is a scalar constant."""
     for x, c in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
         s = scalar(c)
-        if s is not None and const(x) is None:
+        if s is not None and x is not None and const(x) is None:
             return x, s
     return None
 

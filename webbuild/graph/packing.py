@@ -17,10 +17,13 @@ GatherBlockQuantized's table and MatMulNBits' B without unpacking a code.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import onnx_ir as ir
 
-LOOKUP_ATTRS = {"gather_axis": 0, "quantize_axis": 2}  # GatherBlockQuantized on data [V, n_blocks, blob]
+# GatherBlockQuantized on data [V, n_blocks, blob]; Any: spread into make_node's keywords, whose named ones are str
+LOOKUP_ATTRS: dict[str, Any] = {"gather_axis": 0, "quantize_axis": 2}
 
 
 def n_blocks(k: int, block_size: int) -> int:
@@ -80,7 +83,7 @@ def unsigned_bytes(t: ir.TensorProtocol, bits: int, signed: bool) -> np.ndarray:
         out = np.empty(t.nbytes, np.uint8)
         with open(t.path, "rb") as f:
             f.seek(t.offset or 0)
-            if f.readinto(memoryview(out)) != t.nbytes:
+            if f.readinto(out.data) != t.nbytes:
                 raise ValueError(f"{t.path}: shorter than tensor {t.name!r} says")
     else:
         out = stored_bytes(t).copy()

@@ -25,11 +25,12 @@ from tokenizers import Tokenizer
 from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
 from webbuild.graph.load import load_onnx
+from webbuild.layouts import Layout, Table
 from webbuild.pipeline.state import Variant
 from webbuild.reference import source_v2
 from webbuild.reference.mel import HOP
 from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count
-from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE, runtime_names
+from webbuild.site.contract import IO, RUNTIME_FILE, TOKENS_FILE, runtime_names
 
 RUNTIME_FORMAT = 1
 MAX_CHUNK_SECONDS = 30.0  # long audio is cut at quiet points into chunks at most this long
@@ -40,20 +41,21 @@ WEBGPU_GQA_PREFILL_CHUNK = 31
 DEFAULT_MAX_NEW_TOKENS = 200
 
 
-def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = None,
+def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None = None,
                    encoder: Path | None = None, lead: int = 0) -> Variant:
     """Write the runtime's fp32 model files into `out`; return them as the fp32 variant, roles encoder,
     encoder_data, decoder, decoder_data, embed (embed only for decoders that take inputs_embeds).
 
     `decoder` is a ready decoder graph with the merged interface (the fuse stage's output);
-    without it a merged-layout source's decoder is used as is. `encoder`: the fuse stage's encoder,
-    else the source's. `lead`: samples of lead the mel front-end puts before the audio.
+    without it the source's, where it has that interface already (`layout.fusion_optional`).
+    `encoder`: the fuse stage's encoder, else the source's. `lead`: samples of lead the mel front-end
+    puts before the audio.
     """
     out.mkdir(parents=True, exist_ok=True)
     if decoder is None:
-        if layout != "merged":
-            raise BuildError(f"{source}: a {layout} source needs the fuse stage to make one decoder graph")
-        decoder = source / "decoder_model_merged.onnx"
+        if not layout.fusion_optional:
+            raise BuildError(f"{source}: a {layout.name} source needs the fuse stage to make one decoder graph")
+        decoder = source / layout.prefill
     save_graph(decoder, out / "decoder.onnx")
     _encoder(encoder or source / "encoder.onnx", out / "encoder.onnx", lead)
     _table_files(source, layout, out)
@@ -68,10 +70,10 @@ def assemble_model(source: Path, layout: str, out: Path, decoder: Path | None = 
         "decoder": "decoder.onnx", "decoder_data": "decoder.onnx.data", "embed": "embed_tokens.bin"}))
 
 
-def _table_files(source: Path, layout: str, out: Path) -> None:
+def _table_files(source: Path, layout: Layout, out: Path) -> None:
     """embed_tokens.bin (float32 [V, H]) and the config.json describing it, which the quantize stage
-    reads: the source's, or for a v2 source its int8 table dequantized."""
-    if layout != "qwen3-asr-v2":
+    reads: the source's, or its int8 table dequantized (webbuild.reference.source_v2)."""
+    if layout.table is Table.FLOAT32:
         shutil.copyfile(source / "embed_tokens.bin", out / "embed_tokens.bin")
         shutil.copyfile(source / "config.json", out / "config.json")
         return
@@ -115,14 +117,14 @@ def _external_tensors(model: onnx.ModelProto):
 
 def _encoder(src: Path, dest: Path, lead: int) -> None:
     inputs = [i.name for i in load_onnx(src).graph.input]
-    if inputs == ["pcm"]:
+    if inputs == [IO.pcm]:
         save_graph(src, dest)
-    elif inputs == ["mel"]:
+    elif inputs == [IO.mel]:
         from webbuild.pipeline.frontend import add_mel_frontend  # the one mel implementation, in the graph
 
         add_mel_frontend(src, dest, lead)
     else:
-        raise BuildError(f"{src}: expected one encoder input named 'pcm' or 'mel', found {inputs}")
+        raise BuildError(f"{src}: expected one encoder input named {IO.pcm!r} or {IO.mel!r}, found {inputs}")
 
 
 def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0) -> dict:

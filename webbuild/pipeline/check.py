@@ -29,6 +29,7 @@ from webbuild.pipeline.state import Variant
 from webbuild.reference.prompt import Prompt
 from webbuild.reference.transcribe import (
     IdsDecoder,
+    SiteCodec,
     TokenizerCodec,
     Transcriber,
     cpu_form,
@@ -37,6 +38,7 @@ from webbuild.reference.transcribe import (
     pick,
 )
 from webbuild.reference.wer import edit_distance
+from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 64
 
@@ -67,7 +69,7 @@ def zero_adapter(decoder: IdsDecoder, rank: int) -> dict[str, np.ndarray]:
 
 def reference_tokens(reference_dir: Path, clips: dict[str, np.ndarray],
                      max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, lead: int = 0) -> dict[str, list[int]]:
-    """Greedy tokens of the fp32 unfused source export (split or merged layout); an encoder taking mel
+    """Greedy tokens of the fp32 unfused source export (any layout); an encoder taking mel
     gets `lead` samples of lead before the audio, as the built front-end does."""
     ref = load_transcriber(reference_dir, lead=lead)
     return {name: ref.generate(pcm, max_new_tokens) for name, pcm in clips.items()}
@@ -79,7 +81,8 @@ def check_variant(t: Transcriber, clips: dict[str, np.ndarray], reference: dict[
     return agreement({name: t.generate(pcm, max_new_tokens) for name, pcm in clips.items()}, t.codec, reference)
 
 
-def agreement(tokens: dict[str, list[int]], codec: TokenizerCodec, reference: dict[str, list[int]] | None) -> dict:
+def agreement(tokens: dict[str, list[int]], codec: TokenizerCodec | SiteCodec,
+              reference: dict[str, list[int]] | None) -> dict:
     """Transcripts of each clip's `tokens` and, given reference tokens, per-clip token agreement."""
     report: dict = {"transcripts": {name: codec.decode(ids) for name, ids in tokens.items()},
                     "token_agreement": {}}
@@ -146,6 +149,7 @@ class RoleCheck:
             if step is None:
                 tokens = {name: t.generate(pcm, DEFAULT_MAX_NEW_TOKENS) for name, pcm in self.clips.items()}
             else:
+                assert isinstance(t.decoder, IdsDecoder), "a built site's decoder takes input_ids"
                 form = StepForm(self._cpu(step), self.max_positions, t.decoder)
                 tokens = {name: form.generate(t, pcm, DEFAULT_MAX_NEW_TOKENS) for name, pcm in self.clips.items()}
             self.decoded[run] = tokens
@@ -170,26 +174,27 @@ class StepForm:
         self.sess = cpu_session(path)
         self.max_positions, self.plain = max_positions, plain
         inputs = {i.name: i for i in self.sess.get_inputs()}
-        self.past_names = [n for n in inputs if n.startswith("past_key_values.")]
+        self.present_of = IO.present_of_past(list(inputs))  # {past input: the present output it becomes}
         self.adapter = {n: w for n, w in plain.adapter.items() if n in inputs}
-        self.mask_dtype = np.int32 if inputs["attention_mask"].type == "tensor(int32)" else np.int64
+        self.mask_dtype = np.int32 if inputs[IO.attention_mask].type == "tensor(int32)" else np.int64
 
     def generate(self, t: Transcriber, pcm: np.ndarray, max_new_tokens: int) -> list[int]:
         """Greedy tokens of `pcm` (end of sequence left out)."""
         audio = t.audio_features(pcm)
         prompt: Prompt = t.codec.prompt(audio.shape[1])
         logits, (past, total) = self.plain.prefill(prompt, audio)
-        cache = {n: self._static(past[n]) for n in self.past_names}
-        token, tokens = pick(logits)[0], []
+        cache = {n: self._static(past[n]) for n in self.present_of}
+        token = pick(logits)[0]
+        tokens: list[int] = []
         while token not in t.eos_ids and len(tokens) < max_new_tokens and total < self.max_positions:
             tokens.append(token)
             mask = np.zeros((1, self.max_positions), self.mask_dtype)
             mask[0, :total + 1] = 1
-            out = self.sess.run(None, {"input_ids": np.array([[token]], np.int32), "attention_mask": mask,
+            out = self.sess.run(None, {IO.input_ids: np.array([[token]], np.int32), IO.attention_mask: mask,
                                        **cache, **self.adapter})
             named = dict(zip([o.name for o in self.sess.get_outputs()], out))
-            cache = {n: named[n.replace("past_key_values.", "present.")] for n in self.past_names}
-            token, total = int(named["next_token"][0, 0]), total + 1
+            cache = {past: named[present] for past, present in self.present_of.items()}
+            token, total = int(named[IO.next_token][0, 0]), total + 1
         return tokens
 
     def _static(self, present: np.ndarray) -> np.ndarray:

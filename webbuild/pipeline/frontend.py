@@ -35,6 +35,7 @@ from webbuild.reference.mel import (
     lead_noise,
     mel_filters,
 )
+from webbuild.site.contract import IO
 
 N_BINS = N_FFT // 2 + 1
 
@@ -107,7 +108,7 @@ def mel_graph(opset: int, lead: int = 0) -> onnx.ModelProto:
             helper.make_node("Concat", ["fe_lead", "fe_pcm3"], [signal], axis=2),  # [1, 1, lead_n + N]
         ]
     nodes = [
-        helper.make_node("Unsqueeze", ["pcm", "fe_axis1"], ["fe_pcm3"]),  # [1, 1, N]
+        helper.make_node("Unsqueeze", [IO.pcm, "fe_axis1"], ["fe_pcm3"]),  # [1, 1, N]
         *lead_nodes,
         helper.make_node("Pad", [signal, "fe_pads"], ["fe_padded"], mode="reflect"),
         helper.make_node("Conv", ["fe_padded", "fe_basis"], ["fe_spec"], strides=[HOP]),  # [1, 402, F]
@@ -125,12 +126,12 @@ def mel_graph(opset: int, lead: int = 0) -> onnx.ModelProto:
         helper.make_node("Sub", ["fe_peak", "fe_range"], ["fe_low"]),
         helper.make_node("Max", ["fe_log10", "fe_low"], ["fe_floored"]),
         helper.make_node("Add", ["fe_floored", "fe_four"], ["fe_shift"]),
-        helper.make_node("Mul", ["fe_shift", "fe_quarter"], ["mel"]),
+        helper.make_node("Mul", ["fe_shift", "fe_quarter"], [IO.mel]),
     ]
     graph = helper.make_graph(
         nodes, "mel_frontend",
-        [helper.make_tensor_value_info("pcm", TensorProto.FLOAT, [1, "samples"])],
-        [helper.make_tensor_value_info("mel", TensorProto.FLOAT, [1, 128, "frames"])],
+        [helper.make_tensor_value_info(IO.pcm, TensorProto.FLOAT, [1, "samples"])],
+        [helper.make_tensor_value_info(IO.mel, TensorProto.FLOAT, [1, 128, "frames"])],
         initializer=inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -147,11 +148,11 @@ def add_mel_frontend(encoder_in: Path, encoder_out: Path, lead: int = 0) -> None
     encoder = load_onnx(encoder_in)
     g = encoder.graph
     names = [i.name for i in g.input]
-    if names != ["mel"]:
-        raise BuildError(f"{encoder_in}: expected one input named 'mel', found {names}")
+    if names != [IO.mel]:
+        raise BuildError(f"{encoder_in}: expected one input named {IO.mel!r}, found {names}")
     opset = next(o.version for o in encoder.opset_import if o.domain in ("", "ai.onnx"))
     front = mel_graph(opset, lead).graph
-    clash = _names(front) & _names(g) - {"mel"}
+    clash = _names(front) & _names(g) - {IO.mel}
     if clash:
         raise BuildError(f"{encoder_in}: names {sorted(clash)[:5]} clash with the mel front-end's")
     nodes = [*front.node, *g.node]

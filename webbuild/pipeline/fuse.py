@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 
 def run_fuse(src: Path, out: Path, report: Path | None = None, quantize: bool = True, pack_qkv: bool = True,
              prune_lm_head: bool = True) -> dict:
-    """Fuse the decoder of SRC (split-layout folder or merged .onnx) into OUT/decoder.onnx(.data), and
-    the encoder beside it into OUT/encoder.onnx (report under "encoder"; see `run_fuse_encoder`).
+    """Fuse the decoder of SRC (a source folder of any layout, or a decoder .onnx) into
+    OUT/decoder.onnx(.data), and the encoder beside it into OUT/encoder.onnx (report under "encoder";
+    see `run_fuse_encoder`).
 
     With `quantize` (`webbuild fuse` without --no-quantize) the build's default quantization follows
     (see `quantize_in_place`). Returns the report dict (`summary` prints it) and writes it to `report`
@@ -43,7 +44,7 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, quantize: bool = 
     del model
     gc.collect()  # an onnx-ir graph is reference cycles: free its weights before onnxruntime loads the file
     seconds = {"fuse": round(t1 - t0, 2)}
-    if quantize:
+    if side is not None:  # with quantize
         q = Quantize()
         log.info(f"quantizing (int{q.bits} MatMulNBits, block {q.block_size}, accuracy level {q.accuracy_level}; "
                  "int4 embedding lookup)")

@@ -5,11 +5,11 @@ kernel recognise (base MatMulNBits + down projection + up projection + Add):
 
     y = Proj(x) + MatMul(MatMul(x, lora.{i}.{proj}.down), lora.{i}.{proj}.up)
 
-with `down` [in, r] and `up` [r, out] graph inputs without defaults: onnxruntime-web lists only the inputs
-that have no initializer and refuses any other feed ("invalid input"), so an input with a default could
-never be set in the browser. Fed empty ([in, 0] and [0, out]) or zeros, the graph computes the base model
-exactly. The base graph is left as it is: the
-runtime decodes with it while no adapter is on (onnxruntime-web 1.30 would still run the empty MatMuls
+(names: webbuild.site.contract.IO.lora) with `down` [in, r] and `up` [r, out] graph inputs without
+defaults: onnxruntime-web lists only the inputs that have no initializer and refuses any other feed
+("invalid input"), so an input with a default could never be set in the browser. Fed empty ([in, 0] and
+[0, out]) or zeros, the graph computes the base model exactly. The base graph is left as it is: the runtime
+decodes with it while no adapter is on (onnxruntime-web 1.30 would still run the empty MatMuls
 and the Add: two dispatches per projection), and with this form while one is (docs/adapters.md).
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from webbuild.adapters import TARGET_MODULES, input_name
+from webbuild.adapters import TARGET_MODULES
+from webbuild.site.contract import IO
 
 RANK_DIM = "lora_rank"
 _THROUGH = ("Reshape", "Transpose", "Cast", "SimplifiedLayerNormalization", "LayerNormalization", "Squeeze",
@@ -69,7 +70,7 @@ def _layer(gqa: ir.Node, index: int) -> dict[str, ir.Node]:
     if missing or len(mlp) != 2:
         raise NoProjections(f"layer {index}: could not find {', '.join(missing) or 'gate_proj and up_proj apart'} "
                             "(an adapter needs the seven projections as separate MatMulNBits or MatMul nodes)")
-    return {p: found[p] for p in TARGET_MODULES}
+    return {p: node for p in TARGET_MODULES if (node := found[p]) is not None}  # all of them, as checked
 
 
 def _back_to_projection(v: ir.Value | None) -> ir.Node | None:
@@ -101,10 +102,11 @@ def _down(up: ir.Node | None) -> ir.Node | None:
 def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
     """node's output y -> y + (x @ down) @ up, with down and up graph inputs defaulting to empty."""
     x, y = node.inputs[0], node.outputs[0]
+    assert x is not None, "a projection reads its input"
     dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
     n_in, n_out = _dims(node)
-    down = _input(graph, input_name(layer, proj, "down"), dtype, [n_in, RANK_DIM])
-    up = _input(graph, input_name(layer, proj, "up"), dtype, [RANK_DIM, n_out])
+    down = _input(graph, IO.lora_input(layer, proj, "down"), dtype, [n_in, RANK_DIM])
+    up = _input(graph, IO.lora_input(layer, proj, "up"), dtype, [RANK_DIM, n_out])
     prefix = f"lora/{layer}/{proj}"
     users = list(y.uses())
     low = ir.node("MatMul", [x, down], name=f"{prefix}/down", outputs=[ir.Value(name=f"{prefix}/low")])
@@ -123,7 +125,9 @@ def _dims(node: ir.Node) -> tuple[int, int]:
     """(in, out) features of a projection."""
     if node.op_type == "MatMulNBits":
         return node.attributes["K"].as_int(), node.attributes["N"].as_int()
-    k, n = node.inputs[1].shape
+    w = node.inputs[1]
+    assert w is not None and w.shape is not None, "a MatMul projection's weight is an initializer"
+    k, n = w.shape.numpy()
     return int(k), int(n)
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from webbuild.config import BuildConfig
 from webbuild.errors import BuildError, WebbuildError
+from webbuild.layouts import layout
 from webbuild.pipeline.build_report import BuildReport, peak_rss_bytes
 from webbuild.pipeline.stages import STAGES
 from webbuild.pipeline.state import BuildContext, BuildState, SourceModel
@@ -26,7 +27,7 @@ def run_build(cfg: BuildConfig, output: Path) -> BuildReport:
     output.parent.mkdir(parents=True, exist_ok=True)
     report = BuildReport(name=cfg.name)
     with tempfile.TemporaryDirectory(prefix=f".{output.name}-", dir=output.parent) as tmp:
-        state = BuildState(SourceModel(cfg.source.dir, cfg.source.layout))
+        state = BuildState(SourceModel(cfg.source.dir, layout(cfg.source.layout)))
         ctx = BuildContext(cfg, Path(tmp) / "site", Path(tmp) / "work", report, state)
         ctx.stage_dir.mkdir()
         ctx.work_dir.mkdir()
@@ -37,10 +38,13 @@ def run_build(cfg: BuildConfig, output: Path) -> BuildReport:
                 stage(ctx)
             except WebbuildError as exc:  # bad input, not a bug: say which stage found it
                 error = BuildError(f"stage {name}: {exc.format_message()}")
-                error.exit_code = exc.exit_code  # a failed check (fusion.strict) stays exit code 1
+                # a failed check (fusion.strict) stays exit code 1; click types exit_code a ClassVar, yet reads
+                # it from the instance
+                error.exit_code = exc.exit_code  # type: ignore[misc]
                 raise error from exc
             report.add_stage(name, time.monotonic() - start, peak_rss_bytes())
         report.measure_files(ctx.stage_dir)
+        assert state.manifest is not None, "the shard stage writes the manifest"
         report.files["shards"] = len(state.manifest["shards"])
         report.files["shard_limit_bytes"] = cfg.shard.max_bytes
         report.write(ctx.stage_dir / "build-report.json")

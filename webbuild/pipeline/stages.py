@@ -10,6 +10,7 @@ from pathlib import Path
 
 from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
+from webbuild.layouts import Table
 from webbuild.pipeline.adapter_files import pack_adapters
 from webbuild.pipeline.assemble import assemble_model, present_files
 from webbuild.pipeline.build_report import census
@@ -27,9 +28,9 @@ log = logging.getLogger(__name__)
 
 def stage_source(ctx: BuildContext) -> None:
     """Take the source export's op census. Later stages read the source in place (they never write
-    to it), so a multi-GB export is not copied. A v2 source's interface and table are checked first."""
+    to it), so a multi-GB export is not copied. An int8-table source's table and graphs are checked first."""
     model = ctx.state.model
-    if model.layout == "qwen3-asr-v2":
+    if model.layout.table is Table.INT8_ROWS:
         source_v2.check_source(model.dir, json.loads((model.dir / "config.json").read_text()))
     for graph in sorted(ctx.state.model.dir.glob("*.onnx")):
         ctx.report.graphs[graph.stem] = {"source": census(op_census(graph))}
@@ -39,11 +40,11 @@ def stage_fuse(ctx: BuildContext) -> None:
     """One decoder graph and the encoder with fused operators (webbuild.pipeline.fuse.run_fuse) for the
     assemble stage.
 
-    Split sources always need it (it also merges decoder_init + decoder_step); merged sources
-    only when `fusion.enabled`.
+    Split sources always need it (it also merges decoder_init + decoder_step); sources whose decoder
+    has the build's interface already (webbuild.layouts: fusion_optional) only when `fusion.enabled`.
     """
     cfg, model = ctx.cfg, ctx.state.model
-    if model.layout == "merged" and not cfg.fusion.enabled:
+    if model.layout.fusion_optional and not cfg.fusion.enabled:
         return
     from webbuild.pipeline.fuse import check_strict, run_fuse
 
@@ -87,7 +88,7 @@ def stage_quantize(ctx: BuildContext) -> None:
     from webbuild.quantize.variants import quantize_variants
 
     out = ctx.work_dir / "quantized"
-    rep = quantize_variants(ctx.state.assembled, out, cfg.quantize, cfg.variants, cfg.encoder.precision)
+    rep = quantize_variants(ctx.state.assembled_dir, out, cfg.quantize, cfg.variants, cfg.encoder.precision)
     ctx.state.variants = {name: _quantized_variant(out, name, v["encoder"]["file"], v["decoder"]["file"])
                           for name, v in rep["variants"].items()}
     ctx.report.quantize = {k: v for k, v in rep.items() if k != "variants"}
@@ -119,7 +120,7 @@ def stage_forms(ctx: BuildContext) -> None:
         if "decoder" in shipped.files and name in ctx.report.variants:
             ctx.report.variants[name]["decoder"] |= census(op_census(shipped.path("decoder")))
     ctx.state.wasm_plans = plans
-    ctx.state.adapter_files, ctx.state.adapters = pack_adapters(ctx.cfg.adapters, ctx.state.assembled,
+    ctx.state.adapter_files, ctx.state.adapters = pack_adapters(ctx.cfg.adapters, ctx.state.assembled_dir,
                                                                 ctx.work_dir / "adapters", ctx.report)
 
 
@@ -133,7 +134,7 @@ def stage_check(ctx: BuildContext) -> None:
     # a source encoder taking mel gets the lead the built front-end puts first (one taking pcm, its own)
     reference = reference_tokens(ctx.state.model.dir, clips, lead=lead_samples(ctx.cfg.encoder.lead_ms)) \
         if clips else None
-    runtime = json.loads((ctx.state.assembled / RUNTIME_FILE).read_text())
+    runtime = json.loads((ctx.state.assembled_dir / RUNTIME_FILE).read_text())
     rank = next(iter(ctx.state.adapters.values()))["rank"] if ctx.state.adapters else None
     side = ctx.state.model.dir  # config.json and tokenizer.json
     for name, v in ctx.state.variants.items():
@@ -159,13 +160,14 @@ def _check_text(role: str, row: dict) -> str:
 def stage_shard(ctx: BuildContext) -> None:
     """Every shipped file, runtime.json, tokens.bin and ORT's wasm binary -> content-hashed shards under
     dist/model/, with the manifest (webbuild.pipeline.shard)."""
-    assembled, variants = ctx.state.assembled, ctx.state.variants
+    assembled, variants = ctx.state.assembled_dir, ctx.state.variants
     files = {name: v.dir / name for v in variants.values() for name in v.files.values()}
     files |= {RUNTIME_FILE: assembled / RUNTIME_FILE, TOKENS_FILE: assembled / TOKENS_FILE,
               ORT_WASM: ort_dist() / ORT_WASM}
     # the runtime finds each file by role (encoder, decoder_data, ...: webbuild.site.contract.FILE_ROLES)
-    entries = {name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files}
-               for name, v in variants.items()}
+    entries: dict[str, dict] = {
+        name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files,
+               "providers": v.providers} for name, v in variants.items()}
     for name, fit in ctx.state.wasm_plans.items():
         entries[name]["wasm"] = {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
     manifest = shard_files(files | ctx.state.adapter_files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
@@ -181,11 +183,11 @@ def _wasm_plans(ctx: BuildContext) -> dict[str, dict]:
     and says the model needs WebGPU where it is false (no option fits)."""
     from webbuild.pipeline.wasm_budget import GIB, variant_plan
 
-    runtime = json.loads((ctx.state.assembled / RUNTIME_FILE).read_text())
+    runtime = json.loads((ctx.state.assembled_dir / RUNTIME_FILE).read_text())
     plans = {}
     for name, v in ctx.state.variants.items():
-        if v.dtype != "float32":
-            continue  # the wasm EP runs the fp32 variant only (runtime/probe.js chooseVariant)
+        if "wasm" not in v.providers:
+            continue  # a variant the wasm EP never runs (webbuild.site.contract.VARIANTS)
         fit = plans[name] = variant_plan(v.dir, v.files, runtime, decoder_sessions=2 if ctx.cfg.adapters else 1)
         ctx.report.variants.setdefault(name, {})["wasm"] = fit
         options = "; ".join(f"{_forms_text(o['forms'])}: {o['need_bytes'] / GIB:.2f} GiB" for o in fit["options"])

@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from webbuild.config import BuildConfig
+from webbuild.layouts import Layout
 from webbuild.pipeline.build_report import BuildReport
-from webbuild.reference import source_v2
+from webbuild.site.contract import VARIANTS
 
 
 @dataclass
@@ -15,15 +16,14 @@ class SourceModel:
     """The source export, read in place (no stage writes to it), and the fuse stage's graphs."""
 
     dir: Path
-    layout: str  # model.yaml's source.layout
+    layout: Layout  # model.yaml's source.layout
     decoder: Path | None = None  # one fused decoder graph with the merged interface
     encoder: Path | None = None  # the fused encoder, weights still float
 
     @property
     def decoder_source(self) -> Path:
-        """What the fuse stage reads: the split folder, or the merged or v2 prefill decoder graph."""
-        graph = {"merged": "decoder_model_merged.onnx", "qwen3-asr-v2": source_v2.INIT}.get(self.layout)
-        return self.dir / graph if graph else self.dir
+        """What the fuse stage reads: the layout's prefill decoder graph."""
+        return self.dir / self.layout.prefill
 
 
 @dataclass
@@ -39,12 +39,17 @@ class Variant:
     @property
     def dtype(self) -> str:
         """The float type of audio_features, past and present."""
-        return "float16" if self.name == "fp16" else "float32"
+        return VARIANTS[self.name]["dtype"]
 
     @property
     def requires(self) -> list[str]:
         """WebGPU features an adapter needs to run this variant."""
-        return ["shader-f16"] if self.name == "fp16" else []
+        return VARIANTS[self.name]["requires"]
+
+    @property
+    def providers(self) -> list[str]:
+        """The execution providers that may run this variant."""
+        return VARIANTS[self.name]["providers"]
 
     def path(self, role: str) -> Path:
         return self.dir / self.files[role]
@@ -62,6 +67,13 @@ class BuildState:
     adapter_files: dict[str, Path] = field(default_factory=dict)  # adapter.<name>.bin -> packed file
     adapters: dict[str, dict] = field(default_factory=dict)  # the manifest's `adapters` entries
     manifest: dict | None = None  # dist/model/manifest.json, once the shard stage wrote it
+
+    @property
+    def assembled_dir(self) -> Path:
+        """`assembled`, for the stages after the assemble stage."""
+        if self.assembled is None:
+            raise RuntimeError("the assemble stage has not run")
+        return self.assembled
 
 
 @dataclass

@@ -22,6 +22,7 @@ its CPU EP; the step form has none:
 The runtime feeds it a static KV cache: `attention_mask` [1, T_max] with ones up to the current
 position, and every `past_key_values.*` bound to the same [1, kv, T_max, hd] buffer as its `present.*`
 (GroupQueryAttention appends in place). The weights file is the decoder's: the form adds a few KB.
+Every input and output name is webbuild.site.contract.IO's.
 """
 
 from __future__ import annotations
@@ -29,11 +30,9 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.graph.ir import dead_code_elimination, shared_const
+from webbuild.graph.ir import dead_code_elimination, prod, shared_const
+from webbuild.site.contract import IO
 
-AUDIO_INPUTS = ("audio_features", "audio_offset")  # the decoder's splice inputs (webbuild.quantize.embeddings)
-MASK, IDS, LOGITS = "attention_mask", "input_ids", "logits"
-NEXT_TOKEN, MARGIN = "next_token", "margin"  # the step form's outputs besides present.*
 _SEQLENS, _TOTAL = 5, 6  # GroupQueryAttention's inputs
 _ROW = 128  # the vocabulary as [rows, _ROW] for the two-stage reductions
 
@@ -44,9 +43,9 @@ def step_form(model: ir.Model) -> bool:
     graph = model.graph
     gqa = [n for n in graph.all_nodes() if n.op_type == "GroupQueryAttention"]
     names = {v.name: v for v in graph.inputs}
-    mask = names.get(MASK)
-    logits = next((v for v in graph.outputs if v.name == LOGITS), None)
-    if not gqa or mask is None or IDS not in names or logits is None:
+    mask = names.get(IO.attention_mask)
+    logits = next((v for v in graph.outputs if v.name == IO.logits), None)
+    if not gqa or mask is None or IO.input_ids not in names or logits is None:
         return False
     _drop_audio_splice(model)
     seqlens, total = _lengths_on_gpu(graph, mask)
@@ -55,7 +54,7 @@ def step_form(model: ir.Model) -> bool:
         node.replace_input_with(_TOTAL, total)
     _drop_last_position_slice(logits)
     _greedy_on_gpu(graph, logits, model.opset_imports.get("", 17))
-    ids = names[IDS]
+    ids = names[IO.input_ids]
     ids.type = ir.TensorType(ir.DataType.INT32)  # the embedding lookup takes int32 indices as well
     ids.shape = ir.Shape([1, 1])
     return True
@@ -64,10 +63,10 @@ def step_form(model: ir.Model) -> bool:
 def _drop_audio_splice(model: ir.Model) -> None:
     """The splice's output becomes the text embeddings it was written over; the audio inputs go."""
     graph = model.graph
-    audio = [v for v in graph.inputs if v.name in AUDIO_INPUTS]
+    audio = [v for v in graph.inputs if v.name in (IO.audio_features, IO.audio_offset)]  # the splice's
     for v in audio:
         for node, _ in list(v.uses()):
-            if node.op_type == "ScatterND":
+            if node.op_type == "ScatterND" and node.inputs[0] is not None:
                 ir.convenience.replace_all_uses_with(node.outputs[0], node.inputs[0])
     dead_code_elimination(model)  # the splice's index arithmetic, which still reads the inputs' shapes
     for v in audio:
@@ -95,8 +94,8 @@ def _lengths_on_gpu(graph: ir.Graph, mask: ir.Value) -> tuple[ir.Value, ir.Value
 def _drop_last_position_slice(logits: ir.Value) -> None:
     """lm_head's input sliced to the last position (the pruned decoder's Slice) is that input already."""
     head = logits.producer()
-    src = head.inputs[0].producer() if head is not None else None
-    if src is not None and src.op_type == "Slice" and _is_last_position(src):
+    src = prod(head.inputs[0]) if head is not None else None
+    if head is not None and src is not None and src.op_type == "Slice" and _is_last_position(src):
         head.replace_input_with(0, src.inputs[0])
 
 
@@ -109,7 +108,7 @@ def _is_last_position(node: ir.Node) -> bool:
 
 def _greedy_on_gpu(graph: ir.Graph, logits: ir.Value, opset: int) -> None:
     """Replace the `logits` output with `next_token` and `margin` (see the module docstring)."""
-    vocab = logits.shape[-1]
+    vocab = logits.shape[-1] if logits.shape is not None else None
     if not isinstance(vocab, int):
         raise ValueError("the decoder's logits have no static vocabulary size")
     rows = -(-vocab // _ROW)
@@ -127,10 +126,10 @@ def _greedy_on_gpu(graph: ir.Graph, logits: ir.Value, opset: int) -> None:
     best = b.reduce("ReduceMax", x)
     first = b.reduce("ReduceMin", b.op("Where", [b.op("Equal", [x, best], grid, flag), index, count[1]], grid))
     others = b.op("Where", [b.op("Equal", [index, first], grid, flag), neg, x], grid)  # all but the chosen one
-    margin = b.op("Sub", [best, b.reduce("ReduceMax", others)], (1, 1), name=MARGIN)
+    margin = b.op("Sub", [best, b.reduce("ReduceMax", others)], (1, 1), name=IO.margin)
     # [1, 1] as computed, never reshaped: a Reshape output aliases its input, and graph capture would not
     # copy it into the buffer bound to next_token (input_ids' own)
-    token = b.op("Cast", [first], (1, 1), ir.DataType.INT32, name=NEXT_TOKEN, to=ir.DataType.INT32)
+    token = b.op("Cast", [first], (1, 1), ir.DataType.INT32, name=IO.next_token, to=ir.DataType.INT32)
     b.commit()
     graph.outputs.remove(logits)
     graph.outputs.extend([token, margin])
@@ -140,7 +139,8 @@ class _Builder:
     """Nodes appended at the end of `graph`, named under `prefix`, with their output types and shapes."""
 
     def __init__(self, graph: ir.Graph, prefix: str, opset: int):
-        self.graph, self.prefix, self.opset, self.nodes = graph, prefix, opset, []
+        self.graph, self.prefix, self.opset = graph, prefix, opset
+        self.nodes: list[ir.Node] = []
 
     def const(self, name: str, array: np.ndarray) -> ir.Value:
         return shared_const(self.graph, f"{self.prefix}/{name}", array)
@@ -156,11 +156,13 @@ class _Builder:
         return out
 
     def cast(self, v: ir.Value, dtype: ir.DataType) -> ir.Value:
+        assert v.shape is not None, "the logits' shape is checked, the builder's own are set"
         return v if v.dtype == dtype else self.op("Cast", [v], tuple(v.shape), dtype, to=dtype)
 
     def reduce(self, op_type: str, x: ir.Value) -> ir.Value:
         """[rows, cols] -> [1, 1]: per row, then across the rows, each over the last axis (onnxruntime's
         WebGPU reductions transpose first over any other axis: one more dispatch)."""
+        assert x.shape is not None, "the logits' shape is checked, the builder's own are set"
         per_row = self.op(op_type, [x, *self.axes(1)], (x.shape[0],), x.dtype, keepdims=0, **self.axes_attr(1))
         row = self.op("Reshape", [per_row, self.const("as_row", np.array([1, -1], np.int64))], (1, x.shape[0]), x.dtype)
         return self.op(op_type, [row, *self.axes(1)], (1, 1), x.dtype, keepdims=1, **self.axes_attr(1))

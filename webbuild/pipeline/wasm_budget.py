@@ -68,10 +68,10 @@ def _tensor_bytes(t: onnx.TensorProto) -> int:
     n = 1
     for d in t.dims:
         n *= d
-    item = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.UINT8: 1,
+    item: dict[int, int] = {onnx.TensorProto.FLOAT: 4, onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.UINT8: 1,
             onnx.TensorProto.INT8: 1, onnx.TensorProto.INT64: 8, onnx.TensorProto.INT32: 4,
-            onnx.TensorProto.DOUBLE: 8, onnx.TensorProto.BFLOAT16: 2}.get(t.data_type, 4)
-    return n * item
+            onnx.TensorProto.DOUBLE: 8, onnx.TensorProto.BFLOAT16: 2}
+    return n * item.get(t.data_type, 4)
 
 
 def _matmul_nbits_floats(model: onnx.ModelProto) -> list[int]:
@@ -157,7 +157,7 @@ def judge(parts: dict) -> dict:
     kept = parts["tensor_bytes"] + parts["folded_bytes"]
     peaks = {"session creation": kept + parts["model_bytes"],
              "transcription": kept + parts["scratch_bytes"] + parts["kv_cache_bytes"] + parts["activation_bytes"]}
-    peak = max(peaks, key=peaks.get)
+    peak = max(peaks, key=peaks.__getitem__)
     need, budget = peaks[peak], budget_bytes()
     out = {"need_bytes": need, "budget_bytes": budget, "fits": need <= budget, "peak": peak, **parts}
     if need > budget:

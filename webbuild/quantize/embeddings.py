@@ -17,6 +17,8 @@ Untied tables, asymmetric or HQQ lm_heads are quantized separately (RTN symmetri
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -24,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 from webbuild.graph.packing import LOOKUP_ATTRS, dequantize, lookup_scales_shape
 from webbuild.quantize.quantize_matmuls import MS_DOMAIN, _attrs
 from webbuild.quantize.requantize import block_quantize
+from webbuild.site.contract import IO
 
 P = "embed/"  # prefix of every name this transform adds
 
@@ -35,7 +38,7 @@ def lm_head_node(model: onnx.ModelProto, vocab: int, hidden: int) -> onnx.NodePr
     return found[-1] if found else None
 
 
-def _shares(node: onnx.NodeProto | None) -> bool:
+def _shares(node: onnx.NodeProto | None) -> TypeGuard[onnx.NodeProto]:
     return node is not None and (len(node.input) < 4 or not node.input[3])
 
 
@@ -62,14 +65,14 @@ def is_tied(model: onnx.ModelProto, node: onnx.NodeProto, table: np.ndarray, row
 def add_input_ids(model: onnx.ModelProto, table: np.ndarray, bits: int = 4, block_size: int = 32,
                   tied: bool | None = None) -> dict:
     """Replace `inputs_embeds` by input_ids + audio splice (see module doc); returns a small report."""
-    embeds_in = next((i for i in model.graph.input if i.name == "inputs_embeds"), None)
+    embeds_in = next((i for i in model.graph.input if i.name == IO.inputs_embeds), None)
     if embeds_in is None:
-        raise ValueError("the decoder has no 'inputs_embeds' input to replace")
+        raise ValueError(f"the decoder has no {IO.inputs_embeds!r} input to replace")
     vocab, hidden = table.shape
     lm = lm_head_node(model, vocab, hidden)
     share = _shares(lm) and (tied if tied is not None else is_tied(model, lm, table))
     nodes: list[onnx.NodeProto] = []
-    if share:
+    if share and lm is not None:  # it is when it shares
         a = _attrs(lm)
         data, bits, block_size = lm.input[1], a["bits"], a["block_size"]
         scales = _reshape_scales(model, nodes, lm.input[2], vocab, hidden, block_size)
@@ -100,7 +103,7 @@ def _lookup(model, nodes, data, scales, bits, block_size, hidden) -> str:
     """GatherBlockQuantized -> [B, S, blocks, block] -> Reshape [B, S, H]."""
     model.graph.initializer.append(numpy_helper.from_array(np.array([0, 0, hidden], np.int64), P + "bsh"))
     nodes.extend([
-        helper.make_node("GatherBlockQuantized", [data, "input_ids", scales], [P + "blocks"], name=P + "Lookup",
+        helper.make_node("GatherBlockQuantized", [data, IO.input_ids, scales], [P + "blocks"], name=P + "Lookup",
                          domain=MS_DOMAIN, bits=bits, block_size=block_size, **LOOKUP_ATTRS),
         helper.make_node("Reshape", [P + "blocks", P + "bsh"], [P + "text"], name=P + "LookupReshape"),
     ])
@@ -126,14 +129,15 @@ def _splice(model: onnx.ModelProto, nodes: list, embeds_in, text: str, hidden: i
     zero, one = _const(model, "zero", 0), _const(model, "one", 1)
     ax0, ax1, ax2 = _const(model, "ax0", [0]), _const(model, "ax1", [1]), _const(model, "ax2", [2])
     n = lambda op, ins, outs, **kw: helper.make_node(op, ins, [P + o for o in outs], name=P + outs[0], **kw)  # noqa: E731
+    audio, offset = IO.audio_features, IO.audio_offset
     nodes.extend([
-        n("Shape", ["audio_features"], ["ba"], start=0, end=2),  # [B, A]
-        n("Shape", ["audio_features"], ["alen1"], start=1, end=2),
+        n("Shape", [audio], ["ba"], start=0, end=2),  # [B, A]
+        n("Shape", [audio], ["alen1"], start=1, end=2),
         n("Squeeze", [P + "alen1"], ["alen"]),
-        n("Squeeze", ["audio_offset"], ["off"]),
+        n("Squeeze", [offset], ["off"]),
         n("Add", [P + "off", P + "alen"], ["end"]),
         n("Range", [P + "off", P + "end", one], ["rows"]),  # [A]: offset .. offset+A-1
-        n("Shape", ["audio_features"], ["b1"], start=0, end=1),
+        n("Shape", [audio], ["b1"], start=0, end=1),
         n("Squeeze", [P + "b1"], ["b"]),
         n("Range", [zero, P + "b", one], ["batch"]),  # [B]
         n("Unsqueeze", [P + "rows", ax0], ["rows_1a"]),
@@ -143,17 +147,17 @@ def _splice(model: onnx.ModelProto, nodes: list, embeds_in, text: str, hidden: i
         n("Unsqueeze", [P + "batch_ba", ax2], ["bi"]),
         n("Unsqueeze", [P + "rows_ba", ax2], ["ri"]),
         n("Concat", [P + "bi", P + "ri"], ["indices"], axis=2),  # [B, A, 2]: (batch, position)
-        n("ScatterND", [text, P + "indices", "audio_features"], ["embeds"]),
+        n("ScatterND", [text, P + "indices", audio], ["embeds"]),
     ])
     for node in model.graph.node:
         for i, name in enumerate(node.input):
-            if name == "inputs_embeds":
+            if name == IO.inputs_embeds:
                 node.input[i] = P + "embeds"
     idx = list(model.graph.input).index(embeds_in)
     model.graph.input.remove(embeds_in)
-    new = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, seq]),
-           helper.make_tensor_value_info("audio_features", elem, [batch, "audio_len", hidden]),
-           helper.make_tensor_value_info("audio_offset", TensorProto.INT64, [1])]
+    new = [helper.make_tensor_value_info(IO.input_ids, TensorProto.INT64, [batch, seq]),
+           helper.make_tensor_value_info(audio, elem, [batch, "audio_len", hidden]),
+           helper.make_tensor_value_info(offset, TensorProto.INT64, [1])]
     for k, vi in enumerate(new):
         model.graph.input.insert(idx + k, vi)
 

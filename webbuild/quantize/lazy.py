@@ -57,7 +57,8 @@ def load_deferred(model: onnx.ModelProto) -> int:
 
 def _matmul_weights(graph: onnx.GraphProto) -> set[str]:
     """Initializers whose every use is a MatMul's second input (what the quantizer replaces)."""
-    b_of_matmul, other = set(), set()
+    b_of_matmul: set[str] = set()
+    other: set[str] = set()
     for node in graph.node:
         for i, name in enumerate(node.input):
             (b_of_matmul if node.op_type == "MatMul" and i == 1 else other).add(name)

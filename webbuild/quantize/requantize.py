@@ -49,8 +49,10 @@ def _needs(node: onnx.NodeProto, s: Quantize) -> bool:
 def _requantize_node(node: onnx.NodeProto, inits: dict, s: Quantize) -> list[onnx.TensorProto]:
     a = _attrs(node)
     get = lambda i: numpy_helper.to_array(inits[node.input[i]]) if len(node.input) > i and node.input[i] else None  # noqa: E731
-    scales = get(2)
-    w = dequantize(get(1), scales, get(3), a["K"], a["N"], a["bits"], a["block_size"])
+    packed, scales = get(1), get(2)
+    if packed is None or scales is None:
+        raise ValueError(f"MatMulNBits {node.name!r} without its weight or scales")
+    w = dequantize(packed, scales, get(3), a["K"], a["N"], a["bits"], a["block_size"])
     packed, new_scales = block_quantize(w, s.bits, s.block_size)
     base = node.input[1]
     b_name, s_name = f"{base}_b{s.block_size}q{s.bits}", f"{base}_b{s.block_size}q{s.bits}_scales"

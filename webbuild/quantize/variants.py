@@ -33,9 +33,10 @@ from webbuild.quantize.lazy import load_deferred, load_lazily
 from webbuild.quantize.precision import to_fp16
 from webbuild.quantize.quantize_matmuls import quantize_matmuls
 from webbuild.quantize.requantize import requantize
+from webbuild.site import contract
 
 DECODER_SOURCES = ("decoder.onnx", "decoder_model_merged.onnx")
-VARIANTS = ("fp16", "fp32")
+VARIANTS = tuple(contract.VARIANTS)  # the precision variants a build can ship
 EXTERNAL_MIN_BYTES = 1024
 # The encoder runs once per clip, so int8 activations (accuracy level 4) buy little there, and they
 # make runtimes disagree: onnxruntime CPU uses int8 kernels, onnxruntime-web's wasm computes in fp32,
@@ -81,7 +82,7 @@ def quantize_decoder(model: onnx.ModelProto, table: np.ndarray, cfg: dict,
                      s: Quantize) -> tuple[onnx.ModelProto, dict]:
     """MatMulNBits weights and the int4 input_ids lookup (`table`: the float embeddings, `cfg`: the
     source's config.json) for a decoder taking inputs_embeds; returns (model, report)."""
-    report = {"requantized": requantize(model, s) if s.method != "none" else []}
+    report: dict = {"requantized": requantize(model, s) if s.method != "none" else []}
     model = quantize_matmuls(model, s)
     load_deferred(model)  # weights the quantizer left as they were (excluded, method none)
     tied = cfg.get("decoder", {}).get("tie_word_embeddings")
@@ -101,7 +102,7 @@ def quantize_variants(model_dir: Path, out_dir: Path, quantize: Quantize | None 
     for v in variants:
         if v not in VARIANTS:
             raise ValueError(f"variant {v!r}: expected one of {', '.join(VARIANTS)}")
-        dec = to_fp16(_copy(decoder)) if v == "fp16" else decoder
+        dec = to_fp16(_copy(decoder)) if contract.VARIANTS[v]["dtype"] == "float16" else decoder
         # loaded per variant rather than copied: one float encoder in memory at a time
         enc = encoder_variant(load_onnx(Path(model_dir) / "encoder.onnx", external_data=True), encoder_precision, v,
                               ENCODER_ACCURACY_LEVEL)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from tokenizers import Tokenizer
 
+from webbuild.errors import SourceError
+
 PROMPT_PREFIX = "<|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|audio_start|>"
 PROMPT_SUFFIX = "<|audio_end|><|im_end|>\n<|im_start|>assistant\n"
 ANSWER_PREFIX = "language English<asr_text>"
@@ -34,6 +36,8 @@ class Prompt:
 def build_prompt(tok: Tokenizer, audio_tokens: int) -> Prompt:
     """Token ids of the transcription prompt with `audio_tokens` audio placeholders."""
     pad = tok.token_to_id("<|audio_pad|>")
+    if pad is None:  # else the prompt would carry None ids, which onnxruntime rejects far from here
+        raise SourceError("the tokenizer has no <|audio_pad|> token: not a Qwen3-ASR tokenizer")
     prefix = tok.encode(PROMPT_PREFIX, add_special_tokens=False).ids
     suffix = tok.encode(PROMPT_SUFFIX, add_special_tokens=False).ids
     return Prompt(prefix + [pad] * audio_tokens + suffix, len(prefix), audio_tokens)

@@ -23,6 +23,7 @@ Names, dtypes and shapes followed here (L layers, kv key/value heads, hd head di
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -30,9 +31,9 @@ from onnx import TensorProto
 
 from webbuild.errors import SourceError
 from webbuild.graph.load import load_onnx
+from webbuild.layouts import V2
 
-INIT = "decoder_init.int4.onnx"
-STEP = "decoder_step.int4.onnx"
+INIT, STEP = V2.graphs  # decoder_init.int4.onnx, decoder_step.int4.onnx
 WEIGHTS = "decoder_weights.int4.data"
 TABLE = "embed_tokens.int8.bin"
 SCALES = "embed_scales.f32.bin"
@@ -95,7 +96,7 @@ def _sized(path: Path, size: int, what: str) -> Path:
     return path
 
 
-def _check_io(path: Path, kind: str, values, expected: dict[str, int]) -> None:
+def _check_io(path: Path, kind: str, values, expected: Mapping[str, int]) -> None:
     found = {v.name: v.type.tensor_type.elem_type for v in values}
     if list(found) != list(expected):
         raise SourceError(f"{path}: {kind}s {list(found)}, expected {list(expected)} (layout v2); {FIX}")

@@ -1,9 +1,8 @@
 """Reference transcription in Python with onnxruntime: mel -> encoder -> greedy decoding.
 
-Model folders are recognised by their files: the split layout (decoder_init + decoder_step), layout v2
-(its int4 decoder_init taking embeddings + decoder_step; webbuild.reference.source_v2) and the merged
-layout (decoder_model_merged.onnx). Every decoder exposes the same two calls, `prefill` and
-`step`, so the greedy loop is written once.
+Source folders are recognised by their files (webbuild.layouts.detect), and their layout's entry says
+which decoder class below runs them and how their embedding table is read. Every decoder exposes the
+same two calls, `prefill` and `step`, so the greedy loop is written once.
 """
 
 from __future__ import annotations
@@ -16,11 +15,14 @@ import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
+from webbuild import layouts
 from webbuild.errors import SourceError
 from webbuild.graph.load import load_onnx
+from webbuild.layouts import Decoder, Table
 from webbuild.reference import source_v2
 from webbuild.reference.mel import LEAD_METADATA, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
+from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 200
 
@@ -53,12 +55,14 @@ def _prompt_embeds(table: np.ndarray, prompt: Prompt, audio: np.ndarray) -> np.n
 
 
 class SplitDecoder:
-    """decoder_init (prefill with the audio splice) + decoder_step (one token, stacked KV)."""
+    """decoder_init (prefill with the audio splice) + decoder_step (one token, stacked KV): graphs
+    (prefill, step) of `model_dir`; `embed` the float [V, H] table; `cfg` its config.json."""
 
-    def __init__(self, model_dir: Path, cfg: dict):
-        self.init = source_session(model_dir / "decoder_init.onnx")
-        self.step_sess = source_session(model_dir / "decoder_step.onnx")
-        self.embed = _embed_table(model_dir, cfg)
+    def __init__(self, model_dir: Path, graphs: tuple[str, ...], embed: np.ndarray, cfg: dict):
+        init, step = graphs
+        self.init = source_session(model_dir / init)
+        self.step_sess = source_session(model_dir / step)
+        self.embed = embed
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
         n = len(prompt.ids)
@@ -76,13 +80,8 @@ class SplitDecoder:
 
 
 class V2Decoder(SplitDecoder):
-    """Layout v2: decoder_init takes the prompt's embeddings (int8 table rows, audio spliced in here),
-    decoder_step as the split layout's; webbuild.reference.source_v2."""
-
-    def __init__(self, model_dir: Path, cfg: dict):
-        self.init = source_session(model_dir / source_v2.INIT)
-        self.step_sess = source_session(model_dir / source_v2.STEP)
-        self.embed = source_v2.embed_table(model_dir, cfg)
+    """decoder_init takes the prompt's embeddings (table rows, audio spliced in here), decoder_step as
+    SplitDecoder's: layout v2 (webbuild.reference.source_v2)."""
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
         n = len(prompt.ids)
@@ -95,15 +94,16 @@ class V2Decoder(SplitDecoder):
 class MergedDecoder:
     """optimum-style decoder: inputs_embeds + attention_mask + per-layer past -> logits + present."""
 
-    def __init__(self, model_dir: Path, cfg: dict, graph: str = "decoder_model_merged.onnx"):
+    def __init__(self, model_dir: Path, graphs: tuple[str, ...], embed: np.ndarray, cfg: dict):
+        (graph,) = graphs
         self.sess = source_session(model_dir / graph)
-        self.embed = _embed_table(model_dir, cfg)
-        self.past_names = [i.name for i in self.sess.get_inputs() if i.name.startswith("past_key_values.")]
+        self.embed = embed
+        self.past_names = list(IO.present_of_past([i.name for i in self.sess.get_inputs()]))
         dec = cfg["decoder"]
         self.empty = np.zeros((1, dec["num_key_value_heads"], 0, dec["head_dim"]), np.float32)
 
     def _run(self, x: np.ndarray, past: dict, total: int):
-        out = self.sess.run(None, {"inputs_embeds": x, "attention_mask": np.ones((1, total), np.int64), **past})
+        out = self.sess.run(None, {IO.inputs_embeds: x, IO.attention_mask: np.ones((1, total), np.int64), **past})
         return out[0][0, -1], (dict(zip(self.past_names, out[1:])), total)
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
@@ -119,25 +119,29 @@ class IdsDecoder:
     """A built decoder (decoder.<variant>.onnx): input_ids + audio splice inside the graph,
     attention_mask and per-layer past -> logits, present."""
 
-    def __init__(self, path: Path, decoder_cfg: dict, adapter: dict[str, np.ndarray] | None = None):
+    def __init__(self, path: Path, decoder_cfg: dict, adapter: dict[str, np.ndarray] | None = None,
+                 io: type[IO] = IO):
+        """io: the graph's input and output names (a built site's: IO.of(runtime.json's io))."""
         self.sess = cpu_session(path)
+        self.io = io
         types = {i.name: i.type for i in self.sess.get_inputs()}
-        self.dtype = np.float16 if types["audio_features"] == "tensor(float16)" else np.float32
+        self.dtype = np.float16 if types[io.audio_features] == "tensor(float16)" else np.float32
         # an adapted decoder's lora.* inputs (docs/adapters.md), which have no default: without an adapter,
         # empty ones ([in, 0] and [0, out]) add nothing, the base model
         self.adapter = {name: w.astype(self.dtype) for name, w in (adapter or {}).items()}
         if not self.adapter:
-            self.adapter = {i.name: np.zeros(lora_empty(i.shape), self.dtype) for i in self.sess.get_inputs()
-                            if i.name.startswith("lora.")}
-        self.past_names = [n for n in types if n.startswith("past_key_values.")]
+            shapes = {i.name: i.shape for i in self.sess.get_inputs()}
+            self.adapter = {n: np.zeros(lora_empty(shapes[n]), self.dtype) for n in io.lora_inputs(list(shapes))}
+        self.past_names = list(io.present_of_past(list(types)))
         d = decoder_cfg
         self.empty = np.zeros((1, d["num_key_value_heads"], 0, d["head_dim"]), self.dtype)
         self.no_audio = np.zeros((1, 0, d["hidden_size"]), self.dtype)
 
     def _run(self, ids, audio, offset: int, past: dict, total: int):
-        out = self.sess.run(None, {"input_ids": np.array([ids], np.int64), "audio_features": audio,
-                                   "audio_offset": np.array([offset], np.int64),
-                                   "attention_mask": np.ones((1, total), np.int64), **past, **self.adapter})
+        io = self.io
+        out = self.sess.run(None, {io.input_ids: np.array([ids], np.int64), io.audio_features: audio,
+                                   io.audio_offset: np.array([offset], np.int64),
+                                   io.attention_mask: np.ones((1, total), np.int64), **past, **self.adapter})
         return out[0][0, -1].astype(np.float32), (dict(zip(self.past_names, out[1:])), total)
 
     def prefill(self, prompt: Prompt, audio: np.ndarray):
@@ -149,7 +153,7 @@ class IdsDecoder:
         return self._run([token], self.no_audio, 0, past, total + 1)
 
 
-def lora_empty(shape: list) -> tuple[int, int]:
+def lora_empty(shape: list) -> tuple[int, ...]:
     """The empty value of an adapted decoder's lora.* input of `shape` ([in, rank] or [rank, out], the
     rank symbolic): its rank 0."""
     return tuple(d if isinstance(d, int) else 0 for d in shape)
@@ -210,11 +214,12 @@ class Transcriber:
     codec: TokenizerCodec | SiteCodec
     eos_ids: frozenset[int]
     keep: object = None  # e.g. the temporary folder a built site was reassembled into
+    io: type[IO] = IO  # the graphs' input and output names (a built site's own, load_site)
     lead: int = 0  # samples of lead log_mel puts before the audio (encoders taking mel; webbuild.reference.mel)
 
     @property
     def takes_pcm(self) -> bool:
-        return self.encoder.get_inputs()[0].name == "pcm"
+        return self.encoder.get_inputs()[0].name == self.io.pcm
 
     @property
     def front_end_lead(self) -> int:
@@ -227,8 +232,8 @@ class Transcriber:
     def audio_features(self, pcm: np.ndarray) -> np.ndarray:
         # built encoders carry the mel front-end in the graph and take PCM directly
         if self.takes_pcm:
-            return self.encoder.run(None, {"pcm": np.asarray(pcm, np.float32)[None]})[0]
-        return self.encoder.run(None, {"mel": log_mel(pcm, self.lead)[None]})[0]
+            return self.encoder.run(None, {self.io.pcm: np.asarray(pcm, np.float32)[None]})[0]
+        return self.encoder.run(None, {self.io.mel: log_mel(pcm, self.lead)[None]})[0]
 
     def expected_tokens(self, pcm: np.ndarray) -> range:
         """Audio tokens the encoder may give for `pcm`. A graph's front-end measures the chunk's leading
@@ -277,7 +282,7 @@ def site_model_dir(path: Path) -> Path | None:
 
 
 def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0, adapter: str | None = None) -> Transcriber:
-    """A Transcriber for a source export (split, v2 or merged layout) or a built site's `variant`, with
+    """A Transcriber for a source export (any layout of webbuild.layouts) or a built site's `variant`, with
     the site's LoRA `adapter` on (a name of its manifest's `adapters`). `lead`: samples of lead
     (webbuild.reference.mel) before the audio where the encoder takes mel (a built site's graphs carry
     their own front-end and ignore it)."""
@@ -289,22 +294,29 @@ def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0, adap
                           "packed); build one with `webbuild model.yaml` and pass its folder")
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
-        raise SourceError(f"{model_dir}: no config.json; pass a model folder (split, v2 or merged layout)")
+        raise SourceError(f"{model_dir}: no config.json; pass a model folder (a source export or a built site)")
     cfg = json.loads(cfg_path.read_text())
-    if (model_dir / "decoder_init.onnx").is_file():
-        decoder = SplitDecoder(model_dir, cfg)
-    elif (model_dir / source_v2.INIT).is_file():
-        decoder = V2Decoder(model_dir, cfg)
-    elif (model_dir / "decoder_model_merged.onnx").is_file():
-        decoder = MergedDecoder(model_dir, cfg)
-    elif (model_dir / "decoder.onnx").is_file():  # fused decoder of a build, same interface
-        decoder = MergedDecoder(model_dir, cfg, graph="decoder.onnx")
-    else:
-        raise SourceError(f"{model_dir}: found none of decoder_init.onnx (split layout), {source_v2.INIT} "
-                            "(layout v2), decoder_model_merged.onnx (merged layout), decoder.onnx (built model)")
+    decoder = _source_decoder(model_dir, cfg)
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
     return Transcriber(source_session(model_dir / "encoder.onnx"), decoder, TokenizerCodec(tok), eos, lead=lead)
+
+
+# how each layout's decoder is called and its table read (webbuild.layouts' Decoder and Table)
+DECODERS: dict[Decoder, type[SplitDecoder] | type[MergedDecoder]] = {
+    Decoder.SPLIT: SplitDecoder, Decoder.SPLIT_EMBEDS: V2Decoder, Decoder.MERGED: MergedDecoder}
+TABLES = {Table.FLOAT32: _embed_table, Table.INT8_ROWS: source_v2.embed_table}
+BUILT_DECODER = "decoder.onnx"  # a build's fused decoder, MergedDecoder's interface
+
+
+def _source_decoder(model_dir: Path, cfg: dict) -> SplitDecoder | V2Decoder | MergedDecoder:
+    """The decoder of a source folder, by the layout its files tell, or of a build's model folder."""
+    layout = layouts.detect(model_dir)
+    if layout is not None:
+        return DECODERS[layout.decoder](model_dir, layout.graphs, TABLES[layout.table](model_dir, cfg), cfg)
+    if (model_dir / BUILT_DECODER).is_file():
+        return MergedDecoder(model_dir, (BUILT_DECODER,), _embed_table(model_dir, cfg), cfg)
+    raise SourceError(f"{model_dir}: found none of {layouts.detect_hint()}, {BUILT_DECODER} (built model)")
 
 
 def cpu_form(decoder: Path) -> Path:
@@ -348,11 +360,12 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None) -> 
     for name in roles["files"] + [RUNTIME_FILE, TOKENS_FILE]:
         reassemble(site, manifest, name, out / name)
     runtime = json.loads((out / RUNTIME_FILE).read_text())
+    io = IO.of(runtime.get("io", {}))  # the site's own graph names (older sites: none, the defaults)
     encoder = cpu_session(out / roles["encoder"])
     if adapter is None:
-        decoder = IdsDecoder(cpu_form(out / roles["decoder"]), runtime["decoder"])
+        decoder = IdsDecoder(cpu_form(out / roles["decoder"]), runtime["decoder"], io=io)
     else:
         weights = site_adapter(site, manifest, adapter, out)
-        decoder = IdsDecoder(cpu_form(out / roles["decoder_lora"]), runtime["decoder"], weights)
+        decoder = IdsDecoder(cpu_form(out / roles["decoder_lora"]), runtime["decoder"], weights, io=io)
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
-    return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp)
+    return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io)

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from webbuild.adapters import CONFIG, TARGET_MODULES, WEIGHTS, input_name, read_tensors, tensor_name, update_scale
+from webbuild.adapters import CONFIG, TARGET_MODULES, WEIGHTS, read_tensors, tensor_name, update_scale
+from webbuild.site.contract import IO
 
 BLOCK = 32
 ZERO_POINT = 128
@@ -28,8 +29,8 @@ def graph_inputs(folder: Path, num_layers: int, scale: float = 1.0) -> dict[str,
     for layer in range(num_layers):
         for proj in TARGET_MODULES:
             a, b = tensors[tensor_name(layer, proj, "A")], tensors[tensor_name(layer, proj, "B")]
-            inputs[input_name(layer, proj, "down")] = np.ascontiguousarray(a.T)
-            inputs[input_name(layer, proj, "up")] = np.ascontiguousarray((b * factor).T)
+            inputs[IO.lora_input(layer, proj, "down")] = np.ascontiguousarray(a.T)
+            inputs[IO.lora_input(layer, proj, "up")] = np.ascontiguousarray((b * factor).T)
     return inputs
 
 

@@ -1,12 +1,16 @@
 """The names the built site's browser runtime (webbuild/template) and the Python side agree on.
 
-The build writes `runtime_names()` into runtime.json, so the JS reads the file roles and the
-onnxruntime-web names from there instead of repeating them. The JS knows two names before it can
-read runtime.json: `RUNTIME_FILE` and `SAMPLES_FILE`, in webbuild/template/runtime/contract.js (a
-test keeps them equal to these), and `LORA_PICKER`, the page element `webbuild verify` drives.
+The build writes `runtime_names()` into runtime.json, so the JS reads the file roles, the graphs' input
+and output names (`IO`), the precision variants' policy (`VARIANTS`) and the onnxruntime-web names from
+there instead of repeating them; every Python producer or reader of a graph name takes it from `IO`.
+The JS knows two names before it can read runtime.json: `RUNTIME_FILE` and `SAMPLES_FILE`, in
+webbuild/template/runtime/contract.js (a test keeps them equal to these), and `LORA_PICKER`, the page
+element `webbuild verify` drives.
 """
 
 from __future__ import annotations
+
+import re
 
 RUNTIME_FILE = "runtime.json"  # a logical file of the model manifest: the constants the runtime needs
 TOKENS_FILE = "tokens.bin"  # the decode table (webbuild.pipeline.assemble.token_table)
@@ -40,7 +44,118 @@ FILE_ROLES = {
 }
 
 
+class IO:
+    """The input and output names of the graphs the site runs, as onnxruntime-genai's genai_config.json
+    writes them: a name, or a %-template of the layer (and the projection) for the per-layer ones.
+
+    The encoder: pcm [1, N] float32 (or mel [1, 128, F] for an encoder without the front end) ->
+    audio_features [1, A, H]. The decoder: inputs_embeds [B, S, H], or input_ids [B, S] int64 with
+    audio_features [B, A, H] and audio_offset [1] int64 (webbuild.quantize.embeddings); attention_mask
+    [B, T] int64, past_key / past_value per layer -> logits and present_key / present_value per layer.
+    Its step form (webbuild.pipeline.step_form) answers next_token and margin instead of logits; the
+    adapted decoder (webbuild.pipeline.lora_form) takes one lora input per layer, projection and factor.
+    Optimum's merged decoders (the merged source layout, webbuild.zoo.export's too) share the decoder's
+    names; the split and v2 source layouts have their own, which the fuse stage replaces by these.
+    Read at call time (IO.next_token, not a copy), so a test can rename one name for a whole build."""
+
+    pcm = "pcm"
+    mel = "mel"
+    audio_features = "audio_features"
+    audio_offset = "audio_offset"
+    input_ids = "input_ids"
+    inputs_embeds = "inputs_embeds"
+    attention_mask = "attention_mask"
+    logits = "logits"
+    next_token = "next_token"
+    margin = "margin"
+    past_key = "past_key_values.%d.key"
+    past_value = "past_key_values.%d.value"
+    present_key = "present.%d.key"
+    present_value = "present.%d.value"
+    lora = "lora.%d.%s.%s"  # layer, projection (q_proj, ...), factor (down | up)
+
+    @classmethod
+    def past(cls, layer: int, kind: str) -> str:
+        """The past input of `layer`, kind 'key' or 'value'."""
+        return (cls.past_key if kind == "key" else cls.past_value) % layer
+
+    @classmethod
+    def present(cls, layer: int, kind: str) -> str:
+        """The present output of `layer`, kind 'key' or 'value'."""
+        return (cls.present_key if kind == "key" else cls.present_value) % layer
+
+    @classmethod
+    def pasts(cls, layers: int) -> list[str]:
+        """Every past input, per layer key then value."""
+        return [cls.past(i, kind) for i in range(layers) for kind in KV]
+
+    @classmethod
+    def presents(cls, layers: int) -> list[str]:
+        """Every present output, per layer key then value."""
+        return [cls.present(i, kind) for i in range(layers) for kind in KV]
+
+    @classmethod
+    def present_of_past(cls, names: list[str]) -> dict[str, str]:
+        """{past input: the present output of its layer and kind} for the past inputs among `names`."""
+        out: dict[str, str] = {}
+        for kind, template in (("key", cls.past_key), ("value", cls.past_value)):
+            out |= {n: cls.present(int(m[1]), kind) for n in names if (m := _fills(template, n))}
+        return {n: out[n] for n in names if n in out}
+
+    @classmethod
+    def lora_inputs(cls, names: list[str]) -> list[str]:
+        """The adapted decoder's lora inputs among `names`."""
+        return [n for n in names if _fills(cls.lora, n)]
+
+    @classmethod
+    def lora_input(cls, layer: int, proj: str, factor: str) -> str:
+        return cls.lora % (layer, proj, factor)
+
+    @classmethod
+    def decoder(cls, layers: int) -> tuple[list[str], list[str]]:
+        """(inputs, outputs) of the fused decoder (webbuild.fusion): inputs_embeds, attention_mask, the
+        pasts -> logits, the presents."""
+        return [cls.inputs_embeds, cls.attention_mask, *cls.pasts(layers)], [cls.logits, *cls.presents(layers)]
+
+    @classmethod
+    def names(cls) -> dict[str, str]:
+        """runtime.json's `io`: every name and template above."""
+        return {k: getattr(cls, k) for k in vars(IO) if isinstance(getattr(cls, k), str) and not k.startswith("_")}
+
+    @classmethod
+    def of(cls, names: dict[str, str]) -> type[IO]:
+        """These names as a built site's runtime.json gives them (`io`), the others as here."""
+        unknown = set(names) - set(IO.names())
+        if unknown:
+            raise ValueError(f"unknown graph names {sorted(unknown)}; expected some of {sorted(IO.names())}")
+        return type("SiteIO", (IO,), dict(names))
+
+
+KV = ("key", "value")
+
+
+def _fills(template: str, name: str) -> re.Match | None:
+    """Whether `name` is `template` filled in (%d: a number, %s: a word); the match holds the values."""
+    pattern = re.escape(template).replace("%d", r"(\d+)").replace("%s", r"(\w+)")
+    return re.fullmatch(pattern, name)
+
+# The precision variants a build can ship, in the order the page prefers them: the float type of the
+# decoder's audio_features, past and present (`dtype`), the WebGPU features an adapter needs to run it
+# (`requires`), and the execution providers that may run it (`providers`: the fp16 graphs have int4
+# lookups and fp16 kernels the wasm EP lacks, so wasm runs fp32). The manifest's variant entries carry
+# them (webbuild.pipeline.state.Variant); runtime/probe.js chooseVariant picks by them.
+VARIANTS: dict[str, dict] = {
+    "fp16": {"dtype": "float16", "requires": ["shader-f16"], "providers": ["webgpu"]},
+    "fp32": {"dtype": "float32", "requires": [], "providers": ["webgpu", "wasm"]},
+}
+
+
+def runs_on(variant: str, provider: str) -> bool:
+    """Whether execution provider `provider` may run `variant`."""
+    return provider in VARIANTS[variant]["providers"]
+
+
 def runtime_names() -> dict:
     """runtime.json's keys for the names above (webbuild.pipeline.assemble.runtime_config)."""
     return {"files": {"tokens": TOKENS_FILE, "ort_module": f"{ORT_DIR}/{ORT_MODULE}", "ort_wasm": ORT_WASM},
-            "roles": FILE_ROLES}
+            "roles": FILE_ROLES, "io": IO.names(), "variants": VARIANTS}

@@ -6,18 +6,28 @@ import { MicRecorder, decodeToMono16k } from './app/audio.js';
 import { renderMetrics, renderInfo } from './app/metrics.js';
 import { FROM_WORKER, LORA_PICKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
 
-const $ = (id) => document.getElementById(id);
+// the page's elements by id (index.html.j2 has every one)
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const params = new URLSearchParams(location.search);
 // lora: the LoRA adapter the next transcription runs with (null: the base model); doneLora: the one the last ran with
-const state = (window.webbuild = { status: 'loading', info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [], lora: null, doneLora: null });
+/**
+ * What the page shows, on window.webbuild for tests and scripts (webbuild verify reads it).
+ * @type {{status: string, info: import('./runtime/contract.js').ReadyInfo | null, metrics: object | null, text: string,
+ *   tokens: number[][] | null, margins: number[][] | null, error: string | null, warnings: string[],
+ *   lora: string | null, doneLora: string | null, progress?: object}}
+ */
+const state = { status: 'loading', info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [], lora: null, doneLora: null };
+/** @type {any} */ (window).webbuild = state;
 const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
-let pending = null; // {id, resolve, reject} of the transcription in flight
-let switching = null; // {id, name} of the adapter switch in flight
+/** @type {{id: number, resolve: (msg: any) => void, reject: (e: Error) => void} | null} */
+let pending = null; // the transcription in flight
+/** @type {{id: number, name: string | null} | null} */
+let switching = null; // the adapter switch in flight
 let nextId = 1;
 
 worker.onmessage = ({ data }) => handlers[data.type]?.(data);
 worker.onerror = (e) => fail(`the model worker failed to start (${e.message || 'script error'})`);
-const warn = (message) => { state.warnings.push(message); showNotice(message); };
+const warn = (/** @type {string} */ message) => { state.warnings.push(message); showNotice(message); };
 const samplesShown = showSamples().catch((e) => warn(`the sample clips could not be loaded (${e.message})`));
 const handlers = {
   [FROM_WORKER.progress]: showProgress,
@@ -34,14 +44,14 @@ const handlers = {
     setEnabled(true);
   },
   [FROM_WORKER.token]: ({ id, text }) => { if (pending?.id === id) showText(text); },
-  [FROM_WORKER.done]: (msg) => pending?.id === msg.id && pending.resolve(msg),
+  [FROM_WORKER.done]: (msg) => { if (pending && pending.id === msg.id) pending.resolve(msg); },
   [FROM_WORKER.cacheCleared]: ({ existed }) => setStatus(existed
     ? 'The stored model was removed from this browser; the next visit downloads it again.'
     : 'No stored model to remove.'),
   [FROM_WORKER.loraSet]: loraSet,
   [FROM_WORKER.error]: (msg) => {
     if (switching?.id === msg.id && msg.id) loraFailed(msg.message);
-    else if (pending?.id === msg.id && msg.id) pending.reject(new Error(msg.message));
+    else if (pending && pending.id === msg.id && msg.id) pending.reject(new Error(msg.message));
     else fail(msg.message);
   },
 };
@@ -67,10 +77,11 @@ async function showSamples() {
 }
 
 function wireInputs() {
-  $('file').addEventListener('change', async (e) => {
-    const file = e.target.files[0];
+  const input = /** @type {HTMLInputElement} */ ($('file'));
+  input.addEventListener('change', async () => {
+    const file = input.files?.[0];
     if (file) await run(`“${file.name}”`, async () => decodeToMono16k(await file.arrayBuffer()));
-    e.target.value = '';
+    input.value = '';
   });
   $('clear-cache').addEventListener('click', () => worker.postMessage({ type: TO_WORKER.clearCache }));
   const mic = new MicRecorder();
@@ -89,7 +100,7 @@ function wireInputs() {
       return;
     }
     clearError();
-    document.querySelectorAll('button.sample, #file').forEach((el) => { el.disabled = true; }); // one input at a time
+    inputs('button.sample, #file').forEach((el) => { el.disabled = true; }); // one input at a time
     button.setAttribute('aria-pressed', 'true');
     button.textContent = 'Stop and transcribe';
     setStatus('Recording… press the button again to stop.');
@@ -139,7 +150,7 @@ async function run(what, getPcm, keepExpected = false) {
 }
 
 function showProgress(e) {
-  const bar = $('progress');
+  const bar = /** @type {HTMLProgressElement} */ ($('progress'));
   $('progress').hidden = false;
   const label = e.lora ? `Downloading the adapter “${e.lora}”` : { download: 'Downloading the model', verify: 'Downloading the model', session: 'Preparing the model', warmup: 'Warming up (compiling GPU shaders)' }[e.phase] ?? e.phase;
   state.progress = e;
@@ -157,7 +168,7 @@ function showProgress(e) {
 // The adapter picker (docs/adapters.md): "none (base model)" and each adapter the worker can switch on;
 // hidden where the build ships none.
 function showLoraPicker(names) {
-  const picker = $(LORA_PICKER);
+  const picker = /** @type {HTMLSelectElement} */ ($(LORA_PICKER));
   for (const name of names) picker.append(Object.assign(document.createElement('option'), { value: name, textContent: name }));
   picker.value = state.lora ?? '';
   picker.disabled = false;
@@ -168,7 +179,7 @@ function showLoraPicker(names) {
 // Asks the worker for adapter `name` (null: the base model); the next transcription runs with it.
 function switchLora(name) {
   switching = { id: nextId++, name };
-  $(LORA_PICKER).disabled = true;
+  /** @type {HTMLSelectElement} */ ($(LORA_PICKER)).disabled = true;
   clearError();
   setStatus(name ? `Switching to the adapter “${name}”…` : 'Switching to the base model…');
   worker.postMessage({ type: TO_WORKER.setLora, id: switching.id, name });
@@ -194,7 +205,12 @@ function loraFailed(message) {
 }
 
 function setEnabled(on) {
-  document.querySelectorAll('button.sample, #file, #mic').forEach((el) => { el.disabled = !on; });
+  inputs('button.sample, #file, #mic').forEach((el) => { el.disabled = !on; });
+}
+
+// The page's buttons and file input that `selector` picks.
+function inputs(/** @type {string} */ selector) {
+  return /** @type {NodeListOf<HTMLButtonElement | HTMLInputElement>} */ (document.querySelectorAll(selector));
 }
 function setStatus(text) { $('status').textContent = text; }
 function showText(text) { state.text = text; $('transcript').textContent = text; }

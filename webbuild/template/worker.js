@@ -46,7 +46,7 @@ async function load({ manifestUrl, forceEp, graphCapture }) {
     type: FROM_WORKER.ready,
     info: {
       ep, variant: site.variant, notice: site.notice,
-      adapter: ep === 'webgpu' ? gpu.description : 'none (WebAssembly on the CPU)',
+      gpu: ep === 'webgpu' ? gpu.description : 'none (WebAssembly on the CPU)',
       shaderF16: Boolean(gpu.shaderF16), threads: site.ort.env.wasm.numThreads, kvCache: site.recogniser.kvLocation, decode: site.recogniser.decodeMode,
       modelBytes: site.modelBytes, load: site.load,
       // the adapters only where the recogniser loaded the adapted decoder (the variant has its graphs)

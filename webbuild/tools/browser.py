@@ -14,8 +14,10 @@ import os
 import shlex
 import shutil
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from webbuild.errors import BrowserError
 
@@ -57,12 +59,12 @@ def has_gpu() -> bool:
     return bool(glob.glob("/dev/dri/renderD*") or glob.glob("/dev/nvidia[0-9]*"))
 
 
-def choose(explicit: str | None = None, env: dict | None = None, which=shutil.which,
+def choose(explicit: str | None = None, env: Mapping[str, str] | None = None, which=shutil.which,
            gpu: bool | None = None) -> BrowserChoice:
     env = os.environ if env is None else env
     gpu = has_gpu() if gpu is None else gpu
     args = QUIET + WEBGPU + ([] if gpu else SWIFTSHADER)
-    kw = {"gpu": gpu, "args": args, "extra": shlex.split(env.get(ARGS_ENV, ""))}
+    kw: dict[str, Any] = {"gpu": gpu, "args": args, "extra": shlex.split(env.get(ARGS_ENV, ""))}
     for source, value in (("explicit", explicit), ("env", env.get(ENV))):
         if value:
             if value in CHANNELS:
@@ -77,12 +79,12 @@ def choose(explicit: str | None = None, env: dict | None = None, which=shutil.wh
     return BrowserChoice(source="playwright", **kw)
 
 
-def launch_args(choice: BrowserChoice, webgpu: bool = True, extra: list[str] = ()) -> list[str]:
+def launch_args(choice: BrowserChoice, webgpu: bool = True, extra: Sequence[str] = ()) -> list[str]:
     """Chromium flags for a launch: the choice's (or WebGPU switched off), then $WEBBUILD_BROWSER_ARGS."""
     return [*(choice.args if webgpu else QUIET), *choice.extra, *extra]
 
 
-def launch(playwright, choice: BrowserChoice, webgpu: bool = True, extra: list[str] = ()):
+def launch(playwright, choice: BrowserChoice, webgpu: bool = True, extra: Sequence[str] = ()):
     """A headless browser; webgpu=False launches it without the WebGPU flags (pair it with
     hide_webgpu on the context: on a real GPU, Chromium offers WebGPU without any flag)."""
     kw = {"executable_path": choice.executable} if choice.executable else {}

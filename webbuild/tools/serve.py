@@ -106,6 +106,7 @@ class SiteServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
+        assert isinstance(host, str)  # a TCP server's (AF_INET, AF_INET6) address
         host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{port}{self.base_path}"
 

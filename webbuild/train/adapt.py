@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from io import TextIOWrapper
 from pathlib import Path
 
 import click
@@ -182,6 +183,7 @@ def train_adapter(device: str, base: Path, out_dir: Path, data: adapter_data.Ada
     lead, plan = lead_samples(lead_ms), data.plan
     base_wer = wer_table(model, tok, data.sets, lead)
     click.echo(f"base: {base_wer}")
+    assert data.train is not None, "adapter_data.load(training=True) reads the training clips"
     store = ClipStore.build(data.train, tok, device)
     data.train = None  # the samples live on the device now
     cache = audio_cache(model, store, lead, batch_size=256 if device.startswith("cuda") else 64)
@@ -356,7 +358,9 @@ def sweep(device, base, data_dir, out_dir, runs, jobs, scales):
     if len({n for n, _ in specs}) != len(specs):
         raise click.UsageError("--run names must differ")
     out_dir.mkdir(parents=True, exist_ok=True)
-    todo, running, finished = list(specs), {}, {}
+    todo = list(specs)
+    running: dict[str, tuple[subprocess.Popen, TextIOWrapper]] = {}
+    finished: dict[str, dict | None] = {}
 
     def command(name, options):
         return [sys.executable, "-m", "webbuild.train.adapt", "--device", device, "--threads",

@@ -1,4 +1,4 @@
-"""Rebuild the transformers checkpoint of a zoo split export (the inverse of `webbuild zoo ... --layout split`).
+"""Rebuild the transformers checkpoint of a zoo split export (the inverse of `webbuild zoo ...`).
 
     python -m webbuild.train.from_export EXPORT_DIR OUT_DIR
 
@@ -31,6 +31,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from webbuild import layouts
 from webbuild.errors import SourceError
 
 ENCODER_PREFIXES = {"tower.": "model.audio_tower.", "projector.": "model.multi_modal_projector."}
@@ -58,6 +59,7 @@ def _fields(buf: memoryview):
     """(field number, wire type, value) of one protobuf message: an int for varints, a memoryview for
     length-delimited fields, bytes for fixed-width ones."""
     pos, end = 0, len(buf)
+    value: int | memoryview | bytes
     while pos < end:
         key, pos = _varint(buf, pos)
         field, wire = key >> 3, key & 7
@@ -248,7 +250,7 @@ def decoder_weights(graph: Graph, layers: int, tied: bool) -> dict[str, np.ndarr
             raise SourceError(f"decoder_init.onnx: MatMul {node.name!r} is where {name} should be")
         if name == "lm_head":
             embed = out.get(DECODER_PREFIX + "embed_tokens.weight")
-            if tied and not np.array_equal(weight, embed):
+            if tied and (embed is None or not np.array_equal(weight, embed)):
                 raise SourceError("decoder_init.onnx: lm_head differs from the embedding but the config ties them")
             if not tied:
                 out["lm_head.weight"] = weight
@@ -268,7 +270,8 @@ def load_export(export_dir: Path):
     export_dir = Path(export_dir)
     for name in ("config.json", "encoder.onnx", "decoder_init.onnx", "tokenizer.json"):
         if not (export_dir / name).is_file():
-            raise SourceError(f"{export_dir / name}: missing; a split export (webbuild zoo --layout split) has it")
+            raise SourceError(f"{export_dir / name}: missing; a split export (webbuild zoo --layout "
+                              f"{layouts.SPLIT.name}) has it")
     split = json.loads((export_dir / "config.json").read_text())
     tok = Tokenizer.from_file(str(export_dir / "tokenizer.json"))
     ids = special_ids(tok)

@@ -114,7 +114,7 @@ def main(model: Path, count: int, lead_ms: int, device: str, sets: str | None, w
     unknown = sorted(set(names) - set(all_sets))
     if unknown:
         raise click.BadParameter(f"unknown set {unknown[0]!r}; the sets are {', '.join(all_sets)}", param_hint="--sets")
-    report = {"model": str(model), "count": count, "lead_ms": lead_ms, "sets": {}}
+    report: dict = {"model": str(model), "count": count, "lead_ms": lead_ms, "sets": {}}
     for name in names:
         texts, pcms = all_sets[name]
         if write_dir:

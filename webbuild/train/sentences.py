@@ -37,7 +37,7 @@ def training_sentences(vocab: list[str], n: int, seed: int) -> list[str]:
     """`n` seeded sentences, none of them in the held-out set."""
     heldout = set(heldout_sentences(vocab))
     rng = random.Random(seed)
-    out = []
+    out: list[str] = []
     while len(out) < n:
         s = random_sentence(rng, vocab)
         if s not in heldout:

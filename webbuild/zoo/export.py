@@ -1,7 +1,7 @@
 """Write a Qwen3-ASR torch model as ONNX in the layouts people publish, checked against torch first.
 
-Layouts:
-- `split`  (andrewleech/qwen3-asr-onnx): encoder.onnx, decoder_init.onnx, decoder_step.onnx sharing
+Layouts (webbuild.layouts.ZOO_LAYOUTS):
+- `qwen3-asr-split` (andrewleech/qwen3-asr-onnx): encoder.onnx, decoder_init.onnx, decoder_step.onnx sharing
   decoder_weights.data, embed_tokens.bin, config.json, preprocessor_config.json, tokenizer.json.
 - `merged` (optimum / transformers.js / genai style): encoder.onnx, decoder_model_merged.onnx
   (+ .onnx.data) taking inputs_embeds, attention_mask, past_key_values.{i}.key|value; same side files.
@@ -18,22 +18,28 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
+from webbuild import layouts
 from webbuild.errors import ZooError
+from webbuild.layouts import Decoder
 from webbuild.reference.prompt import audio_token_count, build_prompt
 from webbuild.reference.tokenizer import special_ids
+from webbuild.site.contract import IO
 from webbuild.zoo import export_check, wrappers
 from webbuild.zoo.onnx_export import SharedWeights, as_numpy, export_file, save_inline_file
 
-LAYOUTS = ("split", "merged")
+LAYOUTS = tuple(entry.name for entry in layouts.ZOO_LAYOUTS)
 log = logging.getLogger(__name__)
 
 SAMPLE_FRAMES = 237  # mel frames of the tracing/check input: 2 full chunks + a partial one
 
 
-def export_model(model, tok: Tokenizer, out_dir: Path, layout: str = "split", exporter: str = "torchscript") -> None:
-    """Export `model` into `out_dir` (created; must not exist). Nothing is left behind on failure."""
-    if layout not in LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+def export_model(model, tok: Tokenizer, out_dir: Path, layout: str = layouts.SPLIT.name,
+                 exporter: str = "torchscript") -> None:
+    """Export `model` into `out_dir` (created; must not exist) in `layout` (a name of webbuild.layouts).
+    Nothing is left behind on failure."""
+    entry = layouts.layout(layout, "layout")
+    if entry not in layouts.ZOO_LAYOUTS:
+        raise ZooError(f"the zoo writes the layouts {', '.join(LAYOUTS)}, not {entry.name}")
     out_dir = Path(out_dir)
     check_new_folder(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -43,13 +49,10 @@ def export_model(model, tok: Tokenizer, out_dir: Path, layout: str = "split", ex
         stage.mkdir()
         samples = sample_inputs(model, tok)
         export_encoder(model, samples, stage, exporter)
-        if layout == "split":
-            _export_split_decoder(model, samples, stage, exporter)
-        else:
-            _export_merged_decoder(model, samples, stage, exporter)
+        DECODER_EXPORTS[entry.decoder](model, samples, stage, exporter)
         _write_side_files(model, tok, stage)
         log.info("checking the ONNX graphs against torch")
-        export_check.check_export(stage, layout, model, tok)
+        export_check.check_export(stage, entry.name, model, tok)
         stage.rename(out_dir)
     log.info(f"wrote {out_dir}")
 
@@ -125,26 +128,23 @@ def _export_split_decoder(model, samples, stage: Path, exporter: str) -> None:
                         *SPLIT_STEP_IO)
 
 
-def merged_io_names(n_layers: int) -> tuple[list[str], list[str]]:
-    past = [f"past_key_values.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
-    present = [f"present.{i}.{kv}" for i in range(n_layers) for kv in ("key", "value")]
-    return ["inputs_embeds", "attention_mask", *past], ["logits", *present]
-
-
 def _export_merged_decoder(model, samples, stage: Path, exporter: str) -> None:
     text = model.config.text_config
     log.info(f"exporting decoder_model_merged ({exporter})")
-    inputs, outputs = merged_io_names(text.num_hidden_layers)
+    inputs, outputs = IO.decoder(text.num_hidden_layers)  # the built decoder's own interface
     past_len, q_len = 20, 3
     kv = [torch.randn(1, text.num_key_value_heads, past_len, text.head_dim) for _ in inputs[2:]]
     args = (torch.randn(1, q_len, text.hidden_size), torch.ones(1, past_len + q_len, dtype=torch.int64), *kv)
-    dynamic = {"inputs_embeds": {0: "batch", 1: "seq_len"}, "attention_mask": {0: "batch", 1: "total_seq_len"},
-               "logits": {0: "batch", 1: "seq_len"}}
+    dynamic = {IO.inputs_embeds: {0: "batch", 1: "seq_len"}, IO.attention_mask: {0: "batch", 1: "total_seq_len"},
+               IO.logits: {0: "batch", 1: "seq_len"}}
     dynamic.update({n: {0: "batch", 2: "past_seq_len"} for n in inputs[2:]})
     dynamic.update({n: {0: "batch", 2: "total_seq_len"} for n in outputs[1:]})
     with SharedWeights(stage / "decoder_model_merged.onnx.data") as data:
         _export_sharing(data, stage / "decoder_model_merged.onnx", wrappers.MergedDecoder(model), args, exporter,
                         inputs, outputs, dynamic)
+
+
+DECODER_EXPORTS = {Decoder.SPLIT: _export_split_decoder, Decoder.MERGED: _export_merged_decoder}
 
 
 def _write_side_files(model, tok: Tokenizer, stage: Path) -> None:

@@ -9,6 +9,8 @@ import onnxruntime as ort
 import torch
 import torch.nn.functional as F
 
+from webbuild import layouts
+from webbuild.layouts import Decoder
 from webbuild.reference.prompt import audio_token_count, build_prompt
 from webbuild.zoo.onnx_export import as_numpy
 
@@ -54,6 +56,9 @@ CHECK_FRAMES = 412  # differs from the tracing input, so baked-in shapes fail th
 
 
 def check_export(stage: Path, layout: str, model, tok) -> None:
+    """The graphs of the export in `stage`, in `layout` (a name of webbuild.layouts), against `model`'s
+    audio features and logits on a clip whose length differs from the tracing input's."""
+    check_decoder = DECODER_CHECKS[layouts.layout(layout, "layout").decoder]
     mel = torch.randn(1, 128, CHECK_FRAMES, generator=torch.Generator().manual_seed(1))
     prompt = build_prompt(tok, audio_token_count(CHECK_FRAMES))
     audio_ref, logits_ref = torch_reference(model, mel, prompt.ids)
@@ -62,13 +67,11 @@ def check_export(stage: Path, layout: str, model, tok) -> None:
     nxt = int(logits_ref[0, -1].argmax())
     _, logits2_ref = torch_reference(model, mel, prompt.ids + [nxt])
     embed = as_numpy(model.model.language_model.embed_tokens.weight)
-    if layout == "split":
-        _check_split(stage, prompt, audio_ref, logits_ref, logits2_ref, embed[[nxt]][None])
-    else:
-        _check_merged(stage, model, prompt, audio_ref, logits_ref, logits2_ref, embed, nxt)
+    check_decoder(stage, model, prompt, audio_ref, logits_ref, logits2_ref, embed, nxt)
 
 
-def _check_split(stage, prompt, audio, logits_ref, logits2_ref, next_embed):
+def _check_split(stage, model, prompt, audio, logits_ref, logits2_ref, embed, nxt):
+    next_embed = embed[[nxt]][None]
     n = len(prompt.ids)
     logits, keys, values = cpu_session(stage / "decoder_init.onnx").run(None, {
         "input_ids": np.array([prompt.ids], dtype=np.int64),
@@ -97,3 +100,6 @@ def _check_merged(stage, model, prompt, audio, logits_ref, logits2_ref, embed, n
     out = sess.run(None, {"inputs_embeds": embed[[nxt]][None], "attention_mask": np.ones((1, n + 1), np.int64),
                           **present})
     assert_close("merged step logits", out[0][:, -1], logits2_ref[:, -1])
+
+
+DECODER_CHECKS = {Decoder.SPLIT: _check_split, Decoder.MERGED: _check_merged}  # the decoders the zoo writes

@@ -64,9 +64,12 @@ def embeds_init(model: ir.Model) -> ir.Model:
     """The split prefill graph taking `input_embeds` [B, S, H] where it took input_ids, audio_features
     and audio_offset, with last-position logits; rewritten in place."""
     g = model.graph
-    inputs = {v.name: v for v in g.inputs}
+    inputs = {v.name: v for v in g.inputs if v.name is not None}
     lookup, splice = _splice(inputs)
-    x0, hidden = splice.outputs[0], lookup.inputs[0].shape[-1]  # the table's [V, H]
+    table = lookup.inputs[0]
+    if table is None or table.shape is None:
+        raise ZooError("decoder_init: the embedding Gather's table has no shape; not a zoo split export")
+    x0, hidden = splice.outputs[0], table.shape[-1]  # the table's [V, H]
     embeds = ir.Value(name="input_embeds", type=inputs["audio_features"].type,  # the float type of the stream
                       shape=ir.Shape(["batch", "seq_len", hidden]))
     ir.convenience.replace_all_uses_with(x0, embeds)
@@ -101,7 +104,7 @@ def _splice(inputs: dict[str, ir.Value]) -> tuple[ir.Node, ir.Node]:
         raise ZooError(f"decoder_init: inputs {sorted(inputs)}, expected {', '.join(SPLICE_INPUTS)}, position_ids")
     lookup = next((n for n in inputs["input_ids"].consumers() if n.op_type == "Gather"), None)
     splice = only_user(lookup.outputs[0], "Where") if lookup is not None else None
-    if splice is None:
+    if lookup is None or splice is None:
         raise ZooError("decoder_init: no embedding Gather on input_ids feeding one Where (the audio splice)")
     return lookup, splice
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # Encoder/decoder dimensions. 0.6b and 1.7b follow the published Qwen3-ASR checkpoints.
-_PRESETS = {
+_PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         audio=dict(d_model=192, encoder_layers=4, encoder_attention_heads=4, encoder_ffn_dim=768,
                    downsample_hidden_size=32),

@@ -22,6 +22,15 @@ export async function decodeToMono16k(arrayBuffer) {
 }
 
 export class MicRecorder {
+  constructor() {
+    /** @type {MediaStream | null} */
+    this.stream = null;
+    /** @type {MediaRecorder | null} */
+    this.recorder = null;
+    /** @type {Blob[]} */
+    this.chunks = [];
+  }
+
   async start() {
     if (!navigator.mediaDevices?.getUserMedia) {
       throw new Error('microphone access needs a secure page (https:// or http://localhost) and a browser that supports it');
@@ -32,18 +41,20 @@ export class MicRecorder {
       throw new Error(micMessage(e));
     }
     this.chunks = [];
-    this.recorder = new MediaRecorder(this.stream);
-    this.recorder.ondataavailable = (e) => e.data.size && this.chunks.push(e.data);
-    this.recorder.start();
+    const recorder = (this.recorder = new MediaRecorder(this.stream));
+    recorder.ondataavailable = (e) => e.data.size && this.chunks.push(e.data);
+    recorder.start();
   }
 
   // Resolves with the recording as 16 kHz mono PCM.
   async stop() {
-    const stopped = new Promise((resolve) => { this.recorder.onstop = resolve; });
-    this.recorder.stop();
+    const { recorder, stream } = this;
+    if (!recorder || !stream) throw new Error('the microphone is not recording');
+    const stopped = new Promise((resolve) => { recorder.onstop = resolve; });
+    recorder.stop();
     await stopped;
-    this.stream.getTracks().forEach((t) => t.stop()); // turns the browser's recording indicator off
-    const blob = new Blob(this.chunks, { type: this.recorder.mimeType });
+    stream.getTracks().forEach((t) => t.stop()); // turns the browser's recording indicator off
+    const blob = new Blob(this.chunks, { type: recorder.mimeType });
     return decodeToMono16k(await blob.arrayBuffer());
   }
 }

@@ -1,12 +1,12 @@
 // Formats the worker's numbers into the metrics panel.
 
-const $ = (id) => document.getElementById(id);
+const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const ms = (v) => (v >= 1000 ? `${(v / 1000).toFixed(2)} s` : `${v.toFixed(0)} ms`);
 const rate = (v) => (v == null ? 'n/a' : `${v.toFixed(1)} tok/s`);
 
 export function renderInfo(info) {
   const l = info.load;
-  $('m-adapter').textContent = info.adapter;
+  $('m-gpu').textContent = info.gpu;
   $('m-runtime').textContent = `${info.ep === 'webgpu' ? 'WebGPU' : `WebAssembly, ${info.threads} thread${info.threads === 1 ? '' : 's'}`} · ${info.variant} · model ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
   $('m-load').textContent = `${ms(l.total_ms)} (download ${ms(l.download_ms)}, sessions ${ms(l.session_ms)}, warm-up ${ms(l.warmup_ms)})`;
 }

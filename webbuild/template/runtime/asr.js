@@ -2,6 +2,7 @@
 // the audio features spliced over the <|audio_pad|> positions, prefill, then greedy decoding
 // with the KV cache kept on the GPU. webbuild/reference/transcribe.py's greedy loop is the spec.
 //
+// Every graph input and output is named as runtime.json's `io` says (webbuild/site/contract.py IO).
 // Two decoder interfaces (the variant's files say which graph; the graph says which inputs):
 // - inputs_embeds: rows looked up here in embed_tokens.bin, audio features spliced in here;
 // - input_ids + audio_features + audio_offset (quantized builds): the graph does the int4 lookup
@@ -11,9 +12,17 @@
 // an adapter is on (setLora), the base ones otherwise; the adapter's values reach them as extra inputs.
 
 import { CapturedSteps, IN_FLIGHT } from './capture.js';
+import { kvNames } from './contract.js';
 import { pickLast, toFloat32 } from './greedy.js';
 import { LoraInputs } from './lora.js';
 import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
+
+/** @typedef {import('webbuild-types').OrtTensor} OrtTensor */
+/**
+ * A decoder session and, on WebGPU, its captured steps; lora: the adapted graph's extra inputs.
+ * @typedef {{decoder: import('webbuild-types').OrtSession, steps: CapturedSteps | null, decodeMode: string,
+ *   lora: LoraInputs | null}} DecoderSet
+ */
 
 export class Recogniser {
   // files: Map of logical name -> bytes (from the loader); graphs: the variant's file names by graph,
@@ -37,10 +46,11 @@ export class Recogniser {
 
   // The decoder session as the site runs it (tests/test_decoder_webgpu.py drives it alone); dtype: of
   // past/present and audio_features.
+  /** @param {'float16' | 'float32'} [dtype] */
   async loadDecoder(files, decoder, dtype = 'float32') {
     this.dtype = dtype;
     this.base = this.active = await this.decoderSet(files, decoder);
-    this.takesIds = this.decoder.inputNames.includes('input_ids');
+    this.takesIds = this.decoder.inputNames.includes(this.io.input_ids);
     if (!this.takesIds) {
       const embed = files.get(decoder.embed);
       this.embed = new Float32Array(embed.buffer, embed.byteOffset, embed.byteLength / 4);
@@ -57,6 +67,10 @@ export class Recogniser {
   }
 
   // A decoder session and, on WebGPU, its captured steps; lora: the adapted graph's extra inputs.
+  /**
+   * @param {LoraInputs | null} [lora]
+   * @returns {Promise<DecoderSet>}
+   */
   async decoderSet(files, decoder, lora = null) {
     const session = await this.ort.InferenceSession.create(files.get(this.graphFile(decoder)), {
       ...this.sessionOptions(),
@@ -65,6 +79,7 @@ export class Recogniser {
       // present.* stay on the GPU and come back as the next step's past: no round trip per token
       ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
     });
+    /** @type {DecoderSet} */
     const set = { decoder: session, steps: null, decodeMode: 'plain', lora };
     await this.loadSteps(set, files, decoder);
     return set;
@@ -83,7 +98,7 @@ export class Recogniser {
       return;
     }
     if (!this.adapted) throw new Error('this build has no adapted decoder: it ships no adapters');
-    this.adapted.lora.set(values);
+    /** @type {LoraInputs} */ (this.adapted.lora).set(values);
     this.active = this.adapted;
   }
 
@@ -95,7 +110,7 @@ export class Recogniser {
     if (this.ep !== 'webgpu' || !decoder.step || !this.rt.max_positions) return;
     try {
       set.steps = await CapturedSteps.create(this.ort, this.provider, files.get(decoder.step),
-        external(files, decoder.data), this.d, this.rt.max_positions, this.dtype,
+        external(files, decoder.data), this.d, this.io, this.rt.max_positions, this.dtype,
         { shared: this.base?.steps, extraFeeds: set.lora?.feeds });
       set.decodeMode = 'captured';
     } catch (e) {
@@ -117,7 +132,17 @@ export class Recogniser {
     this.provider = ep;
     this.ep = typeof ep === 'string' ? ep : ep.name;
     this.d = runtime.decoder;
+    this.io = runtime.io; // the graphs' input and output names
+    this.kv = kvNames(this.io, this.d?.num_layers ?? 0); // {past, present} per layer, key then value
+    /** @type {DecoderSet | null} */
     this.adapted = null; // the adapted decoder's set, in a build with adapters (loadAdapted)
+    /** @type {'float16' | 'float32'} */
+    this.dtype = 'float32';
+    /** @type {TokenTable | null} */
+    this.tokens = null; // the decode table (create)
+    this.embed = new Float32Array(0); // the embedding table, for decoders that take inputs_embeds
+    this.takesIds = false;
+    this.kvLocation = 'cpu';
   }
 
   sessionOptions() {
@@ -125,7 +150,7 @@ export class Recogniser {
   }
 
   presentNames() {
-    return Array.from({ length: this.d.num_layers }, (_, i) => [`present.${i}.key`, `present.${i}.value`]).flat();
+    return this.kv.map((n) => n.present);
   }
 
   // Compiles the shaders for both graphs on a second of silence and two decode steps, so the
@@ -145,11 +170,15 @@ export class Recogniser {
   }
 
   async encode(pcm) {
-    const out = await this.encoder.run({ pcm: new this.ort.Tensor('float32', pcm, [1, pcm.length]) });
-    return out.audio_features;
+    const out = await this.encoder.run({ [this.io.pcm]: new this.ort.Tensor('float32', pcm, [1, pcm.length]) });
+    return out[this.io.audio_features];
   }
 
   // Greedy transcription of one chunk. onToken(text so far, token id) streams the transcript.
+  /**
+   * @param {Float32Array} pcm
+   * @param {{maxNewTokens?: number, onToken?: (text: string, token: number) => void, forceSteps?: boolean}} [options]
+   */
   async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false } = {}) {
     const t0 = performance.now();
     const audio = await this.encode(pcm);
@@ -233,35 +262,44 @@ export class Recogniser {
   async prefill(ids, audio, offset) {
     const n = (this.ep === 'webgpu' && this.rt.webgpu_prefill_chunk) || ids.length;
     let past = this.emptyPast();
-    let out;
+    let out = null;
     for (let at = 0; at < ids.length; at += n) {
       const part = ids.slice(at, at + n);
       out = await this.step(this.inputs(part, audio, offset - at), at + part.length, past);
       dispose(past);
       past = out.present;
     }
+    if (!out) throw new Error('an empty prompt');
     return out;
   }
 
   // Decoder inputs for new token `ids`; the rows of `audio` (encoder output) go over the
   // positions from `offset` on (relative to ids[0]; negative when the audio began earlier).
+  /**
+   * @param {number[]} ids
+   * @param {OrtTensor | null} [audio]
+   * @param {number} [offset]
+   */
   inputs(ids, audio = null, offset = 0) {
     const { Tensor } = this.ort;
     const H = this.d.hidden_size;
     const A = audio ? audio.dims[1] : 0;
     const r0 = Math.max(0, -offset), r1 = Math.min(A, ids.length - offset); // rows in this run
+    const spliced = audio && r1 > r0 ? audio : null; // the audio, where this run has rows of it
+    /** @type {Float32Array | Uint16Array} */
+    const data = spliced ? /** @type {Float32Array | Uint16Array} */ (spliced.data) : new Float32Array(0);
     if (this.takesIds) {
       const whole = r0 === 0 && r1 === A;
-      const rows = r1 > r0 ? (whole ? audio : new Tensor(audio.type, audio.data.slice(r0 * H, r1 * H), [1, r1 - r0, H])) : null;
+      const rows = spliced ? (whole ? spliced : new Tensor(spliced.type, data.slice(r0 * H, r1 * H), [1, r1 - r0, H])) : null;
       return {
-        input_ids: new Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]),
-        audio_features: rows ?? new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, 0, H]),
-        audio_offset: new Tensor('int64', BigInt64Array.from([BigInt(rows ? offset + r0 : 0)]), [1]),
+        [this.io.input_ids]: new Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]),
+        [this.io.audio_features]: rows ?? new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, 0, H]),
+        [this.io.audio_offset]: new Tensor('int64', BigInt64Array.from([BigInt(rows ? offset + r0 : 0)]), [1]),
       };
     }
     const x = this.embedRows(ids);
-    if (r1 > r0) x.set(toFloat32(audio.data.subarray(r0 * H, r1 * H)), (offset + r0) * H); // the audio splice
-    return { inputs_embeds: new Tensor('float32', x, [1, ids.length, H]) };
+    if (spliced) x.set(toFloat32(data.subarray(r0 * H, r1 * H)), (offset + r0) * H); // the audio splice
+    return { [this.io.inputs_embeds]: new Tensor('float32', x, [1, ids.length, H]) };
   }
 
   // One decoder run with `total` = past + new positions.
@@ -269,30 +307,22 @@ export class Recogniser {
     const { Tensor } = this.ort;
     const feeds = {
       ...inputs,
-      attention_mask: new Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]),
+      [this.io.attention_mask]: new Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]),
       ...past,
       ...this.active.lora?.feeds, // the adapted graph's lora.* inputs
     };
     const out = await this.decoder.run(feeds);
-    this.kvLocation = out['present.0.key'].location; // 'gpu-buffer' when the cache stays on the GPU
-    const present = {};
-    for (let i = 0; i < this.d.num_layers; i++) {
-      present[`past_key_values.${i}.key`] = out[`present.${i}.key`];
-      present[`past_key_values.${i}.value`] = out[`present.${i}.value`];
-    }
-    return { logits: out.logits, present };
+    this.kvLocation = out[this.kv[0].present].location; // 'gpu-buffer' when the cache stays on the GPU
+    // the next run's past, by its input names
+    const present = Object.fromEntries(this.kv.map((n) => [n.past, out[n.present]]));
+    return { logits: out[this.io.logits], present };
   }
 
   emptyPast() {
     const { Tensor } = this.ort;
     const dims = [1, this.d.num_key_value_heads, 0, this.d.head_dim];
     const empty = () => new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims);
-    const past = {};
-    for (let i = 0; i < this.d.num_layers; i++) {
-      past[`past_key_values.${i}.key`] = empty();
-      past[`past_key_values.${i}.value`] = empty();
-    }
-    return past;
+    return Object.fromEntries(this.kv.map((n) => [n.past, empty()]));
   }
 
   embedRows(ids) {

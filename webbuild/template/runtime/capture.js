@@ -22,44 +22,84 @@
 //   'gpuBufferMetadata' [handle, count] on the GPUBuffer). Where that is not there, or a replay does
 //   not hand back the buffers it was given, create() or issue() throws and the caller decodes plainly.
 
+import { kvNames } from './contract.js';
+
+/** @typedef {import('webbuild-types').Ort} Ort */
+/** @typedef {import('webbuild-types').OrtSession} OrtSession */
+/** @typedef {import('webbuild-types').OrtTensor} OrtTensor */
+/** @typedef {import('webbuild-types').Runtime} Runtime */
+
 const PIN = 'gpuBufferMetadata';
 const BYTES = { float32: 4, float16: 2, int64: 8, int32: 4 };
-const READ_BYTES = 16; // next_token (int32) at 0, margin (float32) at 8
+const READ_BYTES = 16; // the token (int32) at 0, its margin (float32) at 8
 export const IN_FLIGHT = 3; // steps queued ahead of the token being read
 const USAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 
 export class CapturedSteps {
-  // bytes/externalData: the step graph and the decoder's weights; d: runtime.decoder; positions: T.
+  // bytes/externalData: the step graph and the decoder's weights; d: runtime.decoder; io: runtime.io, the
+  // graphs' input and output names (webbuild/site/contract.py IO); positions: T.
   // shared: another CapturedSteps whose static buffers this one reads and writes too (the base steps, for
   // the adapted ones: one decodes at a time); extraFeeds: GPU tensors bound once beside the step's own
   // inputs (the adapted graph's lora.* inputs, runtime/lora.js).
-  static async create(ort, provider, bytes, externalData, d, positions, dtype, { shared = null, extraFeeds = {} } = {}) {
+  /**
+   * @param {Ort} ort
+   * @param {string | {name: string, device?: GPUDevice}} provider
+   * @param {Uint8Array} bytes
+   * @param {{path: string, data: Uint8Array}[] | undefined} externalData
+   * @param {Runtime['decoder']} d
+   * @param {Runtime['io']} io
+   * @param {number} positions
+   * @param {'float16' | 'float32'} dtype
+   * @param {{shared?: CapturedSteps | null, extraFeeds?: Record<string, OrtTensor>}} [options]
+   */
+  static async create(ort, provider, bytes, externalData, d, io, positions, dtype, { shared = null, extraFeeds = {} } = {}) {
     const session = await ort.InferenceSession.create(bytes, {
       graphOptimizationLevel: 'all', logSeverityLevel: 3, externalData,
       executionProviders: [typeof provider === 'string' ? { name: provider } : provider],
       enableGraphCapture: true, preferredOutputLocation: 'gpu-buffer',
     });
     // the device the sessions run on: the site's own (probe.js webgpuProvider), else onnxruntime-web's
-    const device = provider?.device ?? await ort.env.webgpu.device;
+    const device = (typeof provider === 'string' ? undefined : provider.device) ?? await ort.env.webgpu.device;
     const buffers = shared?.buffers ?? new StepBuffers(ort, device, d, positions, dtype);
-    return new CapturedSteps(ort, device, session, d, positions, dtype, buffers, extraFeeds);
+    return new CapturedSteps(ort, device, session, d, io, positions, dtype, buffers, extraFeeds);
   }
 
-  constructor(ort, device, session, d, positions, dtype, buffers, extraFeeds = {}) {
-    Object.assign(this, { ort, device, session, d, positions, dtype, buffers });
-    for (const name of ['next_token', 'margin']) {
+  /**
+   * @param {Ort} ort
+   * @param {GPUDevice} device
+   * @param {OrtSession} session
+   * @param {Runtime['decoder']} d
+   * @param {Runtime['io']} io
+   * @param {number} positions
+   * @param {'float16' | 'float32'} dtype
+   * @param {StepBuffers} buffers
+   * @param {Record<string, OrtTensor>} [extraFeeds]
+   */
+  constructor(ort, device, session, d, io, positions, dtype, buffers, extraFeeds = {}) {
+    this.ort = ort;
+    this.device = device;
+    this.session = session;
+    this.d = d;
+    this.io = io;
+    this.positions = positions;
+    this.dtype = dtype;
+    this.buffers = buffers;
+    for (const name of [io.next_token, io.margin]) {
       if (!session.outputNames.includes(name)) throw new Error(`capture: the step graph has no ${name} output`);
     }
-    Object.assign(this, { ids: buffers.ids, mask: buffers.mask, margin: buffers.margin, staging: buffers.staging });
-    this.feeds = { input_ids: this.ids, attention_mask: this.mask, ...extraFeeds };
-    this.fetches = { next_token: this.ids, margin: this.margin };
-    for (let i = 0; i < d.num_layers; i++) {
-      for (const kind of ['key', 'value']) {
-        const kv = buffers.kv[`${i}.${kind}`];
-        this.feeds[`past_key_values.${i}.${kind}`] = kv;
-        this.fetches[`present.${i}.${kind}`] = kv; // in place: GroupQueryAttention appends to it
-      }
-    }
+    this.ids = buffers.ids;
+    this.mask = buffers.mask;
+    this.margin = buffers.margin;
+    this.staging = buffers.staging;
+    /** @type {Record<string, OrtTensor>} */
+    this.feeds = { [io.input_ids]: this.ids, [io.attention_mask]: this.mask, ...extraFeeds };
+    /** @type {Record<string, OrtTensor>} */
+    this.fetches = { [io.next_token]: this.ids, [io.margin]: this.margin };
+    this.kv = kvNames(io, d.num_layers);
+    this.kv.forEach((n, i) => {
+      this.feeds[n.past] = buffers.kv[i];
+      this.fetches[n.present] = buffers.kv[i]; // in place: GroupQueryAttention appends to it
+    });
     this.recorded = false;
   }
 
@@ -68,19 +108,17 @@ export class CapturedSteps {
     return prompt + newTokens <= this.positions;
   }
 
-  // Takes over after the plain prefill: its present.* (GPU tensors [1, kv, P, hd]) copied head by head
+  // Takes over after the plain prefill: its KV cache (GPU tensors [1, kv, P, hd] by past input name, asr.js) copied head by head
   // into the static buffers, the mask set to P ones, `token` (the prefill's choice) as the first input.
   begin(present, total, token) {
-    const { num_layers: L, num_key_value_heads: heads, head_dim: hd } = this.d;
+    const { num_key_value_heads: heads, head_dim: hd } = this.d;
     const row = hd * BYTES[this.dtype];
     const enc = this.device.createCommandEncoder();
-    for (let i = 0; i < L; i++) {
-      for (const kind of ['key', 'value']) {
-        const src = present[`past_key_values.${i}.${kind}`];
-        if (src.location !== 'gpu-buffer' || src.dims[2] !== total) throw new Error(`capture: prefill KV ${src.location} ${src.dims}`);
-        const dst = this.feeds[`past_key_values.${i}.${kind}`].gpuBuffer;
-        for (let h = 0; h < heads; h++) enc.copyBufferToBuffer(src.gpuBuffer, h * total * row, dst, h * this.positions * row, total * row);
-      }
+    for (const { past } of this.kv) {
+      const src = present[past];
+      if (src.location !== 'gpu-buffer' || src.dims[2] !== total) throw new Error(`capture: prefill KV ${src.location} ${src.dims}`);
+      const dst = this.feeds[past].gpuBuffer;
+      for (let h = 0; h < heads; h++) enc.copyBufferToBuffer(src.gpuBuffer, h * total * row, dst, h * this.positions * row, total * row);
     }
     this.device.queue.submit([enc.finish()]);
     const mask = new BigInt64Array(this.positions);
@@ -94,7 +132,7 @@ export class CapturedSteps {
   async issue(total) {
     this.device.queue.writeBuffer(this.mask.gpuBuffer, (total - 1) * 8, BigInt64Array.of(1n));
     const out = await (this.recorded ? this.session.run(this.feeds, this.fetches) : this.record());
-    if (out.next_token.gpuBuffer !== this.ids.gpuBuffer) throw new Error('capture: a replay answered on other buffers');
+    if (out[this.io.next_token].gpuBuffer !== this.ids.gpuBuffer) throw new Error('capture: a replay answered on other buffers');
     const staging = this.staging[this.buffers.issued++ % this.staging.length];
     const enc = this.device.createCommandEncoder();
     enc.copyBufferToBuffer(this.ids.gpuBuffer, 0, staging, 0, 4);
@@ -118,7 +156,7 @@ export class CapturedSteps {
       this.recorded = true;
       return out;
     } finally {
-      delete device.createBindGroup;
+      delete /** @type {{createBindGroup?: unknown}} */ (device).createBindGroup;
     }
   }
 }
@@ -126,21 +164,31 @@ export class CapturedSteps {
 // The static buffers of the captured decode: the token in and out (one buffer), the mask, the margin, the
 // KV cache of T positions, and the read-back staging buffers. Made once; the adapted steps share them.
 class StepBuffers {
+  /**
+   * @param {Ort} ort
+   * @param {GPUDevice} device
+   * @param {Runtime['decoder']} d
+   * @param {number} positions
+   * @param {'float16' | 'float32'} dtype
+   */
   constructor(ort, device, d, positions, dtype) {
-    Object.assign(this, { ort, device });
+    this.ort = ort;
+    this.device = device;
     this.ids = this.tensor('int32', [1, 1]); // the token in, and the next one out: one buffer
     this.mask = this.tensor('int64', [1, positions]);
     this.margin = this.tensor('float32', [1, 1]);
-    this.kv = {};
-    for (let i = 0; i < d.num_layers; i++) {
-      for (const kind of ['key', 'value']) this.kv[`${i}.${kind}`] = this.tensor(dtype, [1, d.num_key_value_heads, positions, d.head_dim]);
-    }
+    // per layer key then value, as contract.js kvNames lists them
+    this.kv = Array.from({ length: 2 * d.num_layers }, () => this.tensor(dtype, [1, d.num_key_value_heads, positions, d.head_dim]));
     // one staging buffer per step in flight (and one more: a buffer is mapped until its token is read)
     this.staging = Array.from({ length: IN_FLIGHT + 1 },
       () => device.createBuffer({ size: READ_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST }));
     this.issued = 0;
   }
 
+  /**
+   * @param {'float16' | 'float32' | 'int64' | 'int32'} type
+   * @param {number[]} dims
+   */
   tensor(type, dims) {
     const size = dims.reduce((a, b) => a * b, 1) * BYTES[type];
     const buffer = this.device.createBuffer({ size: Math.ceil(size / 16) * 16, usage: USAGE() });

@@ -1,17 +1,37 @@
 // The JS half of the contract between the build and the site's runtime (webbuild/site/contract.py):
 // the two file names the runtime knows before it reads runtime.json, where the build writes the rest
-// (file roles, onnxruntime-web's file names); and the messages between the page (app.js) and the
-// model worker (worker.js). tests/test_site_runtime.py keeps the names equal to the Python ones.
+// (file roles, the graphs' input and output names, the variants' policy, onnxruntime-web's file names);
+// and the messages between the page (app.js) and the model worker (worker.js).
+// tests/test_site_runtime.py keeps the names equal to the Python ones.
 
 export const RUNTIME_FILE = 'runtime.json'; // a logical file of the model manifest
 export const SAMPLES_FILE = 'samples.json'; // beside index.html: the sample clips and their texts
+
+// ---------------------------------------------------------------- graph names
+
+// runtime.json's `io` (webbuild/site/contract.py IO): a name, or a template with %d (the layer) and %s
+// (a word) for the per-layer ones, filled in order.
+export function fill(template, ...values) {
+  let i = 0;
+  return template.replace(/%[ds]/g, () => String(values[i++]));
+}
+
+// The decoder's KV cache names, per layer key then value: {past: its input, present: its output}.
+export function kvNames(io, layers) {
+  const out = [];
+  for (let i = 0; i < layers; i++) {
+    out.push({ past: fill(io.past_key, i), present: fill(io.present_key, i) });
+    out.push({ past: fill(io.past_value, i), present: fill(io.present_value, i) });
+  }
+  return out;
+}
 
 // ---------------------------------------------------------------- page -> worker
 
 /**
  * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, graphCapture?: boolean}} LoadMessage
  *   Load the model once (forceEp: the page's ?ep=). 'wasm' runs the CPU variant whatever the device offers;
- *   'webgpu' takes WebGPU even on a software adapter (SwiftShader), where the page otherwise takes wasm.
+ *   'webgpu' takes WebGPU even on a software GPU (SwiftShader), where the page otherwise takes wasm.
  *   graphCapture false decodes every step plainly (the page's ?capture=0).
  * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
  *   chunkSeconds?: number}} TranscribeMessage
@@ -36,15 +56,15 @@ export const TO_WORKER = Object.freeze({
  *   session / warmup: 0 of 1, no fraction.
  * @typedef {{type: 'warning', message: string}} WarningMessage
  *   Loading goes on: a shard re-downloaded after a failed check, no cache, a retry.
- * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, adapter: string,
+ * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, gpu: string,
  *   shaderF16: boolean, threads: number, kvCache: string, decode: string, modelBytes: number,
  *   loraAdapters: string[], lora: string | null,
  *   load: {download_ms: number, session_ms: number, warmup_ms: number, total_ms: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu';
  *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)';
- *   adapter: the WebGPU adapter (the device); loraAdapters: the LoRA adapters the page can switch on (none
- *   where the build ships none), lora: the one on (null: the base model).
+ *   gpu: the GPU WebGPU runs on (its description; 'none (...)' on wasm); loraAdapters: the LoRA adapters the
+ *   page can switch on (none where the build ships none), lora: the one on (null: the base model).
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
  * @typedef {{type: 'token', id: number, token: number, text: string}} TokenMessage
  *   One generated token of transcription `id`; text: the transcript so far.

@@ -16,12 +16,18 @@ export const MANIFEST_FORMAT_VERSION = 1;
 const CACHE_PREFIX = 'webbuild-';
 
 export class LoadError extends Error {
+  /**
+   * @param {string} message
+   * @param {{code?: string, shard?: string, status?: number, cause?: unknown}} [details]
+   */
   constructor(message, { code, shard, status, cause } = {}) {
     super(message, { cause });
     this.name = 'LoadError';
     this.code = code; // 'http' | 'network' | 'corrupt' | 'manifest' | 'unknown-file' | 'memory'
     this.shard = shard;
     this.status = status;
+    this.retryable = false; // worth another try (a server error, a network failure)
+    this.retryAfter = 0; // ms the server asked to wait (Retry-After), 0 if it did not
   }
 }
 
@@ -377,11 +383,11 @@ async function backoffOrThrow(e, attempt, o, signal, what) {
 }
 
 function sleep(ms, signal) {
-  return new Promise((resolve, reject) => {
+  return /** @type {Promise<void>} */ (new Promise((resolve, reject) => {
     const t = setTimeout(() => { signal.removeEventListener('abort', onAbort); resolve(); }, ms);
     const onAbort = () => { clearTimeout(t); reject(signal.reason); };
     signal.addEventListener('abort', onAbort, { once: true });
-  });
+  }));
 }
 
 // Runs worker over items, `limit` at a time. The first failure aborts the rest, and the call

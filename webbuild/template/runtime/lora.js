@@ -13,6 +13,9 @@
 import { floatsToHalfs, halfsToFloats } from './half.js';
 import { loadFiles } from './loader.js';
 
+/** @typedef {import('webbuild-types').Ort} Ort */
+/** @typedef {import('webbuild-types').OrtTensor} OrtTensor */
+
 const BLOCK = 32; // int8: MatMulNBits' 8-bit blocks along K
 const ZERO_POINT = 128;
 
@@ -98,14 +101,25 @@ function view(bytes, Type, offset, count) {
 export class LoraInputs {
   // shapes: loraShapes(manifest); dtype: the variant's float type; device: the sessions' GPUDevice on
   // WebGPU (GPU tensors), null on wasm (CPU tensors).
+  /**
+   * @param {Ort} ort
+   * @param {Record<string, number[]>} shapes
+   * @param {'float16' | 'float32'} dtype
+   * @param {GPUDevice | null} [device]
+   */
   constructor(ort, shapes, dtype, device = null) {
-    Object.assign(this, { ort, dtype, device, shapes });
+    this.ort = ort;
+    this.dtype = dtype;
+    this.device = device;
+    this.shapes = shapes;
+    /** @type {Record<string, OrtTensor>} */
     this.feeds = {};
     for (const [name, dims] of Object.entries(shapes)) this.feeds[name] = device ? this.gpuTensor(dims) : this.cpuTensor(dims);
   }
 
   // A zero-filled GPU tensor (WebGPU zero-initialises new buffers): the base model until an adapter is written.
   gpuTensor(dims) {
+    if (!this.device) throw new Error('GPU tensors need the sessions\' GPUDevice');
     const bytes = dims[0] * dims[1] * (this.dtype === 'float16' ? 2 : 4);
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
     const buffer = this.device.createBuffer({ size: Math.ceil(bytes / 16) * 16, usage });

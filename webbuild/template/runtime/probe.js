@@ -1,61 +1,66 @@
 // Capability probe: which execution provider and which precision variant this device gets.
-// Runs in the worker (navigator.gpu exists in dedicated workers).
+// Runs in the worker (navigator.gpu exists in dedicated workers). "GPU" here is WebGPU's GPUAdapter
+// (the API's name for it); "adapter" elsewhere in the runtime is a LoRA adapter (lora.js).
 
 export async function probeWebGPU() {
-  if (!globalThis.navigator?.gpu) return { adapter: null, reason: 'this browser has no WebGPU (navigator.gpu is missing)' };
-  let adapter;
+  if (!globalThis.navigator?.gpu) return { gpuAdapter: null, reason: 'this browser has no WebGPU (navigator.gpu is missing)' };
+  let gpuAdapter;
   try {
-    adapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
+    gpuAdapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
   } catch (e) {
-    return { adapter: null, reason: `WebGPU adapter request failed: ${e.message}` };
+    return { gpuAdapter: null, reason: `WebGPU adapter request failed: ${e.message}` };
   }
-  if (!adapter) return { adapter: null, reason: 'WebGPU is present but no adapter is available (disabled, blocklisted or no GPU)' };
-  const info = adapter.info ?? {};
-  const fallbackAdapter = Boolean(info.isFallbackAdapter ?? adapter.isFallbackAdapter);
+  if (!gpuAdapter) return { gpuAdapter: null, reason: 'WebGPU is present but no adapter is available (disabled, blocklisted or no GPU)' };
+  const info = gpuAdapter.info ?? {};
+  // GPUAdapterInfo.isFallbackAdapter, or GPUAdapter's in browsers before it moved
+  const fallback = Boolean(info.isFallbackAdapter ?? /** @type {{isFallbackAdapter?: boolean}} */ (gpuAdapter).isFallbackAdapter);
   return {
-    adapter,
-    description: [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(' / ') || 'unknown adapter',
-    fallbackAdapter,
-    software: softwareAdapter(info, fallbackAdapter),
-    shaderF16: adapter.features.has('shader-f16'),
-    limits: { maxBufferSize: adapter.limits.maxBufferSize, maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize },
+    gpuAdapter,
+    description: [info.vendor, info.architecture, info.device, info.description].filter(Boolean).join(' / ') || 'unknown GPU',
+    fallback,
+    software: softwareGpu(info, fallback),
+    features: new Set(gpuAdapter.features), // what a variant may require (manifest entry `requires`)
+    shaderF16: gpuAdapter.features.has('shader-f16'),
+    limits: { maxBufferSize: gpuAdapter.limits.maxBufferSize, maxStorageBufferBindingSize: gpuAdapter.limits.maxStorageBufferBindingSize },
   };
 }
 
-// A WebGPU adapter that renders on the CPU (no GPU behind it) decodes far slower than the wasm EP on
+// A WebGPU GPU that renders on the CPU (no GPU behind it) decodes far slower than the wasm EP on
 // the same CPU (SwiftShader: ~1-3 tokens/s against ~30-120 on a 2-core box, BENCHMARKS.md), so the
-// page takes wasm there. Known by the adapter's own flag, else by the name of a software renderer.
+// page takes wasm there. Known by WebGPU's fallback-adapter flag, else by the name of a software renderer.
 const SOFTWARE_RENDERERS = /swiftshader|llvmpipe|lavapipe|softpipe|software|microsoft basic render driver/i;
 
-export function softwareAdapter(info, fallbackAdapter = false) {
-  return fallbackAdapter || SOFTWARE_RENDERERS.test([info.vendor, info.architecture, info.device, info.description].join(' '));
+export function softwareGpu(info, fallback = false) {
+  return fallback || SOFTWARE_RENDERERS.test([info.vendor, info.architecture, info.device, info.description].join(' '));
 }
 
 // The execution-provider entry for WebGPU sessions. onnxruntime-web 1.30's WebGPU flash attention
 // (MultiHeadAttention, and GroupQueryAttention for 32+ new tokens) assumes subgroups of at least 8
-// lanes and returns wrong results on adapters with smaller ones (SwiftShader: 4). There the sessions
+// lanes and returns wrong results on GPUs with smaller ones (SwiftShader: 4). There the sessions
 // get a device without the subgroups feature, and onnxruntime takes its subgroup-free attention path.
 export const MIN_SUBGROUP_SIZE = 8;
 
-export async function webgpuProvider(adapter) {
-  const min = adapter?.info?.subgroupMinSize;
-  if (!adapter?.features.has('subgroups') || !(min < MIN_SUBGROUP_SIZE)) return 'webgpu';
+export async function webgpuProvider(gpuAdapter) {
+  const min = gpuAdapter?.info?.subgroupMinSize;
+  if (!gpuAdapter?.features.has('subgroups') || !(min < MIN_SUBGROUP_SIZE)) return 'webgpu';
   const requiredLimits = {};
-  for (const key in adapter.limits) requiredLimits[key] = adapter.limits[key];
-  const requiredFeatures = [...adapter.features].filter((f) => !f.startsWith('subgroup'));
-  return { name: 'webgpu', device: await adapter.requestDevice({ requiredFeatures, requiredLimits }) };
+  for (const key in gpuAdapter.limits) requiredLimits[key] = gpuAdapter.limits[key];
+  const requiredFeatures = [...gpuAdapter.features].filter((f) => !f.startsWith('subgroup'));
+  return { name: 'webgpu', device: await gpuAdapter.requestDevice({ requiredFeatures, requiredLimits }) };
 }
 
-// Picks {ep, variant}. fp16 needs shader-f16 (software adapters and many Linux drivers lack it);
-// without an adapter, or with a software one unless forceEp is 'webgpu', the wasm EP runs the fp32
-// variant on the CPU.
-export function chooseVariant(manifest, gpu, forceEp) {
+// Picks {ep, variant}: without a GPU, or with a software one unless forceEp is 'webgpu', the wasm EP
+// on the CPU, else WebGPU; the variant is the first of `order` (runtime.json's `variants`, preferred
+// first; webbuild/site/contract.py VARIANTS) that the manifest ships and the EP may run (its entry's
+// `providers`: wasm runs fp32), on WebGPU one whose `requires` the GPU has (fp16 needs shader-f16,
+// which software renderers and many Linux drivers lack).
+export function chooseVariant(manifest, gpu, forceEp, order = Object.keys(manifest.variants ?? {})) {
   const variants = manifest.variants ?? {};
-  const ok = (name) => name in variants && (variants[name].requires ?? []).every((f) => f === 'shader-f16' ? gpu.shaderF16 : false);
-  if (forceEp === 'wasm' || !gpu.adapter || (gpu.software && forceEp !== 'webgpu')) {
-    const variant = 'fp32' in variants ? 'fp32' : Object.keys(variants)[0];
-    return { ep: 'wasm', variant };
+  const names = order.filter((name) => name in variants);
+  const runs = (name, ep) => variants[name].providers.includes(ep);
+  const fits = (name) => (variants[name].requires ?? []).every((f) => gpu.features?.has(f));
+  if (forceEp === 'wasm' || !gpu.gpuAdapter || (gpu.software && forceEp !== 'webgpu')) {
+    return { ep: 'wasm', variant: names.find((name) => runs(name, 'wasm')) ?? names[0] };
   }
-  const variant = ['fp16', 'fp32'].find(ok) ?? Object.keys(variants)[0];
-  return { ep: 'webgpu', variant };
+  return { ep: 'webgpu', variant: names.find((name) => runs(name, 'webgpu') && fits(name)) ?? names[0] };
 }

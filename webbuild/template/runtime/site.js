@@ -10,7 +10,7 @@ import { Recogniser } from './asr.js';
 import { loraShapes } from './lora.js';
 
 // Options: forceEp ('wasm': the CPU variant whatever the device offers; 'webgpu': WebGPU even on a
-// software adapter; else WebGPU on a hardware adapter, wasm otherwise); variant (instead of the
+// software GPU; else WebGPU on a hardware GPU, wasm otherwise); variant (instead of the
 // choice for this device); threads (wasm threads; by default up to 4 where the page is cross-origin
 // isolated, else 1); fallback (to wasm when a WebGPU session fails; default true); onManifest(manifest);
 // onProgress and onWarning as loader.js calls them, onProgress also with phases 'session' and 'warmup'.
@@ -22,7 +22,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   const site = await openSite(manifestUrl, opts);
   const { manifest, runtime } = site;
   const gpu = await probeWebGPU();
-  const pick = chooseVariant(manifest, gpu, opts.forceEp);
+  const pick = chooseVariant(manifest, gpu, opts.forceEp, Object.keys(runtime.variants));
   const variant = opts.variant ?? pick.variant;
   if (pick.ep === 'wasm') refuseUnfit(manifest, variant);
   const shared = [runtime.files.tokens, runtime.files.ort_wasm];
@@ -49,7 +49,7 @@ export async function loadSite(manifestUrl, opts = {}) {
 // Why the page runs on wasm when it was not asked to (null otherwise).
 export function choiceNotice(pick, gpu, forceEp) {
   if (pick.ep !== 'wasm' || forceEp === 'wasm') return null;
-  if (gpu.adapter && gpu.software) {
+  if (gpu.gpuAdapter && gpu.software) {
     return `WebGPU here is a software renderer (${gpu.description}); using WebAssembly (add ?ep=webgpu to force WebGPU).`;
   }
   return `WebGPU is not available (${gpu.reason}); running on the CPU with WebAssembly, which is slower.`;
@@ -79,7 +79,7 @@ async function openSite(manifestUrl, opts) {
   return { manifest, runtime, loading, ortModule };
 }
 
-// A manifest variant entry ({files, requires, dtype, encoder: 'encoder.fp16.onnx', decoder_data: ...}) as
+// A manifest variant entry ({files, requires, dtype, providers, encoder: 'encoder.fp16.onnx', decoder_data: ...}) as
 // the recogniser takes it: its file names by graph, through runtime.json's role table; with the shapes
 // of the adapters' inputs (lora) where the variant has an adapted decoder and the build adapters.
 export function variantGraphs(entry, roles, manifest = null) {
@@ -117,11 +117,11 @@ async function createRecogniser(site, { ep, variant, files, gpu, graphCapture },
     return Recogniser.create(ort, vFiles, graphs, runtime, provider);
   };
   try {
-    const provider = ep === 'webgpu' ? await webgpuProvider(gpu.adapter) : ep;
+    const provider = ep === 'webgpu' ? await webgpuProvider(gpu.gpuAdapter) : ep;
     return { ep, variant, recogniser: await create(variant, files, provider) };
   } catch (e) {
     if (ep !== 'webgpu' || !fallback) throw e;
-    const wasm = chooseVariant(manifest, gpu, 'wasm').variant;
+    const wasm = chooseVariant(manifest, gpu, 'wasm', Object.keys(runtime.variants)).variant;
     refuseUnfit(manifest, wasm);
     const wasmFiles = wasm === variant ? files : await loadFiles(manifest, manifest.variants[wasm].files, loading);
     return { ep: 'wasm', variant: wasm, recogniser: await create(wasm, wasmFiles, 'wasm'),

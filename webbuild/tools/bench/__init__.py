@@ -98,7 +98,7 @@ def table(r: dict) -> str:
     lines = [
         f"runtime     {runtime}, ep {r['ep']}, variant {r['variant']}, "
         f"threads {r['threads']}, kv cache {r['kv_cache']}" + (f", decode {r['decode']}" if r.get("decode") else ""),
-        f"adapter     {r['adapter']}" + (" (shader-f16)" if r.get("shader_f16") else ""),
+        f"gpu         {r['gpu']}" + (" (shader-f16)" if r.get("shader_f16") else ""),
         f"load        {load['total_ms']:.0f} ms ({parts})",
         f"encoder     {_ms(s['encoder_ms'])}"
         + (f" (median over {s['clips']} clips)" if "clips" in s else " (synthetic input)"),

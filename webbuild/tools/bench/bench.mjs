@@ -63,14 +63,14 @@ async function loadModel(m, srv, o) {
     fallback: false, onWarning: () => {},
   });
   const { gpu } = site;
-  if (o.ep === 'webgpu' && !gpu.adapter) throw new Error(`no WebGPU adapter: ${gpu.reason}`);
+  if (o.ep === 'webgpu' && !gpu.gpuAdapter) throw new Error(`no WebGPU GPU: ${gpu.reason}`);
   return {
     rec: site.recogniser, runtime: site.runtime, site,
     info: {
       ep: site.ep, variant: site.variant, threads: o.threads, kv_cache: site.recogniser.kvLocation ?? null, decode: site.recogniser.decodeMode,
-      adapter: site.ep === 'webgpu' ? gpu.description
+      gpu: site.ep === 'webgpu' ? gpu.description
         : `none (WebAssembly on the CPU, ${os.cpus()[0]?.model ?? 'cpu'})`,
-      shader_f16: Boolean(gpu.shaderF16), fallback_adapter: Boolean(gpu.fallbackAdapter), model_bytes: site.modelBytes,
+      shader_f16: Boolean(gpu.shaderF16), fallback_gpu: Boolean(gpu.fallback), model_bytes: site.modelBytes,
     },
     load: site.load,
   };
@@ -122,7 +122,7 @@ async function main() {
       if (model.rec.steps) globalThis.__gpuTiming?.watchRun(model.rec.steps, 'issue');
     }
     const heapLoaded = wasmHeapBytes();
-    log(`loaded: ${model.info.ep} ${model.info.variant} on ${model.info.adapter} in ${model.load.total_ms.toFixed(0)} ms`);
+    log(`loaded: ${model.info.ep} ${model.info.variant} on ${model.info.gpu} in ${model.load.total_ms.toFixed(0)} ms`);
     const clipOpts = o.maxNewTokens ? { maxNewTokens: o.maxNewTokens } : {};
     const clips = [];
     for (const c of (await sampleClips(m, o.dir)).slice(0, o.maxClips)) {

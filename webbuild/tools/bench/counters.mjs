@@ -34,8 +34,8 @@ export function installGpuCounters(scope = globalThis) {
   wrap(dev, 'createBindGroup', () => { counts.bind_groups++; });
   wrap(dev, 'createBuffer', ([desc]) => { counts.buffers++; counts.buffer_bytes += desc?.size ?? 0; });
   const pass = scope.GPUComputePassEncoder?.prototype;
-  wrap(pass, 'setPipeline', function ([p]) { passPipeline.set(this, pipelineNames.get(p) ?? p?.label ?? '(unnamed)'); });
-  const dispatched = function () {
+  wrap(pass, 'setPipeline', /** @this {GPUComputePassEncoder} */ function ([p]) { passPipeline.set(this, pipelineNames.get(p) ?? p?.label ?? '(unnamed)'); });
+  const dispatched = /** @this {GPUComputePassEncoder} */ function () {
     const k = passPipeline.get(this) ?? '(no pipeline)';
     counts.dispatches++;
     counts.kernels[k] = (counts.kernels[k] ?? 0) + 1;
@@ -80,7 +80,8 @@ export function gpuCountersPerToken(short, long, nShort, nLong) {
   const per = (a, b) => Math.round(((b ?? 0) - (a ?? 0)) / (nLong - nShort) * 100) / 100;
   const out = {};
   for (const k of Object.keys(long)) if (k !== 'kernels') out[k] = per(short[k], long[k]);
-  const kernels = Object.keys(long.kernels).map((k) => [k, per(short.kernels[k], long.kernels[k])]).filter(([, v]) => v !== 0);
+  const kernels = Object.keys(long.kernels)
+    .map((k) => /** @type {[string, number]} */ ([k, per(short.kernels[k], long.kernels[k])])).filter(([, v]) => v !== 0);
   out.kernels = Object.fromEntries(kernels.sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1)));
   return out;
 }

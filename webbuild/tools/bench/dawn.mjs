@@ -18,7 +18,7 @@ export function installDawn() {
   // Node 20 has no navigator; Node >= 21 has one without gpu.
   const gpu = create(DAWN_TOGGLES);
   if (globalThis.navigator) Object.defineProperty(globalThis.navigator, 'gpu', { value: gpu, configurable: true });
-  else globalThis.navigator = { gpu };
+  else /** @type {{navigator: {gpu: GPU}}} */ (/** @type {unknown} */ (globalThis)).navigator = { gpu };
   shimWriteBuffer();
   shimBindGroups();
   // after the shims: each call onnxruntime-web makes is counted once; the timing wrap inside the counters'

@@ -71,7 +71,7 @@ async function run(ort, session, g, o) {
     disposeGpu(prev, Object.keys(prev)); // the inputs of this step, and its logits
     stamps.push(performance.now());
   }
-  const kv = out[Object.keys(out).find((k) => k.startsWith('present.'))].location;
+  const kv = out[/** @type {string} */ (Object.keys(out).find((k) => k.startsWith('present.')))].location;
   disposeGpu(out, Object.keys(out));
   const steps = stamps.slice(1).map((t, i) => t - stamps[i]);
   return { prefill_ms: stamps[0] - t0, prompt_tokens: P, steps, stamps, kv };

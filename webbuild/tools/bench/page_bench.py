@@ -99,7 +99,7 @@ def report(info: dict, clips: list[dict], browser: str, synth: dict | None = Non
         "bench": "webbuild-browser", "browser": browser, "host": platform.node(), "ep": info["ep"],
         "variant": info["variant"], "threads": info.get("threads"), "kv_cache": info.get("kvCache"),
         "decode": info.get("decode"),
-        "adapter": info.get("adapter"), "shader_f16": info.get("shaderF16", False),
+        "gpu": info.get("gpu"), "shader_f16": info.get("shaderF16", False),
         "model_bytes": info.get("modelBytes"), "load": info["load"], "clips": clips,
         "summary": {"clips": len(clips), "clips_matching": sum(c["match"] for c in clips),
                     "encoder_ms": med("encoder_ms"), "ttft_ms": med("ttft_ms"), "prompt_tokens": med("prompt_tokens"),

@@ -7,14 +7,16 @@ import path from 'node:path';
 
 // mounts: {'/runtime/': dir} serves extra folders; POST /result resolves srv.nextResult().
 export async function startServer(root, { mounts = {} } = {}) {
+  /** @type {{root: string, mounts: Record<string, string>, faults: Map<string, any>, log: {path: string}[],
+   *   results: ((value: any) => void)[], [k: string]: any}} */
   const srv = { root, mounts, faults: new Map(), log: [], results: [] };
   srv.nextResult = () => new Promise((resolve) => srv.results.push(resolve));
   const server = http.createServer((req, res) => handle(srv, req, res).catch((e) => {
     res.statusCode = 500;
     res.end(String(e));
   }));
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  srv.url = `http://127.0.0.1:${server.address().port}/`;
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(undefined)));
+  srv.url = `http://127.0.0.1:${/** @type {import('node:net').AddressInfo} */ (server.address()).port}/`;
   srv.close = () => { server.closeAllConnections(); return new Promise((r) => server.close(r)); };
   srv.shardRequests = () => srv.log.filter((r) => r.path.startsWith('/shards/'));
   return srv;

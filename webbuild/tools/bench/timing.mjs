@@ -37,7 +37,7 @@ export function installGpuTiming(scope = globalThis, { on = true } = {}) {
   // t.on: a page that benches rounds without timing them installs with {on: false} (two now() calls per
   // WebGPU call are not free in a browser worker) and switches it on for the timed decode only.
   t.on = on;
-  const timed = (f, sum = t) => function (...args) {
+  const timed = (f, sum = t) => /** @this {unknown} */ function (...args) {
     if (!t.on) return f.apply(this, args);
     const t0 = now();
     try { return f.apply(this, args); } finally { sum.callMs += now() - t0; sum.calls++; }
@@ -46,7 +46,7 @@ export function installGpuTiming(scope = globalThis, { on = true } = {}) {
     const proto = scope[cls]?.prototype;
     for (const m of Object.getOwnPropertyNames(proto ?? {})) {
       const d = Object.getOwnPropertyDescriptor(proto, m);
-      if (m !== 'constructor' && m !== 'mapAsync' && typeof d.value === 'function') proto[m] = timed(d.value);
+      if (m !== 'constructor' && m !== 'mapAsync' && typeof d?.value === 'function') proto[m] = timed(d.value);
     }
   }
   t.wrapperUsPerCall = gpuTimingWrapperUs(timed);
@@ -237,7 +237,8 @@ export function gpuKernelsPerToken(passes, decodeRuns) {
     if (!inDecode.has(p.run)) continue;
     for (const [k, ns] of p.kernels) kernels[k] = (kernels[k] ?? 0) + ns;
   }
-  const perToken = Object.entries(kernels).map(([k, ns]) => [k, ns / 1e6 / decodeRuns.length]).sort((a, b) => b[1] - a[1]);
+  const perToken = Object.entries(kernels)
+    .map(([k, ns]) => /** @type {[string, number]} */ ([k, ns / 1e6 / decodeRuns.length])).sort((a, b) => b[1] - a[1]);
   return {
     gpu_ms: gpuRound(perToken.reduce((s, [, ms]) => s + ms, 0), 4),
     kernels_gpu_ms: Object.fromEntries(perToken.map(([k, ms]) => [k, gpuRound(ms, 4)])),
@@ -278,6 +279,7 @@ export async function gpuTimingPerToken(decode, result, scope = globalThis) {
   const t = scope.__gpuTiming;
   if (!t || !t.runs.length || result.stamps.length < 2) return null;
   const cpu = gpuCpuPerToken(t.runs, result.stamps, t.wrapperUsPerCall);
+  /** @type {{gpu_timing: string, gpu_ms?: number}} */
   const gpu = await gpuTimedDecode(decode, result.stamps.length - 1, result.ids, scope);
   if (gpu.gpu_ms === undefined) return { ...cpu, ...gpu };
   // A token takes at least the larger of its CPU work (every phase but the wait; the issue alone when the

@@ -5,6 +5,7 @@ export function decodeWav(bytes, targetRate) {
   const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const tag = (at) => String.fromCharCode(...bytes.subarray(at, at + 4));
   if (tag(0) !== 'RIFF' || tag(8) !== 'WAVE') throw new Error('not a RIFF/WAVE file');
+  /** @type {{format: number, channels: number, rate: number, bits: number} | null} */
   let fmt = null;
   for (let at = 12; at + 8 <= bytes.length; at += 8 + v.getUint32(at + 4, true) + (v.getUint32(at + 4, true) & 1)) {
     const size = v.getUint32(at + 4, true);

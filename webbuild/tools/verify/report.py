@@ -41,7 +41,7 @@ def table(report: dict) -> str:
     out = [line(COLUMNS), line("-" * w for w in widths), *map(line, rows), ""]
     out += [f"ok   {c['name']}" + (f" ({c['detail']})" if c["detail"] else "") for c in report["checks"] if c["ok"]]
     load = report["load_ms"]
-    out.append(f"\n{report['url']} on {report['browser']}: {report['ep']} ({report['variant']}, {report['adapter']}); "
+    out.append(f"\n{report['url']} on {report['browser']}: {report['ep']} ({report['variant']}, {report['gpu']}); "
                f"load cold {load['cold']} ms, warm {load['warm']} ms; {report['duration_s']} s")
     refs = [r for r in report["clips"] if r["reference"] is not None]
     if refs:
@@ -129,7 +129,7 @@ def _clip_case(r: dict) -> Case:
     text = (f"expected:  {r['expected']}\ngot:       {r['got']}\nreference: {r['reference']}\n"
             f"WER {r['wer']:.3f} (bound {r['max_wer']}); error: {r['error']}"
             + (f"\n{diff['summary']}" if diff else ""))
-    note = f"passed under the margin: {diff['summary']}" if r["ok"] and r.get("under_margin") else None
+    note = f"passed under the margin: {diff['summary']}" if r["ok"] and r.get("under_margin") and diff else None
     return Case(f"webbuild.verify.clips.{r['run'].replace(' ', '_')}", f"{r['clip']} [{r['ep']}]",
                 r["total_ms"] / 1000 if r.get("total_ms") is not None else None, r.get("reason"), text, note)
 

@@ -20,6 +20,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from webbuild.errors import VerifyInputError, require_extra
@@ -28,6 +29,9 @@ from webbuild.site.contract import LORA_PICKER, SAMPLES_FILE
 from webbuild.text import one_line, plural
 from webbuild.tools import browser as br
 from webbuild.tools.verify.tokens import MAX_TIE_MARGIN, first_difference, flatten, margin_drift, token_summary
+
+if TYPE_CHECKING:
+    from webbuild.reference.transcribe import Transcriber
 
 SHARDS = "**/model/shards/*"
 DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
@@ -111,7 +115,8 @@ def wasm_unfit(context, url: str) -> str | None:
     webbuild/pipeline/wasm_budget.py), else None; the variant as runtime/probe.js chooseVariant picks it."""
     res = context.request.get(url + "model/manifest.json")
     variants = res.json().get("variants", {}) if res.ok else {}
-    entry = variants.get("fp32") or next(iter(variants.values()), {})
+    runs_wasm = [e for e in variants.values() if "wasm" in e.get("providers", [])]
+    entry: dict = (runs_wasm or list(variants.values()) or [{}])[0]
     wasm = entry.get("wasm") or {}
     if wasm.get("fits") is not False:
         return None
@@ -131,7 +136,8 @@ class Reference:
     """The Python reference on a local build's own graphs, loaded once per variant and LoRA adapter."""
 
     def __init__(self, dist: Path | None):
-        self.dist, self.loaded = dist, {}
+        self.dist = dist
+        self.loaded: dict[tuple[str, str | None], Transcriber] = {}
 
     def transcribe(self, clip: Clip, variant: str, lora: str | None = None) -> Expected | None:
         if self.dist is None or clip.local is None:
@@ -167,14 +173,14 @@ def switch_lora(page, name: str | None, timeout_s: float) -> str | None:
     return page.evaluate("() => window.webbuild.error")
 
 
-VISIT_INFO = ("ep", "variant", "adapter", "threads", "kvCache", "decode", "load", "loraAdapters")  # the ready info
+VISIT_INFO = ("ep", "variant", "gpu", "threads", "kvCache", "decode", "load", "loraAdapters")  # the ready info
 
 def against_reference(state: dict, ref: Expected | None) -> tuple[dict, str | None]:
     """The page's tokens against the reference's (tokens.py): the row's fields (both token lists with
     their margins, the first difference, whether it passes under the margin, the margin drift before it)
     and why the clip fails on them, else None."""
     tokens, margins = flatten(state.get("tokens")), flatten(state.get("margins"))
-    fields = {"tokens": tokens, "margins": margins, "reference_tokens": ref and ref.tokens,
+    fields: dict[str, Any] = {"tokens": tokens, "margins": margins, "reference_tokens": ref and ref.tokens,
               "reference_margins": ref and ref.margins, "difference": None, "under_margin": False,
               "margin_drift": None}
     if ref is None or state["error"] is not None:
@@ -199,6 +205,7 @@ def row(clip: Clip, state: dict, ref: Expected | None, max_wer: float | None, ru
     got, m = state["text"], state.get("metrics") or {}
     rate = wer(clip.text, got) if state["error"] is None else 1.0
     compared, differs = against_reference(state, ref)
+    reason: str | None
     if state["error"] is not None:
         reason = f"error: {state['error']}"
     elif state.get("doneLora") != lora:
@@ -220,16 +227,16 @@ class Verifier:
         self.opts = opts
         self.rows: list[dict] = []
         self.checks: list[dict] = []
-        self.log = {"requests": [], "console": [], "errors": []}
+        self.log: dict[str, list] = {"requests": [], "console": [], "errors": []}
         self.visits: dict[str, dict] = {}
         self.reference = Reference(None)
 
-    def check(self, name: str, ok: bool, detail: str = "") -> bool:
+    def check(self, name: str, ok: object, detail: str = "") -> bool:
         """Record a check; its detail is one line (the reason shown when it fails, in the table and JUnit)."""
         detail = one_line(detail)
         self.checks.append({"name": name, "ok": bool(ok), "detail": detail})
         log.info(f"{'ok  ' if ok else 'FAIL'} {name}: {detail}")
-        return ok
+        return bool(ok)
 
     def open(self, context, url: str, name: str, expect_ready: bool = True) -> tuple:
         page = context.new_page()
@@ -265,7 +272,7 @@ class Verifier:
                 break  # the page is stuck on this clip: the others would only time out too
 
     def first_visit(self, context, url, samples, clips, max_wer) -> bool:
-        corrupted = []
+        corrupted: list[str] = []
 
         def corrupt_once(route):
             if corrupted:
@@ -413,7 +420,7 @@ class Verifier:
                     self.second_visit(context, url, clips, max_wer)
             finally:
                 browser.close()
-            self.fallback_visit(pw, choice, url, (samples or clips or [None])[0], max_wer)
+            self.fallback_visit(pw, choice, url, next(iter(samples or clips), None), max_wer)
             self.final_checks(url)
             speeds = self.speed_checks(data.get("min_decode_tokens_per_s") or {})
         return self.report(choice, url, max_wer, speeds, time.monotonic() - t0)
@@ -423,7 +430,7 @@ class Verifier:
         return {
             "target": self.opts.target, "url": url, "browser": choice.describe(),
             "ok": all(c["ok"] for c in self.checks),
-            "ep": first.get("ep"), "variant": first.get("variant"), "adapter": first.get("adapter"),
+            "ep": first.get("ep"), "variant": first.get("variant"), "gpu": first.get("gpu"),
             "max_wer": max_wer, "reference": self.reference.dist is not None,
             "load_ms": {"cold": self._load_ms("first visit"), "warm": self._load_ms("second visit")},
             "clips_wer": corpus_wer([(r["expected"], r["got"]) for r in self.rows if r["run"] == "clips"]),
