@@ -19,12 +19,13 @@ source alike.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer
 
-from webbuild.pipeline.forms import link_or_copy
 from webbuild.pipeline.state import Variant
 from webbuild.reference.prompt import Prompt
 from webbuild.reference.transcribe import (
@@ -92,6 +93,16 @@ def agreement(tokens: dict[str, list[int]], codec: TokenizerCodec | SiteCodec,
     if report["token_agreement"]:
         report["mean_token_agreement"] = float(np.mean(list(report["token_agreement"].values())))
     return report
+
+
+def link_or_copy(src: Path, dest: Path) -> None:
+    """`dest` as a hard link of `src` where the file system allows (a multi-GB weights file costs
+    nothing), else a copy. Only for files onnxruntime reads: onnx itself refuses to load external data
+    from a file with several links."""
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copyfile(src, dest)
 
 
 class RoleCheck:

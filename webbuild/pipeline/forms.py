@@ -21,7 +21,6 @@ quantized graph before any of these forms, then given the same forms as the base
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
@@ -68,8 +67,8 @@ def norms_out_of_gqa(src: Path, dest: Path) -> bool:
 
 def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, accuracy_level: int | None,
                   adapted: bool) -> Variant:
-    """Every file of variant `v` as it ships, written once into `dest`: weights files linked, the encoder as
-    it is plus its wasm twin where the wasm plan folds its MatMulNBits (`wasm_forms`: the plan's form of
+    """Every file of variant `v` as it ships, written once into `dest`: weights files and the encoder copied,
+    the encoder's wasm twin where the wasm plan folds its MatMulNBits (`wasm_forms`: the plan's form of
     each graph; None for a variant the wasm EP never runs), the decoder's forms (`decoder_forms`) and, for
     a build with adapters (`adapted`), the adapted decoder's (made from the quantized decoder first, as
     `decoder_lora`). Roles keep the order the manifest lists them in."""
@@ -127,16 +126,6 @@ def _decoder_twin_and_webgpu(src: Path, webgpu: Path, twin: Path, wasm_twin: boo
     if wasm_twin and moved and not rewritten:
         shutil.copyfile(src, twin)  # the explicit graph as it is
     return twin.name if wasm_twin and (moved or rewritten) else None
-
-
-def link_or_copy(src: Path, dest: Path) -> None:
-    """`dest` as a hard link of `src` where the file system allows (a multi-GB weights file costs
-    nothing), else a copy. Only for files onnxruntime reads: onnx itself refuses to load external data
-    from a file with several links."""
-    try:
-        os.link(src, dest)
-    except OSError:
-        shutil.copyfile(src, dest)
 
 
 def step_decoder(folder: Path, name: str) -> str | None:
