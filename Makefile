@@ -81,10 +81,14 @@ typecheck-js: setup
 # The lane of every test that needs neither torch, nor a browser, nor SwiftShader's WebGPU (markers that
 # tests/conftest.py gives each test from its fixtures and imports): a few minutes, for every change
 LANE := not torch and not browser and not webgpu
+# pytest-xdist workers: most tests wait on one core (a subprocess, a page), so two keep a 2-core machine busy;
+# --dist loadgroup keeps the tests that read the same SwiftShader bench runs on one worker (xdist_group)
+PYTEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 check: lint test-check
 
 test-check: setup-check
-	$(PY) -m pytest -m "$(LANE)"
+	$(PYTEST) -m "$(LANE)"
 
 test: setup-test lint system-deps optimum-fixtures test-python test-js e2e
 
@@ -95,9 +99,8 @@ optimum-fixtures: setup-test
 	@start=$$(date +%s); $(PY) -m tests.fusion.exporters && \
 	  echo "optimum fixtures took $$(( $$(date +%s) - start )) s"
 
-# a line per test file with the percentage done, rather than -q's bare dots
 test-python: setup-test
-	$(PY) -m pytest
+	$(PYTEST)
 
 test-js:
 	node --test tests/js/

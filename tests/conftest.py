@@ -16,6 +16,7 @@ collection.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import inspect
@@ -155,12 +156,16 @@ class Zoo:
         """root/name, made by make(folder) into a folder of its own first when missing: another session may
         make the same one at the same time (the cache is shared), and none sees it half written."""
         out = self.root / name
-        if not out.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=self.root) as tmp:
-                make(Path(tmp) / name)
-                with contextlib.suppress(OSError):  # made meanwhile by another session: theirs stays
-                    os.rename(Path(tmp) / name, out)
+        if out.exists():
+            return out
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f".{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another test worker making it: wait for theirs
+            if not out.exists():
+                with tempfile.TemporaryDirectory(prefix=f".{name}-", dir=self.root) as tmp:
+                    make(Path(tmp) / name)
+                    with contextlib.suppress(OSError):  # made meanwhile by another session: theirs stays
+                        os.rename(Path(tmp) / name, out)
         return out
 
     def model(self):
@@ -234,15 +239,36 @@ class Build:
     stderr: str  # the log
 
 
+def run_root(tmp_path_factory) -> Path:
+    """A folder shared by the whole test run: with pytest-xdist (`make check` and `make test` run two
+    workers) each worker has a base temp folder of its own inside it."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def built_once(tmp_path_factory, name: str, args) -> Build:
+    """`webbuild ARGS(folder) -o folder/dist` once a test run, whichever worker asks first (the others wait
+    on a lock, so that none reads a half-written config or site): the build is the costliest thing several
+    test modules read."""
+    folder = run_root(tmp_path_factory) / f"shared-{name}"
+    folder.mkdir(exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        log = folder / "log.json"
+        if not log.exists():
+            run = webbuild(*args(folder), "-o", folder / "dist")
+            assert run.returncode == 0, run.stderr
+            log.write_text(json.dumps([run.stdout, run.stderr]))
+        stdout, stderr = json.loads(log.read_text())
+    return Build(folder / "dist", stdout, stderr)
+
+
 @pytest.fixture(scope="session")
 def example_build(tmp_path_factory) -> Build:
-    """`webbuild examples/tiny-asr/model.yaml -o <dist> -v`, once a session: the example as is (default
+    """`webbuild examples/tiny-asr/model.yaml -o <dist> -v`, once a test run: the example as is (default
     base path, its LoRA adapter, the wasm twins). Tests only read the folder; one that changes a site
     changes a copy."""
-    dist = tmp_path_factory.mktemp("example") / "dist"
-    run = webbuild(EXAMPLE / "model.yaml", "-o", dist, "-v")
-    assert run.returncode == 0, run.stderr
-    return Build(dist, run.stdout, run.stderr)
+    return built_once(tmp_path_factory, "example", lambda _: (EXAMPLE / "model.yaml", "-v"))
 
 
 @pytest.fixture(scope="session")
@@ -252,11 +278,9 @@ def example_dist(example_build) -> Path:
 
 @pytest.fixture(scope="session")
 def example_dist_without_adapters(tmp_path_factory) -> Path:
-    """The embedded example built without its LoRA adapter, once a session; read-only."""
-    work = tmp_path_factory.mktemp("example-without-adapters")
-    run = webbuild(write_example_config(work, adapters=[]), "-o", work / "dist")
-    assert run.returncode == 0, run.stderr
-    return work / "dist"
+    """The embedded example built without its LoRA adapter, once a test run; read-only."""
+    return built_once(tmp_path_factory, "example-without-adapters",
+                      lambda folder: (write_example_config(folder, adapters=[]),)).dist
 
 
 # ---------------------------------------------------------------- WebGPU on SwiftShader
@@ -266,13 +290,13 @@ BENCH_DECODE = 4  # decode tokens of a SwiftShader bench: slow, so few
 
 @pytest.fixture(scope="session")
 def webgpu_bench(tmp_path_factory):
-    """webgpu_bench(site, *options, run=0) -> (report, terminal output) of `webbuild bench SITE --ep webgpu
-    --swiftshader --decode-tokens 4 OPTIONS`, made once a session per (site, options, run): the counters'
-    and the timing's tests read the same runs (`run` asks for another, to compare two)."""
+    """webgpu_bench(site, *options) -> (report, terminal output) of `webbuild bench SITE --ep webgpu
+    --swiftshader --decode-tokens 4 OPTIONS`, made once a session per (site, options): the counters' and
+    the timing's tests read the same runs."""
     made: dict[tuple, tuple[dict, str]] = {}
 
-    def get(site: Path, *options: str, run: int = 0) -> tuple[dict, str]:
-        key = (site, options, run)
+    def get(site: Path, *options: str) -> tuple[dict, str]:
+        key = (site, options)
         if key not in made:
             out = tmp_path_factory.mktemp("bench") / "bench.json"
             bench = webbuild("bench", site, "--ep", "webgpu", "--swiftshader", "--decode-tokens", BENCH_DECODE,

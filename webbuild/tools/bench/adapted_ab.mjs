@@ -5,7 +5,7 @@
 // sessions) timed in rounds ordered ABBA, where A has the adapted sessions released and B has them
 // created again and warmed up, as at load.
 //
-//   node webbuild/tools/bench/adapted_ab.mjs DIST [--rounds 4] [--decode-tokens 128]
+//   node webbuild/tools/bench/adapted_ab.mjs DIST [--rounds 4] [--decode-tokens 128] [--warm-tokens 8]
 //
 // Prints one JSON report on stdout: per phase, the median and mean ms per token, and the time inside
 // WebGPU calls per token (timing.mjs's call clock), with the means of each arm and their ratio.
@@ -17,7 +17,7 @@ import { parseArgs } from './ort.mjs';
 import { startServer } from './server.mjs';
 import { mean, quantile } from './stats.mjs';
 
-const USAGE = 'adapted_ab.mjs DIST [--rounds R] [--decode-tokens N]';
+const USAGE = 'adapted_ab.mjs DIST [--rounds R] [--decode-tokens N] [--warm-tokens W]';
 const log = (line) => console.error(`[adapted-ab] ${line}`);
 
 // The adapted sessions released (GPU memory and their captured step with them); the base ones stay.
@@ -54,7 +54,7 @@ async function timedDecode(rec, runtime, n) {
 }
 
 async function main() {
-  const o = parseArgs(process.argv.slice(2), { rounds: 4, ep: 'webgpu' }, USAGE);
+  const o = parseArgs(process.argv.slice(2), { rounds: 4, warmTokens: 8, ep: 'webgpu' }, USAGE);
   installDawn();
   const srv = await startServer(o.dir);
   try {
@@ -68,7 +68,7 @@ async function main() {
       for (const arm of r % 2 ? ['without', 'with'] : ['with', 'without']) { // ABBA: drift cancels
         if (arm === 'without' && rec.adapted) await dropAdapted(rec);
         if (arm === 'with' && !rec.adapted) await restoreAdapted(m, site);
-        await timedDecode(rec, site.runtime, 8); // the first steps after a switch of arm are not the question
+        await timedDecode(rec, site.runtime, o.warmTokens); // the first steps after a switch of arm are not the question
         const t = await timedDecode(rec, site.runtime, o.decodeTokens);
         phases.push({ round: r, arm, decode: rec.decodeMode, ...t });
         log(`round ${r} ${arm} adapted sessions: ${t.median_ms.toFixed(2)} ms/token median, ${t.call_ms_per_token.toFixed(2)} ms in WebGPU calls`);
