@@ -194,7 +194,10 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
     files tell which) or a built site (dist/; its own graphs, reassembled from the shards).
 
     AUDIO are WAV files or folders of them. WAV of any sample rate and channel count is resampled
-    to 16 kHz mono; decoding is greedy. Where a clip has a same-named .txt transcript beside it,
+    to 16 kHz mono (webbuild/reference/resample.py, the page's resampler too); long audio is cut at pauses
+    as the page cuts it (a built site's runtime.json `chunking`, else the default policy), read as it is
+    transcribed; decoding is greedy. A malformed file (truncated, NaN or infinite samples, no samples, an
+    absurd rate) stops with one line naming it (exit code 2). Where a clip has a same-named .txt transcript beside it,
     its word error rate is reported too (and a total at the end, on stderr).
 
     \b
@@ -204,7 +207,6 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
       webbuild transcribe dist /tmp/heldout --variant fp16        # a built site's fp16 graphs
       webbuild transcribe dist /tmp/klatt --adapter klatt         # with the site's LoRA adapter on
     """
-    from webbuild.reference.audio import read_wav
     from webbuild.reference.mel import lead_samples
     from webbuild.reference.transcribe import load_transcriber
     from webbuild.reference.wer import corpus_wer, wer
@@ -212,7 +214,7 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
     runner = load_transcriber(model, variant, lead=lead_samples(lead_ms), adapter=adapter)
     pairs = []
     for path in _wav_paths(audio):
-        row: dict = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}
+        row: dict = {"audio": str(path), "text": runner.file_text(runner.decode_file(path, max_new_tokens))}
         expected = path.with_suffix(".txt")
         if expected.is_file():
             row["expected"] = expected.read_text().strip()

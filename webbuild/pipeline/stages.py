@@ -19,6 +19,7 @@ from webbuild.pipeline.render import ort_dist, render_site
 from webbuild.pipeline.shard import shard_files
 from webbuild.pipeline.state import BuildContext, Variant
 from webbuild.reference import source_v2
+from webbuild.reference.chunk import ChunkPolicy
 from webbuild.reference.mel import lead_samples
 from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
 from webbuild.site.manifest import dist_file_stats
@@ -66,12 +67,19 @@ def _fused_graph(rep: dict) -> dict:
     return {"source": census(rep["ops_before"]), "fused": census(rep["ops_after"]), "not_fused": rep["not_fused"]}
 
 
+def chunk_policy(chunking) -> ChunkPolicy:
+    """model.yaml's `chunking` as the runtime's policy (webbuild.reference.chunk)."""
+    join = chunking.max_seconds if chunking.join_seconds is None else min(chunking.join_seconds, chunking.max_seconds)
+    return ChunkPolicy(max_seconds=chunking.max_seconds, min_seconds=chunking.max_seconds / 2, join_seconds=join)
+
+
 def stage_assemble(ctx: BuildContext) -> None:
     """The runtime's model files (webbuild.pipeline.assemble), from the fuse stage's graphs where it ran."""
     state = ctx.state
     state.assembled = ctx.work_dir / "model"
     fp32 = assemble_model(state.model.dir, state.model.layout, state.assembled, decoder=state.model.decoder,
-                          encoder=state.model.encoder, lead=lead_samples(ctx.cfg.encoder.lead_ms))
+                          encoder=state.model.encoder, lead=lead_samples(ctx.cfg.encoder.lead_ms),
+                          chunking=chunk_policy(ctx.cfg.chunking))
     state.variants = {fp32.name: fp32}
     missing = [v for v in ctx.cfg.variants if v not in state.variants]
     if missing and ctx.cfg.quantize.method == "none":  # only the quantize stage makes fp16

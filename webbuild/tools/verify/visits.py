@@ -142,14 +142,14 @@ class Reference:
     def transcribe(self, clip: Clip, variant: str, lora: str | None = None) -> Expected | None:
         if self.dist is None or clip.local is None:
             return None
-        from webbuild.reference.audio import read_wav
         from webbuild.reference.transcribe import load_transcriber
 
         if (variant, lora) not in self.loaded:
             self.loaded[variant, lora] = load_transcriber(self.dist, variant, adapter=lora)
         t = self.loaded[variant, lora]
-        decoded = t.decode(read_wav(clip.local))
-        return Expected(t.text(decoded.tokens), decoded.tokens, decoded.margins)
+        chunks = t.decode_file(clip.local)  # cut into chunks as the page cuts them
+        return Expected(t.file_text(chunks), [x for c in chunks for x in c.tokens],
+                        [m for c in chunks for m in c.margins])
 
 
 def query(ep: str | None) -> str:
