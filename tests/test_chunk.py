@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from webbuild.pipeline.render import TEMPLATE_DIR
-from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy, Chunker, split_at_quiet
+from webbuild.reference.chunk import DEFAULT_POLICY, Chunker, ChunkPolicy, split_at_quiet
 
 pytestmark = pytest.mark.skipif(not shutil.which("node"), reason="no node")
 SR = 16000
@@ -45,7 +45,9 @@ def js_cuts(pcm: np.ndarray, policies: dict[str, ChunkPolicy]) -> dict:
       const out = {{}};
       for (const [name, p] of Object.entries({json.dumps({k: v.as_json() for k, v in policies.items()})})) {{
         const c = new Chunker({SR}, p), fed = [];
-        for (let i = 0, b = 1; i < pcm.length; i += b, b = (b * 31 + 7) % 20000 + 1) fed.push(...c.feed(pcm.subarray(i, i + b)));
+        for (let i = 0, b = 1; i < pcm.length; i += b, b = (b * 31 + 7) % 20000 + 1) {{
+          fed.push(...c.feed(pcm.subarray(i, i + b)));
+        }}
         fed.push(...c.finish());
         out[name] = {{ whole: splitAtQuiet(pcm, {SR}, p), blocks: fed.map(([s, piece]) => [s, s + piece.length]) }};
       }}
@@ -78,7 +80,7 @@ def test_every_pause_ends_a_chunk_with_join_0():
     chunks = split_at_quiet(pcm, SR, POLICIES["join 0"])
     assert len(chunks) == len(pauses)
     nexts = pauses[1:] + [len(pcm)]
-    for (start, end), pause, following in zip(chunks[:-1], pauses, nexts):
+    for (_, end), pause, following in zip(chunks[:-1], pauses, nexts):
         assert pause < end < following  # after the speech, in the pause (the next speech starts after it)
 
 

@@ -38,10 +38,11 @@ def wav_bytes(frames: np.ndarray, rate: int, encoding: int, bits: int, extensibl
         v = frames.astype("<i4").reshape(-1)
         data = b"".join(int(x & 0xFFFFFF).to_bytes(3, "little") for x in v)
     else:
-        data = frames.astype({(1, 8): "u1", (1, 16): "<i2", (1, 32): "<i4", (3, 32): "<f4",
-                              (3, 64): "<f8"}[encoding, bits]).tobytes()
+        dtypes = {(1, 8): "u1", (1, 16): "<i2", (1, 32): "<i4", (3, 32): "<f4", (3, 64): "<f8"}
+        data = frames.astype(dtypes[encoding, bits]).tobytes()
     block = channels * bits // 8
-    fmt = struct.pack("<HHIIHH", 0xFFFE if extensible else encoding, channels, rate, (rate * block) & 0xFFFFFFFF, block, bits)
+    tag = 0xFFFE if extensible else encoding
+    fmt = struct.pack("<HHIIHH", tag, channels, rate, (rate * block) & 0xFFFFFFFF, block, bits)
     if extensible:
         fmt += struct.pack("<HHI", 22, bits, 0) + struct.pack("<H", encoding) + b"\x00" * 14
     body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
@@ -82,7 +83,9 @@ def test_numpy_and_js_resample_alike_and_stream(rate):
       const x = Float64Array.from({json.dumps(x.tolist())});
       const whole = resample(x, {rate});
       const r = new Resampler({rate}), parts = [];
-      for (let i = 0, b = 1; i < x.length; i += b, b = (b * 7 + 3) % 4001 + 1) parts.push(...r.push(x.subarray(i, i + b)));
+      for (let i = 0, b = 1; i < x.length; i += b, b = (b * 7 + 3) % 4001 + 1) {{
+        parts.push(...r.push(x.subarray(i, i + b)));
+      }}
       parts.push(...r.finish());
       console.log(JSON.stringify({{ whole: Array.from(whole), blocks: parts }}));
     """)
@@ -160,7 +163,8 @@ def malformed(tmp_path: Path) -> dict[str, tuple[Path, str]]:
         "nan": (wav_bytes(nan, 16000, 3, 32), "sample 100 (0.01 s) is NaN; the file is corrupt"),
         "inf": (wav_bytes(inf, 16000, 3, 32), "sample 3000 (0.19 s) is infinite; the file is corrupt"),
         "truncated": (pcm16[:len(pcm16) - 1001], "truncated: the data chunk says 6400 bytes, the file holds 5399"),
-        "empty data": (wav_bytes(x[:0], 16000, 1, 16, declared=2), "truncated: the data chunk says 2 bytes, the file holds 0"),
+        "empty data": (wav_bytes(x[:0], 16000, 1, 16, declared=2),
+                       "truncated: the data chunk says 2 bytes, the file holds 0"),
         "no samples": (wav_bytes(x[:0], 44100, 1, 16), "the WAV file holds no samples"),
         "empty file": (b"", "the file is empty"),
         "rate 0": (wav_bytes(x, 0, 1, 16), "sample rate 0 Hz is outside 1000-384000 Hz"),

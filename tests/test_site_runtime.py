@@ -1,5 +1,5 @@
-"""The site runtime's pure modules under Node: streaming detokenising, answer
-parsing, and variant choice (chunking: tests/test_chunk.py). (The same modules run in the browser in tests/test_site.py.)"""
+"""The site runtime's pure modules under Node: streaming detokenising, answer parsing, and variant choice
+(chunking: tests/test_chunk.py). (The same modules run in the browser in tests/test_site.py.)"""
 
 from __future__ import annotations
 

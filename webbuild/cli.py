@@ -357,15 +357,17 @@ class ClipsEp(click.ParamType):
               help="Run --clips on this provider (auto, webgpu, wasm), on a visit of its own; EP:N runs the "
                    "first N clips only; repeatable, a visit per provider (default: with the samples).")
 @click.option("--clips-max-wer", type=click.FloatRange(0, 1),
-              help="WER bound per --clips clip (default: the site's verify.max_wer).")
+              help="Bound on the --clips' corpus WER, per provider (default: the site's verify.max_wer).")
+@click.option("--clips-max-clip-wer", type=click.FloatRange(0, 1),
+              help="Bound on each --clips clip's own WER (default: none; the corpus bound judges the set).")
 @click.option("--min-decode-tokens-per-s", "floors", type=DecodeFloor(), multiple=True,
               help="Fail when the clips decoded on a provider average fewer tokens/s than N: N for every "
                    "provider, PROVIDER=N (webgpu, wasm) for one; repeatable; replaces the site's "
                    "verify.min_decode_tokens_per_s for the providers it names.")
 @click.option("--timeout", type=float, default=600, show_default=True, help="Seconds per load or clip.")
 def verify(target: str, clips: Path | None, report: Path | None, junit: Path | None, browser: str | None, ep: str,
-           clips_eps: tuple, clips_max_wer: float | None, floors: tuple[tuple[str | None, float], ...],
-           timeout: float):
+           clips_eps: tuple, clips_max_wer: float | None, clips_max_clip_wer: float | None,
+           floors: tuple[tuple[str | None, float], ...], timeout: float):
     """Check in a real browser that a built site (folder or URL) transcribes correctly and fast.
 
     Transcribes every sample of the site (and --clips) and compares with the expected text
@@ -393,8 +395,8 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
     from webbuild.tools.verify.visits import verify as run_verify
 
     overrides = {name: floor for provider, floor in floors for name in ([provider] if provider else PROVIDERS)}
-    opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_eps, clips_max_wer, timeout,
-                   min_decode_tokens_per_s=overrides)
+    opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_eps, clips_max_wer,
+                   clips_max_clip_wer, timeout, min_decode_tokens_per_s=overrides)
     result = run_verify(opts)
     click.echo(table(result))
     if report:

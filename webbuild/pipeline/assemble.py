@@ -28,8 +28,8 @@ from webbuild.graph.load import load_onnx
 from webbuild.layouts import Layout, Table
 from webbuild.pipeline.state import Variant
 from webbuild.reference import source_v2
-from webbuild.reference.mel import HOP
 from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy
+from webbuild.reference.mel import HOP
 from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count
 from webbuild.site.contract import IO, RUNTIME_FILE, TOKENS_FILE, runtime_names
 
