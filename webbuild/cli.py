@@ -390,7 +390,7 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
       webbuild verify dist --ep wasm --min-decode-tokens-per-s wasm=50
       webbuild verify https://user.github.io/my-asr/ --browser chrome
     """
-    from webbuild.tools.verify.report import failures, table, under_margin, verdict, write_json, write_junit
+    from webbuild.tools.verify.report import failures, per_rate, table, under_margin, verdict, write_json, write_junit
     from webbuild.tools.verify.visits import Options
     from webbuild.tools.verify.visits import verify as run_verify
 
@@ -405,8 +405,8 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
     if junit:
         write_junit(result, junit)
         click.echo(f"JUnit report: {junit}")
-    # last: the verdict, a line per clip passed under the margin, a line per failure
-    click.echo("\n".join([verdict(result), *under_margin(result), *failures(result)]))
+    # last: the verdict, a line per source rate, a line per clip passed under the margin, a line per failure
+    click.echo("\n".join([verdict(result), *per_rate(result), *under_margin(result), *failures(result)]))
     sys.exit(0 if result["ok"] else 1)
 
 

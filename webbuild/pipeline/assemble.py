@@ -161,6 +161,13 @@ def max_positions(prompt_text_tokens: int, chunk_seconds: float = DEFAULT_POLICY
     return -(-need // 64) * 64
 
 
+def chunk_positions(source: Path, chunking: ChunkPolicy) -> int:
+    """runtime.json's max_positions for a source folder (its tokenizer.json) and chunk policy."""
+    tok = Tokenizer.from_file(str(source / "tokenizer.json"))
+    ids = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    return max_positions(len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX)), chunking.max_seconds)
+
+
 def check_rope_positions(decoder: Path, positions: int) -> None:
     """GroupQueryAttention's cos/sin caches must cover every position one chunk can reach (onnxruntime fails
     past them); the fuse stage sizes them from the model's maximum positions."""

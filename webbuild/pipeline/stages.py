@@ -12,7 +12,7 @@ from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
 from webbuild.layouts import Table
 from webbuild.pipeline.adapter_files import pack_adapters
-from webbuild.pipeline.assemble import assemble_model, present_files
+from webbuild.pipeline.assemble import assemble_model, chunk_positions, present_files
 from webbuild.pipeline.build_report import census
 from webbuild.pipeline.forms import variant_forms
 from webbuild.pipeline.render import ort_dist, render_site
@@ -51,8 +51,10 @@ def stage_fuse(ctx: BuildContext) -> None:
 
     out = ctx.work_dir / "fused"
     # quantize=False: the quantize stage quantizes (with model.yaml's settings), after assemble
+    # GQA's cos/sin caches: the model's maximum positions, and never fewer than one chunk of long audio reaches
     rep = run_fuse(model.decoder_source, out, quantize=False, pack_qkv=cfg.fusion.pack_qkv,
-                   prune_lm_head=cfg.fusion.prune_lm_head)
+                   prune_lm_head=cfg.fusion.prune_lm_head,
+                   min_positions=chunk_positions(model.dir, chunk_policy(cfg.chunking)))
     ctx.report.graphs["decoder"] = _fused_graph(rep)
     model.decoder = out / "decoder.onnx"
     if "encoder" in rep:  # fused before quantization; assemble puts the mel front-end in front
