@@ -86,3 +86,17 @@ def test_malformed_audio_is_one_line_and_exit_2(clips, example_dist, tmp_path):
         lines = [line for line in run.stderr.splitlines() if line.startswith("error:")]
         assert len(lines) == 1 and str(path) in lines[0] and words in lines[0], (name, run.stderr)
         assert not run.stdout, name  # never garbage text
+
+
+def test_page_shows_one_line_for_malformed_audio(page, tmp_path):
+    """The page refuses a malformed file with a visible one-line error naming it, and transcribes nothing."""
+    cases = malformed(tmp_path)
+    for name in ("nan", "truncated"):
+        path, words = cases[name]
+        page.evaluate("() => { window.webbuild.error = null; }")  # not the previous case's
+        page.set_input_files("#file", str(path))
+        wait_for(page, "() => window.webbuild.error || window.webbuild.status === 'done'", 60)
+        state = page.evaluate("() => window.webbuild")
+        shown = page.inner_text("#error")
+        assert state["status"] != "done" and not state["text"], name
+        assert shown == f"Error: {path.name}: {words}", shown
