@@ -209,11 +209,15 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
     """
     from webbuild.reference.mel import lead_samples
     from webbuild.reference.transcribe import load_transcriber
+    from webbuild.reference.wav import wav_info
     from webbuild.reference.wer import corpus_wer, wer
 
+    paths = _wav_paths(audio)
+    for path in paths:  # every header checked before the model loads; samples are checked as they are read
+        wav_info(path)
     runner = load_transcriber(model, variant, lead=lead_samples(lead_ms), adapter=adapter)
     pairs = []
-    for path in _wav_paths(audio):
+    for path in paths:
         row: dict = {"audio": str(path), "text": runner.file_text(runner.decode_file(path, max_new_tokens))}
         expected = path.with_suffix(".txt")
         if expected.is_file():

@@ -122,13 +122,19 @@ def check_finite(path: Path, block: np.ndarray, first_frame: int, rate: int) -> 
         raise problem(path, f"sample {at} ({at / rate:.2f} s) is {what}; the file is corrupt")
 
 
-def blocks(path: Path, frames_per_block: int = 1 << 16) -> tuple[WavInfo, Iterator[np.ndarray]]:
-    """The file's header and its frames as float64 mono blocks, read as they are consumed."""
+def wav_info(path: Path) -> WavInfo:
+    """The file's header, checked (an AudioError naming the file where it is malformed)."""
     path = Path(path)
     if not path.is_file():
         raise AudioError(f"{path}: no such file")
     with open(path, "rb") as f:
-        info = read_info(path, f)
+        return read_info(path, f)
+
+
+def blocks(path: Path, frames_per_block: int = 1 << 16) -> tuple[WavInfo, Iterator[np.ndarray]]:
+    """The file's header and its frames as float64 mono blocks, read as they are consumed."""
+    path = Path(path)
+    info = wav_info(path)
 
     def read() -> Iterator[np.ndarray]:
         with open(path, "rb") as f:

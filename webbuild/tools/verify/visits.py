@@ -88,12 +88,11 @@ def source_format(path: Path | None) -> dict:
     if path is None:
         return {"rate": None, "channels": None}
     from webbuild.errors import AudioError
-    from webbuild.reference import wav
+    from webbuild.reference.wav import wav_info
 
     try:
-        with open(path, "rb") as f:
-            info = wav.read_info(path, f)
-    except (AudioError, OSError):
+        info = wav_info(path)
+    except AudioError:
         return {"rate": None, "channels": None}
     return {"rate": info.rate, "channels": info.channels}
 
