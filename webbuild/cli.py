@@ -409,8 +409,8 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
     if junit:
         write_junit(result, junit)
         click.echo(f"JUnit report: {junit}")
-    # last: the verdict, a line per source rate, a line per clip passed under the margin, a line per failure
-    click.echo("\n".join([verdict(result), *per_rate(result), *under_margin(result), *failures(result)]))
+    # last: a line per source rate of the clips, the verdict, a line per clip passed under the margin, per failure
+    click.echo("\n".join([*per_rate(result), verdict(result), *under_margin(result), *failures(result)]))
     sys.exit(0 if result["ok"] else 1)
 
 
