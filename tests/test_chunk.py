@@ -99,3 +99,31 @@ def test_audio_without_pauses_is_cut_at_its_quietest_within_max():
     chunks = split_at_quiet(pcm, SR, DEFAULT_POLICY)
     assert 25 * SR <= chunks[0][1] <= 25.1 * SR and all(b - a <= 30 * SR for a, b in chunks)
     assert split_at_quiet(pcm[:SR], SR) == [(0, SR)]
+
+
+def test_policy_overrides_keep_join_within_max():
+    p = DEFAULT_POLICY.override(10)
+    assert (p.max_seconds, p.min_seconds, p.join_seconds) == (10, 5, 10)
+    assert DEFAULT_POLICY.override(None, 0).join_seconds == 0 and DEFAULT_POLICY.override(8, 12).join_seconds == 8
+    assert ChunkPolicy.of({"chunking": p.as_json()}) == p
+
+
+def test_a_decoder_whose_rope_caches_a_chunk_outruns_is_refused(tmp_path):
+    """GroupQueryAttention fails in onnxruntime past its cos/sin caches: the build refuses such a decoder for its
+    chunk length instead (the fuse stage sizes the caches to cover a chunk)."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from webbuild.errors import BuildError
+    from webbuild.pipeline.assemble import check_rope_positions
+
+    cache = helper.make_tensor("cos_cache", TensorProto.FLOAT, [100, 4], [0.0] * 400)
+    node = helper.make_node("GroupQueryAttention", [f"i{k}" for k in range(7)] + ["cos_cache", "cos_cache"], ["o"],
+                            domain="com.microsoft")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(f"i{k}", TensorProto.FLOAT, None)
+                                            for k in range(7)],
+                              [helper.make_tensor_value_info("o", TensorProto.FLOAT, None)], [cache])
+    onnx.save(helper.make_model(graph), tmp_path / "decoder.onnx")
+    check_rope_positions(tmp_path / "decoder.onnx", 100)
+    with pytest.raises(BuildError, match="hold 100 positions, but a chunk of long audio reaches 101"):
+        check_rope_positions(tmp_path / "decoder.onnx", 101)

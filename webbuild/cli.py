@@ -188,8 +188,14 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.option("--adapter", default=None, metavar="NAME",
               help="A built site's LoRA adapter (model.yaml adapters: name) to transcribe with; "
                    "default: the base model.")
+@click.option("--max-chunk-seconds", type=click.FloatRange(1, 120), default=None,
+              help="Cut long audio into chunks at most this long (default: a built site's model.yaml "
+                   "chunking.max_seconds, else 30).")
+@click.option("--join-seconds", type=click.FloatRange(0), default=None,
+              help="Sentences between pauses share a chunk up to this length; 0: every pause ends a chunk "
+                   "(default: a built site's model.yaml chunking.join_seconds, else the chunk length).")
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int,
-               adapter: str | None):
+               adapter: str | None, max_chunk_seconds: float | None, join_seconds: float | None):
     """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder of any layout (its
     files tell which) or a built site (dist/; its own graphs, reassembled from the shards).
 
@@ -216,6 +222,7 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
     for path in paths:  # every header checked before the model loads; samples are checked as they are read
         wav_info(path)
     runner = load_transcriber(model, variant, lead=lead_samples(lead_ms), adapter=adapter)
+    runner.policy = runner.policy.override(max_chunk_seconds, join_seconds)
     pairs = []
     for path in paths:
         row: dict = {"audio": str(path), "text": runner.file_text(runner.decode_file(path, max_new_tokens))}

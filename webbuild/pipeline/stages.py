@@ -71,8 +71,7 @@ def _fused_graph(rep: dict) -> dict:
 
 def chunk_policy(chunking) -> ChunkPolicy:
     """model.yaml's `chunking` as the runtime's policy (webbuild.reference.chunk)."""
-    join = chunking.max_seconds if chunking.join_seconds is None else min(chunking.join_seconds, chunking.max_seconds)
-    return ChunkPolicy(max_seconds=chunking.max_seconds, min_seconds=chunking.max_seconds / 2, join_seconds=join)
+    return ChunkPolicy(join_seconds=float("inf")).override(chunking.max_seconds, chunking.join_seconds)
 
 
 def stage_assemble(ctx: BuildContext) -> None:

@@ -46,6 +46,12 @@ class ChunkPolicy:
     smooth_frames: int = 5
     tie: float = 1e-6
 
+    def override(self, max_seconds: float | None = None, join_seconds: float | None = None) -> ChunkPolicy:
+        """This policy with another chunk length (its least half of it) or join length; None keeps them."""
+        out = self if max_seconds is None else replace(self, max_seconds=max_seconds, min_seconds=max_seconds / 2,
+                                                       join_seconds=min(self.join_seconds, max_seconds))
+        return out if join_seconds is None else replace(out, join_seconds=min(join_seconds, out.max_seconds))
+
     def as_json(self) -> dict:
         """runtime.json's `chunking`."""
         return asdict(self)
