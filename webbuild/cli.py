@@ -200,10 +200,11 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
     files tell which) or a built site (dist/; its own graphs, reassembled from the shards).
 
     AUDIO are WAV files or folders of them. WAV of any sample rate and channel count is resampled
-    to 16 kHz mono (webbuild/reference/resample.py, the page's resampler too); long audio is cut at pauses
-    as the page cuts it (a built site's runtime.json `chunking`, else the default policy), read as it is
-    transcribed; decoding is greedy. A malformed file (truncated, NaN or infinite samples, no samples, an
-    absurd rate) stops with one line naming it (exit code 2). Where a clip has a same-named .txt transcript beside it,
+    to 16 kHz mono (webbuild/reference/resample.py, the page's resampler too); long audio is cut at
+    pauses as the page cuts it (a built site's runtime.json `chunking`, else the default policy;
+    --max-chunk-seconds and --join-seconds override it), read as it is transcribed; decoding is greedy.
+    A malformed file (truncated, NaN or infinite samples, no samples, an absurd rate) stops with one
+    line naming it (exit code 2). Where a clip has a same-named .txt transcript beside it,
     its word error rate is reported too (and a total at the end, on stderr).
 
     \b
