@@ -16,29 +16,33 @@ const FALLBACK_RATE = 48000; // Opus (WebM, the microphone's recording) always d
 /** @param {ArrayBuffer} arrayBuffer @param {string} [name] @returns {Promise<Float32Array>} */
 export async function decodeToMono16k(arrayBuffer, name = 'the audio') {
   if (!arrayBuffer.byteLength) throw new Error(`${name}: the file is empty`);
-  let decoded;
   try {
-    decoded = isWav(arrayBuffer) ? parseWav(arrayBuffer) : await decodeContainer(arrayBuffer);
+    const decoded = isWav(arrayBuffer) ? parseWav(arrayBuffer) : await decodeContainer(arrayBuffer);
+    return to16k(decoded.blocks, decoded.frames, decoded.rate);
   } catch (e) {
     if (e instanceof WavError) throw new Error(`${name}: ${e.message}`);
     throw new Error(`${name}: this file could not be decoded as audio (${e?.message || e?.name || 'unknown format'})`);
   }
-  return to16k(decoded.pcm, decoded.rate);
 }
 
-// 16 kHz float32 from float64 samples at `rate` (the reference's read_wav: resample, then float32).
-/** @param {Float64Array} pcm @param {number} rate */
-export function to16k(pcm, rate) {
+// 16 kHz float32 from float64 blocks at `rate`, `frames` in all (the reference's read_wav: resample, then
+// float32), written into one array as they come.
+/** @param {Iterable<Float64Array>} blocks @param {number} frames @param {number} rate */
+export function to16k(blocks, frames, rate) {
   const r = new Resampler(rate, SAMPLE_RATE);
-  const a = r.push(pcm), b = r.finish();
-  const out = new Float32Array(a.length + b.length);
-  out.set(a);
-  out.set(b, a.length);
+  const out = new Float32Array(Math.ceil((frames * r.d.up) / r.d.down));
+  let at = 0;
+  for (const block of blocks) {
+    const part = r.push(block);
+    out.set(part, at);
+    at += part.length;
+  }
+  out.set(r.finish(), at);
   return out;
 }
 
 // A compressed file decoded by the browser, at the rate its header gives (else 48 kHz), channels averaged.
-/** @param {ArrayBuffer} buffer @returns {Promise<{pcm: Float64Array, rate: number}>} */
+/** @param {ArrayBuffer} buffer @returns {Promise<{blocks: Float64Array[], frames: number, rate: number}>} */
 async function decodeContainer(buffer) {
   const rate = containerRate(new Uint8Array(buffer)) ?? FALLBACK_RATE;
   const ctx = new OfflineAudioContext({ numberOfChannels: 1, length: 1, sampleRate: rate });
@@ -50,7 +54,7 @@ async function decodeContainer(buffer) {
     for (let c = 1; c < channels.length; c++) sum += channels[c][i];
     pcm[i] = channels.length > 1 ? sum / channels.length : sum;
   }
-  return { pcm, rate: audio.sampleRate };
+  return { blocks: [pcm], frames: pcm.length, rate: audio.sampleRate };
 }
 
 // The sample rate a FLAC, Ogg (Opus, Vorbis) or MP3 header states; null where it says none that is known here.

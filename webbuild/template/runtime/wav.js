@@ -60,24 +60,36 @@ function infoFrom(fmt, offset, declared, fileSize) {
   return { rate, channels, encoding, bits, offset, frames: size / frame };
 }
 
-// The samples as float64 mono in [-1, 1] (the channels' mean, summed in channel order) and the rate.
-/** @param {ArrayBuffer} buffer @returns {{pcm: Float64Array, rate: number}} */
-export function parseWav(buffer) {
+// The samples as float64 mono in [-1, 1] (the channels' mean, summed in channel order), in blocks of
+// `blockFrames` read as they are consumed (a long file is never held whole as float64), with the rate and
+// the number of frames. The header is checked at once; each block's samples as it is read.
+/** @param {ArrayBuffer} buffer @param {number} [blockFrames] */
+export function parseWav(buffer, blockFrames = 65536) {
   const info = wavInfo(buffer);
+  return { rate: info.rate, frames: info.frames, blocks: wavBlocks(buffer, info, blockFrames) };
+}
+
+/**
+ * @param {ArrayBuffer} buffer @param {ReturnType<typeof wavInfo>} info @param {number} blockFrames
+ * @returns {Generator<Float64Array>}
+ */
+function* wavBlocks(buffer, info, blockFrames) {
   const { channels, bits, encoding, frames, rate } = info;
-  const view = new DataView(buffer, info.offset, frames * channels * (bits / 8));
-  const read = sampleReader(view, encoding, bits);
-  const pcm = new Float64Array(frames);
-  for (let i = 0; i < frames; i++) {
-    let sum = read(i * channels);
-    for (let c = 1; c < channels; c++) sum += read(i * channels + c);
-    const x = channels > 1 ? sum / channels : sum;
-    if (!Number.isFinite(x)) {
-      throw new WavError(`sample ${i} (${(i / rate).toFixed(2)} s) is ${Number.isNaN(x) ? 'NaN' : 'infinite'}; the file is corrupt`);
+  const read = sampleReader(new DataView(buffer, info.offset, frames * channels * (bits / 8)), encoding, bits);
+  for (let start = 0; start < frames; start += blockFrames) {
+    const pcm = new Float64Array(Math.min(blockFrames, frames - start));
+    for (let j = 0; j < pcm.length; j++) {
+      const i = start + j;
+      let sum = read(i * channels);
+      for (let c = 1; c < channels; c++) sum += read(i * channels + c);
+      const x = channels > 1 ? sum / channels : sum;
+      if (!Number.isFinite(x)) {
+        throw new WavError(`sample ${i} (${(i / rate).toFixed(2)} s) is ${Number.isNaN(x) ? 'NaN' : 'infinite'}; the file is corrupt`);
+      }
+      pcm[j] = x;
     }
-    pcm[i] = x;
+    yield pcm;
   }
-  return { pcm, rate };
 }
 
 // Sample k (frame * channels + channel) of the data as a float64.
