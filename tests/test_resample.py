@@ -199,3 +199,23 @@ def test_stream_wav_holds_one_block(tmp_path):
     blocks = list(stream_wav(tmp_path / "a.wav", frames_per_block=44100))
     assert len(blocks) >= 4 and max(len(b) for b in blocks) <= 16100
     np.testing.assert_array_equal(np.concatenate(blocks), read_wav(tmp_path / "a.wav"))
+
+
+def test_other_containers_decode_at_the_rate_their_header_states():
+    """The page decodes FLAC, Ogg and MP3 at the file's own rate (so the browser resamples nothing), read from
+    the header; WebM (Opus: always 48 kHz) and unknown ones at 48 kHz."""
+    flac = b"fLaC" + bytes(14) + bytes([0x0A, 0xC4, 0x40])  # STREAMINFO's 20-bit rate: 44100
+    ogg = b"OggS" + bytes(24)
+    vorbis = ogg + b"\x01vorbis" + bytes(5) + struct.pack("<I", 22050)
+    id3 = b"ID3\x03\x00\x00\x00\x00\x00\x0a" + bytes(10)
+    cases = {"flac": flac, "opus": ogg + b"OpusHead", "vorbis": vorbis, "mp3": b"\xff\xfb\x90\x00",
+             "mp3 mpeg2 behind id3": id3 + b"\xff\xf3\x94\x00", "mp3 mpeg2.5": b"\xff\xe3\x08\x00",
+             "webm": b"\x1a\x45\xdf\xa3" + bytes(8)}
+    got = node(f"""
+      import {{ containerRate }} from './app/audio.js';
+      const cases = {json.dumps({k: list(v) for k, v in cases.items()})};
+      const rates = Object.entries(cases).map(([k, v]) => [k, containerRate(Uint8Array.from(v))]);
+      console.log(JSON.stringify(Object.fromEntries(rates)));
+    """)
+    assert got == {"flac": 44100, "opus": 48000, "vorbis": 22050, "mp3": 44100, "mp3 mpeg2 behind id3": 24000,
+                   "mp3 mpeg2.5": 8000, "webm": None}
