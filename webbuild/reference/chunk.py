@@ -8,7 +8,7 @@ at most `pause_ratio` times the least, or at most `below_peak` times the most, w
 either side (the local background and the local speech, whatever the recording's level; two recordings
 joined with different backgrounds still meet in a pause). A pause is a run of quiet frames at least
 `pause_seconds` long that neither starts the chunk (the pause the chunk begins with) nor ends the audio
-looked at. A pause is cut `keep_seconds` before the speech after it (at the latest in its middle), so
+looked at. A pause is cut `keep_seconds` before the speech after it (never before its middle), so
 the next chunk starts with a little of its own background, as the clips a model learns from do. The cut
 is the last pause within `join_seconds` of the chunk's start (short sentences travel together up to that
 length; 0: every pause ends a chunk), else the first within `max_seconds`. The rest of the audio is one
