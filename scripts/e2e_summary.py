@@ -1,5 +1,7 @@
 """The last lines of `make e2e` (and so of `make test`): PASS/FAIL counts (with the clips that passed under
-the margin, webbuild/tools/verify/tokens.py), a MARGIN line per such clip and a FAIL line per failure.
+the margin, webbuild/tools/verify/tokens.py), a RATE line per source sample rate of the clips (tokens equal
+to the Python reference per provider, the largest margin drift), a MARGIN line per clip passed under the
+margin and a FAIL line per failure.
 
     python scripts/e2e_summary.py e2e-report.json --seconds 162 --rc 0
 
@@ -13,11 +15,11 @@ import argparse
 import json
 from pathlib import Path
 
-from webbuild.tools.verify.report import failures, under_margin, verdict
+from webbuild.tools.verify.report import failures, per_rate, under_margin, verdict
 
 
 def summary(report: dict, path: str) -> list[str]:
-    return [f"{verdict(report)} (full report: {path})", *under_margin(report), *failures(report)]
+    return [f"{verdict(report)} (full report: {path})", *per_rate(report), *under_margin(report), *failures(report)]
 
 
 def main() -> None:

@@ -54,7 +54,7 @@ def test_transcribe_unreadable_audio(zoo_export, tmp_path):
     bad.write_bytes(b"not a wav at all")
     result = CliRunner().invoke(main, ["transcribe", str(zoo_export("qwen3-asr-split")), str(bad)])
     assert result.exit_code == 2
-    assert "bad.wav" in result.output and "not a readable WAV" in result.output
+    assert "bad.wav" in result.output and "not a WAV file" in result.output
 
 
 def test_transcribe_bad_model_dir(tmp_path):

@@ -1,5 +1,5 @@
-"""The site runtime's pure modules under Node: quiet-point chunking, streaming detokenising, answer
-parsing, and variant choice. (The same modules run in the browser in tests/test_site.py.)"""
+"""The site runtime's pure modules under Node: streaming detokenising, answer parsing, and variant choice
+(chunking: tests/test_chunk.py). (The same modules run in the browser in tests/test_site.py.)"""
 
 from __future__ import annotations
 
@@ -21,24 +21,6 @@ def node(script: str):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
-
-
-def test_long_audio_is_cut_at_the_quiet_moment():
-    # 70 s of tone with silences at 25 s and 52 s: max 30 s chunks must cut inside those silences
-    r = node("""
-      import { splitAtQuiet } from './runtime/chunk.js';
-      const sr = 16000, pcm = new Float32Array(70 * sr);
-      for (let i = 0; i < pcm.length; i++) pcm[i] = 0.5 * Math.sin(i / 7);
-      for (const s of [25, 52]) pcm.fill(0, s * sr, (s + 0.3) * sr);
-      console.log(JSON.stringify({ long: splitAtQuiet(pcm, sr, 30), short: splitAtQuiet(pcm.subarray(0, sr), sr, 30),
-                                   empty: splitAtQuiet(new Float32Array(0), sr, 30) }));
-    """)
-    sr = 16000
-    (a0, a1), (b0, b1), (c0, c1) = r["long"]
-    assert a0 == 0 and 25 * sr <= a1 <= 25.3 * sr
-    assert b0 == a1 and 52 * sr <= b1 <= 52.3 * sr
-    assert c0 == b1 and c1 == 70 * sr
-    assert r["short"] == [[0, sr]] and r["empty"] == [[0, 0]]
 
 
 def test_streaming_decoder_and_answer_text():

@@ -188,13 +188,23 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.option("--adapter", default=None, metavar="NAME",
               help="A built site's LoRA adapter (model.yaml adapters: name) to transcribe with; "
                    "default: the base model.")
+@click.option("--max-chunk-seconds", type=click.FloatRange(1, 120), default=None,
+              help="Cut long audio into chunks at most this long (default: a built site's model.yaml "
+                   "chunking.max_seconds, else 30).")
+@click.option("--join-seconds", type=click.FloatRange(0), default=None,
+              help="Sentences between pauses share a chunk up to this length; 0: every pause ends a chunk "
+                   "(default: a built site's model.yaml chunking.join_seconds, else the chunk length).")
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int,
-               adapter: str | None):
+               adapter: str | None, max_chunk_seconds: float | None, join_seconds: float | None):
     """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder of any layout (its
     files tell which) or a built site (dist/; its own graphs, reassembled from the shards).
 
     AUDIO are WAV files or folders of them. WAV of any sample rate and channel count is resampled
-    to 16 kHz mono; decoding is greedy. Where a clip has a same-named .txt transcript beside it,
+    to 16 kHz mono (webbuild/reference/resample.py, the page's resampler too); long audio is cut at
+    pauses as the page cuts it (a built site's runtime.json `chunking`, else the default policy;
+    --max-chunk-seconds and --join-seconds override it), read as it is transcribed; decoding is greedy.
+    A malformed file (truncated, NaN or infinite samples, no samples, an absurd rate) stops with one
+    line naming it (exit code 2). Where a clip has a same-named .txt transcript beside it,
     its word error rate is reported too (and a total at the end, on stderr).
 
     \b
@@ -204,15 +214,19 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
       webbuild transcribe dist /tmp/heldout --variant fp16        # a built site's fp16 graphs
       webbuild transcribe dist /tmp/klatt --adapter klatt         # with the site's LoRA adapter on
     """
-    from webbuild.reference.audio import read_wav
     from webbuild.reference.mel import lead_samples
     from webbuild.reference.transcribe import load_transcriber
+    from webbuild.reference.wav import wav_info
     from webbuild.reference.wer import corpus_wer, wer
 
+    paths = _wav_paths(audio)
+    for path in paths:  # every header checked before the model loads; samples are checked as they are read
+        wav_info(path)
     runner = load_transcriber(model, variant, lead=lead_samples(lead_ms), adapter=adapter)
+    runner.policy = runner.policy.override(max_chunk_seconds, join_seconds)
     pairs = []
-    for path in _wav_paths(audio):
-        row: dict = {"audio": str(path), "text": runner.transcribe(read_wav(path), max_new_tokens)}
+    for path in paths:
+        row: dict = {"audio": str(path), "text": runner.file_text(runner.decode_file(path, max_new_tokens))}
         expected = path.with_suffix(".txt")
         if expected.is_file():
             row["expected"] = expected.read_text().strip()
@@ -355,15 +369,17 @@ class ClipsEp(click.ParamType):
               help="Run --clips on this provider (auto, webgpu, wasm), on a visit of its own; EP:N runs the "
                    "first N clips only; repeatable, a visit per provider (default: with the samples).")
 @click.option("--clips-max-wer", type=click.FloatRange(0, 1),
-              help="WER bound per --clips clip (default: the site's verify.max_wer).")
+              help="Bound on the --clips' corpus WER, per provider (default: the site's verify.max_wer).")
+@click.option("--clips-max-clip-wer", type=click.FloatRange(0, 1),
+              help="Bound on each --clips clip's own WER (default: none; the corpus bound judges the set).")
 @click.option("--min-decode-tokens-per-s", "floors", type=DecodeFloor(), multiple=True,
               help="Fail when the clips decoded on a provider average fewer tokens/s than N: N for every "
                    "provider, PROVIDER=N (webgpu, wasm) for one; repeatable; replaces the site's "
                    "verify.min_decode_tokens_per_s for the providers it names.")
 @click.option("--timeout", type=float, default=600, show_default=True, help="Seconds per load or clip.")
 def verify(target: str, clips: Path | None, report: Path | None, junit: Path | None, browser: str | None, ep: str,
-           clips_eps: tuple, clips_max_wer: float | None, floors: tuple[tuple[str | None, float], ...],
-           timeout: float):
+           clips_eps: tuple, clips_max_wer: float | None, clips_max_clip_wer: float | None,
+           floors: tuple[tuple[str | None, float], ...], timeout: float):
     """Check in a real browser that a built site (folder or URL) transcribes correctly and fast.
 
     Transcribes every sample of the site (and --clips) and compares with the expected text
@@ -386,13 +402,13 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
       webbuild verify dist --ep wasm --min-decode-tokens-per-s wasm=50
       webbuild verify https://user.github.io/my-asr/ --browser chrome
     """
-    from webbuild.tools.verify.report import failures, table, under_margin, verdict, write_json, write_junit
+    from webbuild.tools.verify.report import failures, per_rate, table, under_margin, verdict, write_json, write_junit
     from webbuild.tools.verify.visits import Options
     from webbuild.tools.verify.visits import verify as run_verify
 
     overrides = {name: floor for provider, floor in floors for name in ([provider] if provider else PROVIDERS)}
-    opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_eps, clips_max_wer, timeout,
-                   min_decode_tokens_per_s=overrides)
+    opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_eps, clips_max_wer,
+                   clips_max_clip_wer, timeout, min_decode_tokens_per_s=overrides)
     result = run_verify(opts)
     click.echo(table(result))
     if report:
@@ -401,8 +417,8 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
     if junit:
         write_junit(result, junit)
         click.echo(f"JUnit report: {junit}")
-    # last: the verdict, a line per clip passed under the margin, a line per failure
-    click.echo("\n".join([verdict(result), *under_margin(result), *failures(result)]))
+    # last: a line per source rate of the clips, the verdict, a line per clip passed under the margin, per failure
+    click.echo("\n".join([*per_rate(result), verdict(result), *under_margin(result), *failures(result)]))
     sys.exit(0 if result["ok"] else 1)
 
 

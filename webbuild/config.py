@@ -97,6 +97,17 @@ class Encoder(_Strict):
                     "`pcm` keeps its own front-end")
 
 
+class Chunking(_Strict):
+    # = webbuild.reference.chunk.ChunkPolicy's defaults; the rest of the policy is fixed there
+    max_seconds: float = Field(30.0, gt=0, le=120,
+                               description="no chunk of long audio is longer (the page and `webbuild transcribe` "
+                                           "cut at pauses, webbuild/reference/chunk.py)")
+    join_seconds: float | None = Field(
+        None, ge=0, description="sentences separated by pauses travel together in one chunk up to this length; "
+                                "0: every pause ends a chunk (a model trained on single sentences); default "
+                                "max_seconds")
+
+
 class Shard(_Strict):
     max_bytes: int = Field(DEFAULT_SHARD_BYTES, ge=1024 * 1024,
                            description="largest file written to dist/, in bytes; the default, 25 MiB, is "
@@ -199,6 +210,8 @@ class BuildConfig(_Strict):
     fusion: Fusion = Field(Fusion(), description="operator fusion (webbuild.fusion)")
     quantize: Quantize = Field(Quantize(), description="int4/int8 MatMulNBits weights (webbuild.quantize)")
     encoder: Encoder = Field(Encoder(), description="the audio encoder's precision and its mel front-end's lead")
+    chunking: Chunking = Field(Chunking(), description="how long audio is cut into chunks, in the page and in "
+                                                       "`webbuild transcribe` alike (runtime.json `chunking`)")
     shard: Shard = Field(Shard(), description="content-hashed shards under dist/model/")
     site: Site = Field(Site(), description="the page")
     verify: Verify = Field(Verify(), description="bounds for `webbuild verify`")

@@ -25,6 +25,7 @@ CHECKS = {"first visit: model loads", "corrupted shard detected and recovered", 
           "console has no errors", "every transcript within the WER bound (and equal to the Python reference)",
           "decode speed on wasm at or above the floor"}  # the example's model.yaml sets one; verify runs on wasm
 WEBGPU_CLIP = {"clips on webgpu: model loads", "decode speed on webgpu at or above the floor"}  # --clips-ep webgpu:1
+CORPUS = {"--clips corpus WER on wasm within the bound", "--clips corpus WER on webgpu within the bound"}
 LORA = {"adapter klatt: the picker switches it on", "adapter none: the picker switches back",
         "adapter none again: the first tokens exactly"}  # the example ships one adapter
 SAMPLE_RUNS = ["samples", "samples, adapter klatt", "samples, adapter none again"]  # 4 samples each
@@ -72,7 +73,7 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
                    "--json", report_path, "--junit", tmp_path / "junit.xml")
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(report_path.read_text())
-    assert report["ok"] and {c["name"] for c in report["checks"]} == CHECKS | WEBGPU_CLIP | LORA
+    assert report["ok"] and {c["name"] for c in report["checks"]} == CHECKS | WEBGPU_CLIP | LORA | CORPUS
     assert junit_failures(tmp_path / "junit.xml", report) == {}
     samples = [(run, "wasm") for run in SAMPLE_RUNS for _ in range(4)]
     assert [(r["run"], r["ep"]) for r in report["clips"]] == (
@@ -104,7 +105,12 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
         assert r["ttft_ms"] > 0 and r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0 and r["rtf"] > 0
     assert report["load_ms"]["cold"] > 0 and report["load_ms"]["warm"] > 0
     assert "harmony emerge surprise" in run.stdout
-    assert run.stdout.rstrip().splitlines()[-1] == "PASS: 17/17 clips (0 passed under the margin), 16/16 checks"
+    assert run.stdout.rstrip().splitlines()[-2:] == [  # a line per source rate of the clips (all 16 kHz), the verdict
+        "RATE 16000 Hz: wasm 16/16 tokens equal, margin drift "
+        f"{max(r['margin_drift'] for r in report['clips'] if r['ep'] == 'wasm'):.4f}; webgpu 1/1 tokens equal, "
+        f"margin drift {report['margin_drift']['webgpu']:.4f}",
+        "PASS: 17/17 clips (0 passed under the margin), 18/18 checks"]
+    assert all(r["max_wer"] is None for r in report["clips"] if r["run"] == "clips")  # judged as a corpus
     # the floors of the example's model.yaml reached the site (samples.json) and were checked on every clip
     floors = yaml.safe_load((EXAMPLE / "model.yaml").read_text())["verify"]["min_decode_tokens_per_s"]
     for ep, count in (("wasm", 16), ("webgpu", 1)):
@@ -137,8 +143,8 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(example_dist_with
     # a "deployed" site, built without the adapter (its 4 samples once): verify gets only its URL
     srv = start(example_dist_without_adapters, quiet=True, base_path="/")
     try:
-        run = webbuild("verify", srv.url, "--ep", "wasm", "--clips", wrong, "--json", tmp_path / "r.json",
-                       "--junit", tmp_path / "junit.xml")
+        run = webbuild("verify", srv.url, "--ep", "wasm", "--clips", wrong, "--clips-max-clip-wer", "0.5",
+                       "--json", tmp_path / "r.json", "--junit", tmp_path / "junit.xml")
     finally:
         srv.shutdown()
     assert run.returncode == 1, run.stdout + run.stderr
@@ -148,16 +154,21 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(example_dist_with
     assert [r["clip"] for r in bad] == ["clip.wav"] and bad[0]["wer"] > 0.5
     assert bad[0]["got"] == "ghost repeat station"
     failed = [c["name"] for c in report["checks"] if not c["ok"]]
-    assert failed == ["every transcript within the WER bound (and equal to the Python reference)"]
+    # the set's corpus WER (the site's bound, 0) and the clip's own (--clips-max-clip-wer 0.5)
+    assert failed == ["--clips corpus WER on wasm within the bound",
+                      "every transcript within the WER bound (and equal to the Python reference)"]
     # the verdict, then one line per failure with its reason, end the output
-    reason = "WER 1.00 > 0.00: expected 'this is not what the clip says', got 'ghost repeat station'"
+    reason = "WER 1.00 > 0.50: expected 'this is not what the clip says', got 'ghost repeat station'"
     assert bad[0]["reason"] == reason
-    assert run.stdout.rstrip().splitlines()[-3:] == [
-        "FAIL: 5/6 clips, 10/11 checks",  # a deployed URL: no reference, no token comparison
+    corpus = "100.00% over 1 clip, bound 0.00%"
+    assert run.stdout.rstrip().splitlines()[-4:] == [
+        "FAIL: 5/6 clips, 10/12 checks",  # a deployed URL: no reference, no token comparison
         f"FAIL clip clip.wav (clips, wasm): {reason}",
-        f"FAIL check {failed[0]}: 5/6 clips; first failure clip.wav (clips): {reason}"]
-    detail = next(c["detail"] for c in report["checks"] if not c["ok"])
-    assert junit_failures(tmp_path / "junit.xml", report) == {"clip.wav [wasm]": reason, failed[0]: detail}
+        f"FAIL check {failed[0]}: {corpus}",
+        f"FAIL check {failed[1]}: 5/6 clips; first failure clip.wav (clips): {reason}"]
+    details = [c["detail"] for c in report["checks"] if not c["ok"]]
+    assert junit_failures(tmp_path / "junit.xml", report) == {
+        "clip.wav [wasm]": reason, failed[0]: details[0], failed[1]: details[1]}
 
 
 def test_verify_input_errors(dist, tmp_path):

@@ -58,18 +58,21 @@ def load_source(src: Path) -> tuple[ir.Model, dict]:
 
 def fuse_decoder(src: Path | ir.Model, max_positions: int | None = None,
                  prune_lm_head_: bool = True, pack_qkv: bool = True,
-                 qk_norm: str = "explicit") -> tuple[ir.Model, dict]:
+                 qk_norm: str = "explicit", min_positions: int = 0) -> tuple[ir.Model, dict]:
     """Fuse a decoder; returns (model, report dict with census before/after and what was not fused).
 
     qk_norm: "explicit" keeps Qwen3's Q/K norms as SimplifiedLayerNormalization (runs everywhere);
-    "gqa" moves them into GroupQueryAttention (WebGPU/CUDA only, as the genai builder's webgpu graph)."""
+    "gqa" moves them into GroupQueryAttention (WebGPU/CUDA only, as the genai builder's webgpu graph).
+    min_positions: GQA's cos/sin caches hold at least this many positions where the model's maximum is known
+    (what one chunk of long audio reaches)."""
     if qk_norm not in ("explicit", "gqa"):
         raise ValueError(f"qk_norm must be 'explicit' or 'gqa', not {qk_norm!r}")
     model, cfg = (src, {}) if isinstance(src, ir.Model) else load_source(src)
     flags = {"quantized_weights": dequant.has_dequantized(model),
              "decomposed": cleanup.needs_fusion(model), "split_init": merge_split.is_split_init(model),
              "pack_qkv": pack_qkv, "qk_norm_in_gqa": qk_norm == "gqa", "prune_lm_head": prune_lm_head_}
-    steps = decoder_steps(max_positions or cfg.get("max_position_embeddings"))
+    known = max_positions or cfg.get("max_position_embeddings")
+    steps = decoder_steps(max(known, min_positions) if known else None)
     return model, fuse_graph(model, steps, flags)
 
 

@@ -28,12 +28,12 @@ from webbuild.graph.load import load_onnx
 from webbuild.layouts import Layout, Table
 from webbuild.pipeline.state import Variant
 from webbuild.reference import source_v2
+from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy
 from webbuild.reference.mel import HOP
 from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count
 from webbuild.site.contract import IO, RUNTIME_FILE, TOKENS_FILE, runtime_names
 
 RUNTIME_FORMAT = 1
-MAX_CHUNK_SECONDS = 30.0  # long audio is cut at quiet points into chunks at most this long
 # onnxruntime-web 1.30's WebGPU GroupQueryAttention gives wrong results when one run adds 32 or
 # more tokens (measured: 31 exact to 5e-7, 32 off by 0.1 in the logits, whatever the past length).
 # Sites whose decoder has GQA prefill on WebGPU in runs of at most this many tokens.
@@ -42,14 +42,14 @@ DEFAULT_MAX_NEW_TOKENS = 200
 
 
 def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None = None,
-                   encoder: Path | None = None, lead: int = 0) -> Variant:
+                   encoder: Path | None = None, lead: int = 0, chunking: ChunkPolicy = DEFAULT_POLICY) -> Variant:
     """Write the runtime's fp32 model files into `out`; return them as the fp32 variant, roles encoder,
     encoder_data, decoder, decoder_data, embed (embed only for decoders that take inputs_embeds).
 
     `decoder` is a ready decoder graph with the merged interface (the fuse stage's output);
     without it the source's, where it has that interface already (`layout.fusion_optional`).
     `encoder`: the fuse stage's encoder, else the source's. `lead`: samples of lead the mel front-end
-    puts before the audio.
+    puts before the audio. `chunking`: how the runtime cuts long audio (runtime.json `chunking`).
     """
     out.mkdir(parents=True, exist_ok=True)
     if decoder is None:
@@ -62,7 +62,9 @@ def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None
     cfg = json.loads((source / "config.json").read_text())
     tok = Tokenizer.from_file(str(source / "tokenizer.json"))
     has_gqa = "GroupQueryAttention" in op_census(out / "decoder.onnx")
-    rt = runtime_config(cfg, tok, prefill_chunk=WEBGPU_GQA_PREFILL_CHUNK if has_gqa else 0)
+    rt = runtime_config(cfg, tok, prefill_chunk=WEBGPU_GQA_PREFILL_CHUNK if has_gqa else 0, chunking=chunking)
+    if has_gqa:
+        check_rope_positions(out / "decoder.onnx", rt["max_positions"])
     (out / RUNTIME_FILE).write_text(json.dumps(rt, indent=1) + "\n")
     (out / TOKENS_FILE).write_bytes(token_table(tok))
     return Variant("fp32", out, present_files(out, {
@@ -127,7 +129,7 @@ def _encoder(src: Path, dest: Path, lead: int) -> None:
         raise BuildError(f"{src}: expected one encoder input named {IO.pcm!r} or {IO.mel!r}, found {inputs}")
 
 
-def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0) -> dict:
+def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0, chunking: ChunkPolicy = DEFAULT_POLICY) -> dict:
     """What the browser needs besides the graphs; the prompt is pre-tokenised here. The names the runtime
     looks files up by (file roles, the decode table, onnxruntime-web's files) come from webbuild.site.contract."""
     dec, special = cfg["decoder"], cfg["special_tokens"]
@@ -142,20 +144,41 @@ def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0) -> dict:
         "decoder": {k: dec[k] for k in ("num_layers", "num_key_value_heads", "head_dim", "hidden_size",
                                         "vocab_size")},
         "max_new_tokens": DEFAULT_MAX_NEW_TOKENS,
-        "max_chunk_seconds": MAX_CHUNK_SECONDS,
-        "max_positions": max_positions(len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX))),
+        "max_chunk_seconds": chunking.max_seconds,
+        "chunking": chunking.as_json(),
+        "max_positions": max_positions(len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX)), chunking.max_seconds),
         "webgpu_prefill_chunk": prefill_chunk,  # 0: the whole prompt in one run
         **runtime_names(),
     }
 
 
-def max_positions(prompt_text_tokens: int) -> int:
+def max_positions(prompt_text_tokens: int, chunk_seconds: float = DEFAULT_POLICY.max_seconds) -> int:
     """Positions a chunk can reach: its prompt around the longest chunk's audio, then max_new_tokens;
     rounded up to a multiple of 64 with 64 to spare. The captured decode's static KV cache has this
     many (runtime/capture.js); a chunk that would not fit decodes plainly."""
-    audio = audio_token_count(int(MAX_CHUNK_SECONDS * 16000) // HOP)
+    audio = audio_token_count(int(chunk_seconds * 16000) // HOP)
     need = prompt_text_tokens + audio + DEFAULT_MAX_NEW_TOKENS + 64
     return -(-need // 64) * 64
+
+
+def chunk_positions(source: Path, chunking: ChunkPolicy) -> int:
+    """runtime.json's max_positions for a source folder (its tokenizer.json) and chunk policy."""
+    tok = Tokenizer.from_file(str(source / "tokenizer.json"))
+    ids = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    return max_positions(len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX)), chunking.max_seconds)
+
+
+def check_rope_positions(decoder: Path, positions: int) -> None:
+    """GroupQueryAttention's cos/sin caches must cover every position one chunk can reach (onnxruntime fails
+    past them); the fuse stage sizes them from the model's maximum positions."""
+    model = load_onnx(decoder)
+    dims = {t.name: t.dims[0] for t in model.graph.initializer}
+    rows = [dims[n.input[7]] for n in model.graph.node
+            if n.op_type == "GroupQueryAttention" and len(n.input) > 7 and n.input[7] in dims]
+    if rows and min(rows) < positions:
+        raise BuildError(f"{decoder}: GroupQueryAttention's cos/sin caches hold {min(rows)} positions, but a chunk of "
+                         f"long audio reaches {positions}; lower model.yaml chunking.max_seconds or raise the "
+                         "source config.json's max_position_embeddings")
 
 
 def token_table(tok: Tokenizer) -> bytes:

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def run_fuse(src: Path, out: Path, report: Path | None = None, quantize: bool = True, pack_qkv: bool = True,
-             prune_lm_head: bool = True) -> dict:
+             prune_lm_head: bool = True, min_positions: int = 0) -> dict:
     """Fuse the decoder of SRC (a source folder of any layout, or a decoder .onnx) into
     OUT/decoder.onnx(.data), and the encoder beside it into OUT/encoder.onnx (report under "encoder";
     see `run_fuse_encoder`).
@@ -32,13 +32,15 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, quantize: bool = 
     With `quantize` (`webbuild fuse` without --no-quantize) the build's default quantization follows
     (see `quantize_in_place`). Returns the report dict (`summary` prints it) and writes it to `report`
     when given; logs what was not fused and the files written. `pack_qkv` and `prune_lm_head` go to
-    fusion.fuse.fuse_decoder. Raises when the result is not a valid onnxruntime graph."""
+    fusion.fuse.fuse_decoder, and `min_positions`: GroupQueryAttention's cos/sin caches cover at least that many
+    positions (one chunk of long audio), beyond the model's own maximum. Raises when the result is not a valid
+    onnxruntime graph."""
     src, out = Path(src), Path(out)
     _check_sources(src)  # checked first: a missing or corrupt graph is reported before anything else
     side = _side_dir(src) if quantize else None  # checked first: no partial output
     t0 = time.perf_counter()
     log.debug(f"fusing {src}")
-    model, rep = fuse_decoder(src, pack_qkv=pack_qkv, prune_lm_head_=prune_lm_head)
+    model, rep = fuse_decoder(src, pack_qkv=pack_qkv, prune_lm_head_=prune_lm_head, min_positions=min_positions)
     t1 = time.perf_counter()
     path = save(model, out, OUT_NAME)
     del model

@@ -12,13 +12,14 @@ from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
 from webbuild.layouts import Table
 from webbuild.pipeline.adapter_files import pack_adapters
-from webbuild.pipeline.assemble import assemble_model, present_files
+from webbuild.pipeline.assemble import assemble_model, chunk_positions, present_files
 from webbuild.pipeline.build_report import census
 from webbuild.pipeline.forms import variant_forms
 from webbuild.pipeline.render import ort_dist, render_site
 from webbuild.pipeline.shard import shard_files
 from webbuild.pipeline.state import BuildContext, Variant
 from webbuild.reference import source_v2
+from webbuild.reference.chunk import ChunkPolicy
 from webbuild.reference.mel import lead_samples
 from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
 from webbuild.site.manifest import dist_file_stats
@@ -50,8 +51,10 @@ def stage_fuse(ctx: BuildContext) -> None:
 
     out = ctx.work_dir / "fused"
     # quantize=False: the quantize stage quantizes (with model.yaml's settings), after assemble
+    # GQA's cos/sin caches: the model's maximum positions, and never fewer than one chunk of long audio reaches
     rep = run_fuse(model.decoder_source, out, quantize=False, pack_qkv=cfg.fusion.pack_qkv,
-                   prune_lm_head=cfg.fusion.prune_lm_head)
+                   prune_lm_head=cfg.fusion.prune_lm_head,
+                   min_positions=chunk_positions(model.dir, chunk_policy(cfg.chunking)))
     ctx.report.graphs["decoder"] = _fused_graph(rep)
     model.decoder = out / "decoder.onnx"
     if "encoder" in rep:  # fused before quantization; assemble puts the mel front-end in front
@@ -66,12 +69,18 @@ def _fused_graph(rep: dict) -> dict:
     return {"source": census(rep["ops_before"]), "fused": census(rep["ops_after"]), "not_fused": rep["not_fused"]}
 
 
+def chunk_policy(chunking) -> ChunkPolicy:
+    """model.yaml's `chunking` as the runtime's policy (webbuild.reference.chunk)."""
+    return ChunkPolicy(join_seconds=float("inf")).override(chunking.max_seconds, chunking.join_seconds)
+
+
 def stage_assemble(ctx: BuildContext) -> None:
     """The runtime's model files (webbuild.pipeline.assemble), from the fuse stage's graphs where it ran."""
     state = ctx.state
     state.assembled = ctx.work_dir / "model"
     fp32 = assemble_model(state.model.dir, state.model.layout, state.assembled, decoder=state.model.decoder,
-                          encoder=state.model.encoder, lead=lead_samples(ctx.cfg.encoder.lead_ms))
+                          encoder=state.model.encoder, lead=lead_samples(ctx.cfg.encoder.lead_ms),
+                          chunking=chunk_policy(ctx.cfg.chunking))
     state.variants = {fp32.name: fp32}
     missing = [v for v in ctx.cfg.variants if v not in state.variants]
     if missing and ctx.cfg.quantize.method == "none":  # only the quantize stage makes fp16

@@ -1,51 +1,39 @@
-"""Read WAV files of any sample rate, channel count and sample format as 16 kHz mono float32."""
+"""WAV files of any sample rate, channel count and sample format as 16 kHz mono float32.
+
+Parsing and its checks: webbuild.reference.wav; resampling: webbuild.reference.resample (the page runs
+the JS twins of both, so a file gives the same samples here and in the browser).
+"""
 
 from __future__ import annotations
 
-import warnings
-from math import gcd
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 from scipy.io import wavfile
-from scipy.signal import resample_poly
 
-from webbuild.errors import AudioError
+from webbuild.reference import wav
 from webbuild.reference.mel import SAMPLE_RATE
+from webbuild.reference.resample import Resampler
+
+
+def stream_wav(path: Path, frames_per_block: int = 1 << 16) -> Iterator[np.ndarray]:
+    """The file as 16 kHz mono float32 blocks, read and resampled as they are consumed: memory bounded by the
+    block, not the recording. The header is checked before the first block is asked for."""
+    info, blocks = wav.blocks(Path(path), frames_per_block)
+    return _resampled(info.rate, blocks)
+
+
+def _resampled(rate: int, blocks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+    r = Resampler(rate, SAMPLE_RATE)
+    for block in blocks:
+        yield r.push(block).astype(np.float32)
+    yield r.finish().astype(np.float32)
 
 
 def read_wav(path: Path) -> np.ndarray:
     """16 kHz mono float32 PCM in [-1, 1] from a WAV file."""
-    path = Path(path)
-    if not path.is_file():
-        raise AudioError(f"{path}: no such file")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", wavfile.WavFileWarning)
-            rate, data = wavfile.read(str(path))
-    except (ValueError, OSError, EOFError) as exc:
-        raise AudioError(f"{path}: not a readable WAV file ({exc}); convert it to WAV (PCM or float)") from None
-    pcm = to_float(data)
-    if pcm.ndim == 2:
-        pcm = pcm.mean(axis=1)
-    if pcm.size == 0:
-        raise AudioError(f"{path}: the WAV file holds no samples")
-    return resample(pcm, rate)
-
-
-def to_float(data: np.ndarray) -> np.ndarray:
-    if data.dtype == np.uint8:
-        return (data.astype(np.float32) - 128.0) / 128.0
-    if np.issubdtype(data.dtype, np.integer):
-        return data.astype(np.float32) / float(-np.iinfo(data.dtype).min)
-    return data.astype(np.float32)
-
-
-def resample(pcm: np.ndarray, rate: int) -> np.ndarray:
-    if rate == SAMPLE_RATE:
-        return pcm.astype(np.float32)
-    g = gcd(SAMPLE_RATE, rate)
-    return resample_poly(pcm, SAMPLE_RATE // g, rate // g).astype(np.float32)
+    return np.concatenate(list(stream_wav(path)))
 
 
 def write_wav(path: Path, pcm: np.ndarray, rate: int = SAMPLE_RATE) -> None:

@@ -20,7 +20,9 @@ from webbuild.errors import SourceError
 from webbuild.graph.load import load_onnx
 from webbuild.layouts import Decoder, Table
 from webbuild.reference import source_v2
-from webbuild.reference.mel import LEAD_METADATA, frame_count, lead_length, log_mel
+from webbuild.reference.audio import stream_wav
+from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy, chunks_of
+from webbuild.reference.mel import LEAD_METADATA, SAMPLE_RATE, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
 from webbuild.site.contract import IO
 
@@ -216,6 +218,7 @@ class Transcriber:
     keep: object = None  # e.g. the temporary folder a built site was reassembled into
     io: type[IO] = IO  # the graphs' input and output names (a built site's own, load_site)
     lead: int = 0  # samples of lead log_mel puts before the audio (encoders taking mel; webbuild.reference.mel)
+    policy: ChunkPolicy = DEFAULT_POLICY  # how long audio is cut (a built site's runtime.json `chunking`)
 
     @property
     def takes_pcm(self) -> bool:
@@ -262,6 +265,15 @@ class Transcriber:
             out.margins.append(margin)
             logits, state = self.decoder.step(token, state)
         return out
+
+    def decode_file(self, path: Path, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[Decoded]:
+        """Each chunk's decoding of a WAV file of any length, cut as the page cuts it (webbuild.reference.chunk),
+        the file read and resampled as the chunks are decoded: memory bounded by the chunk length."""
+        return [self.decode(chunk, max_new_tokens) for chunk in chunks_of(stream_wav(path), SAMPLE_RATE, self.policy)]
+
+    def file_text(self, chunks: list[Decoded]) -> str:
+        """The chunks' texts joined as the page joins them (the empty ones left out)."""
+        return " ".join(t for t in (self.text(c.tokens) for c in chunks) if t)
 
     def generate(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[int]:
         return self.decode(pcm, max_new_tokens).tokens
@@ -368,4 +380,5 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None) -> 
         weights = site_adapter(site, manifest, adapter, out)
         decoder = IdsDecoder(cpu_form(out / roles["decoder_lora"]), runtime["decoder"], weights, io=io)
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
-    return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io)
+    return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io,
+                       policy=ChunkPolicy.of(runtime))

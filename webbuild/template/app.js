@@ -80,7 +80,7 @@ function wireInputs() {
   const input = /** @type {HTMLInputElement} */ ($('file'));
   input.addEventListener('change', async () => {
     const file = input.files?.[0];
-    if (file) await run(`“${file.name}”`, async () => decodeToMono16k(await file.arrayBuffer()));
+    if (file) await run(`“${file.name}”`, async () => decodeToMono16k(await file.arrayBuffer(), file.name));
     input.value = '';
   });
   $('clear-cache').addEventListener('click', () => worker.postMessage({ type: TO_WORKER.clearCache }));
@@ -113,7 +113,7 @@ async function runSample(sample) {
   await run(`sample “${sample.label}”`, async () => {
     const res = await fetch(sample.src);
     if (!res.ok) throw new Error(`could not load ${sample.src} (HTTP ${res.status})`);
-    return decodeToMono16k(await res.arrayBuffer());
+    return decodeToMono16k(await res.arrayBuffer(), sample.src);
   }, true);
 }
 

@@ -4,7 +4,7 @@
 import { FROM_WORKER, TO_WORKER } from './runtime/contract.js';
 import { clearCache } from './runtime/loader.js';
 import { loadSite } from './runtime/site.js';
-import { splitAtQuiet } from './runtime/chunk.js';
+import { DEFAULT_CHUNKING, splitAtQuiet } from './runtime/chunk.js';
 import { loraNames, switchLora } from './runtime/lora.js';
 
 let site = null;
@@ -67,7 +67,7 @@ async function setLora({ id, name }) {
 async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
   if (!site) throw new Error('the model is not loaded yet');
   const { recogniser, runtime } = site;
-  const chunks = splitAtQuiet(pcm, runtime.sample_rate, chunkSeconds ?? runtime.max_chunk_seconds);
+  const chunks = splitAtQuiet(pcm, runtime.sample_rate, chunkPolicy(runtime, chunkSeconds));
   const texts = [];
   const results = [];
   for (const [start, end] of chunks) {
@@ -81,6 +81,14 @@ async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
   }
   post({ type: FROM_WORKER.done, id, text: texts.filter(Boolean).join(' '), tokens: results.map((r) => r.tokens),
     margins: results.map((r) => r.margins), metrics: summarise(results), lora });
+}
+
+// runtime.json's chunking (older sites: their max_chunk_seconds), its length capped by the page's ?chunk_seconds.
+function chunkPolicy(runtime, chunkSeconds) {
+  const max = runtime.max_chunk_seconds;
+  const policy = runtime.chunking ?? { ...DEFAULT_CHUNKING, max_seconds: max, min_seconds: max / 2, join_seconds: max };
+  if (!chunkSeconds) return policy;
+  return { ...policy, max_seconds: chunkSeconds, min_seconds: chunkSeconds / 2, join_seconds: Math.min(policy.join_seconds, chunkSeconds) };
 }
 
 // Per-transcription metrics over all chunks: TTFT is the first chunk's; rates are totals.

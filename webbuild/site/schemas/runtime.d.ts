@@ -37,6 +37,20 @@ export type Runtime = {
   };
   max_new_tokens: number;
   max_chunk_seconds: number;
+  /** how long audio is cut at pauses (webbuild.reference.chunk.ChunkPolicy; runtime/chunk.js) */
+  chunking: {
+    max_seconds: number;
+    min_seconds: number;
+    join_seconds: number;
+    pause_seconds: number;
+    pause_ratio: number;
+    below_peak: number;
+    keep_seconds: number;
+    floor_seconds: number;
+    frame_seconds: number;
+    smooth_frames: number;
+    tie: number;
+  };
   /** the captured decode's static KV cache length */
   max_positions: number;
   /** 0: the whole prompt in one run */

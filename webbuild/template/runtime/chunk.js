@@ -1,39 +1,153 @@
-// Long audio is cut into chunks the model handles, in the middle of the quietest stretch near the
-// end of each window, so that words are not split and each chunk keeps little silence at its edges.
+// Long audio cut into chunks the model transcribes one at a time, at pauses: the twin of
+// webbuild/reference/chunk.py, whose docstring is the policy. Its numbers come from runtime.json's
+// `chunking` (written by the build from ChunkPolicy), so the page and `webbuild transcribe` cut the same
+// audio at the same samples (tests/test_chunk.py). `Chunker` takes blocks (a microphone's frames) and cuts
+// where splitAtQuiet cuts the whole.
 
-const FRAME_S = 0.02; // energy frame
-const SMOOTH = 5; // frames: a pause is judged over 100 ms, not one frame
+/**
+ * @typedef {{max_seconds: number, min_seconds: number, join_seconds: number, pause_seconds: number,
+ *   pause_ratio: number, below_peak: number, keep_seconds: number, floor_seconds: number,
+ *   frame_seconds: number, smooth_frames: number, tie: number}} ChunkPolicy
+ */
 
-// Returns [start, end) sample ranges covering pcm, each at most maxSeconds long.
-export function splitAtQuiet(pcm, sampleRate, maxSeconds, minSeconds = maxSeconds * 0.5) {
-  const max = Math.floor(maxSeconds * sampleRate);
-  const min = Math.floor(minSeconds * sampleRate);
-  const frame = Math.max(1, Math.floor(FRAME_S * sampleRate));
-  const chunks = [];
-  let start = 0;
-  while (pcm.length - start > max) {
-    const cut = quietest(pcm, start + min, start + max, frame);
-    chunks.push([start, cut]);
-    start = cut;
-  }
-  if (pcm.length > start || !chunks.length) chunks.push([start, pcm.length]);
-  return chunks;
+// ChunkPolicy's defaults, for sites built before runtime.json carried `chunking`
+/** @type {ChunkPolicy} */
+export const DEFAULT_CHUNKING = {
+  max_seconds: 30, min_seconds: 15, join_seconds: 30, pause_seconds: 0.25, pause_ratio: 4, below_peak: 0.01,
+  keep_seconds: 0.1, floor_seconds: 1, frame_seconds: 0.02, smooth_frames: 5, tie: 1e-6,
+};
+
+// The policy in samples and frames at `rate` (chunk.py Sizes).
+/** @param {ChunkPolicy} p @param {number} rate */
+function sizes(p, rate) {
+  const frames = (/** @type {number} */ s) => Math.floor(s / p.frame_seconds + 0.5);
+  const z = {
+    max: Math.floor(p.max_seconds * rate), min: Math.floor(p.min_seconds * rate), join: Math.floor(p.join_seconds * rate),
+    frame: Math.max(1, Math.floor(p.frame_seconds * rate)), pause: Math.max(1, frames(p.pause_seconds)),
+    floor: frames(p.floor_seconds), smooth: p.smooth_frames, keep: Math.floor(p.keep_seconds * rate), look: 0,
+  };
+  z.look = z.max + (z.floor + z.smooth) * z.frame;
+  return z;
 }
 
-// Middle of the first quietest run of frames in [from, to): energy summed over SMOOTH frames.
-function quietest(pcm, from, to, frame) {
-  const energy = [];
-  for (let at = from; at + frame <= to; at += frame) {
+// Per frame, its energy plus the next smooth - 1 frames' (float64, summed in order).
+/** @param {Float32Array} pcm @param {number} frame @param {number} k */
+function smoothed(pcm, frame, k) {
+  const count = Math.floor(pcm.length / frame);
+  const energy = new Float64Array(count);
+  for (let f = 0; f < count; f++) {
     let e = 0;
-    for (let i = at; i < at + frame; i++) e += pcm[i] * pcm[i];
-    energy.push(e);
+    for (let i = f * frame; i < (f + 1) * frame; i++) e += pcm[i] * pcm[i];
+    energy[f] = e;
   }
-  if (!energy.length) return to;
-  const smooth = energy.map((_, i) => energy.slice(i, i + SMOOTH).reduce((a, b) => a + b, 0));
-  const least = Math.min(...smooth);
-  const first = smooth.findIndex((e) => e <= least * (1 + 1e-6));
+  const s = new Float64Array(count);
+  for (let f = 0; f < count; f++) {
+    let e = energy[f];
+    for (let j = 1; j < k; j++) e += f + j < count ? energy[f + j] : 0;
+    s[f] = e;
+  }
+  return s;
+}
+
+// Where each pause of pcm is cut (samples), in order.
+/** @param {Float32Array} pcm @param {ChunkPolicy} p @param {ReturnType<typeof sizes>} z */
+function pauseCuts(pcm, p, z) {
+  const s = smoothed(pcm, z.frame, z.smooth);
+  const count = s.length;
+  const quiet = new Uint8Array(count);
+  for (let f = 0; f < count; f++) {
+    let lo = Infinity, hi = -Infinity;
+    for (let g = Math.max(0, f - z.floor); g <= Math.min(count - 1, f + z.floor); g++) {
+      lo = Math.min(lo, s[g]);
+      hi = Math.max(hi, s[g]);
+    }
+    quiet[f] = s[f] <= lo * p.pause_ratio || s[f] <= hi * p.below_peak ? 1 : 0;
+  }
+  const cuts = [];
+  for (let f = 0; f < count;) {
+    if (!quiet[f]) { f++; continue; }
+    let last = f;
+    while (last + 1 < count && quiet[last + 1]) last++;
+    if (f > 0 && last < count - 1 && last - f + 1 >= z.pause) {
+      const middle = Math.floor(((f + last + z.smooth) / 2) * z.frame + 0.5);
+      cuts.push(Math.max(middle, (last + z.smooth) * z.frame - z.keep));
+    }
+    f = last + 1;
+  }
+  return cuts;
+}
+
+// The middle of the first quietest run of frames of pcm, as an index into it.
+/** @param {Float32Array} pcm @param {ChunkPolicy} p @param {number} frame @param {number} k */
+function quietest(pcm, p, frame, k) {
+  const s = smoothed(pcm, frame, k);
+  if (!s.length) return pcm.length;
+  let least = Infinity;
+  for (const e of s) least = Math.min(least, e);
+  const first = s.findIndex((e) => e <= least * (1 + p.tie));
   let last = first;
-  while (last + 1 < smooth.length && smooth[last + 1] <= least * (1 + 1e-6)) last++;
-  const mid = (first + last + SMOOTH) / 2; // centre of the quiet run, in frames
-  return Math.min(to, from + Math.round(mid * frame));
+  while (last + 1 < s.length && s[last + 1] <= least * (1 + p.tie)) last++;
+  return Math.min(pcm.length, Math.floor(((first + last + k) / 2) * frame + 0.5));
+}
+
+// Where the chunk that starts buf ends; buf holds at least z.look samples unless it reaches the end (final).
+/** @param {Float32Array} buf @param {boolean} final @param {ChunkPolicy} p @param {ReturnType<typeof sizes>} z */
+function nextCut(buf, final, p, z) {
+  const n = buf.length;
+  const cuts = pauseCuts(buf.subarray(0, z.look), p, z).filter((c) => c <= z.max);
+  const joined = cuts.filter((c) => c <= z.join);
+  if (final && n <= z.join && n <= z.max) return n;
+  if (joined.length) return joined[joined.length - 1];
+  if (cuts.length) return cuts[0];
+  if (final && n <= z.max) return n;
+  return z.min + quietest(buf.subarray(z.min, z.max), p, z.frame, z.smooth);
+}
+
+export class Chunker {
+  /** @param {number} rate @param {ChunkPolicy} policy */
+  constructor(rate, policy) {
+    this.policy = policy;
+    this.z = sizes(policy, rate);
+    this.buf = new Float32Array(0);
+    this.start = 0; // sample index of buf[0]
+    this.emitted = 0;
+  }
+
+  // [start, chunk] for every chunk the audio so far decides.
+  /** @param {Float32Array} block @returns {Array<[number, Float32Array]>} */
+  feed(block) {
+    const buf = new Float32Array(this.buf.length + block.length);
+    buf.set(this.buf);
+    buf.set(block, this.buf.length);
+    this.buf = buf;
+    const out = [];
+    while (this.buf.length >= this.z.look) out.push(this.take(nextCut(this.buf, false, this.policy, this.z)));
+    return out;
+  }
+
+  /** @returns {Array<[number, Float32Array]>} */
+  finish() {
+    const out = [];
+    while (this.buf.length || !this.emitted) {
+      out.push(this.take(this.buf.length ? nextCut(this.buf, true, this.policy, this.z) : 0));
+    }
+    return out;
+  }
+
+  /** @param {number} cut @returns {[number, Float32Array]} */
+  take(cut) {
+    const piece = this.buf.subarray(0, cut);
+    this.buf = this.buf.subarray(cut);
+    const start = this.start;
+    this.start += cut;
+    this.emitted++;
+    return [start, piece];
+  }
+}
+
+// [start, end) sample ranges covering pcm, cut at pauses as `policy` says.
+/** @param {Float32Array} pcm @param {number} sampleRate @param {ChunkPolicy} policy @returns {Array<[number, number]>} */
+export function splitAtQuiet(pcm, sampleRate, policy) {
+  const chunker = new Chunker(sampleRate, policy);
+  return [...chunker.feed(pcm), ...chunker.finish()].map(([start, piece]) => [start, start + piece.length]);
 }

@@ -35,7 +35,8 @@ export function kvNames(io, layers) {
  *   graphCapture false decodes every step plainly (the page's ?capture=0).
  * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
  *   chunkSeconds?: number}} TranscribeMessage
- *   pcm: 16 kHz mono, transferred. Unset limits take runtime.json's max_new_tokens and max_chunk_seconds.
+ *   pcm: 16 kHz mono (app/audio.js: the project's resampler), transferred; cut into chunks by runtime.json's
+ *   `chunking` (runtime/chunk.js), chunkSeconds capping its length. Unset, maxNewTokens is runtime.json's.
  * @typedef {{type: 'clear-cache'}} ClearCacheMessage
  *   Delete the model's cached shards (Cache API).
  * @typedef {{type: 'set-lora', id: number, name: string | null}} SetLoraMessage

@@ -67,6 +67,25 @@ def verdict(report: dict) -> str:
             f"{sum(c['ok'] for c in checks)}/{plural(len(checks), 'check')}")
 
 
+def per_rate(report: dict) -> list[str]:
+    """A line per source rate (and channel count) of the compared clips: per provider, the clips whose tokens
+    equal the Python reference's and the largest margin drift."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in report["clips"]:
+        if r.get("rate") and r.get("reference_tokens") is not None and r["error"] is None:
+            groups.setdefault((r["rate"], r.get("channels") or 1), []).append(r)
+    lines = []
+    for (rate, channels), rows in sorted(groups.items()):
+        parts = []
+        for ep in sorted({r["ep"] for r in rows}):
+            mine = [r for r in rows if r["ep"] == ep]
+            drift = max((r["margin_drift"] for r in mine if r["margin_drift"] is not None), default=None)
+            parts.append(f"{ep} {sum(r['difference'] is None for r in mine)}/{len(mine)} tokens equal, "
+                         f"margin drift {_num(drift, '.4f')}")
+        lines.append(f"RATE {rate} Hz{' x' + str(channels) if channels > 1 else ''}: {'; '.join(parts)}")
+    return lines
+
+
 def under_margin(report: dict) -> list[str]:
     """One line per clip that passed under the margin, with its first differing position and margins."""
     return [f"MARGIN clip {r['clip']} ({r['run']}, {r['ep']}): {r['difference']['summary']}"

@@ -55,7 +55,8 @@ class Options:
     browser: str | None = None
     ep: str | None = None  # None: the page's own choice
     clips_eps: tuple[ClipsRun, ...] = ()  # empty: the clips on the samples' page; else a visit per provider
-    clips_max_wer: float | None = None  # None: the site's verify.max_wer
+    clips_max_wer: float | None = None  # the --clips' corpus WER bound; None: the site's verify.max_wer
+    clips_max_clip_wer: float | None = None  # a bound on each --clips clip's own WER; None: not judged per clip
     timeout_s: float = 600
     min_decode_tokens_per_s: dict[str, float] = field(default_factory=dict)  # provider -> floor, over the site's
 
@@ -80,6 +81,20 @@ def read_clips(folder: Path) -> list[Clip]:
     if missing:
         raise VerifyInputError(f"--clips {folder}: no transcript (.txt) for {', '.join(missing[:5])}")
     return [Clip(w.name, w.with_suffix(".txt").read_text().strip(), wav=w, local=w) for w in wavs]
+
+
+def source_format(path: Path | None) -> dict:
+    """A clip's rate and channel count as its WAV header gives them (the e2e summary counts per rate)."""
+    if path is None:
+        return {"rate": None, "channels": None}
+    from webbuild.errors import AudioError
+    from webbuild.reference.wav import wav_info
+
+    try:
+        info = wav_info(path)
+    except AudioError:
+        return {"rate": None, "channels": None}
+    return {"rate": info.rate, "channels": info.channels}
 
 
 @contextlib.contextmanager
@@ -142,14 +157,14 @@ class Reference:
     def transcribe(self, clip: Clip, variant: str, lora: str | None = None) -> Expected | None:
         if self.dist is None or clip.local is None:
             return None
-        from webbuild.reference.audio import read_wav
         from webbuild.reference.transcribe import load_transcriber
 
         if (variant, lora) not in self.loaded:
             self.loaded[variant, lora] = load_transcriber(self.dist, variant, adapter=lora)
         t = self.loaded[variant, lora]
-        decoded = t.decode(read_wav(clip.local))
-        return Expected(t.text(decoded.tokens), decoded.tokens, decoded.margins)
+        chunks = t.decode_file(clip.local)  # cut into chunks as the page cuts them
+        return Expected(t.file_text(chunks), [x for c in chunks for x in c.tokens],
+                        [m for c in chunks for m in c.margins])
 
 
 def query(ep: str | None) -> str:
@@ -216,7 +231,7 @@ def row(clip: Clip, state: dict, ref: Expected | None, max_wer: float | None, ru
         reason = differs
     return {"clip": clip.name, "run": run, "ep": state["info"]["ep"], "expected": clip.text, "got": got,
             "reference": ref and ref.text, "wer": rate, "max_wer": max_wer, "ok": reason is None,
-            "reason": reason and one_line(reason), "error": state["error"], **compared,
+            "reason": reason and one_line(reason), "error": state["error"], **compared, **source_format(clip.local),
             **{k: m.get(k) for k in ("audio_ms", "encoder_ms", "ttft_ms", "prompt_tokens", "prefill_tokens_per_s",
                                      "generated_tokens", "decode_tokens", "decode_ms", "decode_tokens_per_s",
                                      "total_ms", "rtf")}}
@@ -297,7 +312,7 @@ class Verifier:
             self.run_clips(page, samples, state, max_wer, "samples")
             self.lora_runs(page, samples, state, max_wer)
             if clips and not self.opts.clips_eps:
-                self.run_clips(page, clips, state, self.clips_max_wer(max_wer), "clips")
+                self.run_clips(page, clips, state, self.opts.clips_max_clip_wer, "clips")
         page.close()
         return ready
 
@@ -331,16 +346,26 @@ class Verifier:
         self.check("second visit loads the model from the cache", ready and not shard_requests,
                    f"{len(shard_requests)} shard requests; load {self._load_ms('second visit')} ms")
         if ready and runs:
-            self.run_clips(page, runs[0].pick(clips), state, self.clips_max_wer(max_wer), "clips")
+            self.run_clips(page, runs[0].pick(clips), state, self.opts.clips_max_clip_wer, "clips")
         page.close()
         for run in runs[1:]:  # a visit per further provider, the model from the same cache
             page, state, _, ready = self.open(context, url + query(run.ep), f"clips on {run.ep}")
             if ready:
-                self.run_clips(page, run.pick(clips), state, self.clips_max_wer(max_wer), "clips")
+                self.run_clips(page, run.pick(clips), state, self.opts.clips_max_clip_wer, "clips")
             page.close()
 
     def clips_max_wer(self, site_bound: float) -> float:
         return site_bound if self.opts.clips_max_wer is None else self.opts.clips_max_wer
+
+    def corpus_checks(self, site_bound: float) -> None:
+        """The --clips judged as a set: per provider, their corpus WER (all words' errors over all words) within
+        --clips-max-wer (default the site's verify.max_wer); one model error on one clip does not fail a set."""
+        bound = self.clips_max_wer(site_bound)
+        for ep in sorted({r["ep"] for r in self.rows if r["run"] == "clips"}):
+            rows = [r for r in self.rows if r["run"] == "clips" and r["ep"] == ep]
+            rate = corpus_wer([(r["expected"], r["got"]) for r in rows])
+            self.check(f"--clips corpus WER on {ep} within the bound", rate <= bound,
+                       f"{100 * rate:.2f}% over {plural(len(rows), 'clip')}, bound {100 * bound:.2f}%")
 
     def fallback_visit(self, playwright, choice, url, clip: Clip | None, max_wer) -> None:
         browser = br.launch(playwright, choice, webgpu=False)
@@ -421,6 +446,7 @@ class Verifier:
             finally:
                 browser.close()
             self.fallback_visit(pw, choice, url, next(iter(samples or clips), None), max_wer)
+            self.corpus_checks(max_wer)
             self.final_checks(url)
             speeds = self.speed_checks(data.get("min_decode_tokens_per_s") or {})
         return self.report(choice, url, max_wer, speeds, time.monotonic() - t0)

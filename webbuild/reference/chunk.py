@@ -1,0 +1,206 @@
+"""Long audio cut into chunks the model transcribes one at a time: the one policy of the page
+(webbuild/template/runtime/chunk.js, which reads it from runtime.json's `chunking`) and of
+`webbuild transcribe`.
+
+Chunks end in pauses. Energy is measured in frames of `frame_seconds`, each summed with the next
+`smooth_frames - 1` (a pause is judged over 100 ms, not one frame). A frame is quiet when that energy is
+at most `pause_ratio` times the least, or at most `below_peak` times the most, within `floor_seconds`
+either side (the local background and the local speech, whatever the recording's level; two recordings
+joined with different backgrounds still meet in a pause). A pause is a run of quiet frames at least
+`pause_seconds` long that neither starts the chunk (the pause the chunk begins with) nor ends the audio
+looked at. A pause is cut `keep_seconds` before the speech after it (never before its middle), so
+the next chunk starts with a little of its own background, as the clips a model learns from do. The cut
+is the last pause within `join_seconds` of the chunk's start (short sentences travel together up to that
+length; 0: every pause ends a chunk), else the first within `max_seconds`. The rest of the audio is one
+chunk where it has no such pause and is at most `join_seconds` long, or at most `max_seconds` without a
+pause; audio without any pause is cut in the middle of its quietest stretch between `min_seconds` and
+`max_seconds`.
+
+No context carries across: each chunk is transcribed on its own (behind the front-end's lead,
+webbuild.reference.mel) and the texts are joined with a space. A cut depends only on the audio from the
+chunk's start to `max_seconds` + `floor_seconds` + 100 ms after it, so `Chunker` cuts a stream (a file
+read in blocks, a microphone) exactly where split_at_quiet cuts the whole, holding at most that much.
+Both implementations sum energies in float64 in the same order and compare them the same way, so they
+cut at the same samples (tests/test_chunk.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class ChunkPolicy:
+    max_seconds: float = 30.0
+    min_seconds: float = 15.0
+    join_seconds: float = 30.0
+    pause_seconds: float = 0.25
+    pause_ratio: float = 4.0  # 6 dB
+    below_peak: float = 0.01  # 20 dB
+    keep_seconds: float = 0.1
+    floor_seconds: float = 1.0
+    frame_seconds: float = 0.02
+    smooth_frames: int = 5
+    tie: float = 1e-6
+
+    def override(self, max_seconds: float | None = None, join_seconds: float | None = None) -> ChunkPolicy:
+        """This policy with another chunk length (its least half of it) or join length; None keeps them."""
+        out = self if max_seconds is None else replace(self, max_seconds=max_seconds, min_seconds=max_seconds / 2,
+                                                       join_seconds=min(self.join_seconds, max_seconds))
+        return out if join_seconds is None else replace(out, join_seconds=min(join_seconds, out.max_seconds))
+
+    def as_json(self) -> dict:
+        """runtime.json's `chunking`."""
+        return asdict(self)
+
+    @classmethod
+    def of(cls, runtime: dict | None) -> ChunkPolicy:
+        """A built site's policy: runtime.json's `chunking` (older sites: their max_chunk_seconds)."""
+        if runtime and "chunking" in runtime:
+            return cls(**runtime["chunking"])
+        if runtime and "max_chunk_seconds" in runtime:
+            m = float(runtime["max_chunk_seconds"])
+            return replace(cls(), max_seconds=m, min_seconds=m / 2, join_seconds=m)
+        return cls()
+
+
+DEFAULT_POLICY = ChunkPolicy()
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The policy in samples and frames at one rate."""
+
+    max: int
+    min: int
+    join: int
+    frame: int
+    pause: int  # frames
+    floor: int  # frames either side
+    smooth: int  # frames
+    keep: int
+
+    @classmethod
+    def of(cls, policy: ChunkPolicy, rate: int) -> Sizes:
+        frame = max(1, int(policy.frame_seconds * rate))
+        frames = lambda s: int(np.floor(s / policy.frame_seconds + 0.5))  # noqa: E731
+        return cls(int(policy.max_seconds * rate), int(policy.min_seconds * rate), int(policy.join_seconds * rate),
+                   frame, max(1, frames(policy.pause_seconds)), frames(policy.floor_seconds), policy.smooth_frames,
+                   int(policy.keep_seconds * rate))
+
+    @property
+    def look(self) -> int:
+        """Samples looked at for one cut."""
+        return self.max + (self.floor + self.smooth) * self.frame
+
+
+def smoothed(pcm: np.ndarray, frame: int, k: int) -> np.ndarray:
+    """Per frame of `pcm`, its energy plus the next k - 1 frames' (float64, summed in order as chunk.js)."""
+    count = len(pcm) // frame
+    x = pcm[:count * frame].astype(np.float64).reshape(count, frame)
+    energy = np.cumsum(x * x, axis=1)[:, -1] if count else np.zeros(0)
+    padded = np.concatenate([energy, np.zeros(k)])
+    return np.cumsum(np.stack([padded[i:i + count] for i in range(k)], axis=1), axis=1)[:, -1] if count else energy
+
+
+def pause_cuts(pcm: np.ndarray, policy: ChunkPolicy, z: Sizes) -> list[int]:
+    """Where each pause of `pcm` is cut (samples), in order."""
+    s = smoothed(pcm, z.frame, z.smooth)
+    count = len(s)
+    quiet = np.zeros(count, bool)
+    for f in range(count):
+        near = s[max(0, f - z.floor):f + z.floor + 1]
+        quiet[f] = s[f] <= near.min() * policy.pause_ratio or s[f] <= near.max() * policy.below_peak
+    cuts, f = [], 0
+    while f < count:
+        if not quiet[f]:
+            f += 1
+            continue
+        last = f
+        while last + 1 < count and quiet[last + 1]:
+            last += 1
+        if f > 0 and last < count - 1 and last - f + 1 >= z.pause:
+            middle = int(np.floor((f + last + z.smooth) / 2 * z.frame + 0.5))
+            cuts.append(max(middle, (last + z.smooth) * z.frame - z.keep))
+        f = last + 1
+    return cuts
+
+
+def quietest(pcm: np.ndarray, policy: ChunkPolicy, frame: int, k: int) -> int:
+    """The middle of the first quietest run of frames of `pcm`, as an index into it."""
+    s = smoothed(pcm, frame, k)
+    if not len(s):
+        return len(pcm)
+    quiet = s <= s.min() * (1 + policy.tie)
+    first = int(np.argmax(quiet))
+    last = first
+    while last + 1 < len(s) and quiet[last + 1]:
+        last += 1
+    return min(len(pcm), int(np.floor((first + last + k) / 2 * frame + 0.5)))
+
+
+def next_cut(buf: np.ndarray, final: bool, policy: ChunkPolicy, z: Sizes) -> int:
+    """Where the chunk that starts buf ends; buf holds at least z.look samples unless it reaches the end of the
+    audio (final)."""
+    n = len(buf)
+    cuts = [c for c in pause_cuts(buf[:z.look], policy, z) if c <= z.max]
+    joined = [c for c in cuts if c <= z.join]
+    if final and n <= z.join and (n <= z.max):
+        return n
+    if joined:
+        return joined[-1]
+    if cuts:
+        return cuts[0]
+    if final and n <= z.max:
+        return n
+    return z.min + quietest(buf[z.min:z.max], policy, z.frame, z.smooth)
+
+
+def split_at_quiet(pcm: np.ndarray, rate: int, policy: ChunkPolicy = DEFAULT_POLICY) -> list[tuple[int, int]]:
+    """[start, end) sample ranges covering pcm, each at most policy.max_seconds long."""
+    chunks = []
+    chunker = Chunker(rate, policy)
+    for start, piece in chunker.feed(pcm):
+        chunks.append((start, start + len(piece)))
+    for start, piece in chunker.finish():
+        chunks.append((start, start + len(piece)))
+    return chunks
+
+
+class Chunker:
+    """Chunks of a stream of 16 kHz blocks: `feed(block)` yields (start sample, chunk) for every chunk the audio
+    so far decides, `finish()` the rest."""
+
+    def __init__(self, rate: int, policy: ChunkPolicy = DEFAULT_POLICY):
+        self.policy, self.z = policy, Sizes.of(policy, rate)
+        self.buf = np.zeros(0, np.float32)
+        self.start = 0  # sample index of buf[0]
+        self.emitted = 0
+
+    def feed(self, block: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        self.buf = np.concatenate([self.buf, np.asarray(block, np.float32)])
+        while len(self.buf) >= self.z.look:
+            yield self._take(next_cut(self.buf, False, self.policy, self.z))
+
+    def finish(self) -> Iterator[tuple[int, np.ndarray]]:
+        while len(self.buf) or not self.emitted:
+            yield self._take(next_cut(self.buf, True, self.policy, self.z) if len(self.buf) else 0)
+
+    def _take(self, cut: int) -> tuple[int, np.ndarray]:
+        piece, self.buf = self.buf[:cut], self.buf[cut:]
+        start, self.start = self.start, self.start + cut
+        self.emitted += 1
+        return start, piece
+
+
+def chunks_of(blocks: Iterable[np.ndarray], rate: int, policy: ChunkPolicy = DEFAULT_POLICY) -> Iterator[np.ndarray]:
+    """The chunks of a stream of blocks."""
+    chunker = Chunker(rate, policy)
+    for block in blocks:
+        for _, piece in chunker.feed(block):
+            yield piece
+    for _, piece in chunker.finish():
+        yield piece
