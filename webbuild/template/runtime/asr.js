@@ -188,7 +188,7 @@ export class Recogniser {
     const { logits, present } = await this.prefill(ids, audio, prefix.length);
     const tPrefill = performance.now();
     const eos = new Set(this.rt.eos_token_ids);
-    const text = new StreamingDecoder(this.tokens);
+    const text = new StreamingDecoder(/** @type {TokenTable} */ (this.tokens)); // set by create()
     const generated = [], margins = [];
     let tFirst = null;
     // each chosen token: kept and streamed, unless it ends the answer; whether to go on
