@@ -21,7 +21,7 @@ import { loraShapes } from './lora.js';
  * loadSite's options (see there).
  * @typedef {object} SiteOptions
  * @property {string | null} [forceEp]
- * @property {string} [variant]
+ * @property {string | null} [variant] unset or null: this device's choice
  * @property {number} [threads]
  * @property {boolean} [fallback]
  * @property {boolean} [graphCapture] false: every decode step plain
@@ -31,6 +31,7 @@ import { loraShapes } from './lora.js';
  */
 /** @typedef {{ep: 'webgpu' | 'wasm', variant: string}} EpChoice */
 /** @typedef {{manifest: LoadedManifest, runtime: Runtime, loading: LoadOptions, ortModule: Promise<Ort>}} OpenSite */
+/** @typedef {Awaited<ReturnType<typeof loadSite>>} Site  a loaded site */
 
 // Options: forceEp ('wasm': the CPU variant whatever the device offers; 'webgpu': WebGPU even on a
 // software GPU; else WebGPU on a hardware GPU, wasm otherwise); variant (instead of the

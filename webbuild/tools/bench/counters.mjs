@@ -44,7 +44,7 @@ export function installGpuCounters(scope = globalThis) {
   const passPipeline = new WeakMap(); // GPUComputePassEncoder -> name of the pipeline it has set
   /**
    * proto[method] wrapped: before(args) ahead of it, after(its result, args) on its way out.
-   * @template {object} P
+   * @template P
    * @template {keyof P & string} M
    * @param {P | undefined} proto
    * @param {M} method
@@ -147,7 +147,7 @@ export const gpuShortDecode = (nLong) => Math.max(1, Math.floor(nLong / 4));
 // when not counted (ep other than webgpu: the wasm EP makes no WebGPU calls, so zeros would lie; or
 // fewer than 2 tokens). The prompt's encoder and prefill are in both runs and cancel out.
 /**
- * @template {object} R
+ * @template R
  * @param {(n: number) => Promise<R>} decode
  * @param {number} nLong
  * @param {boolean} counted
