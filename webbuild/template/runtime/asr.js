@@ -200,7 +200,7 @@ export class Recogniser {
     this.kvLocation = 'cpu';
   }
 
-  /** @returns {import('onnxruntime-web').InferenceSession.SessionOptions} */
+  /** @returns {import('webbuild-types').OrtSessionOptions} */
   sessionOptions() {
     return { graphOptimizationLevel: 'all', logSeverityLevel: 3 };
   }

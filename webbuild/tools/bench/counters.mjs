@@ -54,6 +54,7 @@ export function installGpuCounters(scope = globalThis) {
   const wrap = (proto, method, before, after) => {
     const f = proto?.[method];
     if (typeof f !== 'function') return;
+    // the wrapper stands in for proto[method], whatever its type
     /** @type {any} */ (proto)[method] = /** @this {P} @param {Args<P[M]>} args */ function (...args) {
       before?.call(this, args);
       const r = f.apply(this, args);

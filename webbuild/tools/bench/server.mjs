@@ -8,7 +8,7 @@ import path from 'node:path';
 /**
  * The server's state: faults by path, the requests served, the waiting nextResult() calls (a posted
  * result is parsed JSON: untyped); url, close(), nextResult() and shardRequests() are set by startServer.
- * @typedef {{root: string, mounts: Record<string, string>, faults: Map<string, any>, log: {path: string, range?: string}[],
+ * @typedef {{root: string, mounts: Record<string, string>, faults: Map<string, string[]>, log: {path: string, range?: string}[],
  *   results: ((value: any) => void)[], [k: string]: any}} Srv
  */
 
