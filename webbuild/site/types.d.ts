@@ -7,5 +7,6 @@ import type * as ort from 'onnxruntime-web';
 export type Ort = typeof ort;
 export type OrtSession = ort.InferenceSession;
 export type OrtTensor = ort.Tensor;
+export type OrtSessionOptions = ort.InferenceSession.SessionOptions;
 export type { Manifest, Variant as ManifestVariant, WasmFit } from './schemas/manifest';
 export type { Runtime, VariantPolicy } from './schemas/runtime';

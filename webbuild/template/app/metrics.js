@@ -1,9 +1,18 @@
 // Formats the worker's numbers into the metrics panel.
 
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
+/**
+ * worker.js summarise()'s per-transcription metrics, as far as the panel shows them.
+ * @typedef {{encoder_ms: number, ttft_ms: number, prefill_tokens_per_s: number, decode_tokens_per_s: number | null,
+ *   generated_tokens: number, rtf: number, chunks: number}} Metrics
+ */
+
+/** @param {number} v */
 const ms = (v) => (v >= 1000 ? `${(v / 1000).toFixed(2)} s` : `${v.toFixed(0)} ms`);
+/** @param {number | null} v */
 const rate = (v) => (v == null ? 'n/a' : `${v.toFixed(1)} tok/s`);
 
+/** @param {import('../runtime/contract.js').ReadyInfo} info */
 export function renderInfo(info) {
   const l = info.load;
   $('m-gpu').textContent = info.gpu;
@@ -11,6 +20,7 @@ export function renderInfo(info) {
   $('m-load').textContent = `${ms(l.total_ms)} (download ${ms(l.download_ms)}, sessions ${ms(l.session_ms)}, warm-up ${ms(l.warmup_ms)})`;
 }
 
+/** @param {Metrics} m */
 export function renderMetrics(m) {
   $('m-encoder').textContent = ms(m.encoder_ms);
   $('m-ttft').textContent = ms(m.ttft_ms);

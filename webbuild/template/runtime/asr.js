@@ -18,6 +18,26 @@ import { LoraInputs } from './lora.js';
 import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 
 /** @typedef {import('webbuild-types').OrtTensor} OrtTensor */
+/** @typedef {import('webbuild-types').Runtime} Runtime */
+/** @typedef {Map<string, Uint8Array>} Files  logical file name -> bytes (loader.js loadFiles) */
+/** @typedef {string | {name: string, device?: GPUDevice}} Provider  'webgpu' | 'wasm', or probe.js webgpuProvider's entry */
+/**
+ * One graph's file names by kind (runtime.json roles): the graph, its external data, its wasm twin, and
+ * for the decoder the embedding table and the step form.
+ * @typedef {{graph: string, data?: string, wasm?: string, embed?: string, step?: string}} GraphFiles
+ */
+/**
+ * A variant's graphs as the recogniser takes them (site.js variantGraphs).
+ * @typedef {{dtype?: 'float16' | 'float32', encoder: GraphFiles, decoder: GraphFiles, decoder_lora?: GraphFiles,
+ *   lora?: Record<string, number[]> | null}} Graphs
+ */
+/** @typedef {Record<string, OrtTensor>} Feeds  tensors by input or output name */
+/** @typedef {(choice: import('./greedy.js').Pick) => boolean} Emit  takes a chosen token; whether to go on */
+/**
+ * transcribe()'s result; timings in ms.
+ * @typedef {{text: string, tokens: number[], margins: number[], timings: {encoder_ms: number, prefill_ms: number,
+ *   prompt_tokens: number, ttft_ms: number, decode_ms: number, decode_tokens: number, total_ms: number, audio_ms: number}}} Transcript
+ */
 /**
  * A decoder session and, on WebGPU, its captured steps; lora: the adapted graph's extra inputs.
  * @typedef {{decoder: import('webbuild-types').OrtSession, steps: CapturedSteps | null, decodeMode: string,
@@ -28,31 +48,44 @@ export class Recogniser {
   // files: Map of logical name -> bytes (from the loader); graphs: the variant's file names by graph,
   // {encoder: {graph, data, wasm}, decoder: {graph, data, wasm, embed}, dtype} (site.js variantGraphs).
   // graphs.decoder_lora and graphs.lora (lora.js loraShapes): the adapted decoder of a build with adapters.
+  /**
+   * @param {import('webbuild-types').Ort} ort
+   * @param {Files} files
+   * @param {Graphs} graphs
+   * @param {Runtime} runtime
+   * @param {Provider} ep
+   */
   static async create(ort, files, graphs, runtime, ep) {
     const r = new Recogniser(ort, runtime, ep);
     await r.loadEncoder(files, graphs.encoder);
     await r.loadDecoder(files, graphs.decoder, graphs.dtype);
     if (graphs.lora && graphs.decoder_lora?.graph) await r.loadAdapted(files, graphs.decoder_lora, graphs.lora);
-    r.tokens = new TokenTable(files.get(runtime.files.tokens));
+    r.tokens = new TokenTable(/** @type {Uint8Array} */ (files.get(runtime.files.tokens)));
     return r;
   }
 
   // The encoder session as the site runs it (tests/test_encoder_webgpu.py drives it alone).
+  /** @param {Files} files @param {GraphFiles} encoder */
   async loadEncoder(files, encoder) {
-    this.encoder = await this.ort.InferenceSession.create(files.get(this.graphFile(encoder)), {
+    this.encoder = await this.ort.InferenceSession.create(/** @type {Uint8Array} */ (files.get(this.graphFile(encoder))), {
       ...this.sessionOptions(), executionProviders: [this.provider], externalData: external(files, encoder.data),
     });
   }
 
   // The decoder session as the site runs it (tests/test_decoder_webgpu.py drives it alone); dtype: of
   // past/present and audio_features.
-  /** @param {'float16' | 'float32'} [dtype] */
+  /**
+   * @param {Files} files
+   * @param {GraphFiles} decoder
+   * @param {'float16' | 'float32'} [dtype]
+   */
   async loadDecoder(files, decoder, dtype = 'float32') {
     this.dtype = dtype;
+    /** @type {DecoderSet} */
     this.base = this.active = await this.decoderSet(files, decoder);
     this.takesIds = this.decoder.inputNames.includes(this.io.input_ids);
     if (!this.takesIds) {
-      const embed = files.get(decoder.embed);
+      const embed = /** @type {Uint8Array} */ (files.get(/** @type {string} */ (decoder.embed))); // such a variant has one
       this.embed = new Float32Array(embed.buffer, embed.byteOffset, embed.byteLength / 4);
     }
   }
@@ -60,19 +93,27 @@ export class Recogniser {
   // The adapted decoder (docs/adapters.md), loaded beside the base one: its lora.* inputs made once
   // (lora.js LoraInputs: zeros, the base model, until an adapter is written into them). The base
   // sessions decode while no adapter is on, so a build's adapters cost the base decode nothing.
+  /**
+   * @param {Files} files
+   * @param {GraphFiles} decoder
+   * @param {Record<string, number[]>} shapes lora.js loraShapes
+   */
   async loadAdapted(files, decoder, shapes) {
-    const device = this.ep === 'webgpu' ? this.provider?.device ?? await this.ort.env.webgpu.device : null;
+    // a provider given by name has no device
+    const device = this.ep === 'webgpu' ? /** @type {{device?: GPUDevice}} */ (this.provider)?.device ?? await this.ort.env.webgpu.device : null;
     const lora = new LoraInputs(this.ort, shapes, this.dtype, device);
     this.adapted = await this.decoderSet(files, decoder, lora);
   }
 
   // A decoder session and, on WebGPU, its captured steps; lora: the adapted graph's extra inputs.
   /**
+   * @param {Files} files
+   * @param {GraphFiles} decoder
    * @param {LoraInputs | null} [lora]
    * @returns {Promise<DecoderSet>}
    */
   async decoderSet(files, decoder, lora = null) {
-    const session = await this.ort.InferenceSession.create(files.get(this.graphFile(decoder)), {
+    const session = await this.ort.InferenceSession.create(/** @type {Uint8Array} */ (files.get(this.graphFile(decoder))), {
       ...this.sessionOptions(),
       executionProviders: [this.provider],
       externalData: external(files, decoder.data),
@@ -86,12 +127,14 @@ export class Recogniser {
   }
 
   // The sessions decoding now: the base ones, or the adapted ones with an adapter on (setLora).
-  get decoder() { return this.active.decoder; }
-  get steps() { return this.active.steps; }
-  get decodeMode() { return this.active.decodeMode; }
+  // (this.active: set by loadDecoder, which create() runs)
+  get decoder() { return /** @type {DecoderSet} */ (this.active).decoder; }
+  get steps() { return /** @type {DecoderSet} */ (this.active).steps; }
+  get decodeMode() { return /** @type {DecoderSet} */ (this.active).decodeMode; }
 
   // An adapter's values (lora.js loraValues in this.dtype) into the adapted sessions' inputs, which then
   // decode; null: the base sessions again. Takes effect at the next transcription.
+  /** @param {import('./lora.js').LoraValues | null} values */
   setLora(values) {
     if (!values) {
       this.active = this.base;
@@ -106,10 +149,15 @@ export class Recogniser {
   // plain prefill; where it cannot be set up, every step runs plainly (decodeMode says which, and why).
   // The adapted steps share the base steps' static buffers (only one set decodes at a time) and bind
   // the adapter inputs once, as capture wants.
+  /**
+   * @param {DecoderSet} set
+   * @param {Files} files
+   * @param {GraphFiles} decoder
+   */
   async loadSteps(set, files, decoder) {
     if (this.ep !== 'webgpu' || !decoder.step || !this.rt.max_positions) return;
     try {
-      set.steps = await CapturedSteps.create(this.ort, this.provider, files.get(decoder.step),
+      set.steps = await CapturedSteps.create(this.ort, this.provider, /** @type {Uint8Array} */ (files.get(decoder.step)),
         external(files, decoder.data), this.d, this.io, this.rt.max_positions, this.dtype,
         { shared: this.base?.steps, extraFeeds: set.lora?.feeds });
       set.decodeMode = 'captured';
@@ -121,11 +169,17 @@ export class Recogniser {
   // Which graph file of `names` ({graph, wasm, ...}) this EP runs. Quantized builds carry wasm twins
   // (webbuild/quantize/wasm_twin.py): the same weights with the int4 ops the wasm build lacks
   // (GatherBlockQuantized) or runs slowly (MatMulNBits) in standard ops.
+  /** @param {GraphFiles} names */
   graphFile(names) {
     return (this.ep === 'wasm' && names.wasm) || names.graph;
   }
 
   // ep: 'webgpu' | 'wasm', or a provider entry such as {name: 'webgpu', device} (probe.js webgpuProvider)
+  /**
+   * @param {import('webbuild-types').Ort} ort
+   * @param {Runtime} runtime
+   * @param {Provider} ep
+   */
   constructor(ort, runtime, ep) {
     this.ort = ort;
     this.rt = runtime;
@@ -140,11 +194,13 @@ export class Recogniser {
     this.dtype = 'float32';
     /** @type {TokenTable | null} */
     this.tokens = null; // the decode table (create)
+    /** @type {Float32Array} */
     this.embed = new Float32Array(0); // the embedding table, for decoders that take inputs_embeds
     this.takesIds = false;
     this.kvLocation = 'cpu';
   }
 
+  /** @returns {import('webbuild-types').OrtSessionOptions} */
   sessionOptions() {
     return { graphOptimizationLevel: 'all', logSeverityLevel: 3 };
   }
@@ -169,8 +225,10 @@ export class Recogniser {
     }
   }
 
+  /** @param {Float32Array} pcm */
   async encode(pcm) {
-    const out = await this.encoder.run({ [this.io.pcm]: new this.ort.Tensor('float32', pcm, [1, pcm.length]) });
+    // this.encoder: set by loadEncoder
+    const out = await /** @type {import('webbuild-types').OrtSession} */ (this.encoder).run({ [this.io.pcm]: new this.ort.Tensor('float32', pcm, [1, pcm.length]) });
     return out[this.io.audio_features];
   }
 
@@ -178,6 +236,7 @@ export class Recogniser {
   /**
    * @param {Float32Array} pcm
    * @param {{maxNewTokens?: number, onToken?: (text: string, token: number) => void, forceSteps?: boolean}} [options]
+   * @returns {Promise<Transcript>}
    */
   async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false } = {}) {
     const t0 = performance.now();
@@ -188,10 +247,12 @@ export class Recogniser {
     const { logits, present } = await this.prefill(ids, audio, prefix.length);
     const tPrefill = performance.now();
     const eos = new Set(this.rt.eos_token_ids);
-    const text = new StreamingDecoder(this.tokens);
-    const generated = [], margins = [];
+    const text = new StreamingDecoder(/** @type {TokenTable} */ (this.tokens)); // set by create()
+    const generated = /** @type {number[]} */ ([]), margins = /** @type {number[]} */ ([]);
+    /** @type {number | null} */
     let tFirst = null;
     // each chosen token: kept and streamed, unless it ends the answer; whether to go on
+    /** @type {Emit} */
     const emit = ({ token, margin }) => {
       if (eos.has(token) && !forceSteps) return false;
       generated.push(token);
@@ -219,6 +280,13 @@ export class Recogniser {
 
   // Greedy decoding after the prefill, from its choice `first`; kv.present: the prefill's cache, then
   // the latest plain step's (the caller disposes it).
+  /**
+   * @param {import('./greedy.js').Pick} first
+   * @param {{present: Feeds}} kv
+   * @param {number} promptLength
+   * @param {number} maxNewTokens
+   * @param {Emit} emit
+   */
   async decode(first, kv, promptLength, maxNewTokens, emit) {
     if (!emit(first)) return;
     const steps = this.steps?.fits(promptLength, maxNewTokens) ? this.steps : null;
@@ -238,18 +306,27 @@ export class Recogniser {
   // the GPU feeds each step's choice to the next, so the CPU only reads the tokens as they come. The
   // steps queued past an end token are wasted work, never output. False when the step graph could not
   // be recorded: the caller then decodes plainly from the prefill's cache.
+  /**
+   * @param {CapturedSteps} steps
+   * @param {Feeds} present the prefill's KV cache
+   * @param {number} promptLength
+   * @param {number} token the prefill's choice
+   * @param {number} maxNewTokens
+   * @param {Emit} emit
+   */
   async decodeCaptured(steps, present, promptLength, token, maxNewTokens, emit) {
     steps.begin(present, promptLength, token);
+    /** @type {Promise<import('./greedy.js').Pick>[]} */
     const queue = [];
     let total = promptLength;
     try {
       for (;;) {
         while (queue.length < IN_FLIGHT && total - promptLength < maxNewTokens - 1) queue.push((await steps.issue(++total)).pick);
-        if (!queue.length || !emit(await queue.shift())) return true;
+        if (!queue.length || !emit(await /** @type {Promise<import('./greedy.js').Pick>} */ (queue.shift()))) return true;
       }
     } catch (e) {
       if (steps.recorded) throw e;
-      plainSteps(this.active, e);
+      plainSteps(/** @type {DecoderSet} */ (this.active), e);
       return false;
     } finally {
       await Promise.allSettled(queue); // read-backs still mapping: their buffers are reused next time
@@ -259,8 +336,14 @@ export class Recogniser {
   // The prompt in one run, or on WebGPU in runs of at most rt.webgpu_prefill_chunk tokens: the
   // build sets that when onnxruntime-web's WebGPU GroupQueryAttention is wrong for longer runs
   // (1.30: 32 or more new tokens, see webbuild/pipeline/assemble.py).
+  /**
+   * @param {number[]} ids the prompt
+   * @param {OrtTensor} audio the encoder's output
+   * @param {number} offset the audio's first position in ids
+   */
   async prefill(ids, audio, offset) {
     const n = (this.ep === 'webgpu' && this.rt.webgpu_prefill_chunk) || ids.length;
+    /** @type {Feeds} */
     let past = this.emptyPast();
     let out = null;
     for (let at = 0; at < ids.length; at += n) {
@@ -303,13 +386,19 @@ export class Recogniser {
   }
 
   // One decoder run with `total` = past + new positions.
+  /**
+   * @param {Feeds} inputs
+   * @param {number} total
+   * @param {Feeds} past
+   * @returns {Promise<{logits: OrtTensor, present: Feeds}>}
+   */
   async step(inputs, total, past) {
     const { Tensor } = this.ort;
     const feeds = {
       ...inputs,
       [this.io.attention_mask]: new Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]),
       ...past,
-      ...this.active.lora?.feeds, // the adapted graph's lora.* inputs
+      .../** @type {DecoderSet} */ (this.active).lora?.feeds, // the adapted graph's lora.* inputs
     };
     const out = await this.decoder.run(feeds);
     this.kvLocation = out[this.kv[0].present].location; // 'gpu-buffer' when the cache stays on the GPU
@@ -325,6 +414,7 @@ export class Recogniser {
     return Object.fromEntries(this.kv.map((n) => [n.past, empty()]));
   }
 
+  /** @param {number[]} ids */
   embedRows(ids) {
     const H = this.d.hidden_size;
     const x = new Float32Array(ids.length * H);
@@ -334,17 +424,27 @@ export class Recogniser {
 }
 
 // External weights as onnxruntime-web wants them: the path as written inside the graph.
+/**
+ * @param {Files} files
+ * @param {string} [name]
+ * @returns {{path: string, data: Uint8Array}[] | undefined}
+ */
 function external(files, name) {
-  return name ? [{ path: name, data: files.get(name) }] : undefined;
+  return name ? [{ path: name, data: /** @type {Uint8Array} */ (files.get(name)) }] : undefined;
 }
 
 // A set whose step graph could not be captured decodes every step plainly (decodeMode says why).
+/**
+ * @param {DecoderSet} set
+ * @param {any} why a caught error: anything may have been thrown
+ */
 function plainSteps(set, why) {
   set.steps = null;
   set.decodeMode = `plain (graph capture unavailable: ${why?.message ?? why})`;
 }
 
 // GPU tensors hold GPU memory until disposed; CPU tensors are left to the collector.
+/** @param {Feeds | null | undefined} tensors */
 function dispose(tensors) {
   for (const t of Object.values(tensors ?? {})) if (t?.location === 'gpu-buffer') t.dispose();
 }

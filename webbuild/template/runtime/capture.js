@@ -104,12 +104,18 @@ export class CapturedSteps {
   }
 
   // Whether a chunk with `prompt` positions and up to `newTokens` steps fits the static cache.
+  /** @param {number} prompt @param {number} newTokens */
   fits(prompt, newTokens) {
     return prompt + newTokens <= this.positions;
   }
 
   // Takes over after the plain prefill: its KV cache (GPU tensors [1, kv, P, hd] by past input name, asr.js) copied head by head
   // into the static buffers, the mask set to P ones, `token` (the prefill's choice) as the first input.
+  /**
+   * @param {Record<string, OrtTensor>} present
+   * @param {number} total
+   * @param {number} token
+   */
   begin(present, total, token) {
     const { num_key_value_heads: heads, head_dim: hd } = this.d;
     const row = hd * BYTES[this.dtype];
@@ -129,6 +135,10 @@ export class CapturedSteps {
 
   // Queues one decode step at position total - 1 (its input: the previous step's choice, or begin()'s
   // token). Resolves once the step is submitted, to {pick}: a promise of the step's {token, margin}.
+  /**
+   * @param {number} total
+   * @returns {Promise<{pick: Promise<import('./greedy.js').Pick>}>}
+   */
   async issue(total) {
     this.device.queue.writeBuffer(this.mask.gpuBuffer, (total - 1) * 8, BigInt64Array.of(1n));
     const out = await (this.recorded ? this.session.run(this.feeds, this.fetches) : this.record());
@@ -196,6 +206,10 @@ class StepBuffers {
   }
 }
 
+/**
+ * @param {GPUBuffer} staging
+ * @returns {Promise<import('./greedy.js').Pick>}
+ */
 async function readPick(staging) {
   await staging.mapAsync(GPUMapMode.READ);
   try {
@@ -207,10 +221,11 @@ async function readPick(staging) {
 }
 
 // One more reference on each buffer's onnxruntime-web registration; true, or why it could not.
+/** @param {GPUBuffer[]} buffers */
 function pin(buffers) {
   const metas = buffers.map((b) => {
     const sym = Object.getOwnPropertySymbols(b).find((s) => s.description === PIN);
-    return sym && b[sym];
+    return sym && /** @type {Record<symbol, any>} */ (/** @type {unknown} */ (b))[sym]; // onnxruntime-web's private field: untyped
   });
   if (!metas.every((m) => Array.isArray(m) && m.length === 2 && typeof m[1] === 'number')) {
     return `onnxruntime-web's '${PIN}' registration is not there`;

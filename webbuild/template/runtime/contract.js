@@ -11,13 +11,22 @@ export const SAMPLES_FILE = 'samples.json'; // beside index.html: the sample cli
 
 // runtime.json's `io` (webbuild/site/contract.py IO): a name, or a template with %d (the layer) and %s
 // (a word) for the per-layer ones, filled in order.
+/**
+ * @param {string} template
+ * @param {...(string | number)} values
+ */
 export function fill(template, ...values) {
   let i = 0;
   return template.replace(/%[ds]/g, () => String(values[i++]));
 }
 
 // The decoder's KV cache names, per layer key then value: {past: its input, present: its output}.
+/**
+ * @param {import('webbuild-types').Runtime['io']} io
+ * @param {number} layers
+ */
 export function kvNames(io, layers) {
+  /** @type {{past: string, present: string}[]} */
   const out = [];
   for (let i = 0; i < layers; i++) {
     out.push({ past: fill(io.past_key, i), present: fill(io.present_key, i) });

@@ -4,6 +4,7 @@
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
 
+/** @param {number} value */
 export function floatToHalf(value) {
   f32[0] = value;
   const x = u32[0];
@@ -23,6 +24,7 @@ export function floatToHalf(value) {
 }
 
 // m >> shift, rounded to nearest, ties to even.
+/** @param {number} m @param {number} shift */
 function roundShift(m, shift) {
   const kept = m >>> shift;
   const rest = m - (kept << shift);
@@ -30,18 +32,21 @@ function roundShift(m, shift) {
   return kept + (rest > half || (rest === half && (kept & 1)) ? 1 : 0);
 }
 
+/** @param {ArrayLike<number>} values */
 export function floatsToHalfs(values) {
   const out = new Uint16Array(values.length);
   for (let i = 0; i < values.length; i++) out[i] = floatToHalf(values[i]);
   return out;
 }
 
+/** @param {ArrayLike<number>} bits half floats' bits */
 export function halfsToFloats(bits) {
   const out = new Float32Array(bits.length);
   for (let i = 0; i < bits.length; i++) out[i] = halfToFloat(bits[i]);
   return out;
 }
 
+/** @param {number} h */
 function halfToFloat(h) {
   const exp = (h >> 10) & 0x1f;
   const frac = h & 0x3ff;

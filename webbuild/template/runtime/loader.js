@@ -15,6 +15,44 @@ export const MANIFEST_FORMAT = 'webbuild-manifest';
 export const MANIFEST_FORMAT_VERSION = 1;
 const CACHE_PREFIX = 'webbuild-';
 
+/** @typedef {import('webbuild-types').Manifest & {url?: string}} LoadedManifest  url: set by loadManifest */
+/** @typedef {import('webbuild-types').Manifest['shards'][number]} Shard */
+/** @typedef {{phase: 'download' | 'verify', loaded: number, total: number, file: string, shard: string}} Progress */
+/** @typedef {{code: string, message: string, shard?: string}} LoadWarning */
+/**
+ * Where verified shards are kept, keyed by absolute shard URL (the Cache API, or a MemoryStore).
+ * @typedef {{
+ *   match(key: string): Promise<Response | undefined>,
+ *   put(key: string, response: Response): Promise<void>,
+ *   delete(key: string): Promise<boolean>,
+ *   keys(): Promise<string[]>,
+ * }} Store
+ */
+/**
+ * @typedef {object} LoadOptions
+ * @property {number} [concurrency] shards in flight
+ * @property {number} [retries]
+ * @property {number} [retryDelayMs]
+ * @property {number} [maxRetryDelayMs]
+ * @property {(p: Progress) => void} [onProgress]
+ * @property {(w: LoadWarning) => void} [onWarning]
+ * @property {AbortSignal} [signal]
+ * @property {Store | null | false} [cache] null or false: no cache; unset: the Cache API where there is one
+ */
+/** @typedef {Required<Omit<LoadOptions, 'cache'>>} Options  LoadOptions with the defaults filled in */
+/** @typedef {{dest: Uint8Array<ArrayBuffer>, at: number, offset: number, length: number}} Target  a part: shard bytes [offset, offset+length) go to dest[at] */
+/** @typedef {{shard: Shard, url: string, targets: Target[], file: string}} Job */
+/**
+ * @typedef {object} LoadState
+ * @property {Store | null} store
+ * @property {Options} o
+ * @property {LoadedManifest} manifest
+ * @property {number} total bytes of all shards to load
+ * @property {Map<string, number>} received shard path -> bytes received so far
+ * @property {number} verified bytes verified
+ * @property {boolean} [cacheOff] set once a put failed
+ */
+
 export class LoadError extends Error {
   /**
    * @param {string} message
@@ -33,6 +71,11 @@ export class LoadError extends Error {
 
 // ---------------------------------------------------------------- manifest
 
+/**
+ * @param {string | URL} baseUrl the model folder, or manifest.json's own URL
+ * @param {LoadOptions} [opts]
+ * @returns {Promise<LoadedManifest>}
+ */
 export async function loadManifest(baseUrl, opts = {}) {
   const url = manifestUrl(baseUrl);
   const o = options(opts);
@@ -53,6 +96,7 @@ export async function loadManifest(baseUrl, opts = {}) {
   return m;
 }
 
+/** @param {string | URL} baseUrl */
 function manifestUrl(baseUrl) {
   const base = new URL(baseUrl, globalThis.location?.href);
   if (base.pathname.endsWith('.json')) return base.href;
@@ -62,12 +106,23 @@ function manifestUrl(baseUrl) {
 
 // ---------------------------------------------------------------- public loading API
 
+/**
+ * @param {LoadedManifest} manifest
+ * @param {string} variant
+ * @param {LoadOptions} [opts]
+ */
 export async function loadVariant(manifest, variant, opts) {
   const v = manifest.variants?.[variant];
   if (!v) throw new LoadError(`unknown variant ${variant}; the build has ${Object.keys(manifest.variants ?? {}).join(', ')}`, { code: 'unknown-file' });
   return loadFiles(manifest, v.files, opts);
 }
 
+/**
+ * @param {LoadedManifest} manifest
+ * @param {Iterable<string>} names logical file names
+ * @param {LoadOptions} [opts]
+ * @returns {Promise<Map<string, Uint8Array<ArrayBuffer>>>} logical name -> its bytes
+ */
 export async function loadFiles(manifest, names, opts = {}) {
   const o = options(opts);
   if (o.signal.aborted) throw o.signal.reason;
@@ -94,6 +149,10 @@ export async function loadFiles(manifest, names, opts = {}) {
 }
 
 // Deletes every cached shard of this model id (all versions). Returns true if a cache existed.
+/**
+ * @param {string} modelId
+ * @param {{cacheStorage?: CacheStorage}} [opts]
+ */
 export async function clearCache(modelId, { cacheStorage = globalThis.caches } = {}) {
   if (!cacheStorage) return false;
   return cacheStorage.delete(CACHE_PREFIX + modelId);
@@ -102,6 +161,10 @@ export async function clearCache(modelId, { cacheStorage = globalThis.caches } =
 // ---------------------------------------------------------------- stores
 
 // Cache API store (page or worker). Keys are absolute shard URLs, which carry the content hash.
+/**
+ * @param {string} modelId
+ * @returns {Promise<Store>}
+ */
 export async function openCacheStore(modelId, cacheStorage = globalThis.caches) {
   const cache = await cacheStorage.open(CACHE_PREFIX + modelId);
   return {
@@ -113,20 +176,34 @@ export async function openCacheStore(modelId, cacheStorage = globalThis.caches) 
 }
 
 // In-memory store with the same interface: for Node, tests, or as a per-process cache.
+/** @implements {Store} */
 export class MemoryStore {
-  constructor() { this.entries = new Map(); }
+  constructor() { /** @type {Map<string, Uint8Array>} */ this.entries = new Map(); }
+  /** @param {string} key */
   async match(key) { const b = this.entries.get(key); return b ? new Response(b) : undefined; }
+  /** @param {string} key @param {Response} response */
   async put(key, response) { this.entries.set(key, new Uint8Array(await response.arrayBuffer())); }
+  /** @param {string} key */
   async delete(key) { return this.entries.delete(key); }
   async keys() { return [...this.entries.keys()]; }
 }
 
 // The store loadFiles opens for `modelId` when opts.cache is unset (the Cache API, or null where there
 // is none). Opened once and passed as `cache` to several loadFiles calls, it warns once.
+/**
+ * @param {string} modelId
+ * @param {LoadOptions} [opts]
+ */
 export async function openModelCache(modelId, opts = {}) {
   return resolveStore(opts.cache, modelId, options(opts));
 }
 
+/**
+ * @param {Store | null | false | undefined} cache
+ * @param {string} modelId
+ * @param {Options} o
+ * @returns {Promise<Store | null>}
+ */
 async function resolveStore(cache, modelId, o) {
   if (cache === null || cache === false) return null;
   if (cache) return cache;
@@ -141,6 +218,11 @@ async function resolveStore(cache, modelId, o) {
 
 // Stale-cache handling: entries of other builds of this model are dropped, so storage does not
 // grow per deploy. Shards unchanged between builds keep their key (same hash) and stay cached.
+/**
+ * @param {Store} store
+ * @param {Set<string>} keep shard URLs of this build
+ * @param {Options} o
+ */
 async function pruneStale(store, keep, o) {
   try {
     for (const key of await store.keys()) if (!keep.has(key)) await store.delete(key);
@@ -151,12 +233,18 @@ async function pruneStale(store, keep, o) {
 
 // ---------------------------------------------------------------- planning
 
+/**
+ * @param {LoadedManifest} manifest
+ * @param {Iterable<string>} requested
+ */
 function plan(manifest, requested) {
   const names = [...new Set(requested)];
   const unknown = names.filter((n) => !Object.hasOwn(manifest.files, n));
   if (unknown.length) throw new LoadError(`manifest has no file(s) ${unknown.join(', ')}`, { code: 'unknown-file' });
   const shards = new Map(manifest.shards.map((s) => [s.path, s]));
+  /** @type {Map<string, Uint8Array<ArrayBuffer>>} */
   const outputs = new Map();
+  /** @type {Map<string, Job>} */
   const jobs = new Map(); // shard path -> {shard, url, targets}
   for (const name of names) {
     const f = manifest.files[name];
@@ -167,13 +255,17 @@ function plan(manifest, requested) {
       const shard = shards.get(p.shard);
       if (!shard || p.offset + p.length > shard.size) throw new LoadError(`${name}: bad part ${p.shard} in manifest`, { code: 'manifest' });
       if (!jobs.has(p.shard)) jobs.set(p.shard, { shard, url: shardUrl(manifest, p.shard), targets: [], file: name });
-      jobs.get(p.shard).targets.push({ dest, at, offset: p.offset, length: p.length });
+      /** @type {Job} */ (jobs.get(p.shard)).targets.push({ dest, at, offset: p.offset, length: p.length });
       at += p.length;
     }
   }
   return { outputs, jobs: [...jobs.values()] };
 }
 
+/**
+ * @param {string} name
+ * @param {number} size
+ */
 function allocate(name, size) {
   try {
     return new Uint8Array(size);
@@ -183,19 +275,28 @@ function allocate(name, size) {
   }
 }
 
+/**
+ * @param {LoadedManifest} manifest
+ * @param {string} path
+ */
 function shardUrl(manifest, path) {
   return new URL(path, manifest.url ?? globalThis.location?.href).href;
 }
 
 // ---------------------------------------------------------------- one shard
 
+/**
+ * @param {Job} job
+ * @param {LoadState} state
+ * @param {AbortSignal} signal
+ */
 async function loadShard(job, state, signal) {
   const { shard } = job;
   // Stream straight into the output when one part is the whole shard (always, for webbuild's
   // own packer); otherwise into a scratch buffer that is copied out after verification.
   const primary = job.targets.find((t) => t.offset === 0 && t.length === shard.size);
   const buf = primary ? primary.dest.subarray(primary.at, primary.at + shard.size) : new Uint8Array(shard.size);
-  const cached = state.store && await fromCache(job, buf, state, signal);
+  const cached = state.store && await fromCache(job, buf, /** @type {LoadState & {store: Store}} */ (state), signal);
   if (!cached) await fromNetwork(job, buf, state, signal);
   state.verified += shard.size;
   state.o.onProgress({ phase: 'verify', loaded: state.verified, total: state.total, file: job.file, shard: shard.path });
@@ -204,6 +305,12 @@ async function loadShard(job, state, signal) {
 }
 
 // True when the store held this shard and it verified.
+/**
+ * @param {Job} job
+ * @param {Uint8Array<ArrayBuffer>} buf
+ * @param {LoadState & {store: Store}} state
+ * @param {AbortSignal} signal
+ */
 async function fromCache(job, buf, state, signal) {
   let res;
   try {
@@ -223,6 +330,12 @@ async function fromCache(job, buf, state, signal) {
 }
 
 // Downloads and verifies one shard; a mismatch is re-downloaded once, then it is an error.
+/**
+ * @param {Job} job
+ * @param {Uint8Array<ArrayBuffer>} buf
+ * @param {LoadState} state
+ * @param {AbortSignal} signal
+ */
 async function fromNetwork(job, buf, state, signal) {
   const { shard } = job;
   for (let attempt = 0; ; attempt++) {
@@ -238,11 +351,19 @@ async function fromNetwork(job, buf, state, signal) {
 // Downloads one shard into buf with retries; false if the body is longer than the manifest says.
 // A retry after a partial body asks for the rest with a Range request when the server allows
 // it, so a dropped connection does not cost the bytes already received.
+/**
+ * @param {Job} job
+ * @param {Uint8Array} buf
+ * @param {LoadState} state
+ * @param {AbortSignal} signal
+ * @param {RequestCache} cacheMode
+ */
 async function download(job, buf, state, signal, cacheMode) {
   let have = 0;
   progress(state, job, 0);
   for (let attempt = 0; ; attempt++) {
     try {
+      /** @type {Record<string, string>} */
       const headers = have ? { Range: `bytes=${have}-` } : {};
       const res = await fetchOnce(job.url, { cache: have ? 'no-store' : cacheMode, headers, signal }, job.shard.path);
       if (have && !resumes(res, have)) have = 0; // server ignored the range: start over
@@ -256,10 +377,19 @@ async function download(job, buf, state, signal, cacheMode) {
   }
 }
 
+/**
+ * @param {Response} res
+ * @param {number} have
+ */
 function resumes(res, have) {
   return res.status === 206 && /^bytes (\d+)-/.exec(res.headers.get('content-range') ?? '')?.[1] === String(have);
 }
 
+/**
+ * @param {Job} job
+ * @param {Uint8Array<ArrayBuffer>} buf
+ * @param {LoadState} state
+ */
 async function cachePut(job, buf, state) {
   if (!state.store || state.cacheOff) return;
   try {
@@ -279,8 +409,17 @@ async function cachePut(job, buf, state) {
 
 // Copies a response body into buf from `start`; onBytes(bytes in buf so far). Returns the byte
 // count, or buf.length + 1 as soon as the body turns out longer than buf (it is then corrupt).
+/**
+ * @param {Response} res
+ * @param {Uint8Array} buf
+ * @param {number} start
+ * @param {(n: number) => void} onBytes
+ * @param {AbortSignal} signal
+ * @returns {Promise<number>}
+ */
 async function readBody(res, buf, start, onBytes, signal) {
   let n = start;
+  /** @param {Uint8Array} chunk */
   const put = (chunk) => {
     if (n + chunk.length > buf.length) return false;
     buf.set(chunk, n);
@@ -290,12 +429,16 @@ async function readBody(res, buf, start, onBytes, signal) {
   };
   if (!res.body?.getReader) return put(new Uint8Array(await res.arrayBuffer())) ? n : buf.length + 1;
   const byob = byobReader(res.body);
-  const reader = byob ?? res.body.getReader();
+  // either reader, read below with a view only when it is the BYOB one
+  const reader = /** @type {{read(view?: Uint8Array<ArrayBuffer>): Promise<ReadableStreamReadResult<Uint8Array<ArrayBuffer>>>, cancel(): Promise<void>}} */ (
+    byob ?? res.body.getReader());
+  /** @type {ArrayBuffer | null} */
   let scratch = byob && (scratchPool.pop() ?? new ArrayBuffer(SCRATCH_BYTES));
   try {
     for (;;) {
       if (signal.aborted) throw signal.reason;
-      const { done, value } = await (byob ? reader.read(new Uint8Array(scratch)) : reader.read());
+      const { done, value } = await (byob ? reader.read(new Uint8Array(/** @type {ArrayBuffer} */ (scratch)))
+ : reader.read());
       if (byob && value) scratch = value.buffer; // the read transferred it; this is ours again
       if (done) return n;
       if (!put(value)) return buf.length + 1;
@@ -310,8 +453,10 @@ async function readBody(res, buf, start, onBytes, signal) {
 // garbage outgrows the collector and the tab peaks far above one copy of the model. BYOB reads
 // land in a few reused scratch buffers instead.
 const SCRATCH_BYTES = 1 << 20;
+/** @type {ArrayBuffer[]} */
 const scratchPool = [];
 
+/** @param {ReadableStream<Uint8Array>} body */
 function byobReader(body) {
   try {
     return body.getReader({ mode: 'byob' });
@@ -320,11 +465,20 @@ function byobReader(body) {
   }
 }
 
+/**
+ * @param {Uint8Array<ArrayBuffer>} bytes
+ * @param {string} sha256 hex
+ */
 async function verify(bytes, sha256) {
   const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
   return Array.from(digest, (b) => b.toString(16).padStart(2, '0')).join('') === sha256;
 }
 
+/**
+ * @param {LoadState} state
+ * @param {Job} job
+ * @param {number} n bytes of this shard received
+ */
 function progress(state, job, n) {
   state.received.set(job.shard.path, n);
   let loaded = 0;
@@ -334,6 +488,12 @@ function progress(state, job, n) {
 
 // ---------------------------------------------------------------- fetch, retry, pool
 
+/**
+ * @param {string} url
+ * @param {RequestInit} init
+ * @param {Options} o
+ * @param {string} what the file, for messages
+ */
 async function fetchRetrying(url, init, o, what) {
   for (let attempt = 0; ; attempt++) {
     try {
@@ -344,6 +504,11 @@ async function fetchRetrying(url, init, o, what) {
   }
 }
 
+/**
+ * @param {string} url
+ * @param {RequestInit} init
+ * @param {string} what the file, for messages
+ */
 async function fetchOnce(url, init, what) {
   let res;
   try {
@@ -362,12 +527,23 @@ async function fetchOnce(url, init, what) {
   throw err;
 }
 
+/**
+ * @param {string} message
+ * @param {unknown} [cause]
+ */
 function transient(message, cause) {
   const err = new LoadError(message, { code: 'network', cause });
   err.retryable = true;
   return err;
 }
 
+/**
+ * @param {any} e a caught error: anything may have been thrown
+ * @param {number} attempt
+ * @param {Options} o
+ * @param {AbortSignal} signal
+ * @param {string} what the file, for messages
+ */
 async function backoffOrThrow(e, attempt, o, signal, what) {
   if (signal.aborted) throw signal.reason;
   // Anything that is not our own LoadError (a TypeError from fetch or from a body stream
@@ -382,6 +558,10 @@ async function backoffOrThrow(e, attempt, o, signal, what) {
   await sleep(delay, signal);
 }
 
+/**
+ * @param {number} ms
+ * @param {AbortSignal} signal
+ */
 function sleep(ms, signal) {
   return /** @type {Promise<void>} */ (new Promise((resolve, reject) => {
     const t = setTimeout(() => { signal.removeEventListener('abort', onAbort); resolve(); }, ms);
@@ -392,6 +572,13 @@ function sleep(ms, signal) {
 
 // Runs worker over items, `limit` at a time. The first failure aborts the rest, and the call
 // settles only after every lane stopped, so nothing writes to the outputs after it returns.
+/**
+ * @template T
+ * @param {T[]} items
+ * @param {number} limit
+ * @param {(item: T) => Promise<void>} worker
+ * @param {AbortController} ctl
+ */
 async function runPool(items, limit, worker, ctl) {
   let next = 0;
   let failure;
@@ -410,6 +597,10 @@ async function runPool(items, limit, worker, ctl) {
   if (ctl.signal.aborted) throw ctl.signal.reason;
 }
 
+/**
+ * @param {LoadOptions} opts
+ * @returns {Options}
+ */
 function options(opts) {
   return {
     concurrency: opts.concurrency ?? 4,

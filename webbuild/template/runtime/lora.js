@@ -15,32 +15,52 @@ import { loadFiles } from './loader.js';
 
 /** @typedef {import('webbuild-types').Ort} Ort */
 /** @typedef {import('webbuild-types').OrtTensor} OrtTensor */
+/** @typedef {import('webbuild-types').Manifest} Manifest */
+/** @typedef {NonNullable<Manifest['adapters']>[string]} Adapter  a manifest `adapters` entry */
+/** @typedef {Adapter['tensors'][string]} AdapterTensor */
+/** @typedef {Record<string, Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer>>} LoraValues  input name -> values [K * N], row-major */
 
 const BLOCK = 32; // int8: MatMulNBits' 8-bit blocks along K
 const ZERO_POINT = 128;
 
 // The adapters a build ships, by name (the page's picker), in the manifest's order.
+/** @param {Manifest | null | undefined} manifest */
 export function loraNames(manifest) {
   return Object.keys(manifest?.adapters ?? {});
 }
 
 // {input name: [K, N]} shared by every adapter of the build (null without adapters).
+/**
+ * @param {Manifest | null | undefined} manifest
+ * @returns {Record<string, number[]> | null}
+ */
 export function loraShapes(manifest) {
   const first = Object.values(manifest?.adapters ?? {})[0];
   return first ? Object.fromEntries(Object.entries(first.tensors).map(([name, t]) => [name, t.shape])) : null;
 }
 
 // One adapter's file, through the loader: its own shards only, verified and cached like the model's.
+/**
+ * @param {import('./loader.js').LoadedManifest} manifest
+ * @param {string} name
+ * @param {import('./loader.js').LoadOptions} [loading]
+ */
 export async function loadLoraFile(manifest, name, loading = {}) {
   const entry = manifest.adapters?.[name];
   if (!entry) throw new Error(`no adapter ${JSON.stringify(name)}; the build has ${loraNames(manifest).join(', ') || 'none'}`);
   const files = await loadFiles(manifest, [entry.file], loading);
-  return { entry, bytes: files.get(entry.file) };
+  return { entry, bytes: /** @type {Uint8Array} */ (files.get(entry.file)) };
 }
 
 // Switches a loaded site (site.js loadSite) to adapter `name`, or back to the base model (null): the
 // next transcription runs with it. loading: the loader's options (site.loading, with its progress
 // callbacks). Returns the name now on, or null.
+/**
+ * @param {{recogniser: import('./asr.js').Recogniser, manifest: import('./loader.js').LoadedManifest,
+ *   loading: import('./loader.js').LoadOptions}} site
+ * @param {string | null} name
+ * @param {import('./loader.js').LoadOptions} [loading]
+ */
 export async function switchLora(site, name, loading = site.loading) {
   if (!name) {
     site.recogniser.setLora(null);
@@ -53,12 +73,25 @@ export async function switchLora(site, name, loading = site.loading) {
 
 // {input name: typed array [K * N], row-major} of an adapter file in the graph's float type: Float32Array
 // for 'float32', float16 bits (Uint16Array, as onnxruntime-web takes float16 data) for 'float16'.
+/**
+ * @param {Uint8Array} bytes the adapter file
+ * @param {Adapter} entry
+ * @param {'float16' | 'float32'} [dtype]
+ */
 export function loraValues(bytes, entry, dtype = 'float32') {
+  /** @type {LoraValues} */
   const out = {};
   for (const [name, t] of Object.entries(entry.tensors)) out[name] = tensorValues(bytes, entry.precision, t, dtype);
   return out;
 }
 
+/**
+ * @param {Uint8Array} bytes
+ * @param {Adapter['precision']} precision
+ * @param {AdapterTensor} t
+ * @param {'float16' | 'float32'} dtype
+ * @returns {Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer>}
+ */
 function tensorValues(bytes, precision, t, dtype) {
   const [k, n] = t.shape;
   if (precision === 'fp16' && dtype === 'float16') return view(bytes, Uint16Array, t.offset, k * n).slice();
@@ -69,6 +102,10 @@ function tensorValues(bytes, precision, t, dtype) {
   return dtype === 'float16' ? floatsToHalfs(f32) : f32;
 }
 
+/**
+ * @param {string} precision
+ * @returns {never}
+ */
 function unknownPrecision(precision) {
   throw new Error(`adapter precision ${JSON.stringify(precision)}: this runtime reads int8, fp16 and fp32`);
 }
@@ -76,10 +113,15 @@ function unknownPrecision(precision) {
 // MatMulNBits' 8-bit layout of a [K, N] matrix: codes [N][ceil(K / 32) * 32] (column n of the matrix in
 // K order, K padded), zero point 128, float32 scales [N][ceil(K / 32)]. Element [k, n] is
 // (q[n][k] - 128) * scale[n][floor(k / 32)]; returned row-major [K, N], as the graph input is.
+/**
+ * @param {Uint8Array} bytes
+ * @param {AdapterTensor} t
+ */
 export function dequantizeInt8(bytes, { shape: [k, n], offset, scales_offset: scalesOffset }) {
   const blocks = Math.ceil(k / BLOCK);
   const codes = view(bytes, Uint8Array, offset, n * blocks * BLOCK);
-  const scales = view(bytes, Float32Array, scalesOffset, n * blocks);
+  // an int8 tensor has its scales (the build writes scales_offset for int8 only)
+  const scales = view(bytes, Float32Array, /** @type {number} */ (scalesOffset), n * blocks);
   const out = new Float32Array(k * n);
   for (let col = 0; col < n; col++) {
     const row = col * blocks * BLOCK;
@@ -90,6 +132,14 @@ export function dequantizeInt8(bytes, { shape: [k, n], offset, scales_offset: sc
 
 // A typed view of `count` elements at byte `offset` of `bytes` (a Uint8Array); a copy where the offset
 // does not fall on the element size (the file's offsets are multiples of 4, the array may not start on one).
+/**
+ * @template {Uint8Array | Uint16Array | Float32Array} T
+ * @param {Uint8Array} bytes
+ * @param {{new (buffer: ArrayBufferLike, byteOffset?: number, length?: number): T, BYTES_PER_ELEMENT: number, name: string}} Type
+ * @param {number} offset
+ * @param {number} count
+ * @returns {T}
+ */
 function view(bytes, Type, offset, count) {
   const at = bytes.byteOffset + offset;
   if (offset + count * Type.BYTES_PER_ELEMENT > bytes.byteLength) throw new Error(`adapter file: ${Type.name} at ${offset} runs past its end`);
@@ -118,6 +168,7 @@ export class LoraInputs {
   }
 
   // A zero-filled GPU tensor (WebGPU zero-initialises new buffers): the base model until an adapter is written.
+  /** @param {number[]} dims */
   gpuTensor(dims) {
     if (!this.device) throw new Error('GPU tensors need the sessions\' GPUDevice');
     const bytes = dims[0] * dims[1] * (this.dtype === 'float16' ? 2 : 4);
@@ -126,6 +177,10 @@ export class LoraInputs {
     return this.ort.Tensor.fromGpuBuffer(buffer, { dataType: this.dtype, dims });
   }
 
+  /**
+   * @param {number[]} dims
+   * @param {Float32Array | Uint16Array | null} [data]
+   */
   cpuTensor(dims, data = null) {
     const Type = this.dtype === 'float16' ? Uint16Array : Float32Array;
     return new this.ort.Tensor(this.dtype, data ?? new Type(dims[0] * dims[1]), dims);
@@ -133,6 +188,7 @@ export class LoraInputs {
 
   // An adapter's values (loraValues in this dtype) into the inputs: written into the same GPU buffers,
   // or new CPU tensors.
+  /** @param {LoraValues} values */
   set(values) {
     for (const [name, dims] of Object.entries(this.shapes)) {
       const data = values[name];

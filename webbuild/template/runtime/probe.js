@@ -2,6 +2,21 @@
 // Runs in the worker (navigator.gpu exists in dedicated workers). "GPU" here is WebGPU's GPUAdapter
 // (the API's name for it); "adapter" elsewhere in the runtime is a LoRA adapter (lora.js).
 
+/**
+ * What probeWebGPU found: gpuAdapter null and why, or the adapter and what it offers.
+ * @typedef {object} GpuProbe
+ * @property {GPUAdapter | null} gpuAdapter
+ * @property {string} [reason] why there is no adapter
+ * @property {string} [description]
+ * @property {boolean} [fallback] WebGPU's fallback adapter
+ * @property {boolean} [software] a software renderer (softwareGpu)
+ * @property {Set<string>} [features]
+ * @property {boolean} [shaderF16]
+ * @property {{maxBufferSize: number, maxStorageBufferBindingSize: number}} [limits]
+ */
+/** @typedef {{vendor?: string, architecture?: string, device?: string, description?: string}} GpuInfo */
+
+/** @returns {Promise<GpuProbe>} */
 export async function probeWebGPU() {
   if (!globalThis.navigator?.gpu) return { gpuAdapter: null, reason: 'this browser has no WebGPU (navigator.gpu is missing)' };
   let gpuAdapter;
@@ -11,6 +26,7 @@ export async function probeWebGPU() {
     return { gpuAdapter: null, reason: `WebGPU adapter request failed: ${e.message}` };
   }
   if (!gpuAdapter) return { gpuAdapter: null, reason: 'WebGPU is present but no adapter is available (disabled, blocklisted or no GPU)' };
+  /** @type {Partial<GPUAdapterInfo>} */
   const info = gpuAdapter.info ?? {};
   // GPUAdapterInfo.isFallbackAdapter, or GPUAdapter's in browsers before it moved
   const fallback = Boolean(info.isFallbackAdapter ?? /** @type {{isFallbackAdapter?: boolean}} */ (gpuAdapter).isFallbackAdapter);
@@ -30,6 +46,10 @@ export async function probeWebGPU() {
 // page takes wasm there. Known by WebGPU's fallback-adapter flag, else by the name of a software renderer.
 const SOFTWARE_RENDERERS = /swiftshader|llvmpipe|lavapipe|softpipe|software|microsoft basic render driver/i;
 
+/**
+ * @param {GpuInfo} info
+ * @param {boolean} [fallback]
+ */
 export function softwareGpu(info, fallback = false) {
   return fallback || SOFTWARE_RENDERERS.test([info.vendor, info.architecture, info.device, info.description].join(' '));
 }
@@ -40,12 +60,17 @@ export function softwareGpu(info, fallback = false) {
 // get a device without the subgroups feature, and onnxruntime takes its subgroup-free attention path.
 export const MIN_SUBGROUP_SIZE = 8;
 
+/**
+ * @param {GPUAdapter | null} gpuAdapter
+ * @returns {Promise<'webgpu' | {name: 'webgpu', device: GPUDevice}>}
+ */
 export async function webgpuProvider(gpuAdapter) {
   const min = gpuAdapter?.info?.subgroupMinSize;
-  if (!gpuAdapter?.features.has('subgroups') || !(min < MIN_SUBGROUP_SIZE)) return 'webgpu';
+  if (!gpuAdapter?.features.has('subgroups') || !(/** @type {number} */ (min) < MIN_SUBGROUP_SIZE)) return 'webgpu';
+  /** @type {Record<string, number>} */
   const requiredLimits = {};
-  for (const key in gpuAdapter.limits) requiredLimits[key] = gpuAdapter.limits[key];
-  const requiredFeatures = [...gpuAdapter.features].filter((f) => !f.startsWith('subgroup'));
+  for (const key in gpuAdapter.limits) requiredLimits[key] = /** @type {Record<string, number>} */ (/** @type {unknown} */ (gpuAdapter.limits))[key];
+  const requiredFeatures = /** @type {GPUFeatureName[]} */ ([...gpuAdapter.features]).filter((f) => !f.startsWith('subgroup'));
   return { name: 'webgpu', device: await gpuAdapter.requestDevice({ requiredFeatures, requiredLimits }) };
 }
 
@@ -54,11 +79,22 @@ export async function webgpuProvider(gpuAdapter) {
 // first; webbuild/site/contract.py VARIANTS) that the manifest ships and the EP may run (its entry's
 // `providers`: wasm runs fp32), on WebGPU one whose `requires` the GPU has (fp16 needs shader-f16,
 // which software renderers and many Linux drivers lack).
+/**
+ * @param {import('webbuild-types').Manifest} manifest
+ * @param {GpuProbe} gpu
+ * @param {string | null | undefined} forceEp
+ * @param {string[]} [order]
+ * @returns {{ep: 'webgpu' | 'wasm', variant: string}}
+ */
 export function chooseVariant(manifest, gpu, forceEp, order = Object.keys(manifest.variants ?? {})) {
   const variants = manifest.variants ?? {};
   const names = order.filter((name) => name in variants);
-  const runs = (name, ep) => variants[name].providers.includes(ep);
-  const fits = (name) => (variants[name].requires ?? []).every((f) => gpu.features?.has(f));
+  /** @param {string} name @param {'webgpu' | 'wasm'} ep */
+  // providers: the build writes them for every variant (pipeline/stages.py), though the schema has them optional
+  const runs = (name, ep) => /** @type {('webgpu' | 'wasm')[]} */ (variants[name].providers).includes(ep);
+  /** @param {string} name */
+  const fits = (name) =>
+ (variants[name].requires ?? []).every((f) => gpu.features?.has(f));
   if (forceEp === 'wasm' || !gpu.gpuAdapter || (gpu.software && forceEp !== 'webgpu')) {
     return { ep: 'wasm', variant: names.find((name) => runs(name, 'wasm')) ?? names[0] };
   }

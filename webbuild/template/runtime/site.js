@@ -9,6 +9,30 @@ import { chooseVariant, probeWebGPU, webgpuProvider } from './probe.js';
 import { Recogniser } from './asr.js';
 import { loraShapes } from './lora.js';
 
+/** @typedef {import('webbuild-types').Ort} Ort */
+/** @typedef {import('webbuild-types').Runtime} Runtime */
+/** @typedef {import('./loader.js').LoadedManifest} LoadedManifest */
+/** @typedef {import('./loader.js').LoadOptions} LoadOptions */
+/** @typedef {import('./probe.js').GpuProbe} GpuProbe */
+/** @typedef {import('./asr.js').Graphs} Graphs */
+/** @typedef {import('./asr.js').GraphFiles} GraphFiles */
+/** @typedef {import('./loader.js').Progress | {phase: 'session' | 'warmup', loaded: number, total: number}} SiteProgress */
+/**
+ * loadSite's options (see there).
+ * @typedef {object} SiteOptions
+ * @property {string | null} [forceEp]
+ * @property {string | null} [variant] unset or null: this device's choice
+ * @property {number} [threads]
+ * @property {boolean} [fallback]
+ * @property {boolean} [graphCapture] false: every decode step plain
+ * @property {(manifest: LoadedManifest) => void} [onManifest]
+ * @property {(p: SiteProgress) => void} [onProgress]
+ * @property {(w: import('./loader.js').LoadWarning) => void} [onWarning]
+ */
+/** @typedef {{ep: 'webgpu' | 'wasm', variant: string}} EpChoice */
+/** @typedef {{manifest: LoadedManifest, runtime: Runtime, loading: LoadOptions, ortModule: Promise<Ort>}} OpenSite */
+/** @typedef {Awaited<ReturnType<typeof loadSite>>} Site  a loaded site */
+
 // Options: forceEp ('wasm': the CPU variant whatever the device offers; 'webgpu': WebGPU even on a
 // software GPU; else WebGPU on a hardware GPU, wasm otherwise); variant (instead of the
 // choice for this device); threads (wasm threads; by default up to 4 where the page is cross-origin
@@ -17,6 +41,10 @@ import { loraShapes } from './lora.js';
 // gpu in the result: probe.js probeWebGPU()'s.
 // Returns {ort, manifest, runtime, gpu, ep, variant, notice, recogniser, modelBytes, load: {*_ms}, loading}
 // (loading: the loader's options and cache store, for the adapters' files: lora.js switchLora).
+/**
+ * @param {string | URL} manifestUrl
+ * @param {SiteOptions} [opts]
+ */
 export async function loadSite(manifestUrl, opts = {}) {
   const t0 = performance.now();
   const site = await openSite(manifestUrl, opts);
@@ -29,7 +57,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   const files = await loadFiles(manifest, [...manifest.variants[variant].files, ...shared], site.loading);
   const tDownload = performance.now();
   const ort = await site.ortModule;
-  configureOrt(ort, files.get(runtime.files.ort_wasm), opts.threads ?? defaultThreads());
+  configureOrt(ort, /** @type {Uint8Array} */ (files.get(runtime.files.ort_wasm)), opts.threads ?? defaultThreads());
   opts.onProgress?.({ phase: 'session', loaded: 0, total: 1 });
   const made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, files, gpu,
     graphCapture: opts.graphCapture ?? true }, opts.fallback ?? true);
@@ -47,6 +75,11 @@ export async function loadSite(manifestUrl, opts = {}) {
 }
 
 // Why the page runs on wasm when it was not asked to (null otherwise).
+/**
+ * @param {EpChoice} pick
+ * @param {GpuProbe} gpu
+ * @param {string | null} [forceEp]
+ */
 export function choiceNotice(pick, gpu, forceEp) {
   if (pick.ep !== 'wasm' || forceEp === 'wasm') return null;
   if (gpu.gpuAdapter && gpu.software) {
@@ -57,9 +90,14 @@ export function choiceNotice(pick, gpu, forceEp) {
 
 // The build's estimate of a variant's wasm memory (manifest entry `wasm`, webbuild/pipeline/wasm_budget.py):
 // where it exceeds what a tab gets, say so before downloading rather than fail with std::bad_alloc.
+/**
+ * @param {import('webbuild-types').Manifest} manifest
+ * @param {string} variant
+ */
 export function refuseUnfit(manifest, variant) {
   const wasm = manifest.variants[variant]?.wasm;
   if (!wasm || wasm.fits !== false) return;
+  /** @param {number} n bytes */
   const gib = (n) => (n / 2 ** 30).toFixed(1);
   throw new Error(`This model needs WebGPU: its WebAssembly fallback needs ${gib(wasm.need_bytes)} GiB, ` +
     `more than the ${gib(wasm.budget_bytes)} GiB a browser tab gets.`);
@@ -67,13 +105,20 @@ export function refuseUnfit(manifest, variant) {
 
 // The manifest, runtime.json and (a promise of) onnxruntime-web by the name runtime.json gives; the
 // loader's options with one cache store for every download of this load.
+/**
+ * @param {string | URL} manifestUrl
+ * @param {SiteOptions} opts
+ * @returns {Promise<OpenSite>}
+ */
 async function openSite(manifestUrl, opts) {
   const manifest = await loadManifest(manifestUrl);
   opts.onManifest?.(manifest);
+  /** @type {LoadOptions} */
   const loading = { onProgress: opts.onProgress, onWarning: opts.onWarning };
   loading.cache = await openModelCache(manifest.model_id, loading);
   // no progress events: the page's bar shows the model's bytes
   const bytes = (await loadFiles(manifest, [RUNTIME_FILE], { ...loading, onProgress: undefined })).get(RUNTIME_FILE);
+  /** @type {Runtime} */
   const runtime = JSON.parse(new TextDecoder().decode(bytes));
   const ortModule = import(new URL(`../${runtime.files.ort_module}`, import.meta.url).href);
   return { manifest, runtime, loading, ortModule };
@@ -82,11 +127,18 @@ async function openSite(manifestUrl, opts) {
 // A manifest variant entry ({files, requires, dtype, providers, encoder: 'encoder.fp16.onnx', decoder_data: ...}) as
 // the recogniser takes it: its file names by graph, through runtime.json's role table; with the shapes
 // of the adapters' inputs (lora) where the variant has an adapted decoder and the build adapters.
+/**
+ * @param {import('webbuild-types').ManifestVariant} entry
+ * @param {Runtime['roles']} roles
+ * @param {import('webbuild-types').Manifest | null} [manifest]
+ * @returns {Graphs}
+ */
 export function variantGraphs(entry, roles, manifest = null) {
-  const graphs = { dtype: entry.dtype };
+  const graphs = /** @type {Graphs} */ ({ dtype: entry.dtype }); // the graphs set below
   for (const [graph, table] of Object.entries(roles)) {
-    const names = Object.fromEntries(Object.entries(table).map(([kind, role]) => [kind, entry[role]]));
-    if (graph !== 'decoder_lora' || names.graph) graphs[graph] = names; // the adapted decoder: builds with adapters
+    // a role names a file of the entry
+    const names = /** @type {GraphFiles} */ (Object.fromEntries(Object.entries(table).map(([kind, role]) => [kind, entry[role]])));
+    if (graph !== 'decoder_lora' || names.graph) /** @type {Record<string, GraphFiles>} */ (/** @type {unknown} */ (graphs))[graph] = names; // the adapted decoder: builds with adapters
   }
   if (graphs.decoder_lora) graphs.lora = loraShapes(manifest);
   return graphs;
@@ -97,6 +149,11 @@ function defaultThreads() {
   return globalThis.crossOriginIsolated ? Math.min(4, globalThis.navigator?.hardwareConcurrency || 1) : 1;
 }
 
+/**
+ * @param {Ort} ort
+ * @param {Uint8Array} wasmBinary
+ * @param {number} threads
+ */
 function configureOrt(ort, wasmBinary, threads) {
   ort.env.wasm.wasmBinary = wasmBinary; // from the verified shards: no second download
   ort.env.wasm.numThreads = threads;
@@ -106,8 +163,19 @@ function configureOrt(ort, wasmBinary, threads) {
 // WebGPU first; a session that fails there (missing kernel, lost device) falls back to wasm
 // with a notice instead of leaving the page dead. The fallback runs the wasm EP's own variant
 // (fp32 and its twin graphs; the fp16 graphs have int4 lookups wasm cannot run), fetched only then.
+/**
+ * @param {OpenSite & {ort: Ort}} site
+ * @param {{ep: 'webgpu' | 'wasm', variant: string, files: import('./asr.js').Files, gpu: GpuProbe, graphCapture: boolean}} choice
+ * @param {boolean} fallback
+ * @returns {Promise<EpChoice & {recogniser: Recogniser, notice?: string}>}
+ */
 async function createRecogniser(site, { ep, variant, files, gpu, graphCapture }, fallback) {
   const { ort, manifest, runtime, loading } = site;
+  /**
+   * @param {string} v the variant
+   * @param {import('./asr.js').Files} vFiles
+   * @param {import('./asr.js').Provider} provider
+   */
   const create = (v, vFiles, provider) => {
     const graphs = variantGraphs(manifest.variants[v], runtime.roles, manifest);
     if (!graphCapture) { // every decode step plain (runtime/capture.js)

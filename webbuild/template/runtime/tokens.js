@@ -2,6 +2,7 @@
 // u32 count, u32 offsets[count + 1], then the bytes of every token back to back.
 
 export class TokenTable {
+  /** @param {Uint8Array} bytes */
   constructor(bytes) {
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     this.count = view.getUint32(0, true);
@@ -10,6 +11,7 @@ export class TokenTable {
     this.data = bytes.subarray(4 * (this.count + 2));
   }
 
+  /** @param {number} id */
   bytes(id) {
     if (id < 0 || id >= this.count) return new Uint8Array(0);
     return this.data.subarray(this.offsets[id], this.offsets[id + 1]);
@@ -19,12 +21,14 @@ export class TokenTable {
 // Streaming detokeniser: a token may end inside a multi-byte character, which TextDecoder's
 // stream mode holds back until the next token completes it.
 export class StreamingDecoder {
+  /** @param {TokenTable} table */
   constructor(table) {
     this.table = table;
     this.decoder = new TextDecoder('utf-8');
     this.text = '';
   }
 
+  /** @param {number} id */
   push(id) {
     this.text += this.decoder.decode(this.table.bytes(id), { stream: true });
     return this.text;
@@ -39,12 +43,21 @@ export class StreamingDecoder {
 // The transcript inside the model's answer `language English<asr_text>TEXT<|im_end|>`
 // (same rule as webbuild.reference.prompt.parse_answer). While streaming, nothing is shown before the
 // text marker arrives.
+/**
+ * @param {string} decoded
+ * @param {import('webbuild-types').Runtime['answer']} answer
+ * @param {boolean} [final] the whole answer: without the text marker, all of it
+ */
 export function answerText(decoded, answer, final = false) {
   const at = decoded.indexOf(answer.text_start);
   if (at < 0) return final ? clean(decoded, answer) : '';
   return clean(decoded.slice(at + answer.text_start.length), answer);
 }
 
+/**
+ * @param {string} text
+ * @param {import('webbuild-types').Runtime['answer']} answer
+ */
 function clean(text, answer) {
   return text.split(answer.end).join('').split('<|endoftext|>').join('').trim();
 }

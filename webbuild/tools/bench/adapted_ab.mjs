@@ -18,37 +18,56 @@ import { startServer } from './server.mjs';
 import { mean, quantile } from './stats.mjs';
 
 const USAGE = 'adapted_ab.mjs DIST [--rounds R] [--decode-tokens N] [--warm-tokens W]';
+/** @typedef {import('../../template/runtime/site.js').Site} Site */
+/** @typedef {import('../../template/runtime/asr.js').Recogniser} Recogniser */
+/** @typedef {import('webbuild-types').Runtime} Runtime */
+
+/** @param {string} line */
 const log = (line) => console.error(`[adapted-ab] ${line}`);
 
 // The adapted sessions released (GPU memory and their captured step with them); the base ones stay.
+/** @param {Recogniser} rec */
 async function dropAdapted(rec) {
-  const set = rec.adapted;
+  const set = /** @type {import('../../template/runtime/asr.js').DecoderSet} */ (rec.adapted); // called with one
   rec.adapted = null;
   rec.active = rec.base;
   await set.steps?.session.release();
   await set.decoder.release();
-  for (const t of Object.values(set.lora.feeds)) t.gpuBuffer?.destroy();
+  for (const t of Object.values(/** @type {import('../../template/runtime/lora.js').LoraInputs} */ (set.lora).feeds)) t.gpuBuffer?.destroy();
 }
 
 // The adapted sessions created again from the variant's files and warmed up, as loadSite does.
+/**
+ * @param {{site: typeof import('../../template/runtime/site.js'), loader: typeof import('../../template/runtime/loader.js')}} m
+ * @param {Site} site
+ */
 async function restoreAdapted(m, site) {
   const { manifest, runtime, variant, recogniser: rec } = site;
   const graphs = m.site.variantGraphs(manifest.variants[variant], runtime.roles, manifest);
   const files = await m.loader.loadFiles(manifest, manifest.variants[variant].files, site.loading);
-  await rec.loadAdapted(files, graphs.decoder_lora, graphs.lora);
+  // a build with adapters: both are there
+  await rec.loadAdapted(files, /** @type {import('../../template/runtime/asr.js').GraphFiles} */ (graphs.decoder_lora),
+    /** @type {Record<string, number[]>} */ (graphs.lora));
   await rec.warmUp();
 }
 
 // One timed synthetic decode of the base (n steps after two seconds of silence, as bench.mjs's).
+/**
+ * @param {Recogniser} rec
+ * @param {Runtime} runtime
+ * @param {number} n
+ */
 async function timedDecode(rec, runtime, n) {
   const silence = new Float32Array(2 * runtime.sample_rate);
+  /** @type {number[]} */
   const stamps = [];
-  const clock = globalThis.__gpuTiming;
+  // installDawn installed it
+  const clock = /** @type {import('./timing.mjs').GpuTiming} */ (/** @type {import('./timing.mjs').GpuScope} */ (globalThis).__gpuTiming);
   const c0 = { ms: clock.callMs, calls: clock.calls };
   await rec.transcribe(silence, { maxNewTokens: n + 1, forceSteps: true, onToken: () => stamps.push(performance.now()) });
   const steps = stamps.slice(1).map((t, i) => t - stamps[i]);
   return {
-    median_ms: quantile(steps, 0.5), mean_ms: mean(steps),
+    median_ms: /** @type {number} */ (quantile(steps, 0.5)), mean_ms: mean(steps), // median: of n >= 1 steps
     call_ms_per_token: (clock.callMs - c0.ms) / steps.length, calls_per_token: (clock.calls - c0.calls) / steps.length,
   };
 }
@@ -58,11 +77,14 @@ async function main() {
   installDawn();
   const srv = await startServer(o.dir);
   try {
+    /** @param {string} rel */
     const load = (rel) => import(pathToFileURL(path.join(o.dir, rel)).href);
+    /** @type {{site: typeof import('../../template/runtime/site.js'), loader: typeof import('../../template/runtime/loader.js')}} */
     const m = { site: await load('runtime/site.js'), loader: await load('runtime/loader.js') };
     const site = await m.site.loadSite(`${srv.url}model/`, { forceEp: 'webgpu', fallback: false, onWarning: () => {} });
     const rec = site.recogniser;
     if (!rec.adapted) throw new Error(`${o.dir}: no adapted decoder (a build with adapters, on WebGPU, has one)`);
+    /** @type {({round: number, arm: string, decode: string} & Awaited<ReturnType<typeof timedDecode>>)[]} */
     const phases = [];
     for (let r = 0; r < o.rounds; r++) {
       for (const arm of r % 2 ? ['without', 'with'] : ['with', 'without']) { // ABBA: drift cancels
@@ -74,6 +96,7 @@ async function main() {
         log(`round ${r} ${arm} adapted sessions: ${t.median_ms.toFixed(2)} ms/token median, ${t.call_ms_per_token.toFixed(2)} ms in WebGPU calls`);
       }
     }
+    /** @param {string} name */
     const arm = (name) => {
       const ps = phases.filter((p) => p.arm === name);
       return { median_ms: mean(ps.map((p) => p.median_ms)), mean_ms: mean(ps.map((p) => p.mean_ms)),

@@ -35,10 +35,24 @@ import { gpuTimingPerToken } from './timing.mjs';
 import { decodeWav } from './wav.mjs';
 
 const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--max-new-tokens N] [--session-config K=V]... [--adapter NAME]';
+/** @typedef {import('../../template/runtime/site.js').Site} Site */
+/** @typedef {import('../../template/runtime/asr.js').Recogniser} Recogniser */
+/** @typedef {import('./timing.mjs').GpuScope} GpuScope */
+/**
+ * The site's modules (siteModules).
+ * @typedef {{contract: typeof import('../../template/runtime/contract.js'), site: typeof import('../../template/runtime/site.js'),
+ *   asr: typeof import('../../template/runtime/asr.js'), lora: typeof import('../../template/runtime/lora.js')}} SiteModules
+ */
+/** @type {{repeat: number, threads: number, variant: string | null, maxClips: number, maxNewTokens: number, graphCapture: number, adapter: string}} */
 const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity, maxNewTokens: 0, graphCapture: 1, adapter: '' };
 
 // The site's modules, from the built folder (asr.js: the same module instance site.js runs).
+/**
+ * @param {string} dir
+ * @returns {Promise<SiteModules>}
+ */
 async function siteModules(dir) {
+  /** @param {string} rel */
   const load = (rel) => import(pathToFileURL(path.join(dir, rel)).href);
   const [contract, site, asr, lora] = await Promise.all([
     load('runtime/contract.js'), load('runtime/site.js'), load('runtime/asr.js'), load('runtime/lora.js')]);
@@ -46,10 +60,20 @@ async function siteModules(dir) {
 }
 
 // The site's sample clips and their expected texts, as the page lists them.
+/**
+ * @param {SiteModules} m
+ * @param {string} dir
+ * @returns {Promise<{src: string, text: string}[]>}
+ */
 async function sampleClips(m, dir) {
   return JSON.parse(await readFile(path.join(dir, m.contract.SAMPLES_FILE), 'utf8')).samples;
 }
 
+/**
+ * @param {SiteModules} m
+ * @param {import('./server.mjs').Srv} srv
+ * @param {ReturnType<typeof parseArgs<typeof OPTIONS>>} o
+ */
 async function loadModel(m, srv, o) {
   if (Object.keys(o.sessionConfig).length) { // config entries to try on top of the site's own session options
     const own = m.asr.Recogniser.prototype.sessionOptions;
@@ -79,7 +103,13 @@ async function loadModel(m, srv, o) {
 // One transcription with per-token timestamps (onToken fires once per generated token, right
 // after the decoder run that produced it): the gaps between them are the decode step times. stamps and
 // ids (the token ids) are for timing.mjs, not the report.
+/**
+ * @param {Recogniser} rec
+ * @param {Float32Array} pcm
+ * @param {Parameters<Recogniser['transcribe']>[1]} [opts]
+ */
 async function timedTranscribe(rec, pcm, opts = {}) {
+  /** @type {number[]} */
   const stamps = [];
   const r = await rec.transcribe(pcm, { ...opts, onToken: () => stamps.push(performance.now()) });
   const steps = stamps.slice(1).map((t, i) => t - stamps[i]);
@@ -93,20 +123,28 @@ async function timedTranscribe(rec, pcm, opts = {}) {
 
 // The adapter switched on, off and on again (lora.js switchLora), each switch timed and its WebGPU calls
 // counted (counters.mjs totals, kernels left out; null on the wasm EP, which makes none).
+/**
+ * @param {SiteModules} m
+ * @param {Site} site
+ * @param {string} name the adapter
+ */
 async function countedSwitches(m, site, name) {
-  const c = site.ep === 'webgpu' ? globalThis.__gpuCounters : null;
+  const c = site.ep === 'webgpu' ? /** @type {GpuScope} */ (globalThis).__gpuCounters : null;
+  /** @type {{to: string | null, ms: number, counts: object | null}[]} */
   const switches = [];
   for (const to of [name, null, name]) {
     const s0 = c?.snapshot();
     const t0 = performance.now();
     await m.lora.switchLora(site, to);
-    const { kernels, ...counts } = c ? gpuCountsDelta(s0, c.snapshot()) : {};
+    // s0 is there with c
+    const { kernels, ...counts } = c ? gpuCountsDelta(/** @type {import('./counters.mjs').GpuCounts} */ (s0), c.snapshot()) : {};
     switches.push({ to, ms: performance.now() - t0, counts: c ? counts : null });
   }
   log(`adapter ${name}: on, off and on again in ${switches.map((s) => s.ms.toFixed(0)).join(', ')} ms`);
   return switches;
 }
 
+/** @param {string} line */
 const log = (line) => console.error(`[bench] ${line}`); // progress on stderr; the report alone on stdout
 
 async function main() {
@@ -118,12 +156,13 @@ async function main() {
     const model = await loadModel(m, srv, o);
     const loraSwitches = o.adapter ? await countedSwitches(m, model.site, o.adapter) : null;
     if (model.info.ep === 'webgpu') { // timing.mjs: the decoder's runs, or the captured decode's steps
-      globalThis.__gpuTiming?.watchRun(model.rec.decoder);
-      if (model.rec.steps) globalThis.__gpuTiming?.watchRun(model.rec.steps, 'issue');
+      /** @type {GpuScope} */ (globalThis).__gpuTiming?.watchRun(model.rec.decoder);
+      if (model.rec.steps) /** @type {GpuScope} */ (globalThis).__gpuTiming?.watchRun(model.rec.steps, 'issue');
     }
     const heapLoaded = wasmHeapBytes();
     log(`loaded: ${model.info.ep} ${model.info.variant} on ${model.info.gpu} in ${model.load.total_ms.toFixed(0)} ms`);
     const clipOpts = o.maxNewTokens ? { maxNewTokens: o.maxNewTokens } : {};
+    /** @type {({src: string, expected: string, match: boolean, token_ids: number[]} & Omit<Awaited<ReturnType<typeof timedTranscribe>>, 'stamps' | 'ids'>)[]} */
     const clips = [];
     for (const c of (await sampleClips(m, o.dir)).slice(0, o.maxClips)) {
       const pcm = decodeWav(new Uint8Array(await readFile(path.join(o.dir, c.src))), model.runtime.sample_rate);
@@ -138,10 +177,12 @@ async function main() {
     // A shorter one first: WebGPU calls per token are the difference (counters.mjs).
     // Then the long one's time per token cut into phases, and a separate GPU-timed decode (timing.mjs).
     const silence = new Float32Array(2 * model.runtime.sample_rate);
+    /** @param {number} n */
     const synthDecode = (n) => timedTranscribe(model.rec, silence, { maxNewTokens: n + 1, forceSteps: true });
     const { result: synth, counters_per_token } = await gpuCountedDecodes(synthDecode, o.decodeTokens, model.info.ep === 'webgpu');
     const timing_per_token = await gpuTimingPerToken(synthDecode, synth);
     const clipSteps = clips.flatMap((c) => c.steps);
+    /** @param {'encoder_ms' | 'ttft_ms' | 'prefill_ms' | 'prompt_tokens' | 'prefill_tokens_per_s'} k */
     const median = (k) => quantile(clips.map((c) => c[k]), 0.5);
     console.log(JSON.stringify({
       bench: 'webbuild-node', node: process.version, dir: o.dir, session_config: o.sessionConfig, ...model.info, load: model.load,

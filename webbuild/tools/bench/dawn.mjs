@@ -32,9 +32,18 @@ export function installDawn() {
 // copy such views into an ordinary ArrayBuffer first.
 function shimWriteBuffer() {
   const write = GPUQueue.prototype.writeBuffer;
+  /**
+   * @this {GPUQueue}
+   * @param {GPUBuffer} buffer
+   * @param {number} offset
+   * @param {GPUAllowSharedBufferSource} data
+   * @param {number} [dataOffset]
+   * @param {number} [size]
+   */
   GPUQueue.prototype.writeBuffer = function (buffer, offset, data, dataOffset, size) {
-    if (typeof SharedArrayBuffer !== 'undefined' && (data instanceof SharedArrayBuffer || data?.buffer instanceof SharedArrayBuffer)) {
-      data = data instanceof SharedArrayBuffer ? new Uint8Array(data).slice() : data.slice();
+    if (typeof SharedArrayBuffer !== 'undefined' && (data instanceof SharedArrayBuffer || /** @type {ArrayBufferView} */ (data)?.buffer instanceof SharedArrayBuffer)) {
+      // a view on a SharedArrayBuffer: a typed array (onnxruntime-web writes those)
+      data = data instanceof SharedArrayBuffer ? new Uint8Array(data).slice() : /** @type {Uint8Array} */ (data).slice();
     }
     return write.call(this, buffer, offset, data, ...[dataOffset, size].filter((v) => v !== undefined));
   };
@@ -44,8 +53,10 @@ function shimWriteBuffer() {
 // wants {buffer}.
 function shimBindGroups() {
   const createBindGroup = GPUDevice.prototype.createBindGroup;
+  /** @this {GPUDevice} @param {GPUBindGroupDescriptor} desc */
   GPUDevice.prototype.createBindGroup = function (desc) {
-    const entries = desc.entries.map((e) => (e.resource instanceof GPUBuffer ? { ...e, resource: { buffer: e.resource } } : e));
+    // onnxruntime-web passes an array (the type allows any iterable)
+    const entries = /** @type {GPUBindGroupEntry[]} */ (desc.entries).map((e) => (e.resource instanceof GPUBuffer ? { ...e, resource: { buffer: e.resource } } : e));
     return createBindGroup.call(this, { ...desc, entries });
   };
 }

@@ -1,8 +1,10 @@
 // The wasm heap of onnxruntime-web's module: every WebAssembly.Memory an instantiation imports or
 // exports, watched from the moment this module is imported (before onnxruntime-web loads its wasm).
 // A wasm memory only grows, so its size at any point is the peak so far: what a tab must grant.
+/** @type {Set<WebAssembly.Memory>} */
 const memories = new Set();
 
+/** @param {object | undefined} o an imports or exports object */
 const scan = (o) => {
   for (const v of Object.values(o ?? {})) {
     if (v instanceof WebAssembly.Memory) memories.add(v);
@@ -10,9 +12,11 @@ const scan = (o) => {
   }
 };
 
+// the two functions wrapped as they are: their overloads' arguments and results pass through untyped
+/** @typedef {Record<string, (...args: any[]) => Promise<any>>} Instantiators */
 for (const name of ['instantiate', 'instantiateStreaming']) {
-  const original = WebAssembly[name];
-  WebAssembly[name] = async (...args) => {
+  const original = /** @type {Instantiators} */ (/** @type {unknown} */ (WebAssembly))[name];
+  /** @type {Instantiators} */ (/** @type {unknown} */ (WebAssembly))[name] = async (...args) => {
     const r = await original.apply(WebAssembly, args);
     scan(args[1]);
     scan((r.instance ?? r).exports);

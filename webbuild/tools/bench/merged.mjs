@@ -17,6 +17,17 @@ import { spread } from './stats.mjs';
 
 const USAGE = 'merged.mjs DIR [--model model.onnx] [--ep wasm|webgpu] [--decode-tokens N] [--prompt-tokens N] [--ort DIR] [--session-config K=V]...';
 
+/** @typedef {typeof import('onnxruntime-web')} Ort */
+/** @typedef {import('onnxruntime-web').InferenceSession} InferenceSession */
+/** @typedef {import('onnxruntime-web').InferenceSession.OnnxValueMapType} Outputs */
+
+/**
+ * @param {Ort} ort
+ * @param {string} type the graph's float type: 'float32', else float16
+ * @param {number} n
+ * @param {number[]} dims
+ * @param {number} seed
+ */
 function floats(ort, type, n, dims, seed) {
   // a fixed pseudo-random pattern in [-1, 1): decode speed does not depend on the values
   const x = Float32Array.from({ length: n }, (_, i) => (((i * 2654435761 + seed * 40503) >>> 0) % 2000) / 1000 - 1);
@@ -32,28 +43,49 @@ function floats(ort, type, n, dims, seed) {
 }
 
 // Shapes the graph leaves symbolic (genai names the head size `kv_cache_dim`) come from its genai_config.json.
+/**
+ * @param {InferenceSession} session
+ * @param {string} dir
+ */
 async function describe(session, dir) {
   const genai = JSON.parse(await readFile(path.join(dir, 'genai_config.json'), 'utf8').catch(() => '{}')).model?.decoder ?? {};
-  const meta = Object.fromEntries((session.inputMetadata ?? []).map((m) => [m.name, m]));
+  // the decoder's inputs are tensors
+  const meta = /** @type {Record<string, import('onnxruntime-web').InferenceSession.TensorValueMetadata>} */ (
+    Object.fromEntries((session.inputMetadata ?? []).map((m) => [m.name, m])));
   const embeds = meta.inputs_embeds;
   if (!embeds) throw new Error(`${session.inputNames.join(', ')}: no inputs_embeds input (build the peer with exclude_embeds=true)`);
   const pasts = session.inputNames.filter((n) => n.startsWith('past_key_values.'));
   const kv = meta[pasts[0]].shape;
-  const dim = (v, fallback) => (Number.isInteger(v) ? v : fallback);
-  const g = { type: embeds.type, hidden: dim(embeds.shape.at(-1), genai.hidden_size), pasts, kvHeads: dim(kv[1], genai.num_key_value_heads), headDim: dim(kv[3], genai.head_size) };
+  /** @param {number | string | undefined} v a dimension: a number, or a symbol's name @param {number | undefined} fallback */
+  const dim = (v, fallback) => (Number.isInteger(v) ? /** @type {number} */ (v) : fallback);
+  // the dimensions are checked to be numbers just below
+  const g = /** @type {{type: import('onnxruntime-web').Tensor.Type, hidden: number, pasts: string[], kvHeads: number, headDim: number}} */ (
+    { type: embeds.type, hidden: dim(embeds.shape.at(-1), genai.hidden_size), pasts, kvHeads: dim(kv[1], genai.num_key_value_heads), headDim: dim(kv[3], genai.head_size) });
   if (![g.hidden, g.kvHeads, g.headDim].every(Number.isInteger)) throw new Error(`${dir}: graph shapes are symbolic and no genai_config.json gives them`);
   return g;
 }
 
 // preferredOutputLocation for present.{i}.key|value: the layer count from genai_config.json, else a
 // generous bound (names a graph lacks are ignored).
+/** @param {string} dir */
 async function presentOnGpu(dir) {
   const genai = JSON.parse(await readFile(path.join(dir, 'genai_config.json'), 'utf8').catch(() => '{}'));
   const layers = genai.model?.decoder?.num_hidden_layers ?? 256;
   return Object.fromEntries(Array.from({ length: layers }, (_, i) => ['key', 'value'].map((k) => [`present.${i}.${k}`, 'gpu-buffer'])).flat());
 }
 
+/**
+ * @param {Ort} ort
+ * @param {InferenceSession} session
+ * @param {Awaited<ReturnType<typeof describe>>} g
+ * @param {{promptTokens: number, decodeTokens: number}} o
+ */
 async function run(ort, session, g, o) {
+  /**
+   * @param {import('onnxruntime-web').Tensor} embeds
+   * @param {number} total
+   * @param {Outputs} [past] the previous step's outputs
+   */
   const feeds = (embeds, total, past) => ({
     inputs_embeds: embeds, attention_mask: int64(ort, new Array(total).fill(1), [1, total]),
     ...Object.fromEntries(g.pasts.map((n) => [n, past?.[n.replace('past_key_values', 'present')]
@@ -95,7 +127,8 @@ async function main() {
   // a shorter decode first: WebGPU calls per token are the difference (counters.mjs); then the long
   // one's time per token cut into phases and a GPU-timed decode (timing.mjs; the inputs are synthetic,
   // so there are no token ids to compare)
-  if (o.ep === 'webgpu') globalThis.__gpuTiming?.watchRun(session);
+  if (o.ep === 'webgpu') /** @type {import('./timing.mjs').GpuScope} */ (globalThis).__gpuTiming?.watchRun(session);
+  /** @param {number} n */
   const decode = (n) => run(ort, session, g, { ...o, decodeTokens: n });
   const { result: r, counters_per_token } = await gpuCountedDecodes(decode, o.decodeTokens, o.ep === 'webgpu');
   const timing_per_token = await gpuTimingPerToken(decode, r);

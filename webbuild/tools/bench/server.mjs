@@ -5,10 +5,20 @@ import http from 'node:http';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 
+/**
+ * The server's state: faults by path, the requests served, the waiting nextResult() calls (a posted
+ * result is parsed JSON: untyped); url, close(), nextResult() and shardRequests() are set by startServer.
+ * @typedef {{root: string, mounts: Record<string, string>, faults: Map<string, string[]>, log: {path: string, range?: string}[],
+ *   results: ((value: any) => void)[], [k: string]: any}} Srv
+ */
+
 // mounts: {'/runtime/': dir} serves extra folders; POST /result resolves srv.nextResult().
+/**
+ * @param {string} root
+ * @param {{mounts?: Record<string, string>}} [opts]
+ */
 export async function startServer(root, { mounts = {} } = {}) {
-  /** @type {{root: string, mounts: Record<string, string>, faults: Map<string, any>, log: {path: string}[],
-   *   results: ((value: any) => void)[], [k: string]: any}} */
+  /** @type {Srv} */
   const srv = { root, mounts, faults: new Map(), log: [], results: [] };
   srv.nextResult = () => new Promise((resolve) => srv.results.push(resolve));
   const server = http.createServer((req, res) => handle(srv, req, res).catch((e) => {
@@ -22,8 +32,13 @@ export async function startServer(root, { mounts = {} } = {}) {
   return srv;
 }
 
+/**
+ * @param {Srv} srv
+ * @param {http.IncomingMessage} req
+ * @param {http.ServerResponse} res
+ */
 async function handle(srv, req, res) {
-  const urlPath = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+  const urlPath = decodeURIComponent(new URL(/** @type {string} */ (req.url), 'http://x').pathname); // a server's request has one
   if (req.method === 'POST' && urlPath === '/result') return postResult(srv, req, res);
   srv.log.push({ path: urlPath, range: req.headers.range });
   const fault = srv.faults.get(urlPath)?.shift();
@@ -57,13 +72,19 @@ async function handle(srv, req, res) {
   res.end(body);
 }
 
+/** @param {string | undefined} range */
 function rangeStart(range) {
   const m = /^bytes=(\d+)-$/.exec(range ?? '');
   return m ? Number(m[1]) : 0;
 }
 
+/** @type {Record<string, string>} */
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.mjs': 'text/javascript', '.json': 'application/json' };
 
+/**
+ * @param {Srv} srv
+ * @param {string} urlPath
+ */
 function resolvePath(srv, urlPath) {
   const clean = path.normalize(urlPath);
   for (const [prefix, dir] of Object.entries(srv.mounts)) {
@@ -72,6 +93,11 @@ function resolvePath(srv, urlPath) {
   return path.join(srv.root, clean);
 }
 
+/**
+ * @param {Srv} srv
+ * @param {http.IncomingMessage} req
+ * @param {http.ServerResponse} res
+ */
 async function postResult(srv, req, res) {
   let text = '';
   for await (const chunk of req) text += chunk;

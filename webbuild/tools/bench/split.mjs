@@ -17,9 +17,28 @@ const USAGE = 'split.mjs MODEL_DIR [--ep wasm|webgpu] [--decode-tokens N] [--aud
 
 // Sessions for the three graphs. Decoders share one external data file as published
 // (decoder_weights.data), or have one each (<graph>.data, as int4 re-exports do).
+/** @typedef {typeof import('onnxruntime-web')} Ort */
+/** @typedef {import('onnxruntime-web').InferenceSession} InferenceSession */
+/** @typedef {import('onnxruntime-web').InferenceSession.SessionOptions} SessionOptions */
+/**
+ * The export's config.json, as far as it is read here.
+ * @typedef {{decoder: {hidden_size: number, vocab_size: number}, special_tokens: {pad_token_id: number, audio_pad_token_id: number},
+ *   embed_tokens_dtype: string}} SplitConfig
+ */
+
+/**
+ * @param {Ort} ort
+ * @param {string} dir
+ * @param {string} ep
+ * @param {boolean} kvOnGpu
+ * @param {Record<string, string>} extra session config entries
+ */
 async function sessions(ort, dir, ep, kvOnGpu, extra) {
+  /** @type {SessionOptions} */
   const opts = { executionProviders: [ep], graphOptimizationLevel: 'all', logSeverityLevel: 3, extra };
+  /** @type {SessionOptions} */
   const kv = kvOnGpu ? { preferredOutputLocation: { present_keys: 'gpu-buffer', present_values: 'gpu-buffer' } } : {};
+  /** @param {string} name */
   const decoder = async (name) => ort.InferenceSession.create(await fileBytes(dir, name),
     { ...opts, ...kv, externalData: await externalData(dir, ['decoder_weights.data', `${name}.data`]) });
   return {
@@ -30,6 +49,13 @@ async function sessions(ort, dir, ep, kvOnGpu, extra) {
 }
 
 // One synthetic transcription: encoder, prefill, then `n` decode steps timed one by one.
+/**
+ * @param {Ort} ort
+ * @param {Awaited<ReturnType<typeof sessions>>} s
+ * @param {SplitConfig} cfg
+ * @param {Float32Array} embed the embedding table [V, H]
+ * @param {{audioSeconds: number, decodeTokens: number}} o
+ */
 async function run(ort, s, cfg, embed, o) {
   const { hidden_size: H, vocab_size: V } = cfg.decoder;
   const sp = cfg.special_tokens;
@@ -45,6 +71,7 @@ async function run(ort, s, cfg, embed, o) {
   });
   let token = argmaxLast(out.logits, V);
   const tFirst = performance.now();
+  /** @type {number[]} */
   const steps = [];
   for (let i = 0; i < o.decodeTokens; i++) {
     const t = performance.now();
@@ -63,6 +90,10 @@ async function run(ort, s, cfg, embed, o) {
 }
 
 // embed_tokens.bin is raw [V, H]; fp16 tables are widened once here.
+/**
+ * @param {Uint8Array} bytes
+ * @param {string} dtype
+ */
 function embedTable(bytes, dtype) {
   if (dtype !== 'float16') return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
   const h = new Uint16Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 2);
@@ -79,6 +110,7 @@ function embedTable(bytes, dtype) {
 async function main() {
   const o = parseArgs(process.argv.slice(2), { audioSeconds: 2, kv: 'gpu' }, USAGE);
   const { ort, adapter } = await openOrt(o);
+  /** @type {SplitConfig} */
   const cfg = JSON.parse(await readFile(path.join(o.dir, 'config.json'), 'utf8'));
   const t0 = performance.now();
   const s = await sessions(ort, o.dir, o.ep, o.ep === 'webgpu' && o.kv === 'gpu', o.sessionConfig);
@@ -87,7 +119,7 @@ async function main() {
   await run(ort, s, cfg, embed, { ...o, decodeTokens: 2 }); // warm-up: shader compilation
   const tWarm = performance.now();
   // a shorter decode first: WebGPU calls per token are the difference (counters.mjs)
-  const { result: r, counters_per_token } = await gpuCountedDecodes((n) => run(ort, s, cfg, embed, { ...o, decodeTokens: n }), o.decodeTokens, o.ep === 'webgpu');
+  const { result: r, counters_per_token } = await gpuCountedDecodes((/** @type {number} */ n) => run(ort, s, cfg, embed, { ...o, decodeTokens: n }), o.decodeTokens, o.ep === 'webgpu');
   console.log(JSON.stringify({
     bench: 'split-baseline-node', node: process.version, dir: o.dir, session_config: o.sessionConfig, ep: o.ep, variant: `split ${cfg.embed_tokens_dtype}`, threads: 1,
     kv_cache: r.kv, adapter: adapterName(o.ep, adapter),

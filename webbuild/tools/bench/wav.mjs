@@ -1,8 +1,14 @@
 // WAV (RIFF) to 16 kHz-or-any-rate mono Float32Array in Node: PCM 8/16/24/32-bit and float 32/64.
 // The site decodes audio with the browser's AudioContext; this is the Node stand-in for clips.
 
+/**
+ * @param {Uint8Array} bytes the .wav file
+ * @param {number} targetRate
+ * @returns {Float32Array}
+ */
 export function decodeWav(bytes, targetRate) {
   const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  /** @param {number} at */
   const tag = (at) => String.fromCharCode(...bytes.subarray(at, at + 4));
   if (tag(0) !== 'RIFF' || tag(8) !== 'WAVE') throw new Error('not a RIFF/WAVE file');
   /** @type {{format: number, channels: number, rate: number, bits: number} | null} */
@@ -17,6 +23,12 @@ export function decodeWav(bytes, targetRate) {
   throw new Error('WAV has no fmt/data chunk');
 }
 
+/**
+ * @param {DataView} v
+ * @param {number} start
+ * @param {number} size bytes
+ * @param {{format: number, bits: number}} fmt
+ */
 function readSamples(v, start, size, { format, bits }) {
   const width = bits / 8;
   const n = Math.floor(size / width);
@@ -33,6 +45,10 @@ function readSamples(v, start, size, { format, bits }) {
   return out;
 }
 
+/**
+ * @param {Float32Array} x interleaved
+ * @param {number} channels
+ */
 function mono(x, channels) {
   if (channels === 1) return x;
   const out = new Float32Array(Math.floor(x.length / channels));
@@ -45,6 +61,11 @@ function mono(x, channels) {
 }
 
 // Linear interpolation: enough for a benchmark's input (the sample clips are 16 kHz already).
+/**
+ * @param {Float32Array} x
+ * @param {number} from Hz
+ * @param {number} to Hz
+ */
 function resample(x, from, to) {
   if (from === to) return x;
   const out = new Float32Array(Math.floor((x.length * to) / from));
