@@ -13,6 +13,7 @@ import pytest
 
 from webbuild.errors import BuildError
 from webbuild.pipeline.shard import shard_files
+from webbuild.site.contract import VARIANTS
 from webbuild.site.manifest import (
     DEFAULT_MAX_BYTES,
     SCHEMA_PATH,
@@ -102,7 +103,7 @@ def test_identical_ranges_are_stored_once(tmp_path):
 def test_manifest_matches_schema_and_is_on_disk(sources, tmp_path):
     out = tmp_path / "dist"
     jsonschema = pytest.importorskip("jsonschema")  # in the `test` extra
-    m = _shard(sources, out, variants={"fp16": {"files": ["decoder.fp16.onnx.data"], "requires": ["shader-f16"]}})
+    m = _shard(sources, out, variants={"fp16": {"files": ["decoder.fp16.onnx.data"], **VARIANTS["fp16"]}})
     schema = json.loads(SCHEMA_PATH.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.validate(m, schema)

@@ -5,9 +5,9 @@ export type Sha256 = string;
 /** a precision variant: its files, its policy (webbuild.site.contract.VARIANTS) and the file of each role (runtime.json roles) */
 export type Variant = {
   files: string[];
-  dtype?: "float16" | "float32";
-  requires?: string[];
-  providers?: ("webgpu" | "wasm")[];
+  dtype: "float16" | "float32";
+  requires: string[];
+  providers: ("webgpu" | "wasm")[];
   wasm?: WasmFit;
   [k: string]: string | string[] | "float16" | "float32" | ("webgpu" | "wasm")[] | WasmFit | undefined;
 };
