@@ -6,6 +6,14 @@ import { MicRecorder, decodeToMono16k } from './app/audio.js';
 import { renderMetrics, renderInfo } from './app/metrics.js';
 import { FROM_WORKER, LORA_PICKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
 
+/** @typedef {import('./runtime/contract.js').FromWorkerMessage} FromWorkerMessage */
+/** @typedef {import('./runtime/contract.js').DoneMessage} DoneMessage */
+/**
+ * The handler of each message the worker sends, by its type.
+ * @typedef {{[T in FromWorkerMessage['type']]: (msg: Extract<FromWorkerMessage, {type: T}>) => void}} Handlers
+ */
+/** @typedef {{id: string, src: string, text: string, label: string}} Sample  a clip of samples.json (render.py writes it) */
+
 // the page's elements by id (index.html.j2 has every one)
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const params = new URLSearchParams(location.search);
@@ -17,18 +25,21 @@ const params = new URLSearchParams(location.search);
  *   lora: string | null, doneLora: string | null, progress?: object}}
  */
 const state = { status: 'loading', info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [], lora: null, doneLora: null };
-/** @type {any} */ (window).webbuild = state;
+/** @type {Window & {webbuild?: typeof state}} */ (window).webbuild = state;
 const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
-/** @type {{id: number, resolve: (msg: any) => void, reject: (e: Error) => void} | null} */
+/** @type {{id: number, resolve: (msg: DoneMessage) => void, reject: (e: Error) => void} | null} */
 let pending = null; // the transcription in flight
 /** @type {{id: number, name: string | null} | null} */
 let switching = null; // the adapter switch in flight
 let nextId = 1;
 
-worker.onmessage = ({ data }) => handlers[data.type]?.(data);
-worker.onerror = (e) => fail(`the model worker failed to start (${e.message || 'script error'})`);
+// each message to its type's handler (the cast: TypeScript cannot pair the union's members with their handlers)
+worker.onmessage = (/** @type {MessageEvent<FromWorkerMessage>} */ { data }) =>
+  /** @type {(msg: FromWorkerMessage) => void} */ (handlers[data.type])?.(data);
+worker.onerror = (/** @type {ErrorEvent} */ e) => fail(`the model worker failed to start (${e.message || 'script error'})`);
 const warn = (/** @type {string} */ message) => { state.warnings.push(message); showNotice(message); };
 const samplesShown = showSamples().catch((e) => warn(`the sample clips could not be loaded (${e.message})`));
+/** @type {Handlers} */
 const handlers = {
   [FROM_WORKER.progress]: showProgress,
   [FROM_WORKER.warning]: (w) => warn(w.message),
@@ -66,7 +77,7 @@ wireInputs();
 async function showSamples() {
   const res = await fetch(new URL(SAMPLES_FILE, location.href));
   if (!res.ok) throw new Error(`${SAMPLES_FILE}: HTTP ${res.status}`);
-  const { samples } = await res.json();
+  const { samples } = /** @type {{samples: Sample[]}} */ (await res.json());
   for (const sample of samples) {
     const button = Object.assign(document.createElement('button'),
       { type: 'button', className: 'sample', id: sample.id, textContent: sample.label, disabled: true });
@@ -107,6 +118,7 @@ function wireInputs() {
   });
 }
 
+/** @param {Sample} sample */
 async function runSample(sample) {
   $('expected').hidden = false;
   $('expected').textContent = `Expected: ${sample.text}`;
@@ -118,6 +130,11 @@ async function runSample(sample) {
 }
 
 // One transcription: get PCM, send it to the worker, stream the text, show the metrics.
+/**
+ * @param {string} what the audio, for the status line
+ * @param {() => Promise<Float32Array>} getPcm
+ * @param {boolean} [keepExpected] leave the sample's expected text shown
+ */
 async function run(what, getPcm, keepExpected = false) {
   if (!keepExpected) $('expected').hidden = true;
   clearError();
@@ -128,12 +145,12 @@ async function run(what, getPcm, keepExpected = false) {
   try {
     const pcm = await getPcm();
     if (!pcm.length) throw new Error('the audio is empty');
-    const done = await new Promise((resolve, reject) => {
+    const done = await /** @type {Promise<DoneMessage>} */ (new Promise((resolve, reject) => {
       pending = { id: nextId++, resolve, reject };
       const maxNewTokens = Number(params.get('max_new_tokens')) || undefined;
       const chunkSeconds = Number(params.get('chunk_seconds')) || undefined; // models trained on short clips
       worker.postMessage({ type: TO_WORKER.transcribe, id: pending.id, pcm, maxNewTokens, chunkSeconds }, [pcm.buffer]);
-    });
+    }));
     Object.assign(state, { status: 'done', text: done.text, tokens: done.tokens, margins: done.margins, metrics: done.metrics,
       doneLora: done.lora });
     showText(done.text || '(no speech recognised)');
@@ -149,6 +166,7 @@ async function run(what, getPcm, keepExpected = false) {
   }
 }
 
+/** @param {import('./runtime/contract.js').ProgressMessage} e */
 function showProgress(e) {
   const bar = /** @type {HTMLProgressElement} */ ($('progress'));
   $('progress').hidden = false;
@@ -167,6 +185,7 @@ function showProgress(e) {
 
 // The adapter picker (docs/adapters.md): "none (base model)" and each adapter the worker can switch on;
 // hidden where the build ships none.
+/** @param {string[]} names */
 function showLoraPicker(names) {
   const picker = /** @type {HTMLSelectElement} */ ($(LORA_PICKER));
   for (const name of names) picker.append(Object.assign(document.createElement('option'), { value: name, textContent: name }));
@@ -177,6 +196,7 @@ function showLoraPicker(names) {
 }
 
 // Asks the worker for adapter `name` (null: the base model); the next transcription runs with it.
+/** @param {string | null} name */
 function switchLora(name) {
   switching = { id: nextId++, name };
   /** @type {HTMLSelectElement} */ ($(LORA_PICKER)).disabled = true;
@@ -185,6 +205,7 @@ function switchLora(name) {
   worker.postMessage({ type: TO_WORKER.setLora, id: switching.id, name });
 }
 
+/** @param {import('./runtime/contract.js').LoraSetMessage} msg */
 function loraSet({ id, name }) {
   if (switching?.id !== id) return;
   switching = null;
@@ -196,6 +217,7 @@ function loraSet({ id, name }) {
   setStatus(name ? `Adapter “${name}” on: the next transcription uses it.` : 'No adapter: the next transcription uses the base model.');
 }
 
+/** @param {string} message */
 function loraFailed(message) {
   switching = null;
   Object.assign($(LORA_PICKER), { value: state.lora ?? '', disabled: false }); // the worker kept the previous one
@@ -204,6 +226,7 @@ function loraFailed(message) {
   setStatus('Ready.');
 }
 
+/** @param {boolean} on */
 function setEnabled(on) {
   inputs('button.sample, #file, #mic').forEach((el) => { el.disabled = !on; });
 }
@@ -212,15 +235,20 @@ function setEnabled(on) {
 function inputs(/** @type {string} */ selector) {
   return /** @type {NodeListOf<HTMLButtonElement | HTMLInputElement>} */ (document.querySelectorAll(selector));
 }
+/** @param {string} text */
 function setStatus(text) { $('status').textContent = text; }
+/** @param {string} text */
 function showText(text) { state.text = text; $('transcript').textContent = text; }
+/** @param {string} text */
 function showNotice(text) { $('notice').hidden = false; $('notice').textContent = text; }
+/** @param {string} text */
 function showError(text) { state.error = text; $('error').hidden = false; $('error').textContent = `Error: ${text}`; }
 function clearError() { state.error = null; $('error').hidden = true; }
+/** @param {string} message */
 function fail(message) {
   Object.assign(state, { status: 'error', error: message });
   showError(message);
   setStatus('The model could not be loaded.');
   $('progress').hidden = true;
 }
-const mib = (n) => (n / 2 ** 20).toFixed(1);
+const mib = (/** @type {number} */ n) => (n / 2 ** 20).toFixed(1);

@@ -7,32 +7,43 @@ import { loadSite } from './runtime/site.js';
 import { DEFAULT_CHUNKING, splitAtQuiet } from './runtime/chunk.js';
 import { loraNames, switchLora } from './runtime/lora.js';
 
+/** @typedef {import('./runtime/contract.js').ToWorkerMessage} ToWorkerMessage */
+/** @typedef {import('./runtime/contract.js').FromWorkerMessage} FromWorkerMessage */
+/** @typedef {import('./runtime/asr.js').Transcript} Transcript */
+
+/** @type {import('./runtime/site.js').Site | null} */
 let site = null;
+/** @type {string | null} */
 let modelId = null;
+/** @type {string | null} */
 let lora = null; // the LoRA adapter on (runtime/lora.js), null: the base model
 
-const post = (msg) => self.postMessage(msg);
+const post = (/** @type {FromWorkerMessage} */ msg) => self.postMessage(msg);
 
 // One message at a time: an adapter switch waits for the transcription under way, which finishes with the
 // adapter it began with (a switch rewrites the adapted sessions' inputs in place).
 let queue = Promise.resolve();
-self.onmessage = ({ data }) => {
+self.onmessage = (/** @type {MessageEvent<ToWorkerMessage>} */ { data }) => {
   queue = queue.then(() => handle(data));
 };
 
+/** @param {ToWorkerMessage} data */
 async function handle(data) {
   try {
     if (data.type === TO_WORKER.load) await load(data);
     else if (data.type === TO_WORKER.transcribe) await transcribe(data);
     else if (data.type === TO_WORKER.setLora) await setLora(data);
     else if (data.type === TO_WORKER.clearCache) {
-      post({ type: FROM_WORKER.cacheCleared, existed: await clearCache(modelId) });
+      // no model id where loading failed before the manifest came: no cache of it to name
+      post({ type: FROM_WORKER.cacheCleared, existed: modelId ? await clearCache(modelId) : false });
     }
   } catch (e) {
-    post({ type: FROM_WORKER.error, id: data.id, message: e?.message ?? String(e) });
+    // id: the transcription or adapter switch that failed (a load or clear-cache message has none)
+    post({ type: FROM_WORKER.error, id: /** @type {{id?: number}} */ (data).id, message: e?.message ?? String(e) });
   }
 }
 
+/** @param {import('./runtime/contract.js').LoadMessage} msg */
 async function load({ manifestUrl, forceEp, graphCapture }) {
   site = await loadSite(manifestUrl, {
     forceEp,
@@ -46,8 +57,9 @@ async function load({ manifestUrl, forceEp, graphCapture }) {
     type: FROM_WORKER.ready,
     info: {
       ep, variant: site.variant, notice: site.notice,
-      gpu: ep === 'webgpu' ? gpu.description : 'none (WebAssembly on the CPU)',
-      shaderF16: Boolean(gpu.shaderF16), threads: site.ort.env.wasm.numThreads, kvCache: site.recogniser.kvLocation, decode: site.recogniser.decodeMode,
+      // description: probe.js sets it wherever there is an adapter, as on webgpu; numThreads: site.js sets it
+      gpu: ep === 'webgpu' ? /** @type {string} */ (gpu.description) : 'none (WebAssembly on the CPU)',
+      shaderF16: Boolean(gpu.shaderF16), threads: /** @type {number} */ (site.ort.env.wasm.numThreads), kvCache: site.recogniser.kvLocation, decode: site.recogniser.decodeMode,
       modelBytes: site.modelBytes, load: site.load,
       // the adapters only where the recogniser loaded the adapted decoder (the variant has its graphs)
       loraAdapters: site.recogniser.adapted ? loraNames(site.manifest) : [], lora,
@@ -57,18 +69,24 @@ async function load({ manifestUrl, forceEp, graphCapture }) {
 
 // The adapter's file through the loader (its shards only; progress tagged with its name), then its
 // values into the adapted sessions' inputs.
+/** @param {import('./runtime/contract.js').SetLoraMessage} msg */
 async function setLora({ id, name }) {
   if (!site) throw new Error('the model is not loaded yet');
-  const onProgress = (e) => post({ type: FROM_WORKER.progress, ...e, lora: name });
+  // called only while switchLora loads adapter `name`'s file (it loads none for the base model)
+  const onProgress = (/** @type {import('./runtime/loader.js').Progress} */ e) =>
+    post({ type: FROM_WORKER.progress, ...e, lora: /** @type {string} */ (name) });
   lora = await switchLora(site, name || null, { ...site.loading, onProgress });
   post({ type: FROM_WORKER.loraSet, id, name: lora });
 }
 
+/** @param {import('./runtime/contract.js').TranscribeMessage} msg */
 async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
   if (!site) throw new Error('the model is not loaded yet');
   const { recogniser, runtime } = site;
   const chunks = splitAtQuiet(pcm, runtime.sample_rate, chunkPolicy(runtime, chunkSeconds));
+  /** @type {string[]} */
   const texts = [];
+  /** @type {Transcript[]} */
   const results = [];
   for (const [start, end] of chunks) {
     const r = await recogniser.transcribe(pcm.subarray(start, end), {
@@ -84,6 +102,11 @@ async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
 }
 
 // runtime.json's chunking (older sites: their max_chunk_seconds), its length capped by the page's ?chunk_seconds.
+/**
+ * @param {import('webbuild-types').Runtime} runtime
+ * @param {number} [chunkSeconds]
+ * @returns {import('./runtime/chunk.js').ChunkPolicy}
+ */
 function chunkPolicy(runtime, chunkSeconds) {
   const max = runtime.max_chunk_seconds;
   const policy = runtime.chunking ?? { ...DEFAULT_CHUNKING, max_seconds: max, min_seconds: max / 2, join_seconds: max };
@@ -92,8 +115,12 @@ function chunkPolicy(runtime, chunkSeconds) {
 }
 
 // Per-transcription metrics over all chunks: TTFT is the first chunk's; rates are totals.
+/**
+ * @param {Transcript[]} results
+ * @returns {import('./runtime/contract.js').TranscriptionMetrics}
+ */
 function summarise(results) {
-  const sum = (k) => results.reduce((n, r) => n + r.timings[k], 0);
+  const sum = (/** @type {keyof Transcript['timings']} */ k) => results.reduce((n, r) => n + r.timings[k], 0);
   const t = results[0].timings;
   return {
     chunks: results.length,

@@ -115,6 +115,7 @@ export class MicRecorder {
   }
 }
 
+/** @param {any} e getUserMedia's rejection, caught: anything may have been thrown */
 function micMessage(e) {
   switch (e?.name) {
     case 'NotAllowedError':

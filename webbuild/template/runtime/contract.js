@@ -52,6 +52,7 @@ export function kvNames(io, layers) {
  *   Switch to the LoRA adapter `name` (ReadyInfo.loraAdapters; docs/adapters.md), or back to the base model
  *   (null). The worker handles messages one at a time, so a transcription under way finishes as it began
  *   and the next one runs with the choice.
+ * @typedef {LoadMessage | TranscribeMessage | ClearCacheMessage | SetLoraMessage} ToWorkerMessage
  */
 export const TO_WORKER = Object.freeze({
   load: 'load', transcribe: 'transcribe', clearCache: 'clear-cache', setLora: 'set-lora',
@@ -78,8 +79,12 @@ export const TO_WORKER = Object.freeze({
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
  * @typedef {{type: 'token', id: number, token: number, text: string}} TokenMessage
  *   One generated token of transcription `id`; text: the transcript so far.
- * @typedef {{type: 'done', id: number, text: string, tokens: number[][], margins: number[][], metrics: object,
- *   lora: string | null}} DoneMessage
+ * @typedef {{chunks: number, encoder_ms: number, ttft_ms: number, prompt_tokens: number, prefill_tokens_per_s: number,
+ *   decode_tokens: number, decode_ms: number, decode_tokens_per_s: number | null, generated_tokens: number,
+ *   total_ms: number, audio_ms: number, rtf: number}} TranscriptionMetrics
+ *   worker.js summarise(): one transcription's, over all its chunks.
+ * @typedef {{type: 'done', id: number, text: string, tokens: number[][], margins: number[][],
+ *   metrics: TranscriptionMetrics, lora: string | null}} DoneMessage
  *   tokens: per chunk of the audio; margins: per token, its logit minus the runner-up's (asr.js); metrics: worker.js
  *   summarise(); lora: the adapter it ran with (null: the base model).
  * @typedef {{type: 'cache-cleared', existed: boolean}} CacheClearedMessage
@@ -87,6 +92,8 @@ export const TO_WORKER = Object.freeze({
  *   The switch `id` is done: transcriptions from now on run with adapter `name` (null: the base model).
  * @typedef {{type: 'error', id?: number, message: string}} ErrorMessage
  *   id: the transcription or adapter switch that failed; without it, loading failed.
+ * @typedef {ProgressMessage | WarningMessage | ReadyMessage | TokenMessage | DoneMessage | CacheClearedMessage
+ *   | LoraSetMessage | ErrorMessage} FromWorkerMessage
  */
 export const FROM_WORKER = Object.freeze({
   progress: 'progress', warning: 'warning', ready: 'ready', token: 'token', done: 'done',
