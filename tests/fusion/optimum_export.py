@@ -26,6 +26,28 @@ FAMILIES = {
     # a window shorter than the tests' decode (10 + 16 positions), so that it matters
     "mistral": ("MistralConfig", "MistralForCausalLM", dict(rope_theta=10000.0, sliding_window=8)),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(rope_theta=10000.0, pad_token_id=0)),
+    # the spellings beyond rotate-half on the whole head, in odd shapes (head_dim not 64/128, 1-3 KV heads,
+    # hidden not a power of two): Q/K norms on [B, heads, S, hd], a sliding and a global layer (Gemma3)
+    "gemma3": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+               dict(hidden_size=96, num_attention_heads=3, num_key_value_heads=1, head_dim=32, sliding_window=8,
+                    layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=24)),
+    # a NoPE layer (no_rope_layers 0)
+    "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM",
+                dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=3, no_rope_layers=[1, 0])),
+    # interleaved rotary, LayerNorm without bias, attention and MLP in parallel, scaled logits
+    "cohere": ("CohereConfig", "CohereForCausalLM", dict(rope_theta=10000.0, layer_norm_eps=1e-5)),
+    "helium": ("HeliumConfig", "HeliumForCausalLM",
+               dict(hidden_size=80, num_attention_heads=5, num_key_value_heads=1, head_dim=16)),
+    # interleaved and partial (half the head), Q/K/V biases
+    "glm": ("GlmConfig", "GlmForCausalLM", dict(head_dim=32, num_key_value_heads=2, pad_token_id=0)),
+    # partial rotary on LayerNorm families: Phi-2 (0.5, parallel attention and MLP), StableLM (0.25), Nemotron (0.5)
+    "phi": ("PhiConfig", "PhiForCausalLM",
+            dict(hidden_size=96, num_attention_heads=3, num_key_value_heads=3, partial_rotary_factor=0.5)),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM",
+                 dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, partial_rotary_factor=0.25)),
+    "nemotron": ("NemotronConfig", "NemotronForCausalLM",
+                 dict(hidden_size=96, num_attention_heads=3, num_key_value_heads=1, head_dim=32,
+                      partial_rotary_factor=0.5)),
 }
 
 
@@ -36,7 +58,7 @@ def build(family: str, folder: Path, seed: int = 0) -> None:
     import transformers as tf
 
     cfg_cls, model_cls, extra = FAMILIES[family]
-    cfg = getattr(tf, cfg_cls)(**DIMS, **extra)
+    cfg = getattr(tf, cfg_cls)(**{**DIMS, **extra})
     torch.manual_seed(seed)
     model = getattr(tf, model_cls)(cfg).eval()
     with torch.no_grad():
