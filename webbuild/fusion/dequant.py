@@ -155,10 +155,8 @@ def reblocked(b: Blocked) -> Blocked:
     scales; the last block padded)."""
     length = b.rows if b.axis == 0 else b.cols
     whole = b.block_size >= length
-    if whole:
-        new = min(REBLOCK, 1 << max(4, (length - 1).bit_length()))
-    else:
-        new = b.block_size & -b.block_size  # the largest power of 2 dividing it
+    # one block: REBLOCK (smaller for a short axis); else the largest power of 2 dividing the block
+    new = min(REBLOCK, 1 << max(4, (length - 1).bit_length())) if whole else b.block_size & -b.block_size
     if new == b.block_size or new < 16:
         return b
     reps = -(-b.block_size // new) if whole else b.block_size // new
