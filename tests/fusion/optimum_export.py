@@ -33,7 +33,8 @@ FAMILIES = {
                     layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=24)),
     # a NoPE layer (no_rope_layers 0)
     "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM",
-                dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=3, no_rope_layers=[1, 0])),
+                dict(hidden_size=96, num_attention_heads=6, num_key_value_heads=3, no_rope_layers=[1, 0],
+                     pad_token_id=0)),
     # interleaved rotary, LayerNorm without bias, attention and MLP in parallel, scaled logits
     "cohere": ("CohereConfig", "CohereForCausalLM", dict(rope_theta=10000.0, layer_norm_eps=1e-5)),
     "helium": ("HeliumConfig", "HeliumForCausalLM",

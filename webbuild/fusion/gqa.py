@@ -54,10 +54,11 @@ ROPE_TOLERANCE = 1e-3  # fp32 angles near position 65k carry ~1e-4 of rounding e
 @dataclass
 class _Heads:
     proj: ir.Value             # [B, S, heads*hd], what GQA consumes (before any norm)
-    norm: ir.Node | None       # SimplifiedLayerNormalization on [B, S, heads, hd]
+    norm: ir.Node | None       # SimplifiedLayerNormalization on [B, S, heads, hd], or on [B, heads, S, hd]
     head_dim: int
     factor: float = 1.0        # scalar factors on the way (the softmax scale put on Q or K)
     count: int = 0             # heads, known once all three branches are read
+    heads: ir.Value | None = None  # [B, S, heads, hd] when the norm comes after the head transpose (Gemma3)
 
 
 @dataclass
@@ -364,21 +365,32 @@ def _heads(v: ir.Value | None) -> _Heads | Miss:
     """BNSH tensor -> its projection: Transpose(0,2,1,3)(optional norm(Reshape(proj, [.., heads, hd]))),
     scalar factors before or after the Transpose."""
     v, factor = _factors(v)
+    after = _head_norm(v)  # a norm over hd after the transpose: the same norm before it
+    if after is not None:
+        v = after.inputs[0]
     t = prod(v, "Transpose")
     if t is None or list(attr(t, "perm", [])) != [0, 2, 1, 3]:
         return Miss("Q/K/V not transposed from [B, S, heads, hd]")
     x, inner = _factors(t.inputs[0])
     factor *= inner
-    norm = prod(x, "SimplifiedLayerNormalization")
-    if norm is not None and norm.domain == "":
+    norm = _head_norm(x)
+    if norm is not None:
         x = norm.inputs[0]
-    else:
-        norm = None
+    if norm is not None and after is not None:
+        return Miss("two Q/K norms, before and after the head transpose")
+    if after is not None and inner != 1.0:
+        return Miss("a factor between the head reshape and a Q/K norm")
     r = prod(x, "Reshape")
     hd = _head_dim(r) if r is not None else None
     if r is None or hd is None or r.inputs[0] is None:
         return Miss("Q/K/V not reshaped to [B, S, heads, hd] with a known hd")
-    return _Heads(r.inputs[0], norm, hd, factor)
+    return _Heads(r.inputs[0], norm or after, hd, factor, heads=r.outputs[0] if after is not None else None)
+
+
+def _head_norm(v: ir.Value | None) -> ir.Node | None:
+    """The standard-domain SimplifiedLayerNormalization (over the last axis, hd) producing `v`."""
+    n = prod(v, "SimplifiedLayerNormalization")
+    return n if n is not None and n.domain == "" and attr(n, "axis", -1) in (-1, 3) else None
 
 
 def _head_dim(reshape: ir.Node) -> int | None:
@@ -395,8 +407,15 @@ def _gqa_input(g: ir.Graph, b: _Heads, new: list[ir.Node]) -> ir.Value:
     """What GQA takes for Q or K: the projection, or the head-wise norm reshaped back to 3-D."""
     if b.norm is None:
         return b.proj
+    normed = b.norm.outputs[0]
+    if b.heads is not None:  # the norm moved before the head transpose, where GQA's input is
+        moved = ir.node("SimplifiedLayerNormalization", [b.heads, *b.norm.inputs[1:]],
+                        {k: a.value for k, a in b.norm.attributes.items()}, name=f"{b.norm.name}/BeforeTranspose")
+        new.append(moved)
+        normed = moved.outputs[0]
+        normed.type = b.norm.outputs[0].type
     flat = shared_const(g, "gqa/shape_bs_flat", np.array([0, 0, -1], np.int64))
-    r = ir.node("Reshape", [b.norm.outputs[0], flat], name=f"{b.norm.name}/Flatten")
+    r = ir.node("Reshape", [normed, flat], name=f"{b.norm.name}/Flatten")
     new.append(r)
     return r.outputs[0]
 
