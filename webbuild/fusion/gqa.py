@@ -49,6 +49,7 @@ from webbuild.graph.ir import (
 NAME = "gqa"
 DEFAULT_MAX_POSITIONS = 4096
 ROPE_TOLERANCE = 1e-3  # fp32 angles near position 65k carry ~1e-4 of rounding either way
+FP16_ROPE_TOLERANCE = 1e-2  # fp16 angles up to 16 are rounded to 2^-7: cos/sin within 4e-3, plus fp16 outputs
 
 
 @dataclass
@@ -73,7 +74,7 @@ class _Match:
     out: ir.Value              # [B, S, heads*hd], the attention output fed to o_proj
     scale: float
     head_dim: int
-    rope: rope.Rope
+    rope: rope.Rope | None  # None: no RoPE (a NoPE layer)
     anchor: ir.Node
     masks: list[Mask] = field(default_factory=list)  # what the scores are masked with, checked by value
     caches: tuple[np.ndarray, np.ndarray] | None = None  # cos/sin for GQA, once checked against the source
@@ -102,22 +103,39 @@ class _Checks:
         m = match(sm)
         if isinstance(m, Miss):
             return m
-        tables = rope.caches(m.rope.cos, m.rope.sin, m.head_dim, self.max_positions or DEFAULT_MAX_POSITIONS,
-                             m.rope.interleaved)
-        if isinstance(tables, str):
-            return Miss(tables)
-        key = (id(m.rope.cos), id(m.rope.sin))
-        if key not in self.errors:
-            self.errors[key] = rope.verify(m.rope.cos, m.rope.sin, tables, interleaved=m.rope.interleaved)
-        err = self.errors[key]
-        if not isinstance(err, str) and err > ROPE_TOLERANCE:
-            return Miss(f"cos/sin caches differ from the source by {err:.2e}")
-        window = causal_window(m.masks, tables[0].shape[0])
+        tables = self._caches(m) if m.rope is not None else None
+        if isinstance(tables, Miss):
+            return tables
+        positions = tables[0].shape[0] if tables is not None else self.max_positions or DEFAULT_MAX_POSITIONS
+        window = causal_window(m.masks, positions)
         if isinstance(window, str):
             return Miss(window)
         if window is not None:
             self.windows.add(window)
         return dataclasses.replace(m, caches=tables, window=window)
+
+    def _caches(self, m: _Match) -> tuple[np.ndarray, np.ndarray] | Miss:
+        """GQA's cos/sin caches for `m`'s RoPE, computed in fp32 and checked against the source's own
+        cos/sin: at both ends of the caches for an fp32 source, at the first positions (where its angles are
+        exact to fp16's precision) for one that computes them in fp16; in the attention's float type."""
+        r = m.rope
+        assert r is not None, "called for an attention with RoPE"
+        rotary = r.dims or m.head_dim
+        if m.head_dim % 16 or rotary % 16:
+            return Miss(f"RoPE on {rotary} of {m.head_dim} dims (GroupQueryAttention's kernels take a head size "
+                        "and a rotary width that are multiples of 16)")
+        tables = rope.caches(r.cos, r.sin, rotary, self.max_positions or DEFAULT_MAX_POSITIONS, r.interleaved)
+        if isinstance(tables, str):
+            return Miss(tables)
+        half = rope.angles_in_fp16(r.cos)
+        key = (id(r.cos), id(r.sin))
+        if key not in self.errors:
+            self.errors[key] = rope.verify(r.cos, r.sin, tables, interleaved=r.interleaved, far_end=not half)
+        err = self.errors[key]
+        if not isinstance(err, str) and err > (FP16_ROPE_TOLERANCE if half else ROPE_TOLERANCE):
+            return Miss(f"cos/sin caches differ from the source by {err:.2e}")
+        dtype = _float_type(m.out)
+        return tables[0].astype(dtype), tables[1].astype(dtype)
 
     def notes(self, hits: int) -> list[str]:
         checked = [f"{NAME}: cos/sin caches vs the source at the first and last 16 positions: "
@@ -149,7 +167,7 @@ def match(sm: ir.Node) -> _Match | Miss:
     if out is None:
         return Miss("attention output is not transposed/reshaped back to [B, S, heads*hd]")
     r = rope.match(q_rot)
-    if r is None:
+    if r is None and isinstance(_heads(q_rot), Miss):
         return Miss("no RoPE (rotate_half or interleaved) on Q")
     v_all = _unrepeat(pv.inputs[1])
     if isinstance(v_all, Miss):
@@ -159,9 +177,12 @@ def match(sm: ir.Node) -> _Match | Miss:
     if k_all is None or v_all is None:
         return Miss("K or V is an absent input")
     rk = rope.match(k_new)
-    if rk is None or rk.cos is not r.cos or rk.sin is not r.sin or rk.interleaved != r.interleaved:
+    if r is None and rk is None:  # a layer without RoPE (NoPE): Q and K straight from their projections
+        q, k, v = _heads(q_rot), _heads(k_new), _heads(v_new)
+    elif r is None or rk is None or (rk.cos, rk.sin, rk.interleaved, rk.dims) != (r.cos, r.sin, r.interleaved, r.dims):
         return Miss("K is not rotated with Q's cos/sin")
-    q, k, v = _heads(r.x), _heads(rk.x), _heads(v_new)
+    else:
+        q, k, v = _heads(r.x), _heads(rk.x), _heads(v_new)
     if isinstance(q, Miss) or isinstance(k, Miss) or isinstance(v, Miss):
         return next(x for x in (q, k, v) if isinstance(x, Miss))
     if v.factor != 1.0:
@@ -421,19 +442,19 @@ def _gqa_input(g: ir.Graph, b: _Heads, new: list[ir.Node]) -> ir.Value:
 
 
 def _rewrite(g: ir.Graph, m: _Match) -> None:
-    assert m.caches is not None, "the rule's matcher (_Checks.match) sets the caches"
     import_ms_domain(g)
     seqlens, total = gqa_lengths(g)
-    cos = shared_const(g, "cos_cache", m.caches[0])
-    sin = shared_const(g, "sin_cache", m.caches[1])
+    rotary: list[ir.Value | None] = []
+    if m.caches is not None:
+        rotary = [shared_const(g, "cos_cache", m.caches[0]), shared_const(g, "sin_cache", m.caches[1])]
     new: list[ir.Node] = []
     q_in, k_in = _gqa_input(g, m.q, new), _gqa_input(g, m.k, new)
     attrs = {"num_heads": m.q.count, "kv_num_heads": m.k.count, "scale": float(m.scale),
-             "do_rotary": 1, "rotary_interleaved": int(m.rope.interleaved)}
+             "do_rotary": int(m.rope is not None), "rotary_interleaved": int(bool(m.rope and m.rope.interleaved))}
     if m.window is not None:  # onnxruntime's CPU kernel, measured: the query sees local_window_size positions
         attrs["local_window_size"] = m.window
     node = ir.node("GroupQueryAttention",
-                   [q_in, k_in, m.v.proj, m.past_k, m.past_v, seqlens, total, cos, sin], attrs,
+                   [q_in, k_in, m.v.proj, m.past_k, m.past_v, seqlens, total, *rotary], attrs,
                    domain=MS, num_outputs=3, name=f"{m.anchor.name}/GroupQueryAttention")
     new.append(node)
     out, present_k, present_v = node.outputs
@@ -444,3 +465,9 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     replace(m.out, out)
     replace(m.k_all, present_k)
     replace(m.v_all, present_v)
+
+
+def _float_type(v: ir.Value) -> type:
+    """numpy's float type of `v` (fp32 when unknown)."""
+    dtype = v.type.dtype if v.type is not None else None
+    return np.float16 if dtype == ir.DataType.FLOAT16 else np.float32

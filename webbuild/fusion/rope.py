@@ -25,6 +25,7 @@ class Rope:
     cos: ir.Value  # as multiplied in, e.g. Unsqueeze(cos, 1)
     sin: ir.Value
     interleaved: bool = False  # pairs (x0, x1), (x2, x3), ... rotate, rather than the two halves
+    dims: int | None = None  # partial rotary: only the first `dims` of the head rotate (None: all of it)
 
 
 def match(v: ir.Value | None) -> Rope | None:
@@ -34,7 +35,7 @@ def match(v: ir.Value | None) -> Rope | None:
     whole = _split_rotary(v)
     if whole is not None:
         r = match(whole[0])
-        return Rope(whole[1], r.cos, r.sin, r.interleaved) if r is not None and r.x is whole[2] else None
+        return Rope(whole[1], r.cos, r.sin, r.interleaved, whole[3]) if r is not None and r.x is whole[2] else None
     add = prod(v, "Add")
     if add is None:
         return None
@@ -54,8 +55,8 @@ def match(v: ir.Value | None) -> Rope | None:
     return None
 
 
-def _split_rotary(v: ir.Value | None) -> tuple[ir.Value, ir.Value, ir.Value] | None:
-    """v = Concat(y, x[..., d:], axis=-1) with y computed from x[..., :d]: (y, x, x[..., :d])."""
+def _split_rotary(v: ir.Value | None) -> tuple[ir.Value, ir.Value, ir.Value, int | None] | None:
+    """v = Concat(y, x[..., d:], axis=-1) with y computed from x[..., :d]: (y, x, x[..., :d], d when constant)."""
     cat = prod(v, "Concat")
     if cat is None or len(cat.inputs) != 2 or attr(cat, "axis") not in (-1, 3):
         return None
@@ -67,7 +68,7 @@ def _split_rotary(v: ir.Value | None) -> tuple[ir.Value, ir.Value, ir.Value] | N
         return None
     head = next((u for u in x.consumers() if u is not rest and u.op_type == "Slice"
                  and _slice_axis(u) in (-1, 3) and _const_at(u, 1) == 0 and u.inputs[2] is rest.inputs[1]), None)
-    return (y, x, head.outputs[0]) if head is not None else None
+    return (y, x, head.outputs[0], _const_at(rest, 1)) if head is not None else None
 
 
 def _slice_axis(s: ir.Node) -> int | None:
@@ -110,8 +111,10 @@ def _is_rotate_pairs(r: ir.Value | None, x: ir.Value) -> bool:
 
 def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int,
            interleaved: bool = False) -> tuple[np.ndarray, np.ndarray] | str:
-    """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not.
-    `interleaved`: the source's tables repeat each frequency twice in a row rather than in two halves."""
+    """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not; `head_dim`:
+    the dims that rotate (the rotary width of a partial rotary). `interleaved`: the source's tables repeat
+    each frequency twice in a row rather than in two halves. The angles are computed in fp32 from the
+    graph's inv_freq, whatever float type the graph computes them in."""
     cos_table, sin_table = _tables(cos), _tables(sin)
     if cos_table is not None and sin_table is not None:
         return _from_tables(cos_table, sin_table, head_dim, max_pos, interleaved)
@@ -124,7 +127,7 @@ def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int,
     if not np.array_equal(inv_c, inv_s):
         return "cos and sin use different frequencies"
     if inv_c.size * 2 != head_dim:
-        return f"partial rotary ({inv_c.size * 2} of {head_dim} dims)"
+        return f"{inv_c.size * 2} frequencies for a rotary width of {head_dim}"
     # positions x inv_freq in fp32, as the exported graph computes it, so the caches match bit for bit
     freqs = np.arange(max_pos, dtype=np.float32)[:, None] * inv_c.astype(np.float32)[None, :]
     cos_cache = (np.cos(freqs) * np.float32(scale_c)).astype(np.float32)
@@ -213,14 +216,29 @@ def _inv_freq(freqs: ir.Value | None, scale: float, interleaved: bool) -> tuple[
     return "inv_freq constant not found"
 
 
+def angles_in_fp16(v: ir.Value) -> bool:
+    """Does the source compute its RoPE angles in fp16 (onnxruntime's float16 converter's output): then
+    they are exact only at the first positions."""
+    for _ in range(10):
+        n = prod(v)
+        if n is None:
+            return False
+        if n.op_type in ("Cos", "Sin", "Gather"):
+            x = n.inputs[0]
+            return x is not None and x.type is not None and x.type.dtype == ir.DataType.FLOAT16
+        v = n.inputs[0]
+    return False
+
+
 def verify(cos: ir.Value, sin: ir.Value, tables: tuple[np.ndarray, np.ndarray], n: int = 16,
-           interleaved: bool = False) -> float | str:
-    """Max |source - cache| over probe positions at both ends of the caches, or why it cannot run.
-    The source's own cos/sin subgraph is evaluated on onnxruntime (fusion.probe)."""
+           interleaved: bool = False, far_end: bool = True) -> float | str:
+    """Max |source - cache| over probe positions at both ends of the caches (the first only without
+    `far_end`), or why it cannot run. The source's own cos/sin subgraph is evaluated on onnxruntime
+    (fusion.probe)."""
     from webbuild.fusion import probe
 
     worst = 0.0
-    for past in (0, tables[0].shape[0] - n):
+    for past in (0, tables[0].shape[0] - n) if far_end else (0,):
         got = probe.evaluate([cos, sin], probe.decoder_feeds(past, n))
         if isinstance(got, str):
             return got
@@ -228,5 +246,6 @@ def verify(cos: ir.Value, sin: ir.Value, tables: tuple[np.ndarray, np.ndarray], 
             src = src.reshape(n, -1)
             first, second = _halves(src.shape[1], interleaved)
             want = cache[past:past + n]
+            src = src.astype(np.float32)
             worst = max(worst, float(np.abs(src[:, first] - want).max()), float(np.abs(src[:, second] - want).max()))
     return worst
