@@ -120,13 +120,14 @@ class _Checks:
         exact to fp16's precision) for one that computes them in fp16; in the attention's float type."""
         r = m.rope
         assert r is not None, "called for an attention with RoPE"
-        rotary = r.dims or m.head_dim
-        if m.head_dim % 16 or rotary % 16:
-            return Miss(f"RoPE on {rotary} of {m.head_dim} dims (GroupQueryAttention's kernels take a head size "
-                        "and a rotary width that are multiples of 16)")
-        tables = rope.caches(r.cos, r.sin, rotary, self.max_positions or DEFAULT_MAX_POSITIONS, r.interleaved)
+        width = r.dims if r.partial else m.head_dim
+        tables = rope.caches(r.cos, r.sin, width, self.max_positions or DEFAULT_MAX_POSITIONS, r.interleaved)
         if isinstance(tables, str):
             return Miss(tables)
+        rotary = tables[0].shape[1] * 2
+        if m.head_dim % 16 or rotary % 16 or rotary > m.head_dim:
+            return Miss(f"RoPE on {rotary} of {m.head_dim} dims (GroupQueryAttention's kernels take a head size "
+                        "and a rotary width that are multiples of 16)")
         half = rope.angles_in_fp16(r.cos)
         key = (id(r.cos), id(r.sin))
         if key not in self.errors:
@@ -179,7 +180,7 @@ def match(sm: ir.Node) -> _Match | Miss:
     rk = rope.match(k_new)
     if r is None and rk is None:  # a layer without RoPE (NoPE): Q and K straight from their projections
         q, k, v = _heads(q_rot), _heads(k_new), _heads(v_new)
-    elif r is None or rk is None or (rk.cos, rk.sin, rk.interleaved, rk.dims) != (r.cos, r.sin, r.interleaved, r.dims):
+    elif r is None or rk is None or (rk.cos, rk.sin, rk.interleaved, rk.partial) != (r.cos, r.sin, r.interleaved, r.partial):
         return Miss("K is not rotated with Q's cos/sin")
     else:
         q, k, v = _heads(r.x), _heads(rk.x), _heads(v_new)

@@ -9,6 +9,7 @@ inv_freq and the scaling are read from the graph's constants, so rope_theta and 
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,8 @@ class Rope:
     cos: ir.Value  # as multiplied in, e.g. Unsqueeze(cos, 1)
     sin: ir.Value
     interleaved: bool = False  # pairs (x0, x1), (x2, x3), ... rotate, rather than the two halves
-    dims: int | None = None  # partial rotary: only the first `dims` of the head rotate (None: all of it)
+    partial: bool = False  # only the first dims of the head rotate: `dims` of them (None: as many as the
+    dims: int | None = None  # frequencies, when the split point is computed from the tables' shape)
 
 
 def match(v: ir.Value | None) -> Rope | None:
@@ -35,7 +37,8 @@ def match(v: ir.Value | None) -> Rope | None:
     whole = _split_rotary(v)
     if whole is not None:
         r = match(whole[0])
-        return Rope(whole[1], r.cos, r.sin, r.interleaved, whole[3]) if r is not None and r.x is whole[2] else None
+        return (Rope(whole[1], r.cos, r.sin, r.interleaved, True, whole[3])
+                if r is not None and r.x is whole[2] else None)
     add = prod(v, "Add")
     if add is None:
         return None
@@ -109,10 +112,10 @@ def _is_rotate_pairs(r: ir.Value | None, x: ir.Value) -> bool:
                 and _slice_axis(odd) in (-1, 3) and _slice_axis(even) in (-1, 3))
 
 
-def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int,
+def caches(cos: ir.Value, sin: ir.Value, head_dim: int | None, max_pos: int,
            interleaved: bool = False) -> tuple[np.ndarray, np.ndarray] | str:
     """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not; `head_dim`:
-    the dims that rotate (the rotary width of a partial rotary). `interleaved`: the source's tables repeat
+    the dims that rotate (the rotary width of a partial rotary; None: as many as the frequencies). `interleaved`: the source's tables repeat
     each frequency twice in a row rather than in two halves. The angles are computed in fp32 from the
     graph's inv_freq, whatever float type the graph computes them in."""
     cos_table, sin_table = _tables(cos), _tables(sin)
@@ -126,7 +129,7 @@ def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int,
     (inv_c, scale_c), (inv_s, scale_s) = c, s
     if not np.array_equal(inv_c, inv_s):
         return "cos and sin use different frequencies"
-    if inv_c.size * 2 != head_dim:
+    if head_dim is not None and inv_c.size * 2 != head_dim:
         return f"{inv_c.size * 2} frequencies for a rotary width of {head_dim}"
     # positions x inv_freq in fp32, as the exported graph computes it, so the caches match bit for bit
     freqs = np.arange(max_pos, dtype=np.float32)[:, None] * inv_c.astype(np.float32)[None, :]
@@ -150,11 +153,11 @@ def _tables(v: ir.Value | None) -> np.ndarray | None:
     return None
 
 
-def _from_tables(cos: np.ndarray, sin: np.ndarray, head_dim: int, max_pos: int,
+def _from_tables(cos: np.ndarray, sin: np.ndarray, head_dim: int | None, max_pos: int,
                  interleaved: bool) -> tuple[np.ndarray, np.ndarray] | str:
-    if cos.shape != sin.shape or cos.shape[1] != head_dim:
+    if cos.shape != sin.shape or cos.shape[1] != (head_dim or cos.shape[1]):
         return f"cos/sin tables of shape {cos.shape} for head_dim {head_dim}"
-    first, second = _halves(head_dim, interleaved)
+    first, second = _halves(cos.shape[1], interleaved)
     if not all(np.array_equal(t[:, first], t[:, second]) for t in (cos, sin)):
         return ("cos/sin tables do not repeat each frequency in pairs" if interleaved
                 else "cos/sin tables are not duplicated halves (interleaved rotary?)")
@@ -168,6 +171,11 @@ def _halves(head_dim: int, interleaved: bool) -> tuple[slice, slice]:
     return (slice(0, None, 2), slice(1, None, 2)) if interleaved else (slice(0, half), slice(half, None))
 
 
+# ops that move a table's entries without computing new ones (a half taken, repeated, transposed, gathered
+# by index: Helium's repeat_interleave); `verify` checks the layout they make by value
+_LAYOUT_OPS = ("Unsqueeze", "Cast", "Reshape", "Squeeze", "Expand", "Transpose", "Slice", "Gather", "GatherND")
+
+
 def _trace(v: ir.Value | None, op: str, interleaved: bool) -> tuple[np.ndarray, float] | str:
     """Walk up from the multiplied-in table to Cos/Sin: (inv_freq, scaling). An interleaved table may
     repeat its entries after Cos/Sin (Concat / Tile, then Reshape); `verify` checks the layout."""
@@ -179,7 +187,7 @@ def _trace(v: ir.Value | None, op: str, interleaved: bool) -> tuple[np.ndarray, 
         if n.op_type == op:
             return _inv_freq(n.inputs[0], scale, interleaved)
         repeats = interleaved and n.op_type in ("Concat", "Tile", "Flatten")
-        if n.op_type in ("Unsqueeze", "Cast", "Reshape", "Squeeze", "Expand") or repeats:
+        if n.op_type in _LAYOUT_OPS or repeats:
             v = n.inputs[0]
         elif n.op_type == "Mul" and (operand := scalar_operand(n)):
             v, k = operand
@@ -200,17 +208,19 @@ def _inv_freq(freqs: ir.Value | None, scale: float, interleaved: bool) -> tuple[
         return "frequencies are not duplicated halves (interleaved rotary?)"
     else:
         start = cat.inputs[0]
+    # breadth first, the nearest such constant: an interleaved table's repeat can be a long index computation
+    # (repeat_interleave as NonZero / GatherND); `verify` rejects a wrong pick by value
     seen: set[int] = set()
-    todo = [start]
+    todo = deque([start])
     while todo:
-        v = todo.pop()
+        v = todo.popleft()
         c = const(v)
         if c is not None:
             if c.dtype.kind == "f" and c.size > 1 and c.squeeze().ndim == 1:
                 return c.reshape(-1), scale
             continue
         n = prod(v)
-        if n is not None and id(n) not in seen and len(seen) < 16:
+        if n is not None and id(n) not in seen and len(seen) < 64:
             seen.add(id(n))
             todo.extend(x for x in n.inputs if x is not None)
     return "inv_freq constant not found"
