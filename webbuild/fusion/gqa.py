@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.fusion import rope
+from webbuild.fusion import rope, shape_scalar
 from webbuild.fusion.attention_mask import MASKED, Mask, causal_window, gqa_lengths
 from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import (
@@ -218,14 +218,34 @@ def _strip_cast(v: ir.Value | None) -> ir.Value | None:
 
 
 def _factor(v: ir.Value | None) -> tuple[ir.Value | None, float] | None:
-    """v = x * k or x / k with k a scalar constant: (x, the factor)."""
+    """v = x * k or x / k with k a scalar constant, or computed from the head size (shape_scalar):
+    (x, the factor)."""
     n = prod(v, "Mul", "Div")
     if n is None:
         return None
     if n.op_type == "Div":
         k = scalar(n.inputs[1])
         return (n.inputs[0], 1.0 / k) if k and const(n.inputs[0]) is None else None
-    return scalar_operand(n)
+    found = scalar_operand(n)
+    if found is not None:
+        return found
+    for x, k in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0])):
+        f = shape_scalar.evaluate(k, _last_dim) if x is not None and k is not None and _scalar_shaped(k) else None
+        if f is not None:
+            return x, f
+    return None
+
+
+def _scalar_shaped(v: ir.Value) -> bool:
+    """A value shape inference says holds one element (SDPA's computed scale)."""
+    return v.shape is not None and all(d == 1 for d in v.shape)
+
+
+def _last_dim(x: ir.Value) -> int | None:
+    """The head size of `x`, Q or K in [B, heads, S, hd] (rotated, or as reshaped to heads)."""
+    r = rope.match(x)
+    h = _heads(r.x if r is not None else x)
+    return None if isinstance(h, Miss) else h.head_dim
 
 
 def _factors(v: ir.Value | None) -> tuple[ir.Value | None, float]:
