@@ -56,7 +56,7 @@ def _head(logits: ir.Value) -> ir.Node | None:
         n = prod(v)
         if n is None or n.op_type in _HEADS:
             return n
-        if n.op_type == "Tanh":
+        if n.op_type in ("Tanh", "Cast"):
             v = n.inputs[0]
         elif n.op_type in _ELEMENTWISE and len(n.inputs) == 2 and const(n.inputs[1]) is not None:
             v = n.inputs[0]
