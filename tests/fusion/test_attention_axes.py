@@ -2,7 +2,7 @@
 (tests/fusion/attention_graph.py): every spelling fuses to one GroupQueryAttention that computes what
 the source does over a prefill and decode steps with the KV cache; the spellings GQA cannot compute
 (no causal mask, a strided mask, an added bias, KV heads tiled in the wrong order, interleaved RoPE
-with tables for rotate_half) stay as they are,
+with tables for rotate_half, a static KV buffer written by ScatterND) stay as they are,
 with the reason in the report. Node and value names are random, different for each seed."""
 
 import numpy as np
@@ -51,7 +51,7 @@ def test_attention_gqa_cannot_compute_is_left_with_its_reason(axis, spelling):
     assert "GroupQueryAttention" not in ops and ops["Softmax"] == 1
     why = [m["why"] for m in report["not_fused"] if m["rule"] == "gqa"]
     expected = {"none": "not causal", "strided": "not causal", "bias": "bias", "tile_whole": "tiled",
-                "pairs_half_tables": "differ from the source"}[spelling]
+                "pairs_half_tables": "differ from the source", "scatter_nd": "ScatterND"}[spelling]
     assert len(why) == 1 and expected in why[0], why
 
 

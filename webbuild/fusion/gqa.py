@@ -173,6 +173,9 @@ def match(sm: ir.Node) -> _Match | Miss:
     v_all = _unrepeat(pv.inputs[1])
     if isinstance(v_all, Miss):
         return v_all
+    if _static_buffer(k_all) or _static_buffer(v_all):
+        return Miss("a static KV cache written in place by ScatterND: GroupQueryAttention over a shared "
+                    "past/present buffer is not built from this form")
     past_k, k_new = _split_past(k_all)
     past_v, v_new = _split_past(v_all)
     if k_all is None or v_all is None:
@@ -394,6 +397,18 @@ def _unrepeat(v: ir.Value | None) -> ir.Value | None | Miss:
     if reps is not None and reps.size == 4 and reps[1] > 1:
         return Miss("K/V heads tiled whole (query head h would read KV head h mod kv), not repeated per group")
     return v
+
+
+def _static_buffer(v: ir.Value | None) -> bool:
+    """Is `v` a KV buffer with the new positions scattered into it (under layout Transposes)?"""
+    for _ in range(3):
+        n = prod(v)
+        if n is None or n.op_type not in ("Transpose", "ScatterND", "ScatterElements"):
+            return False
+        if n.op_type != "Transpose":
+            return True
+        v = n.inputs[0]
+    return False
 
 
 def _split_past(v: ir.Value | None) -> tuple[ir.Value | None, ir.Value | None]:
