@@ -33,9 +33,10 @@ AXES = {
     "nan_guard": (False, True),
     "kv_cache": ("concat",),
 }
-# spellings whose attention GQA cannot compute: the rule must leave them
+# spellings whose attention GQA cannot compute: the rule must leave them (pairs_half_tables: pairs rotated
+# with tables made for rotate_half; scatter_nd: a static KV buffer written in place)
 NEGATIVE = {"mask": ("none", "bias", "strided"), "repeat_kv": ("tile_whole",),
-            "rope": ("pairs_half_tables",), "kv_cache": ("scatter_nd",)}  # pairs rotated with tables made for rotate_half
+            "rope": ("pairs_half_tables",), "kv_cache": ("scatter_nd",)}
 
 
 class _Builder:

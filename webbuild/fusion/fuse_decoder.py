@@ -28,6 +28,7 @@ from webbuild.fusion import (
     prune_lm_head,
     qk_norm_in_gqa,
     rms_norm,
+    rms_normalization,
     skip_layer_norm,
     skip_rms_norm,
     static_reshape,
@@ -85,6 +86,7 @@ def decoder_steps(max_positions: int | None) -> tuple[Step, ...]:
         Step(cleanup.apply, when="decomposed"),
         Step(layer_norm.RULE, when="decomposed"),  # first: a LayerNorm's centred part is an RMSNorm too
         Step(rms_norm.RULE, when="decomposed"),
+        Step(rms_normalization.RULE),  # opset 23's standard op, in graphs with nothing else to fold
         Step(skip_rms_norm.RULE, when="decomposed"),
         Step(skip_layer_norm.RULE, when="decomposed"),
         Step(gqa.rule(max_positions), when="decomposed"),

@@ -183,7 +183,7 @@ def match(sm: ir.Node) -> _Match | Miss:
     rk = rope.match(k_new)
     if r is None and rk is None:  # a layer without RoPE (NoPE): Q and K straight from their projections
         q, k, v = _heads(q_rot), _heads(k_new), _heads(v_new)
-    elif r is None or rk is None or (rk.cos, rk.sin, rk.interleaved, rk.partial) != (r.cos, r.sin, r.interleaved, r.partial):
+    elif r is None or rk is None or _rope_key(rk) != _rope_key(r):
         return Miss("K is not rotated with Q's cos/sin")
     else:
         q, k, v = _heads(r.x), _heads(rk.x), _heads(v_new)
@@ -199,6 +199,11 @@ def match(sm: ir.Node) -> _Match | Miss:
                scale=scale * q_scale * k_scale * q.factor * k.factor, head_dim=q.head_dim, rope=r, anchor=sm,
                masks=masks)
     return _count_heads(m) or m
+
+
+def _rope_key(r: rope.Rope) -> tuple:
+    """What Q's and K's RoPE must share."""
+    return r.cos, r.sin, r.interleaved, r.partial
 
 
 def _count_heads(m: _Match) -> Miss | None:

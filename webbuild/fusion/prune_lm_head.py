@@ -56,9 +56,8 @@ def _head(logits: ir.Value) -> ir.Node | None:
         n = prod(v)
         if n is None or n.op_type in _HEADS:
             return n
-        if n.op_type in ("Tanh", "Cast"):
-            v = n.inputs[0]
-        elif n.op_type in _ELEMENTWISE and len(n.inputs) == 2 and const(n.inputs[1]) is not None:
+        with_const = len(n.inputs) == 2 and const(n.inputs[1]) is not None
+        if n.op_type in ("Tanh", "Cast") or (n.op_type in _ELEMENTWISE and with_const):
             v = n.inputs[0]
         elif n.op_type in ("Add", "Mul") and len(n.inputs) == 2 and const(n.inputs[0]) is not None:
             v = n.inputs[1]

@@ -115,9 +115,9 @@ def _is_rotate_pairs(r: ir.Value | None, x: ir.Value) -> bool:
 def caches(cos: ir.Value, sin: ir.Value, head_dim: int | None, max_pos: int,
            interleaved: bool = False) -> tuple[np.ndarray, np.ndarray] | str:
     """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not; `head_dim`:
-    the dims that rotate (the rotary width of a partial rotary; None: as many as the frequencies). `interleaved`: the source's tables repeat
-    each frequency twice in a row rather than in two halves. The angles are computed in fp32 from the
-    graph's inv_freq, whatever float type the graph computes them in."""
+    the dims that rotate (the rotary width of a partial rotary; None: as many as the frequencies).
+    `interleaved`: the source's tables repeat each frequency twice in a row rather than in two halves.
+    The angles are computed in fp32 from the graph's inv_freq, whatever float type the graph computes them in."""
     cos_table, sin_table = _tables(cos), _tables(sin)
     if cos_table is not None and sin_table is not None:
         return _from_tables(cos_table, sin_table, head_dim, max_pos, interleaved)

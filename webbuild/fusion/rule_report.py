@@ -28,7 +28,7 @@ class Report:
 # recognised records no miss; opset 23's Attention, RMSNormalization and RotaryEmbedding are not what
 # onnxruntime-web's WebGPU EP runs fused).
 STRICT_RULES = {"gqa": "attention", "encoder_attention": "attention", "rms_norm": "norm",
-                "skip_rms_norm": "norm", "layer_norm": "norm", "skip_layer_norm": "norm",
+                "skip_rms_norm": "norm", "layer_norm": "norm", "skip_layer_norm": "norm", "rms_normalization": "norm",
                 "matmul_nbits": "quantized MatMul"}
 LEFT_OVER = {"Softmax": "attention", "Attention": "attention", "RotaryEmbedding": "attention",
              "ReduceMean": "norm", "RMSNormalization": "norm", "DequantizeLinear": "quantized MatMul"}
