@@ -84,7 +84,7 @@ class _Match:
 def rule(max_positions: int | None = None) -> Rule[_Match]:
     """The GQA rule for one run, its cos/sin caches max_positions long (DEFAULT_MAX_POSITIONS when unknown)."""
     checks = _Checks(max_positions)
-    return Rule(NAME, ("Softmax",), checks.match, _rewrite, notes=checks.notes, setup=checks.clear)
+    return Rule(NAME, ("Softmax", "Attention"), checks.match, _rewrite, notes=checks.notes, setup=checks.clear)
 
 
 @dataclass
@@ -99,15 +99,15 @@ class _Checks:
         self.errors.clear()
         self.windows.clear()
 
-    def match(self, sm: ir.Node) -> _Match | Miss:
-        m = match(sm)
-        if isinstance(m, Miss):
+    def match(self, anchor: ir.Node) -> _Match | Miss | None:
+        m = match(anchor) if anchor.op_type == "Softmax" else match_standard(anchor)
+        if m is None or isinstance(m, Miss):
             return m
         tables = self._caches(m) if m.rope is not None else None
         if isinstance(tables, Miss):
             return tables
         positions = tables[0].shape[0] if tables is not None else self.max_positions or DEFAULT_MAX_POSITIONS
-        window = causal_window(m.masks, positions)
+        window = causal_window(m.masks, positions) if m.masks else None  # none: causal by the op itself
         if isinstance(window, str):
             return Miss(window)
         if window is not None:
@@ -121,7 +121,8 @@ class _Checks:
         r = m.rope
         assert r is not None, "called for an attention with RoPE"
         width = r.dims if r.partial else m.head_dim
-        tables = rope.caches(r.cos, r.sin, width, self.max_positions or DEFAULT_MAX_POSITIONS, r.interleaved)
+        tables = rope.caches(r.cos, r.sin, width, self.max_positions or DEFAULT_MAX_POSITIONS, r.interleaved,
+                             r.half)
         if isinstance(tables, str):
             return Miss(tables)
         rotary = tables[0].shape[1] * 2
@@ -131,7 +132,8 @@ class _Checks:
         half = rope.angles_in_fp16(r.cos)
         key = (id(r.cos), id(r.sin))
         if key not in self.errors:
-            self.errors[key] = rope.verify(r.cos, r.sin, tables, interleaved=r.interleaved, far_end=not half)
+            self.errors[key] = rope.verify(r.cos, r.sin, tables, interleaved=r.interleaved, far_end=not half,
+                                           half=r.half)
         err = self.errors[key]
         if not isinstance(err, str) and err > (FP16_ROPE_TOLERANCE if half else ROPE_TOLERANCE):
             return Miss(f"cos/sin caches differ from the source by {err:.2e}")
@@ -167,12 +169,47 @@ def match(sm: ir.Node) -> _Match | Miss:
     out = _merge_heads(pv.outputs[0])
     if out is None:
         return Miss("attention output is not transposed/reshaped back to [B, S, heads*hd]")
-    r = rope.match(q_rot)
-    if r is None and isinstance(_heads(q_rot), Miss):
-        return Miss("no RoPE (rotate_half or interleaved) on Q")
     v_all = _unrepeat(pv.inputs[1])
     if isinstance(v_all, Miss):
         return v_all
+    return _assemble(sm, q_rot, k_all, v_all, out, scale * q_scale * k_scale, masks)
+
+
+def match_standard(att: ir.Node) -> _Match | Miss | None:
+    """opset 23's standard Attention on [B, heads, S, hd] Q/K/V (torch.onnx's dynamo export of SDPA), its
+    Q and K rotated by the standard RotaryEmbedding or spelt out; None for another domain's Attention."""
+    if att.domain not in ("", "ai.onnx"):
+        return None
+    if any(x is not None for x in att.inputs[4:]) or any(o.uses() for o in att.outputs[1:]):
+        return Miss("an Attention with past KV inputs or present outputs of its own")
+    q_rot = att.inputs[0]
+    if q_rot is None or q_rot.shape is None or len(q_rot.shape) != 4:
+        return Miss("an Attention on 3-D Q/K/V")
+    if attr(att, "softcap", 0.0) or attr(att, "qk_matmul_output_mode", 0):
+        return Miss("an Attention with a softcap or a Q.K output")
+    mask = att.inputs[3] if len(att.inputs) > 3 else None
+    causal = bool(attr(att, "is_causal", 0))
+    if causal and mask is not None:
+        return Miss("an Attention with both is_causal and a mask")
+    k_all, v_all = _unrepeat(att.inputs[1]), _unrepeat(att.inputs[2])
+    if isinstance(k_all, Miss) or isinstance(v_all, Miss):
+        return next(x for x in (k_all, v_all) if isinstance(x, Miss))
+    out = _merge_heads(att.outputs[0])
+    if out is None:
+        return Miss("attention output is not transposed/reshaped back to [B, S, heads*hd]")
+    boolean = mask is not None and mask.type is not None and mask.type.dtype == ir.DataType.BOOL
+    masks = [] if mask is None else [Mask(mask, "keep" if boolean else "add")]
+    m = _assemble(att, q_rot, k_all, v_all, out, attr(att, "scale", 0.0) or None, masks, causal=causal)
+    return m
+
+
+def _assemble(anchor: ir.Node, q_rot: ir.Value | None, k_all: ir.Value | None, v_all: ir.Value | None,
+              out: ir.Value, scale: float | None, masks: list[Mask], causal: bool = False) -> _Match | Miss:
+    """The parts every attention spelling shares, from the rotated Q, K_all and V_all (repeat_kv taken off)
+    on: RoPE, the past, the projections. `scale` None: 1/sqrt(head size); `causal`: causal by the op itself."""
+    r = rope.match(q_rot)
+    if r is None and isinstance(_heads(q_rot), Miss):
+        return Miss("no RoPE (rotate_half or interleaved) on Q")
     if _static_buffer(k_all) or _static_buffer(v_all):
         return Miss("a static KV cache written in place by ScatterND: GroupQueryAttention over a shared "
                     "past/present buffer is not built from this form")
@@ -193,17 +230,17 @@ def match(sm: ir.Node) -> _Match | Miss:
         return Miss("V is scaled")
     if k.head_dim != q.head_dim or v.head_dim != q.head_dim:
         return Miss("Q, K and V head sizes differ")
-    if not masks:
+    if not masks and not causal:
         return Miss("no mask on the scores: the attention is not causal")
+    scale = q.head_dim ** -0.5 if scale is None else scale
     m = _Match(q=q, k=k, v=v, past_k=past_k, past_v=past_v, k_all=k_all, v_all=v_all, out=out,
-               scale=scale * q_scale * k_scale * q.factor * k.factor, head_dim=q.head_dim, rope=r, anchor=sm,
-               masks=masks)
+               scale=scale * q.factor * k.factor, head_dim=q.head_dim, rope=r, anchor=anchor, masks=masks)
     return _count_heads(m) or m
 
 
 def _rope_key(r: rope.Rope) -> tuple:
     """What Q's and K's RoPE must share."""
-    return r.cos, r.sin, r.interleaved, r.partial
+    return r.cos, r.sin, r.interleaved, r.partial, r.half
 
 
 def _count_heads(m: _Match) -> Miss | None:
@@ -328,6 +365,8 @@ def _key(v: ir.Value | None, transpose: bool = True) -> tuple[ir.Value | None, f
             v, scale = f[0], scale * f[1]
         elif t is not None and not transposed and list(attr(t, "perm", [])) == [0, 1, 3, 2]:
             v, transposed = t.inputs[0], True
+        elif not transposed and (flat := _flat_transpose(v)) is not None:
+            v, transposed = flat, True
         elif not unrepeated and (u := _unrepeat(v)) is not v:
             if isinstance(u, Miss):
                 return u
@@ -337,6 +376,46 @@ def _key(v: ir.Value | None, transpose: bool = True) -> tuple[ir.Value | None, f
     if not transposed:
         return Miss("K is not transposed to [B, heads, hd, T]")
     return v, scale
+
+
+def _flat_transpose(v: ir.Value | None) -> ir.Value | None:
+    """k when v = Reshape(Transpose(Reshape(k, [-1, T, hd]), [0, 2, 1]), [*lead, hd, T]), the shapes read
+    from Shape(k) (torch.onnx's dynamo export of SDPA at opset 20): k with its last two axes swapped."""
+    outer = prod(v, "Reshape")
+    t = prod(outer.inputs[0], "Transpose") if outer is not None else None
+    inner = prod(t.inputs[0], "Reshape") if t is not None else None
+    if outer is None or t is None or inner is None or list(attr(t, "perm", [])) != [0, 2, 1]:
+        return None
+    k = inner.inputs[0]
+    if k is None:
+        return None
+    parts = [_shape_parts(x, k) for x in (inner.inputs[1], outer.inputs[1])]
+    flat, back = ("-1", (-2, -1), (-1, None)), ((None, -2), (-1, None), (-2, -1))
+    return k if parts == [flat, back] else None
+
+
+def _shape_parts(target: ir.Value | None, k: ir.Value) -> tuple | None:
+    """A Concat of Slices of Shape(k) (as (start, end), None for open ends) and constant -1s ("-1")."""
+    cat = prod(target, "Concat")
+    if cat is None:
+        return None
+    out: list = []
+    for x in cat.inputs:
+        c = const(x)
+        sl = prod(x, "Slice")
+        shape = prod(sl.inputs[0], "Shape") if sl is not None else None
+        if c is not None and c.size == 1 and int(c.reshape(-1)[0]) == -1:
+            out.append("-1")
+        elif sl is not None and shape is not None and shape.inputs[0] is k and attr(shape, "start", 0) == 0 \
+                and attr(shape, "end", None) is None and len(sl.inputs) == 3:
+            ends = [const(sl.inputs[i]) for i in (1, 2)]
+            if any(e is None or e.size != 1 for e in ends):
+                return None
+            out.append(tuple(None if abs(int(e.reshape(-1)[0])) >= 2**62 else int(e.reshape(-1)[0])
+                             for e in ends if e is not None))
+        else:
+            return None
+    return tuple(out)
 
 
 def _probs_times_v(probs: ir.Value) -> ir.Node | None:

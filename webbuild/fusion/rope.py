@@ -28,12 +28,16 @@ class Rope:
     interleaved: bool = False  # pairs (x0, x1), (x2, x3), ... rotate, rather than the two halves
     partial: bool = False  # only the first dims of the head rotate: `dims` of them (None: as many as the
     dims: int | None = None  # frequencies, when the split point is computed from the tables' shape)
+    half: bool = False  # cos/sin hold one entry per frequency (opset 23's RotaryEmbedding), not two
 
 
 def match(v: ir.Value | None) -> Rope | None:
     """v = x*cos + rotate(x)*sin (any operand order), rotate being rotate_half or the interleaved pair
     rotation; also Concat(rope(x[..., :d]), x[..., d:]) with d read from cos (Phi-3's partial-rotary
     spelling): that is rope(x) when d is the whole head, which the caches' size check settles."""
+    standard = prod(v, "RotaryEmbedding")
+    if standard is not None and standard.domain in ("", "ai.onnx"):
+        return _standard(standard)
     whole = _split_rotary(v)
     if whole is not None:
         r = match(whole[0])
@@ -56,6 +60,16 @@ def match(v: ir.Value | None) -> Rope | None:
                 if _is_rotate_pairs(rot, x):
                     return Rope(x, cos, sin, interleaved=True)
     return None
+
+
+def _standard(n: ir.Node) -> Rope | None:
+    """opset 23's RotaryEmbedding(x [B, heads, S, hd], cos, sin) with cos/sin [B, S, rotary/2] per position
+    (no position_ids: the form torch.onnx's dynamo export writes)."""
+    x, cos, sin = (*n.inputs, None, None, None)[:3]
+    if x is None or cos is None or sin is None or (len(n.inputs) > 3 and n.inputs[3] is not None):
+        return None
+    dims = attr(n, "rotary_embedding_dim", 0)
+    return Rope(x, cos, sin, bool(attr(n, "interleaved", 0)), bool(dims), dims or None, half=True)
 
 
 def _split_rotary(v: ir.Value | None) -> tuple[ir.Value, ir.Value, ir.Value, int | None] | None:
@@ -113,15 +127,17 @@ def _is_rotate_pairs(r: ir.Value | None, x: ir.Value) -> bool:
 
 
 def caches(cos: ir.Value, sin: ir.Value, head_dim: int | None, max_pos: int,
-           interleaved: bool = False) -> tuple[np.ndarray, np.ndarray] | str:
+           interleaved: bool = False, half: bool = False) -> tuple[np.ndarray, np.ndarray] | str:
     """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not; `head_dim`:
     the dims that rotate (the rotary width of a partial rotary; None: as many as the frequencies).
-    `interleaved`: the source's tables repeat each frequency twice in a row rather than in two halves.
-    The angles are computed in fp32 from the graph's inv_freq, whatever float type the graph computes them in."""
+    `interleaved`: the source's tables repeat each frequency twice in a row rather than in two halves;
+    `half`: they hold each once (opset 23's RotaryEmbedding). The angles are computed in fp32 from the graph's inv_freq, whatever float type the graph computes them in."""
     cos_table, sin_table = _tables(cos), _tables(sin)
     if cos_table is not None and sin_table is not None:
+        if half:
+            return "precomputed half-width cos/sin tables"
         return _from_tables(cos_table, sin_table, head_dim, max_pos, interleaved)
-    c, s = _trace(cos, "Cos", interleaved), _trace(sin, "Sin", interleaved)
+    c, s = _trace(cos, "Cos", interleaved or half), _trace(sin, "Sin", interleaved or half)
     if isinstance(c, str):
         return c
     if isinstance(s, str):
@@ -241,7 +257,7 @@ def angles_in_fp16(v: ir.Value) -> bool:
 
 
 def verify(cos: ir.Value, sin: ir.Value, tables: tuple[np.ndarray, np.ndarray], n: int = 16,
-           interleaved: bool = False, far_end: bool = True) -> float | str:
+           interleaved: bool = False, far_end: bool = True, half: bool = False) -> float | str:
     """Max |source - cache| over probe positions at both ends of the caches (the first only without
     `far_end`), or why it cannot run. The source's own cos/sin subgraph is evaluated on onnxruntime
     (fusion.probe)."""
@@ -254,7 +270,7 @@ def verify(cos: ir.Value, sin: ir.Value, tables: tuple[np.ndarray, np.ndarray], 
             return got
         for src, cache in zip(got, tables):
             src = src.reshape(n, -1)
-            first, second = _halves(src.shape[1], interleaved)
+            first, second = (slice(None), slice(None)) if half else _halves(src.shape[1], interleaved)
             want = cache[past:past + n]
             src = src.astype(np.float32)
             worst = max(worst, float(np.abs(src[:, first] - want).max()), float(np.abs(src[:, second] - want).max()))
