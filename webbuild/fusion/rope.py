@@ -131,7 +131,8 @@ def caches(cos: ir.Value, sin: ir.Value, head_dim: int | None, max_pos: int,
     """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not; `head_dim`:
     the dims that rotate (the rotary width of a partial rotary; None: as many as the frequencies).
     `interleaved`: the source's tables repeat each frequency twice in a row rather than in two halves;
-    `half`: they hold each once (opset 23's RotaryEmbedding). The angles are computed in fp32 from the graph's inv_freq, whatever float type the graph computes them in."""
+    `half`: they hold each once (opset 23's RotaryEmbedding). The angles are computed in fp32 from the
+    graph's inv_freq, whatever float type the graph computes them in."""
     cos_table, sin_table = _tables(cos), _tables(sin)
     if cos_table is not None and sin_table is not None:
         if half:
