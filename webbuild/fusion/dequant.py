@@ -191,10 +191,10 @@ def _core(v: ir.Value | None):
             return _one_block(q, shape, scale, zero, nodes[0], (*nodes, n))
         if len(shape) != 3 or scale.ndim != 3:
             return "Cast/Sub/Mul dequantization of a weight that is not 3-D [rows, blocks, block]"
-        zero = _zero_like(zero, scale, t.dtype)
-        if isinstance(zero, str):
-            return zero
-        return q, scale, zero, None, 0, nodes[0], (*nodes, n)
+        zero_points = _zero_like(zero, scale, t.dtype)
+        if isinstance(zero_points, str):
+            return zero_points
+        return q, scale, zero_points, None, 0, nodes[0], (*nodes, n)
     return None
 
 
@@ -202,7 +202,7 @@ def _dequantize_linear(n: ir.Node):
     """_core's reading of a DequantizeLinear: blockwise, or per-axis on a 2-D weight (one block)."""
     q = n.inputs[0]
     t = _int_const(q)
-    if t is None:
+    if t is None or q is None:
         return None
     scale, block = const(n.inputs[1]), attr(n, "block_size", 0)
     zero = const(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] is not None else None

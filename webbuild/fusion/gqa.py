@@ -274,8 +274,9 @@ def _factor(v: ir.Value | None) -> tuple[ir.Value | None, float] | None:
     found = scalar_operand(n)
     if found is not None:
         return found
-    for x, k in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0])):
-        f = shape_scalar.evaluate(k, _last_dim) if x is not None and k is not None and _scalar_shaped(k) else None
+    for x, operand in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0])):
+        ok = x is not None and operand is not None and _scalar_shaped(operand)
+        f = shape_scalar.evaluate(operand, _last_dim) if ok else None
         if f is not None:
             return x, f
     return None

@@ -243,7 +243,7 @@ def _inv_freq(freqs: ir.Value | None, scale: float, interleaved: bool) -> tuple[
     return "inv_freq constant not found"
 
 
-def angles_in_fp16(v: ir.Value) -> bool:
+def angles_in_fp16(v: ir.Value | None) -> bool:
     """Does the source compute its RoPE angles in fp16 (onnxruntime's float16 converter's output): then
     they are exact only at the first positions."""
     for _ in range(10):

@@ -12,9 +12,11 @@ import onnx_ir as ir
 
 from webbuild.graph.ir import attr, const, prod
 
-_UNARY = {"Sqrt": np.sqrt, "Reciprocal": np.reciprocal, "Cast": lambda a: a.astype(np.float64),
-          "Squeeze": np.squeeze, "Identity": lambda a: a}
-_BINARY = {"Div": np.divide, "Mul": np.multiply, "Pow": np.power, "Add": np.add, "Sub": np.subtract}
+_UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "Sqrt": np.sqrt, "Reciprocal": np.reciprocal, "Cast": lambda a: a.astype(np.float64), "Squeeze": np.squeeze,
+    "Identity": lambda a: a}
+_BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "Div": np.divide, "Mul": np.multiply, "Pow": np.power, "Add": np.add, "Sub": np.subtract}
 
 
 def evaluate(v: ir.Value | None, last_dim: Callable[[ir.Value], int | None], depth: int = 0) -> float | None:
