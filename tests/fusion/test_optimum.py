@@ -3,10 +3,11 @@ the real exporter in its own venv: tests/fusion/exporters.py) fuse to one GroupQ
 layer, and decode as the source does on onnxruntime CPU: the same greedy tokens over 16 steps with the
 KV cache, logits within 1e-4 of their range. The families cover the spellings beyond Llama's: Q/K norms after
 the head transpose and alternating sliding/global layers (Gemma3), NoPE layers (SmolLM3), interleaved rotary
-(Cohere, Helium, GLM), partial rotary (GLM, Phi-2, StableLM, Nemotron), LayerNorm decoders (Cohere, Phi-2,
-StableLM, Nemotron), in odd shapes (head_dim 16 or 32, 1-3 KV heads, hidden 80 or 96)."""
+(Cohere, Helium, GLM), partial rotary (GLM, Phi-2, StableLM, Nemotron), scaled RoPE (yarn, llama3), LayerNorm
+decoders (Cohere, Phi-2, StableLM, Nemotron), in odd shapes (head_dim 16 or 32, 1-3 KV heads, hidden 80 or 96)."""
 
 import json
+import math
 import subprocess
 import sys
 
@@ -61,8 +62,11 @@ def test_one_gqa_per_layer_and_no_softmax(fused):
         # Q, K, V packed (Phi-3's qkv_proj as it is); Q/K norms need them apart (a Split)
         assert (node.inputs[1] is None) == (family not in QK_NORMS)
     # the caches span the model's positions (config.json beside the export)
-    caches = [v.const_value.shape[0] for name, v in model.graph.initializers.items() if name.startswith("cos_cache")]
-    assert set(caches) <= {cfg["max_position_embeddings"]}
+    caches = [v.const_value.numpy() for name, v in model.graph.initializers.items() if name.startswith("cos_cache")]
+    assert {c.shape[0] for c in caches} <= {cfg["max_position_embeddings"]}
+    scaling = cfg.get("rope_scaling") or {}
+    if scaling.get("rope_type") == "yarn":  # its attention factor, read from the graph's constants: cos(0) * factor
+        assert caches[0][0, 0] == pytest.approx(0.1 * math.log(scaling["factor"]) + 1, rel=1e-6)
     check(model)
 
 
