@@ -42,3 +42,19 @@ def test_a_standard_attention_left_fails_strict_naming_it():
                           "left_over": report["left_over"]}}
     assert strict_failures(graphs) == ["decoder: 1 attention pattern not fused"]
     assert "    at layers.0/attn" in summary(graphs)
+
+
+def test_webbuild_fuse_strict_exits_1_on_a_standard_attention_left(tmp_path):
+    """The command itself: a graph holding only standard ops used to pass --strict with nothing fused."""
+    import onnx
+    from click.testing import CliRunner
+
+    from webbuild.cli import main
+
+    src = tmp_path / "src" / "decoder_model_merged.onnx"
+    src.parent.mkdir()
+    onnx.save(ir.to_proto(_graph(True)), src)
+    result = CliRunner().invoke(main, ["fuse", str(src), "-o", str(tmp_path / "out"), "--no-quantize", "--strict"])
+    assert result.exit_code == 1, result.output
+    assert "decoder: 1 attention pattern not fused (--strict" in result.output
+    assert "  decoder: 1 Attention left (attention not fused)" in result.output.splitlines()
