@@ -46,6 +46,17 @@ FAMILIES = {
             dict(hidden_size=96, num_attention_heads=3, num_key_value_heads=3, partial_rotary_factor=0.5)),
     "stablelm": ("StableLmConfig", "StableLmForCausalLM",
                  dict(hidden_size=128, num_attention_heads=2, num_key_value_heads=1, partial_rotary_factor=0.25)),
+    # Q/K norms over the whole projection (OLMo2), none (OLMo: LayerNorm without weights), Gemma's (1 + w) norms,
+    # Gemma2's attention softcap and alternating windows, Granite's multipliers and logit divisor
+    "olmo": ("OlmoConfig", "OlmoForCausalLM", dict(pad_token_id=0)),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", dict(pad_token_id=0)),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(head_dim=16)),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
+                    layer_types=["sliding_attention", "full_attention"])),
+    "granite": ("GraniteConfig", "GraniteForCausalLM",
+                dict(embedding_multiplier=2.0, attention_multiplier=0.1, residual_multiplier=0.5,
+                     logits_scaling=4.0)),
     # scaled RoPE: the angles carry the scaling (yarn: inv_freq and a factor on cos/sin; llama3: inv_freq)
     "llama-yarn": ("LlamaConfig", "LlamaForCausalLM",
                    dict(rope_theta=10000.0, rope_scaling={"rope_type": "yarn", "factor": 4.0,

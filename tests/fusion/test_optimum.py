@@ -4,7 +4,9 @@ layer, and decode as the source does on onnxruntime CPU: the same greedy tokens 
 KV cache, logits within 1e-4 of their range. The families cover the spellings beyond Llama's: Q/K norms after
 the head transpose and alternating sliding/global layers (Gemma3), NoPE layers (SmolLM3), interleaved rotary
 (Cohere, Helium, GLM), partial rotary (GLM, Phi-2, StableLM, Nemotron), scaled RoPE (yarn, llama3), LayerNorm
-decoders (Cohere, Phi-2, StableLM, Nemotron), in odd shapes (head_dim 16 or 32, 1-3 KV heads, hidden 80 or 96)."""
+decoders (Cohere, Phi-2, StableLM, Nemotron, OLMo), Q/K norms over the whole projection (OLMo2), Gemma's and
+Gemma2's norms and logit softcap, Granite's multipliers, in odd shapes (head_dim 16 or 32, 1-3 KV heads,
+hidden 80 or 96)."""
 
 import json
 import math
@@ -33,7 +35,7 @@ def fused(request, tmp_path_factory):
     return request.param, src, json.loads((src / "config.json").read_text()), model, report, out
 
 
-QK_NORMS = {"qwen3", "gemma3"}  # Q/K norms keep Q, K and V apart (a Split after the packed projection)
+QK_NORMS = {"qwen3", "gemma3", "olmo2"}  # Q/K norms keep Q, K and V apart (a Split after the packed projection)
 
 
 def _expected(cfg: dict, layer: int) -> dict:
@@ -43,7 +45,8 @@ def _expected(cfg: dict, layer: int) -> dict:
     window = cfg.get("sliding_window") if not types or types[layer] == "sliding_attention" else None
     rope = (cfg.get("no_rope_layers") or [1] * cfg["num_hidden_layers"])[layer]
     return {"num_heads": cfg["num_attention_heads"], "kv_num_heads": cfg["num_key_value_heads"],
-            "scale": pytest.approx((cfg.get("query_pre_attn_scalar") or hd) ** -0.5), "local_window_size": window,
+            "scale": pytest.approx(cfg.get("attention_multiplier") or (cfg.get("query_pre_attn_scalar") or hd) ** -0.5),
+            "local_window_size": window,
             "do_rotary": rope, "rotary_width": int(hd * cfg.get("partial_rotary_factor", 1.0)) if rope else None}
 
 

@@ -1,8 +1,9 @@
 """Q, K, V projections of one attention -> one packed MatMul (or MatMulNBits) + Split.
 
-One dispatch reads the normed hidden state once instead of three times. With Q/K norms GQA still
-needs Q and K apart, so a Split follows (as in the genai builder's graph); without them GQA takes
-the packed tensor directly (key/value inputs empty) and there is no Split.
+One dispatch reads the normed hidden state once instead of three times. With Q/K norms (per head, as
+Qwen3's, or over the whole projection, as OLMo2's) GQA still needs Q and K apart, so a Split follows (as
+in the genai builder's graph); without them GQA takes the packed tensor directly (key/value inputs empty)
+and there is no Split.
 Projection biases (Qwen2) are packed too. MatMulNBits projections pack when their quantization
 attributes agree: blocks are per output row, so rows concatenate.
 """
@@ -58,11 +59,7 @@ def _already_packed(gqa: ir.Node) -> ir.Node | None:
     """The Split whose three outputs are Q, K, V (this rule's own output, or a packed source's)."""
     splits = []
     for slot in range(3):
-        v = gqa.inputs[slot]
-        flat = prod(v, "Reshape")
-        norm = prod(flat.inputs[0], "SimplifiedLayerNormalization") if flat else None
-        heads = prod(norm.inputs[0], "Reshape") if norm else None
-        splits.append(prod(heads.inputs[0] if heads else v, "Split"))
+        splits.append(prod(_under_norm(gqa.inputs[slot]), "Split"))
     same = splits[0] is not None and all(s is splits[0] for s in splits)
     return splits[0] if same else None
 
@@ -82,6 +79,18 @@ def _sliced(gqa: ir.Node) -> ir.Value | None:
     return slices[0].inputs[0] if contiguous and e2 is not None and e2 >= 2**62 else None
 
 
+def _under_norm(v: ir.Value | None) -> ir.Value | None:
+    """What a GQA input is normed from: a head-wise Q/K norm (Reshape to heads, norm, Reshape back: Qwen3) or
+    one over the whole projection (OLMo2); `v` itself without a norm."""
+    flat = prod(v, "Reshape")
+    norm = prod(flat.inputs[0], "SimplifiedLayerNormalization") if flat else None
+    heads = prod(norm.inputs[0], "Reshape") if norm else None
+    if heads is not None:
+        return heads.inputs[0]
+    whole = prod(v, "SimplifiedLayerNormalization")
+    return whole.inputs[0] if whole is not None else v
+
+
 def _int(n: ir.Node, i: int) -> int | None:
     c = const(n.inputs[i])
     return int(c.reshape(-1)[0]) if c is not None and c.size == 1 else None
@@ -99,12 +108,7 @@ def _unsplit(gqa: ir.Node, packed: ir.Value) -> None:
 
 def _projection(gqa: ir.Node, slot: int) -> tuple[ir.Value, ir.Node, ir.Value | None] | None:
     """(projection output, MatMul-like node, bias) feeding GQA input `slot`, through a Q/K norm."""
-    v = gqa.inputs[slot]
-    flat = prod(v, "Reshape")
-    norm = prod(flat.inputs[0], "SimplifiedLayerNormalization") if flat else None
-    heads = prod(norm.inputs[0], "Reshape") if norm else None
-    if heads is not None:
-        v = heads.inputs[0]
+    v = _under_norm(gqa.inputs[slot])
     add = prod(v, "Add")
     bias = next((x for x in add.inputs if const(x) is not None), None) if add else None
     mm = prod(next(x for x in add.inputs if x is not bias) if add and bias is not None else v, "MatMul", "MatMulNBits")
