@@ -47,8 +47,8 @@ def _convert(src: Path, out: Path, kind: str) -> None:
         q = MatMulNBitsQuantizer(model, block_size=32, is_symmetric=True)
         q.process()
         model = q.model.model
-    # inputs and outputs stay fp32, as the parity harness feeds them; every weight and op inside is fp16
-    model = convert_float_to_float16(model, keep_io_types=True)
+    # as transformers.js ships them: the past KV inputs, the presents and the logits fp16 too
+    model = convert_float_to_float16(model, keep_io_types=False)
     onnx.save(model, out / "model.onnx")
     shutil.copy(src / "config.json", out / "config.json")
 
