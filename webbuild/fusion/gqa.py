@@ -1,22 +1,27 @@
-"""Eager attention -> com.microsoft.GroupQueryAttention with RoPE folded in (do_rotary=1).
+"""Attention -> com.microsoft.GroupQueryAttention with RoPE folded in (do_rotary=1), or without (NoPE layers).
 
 Anchored on Softmax, it walks what attention computes,
     softmax(Q_rope @ repeat_kv(K_all)^T * scale + causal mask) @ repeat_kv(V_all) -> Transpose -> Reshape,
 in the spellings exporters use: scalar factors on the scores, on Q or on K (their product is the
-scale); K transposed to [.., hd, T] before or after repeat_kv and the factors, or not at all under an
-Einsum that contracts over hd (the probabilities times V then an Einsum too); repeat_kv by
-Expand or Tile of an Unsqueeze, then Reshape; the mask added, or selecting between the scores and a
-very negative fill, in any number of parts; a cast or SDPA's NaN guard (Where(IsNaN(p), 0, p))
-around the probabilities; RoPE as rotate_half or interleaved pairs (rope.py). Q/K/V are projection
-outputs reshaped to heads (optional Q/K RMSNorm, already fused into SimplifiedLayerNormalization)
-and transposed to BNSH, K_all = Concat(past_k, K_rope) or K_rope. Nothing is read by name: the mask
-is dropped only once its values, evaluated for probe inputs, are the causal mask GQA applies itself,
-or a causal sliding window (local_window_size) (attention_mask.causal_window).
+scale; SDPA's computed from Q's shape at run time counts, shape_scalar); K transposed to [.., hd, T]
+before or after repeat_kv and the factors (or by Reshape -> Transpose -> Reshape: torch.onnx dynamo's
+opset-20 SDPA), or not at all under an Einsum that contracts over hd (the probabilities times V then an
+Einsum too); repeat_kv by Expand or Tile of an Unsqueeze, then Reshape; the mask added, or selecting
+between the scores and a very negative fill, in any number of parts; a cast or SDPA's NaN guard
+(Where(IsNaN(p), 0, p)) around the probabilities. Anchored on opset 23's standard Attention, it reads the
+same parts from the op's inputs (its scale, its mask or is_causal). RoPE is rotate_half or interleaved
+pairs, on the whole head or its first dims (partial rotary: the caches' width), or opset 23's
+RotaryEmbedding (rope.py); Q and K without any RoPE make a NoPE layer (do_rotary=0, no caches). Q/K/V are
+projection outputs reshaped to heads (optional Q/K RMSNorm, already fused into SimplifiedLayerNormalization,
+before or after the head transpose: Gemma3's comes after, and moves before it) and transposed to BNSH,
+K_all = Concat(past_k, K_rope) or K_rope; a static KV buffer written by ScatterND is refused. Nothing is
+read by name: the mask is dropped only once its values, evaluated for probe inputs, are the causal mask
+GQA applies itself, or a causal sliding window (local_window_size) (attention_mask.causal_window).
 The GQA node takes the projection outputs (Q/K norms stay as explicit SimplifiedLayerNormalization
 on the head axis, then a Reshape back to [B, S, heads*hd]), the past KV (BNSH), seqlens_k /
-total_sequence_length from attention_mask, and cos/sin caches; its present outputs replace K_all /
-V_all (so a graph output keeps its name). Position ids, given or derived, are not needed: GQA counts
-positions from the past length.
+total_sequence_length from attention_mask, and cos/sin caches in the attention's float type; its present
+outputs replace K_all / V_all (so a graph output keeps its name). Position ids, given or derived, are not
+needed: GQA counts positions from the past length.
 """
 
 from __future__ import annotations
