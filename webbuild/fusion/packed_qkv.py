@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from webbuild.fusion import qk_norm_in_gqa
 from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import attr, const, const_input, import_ms_domain, new_const, prod, replace, shared_const
 
@@ -38,8 +39,11 @@ def match(gqa: ir.Node) -> _Unsplit | _Pack | Miss | None:
         return None  # already packed
     split = _already_packed(gqa)
     if split is not None:
+        # a GQA holding Q/K norm weights keeps its Split (the genai builder's webgpu graph): packed QKV with
+        # norms inside is a form no test runs on the one EP that takes it (onnxruntime CPU refuses the norms)
         packed = split.inputs[0]
-        return _Unsplit(gqa, packed) if packed is not None and _unsplittable(gqa, split) else None
+        unsplit = packed is not None and _unsplittable(gqa, split) and not qk_norm_in_gqa.carries_norms(gqa)
+        return _Unsplit(gqa, packed) if unsplit else None
     sliced = _sliced(gqa)
     if sliced is not None:
         return _Unsplit(gqa, sliced)
