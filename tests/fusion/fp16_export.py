@@ -1,5 +1,6 @@
-"""fp16 and q4f16 decoders as transformers.js publishes them: an Optimum export (exporters.py) converted by
-onnxruntime's float16 converter, after int4 MatMulNBits quantization (block 32, symmetric) for q4f16.
+"""fp16, q4f16 and q8 decoders as transformers.js publishes them: an Optimum export (exporters.py) converted by
+onnxruntime's float16 converter, after int4 MatMulNBits quantization (block 32, symmetric) for q4f16; for q8
+onnxruntime's dynamic quantization (int8 MatMulInteger weights, activations quantized at run time).
 Made with this venv's onnxruntime (no torch) and cached, keyed by the Optimum export's folder (itself keyed
 by the exporter's pins), this file and onnxruntime's version."""
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from tests.fusion.exporters import cache_root, export
 
-KINDS = ("fp16", "q4f16")
+KINDS = ("fp16", "q4f16", "q8")
 
 
 def converted(family: str, kind: str) -> Path:
@@ -40,6 +41,12 @@ def _convert(src: Path, out: Path, kind: str) -> None:
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
+    if kind == "q8":  # transformers.js's "quantized": int8 weights, activations quantized at run time
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(src / "model.onnx", out / "model.onnx", weight_type=QuantType.QInt8)
+        shutil.copy(src / "config.json", out / "config.json")
+        return
     model = onnx.load(src / "model.onnx")
     if kind == "q4f16":
         from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer

@@ -51,3 +51,19 @@ def test_fusing_again_changes_nothing(fused):
     _, _, _, _, report, out = fused
     again, second = fuse_decoder(out)
     assert census(again) == report["ops_after"] and not second["fused"] and not second["not_fused"]
+
+
+def test_q8_attention_fuses_and_strict_names_the_int8_matmuls(tmp_path):
+    """transformers.js's q8 (dynamic int8): attention and norms fuse with parity; its MatMulInteger projections
+    are a quantized MatMul no rule rebuilds (MatMulNBits would drop the run-time activation quantization the
+    source computes), so --strict fails on them, by name."""
+    src = converted("llama", "q8")
+    model, report = fuse_decoder(src / "model.onnx")
+    ops = census(model)
+    assert ops.get("GroupQueryAttention") == 2 and "Softmax" not in ops and "ReduceMean" not in ops
+    graphs = {"decoder": {"not_fused": report["not_fused"], "ops": ops, "left_over": report["left_over"]}}
+    assert strict_failures(graphs) == [f"decoder: {ops['MatMulInteger']} quantized MatMul patterns not fused"]
+    assert {item["op"] for item in report["left_over"]} == {"MatMulInteger"}  # the lookup's DequantizeLinear is none
+    cfg = json.loads((src / "config.json").read_text())
+    r = compare_tokens(src / "model.onnx", save(model, tmp_path), cfg["vocab_size"], prefill=10, steps=16)
+    assert r["max_rel_err"] <= 1e-4 and r["tokens_equal"], r["per_step_rel_err"]

@@ -31,14 +31,27 @@ STRICT_RULES = {"gqa": "attention", "encoder_attention": "attention", "rms_norm"
                 "skip_rms_norm": "norm", "layer_norm": "norm", "skip_layer_norm": "norm", "rms_normalization": "norm",
                 "matmul_nbits": "quantized MatMul"}
 LEFT_OVER = {"Softmax": "attention", "Attention": "attention", "RotaryEmbedding": "attention",
-             "ReduceMean": "norm", "RMSNormalization": "norm", "DequantizeLinear": "quantized MatMul"}
+             "ReduceMean": "norm", "RMSNormalization": "norm", "DequantizeLinear": "quantized MatMul",
+             "MatMulInteger": "quantized MatMul"}
 SHOWN = 3  # places listed per rule and reason by default; the JSON reports have them all
 
 
 def left_over(nodes) -> list[dict]:
-    """{"op", "at"} for every standard-domain node of LEFT_OVER's ops among `nodes` (a graph's)."""
+    """{"op", "at"} for every standard-domain node of LEFT_OVER's ops among `nodes` (a graph's); a
+    DequantizeLinear only where it feeds a MatMul or Gemm (a lookup table's is no MatMul)."""
     return [{"op": n.op_type, "at": n.name or n.op_type} for n in nodes
-            if n.op_type in LEFT_OVER and n.domain in ("", "ai.onnx")]
+            if n.op_type in LEFT_OVER and n.domain in ("", "ai.onnx")
+            and (n.op_type != "DequantizeLinear" or _feeds_matmul(n.outputs[0]))]
+
+
+def _feeds_matmul(v, hops: int = 3) -> bool:
+    """Does `v` reach a MatMul or Gemm through at most `hops` Reshape / Transpose / Cast nodes?"""
+    for user in v.consumers():
+        if user.op_type in ("MatMul", "Gemm"):
+            return True
+        if hops and user.op_type in ("Reshape", "Transpose", "Cast") and _feeds_matmul(user.outputs[0], hops - 1):
+            return True
+    return False
 
 
 def summary(graphs: dict[str, dict], shown: int | None = SHOWN) -> list[str]:
