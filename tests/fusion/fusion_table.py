@@ -36,9 +36,10 @@ def sources(only: str = "") -> list[tuple[str, str, str, Path, int]]:
         src = export(family)
         out.append(("Optimum", family, "fp32", src / "model.onnx", _vocab(src)))
     for family, kind in (("llama", "fp16"), ("qwen3", "fp16"), ("glm", "fp16"), ("gemma3", "fp16"),
-                         ("llama", "q4f16"), ("qwen3", "q4f16"), ("smollm3", "q4f16")):
+                         ("llama", "q4f16"), ("qwen3", "q4f16"), ("smollm3", "q4f16"), ("llama", "q8")):
         src = converted(family, kind)
-        out.append(("Optimum + float16 converter", family, kind, src / "model.onnx", _vocab(src)))
+        how = "dynamic int8 quantization" if kind == "q8" else "float16 converter"
+        out.append((f"Optimum + {how}", family, kind, src / "model.onnx", _vocab(src)))
     out += _dynamo()
     return out
 
