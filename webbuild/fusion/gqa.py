@@ -464,11 +464,31 @@ def _nan_guard(p: ir.Value, users: list[ir.Node]) -> ir.Value | None:
 
 
 def _merge_heads(v: ir.Value) -> ir.Value | None:
-    t = only_user(v, "Transpose")
+    """Transpose(0, 2, 1, 3) then Reshape to [B, S, heads*hd] of the attention's output `v`, past a Reshape
+    of `v` to [B, -1, S, hd] (a no-op Hugging Face's SDPA path writes) whose hd `_same_heads` checks."""
+    view = only_user(v, "Reshape")
+    t = only_user(view.outputs[0] if view is not None else v, "Transpose")
     if t is None or list(attr(t, "perm", [])) != [0, 2, 1, 3]:
         return None
     r = only_user(t.outputs[0], "Reshape")
-    return r.outputs[0] if r is not None else None
+    if r is None or (view is not None and not _same_heads(view, r, v)):
+        return None
+    return r.outputs[0]
+
+
+def _same_heads(view: ir.Node, merge: ir.Node, v: ir.Value) -> bool:
+    """Is `view` Reshape(v, [B, -1, S, hd]) with B and S the values the merging Reshape's [B, S, -1] uses, and
+    hd v's head size (read from the Q that v's attention consumes)? Then it is v unchanged."""
+    a, b = prod(view.inputs[1], "Concat"), prod(merge.inputs[1], "Concat")
+    if a is None or b is None or len(a.inputs) != 4 or len(b.inputs) != 3:
+        return False
+    minus_one, hd = const(a.inputs[1]), const(a.inputs[3])
+    attention = v.producer()
+    q = attention.inputs[0] if attention is not None and attention.op_type == "Attention" else None
+    want = _last_dim(q) if q is not None else None
+    return (a.inputs[0] is b.inputs[0] and a.inputs[2] is b.inputs[1] and minus_one is not None
+            and int(minus_one.reshape(-1)[0]) == -1 and hd is not None and want is not None
+            and int(hd.reshape(-1)[0]) == want)
 
 
 def _unrepeat(v: ir.Value | None) -> ir.Value | None | Miss:

@@ -41,7 +41,7 @@ def match(v: ir.Value | None) -> Rope | None:
     whole = _split_rotary(v)
     if whole is not None:
         r = match(whole[0])
-        return (Rope(whole[1], r.cos, r.sin, r.interleaved, True, whole[3])
+        return (Rope(whole[1], r.cos, r.sin, r.interleaved, True, whole[3], r.half)
                 if r is not None and r.x is whole[2] else None)
     add = prod(v, "Add")
     if add is None:

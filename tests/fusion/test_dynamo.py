@@ -1,0 +1,41 @@
+"""torch.onnx's dynamo exports of Hugging Face CausalLMs (tests/fusion/dynamo_export.py) across the families
+whose attention is spelt beyond Llama's (Q/K norms after the head transpose, NoPE, interleaved and partial
+rotary, LayerNorm decoders), eager attention at opset 18 and SDPA at opset 23 (the standard Attention,
+RotaryEmbedding, RMSNormalization): one GQA per layer, nothing left for --strict, greedy tokens and logits
+within 1e-4 of their range against the source on onnxruntime CPU. Cached in the zoo's folder under a key of
+the exporting code."""
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.fusion import dynamo_export, optimum_export
+from webbuild.fusion.fuse_decoder import fuse_decoder, save
+from webbuild.fusion.parity import compare_tokens
+from webbuild.fusion.rule_report import strict_failures
+
+CASES = [(f, "eager", 18) for f in ("gemma3", "smollm3", "cohere", "glm", "phi", "stablelm", "nemotron")]
+CASES += [(f, "sdpa", 23) for f in ("gemma3", "glm", "phi")]
+
+
+@pytest.fixture(scope="module", params=CASES, ids=[f"{f}-{a}-opset{o}" for f, a, o in CASES])
+def fused(request, zoo, tmp_path_factory):
+    family, attention, opset = request.param
+    key = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (dynamo_export, optimum_export)))
+    src = zoo.made(f"hf-dynamo-{family}-{attention}-opset{opset}-{key.hexdigest()[:12]}",
+                   lambda out: dynamo_export.export(family, out, attention, opset))
+    model, report = fuse_decoder(src / "model.onnx")
+    return src, json.loads((src / "config.json").read_text()), report, save(model, tmp_path_factory.mktemp(family))
+
+
+def test_one_gqa_per_layer_nothing_left_and_parity(fused):
+    src, cfg, report, out = fused
+    ops = report["ops_after"]
+    assert ops.get("GroupQueryAttention") == cfg["num_hidden_layers"], report["not_fused"]
+    assert not {"Softmax", "Attention", "RotaryEmbedding", "RMSNormalization", "ReduceMean"} & set(ops)
+    assert strict_failures({"decoder": {"not_fused": report["not_fused"], "ops": ops,
+                                        "left_over": report["left_over"]}}) == []
+    r = compare_tokens(src / "model.onnx", out, cfg["vocab_size"], prefill=10, steps=16)
+    assert r["max_rel_err"] <= 1e-4 and r["tokens_equal"], r["per_step_rel_err"]
