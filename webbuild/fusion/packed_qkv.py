@@ -42,8 +42,9 @@ def match(gqa: ir.Node) -> _Unsplit | _Pack | Miss | None:
         # a GQA holding Q/K norm weights keeps its Split (the genai builder's webgpu graph): packed QKV with
         # norms inside is a form no test runs on the one EP that takes it (onnxruntime CPU refuses the norms)
         packed = split.inputs[0]
-        unsplit = packed is not None and _unsplittable(gqa, split) and not qk_norm_in_gqa.carries_norms(gqa)
-        return _Unsplit(gqa, packed) if unsplit else None
+        if packed is None or not _unsplittable(gqa, split) or qk_norm_in_gqa.carries_norms(gqa):
+            return None
+        return _Unsplit(gqa, packed)
     sliced = _sliced(gqa)
     if sliced is not None:
         return _Unsplit(gqa, sliced)
