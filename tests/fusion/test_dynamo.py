@@ -20,12 +20,17 @@ CASES = [(f, "eager", 18) for f in ("gemma3", "smollm3", "cohere", "glm", "phi",
 CASES += [(f, "sdpa", 23) for f in ("gemma3", "glm", "phi")]
 
 
+def source(zoo, family: str, attention: str, opset: int) -> Path:
+    """The export's folder, made once into the zoo's cache."""
+    key = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (dynamo_export, optimum_export)))
+    return zoo.made(f"hf-dynamo-{family}-{attention}-opset{opset}-{key.hexdigest()[:12]}",
+                    lambda out: dynamo_export.export(family, out, attention, opset))
+
+
 @pytest.fixture(scope="module", params=CASES, ids=[f"{f}-{a}-opset{o}" for f, a, o in CASES])
 def fused(request, zoo, tmp_path_factory):
     family, attention, opset = request.param
-    key = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (dynamo_export, optimum_export)))
-    src = zoo.made(f"hf-dynamo-{family}-{attention}-opset{opset}-{key.hexdigest()[:12]}",
-                   lambda out: dynamo_export.export(family, out, attention, opset))
+    src = source(zoo, family, attention, opset)
     model, report = fuse_decoder(src / "model.onnx")
     return src, json.loads((src / "config.json").read_text()), report, save(model, tmp_path_factory.mktemp(family))
 
