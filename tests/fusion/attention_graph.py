@@ -33,10 +33,12 @@ AXES = {
     "nan_guard": (False, True),
     "kv_cache": ("concat",),
 }
-# spellings whose attention GQA cannot compute: the rule must leave them (pairs_half_tables: pairs rotated
-# with tables made for rotate_half; scatter_nd: a static KV buffer written in place)
-NEGATIVE = {"mask": ("none", "bias", "strided"), "repeat_kv": ("tile_whole",),
-            "rope": ("pairs_half_tables",), "kv_cache": ("scatter_nd",)}
+# spellings whose attention GQA cannot compute: the rule must leave them (scatter_nd: a static KV buffer
+# written in place)
+NEGATIVE = {"mask": ("none", "bias", "strided"), "repeat_kv": ("tile_whole",), "kv_cache": ("scatter_nd",)}
+# a RoPE GQA cannot rebuild as caches (pairs rotated with tables made for rotate_half): it stays as the
+# source computes it, and GQA takes Q and K rotated
+KEPT_ROPE = {"rope": "pairs_half_tables"}
 
 
 class _Builder:

@@ -57,6 +57,11 @@ FAMILIES = {
     "granite": ("GraniteConfig", "GraniteForCausalLM",
                 dict(embedding_multiplier=2.0, attention_multiplier=0.1, residual_multiplier=0.5,
                      logits_scaling=4.0)),
+    # widths GQA's rotary kernels refuse (head and rotary widths multiples of 16): StableLM-3B's head of 80
+    # with 20 rotary dims, and a head of 24
+    "stablelm-hd80": ("StableLmConfig", "StableLmForCausalLM",
+                      dict(hidden_size=160, num_attention_heads=2, num_key_value_heads=1, partial_rotary_factor=0.25)),
+    "llama-hd24": ("LlamaConfig", "LlamaForCausalLM", dict(hidden_size=96, head_dim=24, rope_theta=10000.0)),
     # scaled RoPE: the angles carry the scaling (yarn: inv_freq and a factor on cos/sin; llama3: inv_freq)
     "llama-yarn": ("LlamaConfig", "LlamaForCausalLM",
                    dict(rope_theta=10000.0, rope_scaling={"rope_type": "yarn", "factor": 4.0,

@@ -27,6 +27,7 @@ needed: GQA counts positions from the past length.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,6 +85,9 @@ class _Match:
     masks: list[Mask] = field(default_factory=list)  # what the scores are masked with, checked by value
     caches: tuple[np.ndarray, np.ndarray] | None = None  # cos/sin for GQA, once checked against the source
     window: int | None = None  # a causal sliding window's width, read from the masks' values
+    rotated: tuple[ir.Value, ir.Value] | None = None  # Q and K as RoPE leaves them, [B, heads, S, hd]
+    outer_scale: float = 1.0   # the factors between the RoPE and the scores (the rest are on Q or K before it)
+    rope_kept: str | None = None  # why the RoPE stays as the source computes it (GQA then takes rotated Q, K)
 
 
 def rule(max_positions: int | None = None) -> Rule[_Match]:
@@ -99,18 +103,24 @@ class _Checks:
     max_positions: int | None
     errors: dict[tuple[int, int], float | str] = field(default_factory=dict)  # max abs error, or why unchecked
     windows: set[int] = field(default_factory=set)  # sliding windows found
+    kept: list[str] = field(default_factory=list)  # why each RoPE left as the source computes it stayed
 
     def clear(self) -> None:
         self.errors.clear()
         self.windows.clear()
+        self.kept.clear()
 
     def match(self, anchor: ir.Node) -> _Match | Miss | None:
         m = match(anchor) if anchor.op_type == "Softmax" else match_standard(anchor)
         if m is None or isinstance(m, Miss):
             return m
         tables = self._caches(m) if m.rope is not None else None
-        if isinstance(tables, Miss):
-            return tables
+        if isinstance(tables, Miss):  # GQA cannot rotate as the source does: it takes Q and K rotated
+            if m.rotated is None:
+                return tables
+            self.kept.append(tables.reason)
+            m = dataclasses.replace(m, rope_kept=tables.reason)
+            tables = None
         positions = tables[0].shape[0] if tables is not None else self.max_positions or DEFAULT_MAX_POSITIONS
         window = causal_window(m.masks, positions) if m.masks else None  # none: causal by the op itself
         if isinstance(window, str):
@@ -152,7 +162,9 @@ class _Checks:
         unsized = [f"{NAME}: max positions unknown, cos/sin caches sized {DEFAULT_MAX_POSITIONS}"]
         windows = [f"{NAME}: causal sliding window of {w} positions (local_window_size {w})"
                    for w in sorted(self.windows)]
-        return checked + (unsized if hits and not self.max_positions else []) + windows
+        kept = [f"{NAME}: RoPE left as the source computes it, GQA given Q and K rotated (x{n}): {why}"
+                for why, n in Counter(self.kept).items()]
+        return checked + (unsized if hits and not self.max_positions else []) + windows + kept
 
 
 def match(sm: ir.Node) -> _Match | Miss:
@@ -239,7 +251,9 @@ def _assemble(anchor: ir.Node, q_rot: ir.Value | None, k_all: ir.Value | None, v
         return Miss("no mask on the scores: the attention is not causal")
     scale = q.head_dim ** -0.5 if scale is None else scale
     m = _Match(q=q, k=k, v=v, past_k=past_k, past_v=past_v, k_all=k_all, v_all=v_all, out=out,
-               scale=scale * q.factor * k.factor, head_dim=q.head_dim, rope=r, anchor=anchor, masks=masks)
+               scale=scale * q.factor * k.factor, head_dim=q.head_dim, rope=r, anchor=anchor, masks=masks,
+               rotated=(q_rot, k_new) if r is not None and q_rot is not None and k_new is not None else None,
+               outer_scale=scale)
     return _count_heads(m) or m
 
 
@@ -594,9 +608,15 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     if m.caches is not None:
         rotary = [shared_const(g, "cos_cache", m.caches[0]), shared_const(g, "sin_cache", m.caches[1])]
     new: list[ir.Node] = []
-    q_in, k_in = _gqa_input(g, m.q, new), _gqa_input(g, m.k, new)
-    attrs = {"num_heads": m.q.count, "kv_num_heads": m.k.count, "scale": float(m.scale),
-             "do_rotary": int(m.rope is not None), "rotary_interleaved": int(bool(m.rope and m.rope.interleaved))}
+    if m.rope_kept and m.rotated is not None:  # the source's RoPE output, back to [B, S, heads*hd]
+        q_in, k_in = (_flatten_heads(g, x, new) for x in m.rotated)
+        scale = m.outer_scale  # the factors on Q and K before the RoPE are in the rotated values
+    else:
+        q_in, k_in = _gqa_input(g, m.q, new), _gqa_input(g, m.k, new)
+        scale = m.scale
+    rotates = m.caches is not None
+    attrs = {"num_heads": m.q.count, "kv_num_heads": m.k.count, "scale": float(scale),
+             "do_rotary": int(rotates), "rotary_interleaved": int(bool(rotates and m.rope and m.rope.interleaved))}
     if m.window is not None:  # onnxruntime's CPU kernel, measured: the query sees local_window_size positions
         attrs["local_window_size"] = m.window
     node = ir.node("GroupQueryAttention",
@@ -611,6 +631,16 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     replace(m.out, out)
     replace(m.k_all, present_k)
     replace(m.v_all, present_v)
+
+
+def _flatten_heads(g: ir.Graph, x: ir.Value, new: list[ir.Node]) -> ir.Value:
+    """[B, heads, S, hd] -> [B, S, heads*hd], as GQA takes Q and K."""
+    t = ir.node("Transpose", [x], {"perm": [0, 2, 1, 3]}, name=f"{x.name}/ToBSNH")
+    flat = shared_const(g, "gqa/shape_bs_flat", np.array([0, 0, -1], np.int64))
+    r = ir.node("Reshape", [t.outputs[0], flat], name=f"{x.name}/Flatten")
+    t.outputs[0].type = r.outputs[0].type = x.type
+    new += [t, r]
+    return r.outputs[0]
 
 
 def _float_type(v: ir.Value) -> type:
