@@ -11,7 +11,9 @@ between the scores and a very negative fill, in any number of parts; a cast or S
 (Where(IsNaN(p), 0, p)) around the probabilities. Anchored on opset 23's standard Attention, it reads the
 same parts from the op's inputs (its scale, its mask or is_causal). RoPE is rotate_half or interleaved
 pairs, on the whole head or its first dims (partial rotary: the caches' width), or opset 23's
-RotaryEmbedding (rope.py); Q and K without any RoPE make a NoPE layer (do_rotary=0, no caches). Q/K/V are
+RotaryEmbedding (rope.py); Q and K without any RoPE make a NoPE layer (do_rotary=0, no caches). A RoPE
+whose caches GQA cannot take (widths its rotary kernels refuse, tables not rebuilt or not equal to the
+source's) stays as the source computes it, and GQA takes Q and K rotated (do_rotary=0). Q/K/V are
 projection outputs reshaped to heads (optional Q/K RMSNorm, already fused into SimplifiedLayerNormalization,
 before or after the head transpose: Gemma3's comes after, and moves before it) and transposed to BNSH,
 K_all = Concat(past_k, K_rope) or K_rope; a static KV buffer written by ScatterND is refused. Nothing is
