@@ -10,6 +10,21 @@ import shutil
 import tempfile
 from pathlib import Path
 
+CASES = [(f, "eager", 18) for f in ("gemma3", "smollm3", "cohere", "glm", "phi", "stablelm", "nemotron")]
+CASES += [(f, "sdpa", 23) for f in ("gemma3", "glm", "phi")]
+
+
+def cached(zoo, family: str, attention: str, opset: int) -> Path:
+    """`export`'s folder, made once into the zoo's cache (tests/conftest.py Zoo) under a key of this file and
+    of optimum_export.py."""
+    import hashlib
+
+    from tests.fusion import optimum_export
+
+    key = hashlib.sha256(b"".join(Path(f).read_bytes() for f in (__file__, optimum_export.__file__)))
+    return zoo.made(f"hf-dynamo-{family}-{attention}-opset{opset}-{key.hexdigest()[:12]}",
+                    lambda out: export(family, out, attention, opset))
+
 
 def export(family: str, out: Path, attention: str = "eager", opset: int = 18) -> Path:
     """A folder with model.onnx and the model's config.json."""

@@ -50,17 +50,16 @@ def _vocab(src: Path) -> int:
 
 def _dynamo() -> list[tuple[str, str, str, Path, int]]:
     from tests.conftest import Zoo, zoo_key
+    from tests.fusion.dynamo_export import CASES, cached
     from tests.fusion.exporters import cache_root
-    from tests.fusion.sources import FAMILY_DIMS
-    from tests.fusion.test_dynamo import CASES, source
-    from tests.fusion.test_sources import _dynamo_sdpa
+    from tests.fusion.sources import FAMILY_DIMS, dynamo_sdpa
 
     zoo = Zoo(cache_root() / "zoo" / zoo_key())
     rows = [(f"torch.onnx dynamo, SDPA, opset {opset}", family, "fp32",
-             _dynamo_sdpa(zoo, family, opset) / "decoder_model_merged.onnx", int(FAMILY_DIMS["vocab_size"]))
+             dynamo_sdpa(zoo, family, opset) / "decoder_model_merged.onnx", int(FAMILY_DIMS["vocab_size"]))
             for opset in (20, 23) for family in ("llama", "qwen3")]
     for family, attention, opset in CASES:
-        src = source(zoo, family, attention, opset)
+        src = cached(zoo, family, attention, opset)
         rows.append((f"torch.onnx dynamo, HF {attention}, opset {opset}", family, "fp32", src / "model.onnx",
                      _vocab(src)))
     return rows

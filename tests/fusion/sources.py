@@ -133,3 +133,13 @@ def export_dynamo_sdpa(family: str, out: Path, opset: int) -> Path:
            "embed_tokens_shape": list(embed.shape), "embed_tokens_dtype": "float32"}
     (out / "config.json").write_text(json.dumps(cfg))
     return out
+
+
+def dynamo_sdpa(zoo, family: str, opset: int) -> Path:
+    """export_dynamo_sdpa's folder, made once into the zoo's cache (tests/conftest.py Zoo) under a key of this
+    file."""
+    import hashlib
+
+    key = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    return zoo.made(f"family-{family}-dynamo-sdpa-opset{opset}-{key}",
+                    lambda out: export_dynamo_sdpa(family, out, opset))

@@ -5,32 +5,20 @@ RotaryEmbedding, RMSNormalization): one GQA per layer, nothing left for --strict
 within 1e-4 of their range against the source on onnxruntime CPU. Cached in the zoo's folder under a key of
 the exporting code."""
 
-import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.fusion import dynamo_export, optimum_export
+from tests.fusion.dynamo_export import CASES, cached
 from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.parity import compare_tokens
 from webbuild.fusion.rule_report import strict_failures
-
-CASES = [(f, "eager", 18) for f in ("gemma3", "smollm3", "cohere", "glm", "phi", "stablelm", "nemotron")]
-CASES += [(f, "sdpa", 23) for f in ("gemma3", "glm", "phi")]
-
-
-def source(zoo, family: str, attention: str, opset: int) -> Path:
-    """The export's folder, made once into the zoo's cache."""
-    key = hashlib.sha256(b"".join(Path(m.__file__).read_bytes() for m in (dynamo_export, optimum_export)))
-    return zoo.made(f"hf-dynamo-{family}-{attention}-opset{opset}-{key.hexdigest()[:12]}",
-                    lambda out: dynamo_export.export(family, out, attention, opset))
 
 
 @pytest.fixture(scope="module", params=CASES, ids=[f"{f}-{a}-opset{o}" for f, a, o in CASES])
 def fused(request, zoo, tmp_path_factory):
     family, attention, opset = request.param
-    src = source(zoo, family, attention, opset)
+    src = cached(zoo, family, attention, opset)
     model, report = fuse_decoder(src / "model.onnx")
     return src, json.loads((src / "config.json").read_text()), report, save(model, tmp_path_factory.mktemp(family))
 

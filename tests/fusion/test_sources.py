@@ -4,6 +4,7 @@ opsets 20 and 23."""
 
 import pytest
 
+from tests.fusion.sources import dynamo_sdpa
 from webbuild.fusion import parity
 from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.validate import check_file
@@ -49,25 +50,13 @@ def test_matmulnbits_source(zoo, layout, tmp_path):
     assert r["max_rel_err"] < 1e-4 and r["tokens_equal"], r
 
 
-def _dynamo_sdpa(zoo, family: str, opset: int):
-    """export_dynamo_sdpa's folder, cached in the zoo's folder under a key of sources.py."""
-    import hashlib
-    from pathlib import Path
-
-    from tests.fusion import sources
-
-    key = hashlib.sha256(Path(sources.__file__).read_bytes()).hexdigest()[:12]
-    return zoo.made(f"family-{family}-dynamo-sdpa-opset{opset}-{key}",
-                    lambda out: sources.export_dynamo_sdpa(family, out, opset))
-
-
 @pytest.mark.parametrize("opset", [20, 23])
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 def test_dynamo_sdpa_exports(zoo, family, opset, tmp_path):
     """torch.onnx's dynamo path on scaled_dot_product_attention: at opset 20 SDPA decomposed, K transposed by
     Reshape -> Transpose -> Reshape; at opset 23 the standard Attention, RotaryEmbedding and RMSNormalization
     ops. Both fuse whole (one GQA per layer, nothing standard left: --strict passes) with parity."""
-    src = _dynamo_sdpa(zoo, family, opset)
+    src = dynamo_sdpa(zoo, family, opset)
     standard = {"Attention", "RotaryEmbedding", "RMSNormalization"}
     before = {n: c for n, c in op_census(src / "decoder_model_merged.onnx").items() if n in standard}
     assert bool(before) == (opset == 23), before
