@@ -10,7 +10,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-CASES = [(f, "eager", 18) for f in ("gemma3", "smollm3", "cohere", "glm", "phi", "stablelm", "nemotron")]
+CASES = [(f, "eager", 18) for f in ("gemma3", "smollm3", "cohere", "glm", "phi", "stablelm", "nemotron",
+                                     "gemma2-softcap")]
 CASES += [(f, "sdpa", 23) for f in ("gemma3", "glm", "phi")]
 
 

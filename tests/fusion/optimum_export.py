@@ -54,6 +54,10 @@ FAMILIES = {
     "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
                dict(head_dim=16, sliding_window=8, query_pre_attn_scalar=16,
                     layer_types=["sliding_attention", "full_attention"])),
+    # a softcap small enough to matter (Optimum's SDPA export drops it; eager exports keep it: dynamo_export.py)
+    "gemma2-softcap": ("Gemma2Config", "Gemma2ForCausalLM",
+                       dict(head_dim=16, sliding_window=8, query_pre_attn_scalar=16, attn_logit_softcapping=0.5,
+                            layer_types=["sliding_attention", "full_attention"])),
     "granite": ("GraniteConfig", "GraniteForCausalLM",
                 dict(embedding_multiplier=2.0, attention_multiplier=0.1, residual_multiplier=0.5,
                      logits_scaling=4.0)),

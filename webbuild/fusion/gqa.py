@@ -7,7 +7,8 @@ scale; SDPA's computed from Q's shape at run time counts, shape_scalar); K trans
 before or after repeat_kv and the factors (or by Reshape -> Transpose -> Reshape: torch.onnx dynamo's
 opset-20 SDPA), or not at all under an Einsum that contracts over hd (the probabilities times V then an
 Einsum too); repeat_kv by Expand or Tile of an Unsqueeze, then Reshape; the mask added, or selecting
-between the scores and a very negative fill, in any number of parts; a cast or SDPA's NaN guard
+between the scores and a very negative fill, in any number of parts; a softcap c * tanh(scores / c) under
+the mask (Gemma2's: GQA's softcap); a cast or SDPA's NaN guard
 (Where(IsNaN(p), 0, p)) around the probabilities. Anchored on opset 23's standard Attention, it reads the
 same parts from the op's inputs (its scale, its mask or is_causal). RoPE is rotate_half or interleaved
 pairs, on the whole head or its first dims (partial rotary: the caches' width), or opset 23's
@@ -90,6 +91,7 @@ class _Match:
     rotated: tuple[ir.Value, ir.Value] | None = None  # Q and K as RoPE leaves them, [B, heads, S, hd]
     outer_scale: float = 1.0   # the factors between the RoPE and the scores (the rest are on Q or K before it)
     rope_kept: str | None = None  # why the RoPE stays as the source computes it (GQA then takes rotated Q, K)
+    softcap: float = 0.0       # GQA's softcap: c * tanh(scores / c) before the mask (0: none)
 
 
 def rule(max_positions: int | None = None) -> Rule[_Match]:
@@ -176,7 +178,7 @@ def match(sm: ir.Node) -> _Match | Miss:
     found = _scores(sm.inputs[0])
     if found is None:
         return Miss("Softmax input is not (Q @ K^T) * scale [+ mask]")
-    qk, scale, masks = found
+    qk, scale, masks = found.qk, found.scale, list(found.masks)
     q_rot, q_scale = _factors(qk.inputs[0])
     key = _key(qk.inputs[1], transpose=bool(_k_as_hd_t(qk)))
     if isinstance(key, Miss):
@@ -191,7 +193,8 @@ def match(sm: ir.Node) -> _Match | Miss:
     v_all = _unrepeat(pv.inputs[1])
     if isinstance(v_all, Miss):
         return v_all
-    return _assemble(sm, q_rot, k_all, v_all, out, scale * q_scale * k_scale, masks)
+    m = _assemble(sm, q_rot, k_all, v_all, out, scale * q_scale * k_scale, masks)
+    return dataclasses.replace(m, softcap=found.softcap) if isinstance(m, _Match) else m
 
 
 def match_standard(att: ir.Node) -> _Match | Miss | None:
@@ -324,32 +327,59 @@ def _factors(v: ir.Value | None) -> tuple[ir.Value | None, float]:
     return v, scale
 
 
-def _scores(v: ir.Value | None, depth: int = 0) -> tuple[ir.Node, float, list[Mask]] | None:
-    """(the Q @ K^T MatMul, scale, masks) under casts, scalar factors and masks in any order: a mask is
-    added (Add) or selects between the scores and a very negative fill (Where)."""
+@dataclass(frozen=True)
+class _Scores:
+    qk: ir.Node                # the Q @ K^T product
+    scale: float = 1.0         # the scalar factors on it
+    masks: tuple[Mask, ...] = ()
+    softcap: float = 0.0       # softcap * tanh(scores / softcap) before the masks (Gemma2's); 0: none
+
+
+def _scores(v: ir.Value | None, depth: int = 0) -> _Scores | None:
+    """The scores under casts, scalar factors, a softcap and masks in any order (factors inside a softcap,
+    masks outside it: as GQA applies them): a mask is added (Add) or selects between the scores and a very
+    negative fill (Where)."""
     v = _strip_cast(v)
     n = prod(v)
     if n is None or depth > 8:
         return None
     if n.op_type == "MatMul" or (n.op_type == "Einsum" and _k_as_hd_t(n) is not None):
-        return n, 1.0, []
+        return _Scores(n)
+    capped = _softcap(v)
+    if capped is not None:
+        found = _scores(capped[0], depth + 1)
+        ok = found is not None and not found.masks and not found.softcap
+        return dataclasses.replace(found, softcap=capped[1]) if ok and found is not None else None
     f = _factor(v)
     if f is not None:
         found = _scores(f[0], depth + 1)
-        return (found[0], found[1] * f[1], found[2]) if found else None
+        if found is None or found.softcap:  # a factor outside the softcap is no scale GQA applies
+            return None
+        return dataclasses.replace(found, scale=found.scale * f[1])
     if n.op_type == "Add":
         for x, mask in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0])):
             found = _scores(x, depth + 1)
             if found and mask is not None:
-                return found[0], found[1], [*found[2], Mask(mask, "add")]
+                return dataclasses.replace(found, masks=(*found.masks, Mask(mask, "add")))
     if n.op_type == "Where":
         cond, a, b = n.inputs
         for x, fill, kind in ((a, b, "keep"), (b, a, "drop")):
             if (scalar(fill) or 0.0) <= MASKED:
                 found = _scores(x, depth + 1)
                 if found and cond is not None:
-                    return found[0], found[1], [*found[2], Mask(cond, kind)]
+                    return dataclasses.replace(found, masks=(*found.masks, Mask(cond, kind)))
     return None
+
+
+def _softcap(v: ir.Value | None) -> tuple[ir.Value, float] | None:
+    """v = c * tanh(x / c) (or x * (1/c) inside) with c a scalar constant: (x, c)."""
+    mul = prod(v, "Mul")
+    outer = scalar_operand(mul) if mul is not None else None
+    tanh = prod(outer[0], "Tanh") if outer is not None else None
+    inner = _factor(tanh.inputs[0]) if tanh is not None else None
+    if outer is None or inner is None or inner[0] is None or outer[1] <= 0:
+        return None
+    return (inner[0], outer[1]) if abs(inner[1] * outer[1] - 1.0) < 1e-6 else None
 
 
 def _k_as_hd_t(qk: ir.Node) -> bool | None:
@@ -621,6 +651,8 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
              "do_rotary": int(rotates), "rotary_interleaved": int(bool(rotates and m.rope and m.rope.interleaved))}
     if m.window is not None:  # onnxruntime's CPU kernel, measured: the query sees local_window_size positions
         attrs["local_window_size"] = m.window
+    if m.softcap:
+        attrs["softcap"] = float(m.softcap)
     node = ir.node("GroupQueryAttention",
                    [q_in, k_in, m.v.proj, m.past_k, m.past_v, seqlens, total, *rotary], attrs,
                    domain=MS, num_outputs=3, name=f"{m.anchor.name}/GroupQueryAttention")
