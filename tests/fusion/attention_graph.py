@@ -31,10 +31,14 @@ AXES = {
     "positions": ("given", "derived"),
     "cos_sin": ("computed", "cache"),
     "nan_guard": (False, True),
+    "kv_cache": ("concat",),
 }
-# spellings whose attention GQA cannot compute: the rule must leave them
-NEGATIVE = {"mask": ("none", "bias", "strided"), "repeat_kv": ("tile_whole",),
-            "rope": ("pairs_half_tables",)}  # pairs rotated with tables made for rotate_half
+# spellings whose attention GQA cannot compute: the rule must leave them (scatter_nd: a static KV buffer
+# written in place)
+NEGATIVE = {"mask": ("none", "bias", "strided"), "repeat_kv": ("tile_whole",), "kv_cache": ("scatter_nd",)}
+# a RoPE GQA cannot rebuild as caches (pairs rotated with tables made for rotate_half): it stays as the
+# source computes it, and GQA takes Q and K rotated
+KEPT_ROPE = {"rope": "pairs_half_tables"}
 
 
 class _Builder:
@@ -104,8 +108,16 @@ def attention_graph(seed: int = 0, **axes) -> ir.Model:
     if ax["scale"] == "q_before_rope":
         qh = b.op("Mul", qh, b.c(scale, f32))
     q_rot, k_rot = rope(qh), rope(kh)
-    k_all = b.out("Concat", "present.0.key", "past_key_values.0.key", k_rot, axis=2)
-    v_all = b.out("Concat", "present.0.value", "past_key_values.0.value", vh, axis=2)
+    if ax["kv_cache"] == "scatter_nd":  # a static buffer: the new positions written in place (WebNN's form)
+        def write(name: str, t: str) -> str:
+            at = b.op("Unsqueeze", b.op("Range", past_len, total, b.c(1)), b.c([1]))  # [S, 1] positions
+            buf = b.op("Transpose", f"past_key_values.0.{name}", perm=[2, 0, 1, 3])  # [T, B, kv, hd]
+            done = b.op("ScatterND", buf, at, b.op("Transpose", t, perm=[2, 0, 1, 3]))
+            return b.out("Transpose", f"present.0.{name}", done, perm=[1, 2, 0, 3])
+        k_all, v_all = write("key", k_rot), write("value", vh)
+    else:
+        k_all = b.out("Concat", "present.0.key", "past_key_values.0.key", k_rot, axis=2)
+        v_all = b.out("Concat", "present.0.value", "past_key_values.0.value", vh, axis=2)
 
     def repeat(t: str, transposed: bool = False) -> str:
         if ax["repeat_kv"] == "tile_whole":

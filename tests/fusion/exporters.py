@@ -20,7 +20,10 @@ from pathlib import Path
 
 # optimum-onnx 0.1.0 exports transformers 4.57 models; its export checks shapes with onnxruntime
 EXPORTER_PINS = ("torch==2.13.0", "transformers==4.57.6", "optimum-onnx==0.1.0", "onnxruntime==1.32.0")
-FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3")  # optimum_export.FAMILIES, without importing it
+FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "phi3", "gemma3", "smollm3", "cohere", "helium", "glm", "phi",
+            "stablelm", "nemotron", "olmo", "olmo2", "gemma", "gemma2", "gemma2-softcap", "granite", "stablelm-hd80",
+            "llama-hd24",
+            "llama-yarn", "llama-llama3")  # optimum_export.FAMILIES, without importing it
 SCRIPT = Path(__file__).with_name("optimum_export.py")
 
 

@@ -34,7 +34,7 @@ def family_model(family: str, seed: int = 0):
     return model
 
 
-def _wrapper(model):
+def _wrapper(model, sdpa: bool = False):
     import torch
     from torch import nn
     from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
@@ -66,7 +66,13 @@ def _wrapper(model):
                 v = attn.v_proj(h).view(shape).transpose(1, 2)
                 q, k = apply_rotary_pos_emb(q, k, cos, sin)
                 k, v = torch.cat([past[2 * i], k], 2), torch.cat([past[2 * i + 1], v], 2)
-                out = wrappers._attend(q, k, v, mask, attn.scaling, attn.num_key_value_groups)
+                if sdpa:  # torch's fused op, as Hugging Face's "sdpa" attention calls it (repeat_kv first)
+                    g = attn.num_key_value_groups
+                    kr, vr = (t[:, :, None].expand(-1, -1, g, -1, -1).flatten(1, 2) for t in (k, v))
+                    out = torch.nn.functional.scaled_dot_product_attention(q, kr, vr, attn_mask=mask,
+                                                                           scale=attn.scaling).transpose(1, 2)
+                else:
+                    out = wrappers._attend(q, k, v, mask, attn.scaling, attn.num_key_value_groups)
                 x = res + attn.o_proj(out.reshape(*h.shape[:-1], -1))
                 x = x + layer.mlp(layer.post_attention_layernorm(x))
                 presents += [k, v]
@@ -100,3 +106,40 @@ def export_family(family: str, out: Path, exporter: str = "torchscript") -> Path
            "embed_tokens_shape": list(embed.shape), "embed_tokens_dtype": "float32"}
     (out / "config.json").write_text(json.dumps(cfg))
     return out
+
+
+def export_dynamo_sdpa(family: str, out: Path, opset: int) -> Path:
+    """A merged-layout folder like export_family's, the attention torch's scaled_dot_product_attention,
+    exported by torch.onnx's dynamo path at `opset` (20: SDPA decomposed; 23: the standard Attention op)."""
+    import torch
+
+    from webbuild.site.contract import IO
+
+    model = family_model(family)
+    d = FAMILY_DIMS
+    inputs, outputs = IO.decoder(d["num_hidden_layers"])
+    kv = [torch.randn(1, d["num_key_value_heads"], 6, d["head_dim"]) for _ in inputs[2:]]
+    args = (torch.randn(1, 3, d["hidden_size"]), torch.ones(1, 9, dtype=torch.int64), *kv)
+    dyn = torch.export.Dim.DYNAMIC
+    shapes = ({0: dyn, 1: dyn}, {0: dyn, 1: dyn}, tuple({0: dyn, 2: dyn} for _ in kv))
+    out.mkdir(parents=True)
+    with torch.no_grad():
+        torch.onnx.export(_wrapper(model, sdpa=True), args, str(out / "decoder_model_merged.onnx"), dynamo=True,
+                          input_names=inputs, output_names=outputs, dynamic_shapes=shapes, opset_version=opset,
+                          external_data=False, optimize=True, verbose=False)
+    embed = model.model.embed_tokens.weight.detach().numpy().astype(np.float32)
+    embed.tofile(out / "embed_tokens.bin")
+    cfg = {"decoder": {"max_position_embeddings": d["max_position_embeddings"], "head_dim": d["head_dim"]},
+           "embed_tokens_shape": list(embed.shape), "embed_tokens_dtype": "float32"}
+    (out / "config.json").write_text(json.dumps(cfg))
+    return out
+
+
+def dynamo_sdpa(zoo, family: str, opset: int) -> Path:
+    """export_dynamo_sdpa's folder, made once into the zoo's cache (tests/conftest.py Zoo) under a key of this
+    file."""
+    import hashlib
+
+    key = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
+    return zoo.made(f"family-{family}-dynamo-sdpa-opset{opset}-{key}",
+                    lambda out: export_dynamo_sdpa(family, out, opset))

@@ -1,14 +1,15 @@
 """The GQA rule on one hand-made attention varied along each axis exporters differ on
 (tests/fusion/attention_graph.py): every spelling fuses to one GroupQueryAttention that computes what
 the source does over a prefill and decode steps with the KV cache; the spellings GQA cannot compute
-(no causal mask, a strided mask, an added bias, KV heads tiled in the wrong order, interleaved RoPE
-with tables for rotate_half) stay as they are,
+(no causal mask, a strided mask, an added bias, KV heads tiled in the wrong order, a static KV buffer
+written by ScatterND) stay as they are; a RoPE whose caches GQA cannot rebuild (interleaved pairs with
+tables for rotate_half) stays as the source computes it, GQA taking Q and K rotated,
 with the reason in the report. Node and value names are random, different for each seed."""
 
 import numpy as np
 import pytest
 
-from tests.fusion.attention_graph import AXES, MAX_POS, NEGATIVE, WINDOW, attention_graph, run
+from tests.fusion.attention_graph import AXES, KEPT_ROPE, MAX_POS, NEGATIVE, WINDOW, attention_graph, run
 from webbuild.fusion.fuse_decoder import fuse_decoder
 from webbuild.graph.ir import census
 
@@ -51,7 +52,7 @@ def test_attention_gqa_cannot_compute_is_left_with_its_reason(axis, spelling):
     assert "GroupQueryAttention" not in ops and ops["Softmax"] == 1
     why = [m["why"] for m in report["not_fused"] if m["rule"] == "gqa"]
     expected = {"none": "not causal", "strided": "not causal", "bias": "bias", "tile_whole": "tiled",
-                "pairs_half_tables": "differ from the source"}[spelling]
+                "scatter_nd": "ScatterND"}[spelling]
     assert len(why) == 1 and expected in why[0], why
 
 
@@ -65,3 +66,17 @@ def test_names_play_no_part():
     attrs = [{k: v.value for k, v in next(n for n in m.graph if n.op_type == "GroupQueryAttention").attributes.items()}
              for m in fused]
     assert attrs[0] == attrs[1]
+
+
+def test_rope_gqa_cannot_rebuild_stays_and_gqa_takes_q_and_k_rotated():
+    model, report = _fuse(**KEPT_ROPE)
+    ops = census(model)
+    assert ops.get("GroupQueryAttention") == 1 and "Softmax" not in ops
+    assert {m["rule"] for m in report["not_fused"]} == {"packed_qkv"}  # Q and K are no projections to pack
+    gqa = next(n for n in model.graph if n.op_type == "GroupQueryAttention")
+    assert gqa.attributes["do_rotary"].value == 0 and len(gqa.inputs) == 7  # no caches
+    assert any("RoPE left as the source computes it" in note and "differ from the source" in note
+               for note in report["notes"])
+    for step_want, step_got in zip(run(attention_graph(seed=7, **KEPT_ROPE)), run(model)):
+        for a, b in zip(step_want, step_got):
+            np.testing.assert_allclose(b, a, atol=2e-5, rtol=1e-4)

@@ -123,3 +123,91 @@ def test_gemm_with_bias_is_left_and_reported():
     report = Report()
     assert matmul_nbits.RULE.apply(m, report) == 0
     assert report.missed[0]["why"] == "a Gemm with a bias, transA or alpha/beta != 1"
+
+
+def _zero_point_spelling(zero: str, sub: str, scales: str, dtype: str, k: int = KN) -> ir.Model:
+    """x [2, k] @ W [k, NN], W = (q - z) * s spelt Cast -> Sub -> Mul (`sub` "after" the float Cast, or
+    "before" it on int32: Cast(q, int32) - z, then Cast to float), or DequantizeLinear ("dq"). `scales`:
+    "block" (3-D codes [blocks, BS, N] with scales [blocks, 1, N], then Reshape) or "column" (2-D codes,
+    one scale per column). `zero`: "none", "scalar", "int" (shaped like the scales) or "float" (the same as
+    float)."""
+    import ml_dtypes
+
+    from tests.fusion.graphs import INT_CODES, graph_of
+
+    bits, signed = INT_CODES[dtype]
+    np_type = {"int4": ml_dtypes.int4, "uint4": ml_dtypes.uint4, "int8": np.int8, "uint8": np.uint8}[dtype]
+    lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1)) if signed else (0, 2 ** bits)
+    rng = np.random.default_rng(3)
+    blocks = k // BS
+    q = rng.integers(lo, hi, (k, NN))
+    shape3, s_shape = ((blocks, BS, NN), (blocks, 1, NN)) if scales == "block" else ((k, NN), (NN,))
+    scale = (rng.random(s_shape) * 0.1 + 0.01).astype(np.float32)
+    z = {"none": None, "scalar": np.array(lo + 3), "int": rng.integers(lo, hi, s_shape),
+         "float": rng.integers(lo, hi, s_shape).astype(np.float32)}[zero]
+    inits = [ir.Value(name="q", const_value=ir.tensor(q.reshape(shape3).astype(np_type), name="q")),
+             ir.Value(name="s", const_value=ir.tensor(scale, name="s"))]
+    if sub == "dq":
+        if z is not None:
+            inits.append(ir.Value(name="z", const_value=ir.tensor(z.astype(np_type), name="z")))
+        nodes = [ir.node("DequantizeLinear", inits, {"axis": 1})]
+    else:
+        work = ir.DataType.INT32 if sub == "before" else ir.DataType.FLOAT
+        nodes = [ir.node("Cast", [inits[0]], {"to": work})]
+        if z is not None:
+            zt = z.astype(np.int32) if sub == "before" else z.astype(np.float32)
+            inits.append(ir.Value(name="z", const_value=ir.tensor(zt, name="z")))
+            nodes.append(ir.node("Sub", [nodes[-1].outputs[0], inits[-1]]))
+        if sub == "before":
+            nodes.append(ir.node("Cast", [nodes[-1].outputs[0]], {"to": ir.DataType.FLOAT}))
+        nodes.append(ir.node("Mul", [inits[1], nodes[-1].outputs[0]]))  # the scale first: either order is read
+    if scales == "block":
+        inits.append(ir.Value(name="shape", const_value=ir.tensor(np.array([k, NN]), name="shape")))
+        nodes.append(ir.node("Reshape", [nodes[-1].outputs[0], inits[-1]]))
+    x = ir.Value(name="x", shape=ir.Shape([2, k]), type=ir.TensorType(ir.DataType.FLOAT))
+    nodes.append(ir.node("MatMul", [x, nodes[-1].outputs[0]]))
+    nodes[-1].outputs[0].name, nodes[-1].outputs[0].shape = "y", ir.Shape([2, NN])
+    return graph_of([x], [nodes[-1].outputs[0]], nodes, inits)
+
+
+ZERO_SPELLINGS = [(zero, sub) for zero in ("none", "scalar", "int", "float") for sub in ("after", "before")
+                  if not (zero == "float" and sub == "before")] + [("none", "dq"), ("int", "dq")]
+
+
+@pytest.mark.parametrize(("zero", "sub"), ZERO_SPELLINGS)
+@pytest.mark.parametrize("scales", ["block", "column"])
+@pytest.mark.parametrize("dtype", ["int4", "uint8"])
+def test_zero_point_spellings_pack_with_same_output(zero, sub, scales, dtype):
+    """Scalar, per-block, per-column or absent zero points, integer or float, the Sub before or after the
+    Cast; per-column weights (one block of K = 64) cut into MatMulNBits' blocks of 32."""
+    if sub == "dq" and scales == "block":
+        pytest.skip("3-D DequantizeLinear: test_every_spelling_packs_with_same_output")
+    m = _zero_point_spelling(zero, sub, scales, dtype)
+    x = np.random.default_rng(1).standard_normal((2, KN)).astype(np.float32)
+    want = run(m, {"x": x}, optimize=False)[0]
+    report = Report()
+    assert matmul_nbits.RULE.apply(m, report) == 1, report.missed
+    dead_code_elimination(m)
+    assert census(m) == {"MatMulNBits": 1}
+    node = next(iter(m.graph))
+    assert node.attributes["block_size"].value == (BS if scales == "block" else 32)
+    check(m)
+    np.testing.assert_allclose(run(m, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_per_column_weight_of_odd_k_pads_its_last_block():
+    m = _zero_point_spelling("int", "after", "column", "uint8", k=72)
+    x = np.random.default_rng(1).standard_normal((2, 72)).astype(np.float32)
+    want = run(m, {"x": x}, optimize=False)[0]
+    assert matmul_nbits.RULE.apply(m, Report()) == 1
+    dead_code_elimination(m)
+    np.testing.assert_allclose(run(m, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_zero_points_out_of_the_codes_range_are_refused():
+    m = _zero_point_spelling("int", "after", "block", "int4")
+    z = m.graph.initializers["z"]
+    z.const_value = ir.tensor(np.full(z.const_value.shape.numpy(), 9.0, np.float32), name="z")
+    report = Report()
+    assert matmul_nbits.RULE.apply(m, report) == 0
+    assert report.missed[0]["why"] == "zero points outside the 4-bit codes' range"

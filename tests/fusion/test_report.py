@@ -46,9 +46,11 @@ def test_summary_groups_misses_by_rule_and_reason_with_places():
         "  decoder: 5 Softmax left (attention not fused)",
         "  encoder: 2 ReduceMean left (norm not fused)",
     ]
-    # a quantized weight left decomposed is told, but is no attention or norm
-    assert strict_failures(graphs) == ["decoder: 5 attention patterns not fused", "encoder: 2 norm patterns not fused"]
-    graphs["decoder"] = {"not_fused": misses[-1:], "ops": {"MatMul": 3}}
+    # a quantized weight left decomposed fails --strict too: it would ship as float
+    assert strict_failures(graphs) == ["decoder: 5 attention patterns not fused",
+                                       "decoder: 1 quantized MatMul pattern not fused",
+                                       "encoder: 2 norm patterns not fused"]
+    graphs["decoder"] = {"not_fused": [{"rule": "packed_qkv", "at": "x", "why": "y"}], "ops": {"MatMul": 3}}
     del graphs["encoder"]
     assert strict_failures(graphs) == [] and len(summary(graphs)) == 3
     assert summary({"decoder": {"not_fused": misses[:5], "ops": {}}}, shown=None)[2].count("/Softmax") == 5
@@ -63,9 +65,9 @@ def test_webbuild_fuse_tells_misses_once_at_the_end_and_strict_exits_1(tmp_path)
     at = lines.index("not fused:")
     told = lines[at + 1:]
     assert told[:2] == [f"  decoder: gqa x1: {WHY}", "    at Softmax"]
-    assert told[-1] == "  decoder: 1 Softmax left (attention not fused)"
+    assert told[-2:] == ["  decoder: 1 Softmax left (attention not fused)", "    at Softmax"]  # and where
     # prune_lm_head finds no lm_head here either: every rule's misses are in the one list, two lines each
-    assert len(told) == 5 and told[2].startswith("  decoder: prune_lm_head x1: ")
+    assert len(told) == 6 and told[2].startswith("  decoder: prune_lm_head x1: ")
     assert sum(WHY in line for line in lines) == 1  # told once, not also as it happened
     assert lines[at - 1].startswith("total")  # after the op table
     strict = CliRunner().invoke(main, ["fuse", str(src), "-o", str(tmp_path / "out2"), "--no-quantize", "--strict"])

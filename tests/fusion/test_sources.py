@@ -1,11 +1,14 @@
 """Beyond the Qwen3-ASR zoo: Llama (no Q/K norm, theta 1e4), Qwen2 (Q/K/V biases), Qwen3 CausalLMs,
-and a decoder whose projections are already int4 MatMulNBits."""
+a decoder whose projections are already int4 MatMulNBits, and torch.onnx's dynamo exports of SDPA at
+opsets 20 and 23."""
 
 import pytest
 
+from tests.fusion.sources import dynamo_sdpa
 from webbuild.fusion import parity
 from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.validate import check_file
+from webbuild.graph.census import op_census
 
 
 def _fuse_and_compare(path, tmp_path):
@@ -45,3 +48,21 @@ def test_matmulnbits_source(zoo, layout, tmp_path):
     packed = next(n for n in model.graph if n.op_type == "MatMulNBits")
     assert packed.attributes["N"].value == 512 and packed.attributes["block_size"].value == 64
     assert r["max_rel_err"] < 1e-4 and r["tokens_equal"], r
+
+
+@pytest.mark.parametrize("opset", [20, 23])
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_dynamo_sdpa_exports(zoo, family, opset, tmp_path):
+    """torch.onnx's dynamo path on scaled_dot_product_attention: at opset 20 SDPA decomposed, K transposed by
+    Reshape -> Transpose -> Reshape; at opset 23 the standard Attention, RotaryEmbedding and RMSNormalization
+    ops. Both fuse whole (one GQA per layer, nothing standard left: --strict passes) with parity."""
+    src = dynamo_sdpa(zoo, family, opset)
+    standard = {"Attention", "RotaryEmbedding", "RMSNormalization"}
+    before = {n: c for n, c in op_census(src / "decoder_model_merged.onnx").items() if n in standard}
+    assert bool(before) == (opset == 23), before
+    model, report, r = _fuse_and_compare(src / "decoder_model_merged.onnx", tmp_path)
+    ops = report["ops_after"]
+    assert ops["GroupQueryAttention"] == 2 and not {"Softmax", *standard} & set(ops)
+    assert report["not_fused"] == [] and report["left_over"] == []
+    assert r["max_rel_err"] < 1e-4 and r["tokens_equal"], r
+

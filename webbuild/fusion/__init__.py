@@ -11,9 +11,13 @@ under a flag of the source or the options), in order:
                  (before folding; shares them with a tied lm_head)
   matmul_nbits   dequantized int4/int8 weight + MatMul (or Gemm) -> MatMulNBits (before folding)
   cleanup        constant folding, CSE (not a rule: gives the rules one spelling per op)
+  layer_norm     LayerNorm -> LayerNormalization (Cohere, Phi-2, StableLM, Nemotron decoders)
   rms_norm       RMSNorm -> SimplifiedLayerNormalization
+  rms_normalization  opset 23's RMSNormalization -> SimplifiedLayerNormalization
   skip_rms_norm  residual Add + norm -> SkipSimplifiedLayerNormalization
-  gqa            attention + RoPE + KV concat -> GroupQueryAttention (rope, attention_mask helpers)
+  skip_layer_norm  residual Add + LayerNormalization -> SkipLayerNormalization
+  gqa            attention (decomposed, or opset 23's Attention) + RoPE (any, or none) + KV concat ->
+                 GroupQueryAttention (rope, attention_mask, shape_scalar helpers)
   merge_split    split layout's prefill graph -> the single decoder interface
   packed_qkv     Q/K/V projections -> one MatMul(NBits) (+ Split when Q/K norms sit between)
   qk_norm_in_gqa opt-in, WebGPU/CUDA only: Q/K norms into GQA (and back out: take_out); the build

@@ -12,13 +12,14 @@ import onnx_ir as ir
 import onnx_ir.passes.common as common
 from onnxscript.optimizer import _constant_folding as folding
 
-ANCHORS = {"Softmax", "ReduceMean"}
+# what the rules anchor on: decomposed attention and norms, and opset 23's standard ops
+ANCHORS = {"Softmax", "ReduceMean", "Attention", "RMSNormalization", "RotaryEmbedding"}
 # contrib ops whose output dtype is that of one of their constant inputs (the dequantization scales)
 _SCALES_INPUT = {"MatMulNBits": 2, "GatherBlockQuantized": 2}
 
 
 def needs_fusion(model: ir.Model) -> bool:
-    return any(n.op_type in ANCHORS for n in model.graph)
+    return any(n.op_type in ANCHORS and n.domain in ("", "ai.onnx") for n in model.graph)
 
 
 def apply(model: ir.Model) -> None:

@@ -18,7 +18,7 @@ stored q and orientation (`_PACKED` on the graph), so a tied table and lm_head s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx_ir as ir
@@ -34,6 +34,7 @@ _SCALES = "webbuild.matmul_scales"  # Packed -> its scales initializer
 _BITS = {ir.DataType.INT4: (4, True), ir.DataType.UINT4: (4, False),
          ir.DataType.INT8: (8, True), ir.DataType.UINT8: (8, False)}
 _FLOATS = {ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16}
+REBLOCK = 32  # the block a per-column or per-row weight is cut into (the build's own block size)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,30 @@ def dequantized(v: ir.Value | None) -> Blocked | str | None:
     else:
         rows, cols = shape
     bits, signed = _BITS[t.dtype]
-    return Blocked(q, scale, zero, rows, cols, axis, block, bits, signed, core, tuple(nodes))
+    if zero is not None and zero.shape != scale.shape:
+        zero = _zero_like(zero, scale, t.dtype)
+        if isinstance(zero, str):
+            return zero
+    return reblocked(Blocked(q, scale, zero, rows, cols, axis, block, bits, signed, core, tuple(nodes)))
+
+
+def reblocked(b: Blocked) -> Blocked:
+    """`b` with blocks MatMulNBits takes (powers of 2 >= 16), each scale repeated over the smaller blocks:
+    a block that is a multiple of one (48 = 3 x 16), or a single block along the axis (per-column or per-row
+    scales; the last block padded)."""
+    length = b.rows if b.axis == 0 else b.cols
+    whole = b.block_size >= length
+    # one block: REBLOCK (smaller for a short axis); else the largest power of 2 dividing the block
+    new = min(REBLOCK, 1 << max(4, (length - 1).bit_length())) if whole else b.block_size & -b.block_size
+    if new == b.block_size or new < 16:
+        return b
+    reps = -(-b.block_size // new) if whole else b.block_size // new
+    keep = n_blocks(length, new)
+
+    def spread(a: np.ndarray) -> np.ndarray:
+        return np.repeat(a, reps, axis=b.axis).take(range(keep), axis=b.axis)
+
+    return replace(b, scale=spread(b.scale), zero=None if b.zero is None else spread(b.zero), block_size=new)
 
 
 def _core(v: ir.Value | None):
@@ -151,39 +175,112 @@ def _core(v: ir.Value | None):
     if n is None:
         return None
     if n.op_type == "DequantizeLinear":
-        q = n.inputs[0]
-        t = _int_const(q)
-        if t is None:
-            return None
-        scale, block = const(n.inputs[1]), attr(n, "block_size", 0)
-        zero = const(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] is not None else None
-        if scale is None or scale.ndim != len(t.shape) or not block:
-            return "DequantizeLinear is not blockwise (per-tensor or per-axis scales)"
-        if len(n.inputs) > 2 and n.inputs[2] is not None and zero is None:
-            return "computed zero points"
-        axis = attr(n, "axis", 1) % len(t.shape)
-        if len(t.shape) == 3 and scale.shape[axis] != 1:
-            return "a 3-D DequantizeLinear with more than one block along its blocked axis"
-        return q, scale, zero, axis, block, n, (n,)
+        return _dequantize_linear(n)
     for x, s in ((n.inputs[0], n.inputs[1]), (n.inputs[1], n.inputs[0])):
-        sub, cast = prod(x, "Sub"), prod(x, "Cast")
-        zero_v = None
-        if sub is not None:
-            cast, zero_v = prod(sub.inputs[0], "Cast"), sub.inputs[1]
-        t = _int_const(cast.inputs[0]) if cast is not None else None
-        scale = const(s) if t is not None else None  # read only once the other side is integer codes
-        if scale is None or cast is None or t is None:
+        found = _cast_sub(x)
+        scale = const(s) if found is not None else None  # read only once the other side is integer codes
+        if found is None or scale is None:
             continue
-        q = cast.inputs[0]
-        zero = const(zero_v) if zero_v is not None else None
-        if zero_v is not None and (zero is None or zero.shape != scale.shape
-                                   or not np.array_equal(zero, np.round(zero))):
-            return "the Sub's zero points are not constant integers shaped like the scales"
-        if len(t.shape) != 3 or scale.ndim != 3:
+        if isinstance(found, str):
+            return found
+        q, zero, nodes = found
+        t = _int_const(q)
+        assert t is not None, "_cast_sub reaches integer constant codes"
+        shape = tuple(int(d) for d in t.shape.numpy())
+        if len(shape) == 2 and scale.ndim <= 2:  # per-column or per-row scales on a 2-D weight: one block
+            return _one_block(q, shape, scale, zero, nodes[0], (*nodes, n))
+        if len(shape) != 3 or scale.ndim != 3:
             return "Cast/Sub/Mul dequantization of a weight that is not 3-D [rows, blocks, block]"
-        nodes = (cast, *([sub] if sub is not None else []), n)
-        return q, scale, None if zero is None else zero.astype(np.int64), None, 0, cast, nodes
+        zero_points = _zero_like(zero, scale, t.dtype)
+        if isinstance(zero_points, str):
+            return zero_points
+        return q, scale, zero_points, None, 0, nodes[0], (*nodes, n)
     return None
+
+
+def _dequantize_linear(n: ir.Node):
+    """_core's reading of a DequantizeLinear: blockwise, or per-axis on a 2-D weight (one block)."""
+    q = n.inputs[0]
+    t = _int_const(q)
+    if t is None or q is None:
+        return None
+    scale, block = const(n.inputs[1]), attr(n, "block_size", 0)
+    zero = const(n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] is not None else None
+    if len(n.inputs) > 2 and n.inputs[2] is not None and zero is None:
+        return "computed zero points"
+    shape = tuple(int(d) for d in t.shape.numpy())
+    axis = attr(n, "axis", 1) % len(shape)
+    if scale is not None and not block and len(shape) == 2 and scale.ndim == 1 and scale.size == shape[axis]:
+        # per-axis: one scale per row (axis 0) or column (axis 1), i.e. one block along the other axis
+        per = (lambda a: a.reshape(-1, 1)) if axis == 0 else (lambda a: a.reshape(1, -1))
+        return _one_block(q, shape, per(scale), None if zero is None else per(zero), n, (n,))
+    if scale is None or scale.ndim != len(shape) or not block:
+        return "DequantizeLinear is not blockwise (per-tensor scales)"
+    if len(shape) == 3 and scale.shape[axis] != 1:
+        return "a 3-D DequantizeLinear with more than one block along its blocked axis"
+    return q, scale, zero, axis, block, n, (n,)
+
+
+def _cast_sub(x: ir.Value | None) -> tuple[ir.Value, np.ndarray | None, tuple[ir.Node, ...]] | str | None:
+    """x = Cast(q) [- z], or Cast(Cast(q) - z) (the Sub before the float Cast, on a wider integer type):
+    (q, z as stored or None, the nodes from q up, first the Cast of q); a reason; None when x is not
+    integer codes."""
+    nodes: list[ir.Node] = []
+    zero_v: ir.Value | None = None
+    for _ in range(4):
+        n = prod(x, "Cast", "Sub")
+        if n is None:
+            break
+        if n.op_type == "Sub":
+            if zero_v is not None:
+                return None
+            zero_v = n.inputs[1]
+        nodes.insert(0, n)
+        x = n.inputs[0]
+        if n.op_type == "Cast" and _int_const(x) is not None:
+            break
+    if not nodes or nodes[0].op_type != "Cast" or _int_const(x) is None or x is None:
+        return None
+    zero = const(zero_v) if zero_v is not None else None
+    if zero_v is not None and (zero is None or not np.array_equal(zero, np.round(zero))):
+        return "the Sub's zero points are not constant integers"
+    return x, zero, tuple(nodes)
+
+
+def _zero_like(zero: np.ndarray | None, scale: np.ndarray, dtype: ir.DataType) -> np.ndarray | None | str:
+    """Zero points as int64 shaped like the scales (a scalar or per-row/column one broadcast), checked
+    within the codes' range; None when absent."""
+    if zero is None:
+        return None
+    try:
+        z = np.broadcast_to(zero.reshape(zero.shape[-scale.ndim:] if zero.ndim > scale.ndim else zero.shape),
+                            scale.shape).astype(np.int64)
+    except ValueError:
+        return f"zero points of shape {list(zero.shape)} for scales of shape {list(scale.shape)}"
+    bits, signed = _BITS[dtype]
+    lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2 ** bits - 1)
+    if z.min() < lo or z.max() > hi:
+        return f"zero points outside the {bits}-bit codes' range"
+    return z
+
+
+def _one_block(q: ir.Value, shape: tuple[int, ...], scale: np.ndarray, zero: np.ndarray | None, core: ir.Node,
+               nodes: tuple[ir.Node, ...]):
+    """A 2-D weight with one scale per column ([1, C]: one block along axis 0) or per row ([R, 1]: along
+    axis 1), as _core returns it; the caller re-blocks it (`reblocked`)."""
+    t = _int_const(q)
+    assert t is not None, "called on integer constant codes"
+    scale = scale.reshape(1, -1) if scale.ndim == 1 else scale
+    if scale.shape == (1, shape[1]):
+        axis = 0
+    elif scale.shape == (shape[0], 1):
+        axis = 1
+    else:
+        return f"scales of shape {list(scale.shape)} for a {list(shape)} weight (not per column, row or block)"
+    z = _zero_like(zero, scale, t.dtype)
+    if isinstance(z, str):
+        return z
+    return q, scale, z, axis, shape[axis], core, nodes
 
 
 def _int_const(v: ir.Value | None) -> ir.TensorProtocol | None:

@@ -21,12 +21,15 @@ from webbuild.fusion import (
     dequant,
     gather_block_quantized,
     gqa,
+    layer_norm,
     matmul_nbits,
     merge_split,
     packed_qkv,
     prune_lm_head,
     qk_norm_in_gqa,
     rms_norm,
+    rms_normalization,
+    skip_layer_norm,
     skip_rms_norm,
     static_reshape,
 )
@@ -84,8 +87,11 @@ def decoder_steps(max_positions: int | None) -> tuple[Step, ...]:
         Step(gather_block_quantized.RULE, when="quantized_weights"),
         Step(matmul_nbits.RULE, when="quantized_weights"),
         Step(cleanup.apply, when="decomposed"),
+        Step(layer_norm.RULE, when="decomposed"),  # first: a LayerNorm's centred part is an RMSNorm too
         Step(rms_norm.RULE, when="decomposed"),
+        Step(rms_normalization.RULE),  # opset 23's standard op, in graphs with nothing else to fold
         Step(skip_rms_norm.RULE, when="decomposed"),
+        Step(skip_layer_norm.RULE, when="decomposed"),
         Step(gqa.rule(max_positions), when="decomposed"),
         Step(merge_split.RULE, when="split_init"),
         Step(packed_qkv.RULE, when="pack_qkv"),

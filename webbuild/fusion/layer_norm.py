@@ -2,7 +2,7 @@
 
 Exports at opset 17+ usually emit LayerNormalization already; older or hand-written graphs spell
     d = x - ReduceMean(x); y = d / Sqrt(ReduceMean(d^2) + eps) [* gamma] [+ beta]
-over the last axis, the square as Pow(d, 2) or Mul(d, d), the division as Div or Mul(Reciprocal).
+over the last axis, the square as Pow(d, 2) or Mul(d, d), the division as Div, Mul(Reciprocal) or Mul(Div(1, .)).
 Anchored on the ReduceMean of x (the one a Sub subtracts from x).
 
 Structural, not an onnxscript pattern, for the reasons rms_norm gives: the spellings, an optional
@@ -82,12 +82,14 @@ def _variance(d: ir.Value) -> ir.Node | None:
 
 
 def _divided(d: ir.Value, std: ir.Value) -> ir.Value | None:
-    """d / std as Div(d, std) or Mul(d, Reciprocal(std))."""
+    """d / std as Div(d, std), or Mul(d, 1 / std) with 1 / std a Reciprocal or Div(1, std)."""
     n = only_user(std, "Div", "Reciprocal")
     if n is None:
         return None
-    if n.op_type == "Div":
-        return n.outputs[0] if n.inputs[0] is d else None
+    if n.op_type == "Div" and n.inputs[0] is d:
+        return n.outputs[0]
+    if n.op_type == "Div" and not (n.inputs[1] is std and scalar(n.inputs[0]) == 1.0):
+        return None
     mul = only_user(n.outputs[0], "Mul")
     return mul.outputs[0] if mul is not None and other(mul, n.outputs[0]) is d else None
 

@@ -1,8 +1,9 @@
 """Q, K, V projections of one attention -> one packed MatMul (or MatMulNBits) + Split.
 
-One dispatch reads the normed hidden state once instead of three times. With Q/K norms GQA still
-needs Q and K apart, so a Split follows (as in the genai builder's graph); without them GQA takes
-the packed tensor directly (key/value inputs empty) and there is no Split.
+One dispatch reads the normed hidden state once instead of three times. With Q/K norms (per head, as
+Qwen3's, or over the whole projection, as OLMo2's) GQA still needs Q and K apart, so a Split follows (as
+in the genai builder's graph); without them GQA takes the packed tensor directly (key/value inputs empty)
+and there is no Split.
 Projection biases (Qwen2) are packed too. MatMulNBits projections pack when their quantization
 attributes agree: blocks are per output row, so rows concatenate.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
+from webbuild.fusion import qk_norm_in_gqa
 from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import attr, const, const_input, import_ms_domain, new_const, prod, replace, shared_const
 
@@ -37,8 +39,12 @@ def match(gqa: ir.Node) -> _Unsplit | _Pack | Miss | None:
         return None  # already packed
     split = _already_packed(gqa)
     if split is not None:
+        # a GQA holding Q/K norm weights keeps its Split (the genai builder's webgpu graph): packed QKV with
+        # norms inside is a form no test runs on the one EP that takes it (onnxruntime CPU refuses the norms)
         packed = split.inputs[0]
-        return _Unsplit(gqa, packed) if packed is not None and _unsplittable(gqa, split) else None
+        if packed is None or not _unsplittable(gqa, split) or qk_norm_in_gqa.carries_norms(gqa):
+            return None
+        return _Unsplit(gqa, packed)
     sliced = _sliced(gqa)
     if sliced is not None:
         return _Unsplit(gqa, sliced)
@@ -58,11 +64,7 @@ def _already_packed(gqa: ir.Node) -> ir.Node | None:
     """The Split whose three outputs are Q, K, V (this rule's own output, or a packed source's)."""
     splits = []
     for slot in range(3):
-        v = gqa.inputs[slot]
-        flat = prod(v, "Reshape")
-        norm = prod(flat.inputs[0], "SimplifiedLayerNormalization") if flat else None
-        heads = prod(norm.inputs[0], "Reshape") if norm else None
-        splits.append(prod(heads.inputs[0] if heads else v, "Split"))
+        splits.append(prod(_under_norm(gqa.inputs[slot]), "Split"))
     same = splits[0] is not None and all(s is splits[0] for s in splits)
     return splits[0] if same else None
 
@@ -82,6 +84,18 @@ def _sliced(gqa: ir.Node) -> ir.Value | None:
     return slices[0].inputs[0] if contiguous and e2 is not None and e2 >= 2**62 else None
 
 
+def _under_norm(v: ir.Value | None) -> ir.Value | None:
+    """What a GQA input is normed from: a head-wise Q/K norm (Reshape to heads, norm, Reshape back: Qwen3) or
+    one over the whole projection (OLMo2); `v` itself without a norm."""
+    flat = prod(v, "Reshape")
+    norm = prod(flat.inputs[0], "SimplifiedLayerNormalization") if flat else None
+    heads = prod(norm.inputs[0], "Reshape") if norm else None
+    if heads is not None:
+        return heads.inputs[0]
+    whole = prod(v, "SimplifiedLayerNormalization")
+    return whole.inputs[0] if whole is not None else v
+
+
 def _int(n: ir.Node, i: int) -> int | None:
     c = const(n.inputs[i])
     return int(c.reshape(-1)[0]) if c is not None and c.size == 1 else None
@@ -99,12 +113,7 @@ def _unsplit(gqa: ir.Node, packed: ir.Value) -> None:
 
 def _projection(gqa: ir.Node, slot: int) -> tuple[ir.Value, ir.Node, ir.Value | None] | None:
     """(projection output, MatMul-like node, bias) feeding GQA input `slot`, through a Q/K norm."""
-    v = gqa.inputs[slot]
-    flat = prod(v, "Reshape")
-    norm = prod(flat.inputs[0], "SimplifiedLayerNormalization") if flat else None
-    heads = prod(norm.inputs[0], "Reshape") if norm else None
-    if heads is not None:
-        v = heads.inputs[0]
+    v = _under_norm(gqa.inputs[slot])
     add = prod(v, "Add")
     bias = next((x for x in add.inputs if const(x) is not None), None) if add else None
     mm = prod(next(x for x in add.inputs if x is not bias) if add and bias is not None else v, "MatMul", "MatMulNBits")

@@ -137,10 +137,11 @@ class TokenRunner:
             feeds["position_ids"] = np.arange(past_len, past_len + s, dtype=np.int64)[None].repeat(b, 0)
         for name in self.past_names:
             _, kv, _, hd = self.inputs[name].shape
-            feeds[name] = self.past[name] if self.past else np.zeros((b, kv, 0, hd), np.float32)
+            half = self.inputs[name].type == "tensor(float16)"  # an fp16 graph's own past (transformers.js')
+            feeds[name] = self.past[name] if self.past else np.zeros((b, kv, 0, hd), np.float16 if half else np.float32)
         outs = dict(zip(self.out_names, self.sess.run(None, feeds)))
         self.past = {n: outs[present] for n, present in self.presents.items()}
-        return outs[IO.logits][:, -1]
+        return outs[IO.logits][:, -1].astype(np.float32)
 
     prefill = step = _run
 

@@ -79,18 +79,20 @@ def decoder_feeds(past: int, n: int):
     def feeds_for(v: ir.Value):
         dims = [d if isinstance(d, int) else None for d in (v.shape or [])]
         name = v.name or ""
+        half = v.type is not None and v.type.dtype == ir.DataType.FLOAT16  # an fp16 graph's float inputs
+        floats = np.float16 if half else np.float32
         if name == "position_ids":
             return np.arange(past, past + n, dtype=np.int64)[None]
         if name == IO.attention_mask:
             return np.ones((1, past + n), np.int64)
         if name in (IO.inputs_embeds, "input_embeds"):
-            return np.zeros((1, n, dims[-1] or 1), np.float32)
+            return np.zeros((1, n, dims[-1] or 1), floats)
         if name == IO.input_ids:
             return np.zeros((1, n), np.int64)
         if IO.present_of_past([name]):
-            return np.zeros((1, dims[1] or 1, past, dims[3] or 1), np.float32)
+            return np.zeros((1, dims[1] or 1, past, dims[3] or 1), floats)
         if name == IO.audio_features:
-            return np.zeros((1, 1, dims[-1] or 1), np.float32)
+            return np.zeros((1, 1, dims[-1] or 1), floats)
         if name == IO.audio_offset:
             return np.zeros(1, np.int64)
         return None

@@ -3,7 +3,8 @@
 Generation only needs the next-token distribution; slicing the hidden state before the vocab
 projection saves a [S, H] x [H, V] product on prefill. The slice goes right before the lm_head
 (MatMul / MatMulNBits / Gemm) so the norm before it still sees the whole sequence (harmless) and
-the rule works whether or not the final norm is fused.
+the rule works whether or not the final norm is fused; a bias, a logit scale or a softcap between
+the head and the logits acts per position and stays where it is.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import const, prod, shared_const
 
 _HEADS = ("MatMul", "MatMulNBits", "Gemm")
+_ELEMENTWISE = ("Add", "Sub", "Mul", "Div")
 
 
 @dataclass
@@ -33,7 +35,7 @@ def rule(output: str = "logits") -> Rule[_Match]:
 
 def match(g: ir.Graph, output: str = "logits") -> _Match | Miss | None:
     logits = next((v for v in g.outputs if v.name == output), None)
-    head = prod(logits, *_HEADS) if logits is not None else None
+    head = _head(logits) if logits is not None else None
     if logits is None or head is None:
         return Miss("logits are not produced by a MatMul-like lm_head", output)
     h = head.inputs[0]
@@ -44,6 +46,24 @@ def match(g: ir.Graph, output: str = "logits") -> _Match | Miss | None:
     if h.shape is not None and len(h.shape) != 3:
         return Miss("lm_head input is not [B, S, H]", output)
     return _Match(head, logits)
+
+
+def _head(logits: ir.Value) -> ir.Node | None:
+    """The lm_head under elementwise steps with a constant (a bias, a logit scale, a softcap's Div, Tanh and
+    Mul): they act on each position alone, so slicing before the head is slicing the logits."""
+    v: ir.Value | None = logits
+    for _ in range(6):
+        n = prod(v)
+        if n is None or n.op_type in _HEADS:
+            return n
+        with_const = len(n.inputs) == 2 and const(n.inputs[1]) is not None
+        if n.op_type in ("Tanh", "Cast") or (n.op_type in _ELEMENTWISE and with_const):
+            v = n.inputs[0]
+        elif n.op_type in ("Add", "Mul") and len(n.inputs) == 2 and const(n.inputs[0]) is not None:
+            v = n.inputs[1]
+        else:
+            return None
+    return None
 
 
 def _rewrite(g: ir.Graph, m: _Match) -> None:
@@ -59,8 +79,15 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
         sl.outputs[0].shape = ir.Shape([h.shape[0], 1, h.shape[2]])
     g.insert_before(head, sl)
     head.replace_input_with(0, sl.outputs[0])
-    if logits.shape is not None and len(logits.shape) == 3:
-        logits.shape = ir.Shape([logits.shape[0], 1, logits.shape[2]])
+    v: ir.Value | None = logits
+    while v is not None:  # the logits and the steps between them and the head: one position now
+        if v.shape is not None and len(v.shape) == 3:
+            v.shape = ir.Shape([v.shape[0], 1, v.shape[2]])
+        n = prod(v)
+        v = None if n is None or n is head else next((x for x in n.inputs if x is not None and const(x) is None), None)
+    out = head.outputs[0]
+    if out.shape is not None and len(out.shape) == 3:
+        out.shape = ir.Shape([out.shape[0], 1, out.shape[2]])
 
 
 def _one_position(v: ir.Value) -> bool:

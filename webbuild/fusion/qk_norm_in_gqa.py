@@ -29,8 +29,13 @@ class _Match:
     epsilon: float
 
 
+def carries_norms(gqa: ir.Node) -> bool:
+    """Does the GroupQueryAttention hold Q/K norm weights (this rule's output, the genai builder's webgpu)?"""
+    return len(gqa.inputs) > _Q_NORM and gqa.inputs[_Q_NORM] is not None
+
+
 def match(gqa: ir.Node) -> _Match | Miss | None:
-    if len(gqa.inputs) > _Q_NORM and gqa.inputs[_Q_NORM] is not None:
+    if carries_norms(gqa):
         return None  # already inside
     q_norm, k_norm = (head_norm(gqa.inputs[slot]) for slot in (0, 1))
     if q_norm is None or k_norm is None:

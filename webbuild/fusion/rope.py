@@ -9,6 +9,7 @@ inv_freq and the scaling are read from the graph's constants, so rope_theta and 
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,16 +26,23 @@ class Rope:
     cos: ir.Value  # as multiplied in, e.g. Unsqueeze(cos, 1)
     sin: ir.Value
     interleaved: bool = False  # pairs (x0, x1), (x2, x3), ... rotate, rather than the two halves
+    partial: bool = False  # only the first dims of the head rotate: `dims` of them (None: as many as the
+    dims: int | None = None  # frequencies, when the split point is computed from the tables' shape)
+    half: bool = False  # cos/sin hold one entry per frequency (opset 23's RotaryEmbedding), not two
 
 
 def match(v: ir.Value | None) -> Rope | None:
     """v = x*cos + rotate(x)*sin (any operand order), rotate being rotate_half or the interleaved pair
     rotation; also Concat(rope(x[..., :d]), x[..., d:]) with d read from cos (Phi-3's partial-rotary
     spelling): that is rope(x) when d is the whole head, which the caches' size check settles."""
+    standard = prod(v, "RotaryEmbedding")
+    if standard is not None and standard.domain in ("", "ai.onnx"):
+        return _standard(standard)
     whole = _split_rotary(v)
     if whole is not None:
         r = match(whole[0])
-        return Rope(whole[1], r.cos, r.sin, r.interleaved) if r is not None and r.x is whole[2] else None
+        return (Rope(whole[1], r.cos, r.sin, r.interleaved, True, whole[3], r.half)
+                if r is not None and r.x is whole[2] else None)
     add = prod(v, "Add")
     if add is None:
         return None
@@ -54,8 +62,18 @@ def match(v: ir.Value | None) -> Rope | None:
     return None
 
 
-def _split_rotary(v: ir.Value | None) -> tuple[ir.Value, ir.Value, ir.Value] | None:
-    """v = Concat(y, x[..., d:], axis=-1) with y computed from x[..., :d]: (y, x, x[..., :d])."""
+def _standard(n: ir.Node) -> Rope | None:
+    """opset 23's RotaryEmbedding(x [B, heads, S, hd], cos, sin) with cos/sin [B, S, rotary/2] per position
+    (no position_ids: the form torch.onnx's dynamo export writes)."""
+    x, cos, sin = (*n.inputs, None, None, None)[:3]
+    if x is None or cos is None or sin is None or (len(n.inputs) > 3 and n.inputs[3] is not None):
+        return None
+    dims = attr(n, "rotary_embedding_dim", 0)
+    return Rope(x, cos, sin, bool(attr(n, "interleaved", 0)), bool(dims), dims or None, half=True)
+
+
+def _split_rotary(v: ir.Value | None) -> tuple[ir.Value, ir.Value, ir.Value, int | None] | None:
+    """v = Concat(y, x[..., d:], axis=-1) with y computed from x[..., :d]: (y, x, x[..., :d], d when constant)."""
     cat = prod(v, "Concat")
     if cat is None or len(cat.inputs) != 2 or attr(cat, "axis") not in (-1, 3):
         return None
@@ -67,7 +85,7 @@ def _split_rotary(v: ir.Value | None) -> tuple[ir.Value, ir.Value, ir.Value] | N
         return None
     head = next((u for u in x.consumers() if u is not rest and u.op_type == "Slice"
                  and _slice_axis(u) in (-1, 3) and _const_at(u, 1) == 0 and u.inputs[2] is rest.inputs[1]), None)
-    return (y, x, head.outputs[0]) if head is not None else None
+    return (y, x, head.outputs[0], _const_at(rest, 1)) if head is not None else None
 
 
 def _slice_axis(s: ir.Node) -> int | None:
@@ -108,14 +126,19 @@ def _is_rotate_pairs(r: ir.Value | None, x: ir.Value) -> bool:
                 and _slice_axis(odd) in (-1, 3) and _slice_axis(even) in (-1, 3))
 
 
-def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int,
-           interleaved: bool = False) -> tuple[np.ndarray, np.ndarray] | str:
-    """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not.
-    `interleaved`: the source's tables repeat each frequency twice in a row rather than in two halves."""
+def caches(cos: ir.Value, sin: ir.Value, head_dim: int | None, max_pos: int,
+           interleaved: bool = False, half: bool = False) -> tuple[np.ndarray, np.ndarray] | str:
+    """(cos_cache, sin_cache) [max_pos, head_dim/2] equal to what the graph computes, or why not; `head_dim`:
+    the dims that rotate (the rotary width of a partial rotary; None: as many as the frequencies).
+    `interleaved`: the source's tables repeat each frequency twice in a row rather than in two halves;
+    `half`: they hold each once (opset 23's RotaryEmbedding). The angles are computed in fp32 from the
+    graph's inv_freq, whatever float type the graph computes them in."""
     cos_table, sin_table = _tables(cos), _tables(sin)
     if cos_table is not None and sin_table is not None:
+        if half:
+            return "precomputed half-width cos/sin tables"
         return _from_tables(cos_table, sin_table, head_dim, max_pos, interleaved)
-    c, s = _trace(cos, "Cos", interleaved), _trace(sin, "Sin", interleaved)
+    c, s = _trace(cos, "Cos", interleaved or half), _trace(sin, "Sin", interleaved or half)
     if isinstance(c, str):
         return c
     if isinstance(s, str):
@@ -123,8 +146,8 @@ def caches(cos: ir.Value, sin: ir.Value, head_dim: int, max_pos: int,
     (inv_c, scale_c), (inv_s, scale_s) = c, s
     if not np.array_equal(inv_c, inv_s):
         return "cos and sin use different frequencies"
-    if inv_c.size * 2 != head_dim:
-        return f"partial rotary ({inv_c.size * 2} of {head_dim} dims)"
+    if head_dim is not None and inv_c.size * 2 != head_dim:
+        return f"{inv_c.size * 2} frequencies for a rotary width of {head_dim}"
     # positions x inv_freq in fp32, as the exported graph computes it, so the caches match bit for bit
     freqs = np.arange(max_pos, dtype=np.float32)[:, None] * inv_c.astype(np.float32)[None, :]
     cos_cache = (np.cos(freqs) * np.float32(scale_c)).astype(np.float32)
@@ -147,11 +170,11 @@ def _tables(v: ir.Value | None) -> np.ndarray | None:
     return None
 
 
-def _from_tables(cos: np.ndarray, sin: np.ndarray, head_dim: int, max_pos: int,
+def _from_tables(cos: np.ndarray, sin: np.ndarray, head_dim: int | None, max_pos: int,
                  interleaved: bool) -> tuple[np.ndarray, np.ndarray] | str:
-    if cos.shape != sin.shape or cos.shape[1] != head_dim:
+    if cos.shape != sin.shape or cos.shape[1] != (head_dim or cos.shape[1]):
         return f"cos/sin tables of shape {cos.shape} for head_dim {head_dim}"
-    first, second = _halves(head_dim, interleaved)
+    first, second = _halves(cos.shape[1], interleaved)
     if not all(np.array_equal(t[:, first], t[:, second]) for t in (cos, sin)):
         return ("cos/sin tables do not repeat each frequency in pairs" if interleaved
                 else "cos/sin tables are not duplicated halves (interleaved rotary?)")
@@ -165,6 +188,11 @@ def _halves(head_dim: int, interleaved: bool) -> tuple[slice, slice]:
     return (slice(0, None, 2), slice(1, None, 2)) if interleaved else (slice(0, half), slice(half, None))
 
 
+# ops that move a table's entries without computing new ones (a half taken, repeated, transposed, gathered
+# by index: Helium's repeat_interleave); `verify` checks the layout they make by value
+_LAYOUT_OPS = ("Unsqueeze", "Cast", "Reshape", "Squeeze", "Expand", "Transpose", "Slice", "Gather", "GatherND")
+
+
 def _trace(v: ir.Value | None, op: str, interleaved: bool) -> tuple[np.ndarray, float] | str:
     """Walk up from the multiplied-in table to Cos/Sin: (inv_freq, scaling). An interleaved table may
     repeat its entries after Cos/Sin (Concat / Tile, then Reshape); `verify` checks the layout."""
@@ -176,7 +204,7 @@ def _trace(v: ir.Value | None, op: str, interleaved: bool) -> tuple[np.ndarray, 
         if n.op_type == op:
             return _inv_freq(n.inputs[0], scale, interleaved)
         repeats = interleaved and n.op_type in ("Concat", "Tile", "Flatten")
-        if n.op_type in ("Unsqueeze", "Cast", "Reshape", "Squeeze", "Expand") or repeats:
+        if n.op_type in _LAYOUT_OPS or repeats:
             v = n.inputs[0]
         elif n.op_type == "Mul" and (operand := scalar_operand(n)):
             v, k = operand
@@ -197,36 +225,54 @@ def _inv_freq(freqs: ir.Value | None, scale: float, interleaved: bool) -> tuple[
         return "frequencies are not duplicated halves (interleaved rotary?)"
     else:
         start = cat.inputs[0]
+    # breadth first, the nearest such constant: an interleaved table's repeat can be a long index computation
+    # (repeat_interleave as NonZero / GatherND); `verify` rejects a wrong pick by value
     seen: set[int] = set()
-    todo = [start]
+    todo = deque([start])
     while todo:
-        v = todo.pop()
+        v = todo.popleft()
         c = const(v)
         if c is not None:
             if c.dtype.kind == "f" and c.size > 1 and c.squeeze().ndim == 1:
                 return c.reshape(-1), scale
             continue
         n = prod(v)
-        if n is not None and id(n) not in seen and len(seen) < 16:
+        if n is not None and id(n) not in seen and len(seen) < 64:
             seen.add(id(n))
             todo.extend(x for x in n.inputs if x is not None)
     return "inv_freq constant not found"
 
 
+def angles_in_fp16(v: ir.Value | None) -> bool:
+    """Does the source compute its RoPE angles in fp16 (onnxruntime's float16 converter's output): then
+    they are exact only at the first positions."""
+    for _ in range(10):
+        n = prod(v)
+        if n is None:
+            return False
+        if n.op_type in ("Cos", "Sin", "Gather"):
+            x = n.inputs[0]
+            return x is not None and x.type is not None and x.type.dtype == ir.DataType.FLOAT16
+        v = n.inputs[0]
+    return False
+
+
 def verify(cos: ir.Value, sin: ir.Value, tables: tuple[np.ndarray, np.ndarray], n: int = 16,
-           interleaved: bool = False) -> float | str:
-    """Max |source - cache| over probe positions at both ends of the caches, or why it cannot run.
-    The source's own cos/sin subgraph is evaluated on onnxruntime (fusion.probe)."""
+           interleaved: bool = False, far_end: bool = True, half: bool = False) -> float | str:
+    """Max |source - cache| over probe positions at both ends of the caches (the first only without
+    `far_end`), or why it cannot run. The source's own cos/sin subgraph is evaluated on onnxruntime
+    (fusion.probe)."""
     from webbuild.fusion import probe
 
     worst = 0.0
-    for past in (0, tables[0].shape[0] - n):
+    for past in (0, tables[0].shape[0] - n) if far_end else (0,):
         got = probe.evaluate([cos, sin], probe.decoder_feeds(past, n))
         if isinstance(got, str):
             return got
         for src, cache in zip(got, tables):
             src = src.reshape(n, -1)
-            first, second = _halves(src.shape[1], interleaved)
+            first, second = (slice(None), slice(None)) if half else _halves(src.shape[1], interleaved)
             want = cache[past:past + n]
+            src = src.astype(np.float32)
             worst = max(worst, float(np.abs(src[:, first] - want).max()), float(np.abs(src[:, second] - want).max()))
     return worst

@@ -35,7 +35,7 @@ import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
 from webbuild.fusion import cleanup
-from webbuild.fusion.rule_report import Report
+from webbuild.fusion.rule_report import Report, left_over
 from webbuild.graph.ir import census, dead_code_elimination
 
 M = TypeVar("M")
@@ -131,10 +131,11 @@ def run(model: ir.Model, steps: Sequence[Step], report: Report, flags: Mapping[s
 
 
 def fuse_graph(model: ir.Model, steps: Sequence[Step], flags: Mapping[str, bool] | None = None) -> dict:
-    """`run` on a fresh Report; its dict (fused, not_fused, notes) with the op census before and after."""
+    """`run` on a fresh Report; its dict (fused, not_fused, notes) with the op census before and after and the
+    ops an attention, a norm or a quantized MatMul left unfused, with where (`left_over`)."""
     report, before = Report(), census(model)
     run(model, steps, report, flags)
     out = report.as_dict()
     out.update(nodes_before=sum(before.values()), nodes_after=len(model.graph),
-               ops_before=before, ops_after=census(model))
+               ops_before=before, ops_after=census(model), left_over=left_over(model.graph))
     return out

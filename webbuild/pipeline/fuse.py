@@ -112,7 +112,8 @@ def graphs(rep: dict) -> dict[str, dict]:
 
 def left_alone(rep: dict) -> dict[str, dict]:
     """What fusion.report's summary and strict_failures read, per graph of a run_fuse report."""
-    return {name: {"not_fused": g["not_fused"], "ops": g["ops_after"]} for name, g in graphs(rep).items()}
+    return {name: {"not_fused": g["not_fused"], "ops": g["ops_after"],
+                   **({"left_over": g["left_over"]} if "left_over" in g else {})} for name, g in graphs(rep).items()}
 
 
 def check_strict(rep: dict, setting: str, with_summary: bool) -> None:
