@@ -1,0 +1,121 @@
+"""Publishing an output folder (webbuild.pipeline.publish): a process killed at any step leaves the old
+complete site or the new complete one; a second build into the same folder stops with one line; the
+user's files in the output survive a rebuild; folders of killed runs are removed by the next one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.example_config import EXAMPLE, REPO
+from webbuild.pipeline import publish as pub
+from webbuild.site.manifest import verify_manifest
+
+USER = {"CNAME": "asr.example.org\n", ".nojekyll": "", "robots.txt": "User-agent: *\n"}
+# every step of each way to publish, and None: not killed
+STEPS = {"exchange": ["keep", "exchange", "remove old", None],
+         "renames": ["keep", "aside", "rename", "remove old", None]}
+
+
+def _tree(root: Path) -> dict[str, int]:
+    return {p.relative_to(root).as_posix(): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _site(example_dist: Path, dest: Path, marker: str) -> dict[str, int]:
+    """A copy of the built example (hard links: publish never writes into a file) told apart by `marker`."""
+    shutil.copytree(example_dist, dest, copy_function=os.link)
+    report = dest / "build-report.json"
+    data = json.loads(report.read_text()) | {"name": marker}
+    report.unlink()
+    report.write_text(json.dumps(data))
+    return _tree(dest)
+
+
+def _publish_killed_at(step: str | None, built: Path, out: Path, keep: list[str], exchange: bool) -> int:
+    """publish() in a child process that SIGKILLs itself when it reaches `step`; the child's wait status."""
+    pid = os.fork()
+    if pid == 0:  # the child: no cleanup of any kind runs after the kill, as with a real one
+        try:
+            if not exchange:
+                pub._exchange = lambda a, b: False
+            pub.step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == step else None
+            pub.publish(built, out, keep)
+        finally:
+            os._exit(0)
+    return os.waitpid(pid, 0)[1]
+
+
+@pytest.mark.parametrize("mode", STEPS)
+def test_a_kill_at_every_publish_step_leaves_a_complete_site(example_dist, tmp_path, mode):
+    for step in STEPS[mode]:
+        case = tmp_path / f"{mode}-{step}"
+        out, built = case / "dist", case / f"{pub.staging_prefix(case / 'dist')}x" / "site"
+        old = _site(example_dist, out, "old")
+        for name, text in USER.items():
+            (out / name).write_text(text)
+        new = _site(example_dist, built, "new") | {name: len(text) for name, text in USER.items()}
+        status = _publish_killed_at(step, built, out, list(USER), exchange=mode == "exchange")
+        assert os.WIFSIGNALED(status) == (step is not None), (step, status)
+        with pub.output_lock(out):  # the next run: puts an output left aside back, removes what is stale
+            pass
+        which = json.loads((out / "build-report.json").read_text())["name"]
+        expected = {"new": new, "old": {**old, **{n: len(t) for n, t in USER.items()}}}[which]
+        assert _tree(out) == expected, (mode, step)
+        assert which == ("old" if step in ("keep", "exchange", "aside", "rename") else "new"), (mode, step)
+        assert verify_manifest(out / "model") == []
+        assert sorted(p.name for p in case.iterdir()) == ["dist"], (mode, step)  # no stale folder, no lock file
+
+
+def test_the_exchange_is_one_system_call_here(tmp_path):
+    """Linux with renameat2 (glibc >= 2.28) on this file system: the path the tests above call 'exchange'."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "x").write_text("a")
+    assert pub._exchange(a, b) and (b / "x").read_text() == "a" and not (a / "x").exists()
+
+
+def test_a_second_build_into_the_same_folder_stops_with_one_line_and_user_files_survive(example_dist, tmp_path):
+    """The README's Pages recipe after two builds: CNAME and .nojekyll added to dist/ stay; a build started
+    while another writes the same folder exits 2 with one line, and the first ends with a complete site."""
+    out = tmp_path / "dist"
+    shutil.copytree(example_dist, out)
+    for name, text in USER.items():
+        (out / name).write_text(text)
+    command = [sys.executable, "-m", "webbuild.cli", str(EXAMPLE / "model.yaml"), "-o", str(out)]
+    first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock = tmp_path / ".dist.lock"
+    deadline = time.monotonic() + 120
+    while not (lock.is_file() and lock.read_text()) and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    _, first_err = first.communicate(timeout=600)
+    assert first.returncode == 0, first_err
+    assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"error: {out} is being written by another webbuild run (pid {first.pid}); wait for it to finish, "
+        "or write elsewhere with -o")
+    assert verify_manifest(out / "model") == []
+    assert {name: (out / name).read_text() for name in USER} == USER
+    written = json.loads((out / "build-report.json").read_text())["files"]["written"]
+    assert not set(USER) & set(written) and "index.html" in written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dist"]
+
+
+def test_folders_of_killed_builds_are_removed_by_the_next_run(tmp_path):
+    out = tmp_path / "dist"
+    stale = [tmp_path / f"{pub.staging_prefix(out)}123abc", tmp_path / ".dist-old-77"]
+    for folder in stale:
+        (folder / "site").mkdir(parents=True)
+    (tmp_path / ".dist-other").mkdir()  # not ours: stays
+    with pub.output_lock(out):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".dist-other", "dist"]  # the aside one put back
