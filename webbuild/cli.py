@@ -266,9 +266,9 @@ def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool, strict
       webbuild fuse examples/tiny-asr/model -o /tmp/fused --report /tmp/fuse.json
       webbuild fuse examples/tiny-asr/model -o /tmp/fused-fp32 --no-quantize
     """
-    from webbuild.pipeline.fuse import check_strict, run_fuse, summary
+    from webbuild.pipeline.fuse import check_strict, fuse_command, summary
 
-    rep = run_fuse(src, output, report, quantize=not no_quantize)
+    rep = fuse_command(src, output, report, quantize=not no_quantize)
     for graph in (rep, rep.get("encoder")):
         if graph:
             log.info(f"wrote {graph['output']}")

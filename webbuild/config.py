@@ -241,7 +241,12 @@ def _read_yaml(path: Path) -> dict:
     if not path.is_file():
         raise ConfigError([f"{path}: no such file; pass the path of a model.yaml"])
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}); "
+                           "save it as UTF-8"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read it ({exc.strerror})"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: not valid YAML: {exc}".replace("\n", " ")]) from None
     if not isinstance(raw, dict):
@@ -296,7 +301,10 @@ def _check_adapters(cfg: BuildConfig, path: Path) -> list[str]:
     adapter and the tensor."""
     if not cfg.adapters:
         return []
-    base = json.loads((cfg.source.dir / "config.json").read_text())
+    try:
+        base = json.loads((cfg.source.dir / "config.json").read_bytes())
+    except ValueError:  # the build's source stage says what is wrong with it (webbuild.reference.source_files)
+        return []
     problems = []
     for i, adapter in enumerate(cfg.adapters):
         where = f"{path}: adapters[{i}] ({adapter.name})"

@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from webbuild.errors import BuildError
+from webbuild.errors import BuildError, WebbuildError
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,26 @@ def staging(output: Path) -> Iterator[Path]:
     """A new empty folder beside `output`, removed on the way out (whatever stayed in it)."""
     with tempfile.TemporaryDirectory(prefix=staging_prefix(output), dir=output.parent) as tmp:
         yield Path(tmp)
+
+
+@contextlib.contextmanager
+def making(output: Path, tmp: Path) -> Iterator[None]:
+    """Errors while the new output is made in `tmp`: they name the output, never the staging folder (a
+    user's error message names the user's files), and a full disk is one line, not an OSError."""
+    try:
+        yield
+    except WebbuildError as exc:
+        exc.message = exc.message.replace(f"{tmp}/site", str(output)).replace(f"{tmp}/work/", "").replace(
+            f"{tmp}/out", str(output))
+        raise
+    except OSError as exc:
+        # ENOSPC, EDQUOT, EFBIG (a file size limit), or a library's write error without an errno (onnx's
+        # "problem writing element"); an OSError on the user's own files keeps its traceback
+        inside = str(tmp) in f"{exc.filename}" or exc.errno is None
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or inside:
+            raise BuildError(f"cannot write the new {output}: {exc.strerror or exc}; free disk space on its file "
+                             "system or write elsewhere with -o") from None
+        raise
 
 
 def publish(built: Path, output: Path, keep: Iterable[str] = ()) -> None:

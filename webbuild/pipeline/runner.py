@@ -12,7 +12,7 @@ from webbuild.config import BuildConfig
 from webbuild.errors import BuildError, WebbuildError
 from webbuild.layouts import layout
 from webbuild.pipeline.build_report import REPORT_NAME, BuildReport, peak_rss_bytes
-from webbuild.pipeline.publish import output_lock, publish, staging, user_files
+from webbuild.pipeline.publish import making, output_lock, publish, staging, user_files
 from webbuild.pipeline.stages import STAGES
 from webbuild.pipeline.state import BuildContext, BuildState, SourceModel
 
@@ -25,7 +25,8 @@ def run_build(cfg: BuildConfig, output: Path) -> BuildReport:
     output = Path(output).resolve()
     _check_replaceable(output)
     with output_lock(output), staging(output) as tmp:
-        report = _run_stages(cfg, tmp)
+        with making(output, tmp):
+            report = _run_stages(cfg, tmp)
         publish(tmp / "site", output, keep=user_files(output, _written(output)))
     log.info(f"wrote {output}")
     return report

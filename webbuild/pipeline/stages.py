@@ -20,6 +20,7 @@ from webbuild.pipeline.shard import shard_files
 from webbuild.pipeline.state import BuildContext, Variant
 from webbuild.reference import source_v2
 from webbuild.reference.mel import lead_samples
+from webbuild.reference.source_files import check_source
 from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
 from webbuild.site.manifest import dist_file_stats
 
@@ -27,11 +28,13 @@ log = logging.getLogger(__name__)
 
 
 def stage_source(ctx: BuildContext) -> None:
-    """Take the source export's op census. Later stages read the source in place (they never write
-    to it), so a multi-GB export is not copied. An int8-table source's table and graphs are checked first."""
+    """Check the source export's files (webbuild.reference.source_files; an int8-table source's table and
+    graphs: source_v2), then take its op census. Later stages read the source in place (they never write
+    to it), so a multi-GB export is not copied."""
     model = ctx.state.model
+    cfg = check_source(model.dir, model.layout)
     if model.layout.table is Table.INT8_ROWS:
-        source_v2.check_source(model.dir, json.loads((model.dir / "config.json").read_text()))
+        source_v2.check_source(model.dir, cfg)
     for graph in sorted(ctx.state.model.dir.glob("*.onnx")):
         ctx.report.graphs[graph.stem] = {"source": census(op_census(graph))}
 

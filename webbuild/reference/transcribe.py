@@ -22,6 +22,7 @@ from webbuild.layouts import Decoder, Table
 from webbuild.reference import source_v2
 from webbuild.reference.mel import LEAD_METADATA, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
+from webbuild.reference.source_files import check_source, read_json
 from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 200
@@ -295,7 +296,7 @@ def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0, adap
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
         raise SourceError(f"{model_dir}: no config.json; pass a model folder (a source export or a built site)")
-    cfg = json.loads(cfg_path.read_text())
+    cfg = check_source(model_dir, found) if (found := layouts.detect(model_dir)) else read_json(cfg_path)
     decoder = _source_decoder(model_dir, cfg)
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
@@ -349,9 +350,10 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None) -> 
     import tempfile
 
     from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE
-    from webbuild.site.manifest import load_manifest, reassemble
+    from webbuild.site.manifest import check_shards, load_manifest, reassemble
 
     manifest = load_manifest(site)
+    check_shards(site, manifest)
     if variant not in manifest["variants"]:
         raise SourceError(f"{site}: no variant {variant!r}; the site has {', '.join(manifest['variants'])}")
     tmp = tempfile.TemporaryDirectory(prefix="webbuild-site-")
