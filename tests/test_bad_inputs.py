@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 
@@ -158,3 +159,32 @@ def test_transcribe_checks_the_shards_of_a_site(example_dist, tmp_path):
     replace(shard, bytes(data))
     line = invoke("transcribe", site, SAMPLES[0]).error_line()
     assert line.startswith(f"error: {shard}: sha256 ") and line.endswith("; rebuild the site or copy it again")
+
+
+def test_random_weights_of_the_right_size_are_reported_and_warned(source, tmp_path):
+    """Token agreement with the source is perfect (both are the same random weights); the samples' WER is
+    not. The build ships (exit 0) with a warning per variant; --fail-on-wer stops it with one line, exit 1."""
+    config, model = source
+    weights = model / "decoder_weights.data"
+    rng = np.random.default_rng(0)
+    replace(weights, rng.standard_normal(weights.stat().st_size // 4, dtype=np.float32).tobytes())
+    config.write_text(config.read_text() + "variants: [fp32]\n")
+    run = invoke(config, "-o", tmp_path / "out")
+    assert run.code == 0, (run.stderr, run.exception)
+    warning = next(line for line in run.stderr.splitlines() if "warning: !!!!!!!! variant fp32: " in line)
+    assert "2 of 2 samples above verify.max_wer 0 (worst sample-" in warning and "weights may be wrong" in warning
+    samples = json.loads((tmp_path / "out" / "build-report.json").read_text())["variants"]["fp32"]["check"]["samples"]
+    assert sorted(samples) == ["sample-1.wav", "sample-2.wav"]
+    assert all(s["wer"] > 0.5 and s["expected"] == "x" for s in samples.values())
+
+
+def test_fail_on_wer_stops_the_build(tmp_path):
+    from webbuild.errors import CheckFailed
+    from webbuild.pipeline.sample_wer import report_wer
+
+    rows = {"a.wav": {"expected": "hello", "transcript": "!!!!", "wer": 1.0}}
+    report_wer("fp32", rows, 0.5, fail=False)  # a warning only
+    with pytest.raises(CheckFailed, match=r"1 of 1 samples above verify.max_wer 0.5 \(worst a.wav: WER 1.00, heard "
+                                          r"'!!!!' for 'hello'\)") as exc:
+        report_wer("fp32", rows, 0.5, fail=True)
+    assert exc.value.exit_code == 1

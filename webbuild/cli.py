@@ -112,7 +112,10 @@ def main():
 @click.argument("config", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="Output folder (default: model.yaml's `output`, dist/).")
-def build(config: Path, output: Path | None):
+@click.option("--fail-on-wer", is_flag=True,
+              help="Exit with code 1 when a sample's WER in the build's check is above verify.max_wer (default: "
+                   "a warning; model.yaml verify.build_fails_on_wer).")
+def build(config: Path, output: Path | None, fail_on_wer: bool):
     """Build the site described by CONFIG (a model.yaml) into dist/.
 
     \b
@@ -123,6 +126,8 @@ def build(config: Path, output: Path | None):
     from webbuild.pipeline.runner import run_build
 
     cfg = load_config(config)
+    if fail_on_wer:
+        cfg = cfg.model_copy(update={"verify": cfg.verify.model_copy(update={"build_fails_on_wer": True})})
     click.echo(run_build(cfg, output or cfg.output).table())
 
 

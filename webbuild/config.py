@@ -148,7 +148,11 @@ class DecodeFloor(_Strict):
 
 class Verify(_Strict):
     max_wer: float = Field(0.0, ge=0.0, description="word error rate allowed per sample in `webbuild verify` "
+                                                    "and in the build's own check, which warns above it "
                                                     "(a fraction; insertions can take it above 1)")
+    build_fails_on_wer: bool = Field(False, description="stop the build (exit code 1) when a sample's WER in its "
+                                                        "own check is above max_wer, instead of warning; "
+                                                        "`webbuild model.yaml --fail-on-wer` sets it")
     min_decode_tokens_per_s: DecodeFloor = Field(
         DecodeFloor(), description="decode speed `webbuild verify` requires, in tokens/s over all clips that ran on a "
                                    "provider, per provider: `{webgpu: 2, wasm: 20}`, or one number for both; "

@@ -59,6 +59,8 @@ class BuildReport:
                     f"largest {size(self.files.get('max_file_bytes', 0))}")
         rows += [f"stage {s['name']:<12}{s['seconds']:8.1f}s  peak {size(s['peak_rss_bytes']):>10}"
                  for s in self.stages]
+        rows += [f"samples {name}: WER " + ", ".join(f"{clip} {r['wer']:.2f}" for clip, r in samples.items())
+                 for name, v in self.variants.items() if (samples := v.get("check", {}).get("samples"))]
         fused = {name: {"not_fused": g["not_fused"], "ops": g["fused"]["ops"]}
                  for name, g in self.graphs.items() if "not_fused" in g}
         return "\n".join(rows + fusion_summary(fused))

@@ -16,6 +16,7 @@ from webbuild.pipeline.assemble import assemble_model, present_files
 from webbuild.pipeline.build_report import census
 from webbuild.pipeline.forms import variant_forms
 from webbuild.pipeline.render import ort_dist, render_site
+from webbuild.pipeline.sample_wer import report_wer, sample_wer
 from webbuild.pipeline.shard import shard_files
 from webbuild.pipeline.state import BuildContext, Variant
 from webbuild.reference import source_v2
@@ -147,6 +148,8 @@ def stage_check(ctx: BuildContext) -> None:
         if "mean_token_agreement" in rows.get("decoder", {}):  # the WebGPU path's, as the report has said
             check |= {k: rows["decoder"][k] for k in ("transcripts", "token_agreement", "mean_token_agreement")}
         log.info(f"variant {name}: " + "; ".join(_check_text(role, row) for role, row in rows.items()))
+        check["samples"] = sample_wer(ctx.cfg.site.samples, rows.get("decoder", {}).get("transcripts", {}))
+        report_wer(name, check["samples"], ctx.cfg.verify.max_wer, ctx.cfg.verify.build_fails_on_wer)
         if broken := [role for role, row in rows.items() if row.get("tokens_equal") is False]:
             # the forms stage's own output is wrong: a bug, not bad input, so not a WebbuildError
             raise RuntimeError(f"variant {name}: {', '.join(broken)} with a zero adapter decode other tokens "
