@@ -27,14 +27,19 @@ F32, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
 # the config.json keys the build reads: the decoder's dimensions and the end-of-text tokens
 DECODER_KEYS = ("num_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size", "vocab_size")
 ENCODER = "encoder.onnx"
-# name -> (element type, rank) of the split layout's graphs (docs: DESIGN, "Source layouts to accept")
-_PRESENTS = {"logits": (F32, 3), "present_keys": (F32, 5), "present_values": (F32, 5)}
+# name -> (element type, axes) of the split layout's graphs (docs: DESIGN, "Source layouts to accept"). An
+# axis is "S" (a length: must be left free, a fixed one refuses other lengths), 1 (batch or one step: 1 or
+# free) or a config.json dimension (that size or free): H hidden_size, V vocab_size, L num_layers, KV
+# num_key_value_heads, D head_dim, M the encoder's mel bins (128)
+_KV = ("L", 1, "KV", "S", "D")
+_PRESENTS = {"logits": (F32, (1, "S", "V")), "present_keys": (F32, _KV), "present_values": (F32, _KV)}
 SPLIT_IO = {
-    "decoder_init.onnx": ({"input_ids": (I64, 2), "position_ids": (I64, 2), "audio_features": (F32, 3),
-                           "audio_offset": (I64, 1)}, _PRESENTS),
-    "decoder_step.onnx": ({"input_embeds": (F32, 3), "position_ids": (I64, 2), "past_keys": (F32, 5),
-                           "past_values": (F32, 5)}, _PRESENTS),
+    "decoder_init.onnx": ({"input_ids": (I64, (1, "S")), "position_ids": (I64, (1, "S")),
+                           "audio_features": (F32, (1, "S", "H")), "audio_offset": (I64, (1,))}, _PRESENTS),
+    "decoder_step.onnx": ({"input_embeds": (F32, (1, 1, "H")), "position_ids": (I64, (1, 1)), "past_keys": (F32, _KV),
+                           "past_values": (F32, _KV)}, _PRESENTS),
 }
+Axes = tuple[int | str, ...]
 
 
 def read_json(path: Path) -> dict:
@@ -62,6 +67,10 @@ def check_config(path: Path) -> dict:
     eos = special.get("eos_token_ids") if isinstance(special, dict) else None
     if not (isinstance(eos, list) and eos and all(isinstance(i, int) and not isinstance(i, bool) for i in eos)):
         raise SourceError(f"{path}: special_tokens.eos_token_ids is {eos!r}, expected a list of token ids; {FIX}")
+    shape = cfg.get("embed_tokens_shape")
+    if shape is not None and shape != [dec["vocab_size"], dec["hidden_size"]]:
+        raise SourceError(f"{path}: embed_tokens_shape is {shape!r}, but decoder.vocab_size and hidden_size say "
+                          f"{[dec['vocab_size'], dec['hidden_size']]}; {FIX}")
     dtype = cfg.get("embed_tokens_dtype", "float32")
     if dtype not in ("float32", "float16"):
         raise SourceError(f"{path}: embed_tokens_dtype is {dtype!r}, expected float32 or float16; {FIX}")
@@ -109,32 +118,35 @@ def check_source(folder: Path, layout: Layout) -> dict:
 def merged_io(layers: int, names: Sequence[str]) -> tuple[dict, dict]:
     """The merged layout's decoder interface (webbuild.site.contract.IO) for `layers` layers; embeddings in,
     or token ids where the graph takes those (`names`: its inputs)."""
-    kv = {IO.past(i, k): (F32, 4) for i in range(layers) for k in ("key", "value")}
-    presents = {IO.present(i, k): (F32, 4) for i in range(layers) for k in ("key", "value")}
-    first = {IO.input_ids: (I64, 2)} if IO.input_ids in names else {IO.inputs_embeds: (F32, 3)}
-    return {**first, IO.attention_mask: (I64, 2), **kv}, {IO.logits: (F32, 3), **presents}
+    kv = {IO.past(i, k): (F32, (1, "KV", "S", "D")) for i in range(layers) for k in ("key", "value")}
+    presents = {IO.present(i, k): (F32, (1, "KV", "S", "D")) for i in range(layers) for k in ("key", "value")}
+    first = {IO.input_ids: (I64, (1, "S"))} if IO.input_ids in names else {IO.inputs_embeds: (F32, (1, "S", "H"))}
+    return {**first, IO.attention_mask: (I64, (1, "S")), **kv}, {IO.logits: (F32, (1, "S", "V")), **presents}
 
 
 def check_encoder(path: Path, cfg: dict) -> None:
     """One input, pcm [1, N] or mel [1, 128, F], and audio_features [1, A, H] out."""
     graph = load_onnx(path).graph
     inputs = [v.name for v in graph.input]
-    inp = {IO.pcm: (F32, 2)} if inputs == [IO.pcm] else {IO.mel: (F32, 3)}
-    check_graph(path, inp, {IO.audio_features: (F32, 3)}, cfg, graph)
+    inp = {IO.pcm: (F32, (1, "S"))} if inputs == [IO.pcm] else {IO.mel: (F32, (1, "M", "S"))}
+    check_graph(path, inp, {IO.audio_features: (F32, (1, "S", "H"))}, cfg, graph)
 
 
-def check_graph(path: Path, inputs: Mapping[str, tuple[int, int]], outputs: Mapping[str, tuple[int, int]],
+def check_graph(path: Path, inputs: Mapping[str, tuple[int, Axes]], outputs: Mapping[str, tuple[int, Axes]],
                 cfg: dict, graph: onnx.GraphProto | None = None, extra: bool = False) -> None:
     """The graph at `path` has these inputs and outputs (others too with `extra`): name -> (element type,
-    rank); a fixed last axis of an H-wide tensor equals config.json's hidden_size, of logits its vocab_size."""
+    axes; see SPLIT_IO)."""
     graph = graph if graph is not None else load_onnx(path).graph
-    hidden, vocab = cfg["decoder"]["hidden_size"], cfg["decoder"]["vocab_size"]
-    widths = {"input_embeds": hidden, IO.inputs_embeds: hidden, IO.audio_features: hidden, IO.logits: vocab}
+    d = cfg["decoder"]
+    sizes = {"H": d["hidden_size"], "V": d["vocab_size"], "L": d["num_layers"], "KV": d["num_key_value_heads"],
+             "D": d["head_dim"], "M": 128}
     for kind, values, want in (("input", graph.input, inputs), ("output", graph.output, outputs)):
         _check_names(path, kind, [v.name for v in values], want, extra)
         for v in values:
             if v.name in want:
-                _check_value(path, kind, v, *want[v.name], widths.get(v.name))
+                elem, axes = want[v.name]
+                _check_value(path, kind, v, elem, tuple(sizes.get(a, a) if isinstance(a, str) else a
+                                                        for a in axes))
 
 
 def _check_names(path: Path, kind: str, found: Sequence[str], want: Mapping[str, tuple[int, int]],
@@ -153,15 +165,19 @@ def _short(names: Mapping[str, object]) -> list[str]:
     return keys if len(keys) <= 8 else [*keys[:4], "...", *keys[-2:]]
 
 
-def _check_value(path: Path, kind: str, v: onnx.ValueInfoProto, elem: int, rank: int, width: int | None) -> None:
+def _check_value(path: Path, kind: str, v: onnx.ValueInfoProto, elem: int, axes: Axes) -> None:
     t = v.type.tensor_type
     if not v.type.HasField("tensor_type") or t.elem_type != elem:
         found = onnx.TensorProto.DataType.Name(t.elem_type) if v.type.HasField("tensor_type") else "not a tensor"
         raise SourceError(f"{path}: {kind} {v.name} is {found}, expected "
                           f"{onnx.TensorProto.DataType.Name(elem)}; {FIX}")
-    dims = t.shape.dim if t.HasField("shape") else None
-    if dims is not None and len(dims) != rank:
-        raise SourceError(f"{path}: {kind} {v.name} has {len(dims)} axes, expected {rank}; {FIX}")
-    if dims and width is not None and dims[-1].HasField("dim_value") and dims[-1].dim_value != width:
-        raise SourceError(f"{path}: {kind} {v.name} is {dims[-1].dim_value} wide, but config.json says "
-                          f"{width}; {FIX}")
+    if not t.HasField("shape"):
+        return
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    if len(dims) != len(axes):
+        raise SourceError(f"{path}: {kind} {v.name} has {len(dims)} axes, expected {len(axes)}; {FIX}")
+    for i, (found_dim, want) in enumerate(zip(dims, axes, strict=True)):
+        if found_dim is not None and found_dim != want:  # "S": a length, which must stay free
+            expected = "a free length" if want == "S" else f"{want} (config.json)" if want != 1 else "1"
+            raise SourceError(f"{path}: {kind} {v.name} axis {i} is fixed at {found_dim}, expected {expected}; "
+                              f"{FIX}")

@@ -17,7 +17,7 @@ from tokenizers import Tokenizer
 
 from webbuild import layouts
 from webbuild.errors import SourceError
-from webbuild.graph.load import load_onnx
+from webbuild.graph.load import FIX, load_onnx
 from webbuild.layouts import Decoder, Table
 from webbuild.reference import source_v2
 from webbuild.reference.mel import LEAD_METADATA, frame_count, lead_length, log_mel
@@ -39,7 +39,13 @@ def source_session(path: Path) -> ort.InferenceSession:
     """cpu_session of a user's graph, checked first: onnxruntime reports a corrupt file or a truncated
     weights file as a traceback, webbuild.graph.load as one line naming the file."""
     load_onnx(path)  # checked before another library opens it
-    return cpu_session(path)
+    try:
+        return cpu_session(path)
+    except Exception as exc:  # onnxruntime's errors (Fail, InvalidGraph, ...) share no base class but Exception
+        if not type(exc).__module__.startswith("onnxruntime"):
+            raise
+        reason = str(exc).split("] : ", 1)[-1].splitlines()[0]
+        raise SourceError(f"{path}: onnxruntime cannot load it ({reason}); {FIX}") from None
 
 
 def _embed_table(model_dir: Path, cfg: dict) -> np.ndarray:
