@@ -356,10 +356,13 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None) -> 
     import tempfile
 
     from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE
-    from webbuild.site.manifest import check_shards, load_manifest, reassemble
+    from webbuild.site.manifest import MANIFEST_NAME, check_shards, load_manifest, reassemble, verify_manifest
 
     manifest = load_manifest(site)
-    check_shards(site, manifest)
+    check_shards(site, manifest)  # as the page checks what it downloads
+    if problems := verify_manifest(site, check_files=False):  # the manifest's own structure
+        raise SourceError(f"{site / MANIFEST_NAME}: {problems[0].removeprefix('manifest: ')}; rebuild the site "
+                          "or copy it again")
     if variant not in manifest["variants"]:
         raise SourceError(f"{site}: no variant {variant!r}; the site has {', '.join(manifest['variants'])}")
     tmp = tempfile.TemporaryDirectory(prefix="webbuild-site-")
