@@ -149,7 +149,7 @@ def test_fuse_keeps_the_earlier_output_until_the_new_one_is_complete(source, tmp
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
-def test_transcribe_checks_the_shards_of_a_site(example_dist, tmp_path):
+def test_transcribe_and_bench_check_the_shards_of_a_site(example_dist, tmp_path):
     from tests.inputs import link_tree
 
     site = link_tree(example_dist, tmp_path / "dist")
@@ -157,8 +157,9 @@ def test_transcribe_checks_the_shards_of_a_site(example_dist, tmp_path):
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     replace(shard, bytes(data))
-    line = invoke("transcribe", site, SAMPLES[0]).error_line()
-    assert line.startswith(f"error: {shard}: sha256 ") and line.endswith("; rebuild the site or copy it again")
+    for args in (["transcribe", site, SAMPLES[0]], ["bench", site, "--ep", "wasm"]):
+        line = invoke(*args).error_line()
+        assert line.startswith(f"error: {shard}: sha256 ") and line.endswith("; rebuild the site or copy it again")
 
 
 def test_random_weights_of_the_right_size_are_reported_and_warned(source, tmp_path):
