@@ -115,9 +115,13 @@ def making(output: Path, tmp: Path) -> Iterator[None]:
     try:
         yield
     except WebbuildError as exc:
-        exc.message = exc.message.replace(f"{tmp}/site", str(output)).replace(f"{tmp}/work/", "").replace(
-            f"{tmp}/out", str(output))
-        raise
+        text = exc.format_message()
+        clean = text.replace(f"{tmp}/site", str(output)).replace(f"{tmp}/work/", "").replace(f"{tmp}/out", str(output))
+        if clean == text:
+            raise
+        error = BuildError(clean)
+        error.exit_code = exc.exit_code  # type: ignore[misc]  # as the runner's stage errors
+        raise error from exc
     except OSError as exc:
         # ENOSPC, EDQUOT, EFBIG (a file size limit), or a library's write error without an errno (onnx's
         # "problem writing element"); an OSError on the user's own files keeps its traceback

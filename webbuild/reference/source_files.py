@@ -67,10 +67,10 @@ def check_config(path: Path) -> dict:
     eos = special.get("eos_token_ids") if isinstance(special, dict) else None
     if not (isinstance(eos, list) and eos and all(isinstance(i, int) and not isinstance(i, bool) for i in eos)):
         raise SourceError(f"{path}: special_tokens.eos_token_ids is {eos!r}, expected a list of token ids; {FIX}")
-    shape = cfg.get("embed_tokens_shape")
-    if shape is not None and shape != [dec["vocab_size"], dec["hidden_size"]]:
+    shape, dims = cfg.get("embed_tokens_shape"), [cfg["decoder"]["vocab_size"], cfg["decoder"]["hidden_size"]]
+    if shape is not None and shape != dims:
         raise SourceError(f"{path}: embed_tokens_shape is {shape!r}, but decoder.vocab_size and hidden_size say "
-                          f"{[dec['vocab_size'], dec['hidden_size']]}; {FIX}")
+                          f"{dims}; {FIX}")
     dtype = cfg.get("embed_tokens_dtype", "float32")
     if dtype not in ("float32", "float16"):
         raise SourceError(f"{path}: embed_tokens_dtype is {dtype!r}, expected float32 or float16; {FIX}")
@@ -149,7 +149,7 @@ def check_graph(path: Path, inputs: Mapping[str, tuple[int, Axes]], outputs: Map
                                                         for a in axes))
 
 
-def _check_names(path: Path, kind: str, found: Sequence[str], want: Mapping[str, tuple[int, int]],
+def _check_names(path: Path, kind: str, found: Sequence[str], want: Mapping[str, object],
                  allow_extra: bool) -> None:
     missing = [n for n in want if n not in found]
     extra = [] if allow_extra else [n for n in found if n not in want]
