@@ -148,7 +148,7 @@ def publish(built: Path, output: Path, keep: Iterable[str] = ()) -> None:
     step("exchange")
     if _exchange(built, output):
         step("remove old")
-        shutil.rmtree(built)  # the old output now
+        _remove(built)  # the old output now
         return
     _swap_by_renames(built, output)
 
@@ -161,7 +161,15 @@ def _swap_by_renames(built: Path, output: Path) -> None:
     step("rename")
     built.rename(output)
     step("remove old")
-    shutil.rmtree(aside)
+    _remove(aside)
+
+
+def _remove(path: Path) -> None:
+    """The old output: a folder, or the symbolic link the output was (its target is the user's: kept)."""
+    if path.is_symlink():
+        path.unlink()
+    else:
+        shutil.rmtree(path)
 
 
 def _renameat2() -> Callable[..., int] | None:
