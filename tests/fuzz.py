@@ -3,9 +3,10 @@ and one case's run with the checks every outcome must pass (tests/test_fuzz.py r
 `make fuzz` a larger one).
 
 A case copies the embedded example's inputs into a folder of its own, corrupts one file, runs one command that
-reads that file in this process (click's CliRunner) and checks: exit 0, or exit 2 with one `error:` line and
-no traceback; no partial output (a failed command leaves no output folder and nothing beside it); the error
-names a file or folder of the case's inputs and no staging folder.
+reads that file in this process (click's CliRunner) and checks: exit 0, or exit 2 with one `error:` line (an
+invalid model.yaml: one per problem) and no traceback; no partial output (a failed command leaves no output
+folder and nothing beside it); each error line names a file or folder of the case's inputs and no staging
+folder.
 """
 
 from __future__ import annotations
@@ -209,13 +210,14 @@ def run_case(case: Case, site: Path, tally: Counter) -> None:
 
 
 def check(outcome: Outcome, case: Case, root: Path) -> None:
-    line = outcome.ok_or_one_line()  # exit 0, or one line with exit 2: no traceback
+    lines = outcome.ok_or_error_lines()  # exit 0, or exit 2 with its error line(s): no traceback
     out = root / "out"
     staged = [p.name for p in root.iterdir() if p.name.startswith(".")]
     assert not staged, (case, staged)  # no staging folder or lock file left beside the output
-    if line is None:
+    if not lines:
         if case.command != "transcribe":
             assert (out / ("build-report.json" if case.command == "build" else "decoder.onnx")).is_file(), case
         return
-    assert not out.exists(), (case, line)  # nothing half-written
-    assert str(root) in line and "-build-" not in line, (case, line)  # names the user's file, no staging path
+    assert not out.exists(), (case, lines)  # nothing half-written
+    for line in lines:  # each names the user's file, never a staging path
+        assert str(root) in line and "-build-" not in line, (case, line)

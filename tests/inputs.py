@@ -68,11 +68,17 @@ class Outcome:
         assert len(errors) == 1 and self.stderr.rstrip().endswith(errors[0]), self.stderr
         return errors[0]
 
-    def ok_or_one_line(self) -> str | None:
-        """None for exit 0, else the error line (and an AssertionError for anything else: a traceback)."""
+    def ok_or_error_lines(self) -> list[str]:
+        """[] for exit 0, else the `error:` lines that end the output: one, or for an invalid model.yaml one
+        per problem (ConfigError); an AssertionError for anything else (a traceback, another exit code)."""
         if self.code == 0:
-            return None
-        return self.error_line()
+            return []
+        assert self.code == 2, (self.code, self.stderr, self.exception)
+        assert "Traceback" not in self.stderr, self.stderr
+        lines = self.stderr.rstrip().splitlines()
+        errors = [line for line in lines if line.startswith("error: ")]
+        assert errors and lines[-len(errors):] == errors, self.stderr
+        return errors
 
 
 def invoke(*args) -> Outcome:

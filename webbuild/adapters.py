@@ -131,6 +131,8 @@ def config_problems(config: dict) -> list[str]:
         problems.append(f"{CONFIG} has peft_type: {config['peft_type']!r}; the build takes LoRA adapters "
                         "(peft_type LORA)")
     targets = config.get("target_modules") or []
+    if not isinstance(targets, str | list):
+        targets = []  # then every module is missing, said below
     # a string is PEFT's regular expression (or "all-linear"): the tensors found say what it matched
     missing = [] if isinstance(targets, str) else [m for m in TARGET_MODULES if m not in targets]
     if missing:

@@ -25,7 +25,8 @@ def load_onnx(path: str | os.PathLike, external_data: bool = False, own_files: b
     missing, is not an ONNX model, or its external weights file is missing or shorter than it says.
     Also called only to check a file that another library then opens itself (onnxruntime, onnx_ir),
     whose own errors are tracebacks; `own_files` for onnx_ir, which also wants the weights files in the
-    graph's folder and without other hard links."""
+    graph's folder and without other hard links, and a graph that onnx's checker accepts (its writer
+    fails on what the checker refuses)."""
     path = Path(path)
     if not path.is_file():
         raise SourceError(f"{path}: no such file; {FIX}")
@@ -37,6 +38,15 @@ def load_onnx(path: str | os.PathLike, external_data: bool = False, own_files: b
     if not model.ir_version or not model.HasField("graph"):
         raise SourceError(f"{path}: not an ONNX model (no graph in its {path.stat().st_size} bytes); {FIX}")
     check_external_data(path, model, own_files)
+    if own_files:
+        try:
+            onnx.checker.check_model(str(path))  # by path: the weights files are found beside it
+        except onnx.checker.ValidationError as exc:
+            reason = str(exc).strip().splitlines()[0]
+            # the checker knows onnxruntime's ops in the default domain (fused sources use them) by no schema:
+            # where it meets one it stops, without a verdict on the graph
+            if "No Op registered" not in reason:
+                raise SourceError(f"{path}: not a valid ONNX graph ({reason}); {FIX}") from None
     if external_data:
         onnx.load_external_data_for_model(model, str(path.parent))
     return model

@@ -23,8 +23,11 @@ def read_wav(path: Path) -> np.ndarray:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", wavfile.WavFileWarning)
             rate, data = wavfile.read(str(path))
-    except (ValueError, OSError, EOFError) as exc:
-        raise AudioError(f"{path}: not a readable WAV file ({exc}); convert it to WAV (PCM or float)") from None
+    except Exception as exc:  # scipy's reader fails on a damaged header with whatever it meets first
+        raise AudioError(f"{path}: not a readable WAV file ({exc or type(exc).__name__}); convert it to WAV "
+                         "(PCM or float)") from None
+    if rate <= 0:
+        raise AudioError(f"{path}: its header gives a sample rate of {rate} Hz; convert it to WAV again")
     pcm = to_float(data)
     if pcm.ndim == 2:
         pcm = pcm.mean(axis=1)
