@@ -38,6 +38,8 @@ def load_onnx(path: str | os.PathLike, external_data: bool = False, own_files: b
     if not model.ir_version or not model.HasField("graph"):
         raise SourceError(f"{path}: not an ONNX model (no graph in its {path.stat().st_size} bytes); {FIX}")
     check_external_data(path, model, own_files)
+    if bad := next((name for name in _names(model.graph) if not isinstance(name, str)), None):
+        raise SourceError(f"{path}: the name {bad!r} in its graph is not UTF-8 text; {FIX}")
     if own_files:
         try:
             onnx.checker.check_model(str(path))  # by path: the weights files are found beside it
@@ -81,6 +83,15 @@ def _check_contained(path: Path, weights: Path) -> None:
     if (links := weights.stat().st_nlink) > 1:
         raise SourceError(f"{weights}: has {links} hard links, which the ONNX reader refuses; make it a file of "
                           "its own (cp it to a new name, then move that over it)")
+
+
+def _names(graph: onnx.GraphProto) -> Iterator[str | bytes]:
+    """Every name of `graph`: protobuf hands a string field that is not UTF-8 over as bytes, which every
+    later reader fails on in its own way."""
+    for node in graph.node:
+        yield from (node.name, node.op_type, node.domain, *node.input, *node.output)
+    for value in (*graph.input, *graph.output, *graph.value_info, *graph.initializer):
+        yield value.name
 
 
 def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
