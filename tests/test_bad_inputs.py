@@ -163,8 +163,8 @@ def test_transcribe_and_bench_check_the_shards_of_a_site(example_dist, tmp_path)
 
 
 def test_random_weights_of_the_right_size_are_reported_and_warned(source, tmp_path):
-    """Token agreement with the source is perfect (both are the same random weights); the samples' WER is
-    not. The build ships (exit 0) with a warning per variant; --fail-on-wer stops it with one line, exit 1."""
+    """The samples' WER says what token agreement with the source (random too) cannot: the build ships (exit 0)
+    with a warning per variant and each sample's WER in the report (here 29 and 35: a long garbage answer)."""
     config, model = source
     weights = model / "decoder_weights.data"
     rng = np.random.default_rng(0)
