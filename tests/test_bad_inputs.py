@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import resource
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -189,3 +190,16 @@ def test_fail_on_wer_stops_the_build(tmp_path):
                                           r"'!!!!' for 'hello'\)") as exc:
         report_wer("fp32", rows, 0.5, fail=True)
     assert exc.value.exit_code == 1
+
+
+def test_verify_checks_a_local_site_before_starting_a_browser(example_dist, tmp_path):
+    pytest.importorskip("playwright")  # else verify stops earlier, asking for its extra
+    from tests.inputs import link_tree
+
+    site = link_tree(example_dist, tmp_path / "dist")
+    shard = sorted((site / "model" / "shards").iterdir())[-1]
+    replace(shard, shard.read_bytes()[:-10])
+    assert invoke("verify", site).error_line().startswith(f"error: {shard}: {shard.stat().st_size} bytes, the ")
+    replace(site / "samples.json", b"{")
+    shutil.copy2(example_dist / "model" / "shards" / shard.name, shard)
+    assert invoke("verify", site).error_line().startswith(f"error: {site / 'samples.json'}: not valid JSON (")

@@ -42,16 +42,16 @@ SPLIT_IO = {
 Axes = tuple[int | str, ...]
 
 
-def read_json(path: Path) -> dict:
-    """A JSON object from a user's file, or a SourceError saying why not."""
+def read_json(path: Path, fix: str = FIX) -> dict:
+    """A JSON object from a user's file, or a SourceError saying why not and `fix`."""
     try:
         data = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:
-        raise SourceError(f"{path}: cannot read it ({exc.strerror}); {FIX}") from None
+        raise SourceError(f"{path}: cannot read it ({exc.strerror}); {fix}") from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise SourceError(f"{path}: not valid JSON ({str(exc).splitlines()[0]}); {FIX}") from None
+        raise SourceError(f"{path}: not valid JSON ({str(exc).splitlines()[0]}); {fix}") from None
     if not isinstance(data, dict):
-        raise SourceError(f"{path}: expected a JSON object, found {type(data).__name__}; {FIX}")
+        raise SourceError(f"{path}: expected a JSON object, found {type(data).__name__}; {fix}")
     return data
 
 
