@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.example_config import EXAMPLE, REPO
+from tests.inputs import invoke
 from webbuild.pipeline import publish as pub
 from webbuild.site.manifest import verify_manifest
 
@@ -119,3 +121,35 @@ def test_folders_of_killed_builds_are_removed_by_the_next_run(tmp_path):
     with pub.output_lock(out):
         pass
     assert sorted(p.name for p in tmp_path.iterdir()) == [".dist-other", "dist"]  # the aside one put back
+
+
+def test_site_static_files_are_copied_into_a_new_output(tmp_path):
+    """A CI job builds into a new folder every time: model.yaml site.static brings CNAME and .nojekyll."""
+    from tests.example_config import write_example_config
+
+    static = tmp_path / "static"
+    (static / ".well-known").mkdir(parents=True)
+    for name, text in {"CNAME": "asr.example.org\n", ".nojekyll": "", ".well-known/x.txt": "x"}.items():
+        (static / name).write_text(text)
+    cfg = yaml.safe_load(write_example_config(tmp_path).read_text())
+    cfg["site"] |= {"static": str(static), "samples": cfg["site"]["samples"][:1]}
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump(cfg | {"adapters": [], "variants": ["fp32"]}))
+    run = invoke(tmp_path / "model.yaml", "-o", tmp_path / "out")
+    assert run.code == 0, (run.stderr, run.exception)
+    written = json.loads((tmp_path / "out" / "build-report.json").read_text())["files"]["written"]
+    assert {"CNAME", ".nojekyll", ".well-known/x.txt"} <= set(written)
+    assert (tmp_path / "out" / "CNAME").read_text() == "asr.example.org\n"
+
+
+def test_a_static_file_may_not_replace_one_the_build_writes(tmp_path):
+    from webbuild.errors import BuildError
+    from webbuild.pipeline.render import copy_static
+
+    (tmp_path / "static").mkdir()
+    (tmp_path / "static" / "index.html").write_text("mine")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text("the build's")
+    with pytest.raises(BuildError, match=r"site.static: .*static/index.html has the name of a file the build "
+                                         r"writes \(index.html\); rename or remove it"):
+        copy_static(tmp_path / "static", tmp_path / "site")
+    assert (tmp_path / "site" / "index.html").read_text() == "the build's"

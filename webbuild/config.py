@@ -129,6 +129,12 @@ class Site(_Strict):
     samples: list[Sample] = Field(default_factory=list,
                                   description="sample clips on the page, checked by the build (token agreement "
                                               "with the source) and by `webbuild verify`")
+    static: Path | None = Field(None, description="folder of files copied into the site as they are, relative "
+                                                  "to model.yaml: what a host reads beside the site (CNAME, "
+                                                  ".nojekyll, _redirects, robots.txt); a file the build writes "
+                                                  "itself may not be among them. Files put into the output "
+                                                  "folder by hand are kept by a rebuild too, but a CI job "
+                                                  "builds into a new folder every time")
 
     @field_validator("base_path")
     @classmethod
@@ -279,7 +285,8 @@ def _message(err: ErrorDetails) -> str:
 def _resolve_paths(cfg: BuildConfig, root: Path) -> BuildConfig:
     source = cfg.source.model_copy(update={"dir": (root / cfg.source.dir).resolve()})
     samples = [s.model_copy(update={"audio": (root / s.audio).resolve()}) for s in cfg.site.samples]
-    site = cfg.site.model_copy(update={"samples": samples})
+    static = (root / cfg.site.static).resolve() if cfg.site.static is not None else None
+    site = cfg.site.model_copy(update={"samples": samples, "static": static})
     adapters = [a.model_copy(update={"path": (root / a.path).resolve()}) for a in cfg.adapters]
     return cfg.model_copy(update={"source": source, "site": site, "output": (root / cfg.output).resolve(),
                                   "adapters": adapters})
@@ -297,6 +304,8 @@ def _check_files(cfg: BuildConfig, path: Path) -> list[str]:
         f"{path}: site.samples[{i}].audio: file {s.audio} does not exist"
         for i, s in enumerate(cfg.site.samples) if not s.audio.is_file()
     ]
+    if cfg.site.static is not None and not cfg.site.static.is_dir():
+        problems.append(f"{path}: site.static: folder {cfg.site.static} does not exist")
     return problems or _check_adapters(cfg, path)  # adapters are checked against a source that is there
 
 

@@ -15,7 +15,7 @@ from webbuild.pipeline.adapter_files import pack_adapters
 from webbuild.pipeline.assemble import assemble_model, present_files
 from webbuild.pipeline.build_report import census
 from webbuild.pipeline.forms import variant_forms
-from webbuild.pipeline.render import ort_dist, render_site
+from webbuild.pipeline.render import copy_static, ort_dist, render_site
 from webbuild.pipeline.sample_wer import report_wer, sample_wer
 from webbuild.pipeline.shard import shard_files
 from webbuild.pipeline.state import BuildContext, Variant
@@ -212,8 +212,12 @@ def _forms_text(forms: dict[str, str]) -> str:
 
 
 def stage_render(ctx: BuildContext) -> None:
+    """The page, its runtime and onnxruntime-web's files (webbuild.pipeline.render), then site.static's files;
+    no file over shard.max_bytes."""
     for warning in render_site(ctx.cfg, ctx.stage_dir, {"variants": list(ctx.state.variants)}):
         log.warning(warning)
+    if ctx.cfg.site.static is not None:
+        copy_static(ctx.cfg.site.static, ctx.stage_dir)
     stats = dist_file_stats(ctx.stage_dir, ctx.cfg.shard.max_bytes)
     if stats["oversize_files"]:
         raise BuildError(f"files over shard.max_bytes ({ctx.cfg.shard.max_bytes}): "
