@@ -132,4 +132,7 @@ def copy_static(static: Path, site: Path) -> None:
     for p in files:
         dest = site / p.relative_to(static)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(p, dest)
+        try:
+            shutil.copy2(p, dest)
+        except PermissionError as exc:
+            raise BuildError(f"site.static: cannot read {p} ({exc.strerror}); make it readable or remove it") from None
