@@ -79,8 +79,7 @@ def fuse_command(src: Path, output: Path, report: Path | None, quantize: bool) -
     user keeps in `output` stay. Returns the report with the published paths."""
     src, output = Path(src), Path(output).resolve()
     _check_output(output)
-    _check_sources(src)
-    with output_lock(output), staging(output) as tmp:
+    with output_lock(output), staging(output) as tmp:  # run_fuse checks the sources before it writes
         with making(output, tmp):
             rep = run_fuse(src, tmp / "out", quantize=quantize)
         publish(tmp / "out", output, keep=user_files(output, FUSE_FILES))
