@@ -153,3 +153,10 @@ def test_a_static_file_may_not_replace_one_the_build_writes(tmp_path):
                                          r"writes \(index.html\); rename or remove it"):
         copy_static(tmp_path / "static", tmp_path / "site")
     assert (tmp_path / "site" / "index.html").read_text() == "the build's"
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "dist"
+    line = invoke(EXAMPLE / "model.yaml", "-o", out).error_line()
+    assert line == f"error: {out}: cannot write beside it (a file is in its path); write elsewhere with -o"

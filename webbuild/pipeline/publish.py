@@ -58,7 +58,12 @@ def output_lock(output: Path) -> Iterator[None]:
     """Hold the output's lock (a BuildError when another run holds it), after putting back an output a
     killed fallback publish left aside and removing the folders killed runs left. The lock file is removed
     on the way out, so none stays beside the output."""
-    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        os.close(os.open(_lock_path(output), os.O_RDWR | os.O_CREAT, 0o644))
+    except OSError as exc:  # -o in a folder the user cannot write, or below a file
+        why = "a file is in its path" if isinstance(exc, FileExistsError | NotADirectoryError) else exc.strerror
+        raise BuildError(f"{output}: cannot write beside it ({why}); write elsewhere with -o") from None
     with _locked(_lock_path(output), output) as fd:
         try:
             _recover(output)
