@@ -160,3 +160,15 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path):
     out = tmp_path / "file" / "dist"
     line = invoke(EXAMPLE / "model.yaml", "-o", out).error_line()
     assert line == f"error: {out}: cannot write beside it (a file is in its path); write elsewhere with -o"
+
+
+def test_errors_while_making_name_the_output_not_the_staging_folder(tmp_path):
+    from webbuild.errors import BuildError, SourceError
+
+    out, tmp = tmp_path / "dist", tmp_path / ".dist-build-x"
+    with pytest.raises(BuildError) as exc, pub.making(out, tmp):
+        raise SourceError(f"{tmp}/site/model/manifest.json: bad; {tmp}/work/fused/encoder.onnx: worse")
+    assert exc.value.format_message() == f"{out}/model/manifest.json: bad; fused/encoder.onnx: worse"
+    with pytest.raises(BuildError, match=f"cannot write the new {out}: No space left on device; free disk"), \
+            pub.making(out, tmp):
+        raise OSError(28, "No space left on device", str(tmp / "work" / "x"))
