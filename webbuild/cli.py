@@ -247,7 +247,8 @@ def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
 @_quantize_defaults
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
-              help="Folder for decoder.onnx(.data) and encoder.onnx(.data); created if missing.")
+              help="Folder for decoder.onnx(.data) and encoder.onnx(.data): new, empty or an earlier fuse output, "
+                   "replaced in one step at the end (other files in it are kept).")
 @click.option("--report", type=click.Path(path_type=Path), help="Write the op census (before/after) as JSON.")
 @click.option("--no-quantize", is_flag=True,
               help="Fuse only: float weights, and the graph keeps its inputs_embeds input.")
