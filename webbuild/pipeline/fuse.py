@@ -176,12 +176,21 @@ def _check_sources(src: Path) -> None:
     fusion's own loader (onnx_ir) fails on a corrupt file, truncated or linked weights with a traceback."""
     folder = src if src.is_dir() else src.parent
     found = layouts.detect(src) if src.is_dir() else None
-    if found is not None:
+    if found is not None and _asr_export(src):
         check_source(src, found)  # every file, as the build's source stage checks them
     graphs = [folder / name for name in found.graphs] if found is not None else [decoder_path(src)]
     for path in (*graphs, folder / ENCODER_NAME):
         if path.is_file():
             load_onnx(path, own_files=True)  # checked before another library opens it
+
+
+def _asr_export(folder: Path) -> bool:
+    """A Qwen3-ASR export (config.json with its decoder section, or none that parses: check_source says why),
+    not a text decoder exported by Optimum beside a Hugging Face config.json, which fusion takes too."""
+    try:
+        return isinstance(json.loads((folder / "config.json").read_bytes()).get("decoder"), dict)
+    except (OSError, ValueError, AttributeError):
+        return True
 
 
 def _side_dir(src: Path) -> Path:

@@ -28,7 +28,7 @@ F32, I64 = onnx.TensorProto.FLOAT, onnx.TensorProto.INT64
 DECODER_KEYS = ("num_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "hidden_size", "vocab_size")
 ENCODER = "encoder.onnx"
 # name -> (element type, axes) of the split layout's graphs (docs: DESIGN, "Source layouts to accept"). An
-# axis is "S" (a length: must be left free, a fixed one refuses other lengths), 1 (batch or one step: 1 or
+# axis is "S" (a length: an input's must be left free, a fixed one refuses other lengths), 1 (batch or one step: 1 or
 # free) or a config.json dimension (that size or free): H hidden_size, V vocab_size, L num_layers, KV
 # num_key_value_heads, D head_dim, M the encoder's mel bins (128)
 _KV = ("L", 1, "KV", "S", "D")
@@ -177,7 +177,8 @@ def _check_value(path: Path, kind: str, v: onnx.ValueInfoProto, elem: int, axes:
     if len(dims) != len(axes):
         raise SourceError(f"{path}: {kind} {v.name} has {len(dims)} axes, expected {len(axes)}; {FIX}")
     for i, (found_dim, want) in enumerate(zip(dims, axes, strict=True)):
-        if found_dim is not None and found_dim != want:  # "S": a length, which must stay free
+        # "S": a length, which an input must leave free; an output's may be fixed (a step's one position)
+        if found_dim is not None and found_dim != want and not (want == "S" and kind == "output"):
             expected = "a free length" if want == "S" else f"{want} (config.json)" if want != 1 else "1"
             raise SourceError(f"{path}: {kind} {v.name} axis {i} is fixed at {found_dim}, expected {expected}; "
                               f"{FIX}")
