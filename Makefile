@@ -14,7 +14,7 @@ TEST_STAMP := $(VENV)/.installed-test
 # folder or PyTorch's CPU index, README.md "Install") gets the 0.19 GB CPU build instead.
 TEST_EXTRAS ?= zoo,test
 
-.PHONY: setup setup-check setup-test system-deps site lint ruff typecheck-py typecheck-js check test test-python \
+.PHONY: setup setup-check setup-test system-deps site lint ruff typecheck-py typecheck-js check test test-python fuzz \
   test-check test-js e2e optimum-fixtures clean
 
 # The main job (build a site from an export, serve, verify, bench) needs no torch.
@@ -130,3 +130,9 @@ e2e: setup-test system-deps
 
 clean:
 	rm -rf dist $(VENV)
+
+# The fuzz harness (tests/fuzz.py) with a larger budget than the test run's 200 cases: random corruptions of
+# every input through build, fuse and transcribe; the tally goes to fuzz-report.json (BENCHMARKS.md)
+FUZZ_CASES ?= 1000
+fuzz: setup-check
+	WEBBUILD_FUZZ_CASES=$(FUZZ_CASES) WEBBUILD_FUZZ_REPORT=fuzz-report.json $(PY) -m pytest tests/test_fuzz.py -p no:logging

@@ -103,7 +103,8 @@ def test_cli_transcribes_a_built_site(built_example):
     assert "WER 0.00% over 1 clip\n" in result.stderr  # sample-1.txt beside the clip
 
 
-DATA_KEYS = ("graphs", "variants", "ops", "transcripts", "token_agreement", "files")  # keyed by names in the data
+# keyed by names in the data
+DATA_KEYS = ("graphs", "variants", "ops", "transcripts", "token_agreement", "samples", "files")
 
 
 def test_build_report_names_every_graph_census_the_same_way(built_example):

@@ -69,15 +69,36 @@ def expected_tensors(base_config: dict, rank: int = RANK) -> dict[str, tuple[int
             for proj, (n_out, n_in) in shapes.items() for part in "AB"}
 
 
+_ITEMSIZE = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I8": 1, "U8": 1, "I16": 2, "I32": 4, "I64": 8, "BOOL": 1}
+
+
 def read_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """{tensor name: (dtype, shape)} from a safetensors file's JSON header, no tensor read."""
+    """{tensor name: (dtype, shape)} from a safetensors file's JSON header, no tensor read; a ValueError when
+    the header is malformed or a tensor's bytes lie past the end of the file (a truncated download)."""
     with path.open("rb") as f:
         raw = f.read(8)
         size = struct.unpack("<Q", raw)[0] if len(raw) == 8 else -1
         if size <= 0 or size > path.stat().st_size - 8:
             raise ValueError("not a safetensors file (its header size is wrong)")
         header = json.loads(f.read(size))
-    return {k: (v["dtype"], tuple(v["shape"])) for k, v in header.items() if k != "__metadata__"}
+    if not isinstance(header, dict):
+        raise ValueError("not a safetensors file (its header is not a JSON object)")
+    data_bytes = path.stat().st_size - 8 - size
+    return {k: _entry(k, v, data_bytes) for k, v in header.items() if k != "__metadata__"}
+
+
+def _entry(name: str, v: object, data_bytes: int) -> tuple[str, tuple[int, ...]]:
+    """A header entry's (dtype, shape), its byte range checked against its shape and the file's size."""
+    try:
+        dtype, shape, (start, end) = v["dtype"], tuple(int(d) for d in v["shape"]), v["data_offsets"]  # type: ignore[index]
+        want = math.prod(shape) * _ITEMSIZE[dtype]
+    except (TypeError, KeyError, ValueError):
+        raise ValueError(f"tensor {name}: malformed header entry {v!r}") from None
+    if not (isinstance(start, int) and isinstance(end, int) and start >= 0 and end - start == want):
+        raise ValueError(f"tensor {name}: its data_offsets {[start, end]} do not hold {list(shape)} {dtype}")
+    if end > data_bytes:
+        raise ValueError(f"truncated: tensor {name} ends at byte {end} of the data, which has {data_bytes}")
+    return dtype, shape
 
 
 _NUMPY = {"F32": np.float32, "F16": np.float16}
@@ -110,6 +131,8 @@ def config_problems(config: dict) -> list[str]:
         problems.append(f"{CONFIG} has peft_type: {config['peft_type']!r}; the build takes LoRA adapters "
                         "(peft_type LORA)")
     targets = config.get("target_modules") or []
+    if not isinstance(targets, str | list):
+        targets = []  # then every module is missing, said below
     # a string is PEFT's regular expression (or "all-linear"): the tensors found say what it matched
     missing = [] if isinstance(targets, str) else [m for m in TARGET_MODULES if m not in targets]
     if missing:
@@ -148,8 +171,8 @@ def adapter_problems(folder: Path, base_config: dict) -> list[str]:
     if missing:
         return [f"{folder} lacks {' and '.join(missing)} (a PEFT-style LoRA folder)"]
     try:
-        config = json.loads((folder / CONFIG).read_text())
-    except json.JSONDecodeError as exc:
+        config = json.loads((folder / CONFIG).read_bytes().decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         return [f"{folder / CONFIG}: not valid JSON: {exc}"]
     if not isinstance(config, dict):
         return [f"{folder / CONFIG}: expected a JSON object"]
@@ -159,7 +182,7 @@ def adapter_problems(folder: Path, base_config: dict) -> list[str]:
     try:
         found = read_header(folder / WEIGHTS)
     except (ValueError, UnicodeDecodeError, KeyError, TypeError) as exc:
-        return [f"{folder / WEIGHTS}: {exc}"]
+        return [f"{folder / WEIGHTS}: {exc}; re-download or re-train the adapter"]
     try:
         expected = expected_tensors(base_config)
     except (KeyError, TypeError) as exc:

@@ -112,7 +112,10 @@ def main():
 @click.argument("config", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               help="Output folder (default: model.yaml's `output`, dist/).")
-def build(config: Path, output: Path | None):
+@click.option("--fail-on-wer", is_flag=True,
+              help="Exit with code 1 when a sample's WER in the build's check is above verify.max_wer (default: "
+                   "a warning; model.yaml verify.build_fails_on_wer).")
+def build(config: Path, output: Path | None, fail_on_wer: bool):
     """Build the site described by CONFIG (a model.yaml) into dist/.
 
     \b
@@ -123,6 +126,8 @@ def build(config: Path, output: Path | None):
     from webbuild.pipeline.runner import run_build
 
     cfg = load_config(config)
+    if fail_on_wer:
+        cfg = cfg.model_copy(update={"verify": cfg.verify.model_copy(update={"build_fails_on_wer": True})})
     click.echo(run_build(cfg, output or cfg.output).table())
 
 
@@ -256,7 +261,8 @@ def _wav_paths(paths: tuple[Path, ...]) -> list[Path]:
 @_quantize_defaults
 @click.argument("src", type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
-              help="Folder for decoder.onnx(.data) and encoder.onnx(.data); created if missing.")
+              help="Folder for decoder.onnx(.data) and encoder.onnx(.data): new, empty or an earlier fuse output, "
+                   "replaced in one step at the end (other files in it are kept).")
 @click.option("--report", type=click.Path(path_type=Path), help="Write the op census (before/after) as JSON.")
 @click.option("--no-quantize", is_flag=True,
               help="Fuse only: float weights, and the graph keeps its inputs_embeds input.")
@@ -280,9 +286,9 @@ def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool, strict
       webbuild fuse examples/tiny-asr/model -o /tmp/fused --report /tmp/fuse.json
       webbuild fuse examples/tiny-asr/model -o /tmp/fused-fp32 --no-quantize
     """
-    from webbuild.pipeline.fuse import check_strict, run_fuse, summary
+    from webbuild.pipeline.fuse import check_strict, fuse_command, summary
 
-    rep = run_fuse(src, output, report, quantize=not no_quantize)
+    rep = fuse_command(src, output, report, quantize=not no_quantize)
     for graph in (rep, rep.get("encoder")):
         if graph:
             log.info(f"wrote {graph['output']}")

@@ -140,6 +140,12 @@ class Site(_Strict):
     samples: list[Sample] = Field(default_factory=list,
                                   description="sample clips on the page, checked by the build (token agreement "
                                               "with the source) and by `webbuild verify`")
+    static: Path | None = Field(None, description="folder of files copied into the site as they are, relative "
+                                                  "to model.yaml: what a host reads beside the site (CNAME, "
+                                                  ".nojekyll, _redirects, robots.txt); a file the build writes "
+                                                  "itself may not be among them. Files put into the output "
+                                                  "folder by hand are kept by a rebuild too, but a CI job "
+                                                  "builds into a new folder every time")
 
     @field_validator("base_path")
     @classmethod
@@ -159,7 +165,11 @@ class DecodeFloor(_Strict):
 
 class Verify(_Strict):
     max_wer: float = Field(0.0, ge=0.0, description="word error rate allowed per sample in `webbuild verify` "
+                                                    "and in the build's own check, which warns above it "
                                                     "(a fraction; insertions can take it above 1)")
+    build_fails_on_wer: bool = Field(False, description="stop the build (exit code 1) when a sample's WER in its "
+                                                        "own check is above max_wer, instead of warning; "
+                                                        "`webbuild model.yaml --fail-on-wer` sets it")
     min_decode_tokens_per_s: DecodeFloor = Field(
         DecodeFloor(), description="decode speed `webbuild verify` requires, in tokens/s over all clips that ran on a "
                                    "provider, per provider: `{webgpu: 2, wasm: 20}`, or one number for both; "
@@ -254,7 +264,12 @@ def _read_yaml(path: Path) -> dict:
     if not path.is_file():
         raise ConfigError([f"{path}: no such file; pass the path of a model.yaml"])
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x}); "
+                           "save it as UTF-8"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read it ({exc.strerror})"]) from None
     except yaml.YAMLError as exc:
         raise ConfigError([f"{path}: not valid YAML: {exc}".replace("\n", " ")]) from None
     if not isinstance(raw, dict):
@@ -283,7 +298,8 @@ def _message(err: ErrorDetails) -> str:
 def _resolve_paths(cfg: BuildConfig, root: Path) -> BuildConfig:
     source = cfg.source.model_copy(update={"dir": (root / cfg.source.dir).resolve()})
     samples = [s.model_copy(update={"audio": (root / s.audio).resolve()}) for s in cfg.site.samples]
-    site = cfg.site.model_copy(update={"samples": samples})
+    static = (root / cfg.site.static).resolve() if cfg.site.static is not None else None
+    site = cfg.site.model_copy(update={"samples": samples, "static": static})
     adapters = [a.model_copy(update={"path": (root / a.path).resolve()}) for a in cfg.adapters]
     return cfg.model_copy(update={"source": source, "site": site, "output": (root / cfg.output).resolve(),
                                   "adapters": adapters})
@@ -301,6 +317,8 @@ def _check_files(cfg: BuildConfig, path: Path) -> list[str]:
         f"{path}: site.samples[{i}].audio: file {s.audio} does not exist"
         for i, s in enumerate(cfg.site.samples) if not s.audio.is_file()
     ]
+    if cfg.site.static is not None and not cfg.site.static.is_dir():
+        problems.append(f"{path}: site.static: folder {cfg.site.static} does not exist")
     return problems or _check_adapters(cfg, path)  # adapters are checked against a source that is there
 
 
@@ -309,7 +327,10 @@ def _check_adapters(cfg: BuildConfig, path: Path) -> list[str]:
     adapter and the tensor."""
     if not cfg.adapters:
         return []
-    base = json.loads((cfg.source.dir / "config.json").read_text())
+    try:
+        base = json.loads((cfg.source.dir / "config.json").read_bytes())
+    except ValueError:  # the build's source stage says what is wrong with it (webbuild.reference.source_files)
+        return []
     problems = []
     for i, adapter in enumerate(cfg.adapters):
         where = f"{path}: adapters[{i}] ({adapter.name})"

@@ -52,6 +52,12 @@ class FusionIncomplete(WebbuildError):
     exit_code = 1
 
 
+class CheckFailed(WebbuildError):
+    """A build whose samples' WER is above verify.max_wer with --fail-on-wer: a check that failed, exit code 1."""
+
+    exit_code = 1
+
+
 class BuildError(WebbuildError):
     """A build stage cannot make the site from this input (assemble, quantize, shard, render, wasm twins)."""
 

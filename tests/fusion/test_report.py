@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import onnx
+import pytest
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
@@ -83,6 +84,15 @@ def test_strict_passes_a_source_that_fuses_whole(tmp_path):
 
 
 def test_fusion_strict_stops_the_build_with_exit_code_1(tmp_path):
+    """The fuse stage of a build with fusion.strict, on graphs the source stage would refuse (a bare attention
+    as decoder and encoder): the stage itself, as the runner calls it."""
+    from webbuild.config import load_config
+    from webbuild.errors import FusionIncomplete
+    from webbuild.layouts import layout
+    from webbuild.pipeline.build_report import BuildReport
+    from webbuild.pipeline.stages import stage_fuse
+    from webbuild.pipeline.state import BuildContext, BuildState, SourceModel
+
     src = tmp_path / "model"
     unfused_attention(src / "decoder_model_merged.onnx")
     shutil.copyfile(src / "decoder_model_merged.onnx", src / "encoder.onnx")
@@ -90,12 +100,15 @@ def test_fusion_strict_stops_the_build_with_exit_code_1(tmp_path):
         shutil.copyfile(TINY / name, src / name)
     yaml = tmp_path / "model.yaml"
     yaml.write_text("name: t\nsource: {layout: merged, dir: ./model}\nfusion: {strict: true}\n")
-    result = CliRunner().invoke(main, [str(yaml), "-o", str(tmp_path / "out")])
-    assert result.exit_code == 1, result.output
-    assert not (tmp_path / "out").exists()
-    error = result.output[result.output.index("error: stage fuse: "):].splitlines()
-    assert error[0].endswith("decoder: 1 attention pattern not fused; encoder: 1 attention pattern not fused "
-                             "(fusion.strict)")
+    cfg = load_config(yaml)
+    (tmp_path / "work").mkdir()
+    ctx = BuildContext(cfg, tmp_path / "site", tmp_path / "work", BuildReport(name="t"),
+                       BuildState(SourceModel(cfg.source.dir, layout(cfg.source.layout))))
+    with pytest.raises(FusionIncomplete) as exc:
+        stage_fuse(ctx)
+    assert exc.value.exit_code == 1
+    error = exc.value.format_message().splitlines()
+    assert error[0] == "decoder: 1 attention pattern not fused; encoder: 1 attention pattern not fused (fusion.strict)"
     assert f"  decoder: gqa x1: {WHY}" in error and "    at Softmax" in error
     assert any(line.startswith("  encoder: encoder_attention x1: ") for line in error)
 

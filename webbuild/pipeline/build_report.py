@@ -15,6 +15,8 @@ from pathlib import Path
 from webbuild.fusion.rule_report import summary as fusion_summary
 from webbuild.text import size
 
+REPORT_NAME = "build-report.json"
+
 
 def census(ops: dict[str, int]) -> dict:
     """A graph's entry in the report, from its op census (webbuild.graph.census.op_census)."""
@@ -39,8 +41,12 @@ class BuildReport:
         self.stages.append({"name": name, "seconds": round(seconds, 3), "peak_rss_bytes": peak_rss})
 
     def measure_files(self, root: Path) -> None:
-        sizes = [p.stat().st_size for p in root.rglob("*") if p.is_file()]
-        self.files = {"count": len(sizes) + 1, "total_bytes": sum(sizes), "max_file_bytes": max(sizes, default=0)}
+        """Sizes, and the paths the build wrote (`written`): a rebuild keeps every other file it finds in the
+        output (the user's CNAME, .nojekyll, ...; webbuild.pipeline.publish)."""
+        files = {p.relative_to(root).as_posix(): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+        sizes = list(files.values())
+        self.files = {"count": len(sizes) + 1, "total_bytes": sum(sizes), "max_file_bytes": max(sizes, default=0),
+                      "written": sorted([*files, REPORT_NAME])}
 
     def write(self, path: Path) -> None:
         path.write_text(json.dumps(asdict(self), indent=2) + "\n")
@@ -53,6 +59,8 @@ class BuildReport:
                     f"largest {size(self.files.get('max_file_bytes', 0))}")
         rows += [f"stage {s['name']:<12}{s['seconds']:8.1f}s  peak {size(s['peak_rss_bytes']):>10}"
                  for s in self.stages]
+        rows += [f"samples {name}: WER " + ", ".join(f"{clip} {r['wer']:.2f}" for clip, r in samples.items())
+                 for name, v in self.variants.items() if (samples := v.get("check", {}).get("samples"))]
         fused = {name: {"not_fused": g["not_fused"], "ops": g["fused"]["ops"]}
                  for name, g in self.graphs.items() if "not_fused" in g}
         return "\n".join(rows + fusion_summary(fused))

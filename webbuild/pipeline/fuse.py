@@ -9,6 +9,7 @@ import resource
 import time
 from pathlib import Path
 
+from webbuild import layouts
 from webbuild.config import Quantize
 from webbuild.errors import FusionIncomplete, SourceError
 from webbuild.fusion import rule_report as fusion_report
@@ -18,8 +19,12 @@ from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.fusion.validate import check_file
 from webbuild.graph.census import op_census
 from webbuild.graph.load import load_onnx
+from webbuild.pipeline.publish import making, output_lock, publish, staging, user_files
+from webbuild.reference.source_files import check_source
+from webbuild.site.manifest import write_json_atomic
 
 OUT_NAME = "decoder.onnx"
+FUSE_FILES = (OUT_NAME, f"{OUT_NAME}.data", ENCODER_NAME, f"{ENCODER_NAME}.data")  # what `fuse` writes
 log = logging.getLogger(__name__)
 
 
@@ -68,6 +73,31 @@ def run_fuse(src: Path, out: Path, report: Path | None = None, quantize: bool = 
         Path(report).parent.mkdir(parents=True, exist_ok=True)
         Path(report).write_text(json.dumps(rep, indent=2) + "\n")
     return rep
+
+
+def fuse_command(src: Path, output: Path, report: Path | None, quantize: bool) -> dict:
+    """`webbuild fuse`: run_fuse into a folder beside `output`, published in one step at the end
+    (webbuild.pipeline.publish), so that a failure or a kill leaves no half-written graph; the files the
+    user keeps in `output` stay. Returns the report with the published paths."""
+    src, output = Path(src), Path(output).resolve()
+    _check_output(output)
+    with output_lock(output), staging(output) as tmp:  # run_fuse checks the sources before it writes
+        with making(output, tmp):
+            rep = run_fuse(src, tmp / "out", quantize=quantize)
+        publish(tmp / "out", output, keep=user_files(output, FUSE_FILES))
+    for graph in graphs(rep).values():
+        graph["output"] = str(output / Path(graph["output"]).name)
+    if report is not None:
+        Path(report).parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(Path(report), rep)
+    return rep
+
+
+def _check_output(output: Path) -> None:
+    """`fuse` replaces its output folder: a new, empty or earlier one (its decoder.onnx), never `-o ~`."""
+    if output.is_file() or (output.is_dir() and any(output.iterdir()) and not (output / OUT_NAME).is_file()):
+        raise SourceError(f"{output} is a file or a folder that holds no earlier `webbuild fuse` output (no "
+                          f"{OUT_NAME}), and the output folder is replaced whole: choose a new or empty one with -o")
 
 
 def run_fuse_encoder(src: Path, out: Path) -> dict | None:
@@ -146,11 +176,24 @@ def quantize_in_place(path: Path, side: Path) -> dict:
 
 def _check_sources(src: Path) -> None:
     """The graphs fusion reads (the decoder, the encoder beside it), checked by webbuild.graph.load:
-    fusion's own loader (onnx_ir) fails on a corrupt file or truncated weights with a traceback."""
+    fusion's own loader (onnx_ir) fails on a corrupt file, truncated or linked weights with a traceback."""
     folder = src if src.is_dir() else src.parent
-    for path in (decoder_path(src), folder / ENCODER_NAME):
+    found = layouts.detect(src) if src.is_dir() else None
+    if found is not None and _asr_export(src):
+        check_source(src, found)  # every file, as the build's source stage checks them
+    graphs = [folder / name for name in found.graphs] if found is not None else [decoder_path(src)]
+    for path in (*graphs, folder / ENCODER_NAME):
         if path.is_file():
-            load_onnx(path)  # checked before another library opens it
+            load_onnx(path, own_files=True)  # checked before another library opens it
+
+
+def _asr_export(folder: Path) -> bool:
+    """A Qwen3-ASR export (config.json with its decoder section, or none that parses: check_source says why),
+    not a text decoder exported by Optimum beside a Hugging Face config.json, which fusion takes too."""
+    try:
+        return isinstance(json.loads((folder / "config.json").read_bytes()).get("decoder"), dict)
+    except (OSError, ValueError, AttributeError):
+        return True
 
 
 def _side_dir(src: Path) -> Path:

@@ -16,6 +16,7 @@ import jinja2
 
 from webbuild.config import BuildConfig
 from webbuild.errors import BuildError
+from webbuild.pipeline.build_report import REPORT_NAME
 from webbuild.site.contract import ORT_DIR, ORT_MODULES, SAMPLES_FILE
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "template"
@@ -119,3 +120,19 @@ def _copy_ort(dest: Path) -> None:
     dest.mkdir(exist_ok=True)
     for name in ORT_MODULES:
         shutil.copyfile(src / name, dest / name)
+
+
+def copy_static(static: Path, site: Path) -> None:
+    """model.yaml site.static's files into the site, as they are; one the build wrote itself is an error."""
+    files = [p for p in sorted(static.rglob("*")) if p.is_file()]
+    if clash := [p.relative_to(static).as_posix() for p in files
+                 if (site / p.relative_to(static)).exists() or p.relative_to(static).as_posix() == REPORT_NAME]:
+        raise BuildError(f"site.static: {static / clash[0]} has the name of a file the build writes "
+                         f"({clash[0]}); rename or remove it")
+    for p in files:
+        dest = site / p.relative_to(static)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copy2(p, dest)
+        except PermissionError as exc:
+            raise BuildError(f"site.static: cannot read {p} ({exc.strerror}); make it readable or remove it") from None

@@ -15,12 +15,14 @@ from webbuild.pipeline.adapter_files import pack_adapters
 from webbuild.pipeline.assemble import assemble_model, chunk_positions, present_files
 from webbuild.pipeline.build_report import census
 from webbuild.pipeline.forms import variant_forms
-from webbuild.pipeline.render import ort_dist, render_site
+from webbuild.pipeline.render import copy_static, ort_dist, render_site
+from webbuild.pipeline.sample_wer import report_wer, sample_wer
 from webbuild.pipeline.shard import shard_files
 from webbuild.pipeline.state import BuildContext, Variant
 from webbuild.reference import source_v2
 from webbuild.reference.chunk import ChunkPolicy
 from webbuild.reference.mel import lead_samples
+from webbuild.reference.source_files import check_source
 from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
 from webbuild.site.manifest import dist_file_stats
 
@@ -28,11 +30,13 @@ log = logging.getLogger(__name__)
 
 
 def stage_source(ctx: BuildContext) -> None:
-    """Take the source export's op census. Later stages read the source in place (they never write
-    to it), so a multi-GB export is not copied. An int8-table source's table and graphs are checked first."""
+    """Check the source export's files (webbuild.reference.source_files; an int8-table source's table and
+    graphs: source_v2), then take its op census. Later stages read the source in place (they never write
+    to it), so a multi-GB export is not copied."""
     model = ctx.state.model
+    cfg = check_source(model.dir, model.layout)
     if model.layout.table is Table.INT8_ROWS:
-        source_v2.check_source(model.dir, json.loads((model.dir / "config.json").read_text()))
+        source_v2.check_source(model.dir, cfg)
     for graph in sorted(ctx.state.model.dir.glob("*.onnx")):
         ctx.report.graphs[graph.stem] = {"source": census(op_census(graph))}
 
@@ -153,6 +157,8 @@ def stage_check(ctx: BuildContext) -> None:
         if "mean_token_agreement" in rows.get("decoder", {}):  # the WebGPU path's, as the report has said
             check |= {k: rows["decoder"][k] for k in ("transcripts", "token_agreement", "mean_token_agreement")}
         log.info(f"variant {name}: " + "; ".join(_check_text(role, row) for role, row in rows.items()))
+        check["samples"] = sample_wer(ctx.cfg.site.samples, rows.get("decoder", {}).get("transcripts", {}))
+        report_wer(name, check["samples"], ctx.cfg.verify.max_wer, ctx.cfg.verify.build_fails_on_wer)
         if broken := [role for role, row in rows.items() if row.get("tokens_equal") is False]:
             # the forms stage's own output is wrong: a bug, not bad input, so not a WebbuildError
             raise RuntimeError(f"variant {name}: {', '.join(broken)} with a zero adapter decode other tokens "
@@ -215,8 +221,12 @@ def _forms_text(forms: dict[str, str]) -> str:
 
 
 def stage_render(ctx: BuildContext) -> None:
+    """The page, its runtime and onnxruntime-web's files (webbuild.pipeline.render), then site.static's files;
+    no file over shard.max_bytes."""
     for warning in render_site(ctx.cfg, ctx.stage_dir, {"variants": list(ctx.state.variants)}):
         log.warning(warning)
+    if ctx.cfg.site.static is not None:
+        copy_static(ctx.cfg.site.static, ctx.stage_dir)
     stats = dist_file_stats(ctx.stage_dir, ctx.cfg.shard.max_bytes)
     if stats["oversize_files"]:
         raise BuildError(f"files over shard.max_bytes ({ctx.cfg.shard.max_bytes}): "

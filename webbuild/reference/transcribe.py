@@ -17,13 +17,14 @@ from tokenizers import Tokenizer
 
 from webbuild import layouts
 from webbuild.errors import SourceError
-from webbuild.graph.load import load_onnx
+from webbuild.graph.load import FIX, load_onnx
 from webbuild.layouts import Decoder, Table
 from webbuild.reference import source_v2
 from webbuild.reference.audio import stream_wav
 from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy, chunks_of
 from webbuild.reference.mel import LEAD_METADATA, SAMPLE_RATE, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
+from webbuild.reference.source_files import check_source, read_json
 from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 200
@@ -40,7 +41,13 @@ def source_session(path: Path) -> ort.InferenceSession:
     """cpu_session of a user's graph, checked first: onnxruntime reports a corrupt file or a truncated
     weights file as a traceback, webbuild.graph.load as one line naming the file."""
     load_onnx(path)  # checked before another library opens it
-    return cpu_session(path)
+    try:
+        return cpu_session(path)
+    except Exception as exc:  # onnxruntime's errors (Fail, InvalidGraph, ...) share no base class but Exception
+        if not type(exc).__module__.startswith("onnxruntime"):
+            raise
+        reason = str(exc).split("] : ", 1)[-1].splitlines()[0]
+        raise SourceError(f"{path}: onnxruntime cannot load it ({reason}); {FIX}") from None
 
 
 def _embed_table(model_dir: Path, cfg: dict) -> np.ndarray:
@@ -307,7 +314,7 @@ def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0, adap
     cfg_path = model_dir / "config.json"
     if not cfg_path.is_file():
         raise SourceError(f"{model_dir}: no config.json; pass a model folder (a source export or a built site)")
-    cfg = json.loads(cfg_path.read_text())
+    cfg = check_source(model_dir, found) if (found := layouts.detect(model_dir)) else read_json(cfg_path)
     decoder = _source_decoder(model_dir, cfg)
     tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     eos = frozenset(cfg["special_tokens"]["eos_token_ids"])
@@ -361,9 +368,13 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None) -> 
     import tempfile
 
     from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE
-    from webbuild.site.manifest import load_manifest, reassemble
+    from webbuild.site.manifest import MANIFEST_NAME, check_shards, load_manifest, reassemble, verify_manifest
 
     manifest = load_manifest(site)
+    check_shards(site, manifest)  # as the page checks what it downloads
+    if problems := verify_manifest(site, check_files=False):  # the manifest's own structure
+        raise SourceError(f"{site / MANIFEST_NAME}: {problems[0].removeprefix('manifest: ')}; rebuild the site "
+                          "or copy it again")
     if variant not in manifest["variants"]:
         raise SourceError(f"{site}: no variant {variant!r}; the site has {', '.join(manifest['variants'])}")
     tmp = tempfile.TemporaryDirectory(prefix="webbuild-site-")

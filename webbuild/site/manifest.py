@@ -122,6 +122,23 @@ def _verify(root: Path, m: dict, check_files: bool) -> list[str]:
     return problems
 
 
+def check_shards(dist_dir: str | os.PathLike, manifest: dict) -> None:
+    """Every shard of the manifest against its size and sha256, as the page checks what it downloads: a
+    SourceError naming the first that differs (a site damaged on disk or in a copy)."""
+    root = Path(dist_dir)
+    try:
+        shards = [(root / s["path"], s["size"], s["sha256"]) for s in manifest["shards"]]
+    except (KeyError, TypeError) as exc:
+        raise SourceError(f"{root / MANIFEST_NAME}: malformed shard list ({exc!r}); rebuild the site") from None
+    for path, size, sha256 in shards:
+        if not path.is_file():
+            raise SourceError(f"{path}: missing; rebuild the site or copy it again")
+        if path.stat().st_size != size or (digest := _sha256_file(path)) != sha256:
+            found = f"{path.stat().st_size} bytes" if path.stat().st_size != size else f"sha256 {digest}"
+            raise SourceError(f"{path}: {found}, the manifest says {size} bytes, sha256 {sha256}; rebuild the site "
+                              "or copy it again")
+
+
 def _check_shard(root: Path, s: dict, max_bytes: int) -> list[str]:
     p = root / s["path"]
     if not p.is_file():

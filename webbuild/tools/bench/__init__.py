@@ -50,6 +50,7 @@ def run_node(
     site's shapes. `adapter`: a built site's LoRA adapter switched on (on, off and on again, each
     switch's WebGPU calls counted) before the clips and the synthetic decode run with it.
     """
+    _check_inputs(dist)
     if (dist / "model" / "manifest.json").is_file():
         harness, extra = HARNESSES / "bench.mjs", ["--repeat", str(repeat)]
         if max_clips is not None:
@@ -82,6 +83,20 @@ def run_node(
         tail = proc.stderr.strip().splitlines()[-5:]
         raise BenchError(f"{harness.name} failed: " + (" | ".join(tail) or f"exit code {proc.returncode}"))
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _check_inputs(dist: Path) -> None:
+    """What the harness reads, checked here, so that a damaged site or source is one line naming the file
+    rather than a Node stack trace: a site's manifest and shards (sha256, as the page checks them), a
+    source export's files (webbuild.reference.source_files)."""
+    from webbuild import layouts
+    from webbuild.reference.source_files import check_source
+    from webbuild.site.manifest import check_shards, load_manifest
+
+    if (dist / "model" / "manifest.json").is_file():
+        check_shards(dist / "model", load_manifest(dist / "model"))
+    elif (found := layouts.detect(dist)) is not None:
+        check_source(dist, found)
 
 
 def node_args() -> list[str]:

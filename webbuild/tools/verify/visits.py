@@ -108,13 +108,27 @@ def site_url(target: str):
         raise VerifyInputError(f"{target}: no index.html; pass a built site folder (webbuild model.yaml) or a URL")
     from webbuild.tools.serve import start
 
-    data = dist / SAMPLES_FILE
-    base = json.loads(data.read_text()).get("base_path", "/") if data.is_file() else "/"
+    base = _check_local_site(dist)
     srv = start(dist, quiet=True, base_path=base)
     try:
         yield srv.url, dist
     finally:
         srv.shutdown()
+
+
+def _check_local_site(dist: Path) -> str:
+    """A local site's files checked before a browser is started: its shards and manifest as the page checks
+    them (a site damaged on disk is one line, not a failing page) and samples.json; its base path."""
+    from webbuild.reference.source_files import read_json
+    from webbuild.site.manifest import check_shards, load_manifest
+
+    if (dist / "model" / "manifest.json").is_file():
+        check_shards(dist / "model", load_manifest(dist / "model"))
+    data = dist / SAMPLES_FILE
+    base = read_json(data, "rebuild the site").get("base_path", "/") if data.is_file() else "/"
+    if not isinstance(base, str):
+        raise VerifyInputError(f"{data}: base_path is {base!r}, not a path; rebuild the site")
+    return base
 
 
 def site_data(context, url: str) -> dict:

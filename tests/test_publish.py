@@ -1,0 +1,174 @@
+"""Publishing an output folder (webbuild.pipeline.publish): a process killed at any step leaves the old
+complete site or the new complete one; a second build into the same folder stops with one line; the
+user's files in the output survive a rebuild; folders of killed runs are removed by the next one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.example_config import EXAMPLE, REPO
+from tests.inputs import invoke
+from webbuild.pipeline import publish as pub
+from webbuild.site.manifest import verify_manifest
+
+USER = {"CNAME": "asr.example.org\n", ".nojekyll": "", "robots.txt": "User-agent: *\n"}
+# every step of each way to publish, and None: not killed
+STEPS = {"exchange": ["keep", "exchange", "remove old", None],
+         "renames": ["keep", "aside", "rename", "remove old", None]}
+
+
+def _tree(root: Path) -> dict[str, int]:
+    return {p.relative_to(root).as_posix(): p.stat().st_size for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _site(example_dist: Path, dest: Path, marker: str) -> dict[str, int]:
+    """A copy of the built example (hard links: publish never writes into a file) told apart by `marker`."""
+    shutil.copytree(example_dist, dest, copy_function=os.link)
+    report = dest / "build-report.json"
+    data = json.loads(report.read_text()) | {"name": marker}
+    report.unlink()
+    report.write_text(json.dumps(data))
+    return _tree(dest)
+
+
+def _publish_killed_at(step: str | None, built: Path, out: Path, keep: list[str], exchange: bool) -> int:
+    """publish() in a child process that SIGKILLs itself when it reaches `step`; the child's wait status."""
+    pid = os.fork()
+    if pid == 0:  # the child: no cleanup of any kind runs after the kill, as with a real one
+        try:
+            if not exchange:
+                pub._exchange = lambda a, b: False
+            pub.step = lambda name: os.kill(os.getpid(), signal.SIGKILL) if name == step else None
+            pub.publish(built, out, keep)
+        finally:
+            os._exit(0)
+    return os.waitpid(pid, 0)[1]
+
+
+@pytest.mark.parametrize("mode", STEPS)
+def test_a_kill_at_every_publish_step_leaves_a_complete_site(example_dist, tmp_path, mode):
+    for step in STEPS[mode]:
+        case = tmp_path / f"{mode}-{step}"
+        out, built = case / "dist", case / f"{pub.staging_prefix(case / 'dist')}x" / "site"
+        old = _site(example_dist, out, "old")
+        for name, text in USER.items():
+            (out / name).write_text(text)
+        new = _site(example_dist, built, "new") | {name: len(text) for name, text in USER.items()}
+        status = _publish_killed_at(step, built, out, list(USER), exchange=mode == "exchange")
+        assert os.WIFSIGNALED(status) == (step is not None), (step, status)
+        with pub.output_lock(out):  # the next run: puts an output left aside back, removes what is stale
+            pass
+        which = json.loads((out / "build-report.json").read_text())["name"]
+        expected = {"new": new, "old": {**old, **{n: len(t) for n, t in USER.items()}}}[which]
+        assert _tree(out) == expected, (mode, step)
+        assert which == ("old" if step in ("keep", "exchange", "aside", "rename") else "new"), (mode, step)
+        assert verify_manifest(out / "model") == []
+        assert sorted(p.name for p in case.iterdir()) == ["dist"], (mode, step)  # no stale folder, no lock file
+
+
+def test_the_exchange_is_one_system_call_here(tmp_path):
+    """Linux with renameat2 (glibc >= 2.28) on this file system: the path the tests above call 'exchange'."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "x").write_text("a")
+    assert pub._exchange(a, b) and (b / "x").read_text() == "a" and not (a / "x").exists()
+
+
+def test_a_second_build_into_the_same_folder_stops_with_one_line_and_user_files_survive(example_dist, tmp_path):
+    """The README's Pages recipe after two builds: CNAME and .nojekyll added to dist/ stay; a build started
+    while another writes the same folder exits 2 with one line, and the first ends with a complete site."""
+    out = tmp_path / "dist"
+    shutil.copytree(example_dist, out)
+    for name, text in USER.items():
+        (out / name).write_text(text)
+    command = [sys.executable, "-m", "webbuild.cli", str(EXAMPLE / "model.yaml"), "-o", str(out)]
+    first = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock = tmp_path / ".dist.lock"
+    deadline = time.monotonic() + 120
+    while not (lock.is_file() and lock.read_text()) and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.05)
+    second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    _, first_err = first.communicate(timeout=600)
+    assert first.returncode == 0, first_err
+    assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"error: {out} is being written by another webbuild run (pid {first.pid}); wait for it to finish, "
+        "or write elsewhere with -o")
+    assert verify_manifest(out / "model") == []
+    assert {name: (out / name).read_text() for name in USER} == USER
+    written = json.loads((out / "build-report.json").read_text())["files"]["written"]
+    assert not set(USER) & set(written) and "index.html" in written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dist"]
+
+
+def test_folders_of_killed_builds_are_removed_by_the_next_run(tmp_path):
+    out = tmp_path / "dist"
+    stale = [tmp_path / f"{pub.staging_prefix(out)}123abc", tmp_path / ".dist-old-77"]
+    for folder in stale:
+        (folder / "site").mkdir(parents=True)
+    (tmp_path / ".dist-other").mkdir()  # not ours: stays
+    with pub.output_lock(out):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".dist-other", "dist"]  # the aside one put back
+
+
+def test_site_static_files_are_copied_into_a_new_output(tmp_path):
+    """A CI job builds into a new folder every time: model.yaml site.static brings CNAME and .nojekyll."""
+    from tests.example_config import write_example_config
+
+    static = tmp_path / "static"
+    (static / ".well-known").mkdir(parents=True)
+    for name, text in {"CNAME": "asr.example.org\n", ".nojekyll": "", ".well-known/x.txt": "x"}.items():
+        (static / name).write_text(text)
+    cfg = yaml.safe_load(write_example_config(tmp_path).read_text())
+    cfg["site"] |= {"static": str(static), "samples": cfg["site"]["samples"][:1]}
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump(cfg | {"adapters": [], "variants": ["fp32"]}))
+    run = invoke(tmp_path / "model.yaml", "-o", tmp_path / "out")
+    assert run.code == 0, (run.stderr, run.exception)
+    written = json.loads((tmp_path / "out" / "build-report.json").read_text())["files"]["written"]
+    assert {"CNAME", ".nojekyll", ".well-known/x.txt"} <= set(written)
+    assert (tmp_path / "out" / "CNAME").read_text() == "asr.example.org\n"
+
+
+def test_a_static_file_may_not_replace_one_the_build_writes(tmp_path):
+    from webbuild.errors import BuildError
+    from webbuild.pipeline.render import copy_static
+
+    (tmp_path / "static").mkdir()
+    (tmp_path / "static" / "index.html").write_text("mine")
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.html").write_text("the build's")
+    with pytest.raises(BuildError, match=r"site.static: .*static/index.html has the name of a file the build "
+                                         r"writes \(index.html\); rename or remove it"):
+        copy_static(tmp_path / "static", tmp_path / "site")
+    assert (tmp_path / "site" / "index.html").read_text() == "the build's"
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    out = tmp_path / "file" / "dist"
+    line = invoke(EXAMPLE / "model.yaml", "-o", out).error_line()
+    assert line == f"error: {out}: cannot write beside it (a file is in its path); write elsewhere with -o"
+
+
+def test_errors_while_making_name_the_output_not_the_staging_folder(tmp_path):
+    from webbuild.errors import BuildError, SourceError
+
+    out, tmp = tmp_path / "dist", tmp_path / ".dist-build-x"
+    with pytest.raises(BuildError) as exc, pub.making(out, tmp):
+        raise SourceError(f"{tmp}/site/model/manifest.json: bad; {tmp}/work/fused/encoder.onnx: worse")
+    assert exc.value.format_message() == f"{out}/model/manifest.json: bad; fused/encoder.onnx: worse"
+    with pytest.raises(BuildError, match=f"cannot write the new {out}: No space left on device; free disk"), \
+            pub.making(out, tmp):
+        raise OSError(28, "No space left on device", str(tmp / "work" / "x"))
