@@ -81,10 +81,10 @@ typecheck-js: setup
 # The lane of every test that needs neither torch, nor a browser, nor SwiftShader's WebGPU (markers that
 # tests/conftest.py gives each test from its fixtures and imports): a few minutes, for every change
 LANE := not torch and not browser and not webgpu
-# pytest-xdist workers: most tests wait on one core (a subprocess, a page), so two keep a 2-core machine busy;
-# --dist loadgroup keeps the tests that read the same SwiftShader bench runs on one worker (xdist_group)
+# pytest-xdist workers: most tests wait on one core (a subprocess, a page), so two keep a 2-core machine busy
+# (what several tests read is made once a run: tests/conftest.py run_wide)
 PYTEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS)
 check: lint test-check
 
 test-check: setup-check

@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -246,14 +247,21 @@ def run_root(tmp_path_factory) -> Path:
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
 
 
-def built_once(tmp_path_factory, name: str, args) -> Build:
-    """`webbuild ARGS(folder) -o folder/dist` once a test run, whichever worker asks first (the others wait
-    on a lock, so that none reads a half-written config or site): the build is the costliest thing several
-    test modules read."""
-    folder = run_root(tmp_path_factory) / f"shared-{name}"
+@contextlib.contextmanager
+def run_wide(tmp_path_factory, name: str) -> Iterator[Path]:
+    """The folder run_root/name, held under an exclusive lock: what one test worker makes there the others
+    wait for, and none reads it half written."""
+    folder = run_root(tmp_path_factory) / name
     folder.mkdir(exist_ok=True)
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        yield folder
+
+
+def built_once(tmp_path_factory, name: str, args) -> Build:
+    """`webbuild ARGS(folder) -o folder/dist` once a test run, whichever worker asks first: the build is the
+    costliest thing several test modules read."""
+    with run_wide(tmp_path_factory, f"shared-{name}") as folder:
         log = folder / "log.json"
         if not log.exists():
             run = webbuild(*args(folder), "-o", folder / "dist")
@@ -291,22 +299,22 @@ BENCH_DECODE = 4  # decode tokens of a SwiftShader bench: slow, so few
 @pytest.fixture(scope="session")
 def webgpu_bench(tmp_path_factory):
     """webgpu_bench(site, *options) -> (report, terminal output) of `webbuild bench SITE --ep webgpu
-    --swiftshader --decode-tokens 4 OPTIONS`, made once a session per (site, options): the counters' and
-    the timing's tests read the same runs."""
-    made: dict[tuple, tuple[dict, str]] = {}
+    --swiftshader --decode-tokens 4 OPTIONS`, made once a test run per (site, options) by whichever worker
+    asks first: the counters' and the timing's tests read the same runs."""
 
     def get(site: Path, *options: str) -> tuple[dict, str]:
-        key = (site, options)
-        if key not in made:
-            out = tmp_path_factory.mktemp("bench") / "bench.json"
-            bench = webbuild("bench", site, "--ep", "webgpu", "--swiftshader", "--decode-tokens", BENCH_DECODE,
-                             "--json", out, *options, timeout=900)
-            assert bench.returncode == 0, bench.stderr
-            report = json.loads(out.read_text())
-            assert report["ep"] == "webgpu", report["gpu"]
-            assert report["synthetic_decode"]["ms_per_token"]["n"] == BENCH_DECODE
-            made[key] = report, bench.stdout
-        return made[key]
+        key = hashlib.sha256(repr((str(site), options)).encode()).hexdigest()[:16]
+        with run_wide(tmp_path_factory, f"bench-{key}") as folder:
+            out, log = folder / "bench.json", folder / "stdout.txt"
+            if not log.exists():
+                bench = webbuild("bench", site, "--ep", "webgpu", "--swiftshader", "--decode-tokens",
+                                 BENCH_DECODE, "--json", out, *options, timeout=900)
+                assert bench.returncode == 0, bench.stderr
+                log.write_text(bench.stdout)
+            report, stdout = json.loads(out.read_text()), log.read_text()
+        assert report["ep"] == "webgpu", report["gpu"]
+        assert report["synthetic_decode"]["ms_per_token"]["n"] == BENCH_DECODE
+        return report, stdout
 
     return get
 

@@ -33,9 +33,6 @@ from tests.conftest import BENCH_DECODE as DECODE
 from tests.example_config import example_config, write_example_config
 from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV, node_args
 
-# one test worker runs the SwiftShader benches of both modules: they read the same runs (webgpu_bench)
-pytestmark = pytest.mark.xdist_group("swiftshader-bench")
-
 # Counted as (4-token decode - 1-token decode) / 3. The example as is runs one sample clip, so that the
 # captured and the plain decode compare transcripts; the tests (and test_bench_timing.py) share its runs
 # (webgpu_bench); the browser's run too, as the pool of buffers a clip leaves counts in `buffers`. The other

@@ -10,9 +10,6 @@ import pytest
 
 from tests.conftest import BENCH_DECODE as DECODE
 
-# one test worker runs the SwiftShader benches of both modules: they read the same runs (webgpu_bench)
-pytestmark = pytest.mark.xdist_group("swiftshader-bench")
-
 ROUNDING = 0.001  # timing.mjs rounds each ms figure to 3 decimals
 
 
