@@ -114,6 +114,10 @@ def pytest_collection_modifyitems(config, items):
         for lane in LANES:
             if item.get_closest_marker(lane) and (reason := missing(lane)):
                 item.add_marker(pytest.mark.skip(reason=reason))
+    # the modules of the slow tests first, each whole (its module fixtures made once): with two workers, a
+    # long test started last would leave one worker running it alone at the end
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow)
 
 
 # ---------------------------------------------------------------- zoo exports (torch)

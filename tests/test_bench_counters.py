@@ -209,6 +209,7 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
 
 
 @pytest.mark.webgpu
+@pytest.mark.slow
 def test_the_adapted_sessions_loaded_or_released_leave_the_base_decode_as_it_is(level0):
     """webbuild/tools/bench/adapted_ab.mjs (the H200 question of docs/adapters.md, asked in one process):
     the example's base decode with its adapted sessions loaded and with them released makes the same

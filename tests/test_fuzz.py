@@ -1,7 +1,7 @@
 """Random corruptions of every input the commands read (tests/fuzz.py): each outcome is exit 0 or one
 `error:` line with exit 2 naming the user's file, with no traceback and no partial output. A fixed-seed
-budget of FUZZ_CASES cases here; `make fuzz` runs more ($WEBBUILD_FUZZ_CASES) and writes the tally
-($WEBBUILD_FUZZ_REPORT)."""
+budget of FUZZ_CASES cases here (200: `make test`); `make check` runs fewer and `make fuzz` more
+($WEBBUILD_FUZZ_CASES), the latter writing the tally ($WEBBUILD_FUZZ_REPORT)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 
 from tests.fuzz import cases, run_case
@@ -18,6 +19,7 @@ from tests.fuzz import cases, run_case
 FUZZ_CASES = int(os.environ.get("WEBBUILD_FUZZ_CASES", "200"))
 
 
+@pytest.mark.slow
 def test_no_corruption_gives_a_traceback_or_a_partial_output(example_dist):
     tally: Counter = Counter()
     failures: list[str] = []

@@ -67,6 +67,7 @@ def clips(tmp_path_factory):
     return folder
 
 
+@pytest.mark.slow
 def test_verify_green_on_the_example(dist, clips, tmp_path):
     report_path = tmp_path / "report.json"
     run = webbuild("verify", dist, "--ep", "wasm", "--clips", clips, "--clips-ep", "auto", "--clips-ep", "webgpu:1",
