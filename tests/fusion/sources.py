@@ -100,6 +100,13 @@ def export_family(family: str, out: Path, exporter: str = "torchscript") -> Path
     graph = export_graph(_wrapper(model), args, exporter, inputs, outputs, dynamic)
     out.mkdir(parents=True)
     save_sharing_weights({out / "decoder_model_merged.onnx": graph}, out / "decoder_model_merged.onnx.data")
+    return write_embeddings_and_config(model, out)
+
+
+def write_embeddings_and_config(model, out: Path) -> Path:
+    """embed_tokens.bin and config.json beside a merged decoder export of `model` (FAMILY_DIMS): what the
+    fuse stage reads besides the graph."""
+    d = FAMILY_DIMS
     embed = model.model.embed_tokens.weight.detach().numpy().astype(np.float32)
     embed.tofile(out / "embed_tokens.bin")
     cfg = {"decoder": {"max_position_embeddings": d["max_position_embeddings"], "head_dim": d["head_dim"]},
@@ -127,12 +134,7 @@ def export_dynamo_sdpa(family: str, out: Path, opset: int) -> Path:
         torch.onnx.export(_wrapper(model, sdpa=True), args, str(out / "decoder_model_merged.onnx"), dynamo=True,
                           input_names=inputs, output_names=outputs, dynamic_shapes=shapes, opset_version=opset,
                           external_data=False, optimize=True, verbose=False)
-    embed = model.model.embed_tokens.weight.detach().numpy().astype(np.float32)
-    embed.tofile(out / "embed_tokens.bin")
-    cfg = {"decoder": {"max_position_embeddings": d["max_position_embeddings"], "head_dim": d["head_dim"]},
-           "embed_tokens_shape": list(embed.shape), "embed_tokens_dtype": "float32"}
-    (out / "config.json").write_text(json.dumps(cfg))
-    return out
+    return write_embeddings_and_config(model, out)
 
 
 def dynamo_sdpa(zoo, family: str, opset: int) -> Path:
