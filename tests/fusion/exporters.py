@@ -10,12 +10,15 @@ and of optimum_export.py, so a change to either rebuilds instead of testing stal
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 # optimum-onnx 0.1.0 exports transformers 4.57 models; its export checks shapes with onnxruntime
@@ -31,6 +34,29 @@ def cache_root() -> Path:
     return Path(os.environ.get("WEBBUILD_CACHE") or Path.home() / ".cache" / "webbuild")
 
 
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on the file `path` (made when missing): test workers and sessions sharing the cache
+    make each fixture once, one waiting for the other."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def made_once(out: Path, make: Callable[[Path], None], done: str) -> Path:
+    """`out`, made by make(folder) into a temporary folder beside it and renamed into place whole when
+    out/done is missing, under a lock beside it: no reader ever sees it half written."""
+    if not (out / done).exists():
+        with locked(out.parent / f".{out.name}.lock"):
+            if not (out / done).exists():
+                with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+                    make(Path(tmp) / out.name)
+                    shutil.rmtree(out, ignore_errors=True)
+                    os.replace(Path(tmp) / out.name, out)
+    return out
+
+
 def _digest(*parts: bytes) -> str:
     h = hashlib.sha256()
     for p in parts:
@@ -43,12 +69,15 @@ def exporter_python() -> Path:
     transformers, optimum-onnx, onnxruntime)."""
     venv = cache_root() / f"optimum-venv-{_digest(' '.join(EXPORTER_PINS).encode())}"
     python = venv / "bin" / "python"
-    if not (venv / ".installed").is_file():
-        shutil.rmtree(venv, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *EXPORTER_PINS],
-                       check=True)
-        (venv / ".installed").touch()
+    if (venv / ".installed").is_file():
+        return python
+    with locked(venv.with_name(f".{venv.name}.lock")):  # made in place (a venv cannot move): one maker
+        if not (venv / ".installed").is_file():
+            shutil.rmtree(venv, ignore_errors=True)
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+            subprocess.run([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q",
+                            *EXPORTER_PINS], check=True)
+            (venv / ".installed").touch()
     return python
 
 
@@ -57,18 +86,15 @@ def export(family: str) -> Path:
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; one of {', '.join(FAMILIES)}")
     root = cache_root() / "optimum-fixtures" / _digest(" ".join(EXPORTER_PINS).encode(), SCRIPT.read_bytes())
-    out = root / family
-    if not (out / "model.onnx").is_file():
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=root) as tmp:  # renamed into place whole, never half written
-            # the exporter's output (tracer warnings, mostly) is shown only when it fails
-            run = subprocess.run([str(exporter_python()), str(SCRIPT), family, str(Path(tmp) / family)],
-                                 capture_output=True, text=True)
-            if run.returncode:
-                raise RuntimeError(f"exporting {family} failed:\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}")
-            shutil.rmtree(out, ignore_errors=True)
-            os.replace(Path(tmp) / family, out)
-    return out
+
+    def make(folder: Path) -> None:
+        # the exporter's output (tracer warnings, mostly) is shown only when it fails
+        run = subprocess.run([str(exporter_python()), str(SCRIPT), family, str(folder)], capture_output=True,
+                             text=True)
+        if run.returncode:
+            raise RuntimeError(f"exporting {family} failed:\n{run.stdout[-4000:]}\n{run.stderr[-4000:]}")
+
+    return made_once(root / family, make, "model.onnx")
 
 
 if __name__ == "__main__":

@@ -7,12 +7,10 @@ by the exporter's pins), this file and onnxruntime's version."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from tests.fusion.exporters import cache_root, export
+from tests.fusion.exporters import cache_root, export, made_once
 
 KINDS = ("fp16", "q4f16", "q8")
 
@@ -27,20 +25,14 @@ def converted(family: str, kind: str) -> Path:
     key = hashlib.sha256(b"\0".join([str(src).encode(), Path(__file__).read_bytes(),
                                      onnxruntime.__version__.encode()])).hexdigest()[:16]
     out = cache_root() / "fp16-fixtures" / key / f"{family}-{kind}"
-    if not (out / "model.onnx").is_file():
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-            _convert(src, Path(tmp), kind)
-            shutil.rmtree(out, ignore_errors=True)
-            os.replace(tmp, out)
-            Path(tmp).mkdir()  # for TemporaryDirectory's cleanup
-    return out
+    return made_once(out, lambda folder: _convert(src, folder, kind), "model.onnx")
 
 
 def _convert(src: Path, out: Path, kind: str) -> None:
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
+    out.mkdir()
     if kind == "q8":  # transformers.js's "quantized": int8 weights, activations quantized at run time
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
