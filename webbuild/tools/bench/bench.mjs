@@ -32,7 +32,6 @@ import { startServer } from './server.mjs';
 import { parseArgs } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
 import { gpuTimingPerToken } from './timing.mjs';
-import { decodeWav } from './wav.mjs';
 
 const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--max-new-tokens N] [--session-config K=V]... [--adapter NAME]';
 /** @typedef {import('../../template/runtime/site.js').Site} Site */
@@ -41,7 +40,8 @@ const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--rep
 /**
  * The site's modules (siteModules).
  * @typedef {{contract: typeof import('../../template/runtime/contract.js'), site: typeof import('../../template/runtime/site.js'),
- *   asr: typeof import('../../template/runtime/asr.js'), lora: typeof import('../../template/runtime/lora.js')}} SiteModules
+ *   asr: typeof import('../../template/runtime/asr.js'), lora: typeof import('../../template/runtime/lora.js'),
+ *   audio: typeof import('../../template/app/audio.js')}} SiteModules
  */
 /** @type {{repeat: number, threads: number, variant: string | null, maxClips: number, maxNewTokens: number, graphCapture: number, adapter: string}} */
 const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity, maxNewTokens: 0, graphCapture: 1, adapter: '' };
@@ -54,9 +54,9 @@ const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity, maxN
 async function siteModules(dir) {
   /** @param {string} rel */
   const load = (rel) => import(pathToFileURL(path.join(dir, rel)).href);
-  const [contract, site, asr, lora] = await Promise.all([
-    load('runtime/contract.js'), load('runtime/site.js'), load('runtime/asr.js'), load('runtime/lora.js')]);
-  return { contract, site, asr, lora };
+  const [contract, site, asr, lora, audio] = await Promise.all([load('runtime/contract.js'), load('runtime/site.js'),
+    load('runtime/asr.js'), load('runtime/lora.js'), load('app/audio.js')]);
+  return { contract, site, asr, lora, audio };
 }
 
 // The site's sample clips and their expected texts, as the page lists them.
@@ -165,7 +165,9 @@ async function main() {
     /** @type {({src: string, expected: string, match: boolean, token_ids: number[]} & Omit<Awaited<ReturnType<typeof timedTranscribe>>, 'stamps' | 'ids'>)[]} */
     const clips = [];
     for (const c of (await sampleClips(m, o.dir)).slice(0, o.maxClips)) {
-      const pcm = decodeWav(new Uint8Array(await readFile(path.join(o.dir, c.src))), model.runtime.sample_rate);
+      // the page's own decoding: its WAV reader and the project's resampler (app/audio.js)
+      const bytes = await readFile(path.join(o.dir, c.src));
+      const pcm = await m.audio.decodeToMono16k(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength), c.src);
       for (let i = 0; i < o.repeat; i++) {
         const { stamps, ids, ...r } = await timedTranscribe(model.rec, pcm, clipOpts);
         clips.push({ src: c.src, expected: c.text, match: r.text === c.text, ...r, token_ids: ids });
