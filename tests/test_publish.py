@@ -141,6 +141,19 @@ def test_site_static_files_are_copied_into_a_new_output(tmp_path):
     assert (tmp_path / "out" / "CNAME").read_text() == "asr.example.org\n"
 
 
+@pytest.mark.parametrize("static", ["missing", "model.yaml"])
+def test_a_site_static_that_is_no_folder_is_one_line(tmp_path, static):
+    from tests.example_config import write_example_config
+
+    cfg = yaml.safe_load(write_example_config(tmp_path).read_text())
+    cfg["site"]["static"] = str(tmp_path / static)
+    (tmp_path / "model.yaml").write_text(yaml.safe_dump(cfg))
+    run = invoke(tmp_path / "model.yaml", "-o", tmp_path / "out")
+    what = "does not exist" if static == "missing" else "is a file, not a folder"
+    assert run.code == 2 and f"site.static: {tmp_path / static} {what}; point it at a folder" in run.stderr
+    assert run.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+
+
 def test_a_static_file_may_not_replace_one_the_build_writes(tmp_path):
     from webbuild.errors import BuildError
     from webbuild.pipeline.render import copy_static

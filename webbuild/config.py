@@ -318,7 +318,9 @@ def _check_files(cfg: BuildConfig, path: Path) -> list[str]:
         for i, s in enumerate(cfg.site.samples) if not s.audio.is_file()
     ]
     if cfg.site.static is not None and not cfg.site.static.is_dir():
-        problems.append(f"{path}: site.static: folder {cfg.site.static} does not exist")
+        what = "is a file, not a folder" if cfg.site.static.exists() else "does not exist"
+        problems.append(f"{path}: site.static: {cfg.site.static} {what}; point it at a folder of files to copy "
+                        "into the site (CNAME, .nojekyll)")
     return problems or _check_adapters(cfg, path)  # adapters are checked against a source that is there
 
 
