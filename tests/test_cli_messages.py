@@ -183,3 +183,10 @@ def test_output_that_is_not_an_earlier_build_is_left_alone(tmp_path):
     r = webbuild(EXAMPLE / "model.yaml", "-o", out)
     assert r.returncode == 2 and "no build-report.json" in one_error_line(r) and "-o" in one_error_line(r)
     assert (out / "notes.txt").read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["home"]
+
+
+@pytest.mark.parametrize("option", ["--max-chunk-seconds", "--join-seconds"])
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_a_float_option_that_is_no_finite_number_is_one_line(option, value, tmp_path):
+    run = webbuild("transcribe", tmp_path, tmp_path / "a.wav", option, value)
+    assert run.returncode == 2 and f"Invalid value for '{option}': " in run.stderr and "Traceback" not in run.stderr

@@ -25,6 +25,17 @@ from webbuild.text import plural
 log = logging.getLogger(__name__)
 
 
+class Finite(click.FloatRange):
+    """A float option within its range, and a number: click's FloatRange lets nan through (every comparison
+    with it is false)."""
+
+    def convert(self, value, param, ctx) -> float:
+        number = super().convert(value, param, ctx)
+        if number != number or number in (float("inf"), float("-inf")):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 class ProgressHandler(logging.Handler):
     """`[  12.3s] message` on stderr, seconds since the command started; warnings and errors say so.
 
@@ -193,10 +204,10 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.option("--adapter", default=None, metavar="NAME",
               help="A built site's LoRA adapter (model.yaml adapters: name) to transcribe with; "
                    "default: the base model.")
-@click.option("--max-chunk-seconds", type=click.FloatRange(1, 120), default=None,
+@click.option("--max-chunk-seconds", type=Finite(1, 120), default=None,
               help="Cut long audio into chunks at most this long (default: a built site's model.yaml "
                    "chunking.max_seconds, else 30).")
-@click.option("--join-seconds", type=click.FloatRange(0), default=None,
+@click.option("--join-seconds", type=Finite(0), default=None,
               help="Sentences between pauses share a chunk up to this length; 0: every pause ends a chunk "
                    "(default: a built site's model.yaml chunking.join_seconds, else the chunk length).")
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int,
@@ -374,15 +385,16 @@ class ClipsEp(click.ParamType):
 @click.option("--clips-ep", "clips_eps", type=ClipsEp(), multiple=True,
               help="Run --clips on this provider (auto, webgpu, wasm), on a visit of its own; EP:N runs the "
                    "first N clips only; repeatable, a visit per provider (default: with the samples).")
-@click.option("--clips-max-wer", type=click.FloatRange(0, 1),
+@click.option("--clips-max-wer", type=Finite(0, 1),
               help="Bound on the --clips' corpus WER, per provider (default: the site's verify.max_wer).")
-@click.option("--clips-max-clip-wer", type=click.FloatRange(0, 1),
+@click.option("--clips-max-clip-wer", type=Finite(0, 1),
               help="Bound on each --clips clip's own WER (default: none; the corpus bound judges the set).")
 @click.option("--min-decode-tokens-per-s", "floors", type=DecodeFloor(), multiple=True,
               help="Fail when the clips decoded on a provider average fewer tokens/s than N: N for every "
                    "provider, PROVIDER=N (webgpu, wasm) for one; repeatable; replaces the site's "
                    "verify.min_decode_tokens_per_s for the providers it names.")
-@click.option("--timeout", type=float, default=600, show_default=True, help="Seconds per load or clip.")
+@click.option("--timeout", type=Finite(0, min_open=True), default=600, show_default=True,
+              help="Seconds per load or clip.")
 def verify(target: str, clips: Path | None, report: Path | None, junit: Path | None, browser: str | None, ep: str,
            clips_eps: tuple, clips_max_wer: float | None, clips_max_clip_wer: float | None,
            floors: tuple[tuple[str | None, float], ...], timeout: float):
