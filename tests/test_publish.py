@@ -23,8 +23,11 @@ from webbuild.site.manifest import verify_manifest
 
 USER = {"CNAME": "asr.example.org\n", ".nojekyll": "", "robots.txt": "User-agent: *\n"}
 # every step of each way to publish, and None: not killed
+# (without an exchange: "to link" makes a real folder a link, "link" flips a link)
 STEPS = {"exchange": ["keep", "exchange", "remove old", None],
-         "renames": ["keep", "aside", "rename", "remove old", None]}
+         "to link": ["keep", "exchange", "site", "link", "aside", "flip", "remove old", None],
+         "link": ["keep", "exchange", "site", "link", "flip", "remove old", None]}
+NO_EXCHANGE = ("to link", "link")
 
 
 def _tree(root: Path) -> dict[str, int]:
@@ -55,25 +58,75 @@ def _publish_killed_at(step: str | None, built: Path, out: Path, keep: list[str]
     return os.waitpid(pid, 0)[1]
 
 
+def _no_exchange(monkeypatch) -> None:
+    monkeypatch.setattr(pub, "_exchange", lambda a, b: False)
+
+
+def _old_site(example_dist: Path, out: Path, mode: str) -> dict[str, int]:
+    """The output before the publish: a folder, or (mode "link") a link to a site published without an
+    exchange."""
+    if mode != "link":
+        return _site(example_dist, out, "old")
+    built = out.with_name("first")
+    tree = _site(example_dist, built, "old")
+    pub._publish_by_link(built, out)
+    assert out.is_symlink() and pub._our_site(out) is not None
+    return tree
+
+
 @pytest.mark.parametrize("mode", STEPS)
 def test_a_kill_at_every_publish_step_leaves_a_complete_site(example_dist, tmp_path, mode):
     for step in STEPS[mode]:
         case = tmp_path / f"{mode}-{step}"
         out, built = case / "dist", case / f"{pub.staging_prefix(case / 'dist')}x" / "site"
-        old = _site(example_dist, out, "old")
+        old = _old_site(example_dist, out, mode)
         for name, text in USER.items():
             (out / name).write_text(text)
         new = _site(example_dist, built, "new") | {name: len(text) for name, text in USER.items()}
-        status = _publish_killed_at(step, built, out, list(USER), exchange=mode == "exchange")
+        status = _publish_killed_at(step, built, out, list(USER), exchange=mode not in NO_EXCHANGE)
         assert os.WIFSIGNALED(status) == (step is not None), (step, status)
         with pub.output_lock(out):  # the next run: puts an output left aside back, removes what is stale
             pass
         which = json.loads((out / "build-report.json").read_text())["name"]
         expected = {"new": new, "old": {**old, **{n: len(t) for n, t in USER.items()}}}[which]
         assert _tree(out) == expected, (mode, step)
-        assert which == ("old" if step in ("keep", "exchange", "aside", "rename") else "new"), (mode, step)
+        assert which == ("old" if step in ("keep", "exchange", "site", "link", "aside", "flip") else "new"), \
+            (mode, step)
         assert verify_manifest(out / "model") == []
-        assert sorted(p.name for p in case.iterdir()) == ["dist"], (mode, step)  # no stale folder, no lock file
+        site = pub._our_site(out)  # no stale folder, no lock file: the output and the site it links to
+        assert sorted(p.name for p in case.iterdir()) == sorted(["dist", *([site.name] if site else [])]), (mode, step)
+        assert out.is_symlink() == (mode == "link" or (mode == "to link" and which == "new")), (mode, step)
+
+
+def test_without_an_exchange_a_first_build_makes_a_link_and_the_next_flips_it(example_dist, tmp_path,
+                                                                              monkeypatch):
+    """Never a moment without an output: the first publish is the site and a link to it, every later one a new
+    site and a link renamed over the old; the old site goes, the user's files stay."""
+    _no_exchange(monkeypatch)
+    out = tmp_path / "dist"
+    for n in range(3):
+        built = tmp_path / f"{pub.staging_prefix(out)}{n}"
+        tree = _site(example_dist, built, f"site {n}")
+        pub.publish(built, out, pub.user_files(out, tree))
+        (out / "CNAME").write_text("asr.example.org\n")
+        assert out.is_symlink() and json.loads((out / "build-report.json").read_text())["name"] == f"site {n}"
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["dist", pub._our_site(out).name])
+    assert (out / "CNAME").read_text() == "asr.example.org\n"
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_a_link_of_the_users_is_replaced_and_its_folder_kept(example_dist, tmp_path, monkeypatch, exchange):
+    mine, out, built = tmp_path / "mine", tmp_path / "dist", tmp_path / "new"
+    _site(example_dist, mine, "mine")
+    out.symlink_to(mine)
+    if not exchange:
+        _no_exchange(monkeypatch)
+    _site(example_dist, built, "new")
+    with pub.output_lock(out):
+        pub.publish(built, out)
+    assert json.loads((mine / "build-report.json").read_text())["name"] == "mine"
+    assert json.loads((out / "build-report.json").read_text())["name"] == "new"
+    assert out.is_symlink() == (not exchange)
 
 
 def test_the_exchange_is_one_system_call_here(tmp_path):

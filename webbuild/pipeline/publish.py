@@ -4,15 +4,18 @@ At every instant the output folder is the old complete one or the new complete o
 
 - the new folder is made beside the output (`staging`, a temporary folder on the same file system), so
   that it can be renamed into place;
-- on Linux the two folders trade places in one `renameat2(RENAME_EXCHANGE)` call; a first build is one
-  plain rename. Where the exchange is missing (another OS, a file system without it) the old folder is
-  renamed aside first (`.NAME-old-PID`) and the new one into place; a process killed between the two
-  leaves no output for that moment, and the next run of `output_lock` puts the old folder back;
+- the two folders trade places in one system call: `renameat2(RENAME_EXCHANGE)` on Linux,
+  `renamex_np(RENAME_SWAP)` on macOS; a first build is one plain rename;
+- where no exchange exists (another OS, a file system without it) the output is a symbolic link to the
+  site, a folder beside it (`.NAME-site-ID`), and a new site is published by renaming a new link over it,
+  one atomic rename too. A first build there makes the link; an output that is a real folder becomes a link
+  by two renames (the folder aside as `.NAME-old-PID`, then the link in), the one moment without an
+  output, and the next run of `output_lock` puts the folder back if the process was killed in between;
 - files the user put into the output (CNAME, .nojekyll, robots.txt: anything the last run did not
   write) are copied into the new folder before the exchange, so they survive a rebuild;
 - `output_lock` holds an exclusive lock beside the output for the whole run: a second run into the same
-  folder stops with one line instead of racing this one, and folders left by killed runs (which only a
-  lock holder can tell apart from live ones) are removed.
+  folder stops with one line instead of racing this one, and what killed runs left (which only a lock
+  holder can tell apart from a live run's) is removed.
 """
 
 from __future__ import annotations
@@ -24,7 +27,9 @@ import errno
 import fcntl
 import logging
 import os
+import secrets
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -33,7 +38,10 @@ from webbuild.errors import BuildError, WebbuildError
 
 log = logging.getLogger(__name__)
 
-_RENAME_EXCHANGE = 2  # linux/fs.h
+# the exchange's flag: RENAME_EXCHANGE in linux/fs.h, RENAME_SWAP in macOS's stdio.h
+_EXCHANGE = {"linux": ("renameat2", 2), "darwin": ("renamex_np", 2)}
+# errors of a system or file system without the exchange (overlay and FUSE file systems answer EXDEV)
+_NO_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV}
 
 
 def step(name: str) -> None:
@@ -47,6 +55,15 @@ def staging_prefix(output: Path) -> str:
 
 def _old_prefix(output: Path) -> str:
     return f".{output.name}-old-"
+
+
+def _site_prefix(output: Path) -> str:
+    """The sites an output that is a link points at, where there is no exchange."""
+    return f".{output.name}-site-"
+
+
+def _link_prefix(output: Path) -> str:
+    return f".{output.name}-link-"
 
 
 def _lock_path(output: Path) -> Path:
@@ -98,12 +115,23 @@ def _locked(path: Path, output: Path) -> Iterator[int]:
 def _recover(output: Path) -> None:
     """Under the lock no other run is live: what a killed one left beside the output is stale."""
     aside = sorted(output.parent.glob(_old_prefix(output) + "*"))
-    if aside and not output.exists():  # killed between the fallback's two renames
+    if aside and not output.exists():  # killed between the two renames that make a folder a link
         aside[-1].rename(output)
         log.warning(f"{output}: put back the previous output, left aside by a run that was killed")
-    for stale in [*output.parent.glob(_old_prefix(output) + "*"), *output.parent.glob(staging_prefix(output) + "*")]:
-        log.info(f"removing {stale.name}, left by a run that was killed")
-        shutil.rmtree(stale, ignore_errors=True)
+    live = _our_site(output)
+    for stale in [*output.parent.glob(_old_prefix(output) + "*"), *output.parent.glob(staging_prefix(output) + "*"),
+                  *output.parent.glob(_link_prefix(output) + "*"), *output.parent.glob(_site_prefix(output) + "*")]:
+        if stale != live:
+            log.info(f"removing {stale.name}, left by a run that was killed")
+            _remove(stale)
+
+
+def _our_site(output: Path) -> Path | None:
+    """The `.NAME-site-ID` folder the output links to, if it is one (a link of the user's is not ours)."""
+    if not output.is_symlink():
+        return None
+    target = output.parent / os.readlink(output)
+    return target if target.parent == output.parent and target.name.startswith(_site_prefix(output)) else None
 
 
 @contextlib.contextmanager
@@ -146,54 +174,87 @@ def publish(built: Path, output: Path, keep: Iterable[str] = ()) -> None:
         if src.is_file() and not dest.exists():
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest)
-    if not output.exists():
+    exists = output.exists() or output.is_symlink()
+    if not exists and _exchange_works(built.parent):
         step("rename")
         built.rename(output)
         return
     step("exchange")
-    if _exchange(built, output):
+    linked = _our_site(output)  # an output that was a link: its site goes too
+    if exists and _exchange(built, output):
         step("remove old")
         _remove(built)  # the old output now
+        if linked is not None:
+            _remove(linked)
         return
-    _swap_by_renames(built, output)
+    _publish_by_link(built, output)
 
 
-def _swap_by_renames(built: Path, output: Path) -> None:
-    """The fallback: the old output aside (`_recover` puts it back if killed here), the new one in."""
-    aside = output.with_name(f"{_old_prefix(output)}{os.getpid()}")
-    step("aside")
-    output.rename(aside)
-    step("rename")
-    built.rename(output)
-    step("remove old")
-    _remove(aside)
+def _publish_by_link(built: Path, output: Path) -> None:
+    """Without an exchange: the new site beside the output, and a link to it renamed over the output (a
+    link: one atomic rename; a real folder: aside first, `_recover` puts it back if killed there)."""
+    old = _our_site(output)
+    site = output.with_name(f"{_site_prefix(output)}{secrets.token_hex(4)}")
+    step("site")
+    built.rename(site)
+    link = output.with_name(f"{_link_prefix(output)}{os.getpid()}")
+    step("link")
+    link.symlink_to(site.name)  # relative: the output and its site move together
+    if output.is_dir() and not output.is_symlink():
+        aside = output.with_name(f"{_old_prefix(output)}{os.getpid()}")
+        step("aside")
+        output.rename(aside)
+        old = aside
+    step("flip")
+    os.replace(link, output)
+    if old is not None:
+        step("remove old")
+        _remove(old)
 
 
 def _remove(path: Path) -> None:
-    """The old output: a folder, or the symbolic link the output was (its target is the user's: kept)."""
+    """The old output: a folder, or a symbolic link (its target, when the user's, is kept)."""
     if path.is_symlink():
         path.unlink()
     else:
         shutil.rmtree(path)
 
 
-def _renameat2() -> Callable[..., int] | None:
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    return getattr(libc, "renameat2", None)
+def _exchange_call() -> Callable[..., int] | None:
+    """This system's exchange of two paths (the C library's function), or None."""
+    name, _ = _EXCHANGE.get(sys.platform, ("", 0))
+    if not name:
+        return None
+    call = getattr(ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True), name, None)
+    if call is not None:
+        call.restype = ctypes.c_int
+    return call
 
 
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths in one system call; False where the system or the file system cannot."""
-    call = _renameat2()
+    call = _exchange_call()
     if call is None:
         return False
+    _, flag = _EXCHANGE[sys.platform]
     at_fdcwd = -100
-    if call(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+    args = (os.fsencode(a), os.fsencode(b), ctypes.c_uint(flag))
+    if (call(at_fdcwd, args[0], at_fdcwd, *args[1:]) if sys.platform == "linux" else call(*args)) == 0:
         return True
     err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+    if err in _NO_EXCHANGE:
         return False
     raise OSError(err, os.strerror(err), str(b))
+
+
+def _exchange_works(folder: Path) -> bool:
+    """Whether two folders in `folder` trade places here: tried on two empty ones (a first build, with no
+    output to exchange yet, makes the link where the next build could not exchange)."""
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        a, b = Path(tmp, "a"), Path(tmp, "b")
+        a.mkdir()
+        b.mkdir()
+        return _exchange(a, b)
 
 
 def user_files(output: Path, written: Iterable[str]) -> list[str]:
