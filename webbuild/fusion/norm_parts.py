@@ -34,8 +34,11 @@ def residual_pattern(norm_op: str) -> pattern.Pattern:
     return pattern.Pattern(target)
 
 
-def match_residual(target: pattern.Pattern, norm: ir.Node) -> Residual | None:
-    found = pattern_match(target, norm)
+def match_residual(norm_op: str, norm: ir.Node) -> Residual | None:
+    """`norm` (a `norm_op` node) with the residual Add before it, or None. The pattern is made per call:
+    onnxscript's matcher keeps the last graph it matched, so a pattern kept in a module would hold a
+    whole model (its weights: 1.4 GB for the 0.6b) for as long as the process lives."""
+    found = pattern_match(residual_pattern(norm_op), norm)
     return Residual(norm, found.bindings["total"].producer()) if found is not None else None
 
 

@@ -12,15 +12,13 @@ from __future__ import annotations
 import onnx_ir as ir
 
 from webbuild.fusion import linear_bias
-from webbuild.fusion.norm_parts import Residual, fold_residual, match_residual, residual_pattern
+from webbuild.fusion.norm_parts import Residual, fold_residual, match_residual
 from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import attr, const
 
-_PATTERN = residual_pattern("LayerNormalization")
-
 
 def match(ln: ir.Node) -> Residual | Miss | None:
-    m = match_residual(_PATTERN, ln)
+    m = match_residual("LayerNormalization", ln)
     if m is None:
         return None  # a norm with no residual before it (the first layer's): nothing to fold
     why = _unfit(ln, m.add)

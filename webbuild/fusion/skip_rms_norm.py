@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import onnx_ir as ir
 
-from webbuild.fusion.norm_parts import Residual, fold_residual, match_residual, residual_pattern
+from webbuild.fusion.norm_parts import Residual, fold_residual, match_residual
 from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import const
 
-_PATTERN = residual_pattern("SimplifiedLayerNormalization")
-
 
 def match(sln: ir.Node) -> Residual | Miss | None:
-    m = match_residual(_PATTERN, sln)
+    m = match_residual("SimplifiedLayerNormalization", sln)
     if m is None:
         return None  # a plain norm (first layer, Q/K norm): nothing to fold
     a, b = m.add.inputs

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from onnx.external_data_helper import load_external_data_for_model
 
 from webbuild.config import Quantize
 from webbuild.errors import SourceError
@@ -102,20 +103,23 @@ def quantize_variants(model_dir: Path, out_dir: Path, quantize: Quantize | None 
     for v in variants:
         if v not in VARIANTS:
             raise ValueError(f"variant {v!r}: expected one of {', '.join(VARIANTS)}")
-        dec = to_fp16(_copy(decoder)) if contract.VARIANTS[v]["dtype"] == "float16" else decoder
+    report["variants"] = dict.fromkeys(variants)  # in model.yaml's order
+    # float32 variants first: the fp16 decoder is then converted in place, never beside a copy of the fp32 one
+    saved = False
+    for v in sorted(variants, key=lambda v: contract.VARIANTS[v]["dtype"] == "float16"):
+        if contract.VARIANTS[v]["dtype"] == "float16":
+            if saved:  # onnx.save moved the weights out to the file it wrote: read them back from it
+                load_external_data_for_model(decoder, str(out_dir))
+            decoder = to_fp16(decoder)
         # loaded per variant rather than copied: one float encoder in memory at a time
         enc = encoder_variant(load_onnx(Path(model_dir) / "encoder.onnx", external_data=True), encoder_precision, v,
                               ENCODER_ACCURACY_LEVEL)
         report["variants"][v] = {
-            "decoder": {"file": f"decoder.{v}.onnx", "bytes": save_model(dec, out_dir / f"decoder.{v}.onnx"),
-                        "ops": op_census(dec)},
+            "decoder": {"file": f"decoder.{v}.onnx", "bytes": save_model(decoder, out_dir / f"decoder.{v}.onnx"),
+                        "ops": op_census(decoder)},
             "encoder": {"file": f"encoder.{v}.onnx", "bytes": save_model(enc, out_dir / f"encoder.{v}.onnx")},
         }
+        del enc
+        saved = True
     report["seconds"] = round(time.monotonic() - start, 2)
     return report
-
-
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    out = onnx.ModelProto()
-    out.CopyFrom(model)
-    return out
