@@ -93,7 +93,7 @@ def attention_graph(seed: int = 0, **axes) -> ir.Model:
     scale = HD ** -0.5
     if ax["scale"] == "q_before_rope":
         qh = b.op("Mul", qh, b.c(scale, f32))
-    q_rot, k_rot = (rotate(b, t, HD, ax["rope"] == "interleaved", cos4, sin4) for t in (qh, kh))
+    q_rot, k_rot = (rotate(b, t, HD, ax["rope"] != "half", cos4, sin4) for t in (qh, kh))  # pairs_half_tables: pairs
     k_all = b.out("Concat", "present.0.key", "past_key_values.0.key", k_rot, axis=2)
     v_all = b.out("Concat", "present.0.value", "past_key_values.0.value", vh, axis=2)
 
