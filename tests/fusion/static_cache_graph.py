@@ -90,7 +90,8 @@ def static_decoder(dims: Dims = Dims(), seed: int = 0, **axes) -> ir.Model:
         qh, kh, vh = (b.op("Transpose", b.op("Reshape", t, b.c([0, 0, heads, d.head_dim])), perm=[0, 2, 1, 3])
                       for t, heads in ((q, d.heads), (k, d.kv), (v, d.kv)))
         q_rot, k_rot = (rotate(b, t, d.head_dim, interleaved, cos4, sin4) for t in (qh, kh))
-        k_all, v_all = (_write(b, f"{i}.{name}", t, written, ax["write"]) for name, t in (("key", k_rot), ("value", vh)))
+        k_all, v_all = (_write(b, f"{i}.{name}", t, written, ax["write"])
+                        for name, t in (("key", k_rot), ("value", vh)))
         k_rep, v_rep = (_repeat(b, t, d) for t in (k_all, v_all))
         scores = b.op("Mul", b.op("MatMul", q_rot, b.op("Transpose", k_rep, perm=[0, 1, 3, 2])),
                       b.c(d.head_dim ** -0.5, np.float32))

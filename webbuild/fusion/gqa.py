@@ -19,14 +19,15 @@ projection outputs reshaped to heads (optional Q/K RMSNorm, already fused into S
 before or after the head transpose: Gemma3's comes after, and moves before it) and transposed to BNSH,
 K_all = Concat(past_k, K_rope) or K_rope, or a static KV buffer the new rows are written into by ScatterND
 (static_cache: GQA over a shared past/present buffer, once the write positions and the mask are proven GQA's by
-value; any other write refused). Nothing is read by name: the mask is dropped only once its values, evaluated for probe inputs, are the causal mask
-GQA applies itself, or a causal sliding window (local_window_size) (attention_mask.causal_window).
+value; any other write refused). Nothing is read by name: the mask is dropped only once its values, evaluated
+for probe inputs, are the causal mask GQA applies itself, or a causal sliding window (local_window_size)
+(attention_mask.causal_window).
 The GQA node takes the projection outputs (Q/K norms stay as explicit SimplifiedLayerNormalization
 on the head axis, then a Reshape back to [B, S, heads*hd]), the past KV (BNSH), seqlens_k /
 total_sequence_length from attention_mask (for a static buffer from the mask's values alone: the mask spans
-the buffer), and cos/sin caches in the attention's float type; its present
-outputs replace K_all / V_all (so a graph output keeps its name). Position ids, given or derived, are not
-needed: GQA counts positions from the past length.
+the buffer), and cos/sin caches in the attention's float type; its present outputs replace K_all / V_all (so a
+graph output keeps its name). Position ids, given or derived, are not needed: GQA counts positions from the
+past length.
 """
 
 from __future__ import annotations

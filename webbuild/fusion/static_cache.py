@@ -115,7 +115,7 @@ def _apply(x: np.ndarray, perms: Perms) -> np.ndarray:
 
 def _order(perms: Perms) -> tuple[int, ...]:
     """Which input axis each output axis of the Transposes `perms` comes from ((0, 1, 2, 3): no change)."""
-    order = (0, 1, 2, 3)
+    order: tuple[int, ...] = (0, 1, 2, 3)
     for p in perms:
         order = tuple(order[i] for i in p)
     return order
