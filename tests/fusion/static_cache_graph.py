@@ -53,8 +53,9 @@ NEGATIVE = {"write": ("fixed_offset",), "mask": ("valid_only",)}
 _EPS = 1e-6
 
 
-def static_decoder(dims: Dims = Dims(), seed: int = 0, **axes) -> ir.Model:
-    """The decoder with `axes` (AXES or NEGATIVE spellings; unnamed axes take their first spelling)."""
+def static_decoder(dims: Dims = Dims(), seed: int = 0, symbolic: bool = False, **axes) -> ir.Model:
+    """The decoder with `axes` (AXES or NEGATIVE spellings; unnamed axes take their first spelling); `symbolic`:
+    the buffers' length left symbolic in the graph's interface (fed dims.buffer long)."""
     ax = {k: v[0] for k, v in AXES.items()}
     if set(axes) - set(ax):
         raise ValueError(f"unknown axes {set(axes) - set(ax)}")
@@ -109,16 +110,16 @@ def static_decoder(dims: Dims = Dims(), seed: int = 0, **axes) -> ir.Model:
         h = b.op("Add", h, b.op("MatMul", b.op("Mul", gate, b.op("Sigmoid", gate)), weight(2 * d.hidden, d.hidden)))
     b.out("MatMul", "logits", _rms(b, h, w, d.hidden), weight(d.hidden, d.vocab))
 
-    f = TensorProto.FLOAT
+    f, length = TensorProto.FLOAT, "buffer" if symbolic else d.buffer
     inputs = [helper.make_tensor_value_info("inputs_embeds", f, [1, "seq", d.hidden]),
-              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, d.buffer])]
+              helper.make_tensor_value_info("attention_mask", TensorProto.INT64, [1, length])]
     if ax["past"] == "position_ids":
         inputs.append(helper.make_tensor_value_info("position_ids", TensorProto.INT64, [1, "seq"]))
     buffers = [(i, n) for i in range(d.layers) for n in ("key", "value")]
-    inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{n}", f, [1, d.kv, d.buffer, d.head_dim])
+    inputs += [helper.make_tensor_value_info(f"past_key_values.{i}.{n}", f, [1, d.kv, length, d.head_dim])
                for i, n in buffers]
     outputs = [helper.make_tensor_value_info("logits", f, [1, "seq", d.vocab])]
-    outputs += [helper.make_tensor_value_info(f"present.{i}.{n}", f, [1, d.kv, d.buffer, d.head_dim])
+    outputs += [helper.make_tensor_value_info(f"present.{i}.{n}", f, [1, d.kv, length, d.head_dim])
                 for i, n in buffers]
     g = helper.make_graph(b.nodes, "static_cache_decoder", inputs, outputs, b.inits)
     return ir.from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))

@@ -75,6 +75,20 @@ def test_greedy_decoding_over_the_buffer_agrees(tmp_path):
     assert r["tokens_equal"] and r["max_rel_err"] <= TOLERANCE, r
 
 
+def test_a_buffer_of_symbolic_length_is_probed_at_the_caches_length(tmp_path):
+    """The buffers' length left symbolic: checked over the positions GQA's caches reach; runs at any length."""
+    dims = Dims()
+    src = tmp_path / "source.onnx"
+    ir.save(static_decoder(dims, symbolic=True), src)
+    model, report = fuse_decoder(static_decoder(dims, symbolic=True), max_positions=64)
+    assert census(model).get("GroupQueryAttention") == dims.layers and not _strict(report), report["not_fused"]
+    out = save(model, tmp_path / "fused")
+    table = np.random.default_rng(1).standard_normal((dims.vocab, dims.hidden)).astype(np.float32)
+    r = parity.compare(parity.StaticRunner(src, length=dims.buffer), parity.StaticRunner(out, 1, dims.buffer), table,
+                       prefill=10, steps=16)
+    assert r["tokens_equal"] and r["max_rel_err"] <= TOLERANCE, r
+
+
 def test_fusing_the_fused_graph_again_changes_nothing():
     model, report = fuse_decoder(static_decoder(Dims()), max_positions=Dims().buffer)
     again, second = fuse_decoder(model, max_positions=Dims().buffer)

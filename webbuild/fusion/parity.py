@@ -92,14 +92,16 @@ class StaticRunner:
     when it takes them. Drives a source writing the buffers by ScatterND and the GroupQueryAttention it fuses to
     alike. The slots not yet written start as seeded noise (`stale`): the mask must hide them."""
 
-    def __init__(self, path: Path, stale: int = 0):
+    def __init__(self, path: Path, stale: int = 0, length: int | None = None):
+        """`length`: the buffers' length, for graphs that leave it symbolic."""
         self.sess = _session(path)
         inputs = {i.name: i for i in self.sess.get_inputs()}
         self.presents = IO.present_of_past(list(inputs))
         self.shapes = {n: inputs[n].shape for n in self.presents}
-        self.length = next(iter(self.shapes.values()))[2]
-        if not isinstance(self.length, int):
-            raise ValueError(f"{path}: past inputs of symbolic length {self.length}; a static KV cache has a fixed one")
+        declared = next(iter(self.shapes.values()))[2]
+        self.length = declared if isinstance(declared, int) else length
+        if self.length is None:
+            raise ValueError(f"{path}: past inputs of symbolic length {declared}; pass length")
         self.position_ids = "position_ids" in inputs
         self.out_names = [o.name for o in self.sess.get_outputs()]
         self.rng = np.random.default_rng(stale)
@@ -108,6 +110,7 @@ class StaticRunner:
 
     def _run(self, embeds: np.ndarray) -> np.ndarray:
         b, s, _ = embeds.shape
+        assert self.length is not None, "set in __init__"
         if self.past is None:
             self.past = {n: self.rng.standard_normal((b, kv, self.length, hd)).astype(np.float32)
                          for n, (_, kv, _, hd) in self.shapes.items()}

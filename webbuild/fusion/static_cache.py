@@ -11,6 +11,8 @@ length kept): it writes the S new rows at seqlens_k - S + 1 onward, seqlens_k be
 ScatterND indices are evaluated for probe inputs (fusion.probe) at the buffer's start, after a few positions
 and at its end, and the write (Transposes, ScatterND, Transposes) replayed in numpy on numbered rows must give
 the buffer with exactly those rows at mask length - S onward. attention_mask.static_causal checks the mask.
+The probes are batch 1 (WebNN's form), their position_ids the positions the mask implies, as everywhere the
+GQA rule probes: GQA counts positions from the mask.
 """
 
 from __future__ import annotations
