@@ -31,17 +31,16 @@ AXES = {
     "positions": ("given", "derived"),
     "cos_sin": ("computed", "cache"),
     "nan_guard": (False, True),
-    "kv_cache": ("concat",),
 }
-# spellings whose attention GQA cannot compute: the rule must leave them (scatter_nd: a static KV buffer
-# written in place)
-NEGATIVE = {"mask": ("none", "bias", "strided"), "repeat_kv": ("tile_whole",), "kv_cache": ("scatter_nd",)}
+# spellings whose attention GQA cannot compute: the rule must leave them (a static KV cache written in place by
+# ScatterND has its own fixture, tests/fusion/static_cache_graph.py)
+NEGATIVE = {"mask": ("none", "bias", "strided"), "repeat_kv": ("tile_whole",)}
 # a RoPE GQA cannot rebuild as caches (pairs rotated with tables made for rotate_half): it stays as the
 # source computes it, and GQA takes Q and K rotated
 KEPT_ROPE = {"rope": "pairs_half_tables"}
 
 
-class _Builder:
+class Builder:
     def __init__(self, seed: int):
         self.rng = np.random.default_rng(seed)
         self.nodes: list = []
@@ -72,7 +71,7 @@ def attention_graph(seed: int = 0, **axes) -> ir.Model:
     if unknown:
         raise ValueError(f"unknown axes {unknown}")
     ax.update(axes)
-    b = _Builder(seed)
+    b = Builder(seed)
     w = np.random.default_rng(seed + 1)
     f32 = np.float32
 
@@ -88,36 +87,15 @@ def attention_graph(seed: int = 0, **axes) -> ir.Model:
         pos = "position_ids"
     else:  # past_len .. total - 1, as exports without a position_ids input compute them
         pos = b.op("Unsqueeze", b.op("Range", past_len, total, b.c(1)), b.c([0]))
-    cos, sin = _cos_sin(b, pos, ax)
+    cos, sin = cos_sin(b, pos, HD, ax["rope"] == "interleaved", ax["cos_sin"] == "cache")
     cos4, sin4 = (b.op("Unsqueeze", t, b.c([1])) for t in (cos, sin))
-
-    def rope(t: str) -> str:
-        if ax["rope"] == "half":
-            lo = b.op("Slice", t, b.c([0]), b.c([HD // 2]), b.c([3]))
-            hi = b.op("Slice", t, b.c([HD // 2]), b.c([_INT_MAX]), b.c([3]))
-            rot = b.op("Concat", b.op("Neg", hi), lo, axis=-1)
-        else:  # pairs (a, b) -> (-b, a)
-            even = b.op("Slice", t, b.c([0]), b.c([_INT_MAX]), b.c([-1]), b.c([2]))
-            odd = b.op("Slice", t, b.c([1]), b.c([_INT_MAX]), b.c([-1]), b.c([2]))
-            pairs = b.op("Concat", b.op("Unsqueeze", b.op("Neg", odd), b.c([-1])), b.op("Unsqueeze", even, b.c([-1])),
-                         axis=-1)
-            rot = b.op("Reshape", pairs, b.op("Shape", t))
-        return b.op("Add", b.op("Mul", t, cos4), b.op("Mul", rot, sin4))
 
     scale = HD ** -0.5
     if ax["scale"] == "q_before_rope":
         qh = b.op("Mul", qh, b.c(scale, f32))
-    q_rot, k_rot = rope(qh), rope(kh)
-    if ax["kv_cache"] == "scatter_nd":  # a static buffer: the new positions written in place (WebNN's form)
-        def write(name: str, t: str) -> str:
-            at = b.op("Unsqueeze", b.op("Range", past_len, total, b.c(1)), b.c([1]))  # [S, 1] positions
-            buf = b.op("Transpose", f"past_key_values.0.{name}", perm=[2, 0, 1, 3])  # [T, B, kv, hd]
-            done = b.op("ScatterND", buf, at, b.op("Transpose", t, perm=[2, 0, 1, 3]))
-            return b.out("Transpose", f"present.0.{name}", done, perm=[1, 2, 0, 3])
-        k_all, v_all = write("key", k_rot), write("value", vh)
-    else:
-        k_all = b.out("Concat", "present.0.key", "past_key_values.0.key", k_rot, axis=2)
-        v_all = b.out("Concat", "present.0.value", "past_key_values.0.value", vh, axis=2)
+    q_rot, k_rot = (rotate(b, t, HD, ax["rope"] != "half", cos4, sin4) for t in (qh, kh))  # pairs_half_tables: pairs
+    k_all = b.out("Concat", "present.0.key", "past_key_values.0.key", k_rot, axis=2)
+    v_all = b.out("Concat", "present.0.value", "past_key_values.0.value", vh, axis=2)
 
     def repeat(t: str, transposed: bool = False) -> str:
         if ax["repeat_kv"] == "tile_whole":
@@ -171,24 +149,39 @@ def attention_graph(seed: int = 0, **axes) -> ir.Model:
     return ir.from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]))
 
 
-def _cos_sin(b: _Builder, pos: str, ax: dict) -> tuple[str, str]:
-    """cos, sin [B, S, HD] for positions `pos` [B, S], each frequency twice (two halves, or pairs)."""
-    inv = 1.0 / THETA ** (np.arange(0, HD, 2) / HD)
-    interleaved = ax["rope"] == "interleaved"
-    if ax["cos_sin"] == "cache":  # precomputed tables gathered by position
-        freqs = np.arange(MAX_POS)[:, None] * inv[None]
+def rotate(b: Builder, t: str, hd: int, interleaved: bool, cos4: str, sin4: str) -> str:
+    """RoPE on `t` [B, heads, S, hd]: rotate_half, or pairs (a, b) -> (-b, a) when `interleaved`."""
+    if not interleaved:
+        lo = b.op("Slice", t, b.c([0]), b.c([hd // 2]), b.c([3]))
+        hi = b.op("Slice", t, b.c([hd // 2]), b.c([_INT_MAX]), b.c([3]))
+        rot = b.op("Concat", b.op("Neg", hi), lo, axis=-1)
+    else:
+        even = b.op("Slice", t, b.c([0]), b.c([_INT_MAX]), b.c([-1]), b.c([2]))
+        odd = b.op("Slice", t, b.c([1]), b.c([_INT_MAX]), b.c([-1]), b.c([2]))
+        pairs = b.op("Concat", b.op("Unsqueeze", b.op("Neg", odd), b.c([-1])), b.op("Unsqueeze", even, b.c([-1])),
+                     axis=-1)
+        rot = b.op("Reshape", pairs, b.op("Shape", t))
+    return b.op("Add", b.op("Mul", t, cos4), b.op("Mul", rot, sin4))
+
+
+def cos_sin(b: Builder, pos: str, hd: int, interleaved: bool, cache: bool, max_pos: int = MAX_POS) -> tuple[str, str]:
+    """cos, sin [B, S, hd] for positions `pos` [B, S], each frequency twice (two halves, or pairs): computed
+    from inv_freq, or gathered by position from precomputed tables of `max_pos` rows (`cache`)."""
+    inv = 1.0 / THETA ** (np.arange(0, hd, 2) / hd)
+    if cache:
+        freqs = np.arange(max_pos)[:, None] * inv[None]
         table = np.repeat(freqs, 2, axis=1) if interleaved else np.concatenate([freqs, freqs], axis=1)
         return tuple(b.op("Gather", b.c(fn(table), np.float32), pos, axis=0) for fn in (np.cos, np.sin))
     freqs = b.op("Mul", b.op("Unsqueeze", b.op("Cast", pos, to=TensorProto.FLOAT), b.c([-1])), b.c(inv, np.float32))
     if interleaved:
         pair = b.op("Concat", b.op("Unsqueeze", freqs, b.c([-1])), b.op("Unsqueeze", freqs, b.c([-1])), axis=-1)
-        emb = b.op("Reshape", pair, b.c([0, 0, HD]))
+        emb = b.op("Reshape", pair, b.c([0, 0, hd]))
     else:
         emb = b.op("Concat", freqs, freqs, axis=-1)
     return b.op("Cos", emb), b.op("Sin", emb)
 
 
-def _mask(b: _Builder, scores: str, past_len: str, seq_len: str, total: str, kind: str) -> str:
+def _mask(b: Builder, scores: str, past_len: str, seq_len: str, total: str, kind: str) -> str:
     """`scores` with the mask `kind` applied: causal over past + new positions, and padding from
     attention_mask, spelt as different exporters do (NEGATIVE kinds: masks GQA does not compute)."""
     f32 = np.float32

@@ -1,9 +1,11 @@
 """The fusion table of BENCHMARKS.md: every exporter x family x precision the fusion tests fuse, with node
 counts before and after, the fused ops, CPU parity and --strict. Uses (and makes, when missing) the tests'
 cached fixtures: the Optimum exports (exporters.py), their fp16 / q4f16 conversions (fp16_export.py) and
-the torch.onnx dynamo SDPA exports (test_sources.py).
+the torch.onnx dynamo SDPA exports (test_sources.py), and the hand-built static KV cache written by ScatterND in
+each of its shapes (static_cache_graph.py), driven on static buffers.
 
     PYTHONPATH=. python -m tests.fusion.fusion_table    # prints the markdown table
+    PYTHONPATH=. python -m tests.fusion.fusion_table dynamo|static    # those rows alone
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 from webbuild.fusion import parity
 from webbuild.fusion.fuse_decoder import fuse_decoder, save
@@ -31,6 +35,8 @@ def sources(only: str = "") -> list[tuple[str, str, str, Path, int]]:
 
     if only == "dynamo":
         return _dynamo()
+    if only == "static":
+        return _static()
     out = []
     for family in FAMILIES:
         src = export(family)
@@ -41,7 +47,7 @@ def sources(only: str = "") -> list[tuple[str, str, str, Path, int]]:
         how = "dynamic int8 quantization" if kind == "q8" else "float16 converter"
         out.append((f"Optimum + {how}", family, kind, src / "model.onnx", _vocab(src)))
     out += _dynamo()
-    return out
+    return out + _static()
 
 
 def _vocab(src: Path) -> int:
@@ -65,11 +71,37 @@ def _dynamo() -> list[tuple[str, str, str, Path, int]]:
     return rows
 
 
+def _static() -> list[tuple[str, str, str, Path, int]]:
+    """The static-cache fixture in each of its shapes, written (in milliseconds) under the tests' cache."""
+    import onnx_ir as ir
+
+    from tests.fusion.exporters import cache_root
+    from tests.fusion.static_cache_graph import SHAPES, static_decoder
+
+    rows = []
+    for shape, dims in SHAPES.items():
+        path = cache_root() / "static-cache" / shape / "decoder.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ir.save(static_decoder(dims), path)
+        rows.append(("hand-built static KV cache (ScatterND, WebNN's form)", shape, "fp32", path, dims.vocab))
+    return rows
+
+
+def _static_parity(src: Path, fused: Path, vocab: int) -> dict:
+    """Greedy decoding on the same static buffers (a random embedding table; different stale slots each side)."""
+    source = parity.StaticRunner(src)
+    hidden = source.sess.get_inputs()[0].shape[-1]
+    table = np.random.default_rng(0).standard_normal((vocab, hidden)).astype(np.float32)
+    return parity.compare(source, parity.StaticRunner(fused, stale=1), table, prefill=10, steps=16)
+
+
 def row(exporter: str, family: str, precision: str, path: Path, vocab: int) -> str:
     model, report = fuse_decoder(path)
     with tempfile.TemporaryDirectory() as tmp:
         out = save(model, Path(tmp))
-        if (path.parent / "embed_tokens.bin").is_file():  # a decoder taking inputs_embeds
+        if report["static_kv"]:
+            r = _static_parity(path, out, vocab)
+        elif (path.parent / "embed_tokens.bin").is_file():  # a decoder taking inputs_embeds
             r = parity.compare(parity.source_runner(path), parity.MergedRunner(out), parity.embed_table(path.parent),
                                steps=16)
         else:
@@ -84,7 +116,7 @@ def row(exporter: str, family: str, precision: str, path: Path, vocab: int) -> s
 
 
 def main(only: str = "") -> None:
-    """The table; `only` "dynamo": its dynamo rows alone."""
+    """The table; `only` "dynamo" or "static": those rows alone."""
     print("| exporter | family | precision | nodes before | nodes after | fused ops | max logit error / range "
           "| greedy tokens equal (16 steps) | --strict |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")

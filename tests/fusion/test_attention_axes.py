@@ -1,8 +1,8 @@
 """The GQA rule on one hand-made attention varied along each axis exporters differ on
 (tests/fusion/attention_graph.py): every spelling fuses to one GroupQueryAttention that computes what
 the source does over a prefill and decode steps with the KV cache; the spellings GQA cannot compute
-(no causal mask, a strided mask, an added bias, KV heads tiled in the wrong order, a static KV buffer
-written by ScatterND) stay as they are; a RoPE whose caches GQA cannot rebuild (interleaved pairs with
+(no causal mask, a strided mask, an added bias, KV heads tiled in the wrong order) stay as they are (a static
+KV cache written by ScatterND: test_static_cache.py); a RoPE whose caches GQA cannot rebuild (interleaved pairs with
 tables for rotate_half) stays as the source computes it, GQA taking Q and K rotated,
 with the reason in the report. Node and value names are random, different for each seed."""
 
@@ -51,8 +51,7 @@ def test_attention_gqa_cannot_compute_is_left_with_its_reason(axis, spelling):
     ops = census(model)
     assert "GroupQueryAttention" not in ops and ops["Softmax"] == 1
     why = [m["why"] for m in report["not_fused"] if m["rule"] == "gqa"]
-    expected = {"none": "not causal", "strided": "not causal", "bias": "bias", "tile_whole": "tiled",
-                "scatter_nd": "ScatterND"}[spelling]
+    expected = {"none": "not causal", "strided": "not causal", "bias": "bias", "tile_whole": "tiled"}[spelling]
     assert len(why) == 1 and expected in why[0], why
 
 

@@ -20,6 +20,7 @@ from webbuild.graph.ir import shared_const
 from webbuild.site.contract import IO
 
 _SEQLENS, _TOTAL = "attn_mask/seqlens_k", "attn_mask/total_sequence_length"
+_STATIC = "attn_mask/static"  # the lengths of attentions over a static KV buffer (lengths_from_values)
 MASKED = -1e4  # an additive mask entry at or below this hides its position (fp16's min is -65504)
 _PAST, _NEW = 3, 2  # probe: 2 new positions after 3 cached ones
 
@@ -53,7 +54,20 @@ def _keep(masks: list[Mask], past: int) -> np.ndarray | str:
     """Which positions the masks together let each of _NEW new positions after `past` see: [.., _NEW, T]."""
     from webbuild.fusion import probe
 
-    got = probe.evaluate([m.value for m in masks], probe.decoder_feeds(past, _NEW))
+    keep = _kept(masks, probe.decoder_feeds(past, _NEW))
+    if isinstance(keep, str):
+        return keep
+    total = keep.shape[-1] if keep.ndim >= 2 else 0  # a graph without past inputs sees _NEW
+    if keep.shape[-2:] != (_NEW, total) or total not in (_NEW, past + _NEW):
+        return f"mask of shape {keep.shape} for {_NEW} new positions after {past}"
+    return keep
+
+
+def _kept(masks: list[Mask], feeds_for) -> np.ndarray | str:
+    """What the masks together keep, evaluated for the probe inputs `feeds_for` (fusion.probe)."""
+    from webbuild.fusion import probe
+
+    got = probe.evaluate([m.value for m in masks], feeds_for)
     if isinstance(got, str):
         return f"mask not checked ({got})"
     keep: np.ndarray | None = None
@@ -65,11 +79,32 @@ def _keep(masks: list[Mask], past: int) -> np.ndarray | str:
         else:
             k = value.astype(bool) if m.kind == "keep" else ~value.astype(bool)
         keep = k if keep is None else keep & k
-    assert keep is not None, "causal_window passes one mask or more"
-    total = keep.shape[-1] if keep.ndim >= 2 else 0  # a graph without past inputs sees _NEW
-    if keep.shape[-2:] != (_NEW, total) or total not in (_NEW, past + _NEW):
-        return f"mask of shape {keep.shape} for {_NEW} new positions after {past}"
+    assert keep is not None, "called with one mask or more"
     return keep
+
+
+def static_causal(masks: list[Mask], buffer: int) -> str | None:
+    """None when the masks over a static KV buffer of `buffer` positions (the mask input as long, ones on the
+    written slots) are what GroupQueryAttention applies over a shared buffer: each new position sees every
+    written slot up to its own and nothing after it (slots not yet written hold stale values). Else why not.
+    Probed at the buffer's start, after a few positions and at its end."""
+    from webbuild.fusion import probe
+
+    if not masks:
+        return "no mask over the static KV buffer (its stale slots would be attended)"
+    if buffer < _PAST + _NEW + 1:
+        return f"a static KV buffer of {buffer} positions, too short to check"
+    for past, n in ((0, _NEW + 1), (_PAST, _NEW), (buffer - _NEW, _NEW)):
+        keep = _kept(masks, probe.decoder_feeds(past, n, buffer))
+        if isinstance(keep, str):
+            return keep
+        if keep.ndim < 2 or keep.shape[-1] != buffer or keep.shape[-2] not in (1, n):
+            return f"mask of shape {keep.shape} for {n} new positions over a static KV buffer of {buffer}"
+        want = np.arange(buffer)[None] <= past + np.arange(n)[:, None]
+        if not (np.broadcast_to(keep, (*keep.shape[:-2], n, buffer)) == want).all():
+            return ("the mask over the static KV buffer is not the causal mask GroupQueryAttention applies "
+                    "(each new position sees the written slots up to its own)")
+    return None
 
 
 def _window(keep: np.ndarray) -> int | str | None:
@@ -104,12 +139,16 @@ def mask_input(graph: ir.Graph) -> ir.Value:
     return v
 
 
-def gqa_lengths(graph: ir.Graph) -> tuple[ir.Value, ir.Value]:
-    """(seqlens_k, total_sequence_length), reusing the subgraph when an earlier layer made it."""
-    found = {o.name: o for n in graph for o in n.outputs if o.name in (_SEQLENS, _TOTAL)}
+def gqa_lengths(graph: ir.Graph, static: bool = False) -> tuple[ir.Value, ir.Value]:
+    """(seqlens_k, total_sequence_length), reusing the subgraph when an earlier layer made it. `static`: for
+    attentions over a static KV buffer, whose mask spans the buffer: the lengths from the mask's values."""
+    names = (_STATIC + "/seqlens_k", _STATIC + "/total_sequence_length") if static else (_SEQLENS, _TOTAL)
+    found = {o.name: o for n in graph for o in n.outputs if o.name in names}
     if len(found) == 2:
-        return found[_SEQLENS], found[_TOTAL]
+        return found[names[0]], found[names[1]]
     mask = mask_input(graph)
+    if static:
+        return lengths_from_values(graph, mask, _STATIC)
     one = shared_const(graph, "attn_mask/one", np.array([1], np.int64))
     nodes = [ir.node("ReduceSum", [mask, one], {"keepdims": 0}, name="attn_mask/ReduceSum")]
     nodes.append(ir.node("Sub", [nodes[-1].outputs[0], one], name="attn_mask/Sub"))
@@ -124,3 +163,22 @@ def gqa_lengths(graph: ir.Graph) -> tuple[ir.Value, ir.Value]:
     seqlens.shape, total.shape = ir.Shape(["batch_size"]), ir.Shape([])
     graph.insert_before(graph.node(0), nodes) if len(graph) else graph.extend(nodes)
     return seqlens, total
+
+
+def lengths_from_values(graph: ir.Graph, mask: ir.Value, prefix: str) -> tuple[ir.Value, ir.Value]:
+    """(seqlens_k [B] int32, total_sequence_length [] int32) from the mask's values: its ones counted (Cast
+    int32 -> ReduceSum), less one, and the largest count, as the genai builder's graph-capture form does. No
+    Shape of the mask: right for a mask spanning a static buffer, and all on the GPU (the step form's)."""
+    axis = shared_const(graph, f"{prefix}/axis1", np.array([1], np.int64))
+    one = shared_const(graph, f"{prefix}/one_i32", np.array([1], np.int32))
+    cast = ir.node("Cast", [mask], {"to": ir.DataType.INT32}, name=f"{prefix}/mask_i32")
+    count = ir.node("ReduceSum", [cast.outputs[0], axis], {"keepdims": 0}, name=f"{prefix}/count")
+    seqlens = ir.node("Sub", [count.outputs[0], one], name=f"{prefix}/seqlens_k")
+    total = ir.node("ReduceMax", [count.outputs[0]], {"keepdims": 0}, name=f"{prefix}/total_sequence_length")
+    for node, shape in ((cast, mask.shape), (count, ir.Shape(["batch_size"])), (seqlens, ir.Shape(["batch_size"])),
+                        (total, ir.Shape([]))):
+        node.outputs[0].type = ir.TensorType(ir.DataType.INT32)
+        node.outputs[0].shape = shape
+    seqlens.outputs[0].name, total.outputs[0].name = f"{prefix}/seqlens_k", f"{prefix}/total_sequence_length"
+    graph.insert_before(graph.node(0), [cast, count, seqlens, total])
+    return seqlens.outputs[0], total.outputs[0]

@@ -31,6 +31,7 @@ from webbuild.fusion import (
     rms_normalization,
     skip_layer_norm,
     skip_rms_norm,
+    static_cache,
     static_reshape,
 )
 from webbuild.fusion.rule import Step, fuse_graph
@@ -62,7 +63,8 @@ def load_source(src: Path) -> tuple[ir.Model, dict]:
 def fuse_decoder(src: Path | ir.Model, max_positions: int | None = None,
                  prune_lm_head_: bool = True, pack_qkv: bool = True,
                  qk_norm: str = "explicit", min_positions: int = 0) -> tuple[ir.Model, dict]:
-    """Fuse a decoder; returns (model, report dict with census before/after and what was not fused).
+    """Fuse a decoder; returns (model, report dict with census before/after, what was not fused, and
+    `static_kv`: the past inputs the source writes in place, a static KV cache, webbuild.fusion.static_cache).
 
     qk_norm: "explicit" keeps Qwen3's Q/K norms as SimplifiedLayerNormalization (runs everywhere);
     "gqa" moves them into GroupQueryAttention (WebGPU/CUDA only, as the genai builder's webgpu graph).
@@ -76,7 +78,8 @@ def fuse_decoder(src: Path | ir.Model, max_positions: int | None = None,
              "pack_qkv": pack_qkv, "qk_norm_in_gqa": qk_norm == "gqa", "prune_lm_head": prune_lm_head_}
     known = max_positions or cfg.get("max_position_embeddings")
     steps = decoder_steps(max(known, min_positions) if known else None)
-    return model, fuse_graph(model, steps, flags)
+    static = static_cache.buffers(model.graph)  # read before the rules rewrite the writes
+    return model, {**fuse_graph(model, steps, flags), "static_kv": static}
 
 
 def decoder_steps(max_positions: int | None) -> tuple[Step, ...]:

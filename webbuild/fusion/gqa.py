@@ -17,14 +17,17 @@ whose caches GQA cannot take (widths its rotary kernels refuse, tables not rebui
 source's) stays as the source computes it, and GQA takes Q and K rotated (do_rotary=0). Q/K/V are
 projection outputs reshaped to heads (optional Q/K RMSNorm, already fused into SimplifiedLayerNormalization,
 before or after the head transpose: Gemma3's comes after, and moves before it) and transposed to BNSH,
-K_all = Concat(past_k, K_rope) or K_rope; a static KV buffer written by ScatterND is refused. Nothing is
-read by name: the mask is dropped only once its values, evaluated for probe inputs, are the causal mask
-GQA applies itself, or a causal sliding window (local_window_size) (attention_mask.causal_window).
+K_all = Concat(past_k, K_rope) or K_rope, or a static KV buffer the new rows are written into by ScatterND
+(static_cache: GQA over a shared past/present buffer, once the write positions and the mask are proven GQA's by
+value; any other write refused). Nothing is read by name: the mask is dropped only once its values, evaluated
+for probe inputs, are the causal mask GQA applies itself, or a causal sliding window (local_window_size)
+(attention_mask.causal_window).
 The GQA node takes the projection outputs (Q/K norms stay as explicit SimplifiedLayerNormalization
 on the head axis, then a Reshape back to [B, S, heads*hd]), the past KV (BNSH), seqlens_k /
-total_sequence_length from attention_mask, and cos/sin caches in the attention's float type; its present
-outputs replace K_all / V_all (so a graph output keeps its name). Position ids, given or derived, are not
-needed: GQA counts positions from the past length.
+total_sequence_length from attention_mask (for a static buffer from the mask's values alone: the mask spans
+the buffer), and cos/sin caches in the attention's float type; its present outputs replace K_all / V_all (so a
+graph output keeps its name). Position ids, given or derived, are not needed: GQA counts positions from the
+past length.
 """
 
 from __future__ import annotations
@@ -36,8 +39,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.fusion import rope, shape_scalar
-from webbuild.fusion.attention_mask import MASKED, Mask, causal_window, gqa_lengths
+from webbuild.fusion import rope, shape_scalar, static_cache
+from webbuild.fusion.attention_mask import MASKED, Mask, causal_window, gqa_lengths, static_causal
 from webbuild.fusion.rule import Miss, Rule
 from webbuild.graph.ir import (
     MS,
@@ -92,6 +95,7 @@ class _Match:
     outer_scale: float = 1.0   # the factors between the RoPE and the scores (the rest are on Q or K before it)
     rope_kept: str | None = None  # why the RoPE stays as the source computes it (GQA then takes rotated Q, K)
     softcap: float = 0.0       # GQA's softcap: c * tanh(scores / c) before the mask (0: none)
+    static: tuple[static_cache.Write, static_cache.Write] | None = None  # K and V written into static buffers
 
 
 def rule(max_positions: int | None = None) -> Rule[_Match]:
@@ -108,11 +112,13 @@ class _Checks:
     errors: dict[tuple[int, int], float | str] = field(default_factory=dict)  # max abs error, or why unchecked
     windows: set[int] = field(default_factory=set)  # sliding windows found
     kept: list[str] = field(default_factory=list)  # why each RoPE left as the source computes it stayed
+    static: int = 0  # attentions over static KV buffers made GQA over a shared buffer
 
     def clear(self) -> None:
         self.errors.clear()
         self.windows.clear()
         self.kept.clear()
+        self.static = 0
 
     def match(self, anchor: ir.Node) -> _Match | Miss | None:
         m = match(anchor) if anchor.op_type == "Softmax" else match_standard(anchor)
@@ -125,7 +131,10 @@ class _Checks:
             self.kept.append(tables.reason)
             m = dataclasses.replace(m, rope_kept=tables.reason)
             tables = None
-        positions = tables[0].shape[0] if tables is not None else self.max_positions or DEFAULT_MAX_POSITIONS
+        positions = tables[0].shape[0] if tables is not None else self._positions(m)
+        if m.static is not None:
+            why = self._static(m, positions)
+            return Miss(why) if why else dataclasses.replace(m, caches=tables)
         window = causal_window(m.masks, positions) if m.masks else None  # none: causal by the op itself
         if isinstance(window, str):
             return Miss(window)
@@ -140,8 +149,7 @@ class _Checks:
         r = m.rope
         assert r is not None, "called for an attention with RoPE"
         width = r.dims if r.partial else m.head_dim
-        tables = rope.caches(r.cos, r.sin, width, self.max_positions or DEFAULT_MAX_POSITIONS, r.interleaved,
-                             r.half)
+        tables = rope.caches(r.cos, r.sin, width, self._positions(m), r.interleaved, r.half)
         if isinstance(tables, str):
             return Miss(tables)
         rotary = tables[0].shape[1] * 2
@@ -159,6 +167,24 @@ class _Checks:
         dtype = _float_type(m.out)
         return tables[0].astype(dtype), tables[1].astype(dtype)
 
+    def _positions(self, m: _Match) -> int:
+        """The positions GQA reaches: the model's, or a static KV buffer's declared length when longer."""
+        known = self.max_positions or DEFAULT_MAX_POSITIONS
+        return max(known, m.static[0].buffer or 0) if m.static is not None else known
+
+    def _static(self, m: _Match, positions: int) -> str | None:
+        """Why an attention over static KV buffers is not GQA's over a shared buffer: its mask, or where
+        ScatterND writes K and V (checked by value, in a buffer of its declared length or of `positions`)."""
+        assert m.static is not None, "called for an attention over static buffers"
+        buffer = m.static[0].buffer or positions
+        if m.static[1].buffer not in (None, buffer):
+            return "K and V static buffers of different lengths"
+        why = static_causal(m.masks, buffer) or next(
+            (w for w in (static_cache.check(x, m.k.count, m.head_dim, buffer) for x in m.static) if w), None)
+        if why is None:
+            self.static += 1
+        return f"a static KV cache written in place by ScatterND: {why}" if why else None
+
     def notes(self, hits: int) -> list[str]:
         checked = [f"{NAME}: cos/sin caches vs the source at the first and last 16 positions: "
                    + (f"max abs error {err:.2e}" if not isinstance(err, str) else f"not checked ({err})")
@@ -168,7 +194,10 @@ class _Checks:
                    for w in sorted(self.windows)]
         kept = [f"{NAME}: RoPE left as the source computes it, GQA given Q and K rotated (x{n}): {why}"
                 for why, n in Counter(self.kept).items()]
-        return checked + (unsized if hits and not self.max_positions else []) + windows + kept
+        static = [f"{NAME}: {self.static} over a static KV cache written by ScatterND: GroupQueryAttention on a "
+                  "shared past/present buffer (present keeps the buffer's length; lengths from the mask's values)"]
+        return checked + (unsized if hits and not self.max_positions else []) + windows + kept + \
+            (static if self.static else [])
 
 
 def match(sm: ir.Node) -> _Match | Miss:
@@ -232,13 +261,16 @@ def _assemble(anchor: ir.Node, q_rot: ir.Value | None, k_all: ir.Value | None, v
     r = rope.match(q_rot)
     if r is None and isinstance(_heads(q_rot), Miss):
         return Miss("no RoPE (rotate_half or interleaved) on Q")
-    if _static_buffer(k_all) or _static_buffer(v_all):
-        return Miss("a static KV cache written in place by ScatterND: GroupQueryAttention over a shared "
-                    "past/present buffer is not built from this form")
-    past_k, k_new = _split_past(k_all)
-    past_v, v_new = _split_past(v_all)
     if k_all is None or v_all is None:
         return Miss("K or V is an absent input")
+    writes = static_cache.match(k_all, _new_rows), static_cache.match(v_all, _new_rows)
+    if isinstance(writes[0], Miss) or isinstance(writes[1], Miss):
+        return next(w for w in writes if isinstance(w, Miss))
+    static = (writes[0], writes[1]) if writes[0] is not None and writes[1] is not None else None
+    if static is None and writes != (None, None):
+        return Miss("K and V cached differently (one written into a static buffer by ScatterND)")
+    (past_k, k_new), (past_v, v_new) = ((static[0].past, static[0].new), (static[1].past, static[1].new)) \
+        if static is not None else (_split_past(k_all), _split_past(v_all))
     rk = rope.match(k_new)
     if r is None and rk is None:  # a layer without RoPE (NoPE): Q and K straight from their projections
         q, k, v = _heads(q_rot), _heads(k_new), _heads(v_new)
@@ -258,8 +290,13 @@ def _assemble(anchor: ir.Node, q_rot: ir.Value | None, k_all: ir.Value | None, v
     m = _Match(q=q, k=k, v=v, past_k=past_k, past_v=past_v, k_all=k_all, v_all=v_all, out=out,
                scale=scale * q.factor * k.factor, head_dim=q.head_dim, rope=r, anchor=anchor, masks=masks,
                rotated=(q_rot, k_new) if r is not None and q_rot is not None and k_new is not None else None,
-               outer_scale=scale)
+               outer_scale=scale, static=static)
     return _count_heads(m) or m
+
+
+def _new_rows(v: ir.Value) -> bool:
+    """Are `v` the new K/V heads [B, kv, S, hd] (a RoPE's output, or a projection's heads)?"""
+    return rope.match(v) is not None or not isinstance(_heads(v), Miss)
 
 
 def _rope_key(r: rope.Rope) -> tuple:
@@ -555,18 +592,6 @@ def _unrepeat(v: ir.Value | None) -> ir.Value | None | Miss:
     return v
 
 
-def _static_buffer(v: ir.Value | None) -> bool:
-    """Is `v` a KV buffer with the new positions scattered into it (under layout Transposes)?"""
-    for _ in range(3):
-        n = prod(v)
-        if n is None or n.op_type not in ("Transpose", "ScatterND", "ScatterElements"):
-            return False
-        if n.op_type != "Transpose":
-            return True
-        v = n.inputs[0]
-    return False
-
-
 def _split_past(v: ir.Value | None) -> tuple[ir.Value | None, ir.Value | None]:
     cat = prod(v, "Concat")
     if cat is not None and len(cat.inputs) == 2 and attr(cat, "axis") in (2, -2):
@@ -635,7 +660,7 @@ def _gqa_input(g: ir.Graph, b: _Heads, new: list[ir.Node]) -> ir.Value:
 
 def _rewrite(g: ir.Graph, m: _Match) -> None:
     import_ms_domain(g)
-    seqlens, total = gqa_lengths(g)
+    seqlens, total = gqa_lengths(g, static=m.static is not None)
     rotary: list[ir.Value | None] = []
     if m.caches is not None:
         rotary = [shared_const(g, "cos_cache", m.caches[0]), shared_const(g, "sin_cache", m.caches[1])]

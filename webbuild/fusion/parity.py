@@ -86,6 +86,46 @@ class MergedRunner:
     prefill = step = _run
 
 
+class StaticRunner:
+    """A decoder over static KV buffers: every past input [B, kv, L, hd] of fixed length L, fed back its present
+    (the same length), attention_mask [B, L] with ones on the written slots, the new ones included; position_ids
+    when it takes them. Drives a source writing the buffers by ScatterND and the GroupQueryAttention it fuses to
+    alike. The slots not yet written start as seeded noise (`stale`): the mask must hide them."""
+
+    def __init__(self, path: Path, stale: int = 0, length: int | None = None):
+        """`length`: the buffers' length, for graphs that leave it symbolic."""
+        self.sess = _session(path)
+        inputs = {i.name: i for i in self.sess.get_inputs()}
+        self.presents = IO.present_of_past(list(inputs))
+        self.shapes = {n: inputs[n].shape for n in self.presents}
+        declared = next(iter(self.shapes.values()))[2]
+        self.length = declared if isinstance(declared, int) else length
+        if self.length is None:
+            raise ValueError(f"{path}: past inputs of symbolic length {declared}; pass length")
+        self.position_ids = "position_ids" in inputs
+        self.out_names = [o.name for o in self.sess.get_outputs()]
+        self.rng = np.random.default_rng(stale)
+        self.past: dict[str, np.ndarray] | None = None
+        self.written = 0  # slots written so far
+
+    def _run(self, embeds: np.ndarray) -> np.ndarray:
+        b, s, _ = embeds.shape
+        assert self.length is not None, "set in __init__"
+        if self.past is None:
+            self.past = {n: self.rng.standard_normal((b, kv, self.length, hd)).astype(np.float32)
+                         for n, (_, kv, _, hd) in self.shapes.items()}
+        mask = (np.arange(self.length) < self.written + s).astype(np.int64)[None].repeat(b, 0)
+        feeds = {IO.inputs_embeds: embeds, IO.attention_mask: mask, **self.past}
+        if self.position_ids:
+            feeds["position_ids"] = np.arange(self.written, self.written + s, dtype=np.int64)[None].repeat(b, 0)
+        outs = dict(zip(self.out_names, self.sess.run(None, feeds)))
+        self.past = {n: outs[present] for n, present in self.presents.items()}
+        self.written += s
+        return outs[IO.logits][:, -1]
+
+    prefill = step = _run
+
+
 def embed_table(src_dir: Path) -> np.ndarray:
     cfg = json.loads((src_dir / "config.json").read_text())
     return np.fromfile(src_dir / "embed_tokens.bin", dtype=cfg.get("embed_tokens_dtype", "float32")).reshape(

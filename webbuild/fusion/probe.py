@@ -73,8 +73,10 @@ def evaluate(targets: list[ir.Value], feeds_for) -> list[np.ndarray] | str:
     return sess.run(None, feeds)  # one feed per input, by its name
 
 
-def decoder_feeds(past: int, n: int):
-    """Probe inputs for a decoder at positions past .. past+n-1 (known interface names only)."""
+def decoder_feeds(past: int, n: int, buffer: int | None = None):
+    """Probe inputs for a decoder at positions past .. past+n-1 (known interface names only). `buffer`: the
+    static KV cache's form: every past input `buffer` positions long (zeros), the mask as long with ones on the
+    past + n positions written."""
 
     def feeds_for(v: ir.Value):
         dims = [d if isinstance(d, int) else None for d in (v.shape or [])]
@@ -84,13 +86,13 @@ def decoder_feeds(past: int, n: int):
         if name == "position_ids":
             return np.arange(past, past + n, dtype=np.int64)[None]
         if name == IO.attention_mask:
-            return np.ones((1, past + n), np.int64)
+            return (np.arange(buffer) < past + n).astype(np.int64)[None] if buffer else np.ones((1, past + n), np.int64)
         if name in (IO.inputs_embeds, "input_embeds"):
             return np.zeros((1, n, dims[-1] or 1), floats)
         if name == IO.input_ids:
             return np.zeros((1, n), np.int64)
         if IO.present_of_past([name]):
-            return np.zeros((1, dims[1] or 1, past, dims[3] or 1), floats)
+            return np.zeros((1, dims[1] or 1, buffer or past, dims[3] or 1), floats)
         if name == IO.audio_features:
             return np.zeros((1, 1, dims[-1] or 1), floats)
         if name == IO.audio_offset:

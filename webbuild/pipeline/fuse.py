@@ -157,6 +157,18 @@ def check_strict(rep: dict, setting: str, with_summary: bool) -> None:
         raise FusionIncomplete("\n".join([f"{'; '.join(failures)} ({setting}{where})", *detail]))
 
 
+def check_growing_cache(rep: dict, src: Path) -> None:
+    """A build's decoder grows its KV cache (the runtime feeds past and present of the length written so far,
+    the check stage runs the source so): a source writing a static cache in place (the run_fuse report's
+    `static_kv`) is refused in one line. `webbuild fuse` fuses that form on its own."""
+    names = rep.get("static_kv") or []
+    if names:
+        raise SourceError(f"{src}: the decoder writes a static KV cache in place by ScatterND ({names[0]}"
+                          f"{f' and {len(names) - 1} more' if len(names) > 1 else ''}); a build needs past and "
+                          "present of free length (the runtime grows them): export the decoder with a growing "
+                          "cache, or fuse this one alone with `webbuild fuse`")
+
+
 def quantize_in_place(path: Path, side: Path) -> dict:
     """The build's default quantization (webbuild.quantize with `Quantize()`, model.yaml's defaults: int4
     symmetric MatMulNBits; the embeddings an int4 GatherBlockQuantized lookup, sharing lm_head's weight when

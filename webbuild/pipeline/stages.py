@@ -51,7 +51,7 @@ def stage_fuse(ctx: BuildContext) -> None:
     cfg, model = ctx.cfg, ctx.state.model
     if model.layout.fusion_optional and not cfg.fusion.enabled:
         return
-    from webbuild.pipeline.fuse import check_strict, run_fuse
+    from webbuild.pipeline.fuse import check_growing_cache, check_strict, run_fuse
 
     out = ctx.work_dir / "fused"
     # quantize=False: the quantize stage quantizes (with model.yaml's settings), after assemble
@@ -59,6 +59,7 @@ def stage_fuse(ctx: BuildContext) -> None:
     rep = run_fuse(model.decoder_source, out, quantize=False, pack_qkv=cfg.fusion.pack_qkv,
                    prune_lm_head=cfg.fusion.prune_lm_head,
                    min_positions=chunk_positions(model.dir, chunk_policy(cfg.chunking)))
+    check_growing_cache(rep, model.decoder_source)
     ctx.report.graphs["decoder"] = _fused_graph(rep)
     model.decoder = out / "decoder.onnx"
     if "encoder" in rep:  # fused before quantization; assemble puts the mel front-end in front

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
+from webbuild.fusion.attention_mask import lengths_from_values
 from webbuild.graph.ir import dead_code_elimination, prod, shared_const
 from webbuild.site.contract import IO
 
@@ -48,7 +49,7 @@ def step_form(model: ir.Model) -> bool:
     if not gqa or mask is None or IO.input_ids not in names or logits is None:
         return False
     _drop_audio_splice(model)
-    seqlens, total = _lengths_on_gpu(graph, mask)
+    seqlens, total = lengths_from_values(graph, mask, "step")
     for node in gqa:
         node.replace_input_with(_SEQLENS, seqlens)
         node.replace_input_with(_TOTAL, total)
@@ -73,22 +74,6 @@ def _drop_audio_splice(model: ir.Model) -> None:
         graph.inputs.remove(v)
         if v.uses():  # a use other than a splice: the graph needs the audio after all
             raise ValueError(f"the decoder uses input {v.name!r} outside its audio splice")
-
-
-def _lengths_on_gpu(graph: ir.Graph, mask: ir.Value) -> tuple[ir.Value, ir.Value]:
-    """(seqlens_k [B] int32, total_sequence_length [] int32) from the mask's values."""
-    axis = shared_const(graph, "step/axis1", np.array([1], np.int64))
-    one = shared_const(graph, "step/one_i32", np.array([1], np.int32))
-    cast = ir.node("Cast", [mask], {"to": ir.DataType.INT32}, name="step/mask_i32")
-    count = ir.node("ReduceSum", [cast.outputs[0], axis], {"keepdims": 0}, name="step/count")
-    seqlens = ir.node("Sub", [count.outputs[0], one], name="step/seqlens_k")
-    total = ir.node("ReduceMax", [count.outputs[0]], {"keepdims": 0}, name="step/total_sequence_length")
-    for node, shape in ((cast, mask.shape), (count, ir.Shape(["batch_size"])), (seqlens, ir.Shape(["batch_size"])),
-                        (total, ir.Shape([]))):
-        node.outputs[0].type = ir.TensorType(ir.DataType.INT32)
-        node.outputs[0].shape = shape
-    graph.insert_before(graph.node(0), [cast, count, seqlens, total])
-    return seqlens.outputs[0], total.outputs[0]
 
 
 def _drop_last_position_slice(logits: ir.Value) -> None:

@@ -114,7 +114,9 @@ class IO:
     @classmethod
     def decoder(cls, layers: int) -> tuple[list[str], list[str]]:
         """(inputs, outputs) of the fused decoder (webbuild.fusion): inputs_embeds, attention_mask, the
-        pasts -> logits, the presents."""
+        pasts -> logits, the presents. The presents are past + new positions long; fused from a static KV cache
+        (`webbuild fuse` alone: a build refuses one) past and present are one buffer of fixed length, and the
+        mask spans it."""
         return [cls.inputs_embeds, cls.attention_mask, *cls.pasts(layers)], [cls.logits, *cls.presents(layers)]
 
     @classmethod
