@@ -1,8 +1,9 @@
 // Long audio cut into chunks the model transcribes one at a time, at pauses: the twin of
 // webbuild/reference/chunk.py, whose docstring is the policy. Its numbers come from runtime.json's
 // `chunking` (written by the build from ChunkPolicy), so the page and `webbuild transcribe` cut the same
-// audio at the same samples (tests/test_chunk.py). `Chunker` takes blocks (a microphone's frames) and cuts
-// where splitAtQuiet cuts the whole.
+// audio at the same samples (tests/test_chunk.py). `Chunker` takes blocks (a streamed file) and cuts
+// where splitAtQuiet cuts the whole. `LiveChunker` cuts live audio (the microphone) under the live parameter set
+// (runtime.json's `chunking_live`, ChunkPolicy.live()): a chunk ends as soon as a pause after speech is heard.
 
 /**
  * @typedef {{max_seconds: number, min_seconds: number, join_seconds: number, pause_seconds: number,
@@ -16,6 +17,15 @@ export const DEFAULT_CHUNKING = {
   max_seconds: 30, min_seconds: 15, join_seconds: 30, pause_seconds: 0.25, pause_ratio: 4, below_peak: 0.01,
   keep_seconds: 0.1, floor_seconds: 1, frame_seconds: 0.02, smooth_frames: 5, tie: 1e-6,
 };
+
+// ChunkPolicy.live() of a policy, for sites built before runtime.json carried `chunking_live`
+export const LIVE_MAX_SECONDS = 15;
+export const LIVE_FLOOR_SECONDS = 0.3;
+/** @param {ChunkPolicy} p @returns {ChunkPolicy} */
+export function livePolicy(p) {
+  const longest = Math.min(p.max_seconds, LIVE_MAX_SECONDS);
+  return { ...p, max_seconds: longest, min_seconds: longest / 2, join_seconds: 0, floor_seconds: Math.min(p.floor_seconds, LIVE_FLOOR_SECONDS) };
+}
 
 // The policy in samples and frames at `rate` (chunk.py Sizes).
 /** @param {ChunkPolicy} p @param {number} rate */
@@ -150,4 +160,114 @@ export class Chunker {
 export function splitAtQuiet(pcm, sampleRate, policy) {
   const chunker = new Chunker(sampleRate, policy);
   return [...chunker.feed(pcm), ...chunker.finish()].map(([start, piece]) => [start, start + piece.length]);
+}
+
+// Chunks of live 16 kHz audio, the twin of chunk.py LiveChunker (its docstring and the module's: frames judged
+// one at a time, in order, each once its neighbours have arrived; the first pause after speech ends the chunk,
+// cut in its middle; without one, the quietest stretch after min_seconds at max_seconds). `buf`: the open
+// chunk's audio; `spoke`: whether a frame of it judged so far is not quiet.
+export class LiveChunker {
+  /** @param {number} rate @param {ChunkPolicy} policy */
+  constructor(rate, policy) {
+    this.policy = policy;
+    this.rate = rate;
+    this.z = sizes(policy, rate);
+    this.buf = new Float32Array(0);
+    this.start = 0; // sample index of buf[0]
+    this.emitted = 0;
+    this.open();
+  }
+
+  // How long after the speech ends a pause's cut is decided (seconds).
+  get lagSeconds() {
+    const z = this.z;
+    return ((z.pause + z.floor + z.smooth - 1) * z.frame) / this.rate;
+  }
+
+  open() {
+    /** @type {number[]} */
+    this.energy = []; // per complete frame of buf
+    /** @type {number[]} */
+    this.smooth = []; // per frame whose smoothing has arrived
+    this.judged = 0;
+    this.spoke = false;
+    this.run = 0; // quiet frames judged since the last one that was not
+  }
+
+  // [start, chunk] for every chunk the audio so far ends.
+  /** @param {Float32Array} block @returns {Array<[number, Float32Array]>} */
+  feed(block) {
+    const buf = new Float32Array(this.buf.length + block.length);
+    buf.set(this.buf);
+    buf.set(block, this.buf.length);
+    this.buf = buf;
+    const out = [];
+    for (let cut = this.decide(); cut !== null; cut = this.decide()) out.push(this.take(cut));
+    return out;
+  }
+
+  // The rest, once the audio has ended.
+  /** @returns {Array<[number, Float32Array]>} */
+  finish() {
+    const out = [];
+    while (this.buf.length > this.z.max) out.push(this.take(this.longest()));
+    if (this.buf.length || !this.emitted) out.push(this.take(this.buf.length));
+    return out;
+  }
+
+  /** @returns {number | null} */
+  decide() {
+    const z = this.z;
+    while ((this.energy.length + 1) * z.frame <= this.buf.length) {
+      const f = this.energy.length;
+      let e = 0;
+      for (let i = f * z.frame; i < (f + 1) * z.frame; i++) e += this.buf[i] * this.buf[i];
+      this.energy.push(e);
+      if (this.energy.length >= z.smooth) {
+        const g = this.energy.length - z.smooth;
+        let sum = this.energy[g];
+        for (let j = 1; j < z.smooth; j++) sum += this.energy[g + j];
+        this.smooth.push(sum);
+      }
+      while (this.judged + z.floor < this.smooth.length) {
+        const cut = this.judge(this.judged);
+        if (cut !== null) return cut;
+      }
+      if (this.energy.length * z.frame >= z.max) return this.longest();
+    }
+    return null;
+  }
+
+  /** @param {number} f @returns {number | null} */
+  judge(f) {
+    const z = this.z, s = this.smooth, p = this.policy;
+    let lo = Infinity, hi = -Infinity;
+    for (let g = Math.max(0, f - z.floor); g <= f + z.floor; g++) {
+      lo = Math.min(lo, s[g]);
+      hi = Math.max(hi, s[g]);
+    }
+    const quiet = s[f] <= lo * p.pause_ratio || s[f] <= hi * p.below_peak;
+    this.judged++;
+    this.spoke ||= !quiet;
+    this.run = quiet ? this.run + 1 : 0;
+    if (!(this.spoke && this.run >= z.pause)) return null;
+    const first = f - this.run + 1;
+    return Math.floor(((first + f + z.smooth) / 2) * z.frame + 0.5);
+  }
+
+  longest() {
+    const z = this.z;
+    return z.min + quietest(this.buf.subarray(z.min, z.max), this.policy, z.frame, z.smooth);
+  }
+
+  /** @param {number} cut @returns {[number, Float32Array]} */
+  take(cut) {
+    const piece = this.buf.subarray(0, cut);
+    this.buf = this.buf.subarray(cut);
+    const start = this.start;
+    this.start += cut;
+    this.emitted++;
+    this.open();
+    return [start, piece];
+  }
 }
