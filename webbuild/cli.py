@@ -210,8 +210,12 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.option("--join-seconds", type=Finite(0), default=None,
               help="Sentences between pauses share a chunk up to this length; 0: every pause ends a chunk "
                    "(default: a built site's model.yaml chunking.join_seconds, else the chunk length).")
+@click.option("--live", is_flag=True,
+              help="Cut the audio as the page's live mode cuts a microphone's frames (runtime.json "
+                   "chunking_live: every pause ends a chunk as soon as it is heard); with --json each line "
+                   "lists the chunks: start and end (16 kHz samples), tokens and text, the page's final text.")
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int,
-               adapter: str | None, max_chunk_seconds: float | None, join_seconds: float | None):
+               adapter: str | None, max_chunk_seconds: float | None, join_seconds: float | None, live: bool):
     """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder of any layout (its
     files tell which) or a built site (dist/; its own graphs, reassembled from the shards).
 
@@ -229,6 +233,7 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
       webbuild transcribe examples/tiny-asr/model /tmp/heldout    # folder of .wav + .txt
       webbuild transcribe dist /tmp/heldout --variant fp16        # a built site's fp16 graphs
       webbuild transcribe dist /tmp/klatt --adapter klatt         # with the site's LoRA adapter on
+      webbuild transcribe dist joined.wav --live --json           # the page's live chunks and final texts
     """
     from webbuild.reference.mel import lead_samples
     from webbuild.reference.transcribe import load_transcriber
@@ -240,9 +245,18 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
         wav_info(path)
     runner = load_transcriber(model, variant, lead=lead_samples(lead_ms), adapter=adapter)
     runner.policy = runner.policy.override(max_chunk_seconds, join_seconds)
+    runner.live_policy = runner.live_policy.override(max_chunk_seconds)
     pairs = []
     for path in paths:
-        row: dict = {"audio": str(path), "text": runner.file_text(runner.decode_file(path, max_new_tokens))}
+        row: dict = {"audio": str(path)}
+        if live:
+            chunks = runner.decode_live(path, max_new_tokens)
+            row["text"] = runner.file_text([c.decoded for c in chunks])
+            if as_json:
+                row["chunks"] = [{"start": c.start, "end": c.end, "tokens": c.decoded.tokens,
+                                  "text": runner.text(c.decoded.tokens)} for c in chunks]
+        else:
+            row["text"] = runner.file_text(runner.decode_file(path, max_new_tokens))
         expected = path.with_suffix(".txt")
         if expected.is_file():
             row["expected"] = expected.read_text().strip()

@@ -175,7 +175,7 @@ export class LiveChunker {
     this.buf = new Float32Array(0);
     this.start = 0; // sample index of buf[0]
     this.emitted = 0;
-    this.open();
+    this.frames = { energy: [], smooth: [], judged: 0, spoke: false, run: 0 };
   }
 
   // How long after the speech ends a pause's cut is decided (seconds).
@@ -184,15 +184,13 @@ export class LiveChunker {
     return ((z.pause + z.floor + z.smooth - 1) * z.frame) / this.rate;
   }
 
+  // A new chunk begins at buf[0]: its frames are judged from the first.
   open() {
-    /** @type {number[]} */
-    this.energy = []; // per complete frame of buf
-    /** @type {number[]} */
-    this.smooth = []; // per frame whose smoothing has arrived
-    this.judged = 0;
-    this.spoke = false;
-    this.run = 0; // quiet frames judged since the last one that was not
+    /** @type {{energy: number[], smooth: number[], judged: number, spoke: boolean, run: number}} */
+    this.frames = { energy: [], smooth: [], judged: 0, spoke: false, run: 0 }; // run: quiet frames since one that was not
   }
+
+  get spoke() { return this.frames.spoke; }
 
   // [start, chunk] for every chunk the audio so far ends.
   /** @param {Float32Array} block @returns {Array<[number, Float32Array]>} */
@@ -217,41 +215,41 @@ export class LiveChunker {
 
   /** @returns {number | null} */
   decide() {
-    const z = this.z;
-    while ((this.energy.length + 1) * z.frame <= this.buf.length) {
-      const f = this.energy.length;
+    const z = this.z, fr = this.frames;
+    while ((fr.energy.length + 1) * z.frame <= this.buf.length) {
+      const f = fr.energy.length;
       let e = 0;
       for (let i = f * z.frame; i < (f + 1) * z.frame; i++) e += this.buf[i] * this.buf[i];
-      this.energy.push(e);
-      if (this.energy.length >= z.smooth) {
-        const g = this.energy.length - z.smooth;
-        let sum = this.energy[g];
-        for (let j = 1; j < z.smooth; j++) sum += this.energy[g + j];
-        this.smooth.push(sum);
+      fr.energy.push(e);
+      if (fr.energy.length >= z.smooth) {
+        const g = fr.energy.length - z.smooth;
+        let sum = fr.energy[g];
+        for (let j = 1; j < z.smooth; j++) sum += fr.energy[g + j];
+        fr.smooth.push(sum);
       }
-      while (this.judged + z.floor < this.smooth.length) {
-        const cut = this.judge(this.judged);
+      while (fr.judged + z.floor < fr.smooth.length) {
+        const cut = this.judge(fr.judged);
         if (cut !== null) return cut;
       }
-      if (this.energy.length * z.frame >= z.max) return this.longest();
+      if (fr.energy.length * z.frame >= z.max) return this.longest();
     }
     return null;
   }
 
   /** @param {number} f @returns {number | null} */
   judge(f) {
-    const z = this.z, s = this.smooth, p = this.policy;
+    const z = this.z, fr = this.frames, s = fr.smooth, p = this.policy;
     let lo = Infinity, hi = -Infinity;
     for (let g = Math.max(0, f - z.floor); g <= f + z.floor; g++) {
       lo = Math.min(lo, s[g]);
       hi = Math.max(hi, s[g]);
     }
     const quiet = s[f] <= lo * p.pause_ratio || s[f] <= hi * p.below_peak;
-    this.judged++;
-    this.spoke ||= !quiet;
-    this.run = quiet ? this.run + 1 : 0;
-    if (!(this.spoke && this.run >= z.pause)) return null;
-    const first = f - this.run + 1;
+    fr.judged++;
+    fr.spoke ||= !quiet;
+    fr.run = quiet ? fr.run + 1 : 0;
+    if (!(fr.spoke && fr.run >= z.pause)) return null;
+    const first = f - fr.run + 1;
     return Math.floor(((first + f + z.smooth) / 2) * z.frame + 0.5);
   }
 
