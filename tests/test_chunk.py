@@ -111,7 +111,7 @@ def js_live_cuts(pcm: np.ndarray, policy: ChunkPolicy) -> dict:
         const c = new LiveChunker({SR}, p), out = [];
         for (const b of blocks) out.push(...c.feed(b));
         out.push(...c.finish());
-        return out.map(([s, piece]) => [s, s + piece.length]);
+        return out.map(([s, piece, speech]) => [s, s + piece.length, speech]);
       }};
       const blocks = [];
       for (let i = 0, b = 1; i < pcm.length; i += b, b = (b * 31 + 7) % 20000 + 1) blocks.push(pcm.subarray(i, i + b));
@@ -131,19 +131,23 @@ def test_live_cuts_python_and_js_alike_and_in_every_pause_before_the_next_speech
     whatever the blocks."""
     policy = DEFAULT_POLICY.live()
     pcm, pauses = sentences(60, seed=4)
-    py = [(s, s + len(piece)) for s, piece in live_chunks((pcm[i:i + 5000] for i in range(0, len(pcm), 5000)),
-                                                           SR, policy)]
+    py = [(s, s + len(piece), speech) for s, piece, speech in
+          live_chunks((pcm[i:i + 5000] for i in range(0, len(pcm), 5000)), SR, policy)]
     js = js_live_cuts(pcm, policy)
     assert js["blocks"] == js["whole"] == [list(c) for c in py]
     assert js["live"] == policy.as_json() and js["lag"] == LiveChunker(SR, policy).lag_seconds
-    assert len(py) == len(pauses) and py[0][0] == 0 and py[-1][1] == len(pcm)
-    for (_, end), pause, following in zip(py[:-1], pauses, pauses[1:] + [len(pcm)]):
-        assert pause < end < following
+    assert py[0][0] == 0 and py[-1][1] == len(pcm) and all(a[1] == b[0] for a, b in zip(py, py[1:]))
+    speech = [(a, b) for a, b, s in py if s]
+    assert len(speech) == len(pauses)  # a chunk per sentence; the rest of each pause is a quiet chunk
+    for (start, end), pause, following in zip(speech, pauses, pauses[1:] + [len(pcm)]):
+        assert pause < end <= following
+    for (start, _), before in zip(speech[1:], pauses):  # a speech chunk starts shortly before its speech
+        assert before < start
     # each cut is decided once the audio reaches lag_seconds past the pause's start: before the next speech
     chunker, decided, fed = LiveChunker(SR, policy), [], 0
     for i in range(0, len(pcm), 160):
         fed += len(pcm[i:i + 160])
-        decided += [fed] * len(chunker.feed(pcm[i:i + 160]))
+        decided += [fed for *_, speech in chunker.feed(pcm[i:i + 160]) if speech]
     lag = int(chunker.lag_seconds * SR) + 2 * 320  # the frame grid of each chunk: within two frames
     assert all(pause < at <= pause + lag for at, pause in zip(decided, pauses)), (decided, pauses)
 
@@ -151,9 +155,9 @@ def test_live_cuts_python_and_js_alike_and_in_every_pause_before_the_next_speech
 def test_live_audio_without_pauses_is_cut_at_max():
     policy = DEFAULT_POLICY.live()
     t = np.arange(40 * SR) / SR
-    pcm = (0.5 * np.sin(t * 2300)).astype(np.float32)
-    chunks = [(s, s + len(p)) for s, p in live_chunks([pcm], SR, policy)]
-    assert all(b - a <= policy.max_seconds * SR for a, b in chunks) and chunks[-1][1] == len(pcm)
+    pcm = (0.5 * np.sin(t * 2300) * np.abs(np.sin(2 * np.pi * 1.5 * t))).astype(np.float32)  # syllables, no pause
+    chunks = [(s, s + len(p), speech) for s, p, speech in live_chunks([pcm], SR, policy)]
+    assert all(b - a <= policy.max_seconds * SR and speech for a, b, speech in chunks) and chunks[-1][1] == len(pcm)
     assert js_live_cuts(pcm, policy)["blocks"] == [list(c) for c in chunks]
 
 

@@ -30,8 +30,11 @@ side, so it is heard sooner. A live chunk ends as soon as the audio so far shows
 waiting for the speech after it: frames are judged one at a time, in order, each once the frames its judgement
 reads (`floor_seconds` and the smoothing ahead) have arrived; the first run of `pause_seconds` of quiet frames
 after a frame that is not quiet ends the chunk, cut in the middle of that run (the rest of the pause starts the
-next chunk). Without such a pause the chunk is cut at `max_seconds`, in the quietest stretch after
-`min_seconds` (as above). Each decision reads only the audio before the frame that makes it, so a stream cuts
+next chunk). A chunk's leading quiet is cut off as a chunk of its own, without speech (not transcribed), once
+the first frame that is not quiet shows where the speech starts: `keep_seconds` before it as above, where that
+leaves at least `keep_seconds` + smooth_frames frames (a model hears a little background, not a long pause,
+before the speech). Without a pause the chunk is cut at `max_seconds`, in the quietest stretch after
+`min_seconds` (as above); the chunk that the end of the audio closes counts as speech. Each decision reads only the audio before the frame that makes it, so a stream cuts
 at the same samples however it is split into blocks; a cut is decided `pause_seconds` + `floor_seconds` +
 (smooth_frames - 1) frames after the speech ends (LiveChunker.lag_seconds).
 """
@@ -236,8 +239,9 @@ def chunks_of(blocks: Iterable[np.ndarray], rate: int, policy: ChunkPolicy = DEF
 
 class LiveChunker:
     """Chunks of live 16 kHz audio under a live policy (ChunkPolicy.live(); the module's docstring): `feed(block)`
-    returns (start sample, chunk) for every chunk the audio so far ends, `finish()` the rest (the person
-    stopped). `buf` is the open chunk's audio; `spoke`: whether a frame of it judged so far is not quiet."""
+    returns (start sample, chunk, speech) for every chunk the audio so far ends, `finish()` the rest (the person
+    stopped); a chunk without speech is not transcribed. `buf` is the open chunk's audio; `spoke`: whether a frame
+    of it judged so far is not quiet."""
 
     def __init__(self, rate: int, policy: ChunkPolicy):
         self.policy, self.z = policy, Sizes.of(policy, rate)
@@ -262,23 +266,24 @@ class LiveChunker:
         self.spoke = False
         self.run = 0  # quiet frames judged since the last one that was not
 
-    def feed(self, block: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    def feed(self, block: np.ndarray) -> list[tuple[int, np.ndarray, bool]]:
         self.buf = np.concatenate([self.buf, np.asarray(block, np.float32)])
         out = []
         while (cut := self._decide()) is not None:
-            out.append(self._take(cut))
+            out.append(self._take(*cut))
         return out
 
-    def finish(self) -> list[tuple[int, np.ndarray]]:
+    def finish(self) -> list[tuple[int, np.ndarray, bool]]:
         out = []
         while len(self.buf) > self.z.max:
-            out.append(self._take(self._longest()))
+            out.append(self._take(self._longest(), self.spoke))
         if len(self.buf) or not self.emitted:
-            out.append(self._take(len(self.buf)))
+            out.append(self._take(len(self.buf), True))
         return out
 
-    def _decide(self) -> int | None:
-        """The open chunk's cut, once the audio so far decides it (frame by frame, in order); None: not yet."""
+    def _decide(self) -> tuple[int, bool] | None:
+        """The open chunk's cut and whether it holds speech, once the audio so far decides it (frame by frame, in
+        order); None: not yet."""
         z = self.z
         while (len(self.energy) + 1) * z.frame <= len(self.buf):
             f = len(self.energy)
@@ -291,37 +296,41 @@ class LiveChunker:
                 if (cut := self._judge(self.judged)) is not None:
                     return cut
             if len(self.energy) * z.frame >= z.max:
-                return self._longest()
+                return self._longest(), self.spoke
         return None
 
-    def _judge(self, f: int) -> int | None:
-        """Judges frame f (its neighbours have arrived); the cut when it completes a pause after speech."""
+    def _judge(self, f: int) -> tuple[int, bool] | None:
+        """Judges frame f (its neighbours have arrived); the cut when it completes a pause after speech, or ends
+        a long leading quiet."""
         z, s = self.z, self.smooth
         near = s[max(0, f - z.floor):f + z.floor + 1]
         quiet = s[f] <= min(near) * self.policy.pause_ratio or s[f] <= max(near) * self.policy.below_peak
         self.judged += 1
+        if not quiet and not self.spoke and (lead := (f - 1 + z.smooth) * z.frame - z.keep) >= z.keep + z.smooth * z.frame:
+            return lead, False
         self.spoke |= not quiet
         self.run = self.run + 1 if quiet else 0
         if not (self.spoke and self.run >= z.pause):
             return None
         first = f - self.run + 1
-        return int(np.floor((first + f + z.smooth) / 2 * z.frame + 0.5))
+        return int(np.floor((first + f + z.smooth) / 2 * z.frame + 0.5)), True
 
     def _longest(self) -> int:
         """The cut of a chunk that reached max_seconds without a pause: its quietest stretch after min_seconds."""
         z = self.z
         return z.min + quietest(self.buf[z.min:z.max], self.policy, z.frame, z.smooth)
 
-    def _take(self, cut: int) -> tuple[int, np.ndarray]:
+    def _take(self, cut: int, speech: bool) -> tuple[int, np.ndarray, bool]:
         piece, self.buf = self.buf[:cut], self.buf[cut:]
         start, self.start = self.start, self.start + cut
         self.emitted += 1
         self._open()
-        return start, piece
+        return start, piece, speech
 
 
-def live_chunks(blocks: Iterable[np.ndarray], rate: int, policy: ChunkPolicy) -> Iterator[tuple[int, np.ndarray]]:
-    """(start sample, chunk) of a live stream of blocks, as the page's live mode cuts it."""
+def live_chunks(blocks: Iterable[np.ndarray], rate: int, policy: ChunkPolicy
+                ) -> Iterator[tuple[int, np.ndarray, bool]]:
+    """(start sample, chunk, speech) of a live stream of blocks, as the page's live mode cuts it."""
     chunker = LiveChunker(rate, policy)
     for block in blocks:
         yield from chunker.feed(block)

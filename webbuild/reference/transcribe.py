@@ -290,9 +290,10 @@ class Transcriber:
 
     def decode_live(self, path: Path, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[LiveChunk]:
         """Each chunk of a WAV file as the page's live mode cuts it when fed the file's frames (the live
-        policy, chunk.py LiveChunker), with its final decoding: the page's finalized text, chunk by chunk."""
-        return [LiveChunk(start, start + len(chunk), self.decode(chunk, max_new_tokens))
-                for start, chunk in live_chunks(stream_wav(path), SAMPLE_RATE, self.live_policy)]
+        policy, chunk.py LiveChunker), with its final decoding: the page's finalized text, chunk by chunk (a chunk
+        without speech is not transcribed, as in the page)."""
+        return [LiveChunk(start, start + len(chunk), self.decode(chunk, max_new_tokens) if speech else Decoded([], []))
+                for start, chunk, speech in live_chunks(stream_wav(path), SAMPLE_RATE, self.live_policy)]
 
     def file_text(self, chunks: list[Decoded]) -> str:
         """The chunks' texts joined as the page joins them (the empty ones left out)."""

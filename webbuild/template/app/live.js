@@ -29,6 +29,7 @@ export class MicFrames {
       await ctx.audioWorklet.addModule(new URL('./capture-worklet.js', import.meta.url));
       const node = new AudioWorkletNode(ctx, 'webbuild-capture');
       node.port.onmessage = (/** @type {MessageEvent<Float32Array>} */ { data }) => {
+        if (!this.stream) return; // stopped: frames still in flight are not part of the recording
         if (this.keep) this.kept.push(data.slice());
         onFrames(data, wallClock());
       };

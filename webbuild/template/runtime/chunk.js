@@ -192,28 +192,28 @@ export class LiveChunker {
 
   get spoke() { return this.frames.spoke; }
 
-  // [start, chunk] for every chunk the audio so far ends.
-  /** @param {Float32Array} block @returns {Array<[number, Float32Array]>} */
+  // [start, chunk, speech] for every chunk the audio so far ends (one without speech is not transcribed).
+  /** @param {Float32Array} block @returns {Array<[number, Float32Array, boolean]>} */
   feed(block) {
     const buf = new Float32Array(this.buf.length + block.length);
     buf.set(this.buf);
     buf.set(block, this.buf.length);
     this.buf = buf;
     const out = [];
-    for (let cut = this.decide(); cut !== null; cut = this.decide()) out.push(this.take(cut));
+    for (let cut = this.decide(); cut !== null; cut = this.decide()) out.push(this.take(...cut));
     return out;
   }
 
   // The rest, once the audio has ended.
-  /** @returns {Array<[number, Float32Array]>} */
+  /** @returns {Array<[number, Float32Array, boolean]>} */
   finish() {
     const out = [];
-    while (this.buf.length > this.z.max) out.push(this.take(this.longest()));
-    if (this.buf.length || !this.emitted) out.push(this.take(this.buf.length));
+    while (this.buf.length > this.z.max) out.push(this.take(this.longest(), this.spoke));
+    if (this.buf.length || !this.emitted) out.push(this.take(this.buf.length, true));
     return out;
   }
 
-  /** @returns {number | null} */
+  /** @returns {[number, boolean] | null} */
   decide() {
     const z = this.z, fr = this.frames;
     while ((fr.energy.length + 1) * z.frame <= this.buf.length) {
@@ -231,12 +231,13 @@ export class LiveChunker {
         const cut = this.judge(fr.judged);
         if (cut !== null) return cut;
       }
-      if (fr.energy.length * z.frame >= z.max) return this.longest();
+      if (fr.energy.length * z.frame >= z.max) return [this.longest(), fr.spoke];
     }
     return null;
   }
 
-  /** @param {number} f @returns {number | null} */
+  // Judges frame f: the cut when it completes a pause after speech, or ends a long leading quiet.
+  /** @param {number} f @returns {[number, boolean] | null} */
   judge(f) {
     const z = this.z, fr = this.frames, s = fr.smooth, p = this.policy;
     let lo = Infinity, hi = -Infinity;
@@ -246,11 +247,13 @@ export class LiveChunker {
     }
     const quiet = s[f] <= lo * p.pause_ratio || s[f] <= hi * p.below_peak;
     fr.judged++;
+    const lead = (f - 1 + z.smooth) * z.frame - z.keep;
+    if (!quiet && !fr.spoke && lead >= z.keep + z.smooth * z.frame) return [lead, false];
     fr.spoke ||= !quiet;
     fr.run = quiet ? fr.run + 1 : 0;
     if (!(fr.spoke && fr.run >= z.pause)) return null;
     const first = f - fr.run + 1;
-    return Math.floor(((first + f + z.smooth) / 2) * z.frame + 0.5);
+    return [Math.floor(((first + f + z.smooth) / 2) * z.frame + 0.5), true];
   }
 
   longest() {
@@ -258,14 +261,14 @@ export class LiveChunker {
     return z.min + quietest(this.buf.subarray(z.min, z.max), this.policy, z.frame, z.smooth);
   }
 
-  /** @param {number} cut @returns {[number, Float32Array]} */
-  take(cut) {
+  /** @param {number} cut @param {boolean} speech @returns {[number, Float32Array, boolean]} */
+  take(cut, speech) {
     const piece = this.buf.subarray(0, cut);
     this.buf = this.buf.subarray(cut);
     const start = this.start;
     this.start += cut;
     this.emitted++;
     this.open();
-    return [start, piece];
+    return [start, piece, speech];
   }
 }

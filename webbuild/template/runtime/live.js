@@ -36,7 +36,7 @@ export class LiveSession {
     this.chunker = new LiveChunker(this.sampleRate, runtime.chunking_live ?? livePolicy(runtime.chunking ?? DEFAULT_CHUNKING));
     this.baseMs = ep === 'webgpu' ? BASE_INTERVAL_MS.webgpu : BASE_INTERVAL_MS.wasm;
     this.intervalMs = this.baseMs;
-    /** @type {{index: number, start: number, pcm: Float32Array, decidedAt: number, byPause: boolean}[]} */
+    /** @type {{index: number, start: number, pcm: Float32Array, speech: boolean, decidedAt: number, byPause: boolean}[]} */
     this.finals = []; // ended chunks waiting for their final text
     this.ended = 0; // chunks ended so far: the open chunk's index
     /** @type {Array<[number, number]>} */
@@ -80,7 +80,7 @@ export class LiveSession {
     this.heard += pcm16.length;
     this.arrivals.push([this.heard, at]);
     const ended = [...this.chunker.feed(Float32Array.from(pcm16)), ...(last ? this.chunker.finish() : [])];
-    for (const [start, pcm] of ended) this.finals.push({ index: this.ended++, start, pcm, decidedAt: at, byPause: !last });
+    for (const [start, pcm, speech] of ended) this.finals.push({ index: this.ended++, start, pcm, speech, decidedAt: at, byPause: !last });
   }
 
   // When sample n (16 kHz, from the session's start) was captured: its block's time less the samples after it.
@@ -133,15 +133,16 @@ export class LiveSession {
       audioAt: this.capturedAt(end), shownAt, computeMs: shownAt - t0, intervalMs: this.intervalMs });
   }
 
-  /** @param {{index: number, start: number, pcm: Float32Array, decidedAt: number, byPause: boolean}} f */
+  // A chunk without speech (LiveChunker: a pause's rest) is final with no text, untranscribed, as in the reference.
+  /** @param {{index: number, start: number, pcm: Float32Array, speech: boolean, decidedAt: number, byPause: boolean}} f */
   async finalize(f) {
     const t0 = wallClock();
-    const r = await this.recogniser.transcribe(f.pcm, { maxNewTokens: this.maxNewTokens });
+    const r = f.speech ? await this.recogniser.transcribe(f.pcm, { maxNewTokens: this.maxNewTokens }) : { text: '', tokens: [], margins: [] };
     const shownAt = wallClock();
     this.computeMs += shownAt - t0;
     this.emit({ chunk: f.index, final: true, text: r.text, tokens: r.tokens, margins: r.margins, start: f.start,
       end: f.start + f.pcm.length, audioAt: f.decidedAt, shownAt, computeMs: shownAt - t0, intervalMs: this.intervalMs,
-      byPause: f.byPause });
+      byPause: f.byPause && f.speech });
   }
 
   /** @param {LiveUpdate} u */
