@@ -50,6 +50,7 @@ class LiveRun:
     whether every poll's finals extended the previous poll's."""
 
     state: dict
+    variant: str | None
     captured: np.ndarray
     rate: int
     finals_kept: bool
@@ -76,7 +77,7 @@ def drive(playwright, choice, url: str, wav: Path, seconds: float, timeout_s: fl
         br.watch(page, page_log)
         br.open_page(page, f"{url}{sep}{KEEP_AUDIO}=1", timeout_s)
         if (error := page.evaluate("() => window.webbuild.error")) is not None:
-            return LiveRun({}, np.zeros(0, np.float32), SR, False, 0, error)
+            return LiveRun({}, None, np.zeros(0, np.float32), SR, False, 0, error)
         page.click(f"#{LIVE_BUTTON}")
         br.wait_for(page, "() => window.webbuild.live?.status === 'listening' || window.webbuild.error", 30)
         kept, polls, shown = True, 0, []
@@ -91,7 +92,8 @@ def drive(playwright, choice, url: str, wav: Path, seconds: float, timeout_s: fl
         state = page.evaluate("() => window.webbuild")
         kept &= state["live"]["finals"][:len(shown)] == shown
         audio = np.frombuffer(base64.b64decode(page.evaluate("() => window.webbuildLiveAudio()")), np.float32)
-        return LiveRun(state["live"], audio, int(state["live"]["rate"]), kept, polls, state["error"])
+        return LiveRun(state["live"], state["info"]["variant"], audio, int(state["live"]["rate"]), kept, polls,
+                       state["error"])
     finally:
         browser.close()
 
@@ -154,7 +156,7 @@ def summary(values: list[float]) -> dict | None:
 def measure(playwright, choice, url: str, clips: list[Path], timeout_s: float, page_log: dict | None = None,
             reference=None) -> dict:
     """The live check's measurements (the module's docstring): per clip, the page's metrics, and with a
-    `reference` (a Transcriber of the site) its chunks and tokens on the page's capture."""
+    `reference` (variant -> a Transcriber of the site, or None) its chunks and tokens on the page's capture."""
     with tempfile.TemporaryDirectory(prefix="webbuild-live-") as tmp:
         wav, played, spans = make_audio(clips, Path(tmp))
         run = drive(playwright, choice, url, wav, len(played) / SR, timeout_s, page_log)
@@ -162,7 +164,8 @@ def measure(playwright, choice, url: str, clips: list[Path], timeout_s: float, p
             return {"error": run.error or "the page has no live state"}
         captured = capture_wav(run, Path(tmp))
         rows = clip_delays(run, played, spans, read_wav(captured))
-        ref = reference.decode_live(captured) if reference is not None else None
+        transcriber = reference(run.variant) if reference is not None else None
+        ref = transcriber.decode_live(captured) if transcriber is not None else None
     finals = [u for u in run.state["updates"] if u["final"]]
     delays = [r["word_delay_ms"] for r in rows if r["word_delay_ms"] is not None]
     return {
@@ -176,3 +179,29 @@ def measure(playwright, choice, url: str, clips: list[Path], timeout_s: float, p
         "word_delay_ms": summary(delays),
         "pause_to_final_ms": (run.state["metrics"] or {}).get("pause_to_final_ms"),
     }
+
+
+def judge(result: dict) -> list[tuple[str, bool, str]]:
+    """The live check's verdicts: (name, ok, one-line detail), the delays in the detail."""
+    if "error" in result:
+        return [("live: the page transcribes from the microphone", False, result["error"])]
+    page, ref, rows, m = result["page"], result["reference"], result["clips"], result["metrics"]
+    late = [r["clip"] for r in rows if not r["partial_before_end"]]
+    out = [("live: the page transcribes from the microphone", bool(page["chunks"]),
+            f"{len(page['chunks'])} chunks of {m['audio_ms'] / 1000:.1f} s at {result['rate']} Hz"),
+           ("live: partial text shown before each clip ends", not late,
+            f"{len(rows) - len(late)}/{len(rows)} clips" + (f"; not clip {late}" if late else "")),
+           ("live: final texts never change", result["finals_kept"], f"{result['polls']} polls of the page")]
+    if ref is not None:
+        differ = [i for i, (a, b) in enumerate(zip(page["tokens"], ref["tokens"])) if a != b]
+        same_cuts = page["chunks"] == ref["chunks"]
+        out.append(("live: final texts equal the Python reference's (transcribe --live on the page's capture)",
+                    same_cuts and not differ, f"cuts {'equal' if same_cuts else 'differ'}; tokens differ in chunks "
+                                              f"{differ}" if differ or not same_cuts else
+                    f"{len(page['chunks'])} chunks, token for token"))
+    fmt = lambda s: "n/a" if not s else f"mean {s['mean']:.0f} ms, max {s['max']:.0f} ms"  # noqa: E731
+    out.append(("live: delays measured", result["word_delay_ms"] is not None,
+                f"word end to first shown {fmt(result['word_delay_ms'])}; pause to final text "
+                f"{fmt(result['pause_to_final_ms'])} (+{m['pause_lag_ms']:.0f} ms to hear the pause); partial lag "
+                f"{fmt(m['partial_lag_ms'])}; update every {m['interval_ms']:.0f} ms; RTF {m['rtf']:.3f}"))
+    return out
