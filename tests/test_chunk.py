@@ -139,7 +139,7 @@ def test_live_cuts_python_and_js_alike_and_in_every_pause_before_the_next_speech
     assert py[0][0] == 0 and py[-1][1] == len(pcm) and all(a[1] == b[0] for a, b in zip(py, py[1:]))
     speech = [(a, b) for a, b, s in py if s]
     assert len(speech) == len(pauses)  # a chunk per sentence; the rest of each pause is a quiet chunk
-    for (start, end), pause, following in zip(speech, pauses, pauses[1:] + [len(pcm)]):
+    for (_, end), pause, following in zip(speech, pauses, pauses[1:] + [len(pcm)]):
         assert pause < end <= following
     for (start, _), before in zip(speech[1:], pauses):  # a speech chunk starts shortly before its speech
         assert before < start
@@ -168,7 +168,8 @@ def test_policy_overrides_keep_join_within_max():
     assert ChunkPolicy.of({"chunking": p.as_json()}) == p
     live = p.live()
     assert (live.join_seconds, live.max_seconds, live.floor_seconds) == (0, 10, 0.3)
-    assert ChunkPolicy.of_live({"chunking": p.as_json()}) == live == ChunkPolicy.of_live({"chunking_live": live.as_json()})
+    assert ChunkPolicy.of_live({"chunking": p.as_json()}) == live
+    assert ChunkPolicy.of_live({"chunking_live": live.as_json()}) == live
 
 
 def test_a_decoder_whose_rope_caches_a_chunk_outruns_is_refused(tmp_path):

@@ -34,8 +34,9 @@ next chunk). A chunk's leading quiet is cut off as a chunk of its own, without s
 the first frame that is not quiet shows where the speech starts: `keep_seconds` before it as above, where that
 leaves at least `keep_seconds` + smooth_frames frames (a model hears a little background, not a long pause,
 before the speech). Without a pause the chunk is cut at `max_seconds`, in the quietest stretch after
-`min_seconds` (as above); the chunk that the end of the audio closes counts as speech. Each decision reads only the audio before the frame that makes it, so a stream cuts
-at the same samples however it is split into blocks; a cut is decided `pause_seconds` + `floor_seconds` +
+`min_seconds` (as above); the chunk that the end of the audio closes counts as speech. Each decision reads
+only the audio before the frame that makes it, so a stream cuts at the same samples however it is split into
+blocks; a cut is decided `pause_seconds` + `floor_seconds` +
 (smooth_frames - 1) frames after the speech ends (LiveChunker.lag_seconds).
 """
 
@@ -45,7 +46,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
-
 
 LIVE_MAX_SECONDS = 15.0
 LIVE_FLOOR_SECONDS = 0.3
@@ -306,7 +306,8 @@ class LiveChunker:
         near = s[max(0, f - z.floor):f + z.floor + 1]
         quiet = s[f] <= min(near) * self.policy.pause_ratio or s[f] <= max(near) * self.policy.below_peak
         self.judged += 1
-        if not quiet and not self.spoke and (lead := (f - 1 + z.smooth) * z.frame - z.keep) >= z.keep + z.smooth * z.frame:
+        lead = (f - 1 + z.smooth) * z.frame - z.keep  # where a leading quiet ends
+        if not quiet and not self.spoke and lead >= z.keep + z.smooth * z.frame:
             return lead, False
         self.spoke |= not quiet
         self.run = self.run + 1 if quiet else 0

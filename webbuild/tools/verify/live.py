@@ -80,7 +80,7 @@ def drive(playwright, choice, url: str, wav: Path, seconds: float, timeout_s: fl
             return LiveRun({}, None, np.zeros(0, np.float32), SR, False, 0, error)
         page.click(f"#{LIVE_BUTTON}")
         br.wait_for(page, "() => window.webbuild.live?.status === 'listening' || window.webbuild.error", 30)
-        kept, polls, shown = True, 0, []
+        kept, polls, shown = True, 0, list[str]()
         end = time.monotonic() + seconds + TAIL_SECONDS
         while time.monotonic() < end:
             finals = page.evaluate("() => window.webbuild.live?.finals ?? []")

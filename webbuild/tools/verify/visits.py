@@ -183,8 +183,8 @@ class Reference:
         return self.loaded[variant, lora]
 
     def transcribe(self, clip: Clip, variant: str, lora: str | None = None) -> Expected | None:
-        t = self.transcriber(variant, lora) if clip.local is not None else None
-        if t is None:
+        t = self.transcriber(variant, lora)
+        if t is None or clip.local is None:
             return None
         chunks = t.decode_file(clip.local)  # cut into chunks as the page cuts them
         return Expected(t.file_text(chunks), [x for c in chunks for x in c.tokens],
