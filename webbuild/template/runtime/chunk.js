@@ -113,6 +113,15 @@ function nextCut(buf, final, p, z) {
   return z.min + quietest(buf.subarray(z.min, z.max), p, z.frame, z.smooth);
 }
 
+// a then b, in a new array
+/** @param {Float32Array} a @param {Float32Array} b */
+function joined(a, b) {
+  const out = new Float32Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
 export class Chunker {
   /** @param {number} rate @param {ChunkPolicy} policy */
   constructor(rate, policy) {
@@ -126,10 +135,7 @@ export class Chunker {
   // [start, chunk] for every chunk the audio so far decides.
   /** @param {Float32Array} block @returns {Array<[number, Float32Array]>} */
   feed(block) {
-    const buf = new Float32Array(this.buf.length + block.length);
-    buf.set(this.buf);
-    buf.set(block, this.buf.length);
-    this.buf = buf;
+    this.buf = joined(this.buf, block);
     const out = [];
     while (this.buf.length >= this.z.look) out.push(this.take(nextCut(this.buf, false, this.policy, this.z)));
     return out;
@@ -195,10 +201,7 @@ export class LiveChunker {
   // [start, chunk, speech] for every chunk the audio so far ends (one without speech is not transcribed).
   /** @param {Float32Array} block @returns {Array<[number, Float32Array, boolean]>} */
   feed(block) {
-    const buf = new Float32Array(this.buf.length + block.length);
-    buf.set(this.buf);
-    buf.set(block, this.buf.length);
-    this.buf = buf;
+    this.buf = joined(this.buf, block);
     const out = [];
     for (let cut = this.decide(); cut !== null; cut = this.decide()) out.push(this.take(...cut));
     return out;
