@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from webbuild.pipeline.render import TEMPLATE_DIR
-from webbuild.reference.chunk import DEFAULT_POLICY, Chunker, ChunkPolicy, split_at_quiet
+from webbuild.reference.chunk import DEFAULT_POLICY, Chunker, ChunkPolicy, LiveChunker, live_chunks, split_at_quiet
 
 pytestmark = pytest.mark.skipif(not shutil.which("node"), reason="no node")
 SR = 16000
@@ -101,11 +101,75 @@ def test_audio_without_pauses_is_cut_at_its_quietest_within_max():
     assert split_at_quiet(pcm[:SR], SR) == [(0, SR)]
 
 
+def js_live_cuts(pcm: np.ndarray, policy: ChunkPolicy) -> dict:
+    """runtime/chunk.js LiveChunker's cuts of `pcm` fed in blocks of 1-20000 samples, and in one block."""
+    script = f"""
+      import {{ LiveChunker, livePolicy }} from './runtime/chunk.js';
+      const pcm = Float32Array.from({json.dumps(pcm.tolist())});
+      const p = {json.dumps(policy.as_json())};
+      const cuts = (blocks) => {{
+        const c = new LiveChunker({SR}, p), out = [];
+        for (const b of blocks) out.push(...c.feed(b));
+        out.push(...c.finish());
+        return out.map(([s, piece, speech]) => [s, s + piece.length, speech]);
+      }};
+      const blocks = [];
+      for (let i = 0, b = 1; i < pcm.length; i += b, b = (b * 31 + 7) % 20000 + 1) blocks.push(pcm.subarray(i, i + b));
+      const lag = new LiveChunker({SR}, p).lagSeconds;
+      console.log(JSON.stringify({{ blocks: cuts(blocks), whole: cuts([pcm]), lag,
+        live: livePolicy({json.dumps(DEFAULT_POLICY.as_json())}) }}));
+    """
+    run = subprocess.run(["node", "--input-type=module"], input=script, cwd=TEMPLATE_DIR, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def test_live_cuts_python_and_js_alike_and_in_every_pause_before_the_next_speech():
+    """The live policy: every pause after speech ends a chunk, cut in the pause, decided from the audio up to
+    lag_seconds after the speech ended (before the next speech begins); Python and JS cut at the same samples
+    whatever the blocks."""
+    policy = DEFAULT_POLICY.live()
+    pcm, pauses = sentences(60, seed=4)
+    py = [(s, s + len(piece), speech) for s, piece, speech in
+          live_chunks((pcm[i:i + 5000] for i in range(0, len(pcm), 5000)), SR, policy)]
+    js = js_live_cuts(pcm, policy)
+    assert js["blocks"] == js["whole"] == [list(c) for c in py]
+    assert js["live"] == policy.as_json() and js["lag"] == LiveChunker(SR, policy).lag_seconds
+    assert py[0][0] == 0 and py[-1][1] == len(pcm) and all(a[1] == b[0] for a, b in zip(py, py[1:]))
+    speech = [(a, b) for a, b, s in py if s]
+    assert len(speech) == len(pauses)  # a chunk per sentence; the rest of each pause is a quiet chunk
+    for (_, end), pause, following in zip(speech, pauses, pauses[1:] + [len(pcm)]):
+        assert pause < end <= following
+    for (start, _), before in zip(speech[1:], pauses):  # a speech chunk starts shortly before its speech
+        assert before < start
+    # each cut is decided once the audio reaches lag_seconds past the pause's start: before the next speech
+    chunker, decided, fed = LiveChunker(SR, policy), [], 0
+    for i in range(0, len(pcm), 160):
+        fed += len(pcm[i:i + 160])
+        decided += [fed for *_, speech in chunker.feed(pcm[i:i + 160]) if speech]
+    lag = int(chunker.lag_seconds * SR) + 2 * 320  # the frame grid of each chunk: within two frames
+    assert all(pause < at <= pause + lag for at, pause in zip(decided, pauses)), (decided, pauses)
+
+
+def test_live_audio_without_pauses_is_cut_at_max():
+    policy = DEFAULT_POLICY.live()
+    t = np.arange(40 * SR) / SR
+    pcm = (0.5 * np.sin(t * 2300) * np.abs(np.sin(2 * np.pi * 1.5 * t))).astype(np.float32)  # syllables, no pause
+    chunks = [(s, s + len(p), speech) for s, p, speech in live_chunks([pcm], SR, policy)]
+    assert all(b - a <= policy.max_seconds * SR and speech for a, b, speech in chunks) and chunks[-1][1] == len(pcm)
+    assert js_live_cuts(pcm, policy)["blocks"] == [list(c) for c in chunks]
+
+
 def test_policy_overrides_keep_join_within_max():
     p = DEFAULT_POLICY.override(10)
     assert (p.max_seconds, p.min_seconds, p.join_seconds) == (10, 5, 10)
     assert DEFAULT_POLICY.override(None, 0).join_seconds == 0 and DEFAULT_POLICY.override(8, 12).join_seconds == 8
     assert ChunkPolicy.of({"chunking": p.as_json()}) == p
+    live = p.live()
+    assert (live.join_seconds, live.max_seconds, live.floor_seconds) == (0, 10, 0.3)
+    assert ChunkPolicy.of_live({"chunking": p.as_json()}) == live
+    assert ChunkPolicy.of_live({"chunking_live": live.as_json()}) == live
 
 
 def test_a_decoder_whose_rope_caches_a_chunk_outruns_is_refused(tmp_path):

@@ -103,14 +103,28 @@ def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
 
 def test_js_contract_names_equal_the_python_ones():
     from webbuild.pipeline.render import TEMPLATE_DIR
-    from webbuild.site.contract import LORA_PICKER, RUNTIME_FILE, SAMPLES_FILE
+    from webbuild.site.contract import (
+        KEEP_AUDIO,
+        LIVE_BUTTON,
+        LIVE_FROM_WORKER,
+        LIVE_TO_WORKER,
+        LORA_PICKER,
+        RUNTIME_FILE,
+        SAMPLES_FILE,
+    )
 
     r = node("""
-      import { LORA_PICKER, RUNTIME_FILE, SAMPLES_FILE } from './runtime/contract.js';
-      console.log(JSON.stringify({ LORA_PICKER, RUNTIME_FILE, SAMPLES_FILE }));
+      import { FROM_WORKER, KEEP_AUDIO, LIVE_BUTTON, LORA_PICKER, RUNTIME_FILE, SAMPLES_FILE, TO_WORKER }
+        from './runtime/contract.js';
+      console.log(JSON.stringify({ LORA_PICKER, RUNTIME_FILE, SAMPLES_FILE, LIVE_BUTTON, KEEP_AUDIO,
+        TO_WORKER, FROM_WORKER }));
     """)
-    assert r == {"LORA_PICKER": LORA_PICKER, "RUNTIME_FILE": RUNTIME_FILE, "SAMPLES_FILE": SAMPLES_FILE}
-    assert f'<select id="{LORA_PICKER}"' in (TEMPLATE_DIR / "index.html.j2").read_text()
+    names = {"LORA_PICKER": LORA_PICKER, "RUNTIME_FILE": RUNTIME_FILE, "SAMPLES_FILE": SAMPLES_FILE,
+             "LIVE_BUTTON": LIVE_BUTTON, "KEEP_AUDIO": KEEP_AUDIO}
+    assert {k: r[k] for k in names} == names
+    assert LIVE_TO_WORKER.items() <= r["TO_WORKER"].items() and LIVE_FROM_WORKER.items() <= r["FROM_WORKER"].items()
+    page = (TEMPLATE_DIR / "index.html.j2").read_text()
+    assert f'<select id="{LORA_PICKER}"' in page and f'<button type="button" id="{LIVE_BUTTON}"' in page
 
 
 def test_variant_files_by_graph_through_the_role_table():

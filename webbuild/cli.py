@@ -210,8 +210,12 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.option("--join-seconds", type=Finite(0), default=None,
               help="Sentences between pauses share a chunk up to this length; 0: every pause ends a chunk "
                    "(default: a built site's model.yaml chunking.join_seconds, else the chunk length).")
+@click.option("--live", is_flag=True,
+              help="Cut the audio as the page's live mode cuts a microphone's frames (runtime.json "
+                   "chunking_live: every pause ends a chunk as soon as it is heard); with --json each line "
+                   "lists the chunks: start and end (16 kHz samples), tokens and text, the page's final text.")
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int,
-               adapter: str | None, max_chunk_seconds: float | None, join_seconds: float | None):
+               adapter: str | None, max_chunk_seconds: float | None, join_seconds: float | None, live: bool):
     """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder of any layout (its
     files tell which) or a built site (dist/; its own graphs, reassembled from the shards).
 
@@ -229,6 +233,7 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
       webbuild transcribe examples/tiny-asr/model /tmp/heldout    # folder of .wav + .txt
       webbuild transcribe dist /tmp/heldout --variant fp16        # a built site's fp16 graphs
       webbuild transcribe dist /tmp/klatt --adapter klatt         # with the site's LoRA adapter on
+      webbuild transcribe dist joined.wav --live --json           # the page's live chunks and final texts
     """
     from webbuild.reference.mel import lead_samples
     from webbuild.reference.transcribe import load_transcriber
@@ -240,9 +245,18 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
         wav_info(path)
     runner = load_transcriber(model, variant, lead=lead_samples(lead_ms), adapter=adapter)
     runner.policy = runner.policy.override(max_chunk_seconds, join_seconds)
+    runner.live_policy = runner.live_policy.override(max_chunk_seconds)
     pairs = []
     for path in paths:
-        row: dict = {"audio": str(path), "text": runner.file_text(runner.decode_file(path, max_new_tokens))}
+        row: dict = {"audio": str(path)}
+        if live:
+            chunks = runner.decode_live(path, max_new_tokens)
+            row["text"] = runner.file_text([c.decoded for c in chunks])
+            if as_json:
+                row["chunks"] = [{"start": c.start, "end": c.end, "tokens": c.decoded.tokens,
+                                  "text": runner.text(c.decoded.tokens)} for c in chunks]
+        else:
+            row["text"] = runner.file_text(runner.decode_file(path, max_new_tokens))
         expected = path.with_suffix(".txt")
         if expected.is_file():
             row["expected"] = expected.read_text().strip()
@@ -395,9 +409,13 @@ class ClipsEp(click.ParamType):
                    "verify.min_decode_tokens_per_s for the providers it names.")
 @click.option("--timeout", type=Finite(0, min_open=True), default=600, show_default=True,
               help="Seconds per load or clip.")
+@click.option("--live", type=click.Choice(["on", "off", "only"]), default="on", show_default=True,
+              help="The live check: the samples joined with pauses played into the page's Live transcription "
+                   "through Chromium's fake microphone, in real time; its delays in the report (`live`) and its "
+                   "checks' lines. only: that check alone (measures a site's live delays).")
 def verify(target: str, clips: Path | None, report: Path | None, junit: Path | None, browser: str | None, ep: str,
            clips_eps: tuple, clips_max_wer: float | None, clips_max_clip_wer: float | None,
-           floors: tuple[tuple[str | None, float], ...], timeout: float):
+           floors: tuple[tuple[str | None, float], ...], timeout: float, live: str):
     """Check in a real browser that a built site (folder or URL) transcribes correctly and fast.
 
     Transcribes every sample of the site (and --clips) and compares with the expected text
@@ -409,7 +427,11 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
     site falls back to wasm without WebGPU, that no request leaves the origin and that the console
     shows no errors, and, where model.yaml's verify.min_decode_tokens_per_s or
     --min-decode-tokens-per-s sets a floor for a provider, that the clips decoded on it reach that
-    many tokens/s (measured on this machine: set floors for the one that runs verify). Exit code 1
+    many tokens/s (measured on this machine: set floors for the one that runs verify). The live check
+    plays the samples, joined with pauses, into the page's Live transcription (Chromium's fake
+    microphone): partial text before each clip ends, finals that never change and, for a folder,
+    equal to `webbuild transcribe --live` on the page's capture; its delays (a word's end to its first
+    appearance, a pause to the final text) in the report. Exit code 1
     when anything fails, with a FAIL line (its one-line reason) per failed clip and check; --junit
     writes the same as JUnit XML for a CI's test view.
 
@@ -419,6 +441,7 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
       webbuild verify dist --clips heldout/ --clips-ep wasm --clips-ep webgpu:5
       webbuild verify dist --ep wasm --min-decode-tokens-per-s wasm=50
       webbuild verify https://user.github.io/my-asr/ --browser chrome
+      webbuild verify dist --live only --ep webgpu --json live.json   # the live delays alone
     """
     from webbuild.tools.verify.report import failures, per_rate, table, under_margin, verdict, write_json, write_junit
     from webbuild.tools.verify.visits import Options
@@ -426,7 +449,7 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
 
     overrides = {name: floor for provider, floor in floors for name in ([provider] if provider else PROVIDERS)}
     opts = Options(target, clips, browser, None if ep == "auto" else ep, clips_eps, clips_max_wer,
-                   clips_max_clip_wer, timeout, min_decode_tokens_per_s=overrides)
+                   clips_max_clip_wer, timeout, min_decode_tokens_per_s=overrides, live=live)
     result = run_verify(opts)
     click.echo(table(result))
     if report:

@@ -146,6 +146,7 @@ def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0, chunking: 
         "max_new_tokens": DEFAULT_MAX_NEW_TOKENS,
         "max_chunk_seconds": chunking.max_seconds,
         "chunking": chunking.as_json(),
+        "chunking_live": chunking.live().as_json(),  # the live mode's (runtime/chunk.js LiveChunker)
         "max_positions": max_positions(len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX)), chunking.max_seconds),
         "webgpu_prefill_chunk": prefill_chunk,  # 0: the whole prompt in one run
         **runtime_names(),

@@ -22,6 +22,22 @@ chunk's start to `max_seconds` + `floor_seconds` + 100 ms after it, so `Chunker`
 read in blocks, a microphone) exactly where split_at_quiet cuts the whole, holding at most that much.
 Both implementations sum energies in float64 in the same order and compare them the same way, so they
 cut at the same samples (tests/test_chunk.py).
+
+Live audio (the page's microphone, `webbuild transcribe --live`) is cut by `LiveChunker` under the policy's
+live parameter set (`ChunkPolicy.live()`, runtime.json's `chunking_live`): every pause ends a chunk (join 0),
+chunks are at most LIVE_MAX_SECONDS, and the pause is judged over `floor_seconds` = LIVE_FLOOR_SECONDS either
+side, so it is heard sooner. A live chunk ends as soon as the audio so far shows a pause after speech, without
+waiting for the speech after it: frames are judged one at a time, in order, each once the frames its judgement
+reads (`floor_seconds` and the smoothing ahead) have arrived; the first run of `pause_seconds` of quiet frames
+after a frame that is not quiet ends the chunk, cut in the middle of that run (the rest of the pause starts the
+next chunk). A chunk's leading quiet is cut off as a chunk of its own, without speech (not transcribed), once
+the first frame that is not quiet shows where the speech starts: `keep_seconds` before it as above, where that
+leaves at least `keep_seconds` + smooth_frames frames (a model hears a little background, not a long pause,
+before the speech). Without a pause the chunk is cut at `max_seconds`, in the quietest stretch after
+`min_seconds` (as above); the chunk that the end of the audio closes counts as speech. Each decision reads
+only the audio before the frame that makes it, so a stream cuts at the same samples however it is split into
+blocks; a cut is decided `pause_seconds` + `floor_seconds` +
+(smooth_frames - 1) frames after the speech ends (LiveChunker.lag_seconds).
 """
 
 from __future__ import annotations
@@ -30,6 +46,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
+
+LIVE_MAX_SECONDS = 15.0
+LIVE_FLOOR_SECONDS = 0.3
 
 
 @dataclass(frozen=True)
@@ -52,9 +71,21 @@ class ChunkPolicy:
                                                        join_seconds=min(self.join_seconds, max_seconds))
         return out if join_seconds is None else replace(out, join_seconds=min(join_seconds, out.max_seconds))
 
+    def live(self) -> ChunkPolicy:
+        """The live parameter set (the module's docstring): every pause ends a chunk, chunks of at most
+        LIVE_MAX_SECONDS (partial transcripts redo the open chunk), pauses judged over LIVE_FLOOR_SECONDS."""
+        longest = min(self.max_seconds, LIVE_MAX_SECONDS)
+        return replace(self, max_seconds=longest, min_seconds=longest / 2, join_seconds=0.0,
+                       floor_seconds=min(self.floor_seconds, LIVE_FLOOR_SECONDS))
+
     def as_json(self) -> dict:
         """runtime.json's `chunking`."""
         return asdict(self)
+
+    @classmethod
+    def of_live(cls, runtime: dict | None) -> ChunkPolicy:
+        """A built site's live policy: runtime.json's `chunking_live` (older sites: their policy's live())."""
+        return cls(**runtime["chunking_live"]) if runtime and "chunking_live" in runtime else cls.of(runtime).live()
 
     @classmethod
     def of(cls, runtime: dict | None) -> ChunkPolicy:
@@ -204,3 +235,104 @@ def chunks_of(blocks: Iterable[np.ndarray], rate: int, policy: ChunkPolicy = DEF
             yield piece
     for _, piece in chunker.finish():
         yield piece
+
+
+class LiveChunker:
+    """Chunks of live 16 kHz audio under a live policy (ChunkPolicy.live(); the module's docstring): `feed(block)`
+    returns (start sample, chunk, speech) for every chunk the audio so far ends, `finish()` the rest (the person
+    stopped); a chunk without speech is not transcribed. `buf` is the open chunk's audio; `spoke`: whether a frame
+    of it judged so far is not quiet."""
+
+    def __init__(self, rate: int, policy: ChunkPolicy):
+        self.policy, self.z = policy, Sizes.of(policy, rate)
+        self.rate = rate
+        self.buf = np.zeros(0, np.float32)
+        self.start = 0  # sample index of buf[0]
+        self.emitted = 0
+        self._open()
+
+    @property
+    def lag_seconds(self) -> float:
+        """How long after the speech ends a pause's cut is decided: the pause, then what its last frame's
+        judgement reads ahead."""
+        z = self.z
+        return (z.pause + z.floor + z.smooth - 1) * z.frame / self.rate
+
+    def _open(self) -> None:
+        """A new chunk begins at buf[0]: its frames are judged from the first."""
+        self.energy: list[float] = []  # per complete frame of buf
+        self.smooth: list[float] = []  # per frame whose smoothing has arrived
+        self.judged = 0  # frames judged
+        self.spoke = False
+        self.run = 0  # quiet frames judged since the last one that was not
+
+    def feed(self, block: np.ndarray) -> list[tuple[int, np.ndarray, bool]]:
+        self.buf = np.concatenate([self.buf, np.asarray(block, np.float32)])
+        out = []
+        while (cut := self._decide()) is not None:
+            out.append(self._take(*cut))
+        return out
+
+    def finish(self) -> list[tuple[int, np.ndarray, bool]]:
+        out = []
+        while len(self.buf) > self.z.max:
+            out.append(self._take(self._longest(), self.spoke))
+        if len(self.buf) or not self.emitted:
+            out.append(self._take(len(self.buf), True))
+        return out
+
+    def _decide(self) -> tuple[int, bool] | None:
+        """The open chunk's cut and whether it holds speech, once the audio so far decides it (frame by frame, in
+        order); None: not yet."""
+        z = self.z
+        while (len(self.energy) + 1) * z.frame <= len(self.buf):
+            f = len(self.energy)
+            x = self.buf[f * z.frame:(f + 1) * z.frame].astype(np.float64)
+            self.energy.append(float(np.cumsum(x * x)[-1]))
+            if len(self.energy) >= z.smooth:
+                g = len(self.energy) - z.smooth
+                self.smooth.append(float(np.cumsum(self.energy[g:g + z.smooth])[-1]))
+            while self.judged + z.floor < len(self.smooth):
+                if (cut := self._judge(self.judged)) is not None:
+                    return cut
+            if len(self.energy) * z.frame >= z.max:
+                return self._longest(), self.spoke
+        return None
+
+    def _judge(self, f: int) -> tuple[int, bool] | None:
+        """Judges frame f (its neighbours have arrived); the cut when it completes a pause after speech, or ends
+        a long leading quiet."""
+        z, s = self.z, self.smooth
+        near = s[max(0, f - z.floor):f + z.floor + 1]
+        quiet = s[f] <= min(near) * self.policy.pause_ratio or s[f] <= max(near) * self.policy.below_peak
+        self.judged += 1
+        lead = (f - 1 + z.smooth) * z.frame - z.keep  # where a leading quiet ends
+        if not quiet and not self.spoke and lead >= z.keep + z.smooth * z.frame:
+            return lead, False
+        self.spoke |= not quiet
+        self.run = self.run + 1 if quiet else 0
+        if not (self.spoke and self.run >= z.pause):
+            return None
+        first = f - self.run + 1
+        return int(np.floor((first + f + z.smooth) / 2 * z.frame + 0.5)), True
+
+    def _longest(self) -> int:
+        """The cut of a chunk that reached max_seconds without a pause: its quietest stretch after min_seconds."""
+        z = self.z
+        return z.min + quietest(self.buf[z.min:z.max], self.policy, z.frame, z.smooth)
+
+    def _take(self, cut: int, speech: bool) -> tuple[int, np.ndarray, bool]:
+        piece, self.buf = self.buf[:cut], self.buf[cut:]
+        start, self.start = self.start, self.start + cut
+        self.emitted += 1
+        self._open()
+        return start, piece, speech
+
+
+def live_chunks(blocks: Iterable[np.ndarray], rate: int, policy: ChunkPolicy
+                ) -> Iterator[tuple[int, np.ndarray, bool]]:
+    """(start sample, chunk, speech) of a live stream of blocks, as the page's live mode cuts it."""
+    chunker = LiveChunker(rate, policy)
+    for block in blocks:
+        yield from chunker.feed(block)
+    yield from chunker.finish()

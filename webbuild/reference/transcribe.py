@@ -21,7 +21,7 @@ from webbuild.graph.load import FIX, load_onnx
 from webbuild.layouts import Decoder, Table
 from webbuild.reference import source_v2
 from webbuild.reference.audio import stream_wav
-from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy, chunks_of
+from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy, chunks_of, live_chunks
 from webbuild.reference.mel import LEAD_METADATA, SAMPLE_RATE, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
 from webbuild.reference.source_files import check_source, read_json
@@ -217,6 +217,15 @@ class Decoded:
 
 
 @dataclass
+class LiveChunk:
+    """A chunk of live audio: [start, end) in 16 kHz samples, and its final decoding."""
+
+    start: int
+    end: int
+    decoded: Decoded
+
+
+@dataclass
 class Transcriber:
     encoder: ort.InferenceSession
     decoder: SplitDecoder | V2Decoder | MergedDecoder | IdsDecoder
@@ -226,6 +235,7 @@ class Transcriber:
     io: type[IO] = IO  # the graphs' input and output names (a built site's own, load_site)
     lead: int = 0  # samples of lead log_mel puts before the audio (encoders taking mel; webbuild.reference.mel)
     policy: ChunkPolicy = DEFAULT_POLICY  # how long audio is cut (a built site's runtime.json `chunking`)
+    live_policy: ChunkPolicy = DEFAULT_POLICY.live()  # how live audio is cut (runtime.json `chunking_live`)
 
     @property
     def takes_pcm(self) -> bool:
@@ -277,6 +287,13 @@ class Transcriber:
         """Each chunk's decoding of a WAV file of any length, cut as the page cuts it (webbuild.reference.chunk),
         the file read and resampled as the chunks are decoded: memory bounded by the chunk length."""
         return [self.decode(chunk, max_new_tokens) for chunk in chunks_of(stream_wav(path), SAMPLE_RATE, self.policy)]
+
+    def decode_live(self, path: Path, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[LiveChunk]:
+        """Each chunk of a WAV file as the page's live mode cuts it when fed the file's frames (the live
+        policy, chunk.py LiveChunker), with its final decoding: the page's finalized text, chunk by chunk (a chunk
+        without speech is not transcribed, as in the page)."""
+        return [LiveChunk(start, start + len(chunk), self.decode(chunk, max_new_tokens) if speech else Decoded([], []))
+                for start, chunk, speech in live_chunks(stream_wav(path), SAMPLE_RATE, self.live_policy)]
 
     def file_text(self, chunks: list[Decoded]) -> str:
         """The chunks' texts joined as the page joins them (the empty ones left out)."""
@@ -392,4 +409,4 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None) -> 
         decoder = IdsDecoder(cpu_form(out / roles["decoder_lora"]), runtime["decoder"], weights, io=io)
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io,
-                       policy=ChunkPolicy.of(runtime))
+                       policy=ChunkPolicy.of(runtime), live_policy=ChunkPolicy.of_live(runtime))

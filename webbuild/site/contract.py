@@ -18,6 +18,13 @@ SAMPLES_FILE = "samples.json"  # beside index.html: the sample clips, their text
 # the id of the page's LoRA adapter picker (a <select>: each adapter's name, '' for the base model), which
 # `webbuild verify` drives; window.webbuild.lora is the adapter on (null: the base model)
 LORA_PICKER = "lora"
+# the page's live-transcription button (webbuild verify presses it) and the query parameter that makes the page
+# keep the frames it captured (window.webbuild.live.audio()), as runtime/contract.js has them
+LIVE_BUTTON = "live"
+KEEP_AUDIO = "keep_audio"
+# the page <-> worker messages of live transcription (runtime/contract.js documents each)
+LIVE_TO_WORKER = {"liveStart": "live-start", "liveAudio": "live-audio", "liveStop": "live-stop"}
+LIVE_FROM_WORKER = {"liveUpdate": "live-update", "liveDone": "live-done"}
 
 # onnxruntime-web's webgpu build (native WebGPU EP, wasm EP included) and the wasm glue it imports,
 # copied into the site's ORT_DIR. Its wasm binary (25.5 MiB) goes through the shard manifest instead.

@@ -3,14 +3,22 @@
 // State for tests and scripts is on window.webbuild.
 
 import { MicRecorder, decodeToMono16k } from './app/audio.js';
-import { renderMetrics, renderInfo } from './app/metrics.js';
-import { FROM_WORKER, LORA_PICKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
+import { LiveView, MicFrames, intervalNote } from './app/live.js';
+import { BASE_INTERVAL_MS } from './runtime/live.js';
+import { renderLiveMetrics, renderMetrics, renderInfo } from './app/metrics.js';
+import { FROM_WORKER, KEEP_AUDIO, LIVE_BUTTON, LORA_PICKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
 
 /** @typedef {import('./runtime/contract.js').FromWorkerMessage} FromWorkerMessage */
 /** @typedef {import('./runtime/contract.js').DoneMessage} DoneMessage */
 /**
  * The handler of each message the worker sends, by its type.
  * @typedef {{[T in FromWorkerMessage['type']]: (msg: Extract<FromWorkerMessage, {type: T}>) => void}} Handlers
+ */
+/**
+ * The live mode's state (webbuild verify and the tests read it): its finals by chunk, the open chunk's partial,
+ * every update (contract.js LiveUpdate), and once stopped the metrics and each chunk's [start, end).
+ * @typedef {{status: string, rate: number, finals: string[], partial: string, updates: object[], metrics: object | null,
+ *   chunks?: Array<[number, number]>}} LiveState
  */
 /** @typedef {{id: string, src: string, text: string, label: string}} Sample  a clip of samples.json (render.py writes it) */
 
@@ -22,15 +30,20 @@ const params = new URLSearchParams(location.search);
  * What the page shows, on window.webbuild for tests and scripts (webbuild verify reads it).
  * @type {{status: string, info: import('./runtime/contract.js').ReadyInfo | null, metrics: object | null, text: string,
  *   tokens: number[][] | null, margins: number[][] | null, error: string | null, warnings: string[],
- *   lora: string | null, doneLora: string | null, progress?: object}}
+ *   lora: string | null, doneLora: string | null, progress?: object, live: LiveState | null}}
  */
-const state = { status: 'loading', info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [], lora: null, doneLora: null };
+const state = { status: 'loading', info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [], lora: null, doneLora: null, live: null };
 /** @type {Window & {webbuild?: typeof state}} */ (window).webbuild = state;
 const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
 /** @type {{id: number, resolve: (msg: DoneMessage) => void, reject: (e: Error) => void} | null} */
 let pending = null; // the transcription in flight
 /** @type {{id: number, name: string | null} | null} */
 let switching = null; // the adapter switch in flight
+/**
+ * The live transcription under way (app/live.js); state.live shows it for tests and scripts.
+ * @type {{id: number, mic: MicFrames, view: LiveView, done?: (msg: import('./runtime/contract.js').LiveDoneMessage) => void} | null}
+ */
+let living = null;
 let nextId = 1;
 
 // each message to its type's handler (the cast: TypeScript cannot pair the union's members with their handlers)
@@ -60,8 +73,11 @@ const handlers = {
     ? 'The stored model was removed from this browser; the next visit downloads it again.'
     : 'No stored model to remove.'),
   [FROM_WORKER.loraSet]: loraSet,
+  [FROM_WORKER.liveUpdate]: ({ id, update }) => { if (living?.id === id) showLive(update); },
+  [FROM_WORKER.liveDone]: (msg) => { if (living?.id === msg.id) living.done?.(msg); },
   [FROM_WORKER.error]: (msg) => {
     if (switching?.id === msg.id && msg.id) loraFailed(msg.message);
+    else if (living?.id === msg.id && msg.id) liveFailed(msg.message);
     else if (pending && pending.id === msg.id && msg.id) pending.reject(new Error(msg.message));
     else fail(msg.message);
   },
@@ -95,6 +111,7 @@ function wireInputs() {
     input.value = '';
   });
   $('clear-cache').addEventListener('click', () => worker.postMessage({ type: TO_WORKER.clearCache }));
+  $(LIVE_BUTTON).addEventListener('click', () => (living ? stopLive() : startLive()));
   const mic = new MicRecorder();
   $('mic').addEventListener('click', async () => {
     const button = $('mic');
@@ -111,11 +128,93 @@ function wireInputs() {
       return;
     }
     clearError();
-    inputs('button.sample, #file').forEach((el) => { el.disabled = true; }); // one input at a time
+    inputs(`button.sample, #file, #${LIVE_BUTTON}`).forEach((el) => { el.disabled = true; }); // one input at a time
     button.setAttribute('aria-pressed', 'true');
     button.textContent = 'Stop and transcribe';
     setStatus('Recording… press the button again to stop.');
   });
+}
+
+// Live transcription: the microphone's frames to the worker as they come; its texts shown as they are made.
+async function startLive() {
+  clearError();
+  $('expected').hidden = true;
+  const id = nextId++;
+  const mic = new MicFrames(params.get(KEEP_AUDIO) === '1');
+  living = { id, mic, view: new LiveView() };
+  setEnabled(false);
+  try {
+    await mic.start((rate) => worker.postMessage({ type: TO_WORKER.liveStart, id, rate }),
+      (frames, capturedAt) => worker.postMessage({ type: TO_WORKER.liveAudio, id, frames, capturedAt }, [frames.buffer]));
+  } catch (e) {
+    living = null;
+    showError(e.message);
+    setEnabled(true); // the file and the samples stay usable
+    return;
+  }
+  /** @type {Window & {webbuildLiveAudio?: () => string}} */ (window).webbuildLiveAudio = () => mic.audio();
+  Object.assign(state, { status: 'listening', text: '', metrics: null, tokens: null, margins: null });
+  state.live = { status: 'listening', rate: mic.rate, finals: [], partial: '', updates: [], metrics: null };
+  showLiveText();
+  const button = $(LIVE_BUTTON);
+  Object.assign(button, { disabled: false, textContent: 'Stop live transcription' });
+  button.setAttribute('aria-pressed', 'true');
+  const ep = state.info?.ep ?? 'wasm';
+  setStatus(`Listening… ${intervalNote(BASE_INTERVAL_MS[ep], ep)}.`);
+}
+
+async function stopLive() {
+  if (!living) return;
+  const current = living;
+  const button = /** @type {HTMLButtonElement} */ ($(LIVE_BUTTON));
+  button.disabled = true;
+  await current.mic.stop();
+  const done = new Promise((resolve) => { current.done = resolve; });
+  worker.postMessage({ type: TO_WORKER.liveStop, id: current.id });
+  setStatus('Finishing the last sentence…');
+  const msg = /** @type {import('./runtime/contract.js').LiveDoneMessage} */ (await done);
+  living = null;
+  Object.assign(state, { status: 'done', text: msg.text, tokens: msg.tokens, margins: msg.margins });
+  Object.assign(/** @type {object} */ (state.live), { status: 'done', metrics: msg.metrics, chunks: msg.chunks });
+  showLiveText(current.view);
+  renderLiveMetrics(msg.metrics);
+  endLive();
+  setStatus(`Done: ${(msg.metrics.audio_ms / 1000).toFixed(1)} s of live audio in ${msg.metrics.chunks} chunk${msg.metrics.chunks === 1 ? '' : 's'}.`);
+}
+
+/** @param {string} message */
+function liveFailed(message) {
+  const current = living;
+  living = null;
+  current?.mic.stop();
+  endLive();
+  showError(message);
+  setStatus('Ready.');
+}
+
+function endLive() {
+  const button = $(LIVE_BUTTON);
+  button.setAttribute('aria-pressed', 'false');
+  button.textContent = 'Live transcription';
+  setEnabled(true);
+}
+
+/** @param {import('./runtime/contract.js').LiveUpdate} update */
+function showLive(update) {
+  if (!living || !state.live) return;
+  living.view.add(update);
+  Object.assign(state.live, { finals: living.view.finals, partial: living.view.partial, updates: living.view.updates });
+  showLiveText(living.view);
+  if (!update.final) setStatus(`Listening… ${intervalNote(update.intervalMs, state.info?.ep ?? 'wasm')}.`);
+}
+
+// The finals as text, the open chunk's partial after them in a muted span.
+/** @param {LiveView} [view] */
+function showLiveText(view = new LiveView()) {
+  const partial = Object.assign(document.createElement('span'), { className: 'partial', textContent: view.partial });
+  const finals = view.finalText;
+  $('transcript').replaceChildren(document.createTextNode(finals && view.partial ? `${finals} ` : finals), partial);
+  state.text = [finals, view.partial].filter(Boolean).join(' ');
 }
 
 /** @param {Sample} sample */
@@ -228,7 +327,7 @@ function loraFailed(message) {
 
 /** @param {boolean} on */
 function setEnabled(on) {
-  inputs('button.sample, #file, #mic').forEach((el) => { el.disabled = !on; });
+  inputs(`button.sample, #file, #mic, #${LIVE_BUTTON}`).forEach((el) => { el.disabled = !on; });
 }
 
 // The page's buttons and file input that `selector` picks.

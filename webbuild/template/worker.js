@@ -6,6 +6,7 @@ import { clearCache } from './runtime/loader.js';
 import { loadSite } from './runtime/site.js';
 import { DEFAULT_CHUNKING, splitAtQuiet } from './runtime/chunk.js';
 import { loraNames, switchLora } from './runtime/lora.js';
+import { LiveSession } from './runtime/live.js';
 
 /** @typedef {import('./runtime/contract.js').ToWorkerMessage} ToWorkerMessage */
 /** @typedef {import('./runtime/contract.js').FromWorkerMessage} FromWorkerMessage */
@@ -17,6 +18,8 @@ let site = null;
 let modelId = null;
 /** @type {string | null} */
 let lora = null; // the LoRA adapter on (runtime/lora.js), null: the base model
+/** @type {{id: number, session: LiveSession} | null} */
+let live = null; // the live transcription under way
 
 const post = (/** @type {FromWorkerMessage} */ msg) => self.postMessage(msg);
 
@@ -33,6 +36,9 @@ async function handle(data) {
     if (data.type === TO_WORKER.load) await load(data);
     else if (data.type === TO_WORKER.transcribe) await transcribe(data);
     else if (data.type === TO_WORKER.setLora) await setLora(data);
+    else if (data.type === TO_WORKER.liveStart) liveStart(data);
+    else if (data.type === TO_WORKER.liveAudio) live?.session.push(data.frames, data.capturedAt);
+    else if (data.type === TO_WORKER.liveStop) await liveStop(data);
     else if (data.type === TO_WORKER.clearCache) {
       // no model id where loading failed before the manifest came: no cache of it to name
       post({ type: FROM_WORKER.cacheCleared, existed: modelId ? await clearCache(modelId) : false });
@@ -99,6 +105,28 @@ async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
   }
   post({ type: FROM_WORKER.done, id, text: texts.filter(Boolean).join(' '), tokens: results.map((r) => r.tokens),
     margins: results.map((r) => r.margins), metrics: summarise(results), lora });
+}
+
+// A live session (runtime/live.js): the frames go in as they come; its texts go to the page as they are made.
+/** @param {import('./runtime/contract.js').LiveStartMessage} msg */
+function liveStart({ id, rate }) {
+  if (!site) throw new Error('the model is not loaded yet');
+  const session = new LiveSession(site.recogniser, site.runtime, {
+    rate, ep: site.ep, onUpdate: (update) => post({ type: FROM_WORKER.liveUpdate, id, update }),
+  });
+  live = { id, session };
+}
+
+/** @param {import('./runtime/contract.js').LiveStopMessage} msg */
+async function liveStop({ id }) {
+  if (live?.id !== id) throw new Error('no live transcription is under way');
+  const { session } = live;
+  const metrics = await session.stop();
+  live = null;
+  const finals = session.updates.filter((u) => u.final);
+  post({ type: FROM_WORKER.liveDone, id, text: finals.map((u) => u.text).filter(Boolean).join(' '),
+    tokens: finals.map((u) => u.tokens), margins: finals.map((u) => u.margins),
+    chunks: finals.map((u) => [u.start, u.end]), metrics });
 }
 
 // runtime.json's chunking (older sites: their max_chunk_seconds), its length capped by the page's ?chunk_seconds.

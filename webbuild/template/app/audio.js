@@ -88,14 +88,7 @@ export class MicRecorder {
   }
 
   async start() {
-    if (!navigator.mediaDevices?.getUserMedia) {
-      throw new Error('microphone access needs a secure page (https:// or http://localhost) and a browser that supports it');
-    }
-    try {
-      this.stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: false } });
-    } catch (e) {
-      throw new Error(micMessage(e));
-    }
+    this.stream = await openMicrophone();
     this.chunks = [];
     const recorder = (this.recorder = new MediaRecorder(this.stream));
     recorder.ondataavailable = (e) => e.data.size && this.chunks.push(e.data);
@@ -112,6 +105,21 @@ export class MicRecorder {
     stream.getTracks().forEach((t) => t.stop()); // turns the browser's recording indicator off
     const blob = new Blob(this.chunks, { type: recorder.mimeType });
     return decodeToMono16k(await blob.arrayBuffer(), 'the recording');
+  }
+}
+
+// The microphone's stream, asked for on a click; every failure one clear Error (the page shows it).
+export async function openMicrophone() {
+  if (!navigator.mediaDevices?.getUserMedia) {
+    throw new Error('microphone access needs a secure page (https:// or http://localhost) and a browser that supports it');
+  }
+  try {
+    // the raw signal: the model learnt unprocessed speech, and the live mode's pauses are judged on it
+    return await navigator.mediaDevices.getUserMedia({
+      audio: { channelCount: 1, echoCancellation: false, noiseSuppression: false, autoGainControl: false },
+    });
+  } catch (e) {
+    throw new Error(micMessage(e));
   }
 }
 

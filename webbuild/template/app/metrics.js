@@ -30,3 +30,15 @@ export function renderMetrics(m) {
   const pace = m.rtf < 1 ? `${(1 / m.rtf).toFixed(1)}x faster than real time` : `${m.rtf.toFixed(1)}x slower than real time`;
   $('m-rtf').textContent = `${m.rtf.toFixed(3)} · ${pace}${m.chunks > 1 ? ` over ${m.chunks} chunks` : ''}`;
 }
+
+/** @param {{n: number, mean: number, max: number} | null} s */
+const spread = (s) => (s ? `${ms(s.mean)} on average, ${ms(s.max)} at most` : 'n/a');
+
+// The live mode's delays (runtime/live.js summary; contract.js LiveMetrics).
+/** @param {import('../runtime/contract.js').LiveMetrics} m */
+export function renderLiveMetrics(m) {
+  $('m-live-partial').textContent = `${spread(m.partial_lag_ms)} behind the audio (${m.partials} updates)`;
+  $('m-live-final').textContent = `${spread(m.pause_to_final_ms)} after a pause was heard (hearing it takes ${ms(m.pause_lag_ms)} of quiet)`;
+  $('m-live-words').textContent = `${spread(m.word_delay_bound_ms)} after the word ended, at the latest`;
+  $('m-rtf').textContent = `${m.rtf.toFixed(3)} · transcribing took ${(100 * m.rtf).toFixed(0)}% of the audio's length, over ${m.chunks} chunk${m.chunks === 1 ? '' : 's'}`;
+}

@@ -1,8 +1,9 @@
 // Long audio cut into chunks the model transcribes one at a time, at pauses: the twin of
 // webbuild/reference/chunk.py, whose docstring is the policy. Its numbers come from runtime.json's
 // `chunking` (written by the build from ChunkPolicy), so the page and `webbuild transcribe` cut the same
-// audio at the same samples (tests/test_chunk.py). `Chunker` takes blocks (a microphone's frames) and cuts
-// where splitAtQuiet cuts the whole.
+// audio at the same samples (tests/test_chunk.py). `Chunker` takes blocks (a streamed file) and cuts
+// where splitAtQuiet cuts the whole. `LiveChunker` cuts live audio (the microphone) under the live parameter set
+// (runtime.json's `chunking_live`, ChunkPolicy.live()): a chunk ends as soon as a pause after speech is heard.
 
 /**
  * @typedef {{max_seconds: number, min_seconds: number, join_seconds: number, pause_seconds: number,
@@ -16,6 +17,15 @@ export const DEFAULT_CHUNKING = {
   max_seconds: 30, min_seconds: 15, join_seconds: 30, pause_seconds: 0.25, pause_ratio: 4, below_peak: 0.01,
   keep_seconds: 0.1, floor_seconds: 1, frame_seconds: 0.02, smooth_frames: 5, tie: 1e-6,
 };
+
+// ChunkPolicy.live() of a policy, for sites built before runtime.json carried `chunking_live`
+export const LIVE_MAX_SECONDS = 15;
+export const LIVE_FLOOR_SECONDS = 0.3;
+/** @param {ChunkPolicy} p @returns {ChunkPolicy} */
+export function livePolicy(p) {
+  const longest = Math.min(p.max_seconds, LIVE_MAX_SECONDS);
+  return { ...p, max_seconds: longest, min_seconds: longest / 2, join_seconds: 0, floor_seconds: Math.min(p.floor_seconds, LIVE_FLOOR_SECONDS) };
+}
 
 // The policy in samples and frames at `rate` (chunk.py Sizes).
 /** @param {ChunkPolicy} p @param {number} rate */
@@ -103,6 +113,15 @@ function nextCut(buf, final, p, z) {
   return z.min + quietest(buf.subarray(z.min, z.max), p, z.frame, z.smooth);
 }
 
+// a then b, in a new array
+/** @param {Float32Array} a @param {Float32Array} b */
+function joined(a, b) {
+  const out = new Float32Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
 export class Chunker {
   /** @param {number} rate @param {ChunkPolicy} policy */
   constructor(rate, policy) {
@@ -116,10 +135,7 @@ export class Chunker {
   // [start, chunk] for every chunk the audio so far decides.
   /** @param {Float32Array} block @returns {Array<[number, Float32Array]>} */
   feed(block) {
-    const buf = new Float32Array(this.buf.length + block.length);
-    buf.set(this.buf);
-    buf.set(block, this.buf.length);
-    this.buf = buf;
+    this.buf = joined(this.buf, block);
     const out = [];
     while (this.buf.length >= this.z.look) out.push(this.take(nextCut(this.buf, false, this.policy, this.z)));
     return out;
@@ -150,4 +166,112 @@ export class Chunker {
 export function splitAtQuiet(pcm, sampleRate, policy) {
   const chunker = new Chunker(sampleRate, policy);
   return [...chunker.feed(pcm), ...chunker.finish()].map(([start, piece]) => [start, start + piece.length]);
+}
+
+// Chunks of live 16 kHz audio, the twin of chunk.py LiveChunker (its docstring and the module's: frames judged
+// one at a time, in order, each once its neighbours have arrived; the first pause after speech ends the chunk,
+// cut in its middle; without one, the quietest stretch after min_seconds at max_seconds). `buf`: the open
+// chunk's audio; `spoke`: whether a frame of it judged so far is not quiet.
+export class LiveChunker {
+  /** @param {number} rate @param {ChunkPolicy} policy */
+  constructor(rate, policy) {
+    this.policy = policy;
+    this.rate = rate;
+    this.z = sizes(policy, rate);
+    this.buf = new Float32Array(0);
+    this.start = 0; // sample index of buf[0]
+    this.emitted = 0;
+    this.frames = { energy: [], smooth: [], judged: 0, spoke: false, run: 0 };
+  }
+
+  // How long after the speech ends a pause's cut is decided (seconds).
+  get lagSeconds() {
+    const z = this.z;
+    return ((z.pause + z.floor + z.smooth - 1) * z.frame) / this.rate;
+  }
+
+  // A new chunk begins at buf[0]: its frames are judged from the first.
+  open() {
+    /** @type {{energy: number[], smooth: number[], judged: number, spoke: boolean, run: number}} */
+    this.frames = { energy: [], smooth: [], judged: 0, spoke: false, run: 0 }; // run: quiet frames since one that was not
+  }
+
+  get spoke() { return this.frames.spoke; }
+
+  // [start, chunk, speech] for every chunk the audio so far ends (one without speech is not transcribed).
+  /** @param {Float32Array} block @returns {Array<[number, Float32Array, boolean]>} */
+  feed(block) {
+    this.buf = joined(this.buf, block);
+    const out = [];
+    for (let cut = this.decide(); cut !== null; cut = this.decide()) out.push(this.take(...cut));
+    return out;
+  }
+
+  // The rest, once the audio has ended.
+  /** @returns {Array<[number, Float32Array, boolean]>} */
+  finish() {
+    const out = [];
+    while (this.buf.length > this.z.max) out.push(this.take(this.longest(), this.spoke));
+    if (this.buf.length || !this.emitted) out.push(this.take(this.buf.length, true));
+    return out;
+  }
+
+  /** @returns {[number, boolean] | null} */
+  decide() {
+    const z = this.z, fr = this.frames;
+    while ((fr.energy.length + 1) * z.frame <= this.buf.length) {
+      const f = fr.energy.length;
+      let e = 0;
+      for (let i = f * z.frame; i < (f + 1) * z.frame; i++) e += this.buf[i] * this.buf[i];
+      fr.energy.push(e);
+      if (fr.energy.length >= z.smooth) {
+        const g = fr.energy.length - z.smooth;
+        let sum = fr.energy[g];
+        for (let j = 1; j < z.smooth; j++) sum += fr.energy[g + j];
+        fr.smooth.push(sum);
+      }
+      while (fr.judged + z.floor < fr.smooth.length) {
+        const cut = this.judge(fr.judged);
+        if (cut !== null) return cut;
+      }
+      if (fr.energy.length * z.frame >= z.max) return [this.longest(), fr.spoke];
+    }
+    return null;
+  }
+
+  // Judges frame f: the cut when it completes a pause after speech, or ends a long leading quiet.
+  /** @param {number} f @returns {[number, boolean] | null} */
+  judge(f) {
+    const z = this.z, fr = this.frames, s = fr.smooth, p = this.policy;
+    let lo = Infinity, hi = -Infinity;
+    for (let g = Math.max(0, f - z.floor); g <= f + z.floor; g++) {
+      lo = Math.min(lo, s[g]);
+      hi = Math.max(hi, s[g]);
+    }
+    const quiet = s[f] <= lo * p.pause_ratio || s[f] <= hi * p.below_peak;
+    fr.judged++;
+    const lead = (f - 1 + z.smooth) * z.frame - z.keep;
+    if (!quiet && !fr.spoke && lead >= z.keep + z.smooth * z.frame) return [lead, false];
+    fr.spoke ||= !quiet;
+    fr.run = quiet ? fr.run + 1 : 0;
+    if (!(fr.spoke && fr.run >= z.pause)) return null;
+    const first = f - fr.run + 1;
+    return [Math.floor(((first + f + z.smooth) / 2) * z.frame + 0.5), true];
+  }
+
+  longest() {
+    const z = this.z;
+    return z.min + quietest(this.buf.subarray(z.min, z.max), this.policy, z.frame, z.smooth);
+  }
+
+  /** @param {number} cut @param {boolean} speech @returns {[number, Float32Array, boolean]} */
+  take(cut, speech) {
+    const piece = this.buf.subarray(0, cut);
+    this.buf = this.buf.subarray(cut);
+    const start = this.start;
+    this.start += cut;
+    this.emitted++;
+    this.open();
+    return [start, piece, speech];
+  }
 }

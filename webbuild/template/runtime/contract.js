@@ -52,10 +52,20 @@ export function kvNames(io, layers) {
  *   Switch to the LoRA adapter `name` (ReadyInfo.loraAdapters; docs/adapters.md), or back to the base model
  *   (null). The worker handles messages one at a time, so a transcription under way finishes as it began
  *   and the next one runs with the choice.
- * @typedef {LoadMessage | TranscribeMessage | ClearCacheMessage | SetLoraMessage} ToWorkerMessage
+ * @typedef {{type: 'live-start', id: number, rate: number}} LiveStartMessage
+ *   Begin live transcription `id` of frames at `rate` Hz (runtime/live.js LiveSession: the project's resampler,
+ *   runtime.json's `chunking_live`); answered by live-update messages as texts are made.
+ * @typedef {{type: 'live-audio', id: number, frames: Float32Array, capturedAt: number}} LiveAudioMessage
+ *   The next block of mono frames (transferred); capturedAt: the wall time (performance.timeOrigin + now(), ms)
+ *   its last frame was captured.
+ * @typedef {{type: 'live-stop', id: number}} LiveStopMessage
+ *   The audio has ended: its open chunk is the last; answered by live-done once every final text is made.
+ * @typedef {LoadMessage | TranscribeMessage | ClearCacheMessage | SetLoraMessage | LiveStartMessage
+ *   | LiveAudioMessage | LiveStopMessage} ToWorkerMessage
  */
 export const TO_WORKER = Object.freeze({
   load: 'load', transcribe: 'transcribe', clearCache: 'clear-cache', setLora: 'set-lora',
+  liveStart: 'live-start', liveAudio: 'live-audio', liveStop: 'live-stop',
 });
 
 // ---------------------------------------------------------------- worker -> page
@@ -92,14 +102,37 @@ export const TO_WORKER = Object.freeze({
  *   The switch `id` is done: transcriptions from now on run with adapter `name` (null: the base model).
  * @typedef {{type: 'error', id?: number, message: string}} ErrorMessage
  *   id: the transcription or adapter switch that failed; without it, loading failed.
+ * @typedef {{chunk: number, final: boolean, text: string, tokens: number[], margins: number[], start: number,
+ *   end: number, audioAt: number, shownAt: number, computeMs: number, intervalMs: number, byPause?: boolean}} LiveUpdate
+ *   A text of live chunk `chunk` (0, 1, ...): partial (its audio [start, end) so far, replaced by the chunk's next
+ *   update) or final (the whole chunk, never changed). start, end: 16 kHz samples from the session's start;
+ *   audioAt: when the audio it answers was captured (a partial: its last sample; a final: the audio that ended
+ *   the chunk); shownAt: when the text was made; byPause: the final of a chunk a pause ended (not the stop).
+ * @typedef {{n: number, mean: number, median: number, max: number} | null} Stats  ms; null: none measured
+ * @typedef {{chunks: number, audio_ms: number, partials: number, interval_ms: number, pause_lag_ms: number,
+ *   partial_lag_ms: Stats, pause_to_final_ms: Stats, word_delay_bound_ms: Stats, rtf: number}} LiveMetrics
+ *   runtime/live.js summary(): partial_lag_ms: audio to partial text; pause_to_final_ms: from the audio that
+ *   ended a chunk (pause_lag_ms after the speech ended: the policy's) to its final text; word_delay_bound_ms: per
+ *   update, from the chunk's previous update's last sample (where a word missing from that one ended, at the
+ *   earliest) to this one; rtf: time spent transcribing (partials and finals) over the audio's length.
+ * @typedef {{type: 'live-update', id: number, update: LiveUpdate}} LiveUpdateMessage
+ * @typedef {{type: 'live-done', id: number, text: string, tokens: number[][], margins: number[][],
+ *   chunks: Array<[number, number]>, metrics: LiveMetrics}} LiveDoneMessage
+ *   The session's final texts joined, its finals' tokens and margins and [start, end) per chunk.
  * @typedef {ProgressMessage | WarningMessage | ReadyMessage | TokenMessage | DoneMessage | CacheClearedMessage
- *   | LoraSetMessage | ErrorMessage} FromWorkerMessage
+ *   | LoraSetMessage | ErrorMessage | LiveUpdateMessage | LiveDoneMessage} FromWorkerMessage
  */
 export const FROM_WORKER = Object.freeze({
   progress: 'progress', warning: 'warning', ready: 'ready', token: 'token', done: 'done',
-  cacheCleared: 'cache-cleared', loraSet: 'lora-set', error: 'error',
+  cacheCleared: 'cache-cleared', loraSet: 'lora-set', error: 'error', liveUpdate: 'live-update', liveDone: 'live-done',
 });
 
 // The id of the page's adapter picker, the <select> webbuild verify drives (webbuild/site/contract.py
 // LORA_PICKER); its options' values are the adapters' names, and '' for the base model.
 export const LORA_PICKER = 'lora';
+
+// The page's live-transcription button (webbuild/site/contract.py LIVE_BUTTON), which webbuild verify presses,
+// and the query parameter that makes the page keep the frames it captured (window.webbuild.live.audio(): the
+// test and verify hand them to `webbuild transcribe --live`), KEEP_AUDIO.
+export const LIVE_BUTTON = 'live';
+export const KEEP_AUDIO = 'keep_audio';

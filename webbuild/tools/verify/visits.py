@@ -17,7 +17,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +61,7 @@ class Options:
     clips_max_clip_wer: float | None = None  # a bound on each --clips clip's own WER; None: not judged per clip
     timeout_s: float = 600
     min_decode_tokens_per_s: dict[str, float] = field(default_factory=dict)  # provider -> floor, over the site's
+    live: str = "on"  # the live check (tools/verify/live.py): on, off, or only (no other visit)
 
 
 @dataclass
@@ -68,6 +71,7 @@ class Clip:
     wav: Path | None = None  # an uploaded file (--clips) ...
     button: str | None = None  # ... or a sample button of the page
     local: Path | None = None  # the audio on this machine, for the Python reference
+    src: str | None = None  # a sample's URL path in the site (samples.json)
 
 
 def read_clips(folder: Path) -> list[Clip]:
@@ -168,14 +172,20 @@ class Reference:
         self.dist = dist
         self.loaded: dict[tuple[str, str | None], Transcriber] = {}
 
-    def transcribe(self, clip: Clip, variant: str, lora: str | None = None) -> Expected | None:
-        if self.dist is None or clip.local is None:
+    def transcriber(self, variant: str | None, lora: str | None = None) -> Transcriber | None:
+        """The reference for a variant (None: a deployed site, which has none here)."""
+        if self.dist is None or variant is None:
             return None
         from webbuild.reference.transcribe import load_transcriber
 
         if (variant, lora) not in self.loaded:
             self.loaded[variant, lora] = load_transcriber(self.dist, variant, adapter=lora)
-        t = self.loaded[variant, lora]
+        return self.loaded[variant, lora]
+
+    def transcribe(self, clip: Clip, variant: str, lora: str | None = None) -> Expected | None:
+        t = self.transcriber(variant, lora)
+        if t is None or clip.local is None:
+            return None
         chunks = t.decode_file(clip.local)  # cut into chunks as the page cuts them
         return Expected(t.file_text(chunks), [x for c in chunks for x in c.tokens],
                         [m for c in chunks for m in c.margins])
@@ -259,6 +269,7 @@ class Verifier:
         self.log: dict[str, list] = {"requests": [], "console": [], "errors": []}
         self.visits: dict[str, dict] = {}
         self.reference = Reference(None)
+        self.live: dict | None = None  # the live check's measurements (tools/verify/live.py measure)
 
     def check(self, name: str, ok: object, detail: str = "") -> bool:
         """Record a check; its detail is one line (the reason shown when it fails, in the table and JUnit)."""
@@ -401,6 +412,20 @@ class Verifier:
         finally:
             browser.close()
 
+    def live_visit(self, playwright, choice, url: str, samples: list[Clip]) -> None:
+        """The samples joined with pauses, played into the page's live mode (tools/verify/live.py)."""
+        from webbuild.tools.verify import live
+
+        if not samples:
+            return
+        with tempfile.TemporaryDirectory(prefix="webbuild-verify-") as tmp:
+            clips = [c.local or _download(url, c, Path(tmp)) for c in samples]
+            result = live.measure(playwright, choice, url + query(self.opts.ep), clips, self.opts.timeout_s, self.log,
+                                  self.reference.transcriber)
+        self.live = result
+        for name, ok, detail in live.judge(result):
+            self.check(name, ok, detail)
+
     def _load_ms(self, visit: str):
         load = self.visits.get(visit, {}).get("load") or {}
         return round(load["total_ms"]) if "total_ms" in load else None
@@ -412,6 +437,8 @@ class Verifier:
                    f"{len(self.log['requests'])} requests, {len(outside)} elsewhere {outside[:3]}")
         errors = [c for c in self.log["console"] if c.startswith("error:")] + self.log["errors"]
         self.check("console has no errors", not errors, "; ".join(errors[:3]))
+        if self.opts.live == "only":
+            return  # no transcript but the live one
         failed = [r for r in self.rows if not r["ok"]]
         first = f"; first failure {failed[0]['clip']} ({failed[0]['run']}): {failed[0]['reason']}" if failed else ""
         self.check("every transcript within the WER bound (and equal to the Python reference)",
@@ -454,13 +481,16 @@ class Verifier:
                 data = site_data(context, url)
                 max_wer = float(data.get("max_wer", 0.0))
                 samples = [Clip(Path(s["src"]).name, s["text"], button=s["id"],
-                                local=dist / s["src"] if dist else None) for s in data["samples"]]
-                if self.first_visit(context, url, samples, clips, max_wer):
+                                local=dist / s["src"] if dist else None, src=s["src"]) for s in data["samples"]]
+                if self.opts.live != "only" and self.first_visit(context, url, samples, clips, max_wer):
                     self.second_visit(context, url, clips, max_wer)
             finally:
                 browser.close()
-            self.fallback_visit(pw, choice, url, next(iter(samples or clips), None), max_wer)
-            self.corpus_checks(max_wer)
+            if self.opts.live != "only":
+                self.fallback_visit(pw, choice, url, next(iter(samples or clips), None), max_wer)
+                self.corpus_checks(max_wer)
+            if self.opts.live != "off":
+                self.live_visit(pw, choice, url, samples)
             self.final_checks(url)
             speeds = self.speed_checks(data.get("min_decode_tokens_per_s") or {})
         return self.report(choice, url, max_wer, speeds, time.monotonic() - t0)
@@ -478,7 +508,16 @@ class Verifier:
             **token_summary(self.rows),
             "decode_speed": speeds,
             "visits": self.visits, "checks": self.checks, "clips": self.rows, "duration_s": round(seconds, 1),
+            "live": self.live,
         }
+
+
+def _download(url: str, clip: Clip, folder: Path) -> Path:
+    """A deployed site's sample clip (its button's audio, samples.json `src`) into `folder`."""
+    path = folder / clip.name
+    with urllib.request.urlopen(url + str(clip.src)) as res:  # noqa: S310 - the site's own https/http URL
+        path.write_bytes(res.read())
+    return path
 
 
 def verify(opts: Options) -> dict:
