@@ -7,8 +7,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 // greedy choice over the last position, as the site's runtime makes it
 export { argmaxLast } from '../../template/runtime/greedy.js';
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-export const ORT_DIST = path.join(REPO, 'node_modules/onnxruntime-web/dist'); // `npm ci`'s pinned copy
+// the pinned files a site ships, package data of webbuild (webbuild/site/ort_files.py)
+export const ORT_DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../site/ort');
 
 /** @typedef {typeof import('onnxruntime-web')} Ort */
 /**
