@@ -86,9 +86,10 @@ typecheck-py: setup-check
 typecheck-js: setup-check
 	node_modules/.bin/tsc -p tsconfig.json
 
-# The lane of every test that needs neither torch, nor a browser, nor SwiftShader's WebGPU (markers that
+# The lane of every test that needs neither torch, nor a browser, nor SwiftShader's WebGPU, nor installs webbuild
+# afresh (markers that
 # tests/conftest.py gives each test from its fixtures and imports): a few minutes, for every change
-LANE := not torch and not browser and not webgpu
+LANE := not torch and not browser and not webgpu and not install
 # pytest-xdist workers: most tests wait on one core (a subprocess, a page), so two keep a 2-core machine busy
 # (what several tests read is made once a run: tests/conftest.py run_wide)
 PYTEST_WORKERS ?= 2
