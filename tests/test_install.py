@@ -1,5 +1,5 @@
-"""The install split: the main job runs without torch (`make site` leaves it out), and the commands that
-need it say which extra to install instead of showing a traceback.
+"""The install split: the main job runs without torch and scipy (`make site` leaves them out), and the
+commands that need them say which extra to install instead of showing a traceback.
 
 torch is installed in the test venv, so each test runs a subprocess whose first meta-path finder refuses
 torch and transformers, as an environment without them would.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from tests.hidden import run_hidden
 
 
-def test_the_main_job_builds_and_imports_no_torch(tmp_path):
+def test_the_main_job_builds_and_imports_no_torch_and_no_scipy(tmp_path):
     # the build of the embedded example, then every other main-job command's module
     code = """
 from webbuild.cli import main
@@ -20,9 +20,10 @@ except SystemExit as e:
     assert not e.code, e.code
 import webbuild.pipeline.fuse, webbuild.reference.transcribe, webbuild.tools.serve, webbuild.tools.verify.visits
 import webbuild.tools.bench, webbuild.train.clips
-print(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers"}))
+print(sorted({m.split(".")[0] for m in sys.modules} & {"torch", "transformers", "scipy"}))
 """
-    r = run_hidden(code, "examples/tiny-asr/model.yaml", "-o", str(tmp_path / "dist"))
+    r = run_hidden(code, "examples/tiny-asr/model.yaml", "-o", str(tmp_path / "dist"),
+                   hidden=("torch", "transformers", "scipy"))
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().splitlines()[-1] == "[]"
     assert (tmp_path / "dist" / "index.html").is_file()
