@@ -7,7 +7,12 @@ torch and transformers, as an environment without them would.
 
 from __future__ import annotations
 
-from tests.hidden import run_hidden
+import os
+import subprocess
+import sys
+
+from tests.example_config import REPO
+from tests.hidden import HIDE, run_hidden
 
 
 def test_the_main_job_builds_and_imports_no_torch_and_no_scipy(tmp_path):
@@ -50,3 +55,16 @@ def test_verify_without_playwright_is_one_line_naming_the_extra():
                    hidden=("torch", "transformers", "playwright"))
     assert r.returncode == 2
     assert len(r.stderr.splitlines()) == 1 and "pip install -e '.[verify]'" in r.stderr, r.stderr
+
+
+def test_a_zoo_module_run_with_dash_m_without_torch_is_one_line(tmp_path):
+    # `python -m webbuild.zoo.export_v2 --help`: runpy imports the zoo package outside the command line's handler;
+    # torch is hidden by a sitecustomize (the HIDE finder), as `python -m` gives no place for code of the test's
+    hide = HIDE.replace("sys.argv.pop(1)", "'torch,transformers'")
+    (tmp_path / "sitecustomize.py").write_text(hide)
+    r = subprocess.run([sys.executable, "-m", "webbuild.zoo.export_v2", "--help"], capture_output=True, text=True,
+                       cwd=REPO, env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"}, timeout=120)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines() == [
+        "error: python -m webbuild.zoo.export_v2 needs torch and transformers, which the main install leaves out: "
+        "pip install -e '.[zoo]' (README.md, Install, says how to get torch's CPU build)"]
