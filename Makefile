@@ -26,13 +26,13 @@ $(STAMP): pyproject.toml setup.py package.json package-lock.json webbuild/site/o
 	@echo "== [2/3] onnxruntime-web, pinned in package-lock.json, without the dev packages"
 	npm ci --omit=dev --no-audit --no-fund
 	@echo "== [3/3] webbuild and its dependencies (no torch; about 110 MB of wheels); setup.py copies"
-	@echo "   onnxruntime-web's site files into webbuild/site/ort/ (checked against webbuild/site/ort.lock.json)"
+	@echo "   onnxruntime-web's site files into webbuild/site/onnxruntime-web/ (checked against webbuild/site/ort.lock.json)"
 	$(PIP) install -e .
 	touch $@
 
 setup: $(STAMP)
 
-# The onnxruntime-web files a site ships, package data in webbuild/site/ort/: setup.py puts them there at
+# The onnxruntime-web files a site ships, package data in webbuild/site/onnxruntime-web/: setup.py puts them there at
 # install; this checks them (a second or less) and copies them again from node_modules where they are missing
 ort: setup
 	$(PY) -m webbuild.site.ort_files

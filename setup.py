@@ -1,7 +1,7 @@
 """setuptools hook: the onnxruntime-web files every built site ships become package data.
 
 Before the package's files are collected (a wheel, `pip install .`, `pip install -e .`), the pinned files
-are copied from npm's node_modules/onnxruntime-web into webbuild/site/ort/ and checked by version and
+are copied from npm's node_modules/onnxruntime-web into webbuild/site/onnxruntime-web/ and checked by version and
 sha256 (webbuild/site/ort.lock.json). Where node_modules lacks them, `npm ci --omit=dev` is run first
 (onnxruntime-web only: package.json's devDependencies are for the tests). Everything else is in
 pyproject.toml.

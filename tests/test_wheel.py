@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.checkout import copy_tracked
 from tests.example_config import EXAMPLE, REPO
 from webbuild.site.contract import ORT_MODULES
 from webbuild.site.ort_files import lock
@@ -38,13 +39,9 @@ def run(*args, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """The wheel of a copy of the checkout's tracked files (no webbuild/site/ort/ yet: setup.py makes it)."""
-    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheels")
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True)
-    for name in filter(None, tracked.stdout.split("\0")):
-        if (REPO / name).is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, src / name)
+    """The wheel of a copy of the checkout's tracked files (without webbuild/site/onnxruntime-web/: setup.py
+    makes it)."""
+    src, out = copy_tracked(tmp_path_factory.mktemp("src")), tmp_path_factory.mktemp("wheels")
     (src / "node_modules").symlink_to((REPO / "node_modules").resolve())
     run(sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "--no-index", "-w", out,
         cwd=src)
@@ -53,11 +50,12 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_the_wheel_holds_what_a_build_reads(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    ort = {f"webbuild/site/ort/{name}" for name in lock()["files"]}
+    folder = "webbuild/site/onnxruntime-web"
+    ort = {f"{folder}/{name}" for name in lock()["files"]}
     assert ort | {"webbuild/site/ort.lock.json", "webbuild/train/vocabulary.txt", "webbuild/tools/pages.yml",
                   "webbuild/template/index.html.j2", "webbuild/tools/bench/bench.mjs"} <= names
     for name, digest in lock()["files"].items():
-        assert hashlib.sha256(zipfile.ZipFile(wheel).read(f"webbuild/site/ort/{name}")).hexdigest() == digest
+        assert hashlib.sha256(zipfile.ZipFile(wheel).read(f"{folder}/{name}")).hexdigest() == digest
 
 
 def test_the_installed_wheel_inits_builds_and_verifies_outside_the_checkout(wheel, tmp_path):

@@ -2,7 +2,7 @@
 
 A site self-hosts onnxruntime-web's WebGPU module, its wasm glue and its wasm binary (webbuild.site.contract
 ORT_MODULES, ORT_WASM), at the version and sha256 of ort.lock.json beside this module. They live in
-webbuild/site/ort/, inside the package, so that an installed wheel builds sites anywhere without a
+webbuild/site/onnxruntime-web/, inside the package, so that an installed wheel builds sites anywhere without a
 checkout or npm. They are put there once from npm's pinned copy (`npm ci --omit=dev`, package-lock.json):
 by setup.py when a wheel or an editable install is built, or by `python -m webbuild.site.ort_files`
 (`make ort`); `vendor` refuses another version or other bytes. Why vendored at build time rather than
@@ -26,7 +26,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 LOCK = HERE / "ort.lock.json"
-ORT_FILES_DIR = HERE / "ort"  # package data (pyproject.toml), ignored by git
+ORT_FILES_DIR = HERE / "onnxruntime-web"  # package data (pyproject.toml), ignored by git
 FIX = "run `make ort` (or `python -m webbuild.site.ort_files` after `npm ci --omit=dev`) in the webbuild checkout"
 
 
@@ -61,7 +61,7 @@ def problems(folder: Path) -> list[str]:
 
 @cache
 def ort_dir() -> Path:
-    """webbuild/site/ort/, checked against the lock once a process."""
+    """webbuild/site/onnxruntime-web/, checked against the lock once a process."""
     if found := problems(ORT_FILES_DIR):
         raise OrtFilesError(f"{found[0]}; {FIX}")
     return ORT_FILES_DIR
@@ -95,7 +95,7 @@ def vendor(npm_package: Path, dest: Path = ORT_FILES_DIR) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Copy the pinned onnxruntime-web files a site ships from npm's "
-                                             "node_modules into the package (webbuild/site/ort/).")
+                                             "node_modules into the package (webbuild/site/onnxruntime-web/).")
     ap.add_argument("--from", dest="npm_package", type=Path, default=Path("node_modules") / lock()["package"],
                     help="the installed npm package (default: %(default)s)")
     args = ap.parse_args(argv)

@@ -104,7 +104,12 @@ def _run_telling_progress(cmd: list[str], env: dict, timeout: float | None) -> t
         reader = threading.Thread(target=follow, daemon=True)
         reader.start()
         expired = threading.Event()
-        killer = threading.Timer(timeout, lambda: (expired.set(), proc.kill())) if timeout else None
+
+        def kill() -> None:
+            expired.set()
+            proc.kill()
+
+        killer = threading.Timer(timeout, kill) if timeout else None
         if killer:
             killer.start()
         try:

@@ -8,7 +8,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 export { argmaxLast } from '../../template/runtime/greedy.js';
 
 // the pinned files a site ships, package data of webbuild (webbuild/site/ort_files.py)
-export const ORT_DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../site/ort');
+export const ORT_DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../site/onnxruntime-web');
 
 /** @typedef {typeof import('onnxruntime-web')} Ort */
 /**
