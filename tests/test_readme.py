@@ -23,6 +23,7 @@ def test_every_readme_command_runs_from_a_fresh_clone(tmp_path):
     git = {"cwd": clone, "capture_output": True, "text": True, "check": True}
     subprocess.run(["git", "init", "-q"], **git)
     subprocess.run(["git", "add", "-A"], **git)
+    subprocess.run(["git", "-c", "user.name=test", "-c", "user.email=test@localhost", "commit", "-qm", "clone"], **git)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     listed = subprocess.run([sys.executable, SCRIPT, "--list"], env=env, **git)
     runs = [line for line in listed.stdout.splitlines() if line.startswith("run: ")]
