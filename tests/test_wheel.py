@@ -78,3 +78,11 @@ def test_the_installed_wheel_inits_builds_and_verifies_outside_the_checkout(whee
     assert any(line.startswith("PASS: ") for line in r.stdout.splitlines()), r.stdout[-2000:]
     assert json.loads((project / "verify.json").read_text())["ok"]
     assert "<testsuites" in (project / "verify.xml").read_text()
+
+    # the bench: no Dawn (the `webgpu` npm package is the checkout's dev package), so wasm, saying so
+    r = run(webbuild, "bench", "dist", "--decode-tokens", "4", "--max-clips", "1", cwd=project)
+    assert "no `webgpu` npm package (Dawn) here: benching on wasm" in r.stderr and "ep wasm" in r.stdout
+    r = subprocess.run([webbuild, "bench", "dist", "--ep", "webgpu"], cwd=project, capture_output=True, text=True)
+    assert (r.returncode, r.stderr.splitlines()) == (2, [
+        "error: bench.mjs failed: Error: --ep webgpu needs the `webgpu` npm package (Dawn), which webbuild's own "
+        "install leaves out: run `make setup-check` in the webbuild checkout (npm ci with the dev packages)"])

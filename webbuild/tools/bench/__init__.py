@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -84,7 +85,9 @@ def run_node(
     except FileNotFoundError:
         raise BenchError(f"node {node!r} not found: install Node >= 20 or set WEBBUILD_NODE") from None
     if returncode != 0:
-        tail = [line for line in stderr if line.strip()][-5:]
+        # a thrown Error's own line (its stack follows it), else the last lines
+        thrown = [line for line in stderr if re.match(r"\w*Error: ", line)]
+        tail = thrown[-1:] or [line for line in stderr if line.strip()][-5:]
         raise BenchError(f"{harness.name} failed: " + (" | ".join(tail) or f"exit code {returncode}"))
     return json.loads(stdout.strip().splitlines()[-1])
 

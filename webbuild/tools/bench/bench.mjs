@@ -29,7 +29,7 @@ import { pathToFileURL } from 'node:url';
 import { gpuCountedDecodes, gpuCountsDelta } from './counters.mjs';
 import { wasmHeapBytes } from './heap.mjs';
 import { startServer } from './server.mjs';
-import { parseArgs } from './ort.mjs';
+import { parseArgs, tryDawn } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
 import { gpuTimingPerToken } from './timing.mjs';
 
@@ -149,7 +149,7 @@ const log = (line) => console.error(`[bench] ${line}`); // progress on stderr; t
 
 async function main() {
   const o = parseArgs(process.argv.slice(2), OPTIONS, USAGE);
-  if (o.ep !== 'wasm') (await import('./dawn.mjs')).installDawn();
+  if (o.ep !== 'wasm') await tryDawn(o.ep);
   const srv = await startServer(o.dir);
   try {
     const m = await siteModules(o.dir);
