@@ -37,6 +37,7 @@ import pytest
 from tests.command import webbuild
 from tests.example_config import EXAMPLE, write_example_config
 from tests.fusion.exporters import cache_root
+from webbuild.site import ort_files
 from webbuild.tools.bench import NODE_ARGS_ENV
 from webbuild.tools.browser import ARGS_ENV
 
@@ -45,6 +46,12 @@ from webbuild.tools.browser import ARGS_ENV
 # only, for every Node the bench starts and every Chromium the tests launch (subprocesses inherit it)
 os.environ.setdefault(NODE_ARGS_ENV, "--liftoff-only")
 os.environ.setdefault(ARGS_ENV, "--js-flags=--liftoff-only")
+
+# onnxruntime-web's site files, package data that an install puts into webbuild/site/onnxruntime-web/ (setup.py,
+# `make ort`): a checkout installed before they were package data gets them here, from its node_modules (each
+# file written in one rename, so the xdist workers may both do it)
+if ort_files.problems(ort_files.ORT_FILES_DIR):
+    ort_files.vendor(Path(__file__).resolve().parents[1] / "node_modules" / ort_files.lock()["package"])
 
 LANES = ("torch", "browser", "webgpu", "install")
 FIXTURE_MARKS = {"tiny_model": "torch", "zoo": "torch", "playwright": "browser", "webgpu_bench": "webgpu"}
