@@ -14,26 +14,34 @@ TEST_STAMP := $(VENV)/.installed-test
 # folder or PyTorch's CPU index, README.md "Install") gets the 0.19 GB CPU build instead.
 TEST_EXTRAS ?= zoo,test
 
-.PHONY: setup setup-check setup-test system-deps site lint ruff typecheck-py typecheck-js check test test-python fuzz \
+.PHONY: setup setup-check setup-test system-deps ort site lint ruff typecheck-py typecheck-js check test test-python fuzz \
   test-check test-js e2e optimum-fixtures clean
 
-# The main job (build a site from an export, serve, verify, bench) needs no torch.
-$(STAMP): pyproject.toml package.json package-lock.json
+# The main job (build a site from an export, serve, verify, bench) needs no torch, and of npm's packages only
+# onnxruntime-web (package.json's dependencies; its devDependencies are the tests' and tsc's: setup-check)
+$(STAMP): pyproject.toml setup.py package.json package-lock.json webbuild/site/ort.lock.json
 	@echo "== [1/3] python venv in $(VENV)"
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	@echo "== [2/3] webbuild and its dependencies (no torch; about 110 MB of wheels)"
+	@echo "== [2/3] onnxruntime-web, pinned in package-lock.json, without the dev packages"
+	npm ci --omit=dev --no-audit --no-fund
+	@echo "== [3/3] webbuild and its dependencies (no torch; about 110 MB of wheels); setup.py copies"
+	@echo "   onnxruntime-web's site files into webbuild/site/onnxruntime-web/ (checked against webbuild/site/ort.lock.json)"
 	$(PIP) install -e .
-	@echo "== [3/3] onnxruntime-web, pinned in package-lock.json: the build copies its files into every site"
-	npm ci --no-audit --no-fund
 	touch $@
 
 setup: $(STAMP)
 
+# The onnxruntime-web files a site ships, package data in webbuild/site/onnxruntime-web/: setup.py puts them there at
+# install; this checks them (a second or less) and copies them again from node_modules where they are missing
+ort: setup
+	$(PY) -m webbuild.site.ort_files
+
 # `make check`'s tools (pytest, ruff): no torch, no browser
 $(CHECK_STAMP): $(STAMP) pyproject.toml
-	@echo "== check extra: pytest, jsonschema, safetensors, ruff"
+	@echo "== check extra: pytest, jsonschema, safetensors, ruff; npm's dev packages (typescript, webgpu)"
 	$(PIP) install -e ".[check]"
+	npm ci --no-audit --no-fund
 	touch $@
 
 setup-check: $(CHECK_STAMP)
@@ -55,7 +63,7 @@ system-deps:
 	  else echo "install espeak-ng and chromium (e.g. sudo apt-get install --no-install-recommends espeak-ng chromium)"; \
 	    exit 1; fi; }
 
-site: setup
+site: setup ort
 	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o dist
 	@echo
 	@echo "built dist/. Preview it (then open http://127.0.0.1:8000/):"
@@ -74,13 +82,14 @@ typecheck-py: setup-check
 	$(PY) -m mypy
 
 # tsc --checkJs on the browser runtime and the Node bench harnesses (tsconfig.json; typescript and
-# @webgpu/types are devDependencies in package-lock.json, installed by setup's npm ci)
-typecheck-js: setup
+# @webgpu/types are devDependencies in package-lock.json, installed by setup-check's npm ci)
+typecheck-js: setup-check
 	node_modules/.bin/tsc -p tsconfig.json
 
-# The lane of every test that needs neither torch, nor a browser, nor SwiftShader's WebGPU (markers that
+# The lane of every test that needs neither torch, nor a browser, nor SwiftShader's WebGPU, nor installs webbuild
+# afresh (markers that
 # tests/conftest.py gives each test from its fixtures and imports): a few minutes, for every change
-LANE := not torch and not browser and not webgpu
+LANE := not torch and not browser and not webgpu and not install
 # pytest-xdist workers: most tests wait on one core (a subprocess, a page), so two keep a 2-core machine busy
 # (what several tests read is made once a run: tests/conftest.py run_wide)
 PYTEST_WORKERS ?= 2
@@ -89,7 +98,7 @@ check: lint test-check
 
 # the fuzz harness's fixed-seed cases: 200 in `make test`, fewer here (about 0.5 s a case), 1000 in `make fuzz`
 CHECK_FUZZ_CASES ?= 60
-test-check: setup-check
+test-check: setup-check ort
 	WEBBUILD_FUZZ_CASES=$(CHECK_FUZZ_CASES) $(PYTEST) -m "$(LANE)"
 
 test: setup-test lint system-deps optimum-fixtures test-python test-js e2e
@@ -101,10 +110,10 @@ optimum-fixtures: setup-test
 	@start=$$(date +%s); $(PY) -m tests.fusion.exporters && \
 	  echo "optimum fixtures took $$(( $$(date +%s) - start )) s"
 
-test-python: setup-test
+test-python: setup-test ort
 	$(PYTEST)
 
-test-js:
+test-js: ort
 	node --test tests/js/
 
 # `webbuild verify` on the embedded example, as a deployer would run it: the 4 samples on WebGPU (--ep webgpu:
@@ -121,7 +130,7 @@ test-js:
 E2E_WEBGPU_CLIPS ?= 4
 E2E_RATES ?= 22050,44100x2,48000,16000
 E2E_DIR ?= /tmp/webbuild-e2e
-e2e: setup-test system-deps
+e2e: setup-test system-deps ort
 	rm -rf $(E2E_DIR) e2e-report.json && mkdir -p $(E2E_DIR)
 	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o $(E2E_DIR)/dist
 	$(PY) -m webbuild.train.clips $(E2E_DIR)/clips --count 20 --rates $(E2E_RATES)

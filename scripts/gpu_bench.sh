@@ -153,6 +153,7 @@ setup() {
     mv /tmp/bin/node.part /tmp/bin/node
   fi
   [ -d "$code/node_modules/onnxruntime-web" ] || tar -C "$code" -xJf "$CARRIED/.gpu/node_modules.tar.xz"
+  (cd "$code" && python3 webbuild/site/ort_files.py)  # the package's copy a build ships (webbuild/site/onnxruntime-web/)
 }
 
 # env [CODE]: the exports for `eval "$(scripts/gpu_bench.sh env CODE)"`

@@ -6,7 +6,9 @@ registers them):
   uses), or its module imports torch, transformers or peft, directly or through the webbuild and test
   modules it imports from (module_marks);
 - browser: it uses the playwright fixture, or says so itself (Chromium started by a subprocess);
-- webgpu: it says so itself (WebGPU on SwiftShader in Node, through Dawn).
+- webgpu: it says so itself (WebGPU on SwiftShader in Node, through Dawn);
+- install: it says so itself (a wheel built and installed into a new venv, the README's commands from a
+  fresh clone: minutes, and pip/npm fetch what the machine lacks).
 `make check` runs the tests with none of them (LANE in the Makefile), `make test` all. Where what a
 marker needs is missing, its tests are skipped with the reason (missing()); a module that imports an
 optional package at its top does so through pytest.importorskip, so that it skips instead of failing
@@ -35,6 +37,7 @@ import pytest
 from tests.command import webbuild
 from tests.example_config import EXAMPLE, write_example_config
 from tests.fusion.exporters import cache_root
+from webbuild.site import ort_files
 from webbuild.tools.bench import NODE_ARGS_ENV
 from webbuild.tools.browser import ARGS_ENV
 
@@ -44,7 +47,13 @@ from webbuild.tools.browser import ARGS_ENV
 os.environ.setdefault(NODE_ARGS_ENV, "--liftoff-only")
 os.environ.setdefault(ARGS_ENV, "--js-flags=--liftoff-only")
 
-LANES = ("torch", "browser", "webgpu")
+# onnxruntime-web's site files, package data that an install puts into webbuild/site/onnxruntime-web/ (setup.py,
+# `make ort`): a checkout installed before they were package data gets them here, from its node_modules (each
+# file written in one rename, so the xdist workers may both do it)
+if ort_files.problems(ort_files.ORT_FILES_DIR):
+    ort_files.vendor(Path(__file__).resolve().parents[1] / "node_modules" / ort_files.lock()["package"])
+
+LANES = ("torch", "browser", "webgpu", "install")
 FIXTURE_MARKS = {"tiny_model": "torch", "zoo": "torch", "playwright": "browser", "webgpu_bench": "webgpu"}
 PACKAGE_MARKS = {"torch": "torch", "transformers": "torch", "peft": "torch", "playwright": "browser"}
 SWIFTSHADER_ICD = Path("/usr/lib/chromium/vk_swiftshader_icd.json")  # what the Node bench's Dawn loads
@@ -69,6 +78,8 @@ def missing(lane: str) -> str | None:
         from webbuild.tools.browser import choose
 
         return "needs a system Chrome/Chromium (make system-deps)" if choose().source == "playwright" else None
+    if lane == "install":
+        return None if shutil.which("node") and shutil.which("npm") else "needs node and npm"
     if not shutil.which("node") or not SWIFTSHADER_ICD.is_file():
         return f"needs node and Chromium's SwiftShader ({SWIFTSHADER_ICD})"
     return None

@@ -37,6 +37,11 @@ def test_bench_wasm_reports_the_metrics(site, tmp_path):
     assert s["encoder_ms"] > 0 and s["ttft_ms"] > s["encoder_ms"] and s["prefill_tokens_per_s"] > 0
     d = r["synthetic_decode"]["ms_per_token"]
     assert d["n"] == 8 and 0 < d["p10"] <= d["median"] <= d["p90"]
+    # progress as it goes: the stage, and each clip as n of N
+    progress = _progress(run.stderr)
+    assert progress[0].startswith("loading the model") and progress[1].startswith("loaded: wasm fp32")
+    assert [line.split(":")[0] for line in progress if line.startswith("clip ")] == ["clip 1 of 2", "clip 2 of 2"]
+    assert progress[-2:][0].startswith("synthetic decode: 8 tokens")
 
 
 @pytest.mark.browser
@@ -56,6 +61,14 @@ def test_bench_in_the_browser_clicks_the_samples_of_samples_json(site, tmp_path)
     assert r["counters_per_token"] is None  # the wasm EP makes no WebGPU calls
     assert "wasm EP makes no WebGPU calls" in run.stdout
     assert (site / "worker.js").read_bytes() == worker and "__wbSynth" not in worker.decode()
+    progress = _progress(run.stderr)
+    assert progress[0].startswith("loading the page in ")
+    assert [line.split(":")[0] for line in progress[1:]] == ["clip 1 of 1", "synthetic decode"]
+
+
+def _progress(stderr: str) -> list[str]:
+    """The `[  12.3s] message` lines' messages."""
+    return [line.split("] ", 1)[1] for line in stderr.splitlines() if line.startswith("[") and "] " in line]
 
 
 def test_bench_rejects_a_folder_that_is_not_a_site(tmp_path):

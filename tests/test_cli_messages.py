@@ -106,7 +106,7 @@ def test_typod_subcommand_suggests_the_command():
     assert one_error_line(webbuild("servee", "dist")) == "error: no such command 'servee'; did you mean 'serve'?"
     assert one_error_line(webbuild("-v", "bild", "x.yaml")) == "error: no such command 'bild'; did you mean 'build'?"
     line = one_error_line(webbuild("frobnicate"))
-    assert "'frobnicate' is neither a command (build, zoo" in line and "nor a model.yaml file" in line
+    assert "'frobnicate' is neither a command (build, init, zoo" in line and "nor a model.yaml file" in line
 
 
 def test_a_model_yaml_is_still_the_default_command(tmp_path):

@@ -21,6 +21,7 @@ from webbuild import layouts
 from webbuild.config import PROVIDERS, Encoder, Quantize
 from webbuild.errors import AudioError, BenchError, CommandError, ZooError
 from webbuild.text import plural
+from webbuild.tools.scaffold import DEFAULT_WEBBUILD, WORKFLOWS
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,45 @@ def build(config: Path, output: Path | None, fail_on_wer: bool):
     if fail_on_wer:
         cfg = cfg.model_copy(update={"verify": cfg.verify.model_copy(update={"build_fails_on_wer": True})})
     click.echo(run_build(cfg, output or cfg.output).table())
+
+
+@main.command()
+@verbose_option(_debug)
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("model.yaml"), show_default=True,
+              help="The model.yaml to write; its folder is the one paths in it are relative to, and the "
+                   "repository root of --workflow's file.")
+@click.option("--name", help="Model id (default: SOURCE's folder name in lower case).")
+@click.option("--samples", "samples", multiple=True, type=click.Path(path_type=Path),
+              help="A WAV, or a folder of WAVs, with a same-named .txt transcript each: the page's sample clips "
+                   "(repeatable).")
+@click.option("--workflow", type=click.Choice(WORKFLOWS),
+              help="Also write a CI workflow: pages = .github/workflows/pages.yml beside model.yaml (build, "
+                   "webbuild verify with a JUnit report, deploy to GitHub Pages).")
+@click.option("--webbuild", "webbuild_spec", default=DEFAULT_WEBBUILD, show_default=True,
+              help="How the workflow installs webbuild: a pip requirement with the verify extra (a version, a git "
+                   "URL, a wheel in the repository).")
+@click.option("--force", is_flag=True, help="Overwrite an existing model.yaml (and workflow).")
+def init(source: Path, output: Path, name: str | None, samples: tuple[Path, ...], workflow: str | None,
+         webbuild_spec: str, force: bool):
+    """Write a commented model.yaml for the export in SOURCE: its layout told by its files, its name
+    from the folder, the page's samples from --samples, every other section at its default (as comments).
+
+    The file is checked as a build would read it before it is written; a folder that is no export, or an
+    existing model.yaml (without --force), is a one-line error and nothing is written.
+
+    \b
+    Examples:
+      webbuild init my-export                          # ./model.yaml for the export in my-export/
+      webbuild init my-export --samples clips/ --workflow pages
+      webbuild model.yaml                              # then build it
+    """
+    from webbuild.tools.scaffold import init as write
+
+    for path in write(source, output, name=name, samples=samples, workflow=workflow, webbuild=webbuild_spec,
+                      force=force):
+        click.echo(f"wrote {path}")
+    click.echo(f"build it: webbuild {output}")
 
 
 @main.command()

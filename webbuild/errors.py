@@ -82,6 +82,10 @@ class BenchError(WebbuildError):
     """A bench that could not run; the message says why."""
 
 
+class InitError(WebbuildError):
+    """`webbuild init` cannot write a model.yaml for this folder (not an export, a file there already, ...)."""
+
+
 class ExtraError(WebbuildError):
     """A command whose optional dependencies (a pip extra of pyproject.toml) are not installed."""
 

@@ -18,25 +18,18 @@ from webbuild.config import BuildConfig
 from webbuild.errors import BuildError
 from webbuild.pipeline.build_report import REPORT_NAME
 from webbuild.site.contract import ORT_DIR, ORT_MODULES, SAMPLES_FILE
+from webbuild.site.ort_files import OrtFilesError, ort_dir
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "template"
-REPO = TEMPLATE_DIR.parents[1]  # package.json and node_modules/ (npm ci)
 SKIP = {"tests", "__init__.py", "__pycache__", "_headers.j2"}
-ORT_PACKAGE = "onnxruntime-web"  # its file names: webbuild.site.contract
 
 
 def ort_dist() -> Path:
-    """onnxruntime-web's dist/ at exactly the version pinned in package.json."""
-    pinned = json.loads((REPO / "package.json").read_text())["dependencies"][ORT_PACKAGE]
-    pkg = REPO / "node_modules" / ORT_PACKAGE
+    """The onnxruntime-web files a site ships, package data at the locked version (webbuild.site.ort_files)."""
     try:
-        have = json.loads((pkg / "package.json").read_text())["version"]
-    except OSError:
-        raise BuildError(f"{pkg} is missing; run `make setup` (npm ci) to install the pinned "
-                         f"{ORT_PACKAGE} {pinned}") from None
-    if have != pinned:
-        raise BuildError(f"{pkg} is version {have}, package.json pins {pinned}; run `npm ci`")
-    return pkg / "dist"
+        return ort_dir()
+    except OrtFilesError as e:
+        raise BuildError(str(e)) from None
 
 
 def render_site(cfg: BuildConfig, dist: Path, runtime: dict) -> list[str]:

@@ -6,11 +6,11 @@ the JS twins of both, so a file gives the same samples here and in the browser).
 
 from __future__ import annotations
 
+import wave
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-from scipy.io import wavfile
 
 from webbuild.reference import wav
 from webbuild.reference.mel import SAMPLE_RATE
@@ -38,5 +38,9 @@ def read_wav(path: Path) -> np.ndarray:
 
 def write_wav(path: Path, pcm: np.ndarray, rate: int = SAMPLE_RATE) -> None:
     """16-bit PCM WAV (the sample clips the site ships)."""
-    pcm16 = np.clip(np.round(np.asarray(pcm) * 32767.0), -32768, 32767).astype(np.int16)
-    wavfile.write(str(path), rate, pcm16)
+    pcm16 = np.clip(np.round(np.asarray(pcm) * 32767.0), -32768, 32767).astype("<i2")
+    with wave.open(str(path), "wb") as f:  # the standard library's writer: the main install has no scipy
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(rate)
+        f.writeframes(pcm16.tobytes())

@@ -22,6 +22,7 @@ from pathlib import Path
 import click
 import numpy as np
 
+from webbuild.errors import require_extra
 from webbuild.reference.audio import write_wav
 from webbuild.reference.resample import resample
 from webbuild.text import plural
@@ -82,6 +83,7 @@ def write_heldout_clips(out_dir: Path, count: int = HELDOUT_SIZE, target: str | 
                                                                 "(+ its .txt)")
 def main(out_dir: Path, count: int, target: str | None, rates: str, joined: Path | None):
     """Write the held-out clips into OUT_DIR as heldout-NNN.wav + heldout-NNN.txt."""
+    require_extra("train", "python -m webbuild.train.clips", "scipy")  # espeak-ng's 22.05 kHz to 16 kHz
     paths = write_heldout_clips(out_dir, count, target, parse_rates(rates), joined)
     click.echo(f"wrote {plural(len(paths), 'clip')} to {out_dir}")
 

@@ -1,7 +1,7 @@
 """Find words that espeak-ng pronounces identically (the model cannot tell them apart).
 
-Used once to clean `examples/tiny-asr/vocabulary.txt`:
-`python -m webbuild.train.homophones examples/tiny-asr/vocabulary.txt` prints each clash.
+Used once to clean `webbuild/train/vocabulary.txt`:
+`python -m webbuild.train.homophones webbuild/train/vocabulary.txt` prints each clash.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-VOCABULARY = Path(__file__).resolve().parents[2] / "examples" / "tiny-asr" / "vocabulary.txt"
+VOCABULARY = Path(__file__).resolve().with_name("vocabulary.txt")  # package data: training runs from a wheel too
 MIN_WORDS, MAX_WORDS = 3, 12
 HELDOUT_SEED = 20261129  # fixed: the held-out set must not depend on the training seed
 HELDOUT_SIZE = 500

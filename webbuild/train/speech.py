@@ -17,7 +17,6 @@ import subprocess
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.signal import resample_poly
 
 SAMPLE_RATE = 16000
 VOICES = ("en-us", "en", "en-gb-x-rp", "en-029", "en-gb-scotland")
@@ -82,6 +81,8 @@ def parse_wav(data: bytes) -> tuple[np.ndarray, int]:
 def to_16k(pcm: np.ndarray, rate: int) -> np.ndarray:
     if rate == SAMPLE_RATE:
         return pcm
+    from scipy.signal import resample_poly  # the train extra's; the main install has no scipy
+
     g = np.gcd(SAMPLE_RATE, rate)
     return resample_poly(pcm, SAMPLE_RATE // g, rate // g).astype(np.float32)
 

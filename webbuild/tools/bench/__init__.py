@@ -4,15 +4,19 @@ and turns its JSON report into a printed table (and a file with --json)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shlex
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 from webbuild.errors import BenchError
 from webbuild.text import size
 
+log = logging.getLogger(__name__)
 HARNESSES = Path(__file__).resolve().parent  # the Node harnesses ship beside this module
 # Flags for every Node the bench starts (shell-style quoting), as $WEBBUILD_BROWSER_ARGS is for Chromium.
 # The tests set --liftoff-only: V8's optimising wasm compiler otherwise spends about 50 s of CPU on
@@ -25,6 +29,7 @@ SWIFTSHADER_ENV = {
 }
 
 
+PROGRESS = "[bench] "  # how the harnesses' progress lines on stderr begin (the report alone is on stdout)
 # merged decoders benched as peers: the onnxruntime-genai builder's, optimum's
 MERGED_NAMES = ("model.onnx", "decoder_model_merged.onnx")
 
@@ -76,13 +81,50 @@ def run_node(
     cmd = [node, *node_args(), str(harness), str(dist), "--ep", ep, "--decode-tokens", str(decode_tokens), *extra]
     env = {**os.environ, **(SWIFTSHADER_ENV if swiftshader else {})}
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+        returncode, stdout, stderr = _run_telling_progress(cmd, env, timeout)
     except FileNotFoundError:
         raise BenchError(f"node {node!r} not found: install Node >= 20 or set WEBBUILD_NODE") from None
-    if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-5:]
-        raise BenchError(f"{harness.name} failed: " + (" | ".join(tail) or f"exit code {proc.returncode}"))
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    if returncode != 0:
+        # a thrown Error's own line (its stack follows it), else the last lines
+        thrown = [line for line in stderr if re.match(r"\w*Error: ", line)]
+        tail = thrown[-1:] or [line for line in stderr if line.strip()][-5:]
+        raise BenchError(f"{harness.name} failed: " + (" | ".join(tail) or f"exit code {returncode}"))
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def _run_telling_progress(cmd: list[str], env: dict, timeout: float | None) -> tuple[int, str, list[str]]:
+    """Run a harness; its `[bench] ...` progress lines on stderr are logged as they come (a bench runs for
+    minutes), the rest kept for the error. Returns (exit code, stdout, stderr's lines); past `timeout`
+    seconds the harness is killed and subprocess.TimeoutExpired raised, as subprocess.run does."""
+    stderr: list[str] = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        def follow() -> None:
+            for line in proc.stderr:  # type: ignore[union-attr]  # stderr=PIPE
+                stderr.append(line.rstrip("\n"))
+                if line.startswith(PROGRESS):
+                    log.info(line[len(PROGRESS):].rstrip())
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        expired = threading.Event()
+
+        def kill() -> None:
+            expired.set()
+            proc.kill()
+
+        killer = threading.Timer(timeout, kill) if timeout else None
+        if killer:
+            killer.start()
+        try:
+            stdout = proc.stdout.read()  # type: ignore[union-attr]  # stdout=PIPE; the report, at the end
+            proc.wait()
+        finally:
+            if killer:
+                killer.cancel()
+        reader.join()
+    if expired.is_set():
+        raise subprocess.TimeoutExpired(cmd, timeout or 0)
+    return proc.returncode, stdout, stderr
 
 
 def _check_inputs(dist: Path) -> None:

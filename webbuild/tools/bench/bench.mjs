@@ -29,7 +29,7 @@ import { pathToFileURL } from 'node:url';
 import { gpuCountedDecodes, gpuCountsDelta } from './counters.mjs';
 import { wasmHeapBytes } from './heap.mjs';
 import { startServer } from './server.mjs';
-import { parseArgs } from './ort.mjs';
+import { parseArgs, tryDawn } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
 import { gpuTimingPerToken } from './timing.mjs';
 
@@ -149,10 +149,11 @@ const log = (line) => console.error(`[bench] ${line}`); // progress on stderr; t
 
 async function main() {
   const o = parseArgs(process.argv.slice(2), OPTIONS, USAGE);
-  if (o.ep !== 'wasm') (await import('./dawn.mjs')).installDawn();
+  if (o.ep !== 'wasm') await tryDawn(o.ep);
   const srv = await startServer(o.dir);
   try {
     const m = await siteModules(o.dir);
+    log('loading the model (shards over loopback HTTP, sessions created)');
     const model = await loadModel(m, srv, o);
     const loraSwitches = o.adapter ? await countedSwitches(m, model.site, o.adapter) : null;
     if (model.info.ep === 'webgpu') { // timing.mjs: the decoder's runs, or the captured decode's steps
@@ -164,14 +165,16 @@ async function main() {
     const clipOpts = o.maxNewTokens ? { maxNewTokens: o.maxNewTokens } : {};
     /** @type {({src: string, expected: string, match: boolean, token_ids: number[]} & Omit<Awaited<ReturnType<typeof timedTranscribe>>, 'stamps' | 'ids'>)[]} */
     const clips = [];
-    for (const c of (await sampleClips(m, o.dir)).slice(0, o.maxClips)) {
+    const samples = (await sampleClips(m, o.dir)).slice(0, o.maxClips);
+    const runs = samples.length * o.repeat;
+    for (const c of samples) {
       // the page's own decoding: its WAV reader and the project's resampler (app/audio.js)
       const bytes = await readFile(path.join(o.dir, c.src));
       const pcm = await m.audio.decodeToMono16k(bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength), c.src);
       for (let i = 0; i < o.repeat; i++) {
         const { stamps, ids, ...r } = await timedTranscribe(model.rec, pcm, clipOpts);
         clips.push({ src: c.src, expected: c.text, match: r.text === c.text, ...r, token_ids: ids });
-        log(`${c.src}: ${JSON.stringify(r.text)} ${r.total_ms.toFixed(0)} ms`);
+        log(`clip ${clips.length} of ${runs}: ${c.src}: ${JSON.stringify(r.text)} ${r.total_ms.toFixed(0)} ms`);
       }
     }
     // Synthetic decode: N greedy steps past any end token, after a prompt of two seconds of silence
@@ -181,7 +184,9 @@ async function main() {
     const silence = new Float32Array(2 * model.runtime.sample_rate);
     /** @param {number} n */
     const synthDecode = (n) => timedTranscribe(model.rec, silence, { maxNewTokens: n + 1, forceSteps: true });
+    log(`synthetic decode: ${o.decodeTokens} tokens after 2 s of silence${model.info.ep === 'webgpu' ? ' (and a short one: WebGPU calls per token)' : ''}`);
     const { result: synth, counters_per_token } = await gpuCountedDecodes(synthDecode, o.decodeTokens, model.info.ep === 'webgpu');
+    log(`synthetic decode: ${spread(synth.steps).median?.toFixed(1)} ms per token${model.info.ep === 'webgpu' ? '; then timed on the GPU' : ''}`);
     const timing_per_token = await gpuTimingPerToken(synthDecode, synth);
     const clipSteps = clips.flatMap((c) => c.steps);
     /** @param {'encoder_ms' | 'ttft_ms' | 'prefill_ms' | 'prompt_tokens' | 'prefill_tokens_per_s'} k */

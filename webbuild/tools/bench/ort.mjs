@@ -7,8 +7,8 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 // greedy choice over the last position, as the site's runtime makes it
 export { argmaxLast } from '../../template/runtime/greedy.js';
 
-const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../..');
-export const ORT_DIST = path.join(REPO, 'node_modules/onnxruntime-web/dist'); // `npm ci`'s pinned copy
+// the pinned files a site ships, package data of webbuild (webbuild/site/ort_files.py)
+export const ORT_DIST = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../site/onnxruntime-web');
 
 /** @typedef {typeof import('onnxruntime-web')} Ort */
 /**
@@ -59,11 +59,30 @@ export function sessionConfigEntry(arg) {
  * @returns {Promise<{ort: Ort, adapter: GPUAdapter | null}>}
  */
 export async function openOrt(o) {
-  const gpu = o.ep !== 'wasm' ? (await import('./dawn.mjs')).installDawn() : null;
+  const gpu = o.ep !== 'wasm' ? await tryDawn(o.ep) : null;
   const adapter = gpu && await gpu.requestAdapter({ powerPreference: 'high-performance' });
   if (o.ep === 'auto') o.ep = adapter ? 'webgpu' : 'wasm';
   if (o.ep === 'webgpu' && !adapter) throw new Error('no WebGPU adapter');
   return { ort: await importOrt(o.ort), adapter };
+}
+
+// WebGPU through Dawn (dawn.mjs) where the `webgpu` npm package is there: a devDependency (make setup-check),
+// absent from `make site`'s install and from an installed wheel. Without it, `--ep auto` benches on wasm (a
+// progress line says so) and `--ep webgpu` is an error naming how to get it. Returns the GPU, or null.
+/** @param {string} ep */
+export async function tryDawn(ep) {
+  try {
+    return (await import('./dawn.mjs')).installDawn();
+  } catch (e) {
+    const err = /** @type {{code?: string, message?: string}} */ (e);
+    if (err.code !== 'ERR_MODULE_NOT_FOUND' || !String(err.message).includes("'webgpu'")) throw e;
+    if (ep === 'webgpu') {
+      throw new Error("--ep webgpu needs the `webgpu` npm package (Dawn), which webbuild's own install leaves out: "
+        + 'run `make setup-check` in the webbuild checkout (npm ci with the dev packages)');
+    }
+    console.error("[bench] no `webgpu` npm package (Dawn) here: benching on wasm (the checkout's `make setup-check` adds it)");
+    return null;
+  }
 }
 
 // onnxruntime-web's webgpu build from its dist/ folder (a built site names it in runtime.json: this is

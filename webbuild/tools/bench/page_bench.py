@@ -11,6 +11,7 @@ the long decode's steps) and `counters_per_token` (null on the wasm EP)."""
 
 from __future__ import annotations
 
+import logging
 import platform
 import tempfile
 import time
@@ -20,6 +21,8 @@ from webbuild.errors import BenchError, require_extra
 from webbuild.tools import browser as br
 from webbuild.tools.bench.instrument import counted_site, counted_site_parent
 from webbuild.tools.verify.visits import Clip, site_data, site_url, transcribe
+
+log = logging.getLogger(__name__)
 
 
 def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | None = None,
@@ -37,13 +40,18 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
             browser = br.launch(pw, choice, webgpu=ep != "wasm")
             try:
                 page = browser.new_page()
+                log.info(f"loading the page in {choice.describe()}")
                 br.open_page(page, url + (f"?ep={ep}" if ep != "auto" else ""), timeout_s)
                 state = page.evaluate("() => window.webbuild")
                 if state["status"] == "error":
                     raise BenchError(f"the site failed to load: {state['error']}")
                 samples = site_data(page.context, url)["samples"][:max_clips]
-                clips = [clip_row(transcribe(page, Clip(s["id"], s["text"], button=s["id"]), timeout_s), s["text"])
-                         for s in samples for _ in range(repeat)]
+                clips = []
+                for s in [s for s in samples for _ in range(repeat)]:
+                    clips.append(clip_row(transcribe(page, Clip(s["id"], s["text"], button=s["id"]), timeout_s),
+                                          s["text"]))
+                    log.info(f"clip {len(clips)} of {len(samples) * repeat}: {s['id']}: {clips[-1]['text']!r}")
+                log.info(f"synthetic decode: {decode_tokens} tokens in the site's worker")
                 synth = counted_decodes(site_worker(page), decode_tokens)
             finally:
                 browser.close()

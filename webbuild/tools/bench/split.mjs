@@ -5,7 +5,7 @@
 // Qwen3-ASR prompt length: 9 prefix + audio + 6 suffix tokens), then --decode-tokens greedy steps.
 //
 //   node webbuild/tools/bench/split.mjs MODEL_DIR [--ep auto|wasm|webgpu] [--decode-tokens 128] [--audio-seconds 2]
-//        [--kv gpu|cpu] [--ort DIR] [--session-config K=V]...   (DIR: onnxruntime-web's dist/, default node_modules')
+//        [--kv gpu|cpu] [--ort DIR] [--session-config K=V]...   (DIR: onnxruntime-web's dist/, default webbuild/site/onnxruntime-web)
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
 
