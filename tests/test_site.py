@@ -310,9 +310,9 @@ def test_software_webgpu_gets_wasm_with_a_note_unless_ep_webgpu(playwright, site
         assert state["info"]["ep"] == "wasm" and state["info"]["variant"] == "fp32", state["info"]
         note = page.inner_text("#notice")
         assert page.is_visible("#notice") and note == state["info"]["notice"]
-        assert note.startswith("WebGPU here is a software renderer (") and "swiftshader" in note.lower()
-        assert note.endswith("; using WebAssembly (add ?ep=webgpu to force WebGPU).")
-        assert "WebAssembly" in page.inner_text("#status")
+        assert note.startswith("This browser offers only a software imitation of a GPU here (") and "swiftshader" in note.lower()
+        assert note.endswith("so the model runs on the CPU. To try it anyway, add ?ep=webgpu to the address.")
+        assert "the CPU (WebAssembly)" in page.inner_text("#status")
         forced = page.context.browser.new_page()
         open_page(forced, srv.url + "?ep=webgpu&max_new_tokens=2")
         state = forced.evaluate("() => window.webbuild")
@@ -330,7 +330,7 @@ def test_without_webgpu_falls_back_to_wasm(playwright, site, reference):
         state = page.evaluate("() => window.webbuild")
         assert state["status"] == "ready", state
         assert state["info"]["ep"] == "wasm" and state["info"]["threads"] == 1 and state["info"]["kvCache"] == "cpu"
-        assert "WebGPU is not available" in page.inner_text("#notice")
+        assert page.inner_text("#notice") == "This browser can't use the GPU here, so the model runs on the CPU (slower)."
         state = transcribe_sample(page)
         check_against_reference(state, site, reference)
         check_metrics(page, state)

@@ -96,9 +96,9 @@ def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
     assert r["auto"] == {"ep": "wasm", "variant": "fp32"} and r["asked"] == r["auto"]
     assert r["forced"] == {"ep": "webgpu", "variant": "fp16"}  # ?ep=webgpu keeps WebGPU (and shader-f16)
     assert r["notes"] == [
-        "WebGPU here is a software renderer (google / swiftshader); using WebAssembly "
-        "(add ?ep=webgpu to force WebGPU).",
-        None, "WebGPU is not available (no GPU here); running on the CPU with WebAssembly, which is slower.", None]
+        "This browser offers only a software imitation of a GPU here (google / swiftshader), slower than the CPU, "
+        "so the model runs on the CPU. To try it anyway, add ?ep=webgpu to the address.",
+        None, "This browser can't use the GPU here, so the model runs on the CPU (slower).", None]
 
 
 def test_js_contract_names_equal_the_python_ones():

@@ -208,6 +208,10 @@ class Adapter(_Strict):
     precision: Literal["int8", "fp16", "fp32"] = Field(
         "int8", description="how the adapter's weights ship: int8 (symmetric, block 32, the 8-bit MatMulNBits "
                             "layout), fp16 or fp32")
+    description: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="what the adapter is for, in one plain sentence the page shows under its picker (e.g. "
+                    "\"Tuned for espeak-ng's Klatt voice.\"); unset: the page shows the adapter's name only")
 
 
 class BuildConfig(_Strict):

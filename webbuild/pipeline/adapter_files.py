@@ -34,7 +34,8 @@ def pack_adapters(adapters: list[Adapter], assembled: Path, folder: Path,
         files[name] = folder / name
         rank = next(iter(inputs.values())).shape[1]
         entries[a.name] = {"file": name, "precision": a.precision, "rank": rank, "scale": a.scale,
-                           "bytes": len(data), "tensors": tensors}
+                           "bytes": len(data), "tensors": tensors,
+                           **({"description": a.description} if a.description else {})}
         parameters = sum(w.size for w in inputs.values())
         report.adapters[a.name] = {"bytes": len(data), "parameters": parameters,
                                    "int8_ratio": round(len(data) / parameters, 4)}

@@ -1,11 +1,13 @@
-// The page: starts the model worker, shows the sample clips of samples.json, wires the inputs,
-// streams the transcript, shows progress and metrics. The worker's messages: runtime/contract.js.
-// State for tests and scripts is on window.webbuild.
+// The page: starts the model worker (again with Retry after a failed load), shows the sample clips of
+// samples.json, wires the inputs (buttons, file picker, drag-and-drop), plays the chosen clip, streams the
+// transcript, copies and saves it (app/transcript.js), shows progress and metrics. The worker's messages:
+// runtime/contract.js. State for tests and scripts is on window.webbuild.
 
-import { MicRecorder, decodeToMono16k } from './app/audio.js';
+import { MicRecorder, SAMPLE_RATE, decodeToMono16k } from './app/audio.js';
 import { LiveView, MicFrames, intervalNote } from './app/live.js';
 import { BASE_INTERVAL_MS } from './runtime/live.js';
 import { renderLiveMetrics, renderMetrics, renderInfo } from './app/metrics.js';
+import { cues, download, transcriptFile } from './app/transcript.js';
 import { FROM_WORKER, KEEP_AUDIO, LIVE_BUTTON, LORA_PICKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
 
 /** @typedef {import('./runtime/contract.js').FromWorkerMessage} FromWorkerMessage */
@@ -21,18 +23,23 @@ import { FROM_WORKER, KEEP_AUDIO, LIVE_BUTTON, LORA_PICKER, SAMPLES_FILE, TO_WOR
  *   chunks?: Array<[number, number]>}} LiveState
  */
 /** @typedef {{id: string, src: string, text: string, label: string}} Sample  a clip of samples.json (render.py writes it) */
+/** @typedef {import('./app/transcript.js').Format} Format */
 
 // the page's elements by id (index.html.j2 has every one)
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 const params = new URLSearchParams(location.search);
-// lora: the LoRA adapter the next transcription runs with (null: the base model); doneLora: the one the last ran with
+// lora: the LoRA adapter the next transcription runs with (null: the base model); doneLora: the one the last ran with;
+// texts and chunks: the last transcript's text and [start, end) (16 kHz samples) per chunk, the subtitles' cues;
+// clip: the src of the audio element (the chosen clip's object URL), stages: each loading step the page showed
 /**
  * What the page shows, on window.webbuild for tests and scripts (webbuild verify reads it).
  * @type {{status: string, info: import('./runtime/contract.js').ReadyInfo | null, metrics: object | null, text: string,
  *   tokens: number[][] | null, margins: number[][] | null, error: string | null, warnings: string[],
- *   lora: string | null, doneLora: string | null, progress?: object, live: LiveState | null}}
+ *   lora: string | null, doneLora: string | null, progress?: object, live: LiveState | null,
+ *   texts: string[], chunks: Array<[number, number]>, clip: string | null, stages: string[]}}
  */
-const state = { status: 'loading', info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [], lora: null, doneLora: null, live: null };
+const state = { status: 'loading', info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [],
+  lora: null, doneLora: null, live: null, texts: [], chunks: [], clip: null, stages: [] };
 /** @type {Window & {webbuild?: typeof state}} */ (window).webbuild = state;
 const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
 /** @type {{id: number, resolve: (msg: DoneMessage) => void, reject: (e: Error) => void} | null} */
@@ -61,10 +68,10 @@ const handlers = {
     Object.assign(state, { status: 'ready', info });
     $('progress').hidden = true;
     $('progress-text').textContent = '';
-    setStatus(`Ready: ${info.variant} model on ${info.ep === 'webgpu' ? 'WebGPU' : 'WebAssembly (CPU)'}.`);
+    setStatus(`Ready: the ${info.variant} model runs on ${info.ep === 'webgpu' ? 'the GPU (WebGPU)' : 'the CPU (WebAssembly)'}.`);
     if (info.notice) showNotice(info.notice);
     renderInfo(info);
-    showLoraPicker(info.loraAdapters ?? []);
+    showLoraPicker(info.loraAdapters ?? [], info.loraAbout ?? {});
     setEnabled(true);
   },
   [FROM_WORKER.token]: ({ id, text }) => { if (pending?.id === id) showText(text); },
@@ -84,10 +91,22 @@ const handlers = {
 };
 
 const manifestUrl = new URL('model/manifest.json', location.href).href;
-// ?capture=0: every decode step plain, without graph capture (runtime/capture.js)
-worker.postMessage({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep'), graphCapture: params.get('capture') !== '0' });
-setStatus('Loading the model…');
+loadModel();
 wireInputs();
+
+// Asks the worker for the model: at the start, and again from the Retry button after a failed load.
+function loadModel() {
+  // ?capture=0: every decode step plain, without graph capture (runtime/capture.js)
+  worker.postMessage({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep'), graphCapture: params.get('capture') !== '0' });
+  setStatus('Loading the model…');
+}
+
+function retryLoad() {
+  $('retry').hidden = true;
+  clearError();
+  Object.assign(state, { status: 'loading', error: null });
+  loadModel();
+}
 
 // One button per sample clip of samples.json (the build's list; webbuild verify clicks them by id).
 async function showSamples() {
@@ -95,8 +114,10 @@ async function showSamples() {
   if (!res.ok) throw new Error(`${SAMPLES_FILE}: HTTP ${res.status}`);
   const { samples } = /** @type {{samples: Sample[]}} */ (await res.json());
   for (const sample of samples) {
-    const button = Object.assign(document.createElement('button'),
-      { type: 'button', className: 'sample', id: sample.id, textContent: sample.label, disabled: true });
+    // its name, then the words it says (what the transcript should read)
+    const button = Object.assign(document.createElement('button'), { type: 'button', className: 'sample', id: sample.id, disabled: true });
+    button.append(Object.assign(document.createElement('span'), { className: 'sample-name', textContent: sample.label }),
+      Object.assign(document.createElement('span'), { className: 'sample-text', textContent: `“${sample.text}”` }));
     button.addEventListener('click', () => runSample(sample));
     $('samples').append(button);
   }
@@ -107,9 +128,13 @@ function wireInputs() {
   const input = /** @type {HTMLInputElement} */ ($('file'));
   input.addEventListener('change', async () => {
     const file = input.files?.[0];
-    if (file) await run(`“${file.name}”`, async () => decodeToMono16k(await file.arrayBuffer(), file.name));
+    if (file) await runFile(file);
     input.value = '';
   });
+  wireDrop();
+  $('retry').addEventListener('click', retryLoad);
+  $('copy').addEventListener('click', copyText);
+  for (const format of /** @type {Format[]} */ (['txt', 'srt', 'vtt'])) $(`save-${format}`).addEventListener('click', () => save(format));
   $('clear-cache').addEventListener('click', () => worker.postMessage({ type: TO_WORKER.clearCache }));
   $(LIVE_BUTTON).addEventListener('click', () => (living ? stopLive() : startLive()));
   const mic = new MicRecorder();
@@ -153,7 +178,8 @@ async function startLive() {
     return;
   }
   /** @type {Window & {webbuildLiveAudio?: () => string}} */ (window).webbuildLiveAudio = () => mic.audio();
-  Object.assign(state, { status: 'listening', text: '', metrics: null, tokens: null, margins: null });
+  Object.assign(state, { status: 'listening', text: '', metrics: null, tokens: null, margins: null, texts: [], chunks: [] });
+  transcriptActions(false);
   state.live = { status: 'listening', rate: mic.rate, finals: [], partial: '', updates: [], metrics: null };
   showLiveText();
   const button = $(LIVE_BUTTON);
@@ -174,9 +200,11 @@ async function stopLive() {
   setStatus('Finishing the last sentence…');
   const msg = /** @type {import('./runtime/contract.js').LiveDoneMessage} */ (await done);
   living = null;
-  Object.assign(state, { status: 'done', text: msg.text, tokens: msg.tokens, margins: msg.margins });
+  Object.assign(state, { status: 'done', text: msg.text, tokens: msg.tokens, margins: msg.margins,
+    texts: current.view.finals, chunks: msg.chunks });
   Object.assign(/** @type {object} */ (state.live), { status: 'done', metrics: msg.metrics, chunks: msg.chunks });
   showLiveText(current.view);
+  transcriptActions(Boolean(msg.text));
   renderLiveMetrics(msg.metrics);
   endLive();
   setStatus(`Done: ${(msg.metrics.audio_ms / 1000).toFixed(1)} s of live audio in ${msg.metrics.chunks} chunk${msg.metrics.chunks === 1 ? '' : 's'}.`);
@@ -224,8 +252,67 @@ async function runSample(sample) {
   await run(`sample “${sample.label}”`, async () => {
     const res = await fetch(sample.src);
     if (!res.ok) throw new Error(`could not load ${sample.src} (HTTP ${res.status})`);
-    return decodeToMono16k(await res.arrayBuffer(), sample.src);
+    const blob = await res.blob();
+    showClip(blob, `Sample “${sample.label}”`);
+    return decodeToMono16k(await blob.arrayBuffer(), sample.src);
   }, true);
+}
+
+/** @param {File} file */
+async function runFile(file) {
+  showClip(file, `“${file.name}”`);
+  await run(`“${file.name}”`, async () => decodeToMono16k(await file.arrayBuffer(), file.name));
+}
+
+// A file dropped on the audio panel is transcribed as a chosen one (while the inputs are enabled).
+function wireDrop() {
+  const zone = $('drop');
+  const ready = () => !(/** @type {HTMLInputElement} */ ($('file')).disabled);
+  zone.addEventListener('dragover', (e) => {
+    e.preventDefault(); // allows the drop
+    if (e.dataTransfer) e.dataTransfer.dropEffect = ready() ? 'copy' : 'none';
+    zone.classList.toggle('dropping', ready());
+  });
+  zone.addEventListener('dragleave', () => zone.classList.remove('dropping'));
+  zone.addEventListener('drop', async (e) => {
+    e.preventDefault(); // else the browser opens the file in place of the page
+    zone.classList.remove('dropping');
+    const file = e.dataTransfer?.files[0];
+    if (!file || !ready()) return;
+    await runFile(file);
+  });
+}
+
+// The chosen clip in the audio element, to hear what is transcribed (an object URL of its bytes).
+/** @param {Blob} blob @param {string} name */
+function showClip(blob, name) {
+  const audio = /** @type {HTMLAudioElement} */ ($('clip'));
+  if (state.clip) URL.revokeObjectURL(state.clip);
+  state.clip = audio.src = URL.createObjectURL(blob);
+  $('clip-name').textContent = `${name}:`;
+  $('clip-row').hidden = false;
+}
+
+async function copyText() {
+  try {
+    await navigator.clipboard.writeText(state.text);
+    setStatus('The transcript was copied.');
+  } catch (e) {
+    showError(`the transcript could not be copied (${e.message}); select it and copy it by hand`);
+  }
+}
+
+// The last transcript as a file: .txt, or subtitles with a cue per chunk (app/transcript.js).
+/** @param {Format} format */
+function save(format) {
+  const { body, type } = transcriptFile(format, state.text, cues(state.texts, state.chunks, SAMPLE_RATE));
+  download(`transcript.${format}`, body, type);
+}
+
+// The transcript's copy and download buttons: usable once there is a transcript.
+/** @param {boolean} on */
+function transcriptActions(on) {
+  inputs('#transcript-actions button').forEach((el) => { el.disabled = !on; });
 }
 
 // One transcription: get PCM, send it to the worker, stream the text, show the metrics.
@@ -238,7 +325,8 @@ async function run(what, getPcm, keepExpected = false) {
   if (!keepExpected) $('expected').hidden = true;
   clearError();
   setEnabled(false);
-  Object.assign(state, { status: 'transcribing', text: '', metrics: null, tokens: null, margins: null });
+  Object.assign(state, { status: 'transcribing', text: '', metrics: null, tokens: null, margins: null, texts: [], chunks: [] });
+  transcriptActions(false);
   showText('');
   setStatus(`Transcribing ${what}…`);
   try {
@@ -251,8 +339,9 @@ async function run(what, getPcm, keepExpected = false) {
       worker.postMessage({ type: TO_WORKER.transcribe, id: pending.id, pcm, maxNewTokens, chunkSeconds }, [pcm.buffer]);
     }));
     Object.assign(state, { status: 'done', text: done.text, tokens: done.tokens, margins: done.margins, metrics: done.metrics,
-      doneLora: done.lora });
+      doneLora: done.lora, texts: done.texts, chunks: done.chunks });
     showText(done.text || '(no speech recognised)');
+    transcriptActions(Boolean(done.text));
     renderMetrics(done.metrics);
     setStatus(`Done: ${(done.metrics.audio_ms / 1000).toFixed(1)} s of audio in ${(done.metrics.total_ms / 1000).toFixed(2)} s.`);
   } catch (e) {
@@ -265,33 +354,61 @@ async function run(what, getPcm, keepExpected = false) {
   }
 }
 
+// Loading in its three steps, each named by what it does on the chosen processor (ProgressMessage.ep); the bar
+// shows the bytes while downloading, and moves without a fraction while a step reports none.
+const STEPS = 3;
+/** @param {import('./runtime/contract.js').ProgressMessage} e */
+function progressLabel(e) {
+  if (e.lora) return `Downloading the adapter “${e.lora}”`;
+  const gpu = e.ep === 'webgpu';
+  /** @type {Record<string, [number, string]>} */
+  const steps = {
+    download: [1, 'downloading the model'],
+    verify: [1, 'downloading the model'],
+    session: [2, gpu ? 'preparing the model for the GPU' : 'preparing the model for the CPU'],
+    warmup: [3, gpu ? 'warming up (compiling the GPU programs)' : 'warming up (a first short run on the CPU)'],
+  };
+  const [step, what] = steps[e.phase] ?? [0, e.phase];
+  return step ? `Step ${step} of ${STEPS}: ${what}` : what;
+}
+
 /** @param {import('./runtime/contract.js').ProgressMessage} e */
 function showProgress(e) {
   const bar = /** @type {HTMLProgressElement} */ ($('progress'));
-  $('progress').hidden = false;
-  const label = e.lora ? `Downloading the adapter “${e.lora}”` : { download: 'Downloading the model', verify: 'Downloading the model', session: 'Preparing the model', warmup: 'Warming up (compiling GPU shaders)' }[e.phase] ?? e.phase;
+  bar.hidden = false;
+  const label = progressLabel(e);
   state.progress = e;
-  if (e.phase === 'download' || e.phase === 'verify') {
-    bar.max = e.total || 1;
+  if (state.stages.at(-1) !== label) state.stages.push(label);
+  if ((e.phase === 'download' || e.phase === 'verify') && e.total) {
+    bar.max = e.total;
     bar.value = e.loaded;
     $('progress-text').textContent = `${mib(e.loaded)} of ${mib(e.total)} MiB`;
   } else {
-    bar.removeAttribute('value'); // indeterminate: session creation reports no fraction
-    $('progress-text').textContent = '';
+    bar.removeAttribute('value'); // indeterminate (style.css animates it): this step reports no fraction
+    $('progress-text').textContent = e.phase === 'download' ? '' : 'This takes a few seconds; the page stays usable.';
   }
   setStatus(`${label}…`);
 }
 
-// The adapter picker (docs/adapters.md): "none (base model)" and each adapter the worker can switch on;
-// hidden where the build ships none.
-/** @param {string[]} names */
-function showLoraPicker(names) {
+// The adapter picker (docs/adapters.md): "none (base model)" and each adapter the worker can switch on, with
+// what the chosen one is for (model.yaml's description) under it; hidden where the build ships none.
+/** @param {string[]} names @param {Record<string, string>} about */
+function showLoraPicker(names, about) {
   const picker = /** @type {HTMLSelectElement} */ ($(LORA_PICKER));
+  if (picker.options.length > 1) return; // a retried load: the picker is made already
   for (const name of names) picker.append(Object.assign(document.createElement('option'), { value: name, textContent: name }));
   picker.value = state.lora ?? '';
   picker.disabled = false;
   $('lora-row').hidden = !names.length;
-  picker.addEventListener('change', () => switchLora(picker.value || null));
+  loraAbout = { '': $('lora-about').textContent ?? '', ...about };
+  picker.addEventListener('change', () => { describeLora(); switchLora(picker.value || null); });
+}
+
+/** @type {Record<string, string>} what each adapter is for ('': what an adapter is, for the base model) */
+let loraAbout = {};
+function describeLora() {
+  const name = /** @type {HTMLSelectElement} */ ($(LORA_PICKER)).value;
+  $('lora-about').textContent = loraAbout[name] ?? `The adapter “${name}”.`;
 }
 
 // Asks the worker for adapter `name` (null: the base model); the next transcription runs with it.
@@ -320,6 +437,7 @@ function loraSet({ id, name }) {
 function loraFailed(message) {
   switching = null;
   Object.assign($(LORA_PICKER), { value: state.lora ?? '', disabled: false }); // the worker kept the previous one
+  describeLora();
   $('progress').hidden = true;
   showError(`the adapter could not be switched (${message})`);
   setStatus('Ready.');
@@ -349,5 +467,6 @@ function fail(message) {
   showError(message);
   setStatus('The model could not be loaded.');
   $('progress').hidden = true;
+  $('retry').hidden = false;
 }
 const mib = (/** @type {number} */ n) => (n / 2 ** 20).toFixed(1);

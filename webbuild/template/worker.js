@@ -5,7 +5,7 @@ import { FROM_WORKER, TO_WORKER } from './runtime/contract.js';
 import { clearCache } from './runtime/loader.js';
 import { loadSite } from './runtime/site.js';
 import { DEFAULT_CHUNKING, splitAtQuiet } from './runtime/chunk.js';
-import { loraNames, switchLora } from './runtime/lora.js';
+import { loraAbout, loraNames, switchLora } from './runtime/lora.js';
 import { LiveSession } from './runtime/live.js';
 
 /** @typedef {import('./runtime/contract.js').ToWorkerMessage} ToWorkerMessage */
@@ -68,7 +68,7 @@ async function load({ manifestUrl, forceEp, graphCapture }) {
       shaderF16: Boolean(gpu.shaderF16), threads: /** @type {number} */ (site.ort.env.wasm.numThreads), kvCache: site.recogniser.kvLocation, decode: site.recogniser.decodeMode,
       modelBytes: site.modelBytes, load: site.load,
       // the adapters only where the recogniser loaded the adapted decoder (the variant has its graphs)
-      loraAdapters: site.recogniser.adapted ? loraNames(site.manifest) : [], lora,
+      loraAdapters: site.recogniser.adapted ? loraNames(site.manifest) : [], loraAbout: loraAbout(site.manifest), lora,
     },
   });
 }
@@ -103,7 +103,7 @@ async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
     texts.push(r.text);
     results.push(r);
   }
-  post({ type: FROM_WORKER.done, id, text: texts.filter(Boolean).join(' '), tokens: results.map((r) => r.tokens),
+  post({ type: FROM_WORKER.done, id, text: texts.filter(Boolean).join(' '), texts, chunks, tokens: results.map((r) => r.tokens),
     margins: results.map((r) => r.margins), metrics: summarise(results), lora });
 }
 

@@ -40,6 +40,8 @@ export type Manifest = {
       rank: number;
       scale: number;
       bytes: number;
+      /** what the adapter is for (model.yaml adapters[].description), shown under the page's picker */
+      description?: string;
       tensors: {
         [k: string]: {
           shape: number[];

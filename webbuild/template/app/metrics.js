@@ -15,7 +15,8 @@ const rate = (v) => (v == null ? 'n/a' : `${v.toFixed(1)} tok/s`);
 /** @param {import('../runtime/contract.js').ReadyInfo} info */
 export function renderInfo(info) {
   const l = info.load;
-  $('m-gpu').textContent = info.gpu;
+  // the processor the model runs on (a LoRA adapter is a model add-on: the picker's, not this)
+  $('m-gpu').textContent = info.ep === 'webgpu' ? `the GPU: ${info.gpu}` : 'the CPU (no GPU used)';
   $('m-runtime').textContent = `${info.ep === 'webgpu' ? 'WebGPU' : `WebAssembly, ${info.threads} thread${info.threads === 1 ? '' : 's'}`} · ${info.variant} · model ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
   $('m-load').textContent = `${ms(l.total_ms)} (download ${ms(l.download_ms)}, sessions ${ms(l.session_ms)}, warm-up ${ms(l.warmup_ms)})`;
 }

@@ -72,20 +72,21 @@ export const TO_WORKER = Object.freeze({
 
 /**
  * @typedef {{type: 'progress', phase: 'download' | 'verify' | 'session' | 'warmup', loaded: number,
- *   total: number, file?: string, shard?: string, lora?: string}} ProgressMessage
+ *   total: number, file?: string, shard?: string, lora?: string, ep?: 'webgpu' | 'wasm'}} ProgressMessage
  *   download / verify: bytes of the model's shards (loader.js), or with `lora` of that adapter's file;
- *   session / warmup: 0 of 1, no fraction.
+ *   session / warmup: 0 of 1, no fraction; ep: the processor they prepare the model for (the page names the step by it).
  * @typedef {{type: 'warning', message: string}} WarningMessage
  *   Loading goes on: a shard re-downloaded after a failed check, no cache, a retry.
  * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, gpu: string,
  *   shaderF16: boolean, threads: number, kvCache: string, decode: string, modelBytes: number,
- *   loraAdapters: string[], lora: string | null,
+ *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null,
  *   load: {download_ms: number, session_ms: number, warmup_ms: number, total_ms: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu';
  *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)';
  *   gpu: the GPU WebGPU runs on (its description; 'none (...)' on wasm); loraAdapters: the LoRA adapters the
- *   page can switch on (none where the build ships none), lora: the one on (null: the base model).
+ *   page can switch on (none where the build ships none), loraAbout: what each is for (model.yaml's `description`,
+ *   where it has one), lora: the one on (null: the base model).
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
  * @typedef {{type: 'token', id: number, token: number, text: string}} TokenMessage
  *   One generated token of transcription `id`; text: the transcript so far.
@@ -93,9 +94,10 @@ export const TO_WORKER = Object.freeze({
  *   decode_tokens: number, decode_ms: number, decode_tokens_per_s: number | null, generated_tokens: number,
  *   total_ms: number, audio_ms: number, rtf: number}} TranscriptionMetrics
  *   worker.js summarise(): one transcription's, over all its chunks.
- * @typedef {{type: 'done', id: number, text: string, tokens: number[][], margins: number[][],
- *   metrics: TranscriptionMetrics, lora: string | null}} DoneMessage
- *   tokens: per chunk of the audio; margins: per token, its logit minus the runner-up's (asr.js); metrics: worker.js
+ * @typedef {{type: 'done', id: number, text: string, texts: string[], chunks: Array<[number, number]>, tokens: number[][],
+ *   margins: number[][], metrics: TranscriptionMetrics, lora: string | null}} DoneMessage
+ *   texts, chunks, tokens: per chunk of the audio (runtime/chunk.js), chunks its [start, end) in 16 kHz samples (the
+ *   page's subtitle cues); margins: per token, its logit minus the runner-up's (asr.js); metrics: worker.js
  *   summarise(); lora: the adapter it ran with (null: the base model).
  * @typedef {{type: 'cache-cleared', existed: boolean}} CacheClearedMessage
  * @typedef {{type: 'lora-set', id: number, name: string | null}} LoraSetMessage

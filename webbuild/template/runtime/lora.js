@@ -29,6 +29,15 @@ export function loraNames(manifest) {
   return Object.keys(manifest?.adapters ?? {});
 }
 
+// What each adapter is for, by name (model.yaml's `description`; adapters without one are left out).
+/** @param {Manifest | null | undefined} manifest */
+export function loraAbout(manifest) {
+  /** @type {Record<string, string>} */
+  const about = {};
+  for (const [name, entry] of Object.entries(manifest?.adapters ?? {})) if (entry.description) about[name] = entry.description;
+  return about;
+}
+
 // {input name: [K, N]} shared by every adapter of the build (null without adapters).
 /**
  * @param {Manifest | null | undefined} manifest

@@ -16,7 +16,10 @@ import { loraShapes } from './lora.js';
 /** @typedef {import('./probe.js').GpuProbe} GpuProbe */
 /** @typedef {import('./asr.js').Graphs} Graphs */
 /** @typedef {import('./asr.js').GraphFiles} GraphFiles */
-/** @typedef {import('./loader.js').Progress | {phase: 'session' | 'warmup', loaded: number, total: number}} SiteProgress */
+/**
+ * loader.js's progress, or a step after the download (ep: the processor it prepares the model for).
+ * @typedef {import('./loader.js').Progress | {phase: 'session' | 'warmup', loaded: number, total: number, ep: 'webgpu' | 'wasm'}} SiteProgress
+ */
 /**
  * loadSite's options (see there).
  * @typedef {object} SiteOptions
@@ -58,11 +61,11 @@ export async function loadSite(manifestUrl, opts = {}) {
   const tDownload = performance.now();
   const ort = await site.ortModule;
   configureOrt(ort, /** @type {Uint8Array} */ (files.get(runtime.files.ort_wasm)), opts.threads ?? defaultThreads());
-  opts.onProgress?.({ phase: 'session', loaded: 0, total: 1 });
+  opts.onProgress?.({ phase: 'session', loaded: 0, total: 1, ep: pick.ep });
   const made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, files, gpu,
     graphCapture: opts.graphCapture ?? true }, opts.fallback ?? true);
   const tSession = performance.now();
-  opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1 });
+  opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1, ep: made.ep });
   await made.recogniser.warmUp();
   const tWarm = performance.now();
   return {
@@ -74,7 +77,8 @@ export async function loadSite(manifestUrl, opts = {}) {
   };
 }
 
-// Why the page runs on wasm when it was not asked to (null otherwise).
+// Why the page runs on wasm when it was not asked to (null otherwise), in plain words (the technical reason
+// stays in the probe's `reason`).
 /**
  * @param {EpChoice} pick
  * @param {GpuProbe} gpu
@@ -83,9 +87,10 @@ export async function loadSite(manifestUrl, opts = {}) {
 export function choiceNotice(pick, gpu, forceEp) {
   if (pick.ep !== 'wasm' || forceEp === 'wasm') return null;
   if (gpu.gpuAdapter && gpu.software) {
-    return `WebGPU here is a software renderer (${gpu.description}); using WebAssembly (add ?ep=webgpu to force WebGPU).`;
+    return `This browser offers only a software imitation of a GPU here (${gpu.description}), slower than the CPU, ` +
+      'so the model runs on the CPU. To try it anyway, add ?ep=webgpu to the address.';
   }
-  return `WebGPU is not available (${gpu.reason}); running on the CPU with WebAssembly, which is slower.`;
+  return "This browser can't use the GPU here, so the model runs on the CPU (slower).";
 }
 
 // The build's estimate of a variant's wasm memory (manifest entry `wasm`, webbuild/pipeline/wasm_budget.py):
@@ -193,6 +198,6 @@ async function createRecogniser(site, { ep, variant, files, gpu, graphCapture },
     refuseUnfit(manifest, wasm);
     const wasmFiles = wasm === variant ? files : await loadFiles(manifest, manifest.variants[wasm].files, loading);
     return { ep: 'wasm', variant: wasm, recogniser: await create(wasm, wasmFiles, 'wasm'),
-      notice: `WebGPU session failed (${e.message}); running on WebAssembly instead.` };
+      notice: `The GPU could not run this model (${e.message}), so it runs on the CPU instead (slower).` };
   }
 }
