@@ -1,0 +1,232 @@
+"""The page's controls on the trained example, in Chromium on the wasm EP: the sample buttons with their words and
+the chosen clip in the audio element, drag-and-drop, copy, the transcript saved as text and as SRT / WebVTT
+subtitles cued by the chunks the reference cuts, Retry after a failed load, the plain notice, the processor
+and the LoRA adapter named apart, each adapter's description from model.yaml, and the loading steps named by
+what they do on the CPU."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.example_config import EXAMPLE
+from webbuild.config import load_config
+from webbuild.reference.audio import read_wav, write_wav
+from webbuild.reference.chunk import split_at_quiet
+from webbuild.reference.transcribe import load_transcriber
+from webbuild.site.contract import RUNTIME_FILE, SAMPLES_FILE
+from webbuild.site.manifest import load_manifest
+from webbuild.tools.browser import choose, hide_webgpu, launch, open_page, wait_for, watch
+from webbuild.tools.serve import start
+
+DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
+# every text the status line shows while the model loads, with whether the bar was indeterminate then; and the
+# blob of each object URL the page makes (the CSP lets the page fetch none: connect-src 'self')
+STATUS_LOG = """
+window.blobs = {};
+const makeUrl = URL.createObjectURL;
+URL.createObjectURL = (blob) => { const url = makeUrl(blob); window.blobs[url] = blob; return url; };
+window.statusLog = [];
+document.addEventListener('DOMContentLoaded', () => {
+  const status = document.getElementById('status'), bar = document.getElementById('progress');
+  new MutationObserver(() => window.statusLog.push([status.textContent, bar.matches(':indeterminate')]))
+    .observe(status, { childList: true, characterData: true, subtree: true });
+});
+"""
+
+
+@pytest.fixture(scope="module")
+def server(example_dist):
+    srv = start(example_dist, quiet=True)
+    yield srv
+    srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser(playwright):
+    browser = launch(playwright, choose(), webgpu=False)
+    yield browser
+    browser.close()
+
+
+def new_page(browser, **context):
+    """A page in a fresh context without WebGPU (the CPU path), logging the status line."""
+    ctx = browser.new_context(**context)
+    hide_webgpu(ctx)
+    ctx.add_init_script(STATUS_LOG)
+    page = ctx.new_page()
+    watch(page)
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(browser, server):
+    page = new_page(browser, accept_downloads=True, permissions=["clipboard-read", "clipboard-write"])
+    open_page(page, server.url)
+    yield page
+    page.context.close()
+
+
+def clip_bytes(page) -> bytes:
+    """The bytes behind the audio element's src (an object URL)."""
+    b64 = page.evaluate("""async () => {
+        const bytes = new Uint8Array(await window.blobs[document.getElementById('clip').src].arrayBuffer());
+        let text = '';
+        for (let i = 0; i < bytes.length; i += 0x8000) text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+        return btoa(text);
+    }""")
+    return base64.b64decode(b64)
+
+
+def test_cpu_path_is_named_plainly(page):
+    state = page.evaluate("() => window.webbuild")
+    assert state["status"] == "ready" and state["info"]["ep"] == "wasm", state
+    assert page.inner_text("#notice") == "This browser can't use the GPU here, so the model runs on the CPU (slower)."
+    # the processor and the LoRA adapter named apart
+    assert page.inner_text("#metrics dt >> nth=0") == "Runs on" and page.inner_text("#m-gpu") == "the CPU (no GPU used)"
+    assert page.inner_text("label[for=lora]") == "Voice adapter (LoRA)"
+    # the loading steps as the CPU runs them: nothing about GPU shaders; the steps without a fraction move
+    log = page.evaluate("() => window.statusLog")
+    texts = [t for t, _ in log]
+    steps = ["Step 1 of 3: downloading the model…", "Step 2 of 3: preparing the model for the CPU…",
+             "Step 3 of 3: warming up (a first short run on the CPU)…"]
+    assert [t for t in dict.fromkeys(texts) if t.startswith("Step")] == steps, texts
+    assert not [t for t in texts if "GPU" in t], texts
+    assert all(indeterminate for t, indeterminate in log if t in steps[1:]), log
+    assert page.inner_text("#status") == "Ready: the fp32 model runs on the CPU (WebAssembly)."
+
+
+def test_adapter_picker_says_what_each_adapter_is_for(page, example_dist):
+    described = {a.name: a.description for a in load_config(EXAMPLE / "model.yaml").adapters}
+    assert described["klatt"] and load_manifest(example_dist / "model")["adapters"]["klatt"]["description"] == \
+        described["klatt"]
+    assert "tunes the model to one kind of voice" in page.inner_text("#lora-about")
+    page.select_option("#lora", "klatt")
+    wait_for(page, "() => window.webbuild.lora === 'klatt' || window.webbuild.error", 60)
+    assert page.inner_text("#lora-about") == described["klatt"]
+    page.select_option("#lora", "")
+    wait_for(page, "() => window.webbuild.lora === null", 60)
+    assert "tunes the model to one kind of voice" in page.inner_text("#lora-about")
+
+
+def test_sample_buttons_say_their_words_and_the_clip_plays(page, example_dist):
+    samples = json.loads((example_dist / SAMPLES_FILE).read_text())["samples"]
+    for s in samples:
+        assert page.inner_text(f"#{s['id']}").split("\n") == [s["label"], f"“{s['text']}”"]
+    assert page.is_hidden("#clip")
+    page.click("#sample-1")
+    wait_for(page, DONE, 120)
+    assert page.evaluate("() => window.webbuild.error") is None
+    src = page.get_attribute("#clip", "src")
+    assert src.startswith("blob:") and src == page.evaluate("() => window.webbuild.clip") and page.is_visible("#clip")
+    assert clip_bytes(page) == (example_dist / samples[1]["src"]).read_bytes()
+    # the element can play it: its duration is the clip's
+    page.evaluate("() => new Promise((ok) => { const a = document.getElementById('clip'); "
+                  "a.readyState >= 1 ? ok() : a.addEventListener('loadedmetadata', ok); })")
+    pcm = read_wav(example_dist / samples[1]["src"])
+    assert abs(page.evaluate("() => document.getElementById('clip').duration") - len(pcm) / 16000) < 0.01
+
+
+def test_copy_puts_the_transcript_on_the_clipboard(page):
+    page.click("#sample-0")
+    wait_for(page, DONE, 120)
+    text = page.evaluate("() => window.webbuild.text")
+    assert text.strip() and page.is_enabled("#copy")
+    page.click("#copy")
+    assert page.evaluate("() => navigator.clipboard.readText()") == text
+
+
+def test_drop_a_file_on_the_page(page, example_dist):
+    wav = (example_dist / "samples").glob("*.wav")
+    path = sorted(wav)[2]
+    page.evaluate("""(b64) => {
+        const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+        const data = new DataTransfer();
+        data.items.add(new File([bytes], 'dropped.wav', { type: 'audio/wav' }));
+        const zone = document.getElementById('drop');
+        zone.dispatchEvent(new DragEvent('dragover', { dataTransfer: data, bubbles: true, cancelable: true }));
+        zone.dispatchEvent(new DragEvent('drop', { dataTransfer: data, bubbles: true, cancelable: true }));
+    }""", base64.b64encode(path.read_bytes()).decode())
+    wait_for(page, "() => window.webbuild.status === 'transcribing'", 10)
+    wait_for(page, DONE, 120)
+    state = page.evaluate("() => window.webbuild")
+    assert state["error"] is None and abs(state["metrics"]["audio_ms"] - len(read_wav(path)) / 16) < 1
+    assert page.inner_text("#clip-name") == "“dropped.wav”:"
+    assert clip_bytes(page) == path.read_bytes()
+
+
+@pytest.fixture(scope="module")
+def two_sentences(example_dist, tmp_path_factory) -> Path:
+    """Two sample clips with a second of quiet between: two chunks (the example ends a chunk at every pause)."""
+    clips = [read_wav(p) for p in sorted((example_dist / "samples").glob("*.wav"))[:2]]
+    path = tmp_path_factory.mktemp("page") / "two.wav"
+    write_wav(path, np.concatenate([clips[0], np.zeros(16000, np.float32), clips[1]]))
+    return path
+
+
+def stamp(samples: int, sep: str) -> str:
+    ms = round(samples / 16)
+    return f"{ms // 3600000:02d}:{ms // 60000 % 60:02d}:{ms // 1000 % 60:02d}{sep}{ms % 1000:03d}"
+
+
+def test_transcript_downloads_as_text_and_subtitles(page, example_dist, two_sentences):
+    page.set_input_files("#file", str(two_sentences))
+    wait_for(page, DONE, 180)
+    state = page.evaluate("() => window.webbuild")
+    reference = load_transcriber(example_dist)
+    cuts = split_at_quiet(read_wav(two_sentences), 16000, reference.policy)
+    assert len(cuts) == 2 and state["chunks"] == [list(c) for c in cuts], (state["chunks"], cuts)
+    texts = [reference.text(d.tokens) for d in reference.decode_file(two_sentences)]
+    assert state["texts"] == texts and all(texts)
+    files = {}
+    for fmt in ("txt", "srt", "vtt"):
+        with page.expect_download() as dl:
+            page.click(f"#save-{fmt}")
+        assert dl.value.suggested_filename == f"transcript.{fmt}"
+        files[fmt] = Path(dl.value.path()).read_text(encoding="utf-8")
+    assert files["txt"] == state["text"] + "\n" == " ".join(texts) + "\n"
+    assert files["srt"] == "\n".join(f"{i + 1}\n{stamp(a, ',')} --> {stamp(b, ',')}\n{t}\n"
+                                     for i, ((a, b), t) in enumerate(zip(cuts, texts)))
+    assert files["vtt"] == "WEBVTT\n\n" + "\n".join(f"{stamp(a, '.')} --> {stamp(b, '.')}\n{t}\n"
+                                                    for (a, b), t in zip(cuts, texts))
+    cue = r"\d\d:\d\d:\d\d[,.]\d{3} --> \d\d:\d\d:\d\d[,.]\d{3}"
+    assert len(re.findall(cue, files["srt"])) == len(re.findall(cue, files["vtt"])) == 2
+
+
+def test_retry_after_a_failed_load(browser, server, example_dist):
+    """A shard missing (HTTP 404: no use retrying in the loader) fails the load; once it is back, Retry loads
+    the model without reloading the page."""
+    page = new_page(browser)
+    shard = load_manifest(example_dist / "model")["files"][RUNTIME_FILE]["parts"][0]["shard"]  # every load reads it
+    failing = {"on": True, "hits": 0}
+
+    def route(r):
+        if failing["on"]:
+            failing["hits"] += 1
+            r.fulfill(status=404, body="gone")
+        else:
+            r.continue_()
+
+    page.context.route(f"**/model/{shard}", route)
+    try:
+        open_page(page, server.url)
+        state = page.evaluate("() => window.webbuild")
+        assert state["status"] == "error" and failing["hits"] >= 1, (state, failing)
+        assert page.is_visible("#retry") and page.is_visible("#error")
+        failing["on"] = False
+        page.evaluate("() => { window.loaded = true; }")  # gone if the page reloads
+        page.click("#retry")
+        wait_for(page, "() => ['ready', 'error'].includes(window.webbuild.status)", 120)
+        state = page.evaluate("() => window.webbuild")
+        assert state["status"] == "ready" and page.evaluate("() => window.loaded") is True, state
+        assert page.is_hidden("#retry") and page.is_hidden("#error")
+        page.click("#sample-0")
+        wait_for(page, DONE, 120)
+        assert page.evaluate("() => window.webbuild.error") is None
+    finally:
+        page.context.close()
