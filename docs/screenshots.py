@@ -1,4 +1,5 @@
-"""Screenshots of a built site for the README: loading (with progress), idle (ready), transcript.
+"""Screenshots of a built site for the README: loading (download progress), preparing (the step without a
+fraction: its bar moves), idle (ready), transcript (the clip's player, copy and downloads), phone.
 
     python docs/screenshots.py dist [--out docs/screenshots] [--webgpu]
 
@@ -47,6 +48,8 @@ def main() -> None:
         wait_for(page, "() => { const p = window.webbuild?.progress; "
                        "return p && p.phase === 'download' && p.loaded > 0.3 * p.total; }", every=0.05)
         page.screenshot(path=args.out / "loading.png", full_page=True)
+        wait_for(page, "() => window.webbuild.progress?.phase === 'session'", every=0.05)
+        page.screenshot(path=args.out / "preparing.png", full_page=True)
         wait_for(page, "() => window.webbuild.status === 'ready'")
         page.screenshot(path=args.out / "idle.png", full_page=True)
         page.click(args.sample)

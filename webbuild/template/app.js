@@ -153,6 +153,7 @@ function wireInputs() {
       return;
     }
     clearError();
+    $('clip-row').hidden = true; // the clip shown was another's
     inputs(`button.sample, #file, #${LIVE_BUTTON}`).forEach((el) => { el.disabled = true; }); // one input at a time
     button.setAttribute('aria-pressed', 'true');
     button.textContent = 'Stop and transcribe';
@@ -164,6 +165,7 @@ function wireInputs() {
 async function startLive() {
   clearError();
   $('expected').hidden = true;
+  $('clip-row').hidden = true;
   const id = nextId++;
   const mic = new MicFrames(params.get(KEEP_AUDIO) === '1');
   living = { id, mic, view: new LiveView() };
@@ -385,7 +387,7 @@ function showProgress(e) {
     $('progress-text').textContent = `${mib(e.loaded)} of ${mib(e.total)} MiB`;
   } else {
     bar.removeAttribute('value'); // indeterminate (style.css animates it): this step reports no fraction
-    $('progress-text').textContent = e.phase === 'download' ? '' : 'This takes a few seconds; the page stays usable.';
+    $('progress-text').textContent = e.phase === 'download' ? '' : 'This step does not say how far along it is; the bar moves while it works.';
   }
   setStatus(`${label}…`);
 }
