@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from tests.example_config import EXAMPLE
+from tests.test_site import NO_GPU
 from webbuild.config import load_config
 from webbuild.reference.audio import read_wav, write_wav
 from webbuild.reference.chunk import split_at_quiet
@@ -86,7 +87,7 @@ def clip_bytes(page) -> bytes:
 def test_cpu_path_is_named_plainly(page):
     state = page.evaluate("() => window.webbuild")
     assert state["status"] == "ready" and state["info"]["ep"] == "wasm", state
-    assert page.inner_text("#notice") == "This browser can't use the GPU here, so the model runs on the CPU (slower)."
+    assert page.inner_text("#notice") == NO_GPU
     # the processor and the LoRA adapter named apart
     assert page.inner_text("#metrics dt >> nth=0") == "Runs on" and page.inner_text("#m-gpu") == "the CPU (no GPU used)"
     assert page.inner_text("label[for=lora]") == "Voice adapter (LoRA)"

@@ -21,6 +21,7 @@ from webbuild.site.manifest import load_manifest, verify_manifest
 from webbuild.tools.browser import choose, launch, open_page, open_site, wait_for
 
 MAX_BYTES = 4 * 2**20  # small, so the decoder data and ORT's wasm arrive in several shards
+NO_GPU = "This browser can't use the GPU here, so the model runs on the CPU (slower)."  # the notice without WebGPU
 NEW_TOKENS = 6  # SwiftShader decodes about one token a second: keep browser runs short
 
 
@@ -310,7 +311,8 @@ def test_software_webgpu_gets_wasm_with_a_note_unless_ep_webgpu(playwright, site
         assert state["info"]["ep"] == "wasm" and state["info"]["variant"] == "fp32", state["info"]
         note = page.inner_text("#notice")
         assert page.is_visible("#notice") and note == state["info"]["notice"]
-        assert note.startswith("This browser offers only a software imitation of a GPU here (") and "swiftshader" in note.lower()
+        assert note.startswith("This browser offers only a software imitation of a GPU here (")
+        assert "swiftshader" in note.lower()
         assert note.endswith("so the model runs on the CPU. To try it anyway, add ?ep=webgpu to the address.")
         assert "the CPU (WebAssembly)" in page.inner_text("#status")
         forced = page.context.browser.new_page()
@@ -330,7 +332,7 @@ def test_without_webgpu_falls_back_to_wasm(playwright, site, reference):
         state = page.evaluate("() => window.webbuild")
         assert state["status"] == "ready", state
         assert state["info"]["ep"] == "wasm" and state["info"]["threads"] == 1 and state["info"]["kvCache"] == "cpu"
-        assert page.inner_text("#notice") == "This browser can't use the GPU here, so the model runs on the CPU (slower)."
+        assert page.inner_text("#notice") == NO_GPU
         state = transcribe_sample(page)
         check_against_reference(state, site, reference)
         check_metrics(page, state)

@@ -169,7 +169,7 @@ def test_adapter_picker_on_and_off_gives_the_references_tokens(playwright, examp
         info = page.evaluate("() => window.webbuild.info")
         assert info["ep"] == ("webgpu" if webgpu else "wasm") and info["loraAdapters"] == ["klatt"]
         assert info["lora"] is None and (info["decode"] == "captured") == webgpu
-        assert page.is_visible("#lora") and page.inner_text("label[for=lora]") == "Adapter"
+        assert page.is_visible("#lora") and page.inner_text("label[for=lora]") == "Voice adapter (LoRA)"
         assert page.eval_on_selector_all("#lora option", "os => os.map((o) => [o.value, o.textContent])") == [
             ["", "none (base model)"], ["klatt", "klatt"]]
         runs = {}
