@@ -209,19 +209,30 @@ export class Recogniser {
     return this.kv.map((n) => n.present);
   }
 
-  // Compiles the shaders for both graphs on a second of silence and two decode steps, so the
-  // visitor's first transcription does not pay for it; on WebGPU the adapted graphs too, on their zero
-  // inputs, which also records their captured step: switching an adapter on then compiles nothing.
+  // Compiles the shaders for both graphs on a second of audio and two decode steps, so the visitor's first
+  // transcription does not pay for it; on WebGPU the adapted graphs too, on their zero inputs, which also
+  // records their captured step: switching an adapter on then compiles nothing.
+  // On WebGPU also the other classes of shapes a chunk can meet: onnxruntime-web compiles a kernel's pipeline
+  // the first time it meets one, which cost a first clip of a new length up to 1.3 s on an H200 (BENCHMARKS.md,
+  // tools/bench/first_use.py counts them). The classes found: the encoder's lead (a clip that starts loud:
+  // its Concat), the encoder's attention and convolutions past their size thresholds, the front-end's
+  // convolutions over a whole number of 64-frame tiles (WARM_FRAMES), a prompt of several prefill runs (the
+  // later ones with a past), and a one-token run after a long prompt (a decode without capture). wasm compiles
+  // nothing per shape (measured: the same time on the first and the second clip of a length).
   async warmUp() {
-    const silence = new Float32Array(this.rt.sample_rate);
-    await this.transcribe(silence, { maxNewTokens: 2, forceSteps: true });
-    if (!this.adapted || this.ep !== 'webgpu') return;
+    const rate = this.rt.sample_rate;
+    const short = loudStart(rate);
+    const frames = Math.floor((this.rt.max_chunk_seconds * rate) / HOP / WARM_FRAMES) * WARM_FRAMES;
+    const long = this.ep === 'webgpu' && frames ? await this.encode(new Float32Array(frames * HOP)) : null;
     const active = this.active;
-    this.active = this.adapted;
-    try {
-      await this.transcribe(silence, { maxNewTokens: 2, forceSteps: true });
-    } finally {
-      this.active = active;
+    for (const set of this.ep === 'webgpu' && this.adapted ? [this.base, this.adapted] : [this.base]) {
+      this.active = set;
+      try {
+        await this.transcribe(short, { maxNewTokens: 2, forceSteps: true });
+        if (long) await this.transcribe(short, { maxNewTokens: 2, forceSteps: true, captured: false, audio: long });
+      } finally {
+        this.active = active;
+      }
     }
   }
 
@@ -235,12 +246,14 @@ export class Recogniser {
   // Greedy transcription of one chunk. onToken(text so far, token id) streams the transcript.
   /**
    * @param {Float32Array} pcm
-   * @param {{maxNewTokens?: number, onToken?: (text: string, token: number) => void, forceSteps?: boolean}} [options]
+   * @param {{maxNewTokens?: number, onToken?: (text: string, token: number) => void, forceSteps?: boolean,
+   *   captured?: boolean, audio?: OrtTensor}} [options] captured: false decodes plainly; audio: the encoder's
+   *   output for pcm, already there (warmUp)
    * @returns {Promise<Transcript>}
    */
-  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false } = {}) {
+  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false, captured = true, audio } = {}) {
     const t0 = performance.now();
-    const audio = await this.encode(pcm);
+    audio ??= await this.encode(pcm);
     const tEnc = performance.now();
     const { prefix, suffix, audio_pad } = this.rt.prompt;
     const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix];
@@ -263,7 +276,7 @@ export class Recogniser {
     };
     const kv = { present };
     try {
-      await this.decode(pickLast(logits, this.d.vocab_size), kv, ids.length, maxNewTokens, emit);
+      await this.decode(pickLast(logits, this.d.vocab_size), kv, ids.length, maxNewTokens, emit, captured);
     } finally {
       dispose(kv.present);
     }
@@ -286,10 +299,11 @@ export class Recogniser {
    * @param {number} promptLength
    * @param {number} maxNewTokens
    * @param {Emit} emit
+   * @param {boolean} [captured] false: plain steps even where the captured ones fit
    */
-  async decode(first, kv, promptLength, maxNewTokens, emit) {
+  async decode(first, kv, promptLength, maxNewTokens, emit, captured = true) {
     if (!emit(first)) return;
-    const steps = this.steps?.fits(promptLength, maxNewTokens) ? this.steps : null;
+    const steps = captured && this.steps?.fits(promptLength, maxNewTokens) ? this.steps : null;
     if (steps && await this.decodeCaptured(steps, kv.present, promptLength, first.token, maxNewTokens, emit)) return;
     let next = first;
     for (let total = promptLength + 1; ; total++) {
@@ -421,6 +435,18 @@ export class Recogniser {
     ids.forEach((id, i) => x.set(this.embed.subarray(id * H, (id + 1) * H), i * H));
     return x;
   }
+}
+
+const HOP = 160; // PCM samples per mel frame (webbuild/reference/mel.py)
+const WARM_FRAMES = 128; // the long warm-up's frames are a multiple of this: the front-end's tiled convolutions' other class
+
+// `samples` of a clip that starts loud (a 440 Hz tone for a tenth of a second, then silence): the encoder puts
+// its whole lead before such a clip (webbuild/reference/mel.py lead_length).
+/** @param {number} samples */
+function loudStart(samples) {
+  const pcm = new Float32Array(samples);
+  for (let i = 0; i < Math.min(samples, 1600); i++) pcm[i] = 0.1 * Math.sin((2 * Math.PI * 440 * i) / 16000);
+  return pcm;
 }
 
 // External weights as onnxruntime-web wants them: the path as written inside the graph.
