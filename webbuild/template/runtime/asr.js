@@ -54,12 +54,22 @@ export class Recogniser {
    * @param {Graphs} graphs
    * @param {Runtime} runtime
    * @param {Provider} ep
+   * @param {(names: string[]) => Promise<unknown>} [ready] resolves once those files' bytes are all in `files`
+   *   (loader.js startLoad): each session is made as soon as its own are, while the others download
    */
-  static async create(ort, files, graphs, runtime, ep) {
+  static async create(ort, files, graphs, runtime, ep, ready = async () => {}) {
     const r = new Recogniser(ort, runtime, ep);
+    /** @param {GraphFiles} g */
+    const used = (g) => [r.graphFile(g), g.data, g.embed, r.ep === 'webgpu' && g.step].filter((n) => typeof n === 'string');
+    await ready(used(graphs.encoder));
     await r.loadEncoder(files, graphs.encoder);
+    await ready(used(graphs.decoder));
     await r.loadDecoder(files, graphs.decoder, graphs.dtype);
-    if (graphs.lora && graphs.decoder_lora?.graph) await r.loadAdapted(files, graphs.decoder_lora, graphs.lora);
+    if (graphs.lora && graphs.decoder_lora?.graph) {
+      await ready(used(graphs.decoder_lora));
+      await r.loadAdapted(files, graphs.decoder_lora, graphs.lora);
+    }
+    await ready([runtime.files.tokens]);
     r.tokens = new TokenTable(/** @type {Uint8Array} */ (files.get(runtime.files.tokens)));
     return r;
   }
