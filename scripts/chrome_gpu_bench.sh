@@ -42,7 +42,8 @@ There, device calls back to back while the machine is warm:
        unpacks the browser, waits for the builds, then the STEPS; $OUT gets verify.json,
        bench-browser.json, rounds.json (a step cut off: NAME.json.partial) and gen.log
 
-Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), STAGE, STEPS ("verify bench_browser rounds"),
+Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), STAGE, STEPS ("verify bench_browser rounds"; also first_use:
+a fresh page per first-clip length, first-use.json), FIRST_USE (1,2.5,5,8,15,30),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
 USAGE
@@ -215,6 +216,11 @@ verify() {
 }
 bench_browser() {
   python3 -m webbuild.cli bench "$WORK/webbuild" --runtime browser --ep webgpu --json "$WORK/bench-browser.json.part"
+}
+# the first clip of each length on a fresh page, with the load and its parts (issue 31); STEPS=first_use
+first_use() {
+  python3 $WB/scripts/chrome_gpu_bench.py --dist "$WORK/webbuild" --rows '' --first-use "${FIRST_USE:-1,2.5,5,8,15,30}" \
+    --out "$WORK/first-use.json.part"
 }
 rounds() {
   python3 $WB/scripts/chrome_gpu_bench.py --dist "$WORK/webbuild" --peer "$WORK/peer" --rounds "$ROUNDS" \

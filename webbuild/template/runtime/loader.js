@@ -187,10 +187,15 @@ export function startLoad(manifest, names, opts = {}) {
     o.signal.addEventListener('abort', stop, { once: true });
     /** @type {Promise<void>[]} */
     const tails = []; // each shard's hashing and caching, which its lane does not wait for
+    const hashing = new Set(); // the tails not settled: at most `concurrency` (each digest holds a copy of its shard)
     try {
       await runPool(jobs, o.concurrency, async (job) => {
         const { tail } = await loadShard(job, state, ctl.signal);
-        tails.push(tail.then(() => shardDone(job), (e) => { ctl.abort(e); throw e; }));
+        const t = tail.then(() => shardDone(job), (e) => { ctl.abort(e); throw e; });
+        const settled = t.finally(() => hashing.delete(settled)).catch(() => {});
+        hashing.add(settled);
+        tails.push(t);
+        while (hashing.size > o.concurrency) await Promise.race(hashing);
       }, ctl);
       await Promise.all(tails);
     } catch (e) {
