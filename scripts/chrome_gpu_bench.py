@@ -20,7 +20,7 @@ cache, so the model downloads and every shard is hashed again) loads the counted
 clip of that length as one chunk (webbuild/tools/bench/first_use.py: the samples' speech cut to the length):
 its TTFT, encoder and prefill times, the WebGPU pipelines compiled for it (0 once the warm-up covers its
 shapes), and the page's load and its parts (download, sha256, verified, sessions, warm-up). `--rows ''`
-runs that step alone.
+runs that step alone; --one-page runs the lengths in turn on one page (what tests/test_first_use.py checks).
 Per decode token counts = (counts of an n2-step decode - counts of an n1-step decode) / (n2 - n1).
 The Chromium pages load once (their load time is reported once); every round runs n1 and n2 steps.
 The page's WebGPU adapter must be the GPU: a fallback or SwiftShader adapter stops the run.
@@ -214,11 +214,12 @@ def row_of(name: str, rounds: list[dict], load: dict | None, extra: dict) -> dic
 
 
 def first_use_step(browser, url: str, lengths: list[float], args) -> list[dict]:
-    """One fresh page per length: its load (ms, with parts) and its first clip (first_use.py row)."""
+    """One fresh page per length (--one-page: one page, the lengths in turn): its load (ms, with parts) and its
+    first clip (first_use.py row)."""
     samples = json.loads((args.dist / "samples.json").read_text())["samples"]
     clips = fu.speech(args.dist, samples)
-    rows = []
-    for seconds in lengths:
+    rows: list[dict] = []
+    for group in ([lengths] if args.one_page else [[s] for s in lengths]):
         context = browser.new_context()  # a fresh profile: no cached shards, no compiled pipelines
         try:
             page = context.new_page()
@@ -232,12 +233,13 @@ def first_use_step(browser, url: str, lengths: list[float], args) -> list[dict]:
                 raise SystemExit(f"FATAL: the site chose {state['info']['ep']}, not WebGPU")
             worker = site_worker(page)
             ready = worker.evaluate("() => self.__gpuCounters.counts.pipelines")
-            r = fu.row(seconds, fu.first_use(worker, fu.clip_of(seconds, clips), args.clip_tokens))
-            rows.append({**r, "load": {k: round(v) for k, v in state["info"]["load"].items()},
-                         "load_wall_s": round(wall, 2), "pipelines_at_ready": ready})
-            log(f"first use {seconds} s: TTFT {r['ttft_ms']} ms (encoder {r['encoder_ms']}, prefill {r['prefill_ms']}), "
-                f"{r['new_pipelines']} new pipelines {r['encoder_pipelines'] + r['decoder_pipelines']}; "
-                f"load {rows[-1]['load']}")
+            load = {k: round(v) for k, v in state["info"]["load"].items()}
+            for seconds in group:
+                r = fu.row(seconds, fu.first_use(worker, fu.clip_of(seconds, clips), args.clip_tokens))
+                rows.append({**r, "load": load, "load_wall_s": round(wall, 2), "pipelines_at_ready": ready})
+                log(f"first use {seconds} s: TTFT {r['ttft_ms']} ms (encoder {r['encoder_ms']}, prefill "
+                    f"{r['prefill_ms']}), {r['new_pipelines']} new pipelines "
+                    f"{r['encoder_pipelines'] + r['decoder_pipelines']}; load {load}, {ready} pipelines at ready")
         finally:
             context.close()
     return rows
@@ -294,6 +296,9 @@ def main() -> int:
     ap.add_argument("--first-use", default="",
                     help="after the rounds: a fresh page per clip length (seconds, comma-separated; e.g. "
                          "1,2.5,5,8,15,30), its load and its first clip's TTFT and new pipelines")
+    ap.add_argument("--one-page", action="store_true",
+                    help="--first-use on one page, the lengths in turn (the pipelines each length adds after the "
+                         "warm-up and the ones before it; one load instead of one per length)")
     ap.add_argument("--timing", action="store_true",
                     help="after the rounds, cut one decode of each Chromium page into phases and GPU kernel times")
     ap.add_argument("--out", type=Path, default=Path("chrome-gpu-bench.json"))
