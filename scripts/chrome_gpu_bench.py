@@ -224,13 +224,13 @@ def first_use_step(browser, url: str, lengths: list[float], args) -> list[dict]:
         try:
             page = context.new_page()
             t0 = time.monotonic()
-            br.open_page(page, url + "?ep=webgpu", args.timeout)
+            br.open_page(page, url + f"?ep={args.first_use_ep}", args.timeout)
             wall = time.monotonic() - t0
             state = page.evaluate("() => window.webbuild")
             if state["status"] != "ready":
                 raise SystemExit(f"FATAL: the site did not load: {state['status']} {state['error']}")
-            if state["info"]["ep"] != "webgpu" and not args.allow_software:
-                raise SystemExit(f"FATAL: the site chose {state['info']['ep']}, not WebGPU")
+            if state["info"]["ep"] != args.first_use_ep and not args.allow_software:
+                raise SystemExit(f"FATAL: the site chose {state['info']['ep']}, not {args.first_use_ep}")
             worker = site_worker(page)
             ready = worker.evaluate("() => self.__gpuCounters.counts.pipelines")
             load = {k: round(v) for k, v in state["info"]["load"].items()}
@@ -296,6 +296,9 @@ def main() -> int:
     ap.add_argument("--first-use", default="",
                     help="after the rounds: a fresh page per clip length (seconds, comma-separated; e.g. "
                          "1,2.5,5,8,15,30), its load and its first clip's TTFT and new pipelines")
+    ap.add_argument("--first-use-ep", choices=("webgpu", "wasm"), default="webgpu",
+                    help="the page's ?ep= for --first-use (wasm: whether the CPU path has a first-use cost: "
+                         "list a length twice)")
     ap.add_argument("--one-page", action="store_true",
                     help="--first-use on one page, the lengths in turn (the pipelines each length adds after the "
                          "warm-up and the ones before it; one load instead of one per length)")

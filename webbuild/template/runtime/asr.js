@@ -219,7 +219,7 @@ export class Recogniser {
     return this.kv.map((n) => n.present);
   }
 
-  // Compiles the shaders for both graphs on a second of audio and two decode steps, so the visitor's first
+  // Compiles the shaders for both graphs on two seconds of audio and two decode steps, so the visitor's first
   // transcription does not pay for it; on WebGPU the adapted graphs too, on their zero inputs, which also
   // records their captured step: switching an adapter on then compiles nothing.
   // On WebGPU also the other classes of shapes a chunk can meet: onnxruntime-web compiles a kernel's pipeline
@@ -227,11 +227,12 @@ export class Recogniser {
   // tools/bench/first_use.py counts them). The classes found: the encoder's lead (a clip that starts loud:
   // its Concat), the encoder's attention and convolutions past their size thresholds, the front-end's
   // convolutions over a whole number of 64-frame tiles (WARM_FRAMES), a prompt of several prefill runs (the
-  // later ones with a past), and a one-token run after a long prompt (a decode without capture). wasm compiles
+  // later ones with a past: the short clip's second, the long prompt's last two on a past of zeros), and a
+  // one-token run after a long prompt (a decode without capture). wasm compiles
   // nothing per shape (measured: the same time on the first and the second clip of a length).
   async warmUp() {
     const rate = this.rt.sample_rate;
-    const short = loudStart(rate);
+    const short = loudStart(2 * rate); // two prefill runs where the build chunks the prompt: one with a past
     const frames = Math.floor((this.rt.max_chunk_seconds * rate) / HOP / WARM_FRAMES) * WARM_FRAMES;
     const long = this.ep === 'webgpu' && frames ? await this.encode(new Float32Array(frames * HOP)) : null;
     const active = this.active;
@@ -239,7 +240,7 @@ export class Recogniser {
       this.active = set;
       try {
         await this.transcribe(short, { maxNewTokens: 2, forceSteps: true });
-        if (long) await this.transcribe(short, { maxNewTokens: 2, forceSteps: true, captured: false, audio: long });
+        if (long) await this.transcribe(short, { maxNewTokens: 2, forceSteps: true, captured: false, audio: long, tail: true });
       } finally {
         this.active = active;
       }
@@ -257,17 +258,18 @@ export class Recogniser {
   /**
    * @param {Float32Array} pcm
    * @param {{maxNewTokens?: number, onToken?: (text: string, token: number) => void, forceSteps?: boolean,
-   *   captured?: boolean, audio?: OrtTensor}} [options] captured: false decodes plainly; audio: the encoder's
-   *   output for pcm, already there (warmUp)
+   *   captured?: boolean, audio?: OrtTensor, tail?: boolean}} [options] captured: false decodes plainly; audio: the
+   *   encoder's output for pcm, already there; tail: only the prompt's last two prefill runs, on a past of zeros
+   *   (warmUp: the shapes of a long prompt's prefill at the cost of two runs)
    * @returns {Promise<Transcript>}
    */
-  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false, captured = true, audio } = {}) {
+  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false, captured = true, audio, tail = false } = {}) {
     const t0 = performance.now();
     audio ??= await this.encode(pcm);
     const tEnc = performance.now();
     const { prefix, suffix, audio_pad } = this.rt.prompt;
     const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix];
-    const { logits, present } = await this.prefill(ids, audio, prefix.length);
+    const { logits, present } = await this.prefill(ids, audio, prefix.length, tail);
     const tPrefill = performance.now();
     const eos = new Set(this.rt.eos_token_ids);
     const text = new StreamingDecoder(/** @type {TokenTable} */ (this.tokens)); // set by create()
@@ -364,13 +366,15 @@ export class Recogniser {
    * @param {number[]} ids the prompt
    * @param {OrtTensor} audio the encoder's output
    * @param {number} offset the audio's first position in ids
+   * @param {boolean} [tail] only the last two runs, after a past of zeros (warmUp)
    */
-  async prefill(ids, audio, offset) {
+  async prefill(ids, audio, offset, tail = false) {
     const n = (this.ep === 'webgpu' && this.rt.webgpu_prefill_chunk) || ids.length;
+    const from = tail ? Math.max(0, (Math.ceil(ids.length / n) - 2) * n) : 0;
     /** @type {Feeds} */
-    let past = this.emptyPast();
+    let past = this.emptyPast(from);
     let out = null;
-    for (let at = 0; at < ids.length; at += n) {
+    for (let at = from; at < ids.length; at += n) {
       const part = ids.slice(at, at + n);
       out = await this.step(this.inputs(part, audio, offset - at), at + part.length, past);
       dispose(past);
@@ -431,10 +435,12 @@ export class Recogniser {
     return { logits: out[this.io.logits], present };
   }
 
-  emptyPast() {
+  // The past before the prompt: none, or `positions` of zeros (warmUp)
+  emptyPast(positions = 0) {
     const { Tensor } = this.ort;
-    const dims = [1, this.d.num_key_value_heads, 0, this.d.head_dim];
-    const empty = () => new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims);
+    const dims = [1, this.d.num_key_value_heads, positions, this.d.head_dim];
+    const size = positions * this.d.num_key_value_heads * this.d.head_dim;
+    const empty = () => new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(size) : new Float32Array(size), dims);
     return Object.fromEntries(this.kv.map((n) => [n.past, empty()]));
   }
 
