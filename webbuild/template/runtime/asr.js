@@ -232,7 +232,9 @@ export class Recogniser {
   // nothing per shape (measured: the same time on the first and the second clip of a length).
   async warmUp() {
     const rate = this.rt.sample_rate;
-    const short = loudStart(2 * rate); // two prefill runs where the build chunks the prompt: one with a past
+    // WebGPU: two prefill runs where the build chunks the prompt (one with a past); wasm: a second of silence,
+    // as ever (one prefill run, no shapes to warm)
+    const short = this.ep === 'webgpu' ? loudStart(2 * rate) : new Float32Array(rate);
     const frames = Math.floor((this.rt.max_chunk_seconds * rate) / HOP / WARM_FRAMES) * WARM_FRAMES;
     const long = this.ep === 'webgpu' && frames ? await this.encode(new Float32Array(frames * HOP)) : null;
     const active = this.active;
