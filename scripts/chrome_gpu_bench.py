@@ -15,6 +15,12 @@ Rows, alternated in rounds (A B C, A B C, ...):
   node-webbuild      `webbuild bench DIST --ep webgpu` (Node + Dawn), counted by its own report
                      (webbuild/tools/bench/counters.mjs)
   node-peer          (optional) `webbuild bench PEER --ep webgpu`
+--first-use 1,2.5,5,8,15,30 (after the rounds): for each length a fresh page (a new browser context: empty
+cache, so the model downloads and every shard is hashed again) loads the counted site, then transcribes one
+clip of that length as one chunk (webbuild/tools/bench/first_use.py: the samples' speech cut to the length):
+its TTFT, encoder and prefill times, the WebGPU pipelines compiled for it (0 once the warm-up covers its
+shapes), and the page's load and its parts (download, sha256, verified, sessions, warm-up). `--rows ''`
+runs that step alone; --one-page runs the lengths in turn on one page (what tests/test_first_use.py checks).
 Per decode token counts = (counts of an n2-step decode - counts of an n1-step decode) / (n2 - n1).
 The Chromium pages load once (their load time is reported once); every round runs n1 and n2 steps.
 The page's WebGPU adapter must be the GPU: a fallback or SwiftShader adapter stops the run.
@@ -38,6 +44,7 @@ from pathlib import Path
 
 from webbuild.tools import browser as br
 from webbuild.tools.bench import HARNESSES
+from webbuild.tools.bench import first_use as fu
 from webbuild.tools.bench.instrument import counted_site
 from webbuild.tools.bench.page_bench import site_worker, spread
 from webbuild.tools.verify.visits import Clip, site_url, transcribe
@@ -206,6 +213,51 @@ def row_of(name: str, rounds: list[dict], load: dict | None, extra: dict) -> dic
             "load": load, **extra}
 
 
+def first_use_step(browser, url: str, lengths: list[float], args) -> list[dict]:
+    """One fresh page per length (--one-page: one page, the lengths in turn): its load (ms, with parts) and its
+    first clip (first_use.py row)."""
+    samples = json.loads((args.dist / "samples.json").read_text())["samples"]
+    clips = fu.speech(args.dist, samples)
+    rows: list[dict] = []
+    for group in ([lengths] if args.one_page else [[s] for s in lengths]):
+        context = browser.new_context()  # a fresh profile: no cached shards, no compiled pipelines
+        try:
+            page = context.new_page()
+            t0 = time.monotonic()
+            br.open_page(page, url + f"?ep={args.first_use_ep}", args.timeout)
+            wall = time.monotonic() - t0
+            state = page.evaluate("() => window.webbuild")
+            if state["status"] != "ready":
+                raise SystemExit(f"FATAL: the site did not load: {state['status']} {state['error']}")
+            if state["info"]["ep"] != args.first_use_ep and not args.allow_software:
+                raise SystemExit(f"FATAL: the site chose {state['info']['ep']}, not {args.first_use_ep}")
+            worker = site_worker(page)
+            ready = worker.evaluate("() => self.__gpuCounters.counts.pipelines")
+            load = {k: round(v) for k, v in state["info"]["load"].items()}
+            for seconds in group:
+                r = fu.row(seconds, fu.first_use(worker, fu.clip_of(seconds, clips), args.clip_tokens))
+                rows.append({**r, "load": load, "load_wall_s": round(wall, 2), "pipelines_at_ready": ready})
+                log(f"first use {seconds} s: TTFT {r['ttft_ms']} ms (encoder {r['encoder_ms']}, prefill "
+                    f"{r['prefill_ms']}), {r['new_pipelines']} new pipelines "
+                    f"{r['encoder_pipelines'] + r['decoder_pipelines']}; load {load}, {ready} pipelines at ready")
+        finally:
+            context.close()
+    return rows
+
+
+def first_use_table(rows: list[dict]) -> str:
+    head = ("| first clip | TTFT | encoder | prefill (tokens) | new pipelines (names) | load | download "
+            "| sha256 (summed) | sessions | warm-up |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    lines = [head]
+    for r in rows:
+        ld, names = r["load"], r["encoder_pipelines"] + r["decoder_pipelines"]
+        lines.append(f"| {r['seconds']} s | {r['ttft_ms']:.0f} ms | {r['encoder_ms']:.0f} ms | "
+                     f"{r['prefill_ms']:.0f} ms ({r['prompt_tokens']}) | {r['new_pipelines']} {names or ''} | "
+                     f"{ld['total_ms']} ms | {ld['download_ms']} ms | {ld.get('hash_ms', '-')} ms | "
+                     f"{ld['session_ms']} ms | {ld['warmup_ms']} ms |")
+    return "\n".join(lines)
+
+
 def md_table(rows: list[dict]) -> str:
     head = ("| row | decode ms/token, median of round medians (round medians) | p10 / p90 (all steps) "
             "| dispatches / submits / read-backs / writeBuffer per token | prefill (synthetic) | TTFT (clip) "
@@ -241,11 +293,20 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--allow-software", action="store_true",
                     help="do not stop on a SwiftShader adapter (CPU smoke test)")
+    ap.add_argument("--first-use", default="",
+                    help="after the rounds: a fresh page per clip length (seconds, comma-separated; e.g. "
+                         "1,2.5,5,8,15,30), its load and its first clip's TTFT and new pipelines")
+    ap.add_argument("--first-use-ep", choices=("webgpu", "wasm"), default="webgpu",
+                    help="the page's ?ep= for --first-use (wasm: whether the CPU path has a first-use cost: "
+                         "list a length twice)")
+    ap.add_argument("--one-page", action="store_true",
+                    help="--first-use on one page, the lengths in turn (the pipelines each length adds after the "
+                         "warm-up and the ones before it; one load instead of one per length)")
     ap.add_argument("--timing", action="store_true",
                     help="after the rounds, cut one decode of each Chromium page into phases and GPU kernel times")
     ap.add_argument("--out", type=Path, default=Path("chrome-gpu-bench.json"))
     args = ap.parse_args()
-    rows = args.rows.split(",")
+    rows = [r for r in args.rows.split(",") if r]
     from playwright.sync_api import sync_playwright
 
     work = Path(tempfile.mkdtemp(prefix="cgb-"))
@@ -325,6 +386,11 @@ def main() -> int:
             if args.timing:  # after the rounds: the timing wrap is off during them
                 result["timing_per_token"] = timed_decodes(site, peer, args)
                 save()
+            if args.first_use:
+                lengths = [float(x) for x in args.first_use.split(",")]
+                result["first_use"] = {"rows": first_use_step(browser, url, lengths, args)}
+                result["first_use"]["markdown"] = first_use_table(result["first_use"]["rows"])
+                save()
             pages = [p for p in (site, peer) if p]
             result["console_errors"] = [c for p in pages for c in p.log["console"] if c.startswith("error")][:20]
             result["page_errors"] = [e for p in pages for e in p.log["errors"]][:20]
@@ -356,6 +422,8 @@ def main() -> int:
     result["markdown"] = md_table(table_rows)
     save()
     print(result["markdown"])
+    if "first_use" in result:
+        print(result["first_use"]["markdown"])
     return 0
 
 

@@ -42,7 +42,9 @@ There, device calls back to back while the machine is warm:
        unpacks the browser, waits for the builds, then the STEPS; $OUT gets verify.json,
        bench-browser.json, rounds.json (a step cut off: NAME.json.partial) and gen.log
 
-Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), STAGE, STEPS ("verify bench_browser rounds"),
+Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), STAGE, STEPS ("verify bench_browser rounds"; also first_use:
+a fresh page per first-clip length, first-use-N.json, and the same build with BASE_REF's page runtime,
+first-use-base-N.json), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BASE_REF (main, at prepare),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
 USAGE
@@ -57,6 +59,8 @@ prepare() {
   rm -rf "$root/.wb2" "$root/.wb2pw" && mkdir -p "$root/.wb2" "$root/.wb2pw"
   # committed code only: what runs there is a commit of this branch
   git -C "$src" archive HEAD webbuild scripts pyproject.toml package.json | tar -x -C "$root/.wb2"
+  # the page runtime of BASE_REF (default main) too: first_use runs the same build with it, for a before/after
+  mkdir -p "$root/.wb2/base" && git -C "$src" archive "${BASE_REF:-main}" webbuild/template | tar -x -C "$root/.wb2/base"
   # Playwright for Python without its bundled Node (the Node of .gpu runs its driver:
   # PLAYWRIGHT_NODEJS_PATH), and greenlet, its one dependency, for Python 3.12
   local site tmp; site=$(ls -d "$root"/.venv/lib/python3*/site-packages | head -1); tmp=$(mktemp -d)
@@ -215,6 +219,25 @@ verify() {
 }
 bench_browser() {
   python3 -m webbuild.cli bench "$WORK/webbuild" --runtime browser --ep webgpu --json "$WORK/bench-browser.json.part"
+}
+# the first clip of each length on a fresh page, with the load and its parts (issue 31); STEPS=first_use.
+# Before, the same build with BASE_REF's page runtime (its template's verbatim files: the model files are the
+# same), alternated: base, this branch, base, this branch (FIRST_USE_ROUNDS, 2); first-use-base-N.json, first-use-N.json.
+first_use() {
+  local base=$WORK/webbuild-base lengths=${FIRST_USE:-1,2.5,5,8,15,30}
+  if [ -d "$WB/base/webbuild/template" ] && [ ! -d "$base" ]; then
+    mkdir -p "$base" && cp -al "$WORK/webbuild/." "$base/"  # /. : the site's files, even where the output is a link
+    for f in runtime app worker.js app.js style.css; do
+      rm -rf "${base:?}/$f" && cp -a "$WB/base/webbuild/template/$f" "$base/$f"
+    done
+  fi
+  for r in $(seq 1 "${FIRST_USE_ROUNDS:-2}"); do
+    [ -d "$base" ] && python3 $WB/scripts/chrome_gpu_bench.py --dist "$base" --rows '' --first-use "$lengths" \
+      --out "$OUT/first-use-base-$r.json"
+    python3 $WB/scripts/chrome_gpu_bench.py --dist "$WORK/webbuild" --rows '' --first-use "$lengths" \
+      --out "$OUT/first-use-$r.json"
+  done
+  cp "$OUT/first-use-${FIRST_USE_ROUNDS:-2}.json" "$WORK/first-use.json.part"
 }
 rounds() {
   python3 $WB/scripts/chrome_gpu_bench.py --dist "$WORK/webbuild" --peer "$WORK/peer" --rounds "$ROUNDS" \

@@ -32,6 +32,11 @@ def test_bench_wasm_reports_the_metrics(site, tmp_path):
     assert (r["ep"], r["variant"], r["kv_cache"]) == ("wasm", "fp32", "cpu")
     assert r["gpu"].startswith("none")
     assert r["load"]["total_ms"] >= r["load"]["session_ms"] > 0
+    # the load's parts, printed too: hashing and sessions overlap the download, so they are milestones and times
+    load = r["load"]
+    assert set(load) == {"download_ms", "hash_ms", "verified_ms", "session_ms", "warmup_ms", "total_ms"}
+    assert 0 < load["download_ms"] <= load["verified_ms"] <= load["total_ms"] and load["hash_ms"] > 0
+    assert next(line for line in run.stdout.splitlines() if line.startswith("load")).count(" hash ") == 1
     s = r["summary"]
     assert s["clips"] == 2 and s["clips_matching"] == 2  # the example transcribes its samples exactly
     assert s["encoder_ms"] > 0 and s["ttft_ms"] > s["encoder_ms"] and s["prefill_tokens_per_s"] > 0

@@ -200,7 +200,7 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
         writes = len(tensors) if s["to"] else 0
         assert s["counts"] == {"dispatches": 0, "submits": 0, "readbacks": 0, "write_buffers": writes,
                                "write_bytes": 4 * values if s["to"] else 0, "bind_groups": 0, "buffers": 0,
-                               "buffer_bytes": 0}, s
+                               "buffer_bytes": 0, "pipelines": 0}, s
     c, base = on["counters_per_token"], off["counters_per_token"]
     assert c["bind_groups"] == 0 and c["write_buffers"] == 1 and c["write_bytes"] == 8 and c["readbacks"] == 1
     projections = len(tensors) // 2

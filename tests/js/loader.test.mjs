@@ -6,7 +6,7 @@ import { rmSync } from 'node:fs';
 import path from 'node:path';
 
 import {
-  LoadError, MemoryStore, loadFiles, loadManifest, loadVariant, openModelCache,
+  LoadError, MemoryStore, loadFiles, loadManifest, loadVariant, openModelCache, startLoad,
 } from '../../webbuild/template/runtime/loader.js';
 import { buildFixture, tempDir } from './fixture.mjs';
 import { startServer } from '../../webbuild/tools/bench/server.mjs';
@@ -60,6 +60,34 @@ async function load(opts = {}, names = NAMES) {
   const manifest = await loadManifest(srv.url);
   return loadFiles(manifest, names, { cache: null, ...FAST, ...opts });
 }
+
+describe('startLoad', () => {
+  const start = async (opts = {}) => startLoad(await loadManifest(srv.url), ['encoder.onnx', 'decoder.fp16.onnx.data'],
+    { cache: null, ...FAST, ...opts });
+
+  it('gives a file as soon as its own shards are verified, while another still downloads', async () => {
+    srv.faults.set(shardsOf(v1, 'decoder.fp16.onnx.data')[0], ['delay:500']);
+    const l = await start();
+    let done = false;
+    l.done.then(() => { done = true; });
+    const encoder = await l.ready('encoder.onnx');
+    assert.equal(done, false);
+    assert.ok(Buffer.from(encoder).equals(v1.sources['encoder.onnx']));
+    assertSame(await l.done, v1);
+    assert.ok(Buffer.from(await l.ready('decoder.fp16.onnx.data')).equals(v1.sources['decoder.fp16.onnx.data']));
+    const { download_ms: download, hash_ms: hash, verified_ms: verified } = l.stats;
+    assert.ok(download >= 500 && hash > 0 && verified >= download, JSON.stringify(l.stats));
+  });
+
+  it('fails a file still loading with the corrupt shard\'s error, as done', async () => {
+    const victim = shardsOf(v1, 'decoder.fp16.onnx.data')[3];
+    srv.faults.set(victim, ['corrupt', 'corrupt']);
+    const l = await start();
+    const check = (e) => e instanceof LoadError && e.code === 'corrupt' && e.message.startsWith(`${victim.slice(1)}: sha256 mismatch`);
+    await assert.rejects(l.ready('decoder.fp16.onnx.data'), check);
+    await assert.rejects(l.done, check);
+  });
+});
 
 describe('loading', () => {
   it('reassembles every file byte-exact with one request per shard', async () => {

@@ -18,7 +18,9 @@ export function renderInfo(info) {
   // the processor the model runs on (a LoRA adapter is a model add-on: the picker's, not this)
   $('m-gpu').textContent = info.ep === 'webgpu' ? `the GPU: ${info.gpu}` : 'the CPU (no GPU used)';
   $('m-runtime').textContent = `${info.ep === 'webgpu' ? 'WebGPU' : `WebAssembly, ${info.threads} thread${info.threads === 1 ? '' : 's'}`} · ${info.variant} · model ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
-  $('m-load').textContent = `${ms(l.total_ms)} (download ${ms(l.download_ms)}, sessions ${ms(l.session_ms)}, warm-up ${ms(l.warmup_ms)})`;
+  // download and sessions overlap: each session is made once its files are in
+  $('m-load').textContent = `${ms(l.total_ms)} (download ${ms(l.download_ms)}, sha256 ${ms(l.hash_ms ?? 0)}, ` +
+    `sessions ${ms(l.session_ms)}, warm-up ${ms(l.warmup_ms)})`;
 }
 
 /** @param {Metrics} m */

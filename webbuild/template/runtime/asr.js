@@ -54,12 +54,22 @@ export class Recogniser {
    * @param {Graphs} graphs
    * @param {Runtime} runtime
    * @param {Provider} ep
+   * @param {(names: string[]) => Promise<unknown>} [ready] resolves once those files' bytes are all in `files`
+   *   (loader.js startLoad): each session is made as soon as its own are, while the others download
    */
-  static async create(ort, files, graphs, runtime, ep) {
+  static async create(ort, files, graphs, runtime, ep, ready = async () => {}) {
     const r = new Recogniser(ort, runtime, ep);
+    /** @param {GraphFiles} g */
+    const used = (g) => [r.graphFile(g), g.data, g.embed, r.ep === 'webgpu' && g.step].filter((n) => typeof n === 'string');
+    await ready(used(graphs.encoder));
     await r.loadEncoder(files, graphs.encoder);
+    await ready(used(graphs.decoder));
     await r.loadDecoder(files, graphs.decoder, graphs.dtype);
-    if (graphs.lora && graphs.decoder_lora?.graph) await r.loadAdapted(files, graphs.decoder_lora, graphs.lora);
+    if (graphs.lora && graphs.decoder_lora?.graph) {
+      await ready(used(graphs.decoder_lora));
+      await r.loadAdapted(files, graphs.decoder_lora, graphs.lora);
+    }
+    await ready([runtime.files.tokens]);
     r.tokens = new TokenTable(/** @type {Uint8Array} */ (files.get(runtime.files.tokens)));
     return r;
   }
@@ -209,19 +219,33 @@ export class Recogniser {
     return this.kv.map((n) => n.present);
   }
 
-  // Compiles the shaders for both graphs on a second of silence and two decode steps, so the
-  // visitor's first transcription does not pay for it; on WebGPU the adapted graphs too, on their zero
-  // inputs, which also records their captured step: switching an adapter on then compiles nothing.
+  // Compiles the shaders for both graphs on two seconds of audio and two decode steps, so the visitor's first
+  // transcription does not pay for it; on WebGPU the adapted graphs too, on their zero inputs, which also
+  // records their captured step: switching an adapter on then compiles nothing.
+  // On WebGPU also the other classes of shapes a chunk can meet: onnxruntime-web compiles a kernel's pipeline
+  // the first time it meets one, which cost a first clip of a new length up to 1.3 s on an H200 (BENCHMARKS.md,
+  // tools/bench/first_use.py counts them). The classes found: the encoder's lead (a clip that starts loud:
+  // its Concat), the encoder's attention and convolutions past their size thresholds, the front-end's
+  // convolutions over a whole number of 64-frame tiles (WARM_FRAMES), a prompt of several prefill runs (the
+  // later ones with a past: the short clip's second, the long prompt's last two on a past of zeros), and a
+  // one-token run after a long prompt (a decode without capture). wasm compiles
+  // nothing per shape (measured: the same time on the first and the second clip of a length).
   async warmUp() {
-    const silence = new Float32Array(this.rt.sample_rate);
-    await this.transcribe(silence, { maxNewTokens: 2, forceSteps: true });
-    if (!this.adapted || this.ep !== 'webgpu') return;
+    const rate = this.rt.sample_rate;
+    // WebGPU: two prefill runs where the build chunks the prompt (one with a past); wasm: a second of silence,
+    // as ever (one prefill run, no shapes to warm)
+    const short = this.ep === 'webgpu' ? loudStart(2 * rate) : new Float32Array(rate);
+    const frames = Math.floor((this.rt.max_chunk_seconds * rate) / HOP / WARM_FRAMES) * WARM_FRAMES;
+    const long = this.ep === 'webgpu' && frames ? await this.encode(new Float32Array(frames * HOP)) : null;
     const active = this.active;
-    this.active = this.adapted;
-    try {
-      await this.transcribe(silence, { maxNewTokens: 2, forceSteps: true });
-    } finally {
-      this.active = active;
+    for (const set of this.ep === 'webgpu' && this.adapted ? [this.base, this.adapted] : [this.base]) {
+      this.active = set;
+      try {
+        await this.transcribe(short, { maxNewTokens: 2, forceSteps: true });
+        if (long) await this.transcribe(short, { maxNewTokens: 2, forceSteps: true, captured: false, audio: long, tail: true });
+      } finally {
+        this.active = active;
+      }
     }
   }
 
@@ -235,16 +259,19 @@ export class Recogniser {
   // Greedy transcription of one chunk. onToken(text so far, token id) streams the transcript.
   /**
    * @param {Float32Array} pcm
-   * @param {{maxNewTokens?: number, onToken?: (text: string, token: number) => void, forceSteps?: boolean}} [options]
+   * @param {{maxNewTokens?: number, onToken?: (text: string, token: number) => void, forceSteps?: boolean,
+   *   captured?: boolean, audio?: OrtTensor, tail?: boolean}} [options] captured: false decodes plainly; audio: the
+   *   encoder's output for pcm, already there; tail: only the prompt's last two prefill runs, on a past of zeros
+   *   (warmUp: the shapes of a long prompt's prefill at the cost of two runs)
    * @returns {Promise<Transcript>}
    */
-  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false } = {}) {
+  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false, captured = true, audio, tail = false } = {}) {
     const t0 = performance.now();
-    const audio = await this.encode(pcm);
+    audio ??= await this.encode(pcm);
     const tEnc = performance.now();
     const { prefix, suffix, audio_pad } = this.rt.prompt;
     const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix];
-    const { logits, present } = await this.prefill(ids, audio, prefix.length);
+    const { logits, present } = await this.prefill(ids, audio, prefix.length, tail);
     const tPrefill = performance.now();
     const eos = new Set(this.rt.eos_token_ids);
     const text = new StreamingDecoder(/** @type {TokenTable} */ (this.tokens)); // set by create()
@@ -263,7 +290,7 @@ export class Recogniser {
     };
     const kv = { present };
     try {
-      await this.decode(pickLast(logits, this.d.vocab_size), kv, ids.length, maxNewTokens, emit);
+      await this.decode(pickLast(logits, this.d.vocab_size), kv, ids.length, maxNewTokens, emit, captured);
     } finally {
       dispose(kv.present);
     }
@@ -286,10 +313,11 @@ export class Recogniser {
    * @param {number} promptLength
    * @param {number} maxNewTokens
    * @param {Emit} emit
+   * @param {boolean} [captured] false: plain steps even where the captured ones fit
    */
-  async decode(first, kv, promptLength, maxNewTokens, emit) {
+  async decode(first, kv, promptLength, maxNewTokens, emit, captured = true) {
     if (!emit(first)) return;
-    const steps = this.steps?.fits(promptLength, maxNewTokens) ? this.steps : null;
+    const steps = captured && this.steps?.fits(promptLength, maxNewTokens) ? this.steps : null;
     if (steps && await this.decodeCaptured(steps, kv.present, promptLength, first.token, maxNewTokens, emit)) return;
     let next = first;
     for (let total = promptLength + 1; ; total++) {
@@ -340,13 +368,15 @@ export class Recogniser {
    * @param {number[]} ids the prompt
    * @param {OrtTensor} audio the encoder's output
    * @param {number} offset the audio's first position in ids
+   * @param {boolean} [tail] only the last two runs, after a past of zeros (warmUp)
    */
-  async prefill(ids, audio, offset) {
+  async prefill(ids, audio, offset, tail = false) {
     const n = (this.ep === 'webgpu' && this.rt.webgpu_prefill_chunk) || ids.length;
+    const from = tail ? Math.max(0, (Math.ceil(ids.length / n) - 2) * n) : 0;
     /** @type {Feeds} */
-    let past = this.emptyPast();
+    let past = this.emptyPast(from);
     let out = null;
-    for (let at = 0; at < ids.length; at += n) {
+    for (let at = from; at < ids.length; at += n) {
       const part = ids.slice(at, at + n);
       out = await this.step(this.inputs(part, audio, offset - at), at + part.length, past);
       dispose(past);
@@ -407,10 +437,12 @@ export class Recogniser {
     return { logits: out[this.io.logits], present };
   }
 
-  emptyPast() {
+  // The past before the prompt: none, or `positions` of zeros (warmUp)
+  emptyPast(positions = 0) {
     const { Tensor } = this.ort;
-    const dims = [1, this.d.num_key_value_heads, 0, this.d.head_dim];
-    const empty = () => new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(0) : new Float32Array(0), dims);
+    const dims = [1, this.d.num_key_value_heads, positions, this.d.head_dim];
+    const size = positions * this.d.num_key_value_heads * this.d.head_dim;
+    const empty = () => new Tensor(this.dtype, this.dtype === 'float16' ? new Uint16Array(size) : new Float32Array(size), dims);
     return Object.fromEntries(this.kv.map((n) => [n.past, empty()]));
   }
 
@@ -421,6 +453,18 @@ export class Recogniser {
     ids.forEach((id, i) => x.set(this.embed.subarray(id * H, (id + 1) * H), i * H));
     return x;
   }
+}
+
+const HOP = 160; // PCM samples per mel frame (webbuild/reference/mel.py)
+const WARM_FRAMES = 128; // the long warm-up's frames are a multiple of this: the front-end's tiled convolutions' other class
+
+// `samples` of a clip that starts loud (a 440 Hz tone for a tenth of a second, then silence): the encoder puts
+// its whole lead before such a clip (webbuild/reference/mel.py lead_length).
+/** @param {number} samples */
+function loudStart(samples) {
+  const pcm = new Float32Array(samples);
+  for (let i = 0; i < Math.min(samples, 1600); i++) pcm[i] = 0.1 * Math.sin((2 * Math.PI * 440 * i) / 16000);
+  return pcm;
 }
 
 // External weights as onnxruntime-web wants them: the path as written inside the graph.

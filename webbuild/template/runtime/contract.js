@@ -80,13 +80,17 @@ export const TO_WORKER = Object.freeze({
  * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, gpu: string,
  *   shaderF16: boolean, threads: number, kvCache: string, decode: string, modelBytes: number,
  *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null,
- *   load: {download_ms: number, session_ms: number, warmup_ms: number, total_ms: number}}} ReadyInfo
+ *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
+ *     total_ms: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu';
  *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)';
  *   gpu: the GPU WebGPU runs on (its description; 'none (...)' on wasm); loraAdapters: the LoRA adapters the
  *   page can switch on (none where the build ships none), loraAbout: what each is for (model.yaml's `description`,
- *   where it has one), lora: the one on (null: the base model).
+ *   where it has one), lora: the one on (null: the base model);
+ *   load (ms, site.js loadSite): download_ms, verified_ms and total_ms from the start; hash_ms the sha256
+ *   digests' time, summed; session_ms from the first session's start to the last one's end (sessions are made
+ *   while later files still download); warmup_ms.
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
  * @typedef {{type: 'token', id: number, token: number, text: string}} TokenMessage
  *   One generated token of transcription `id`; text: the transcript so far.

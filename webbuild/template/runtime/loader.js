@@ -5,7 +5,11 @@
 //   const manifest = await loadManifest('./model/');
 //   const files = await loadFiles(manifest, manifest.variants.fp16.files, {onProgress});
 //   // files: Map<logical name, Uint8Array>, e.g. ORT externalData or env.wasm.wasmBinary
+//   const load = startLoad(manifest, names, opts); await load.ready('encoder.fp32.onnx'); ... await load.done;
+//   // each file as soon as its own shards are verified, while the others still download
 //
+// A shard is hashed (WebCrypto sha256) as soon as its bytes are in, while its lane fetches the next shard:
+// hashing overlaps the downloads instead of following each one.
 // Memory: each requested file is allocated once at its final size and shards are streamed
 // straight into it; the only other buffers are per in-flight shard (<= concurrency x shard size).
 // Resume: every shard is cached as soon as it is verified, so a re-run after a failure or an
@@ -41,7 +45,19 @@ const CACHE_PREFIX = 'webbuild-';
  */
 /** @typedef {Required<Omit<LoadOptions, 'cache'>>} Options  LoadOptions with the defaults filled in */
 /** @typedef {{dest: Uint8Array<ArrayBuffer>, at: number, offset: number, length: number}} Target  a part: shard bytes [offset, offset+length) go to dest[at] */
-/** @typedef {{shard: Shard, url: string, targets: Target[], file: string}} Job */
+/** @typedef {{shard: Shard, url: string, targets: Target[], file: string, files: string[]}} Job  files: every file it holds parts of */
+/**
+ * A load under way (startLoad): the files' buffers (complete once ready(name) or done resolves), and what
+ * the load took (filled as it goes; final once done resolves).
+ * @typedef {{files: Map<string, Uint8Array<ArrayBuffer>>, ready: (name: string) => Promise<Uint8Array<ArrayBuffer>>,
+ *   done: Promise<Map<string, Uint8Array<ArrayBuffer>>>, stats: LoadStats}} Load
+ */
+/**
+ * @typedef {object} LoadStats  ms
+ * @property {number} download_ms from the start to the last shard's last byte (from the network or the cache)
+ * @property {number} hash_ms time in sha256 digests, summed over shards (it overlaps the downloads)
+ * @property {number} verified_ms from the start to every shard verified
+ */
 /**
  * @typedef {object} LoadState
  * @property {Store | null} store
@@ -51,6 +67,8 @@ const CACHE_PREFIX = 'webbuild-';
  * @property {Map<string, number>} received shard path -> bytes received so far
  * @property {number} verified bytes verified
  * @property {boolean} [cacheOff] set once a put failed
+ * @property {LoadStats} stats
+ * @property {number} t0 performance.now() at the start
  */
 
 export class LoadError extends Error {
@@ -124,28 +142,90 @@ export async function loadVariant(manifest, variant, opts) {
  * @returns {Promise<Map<string, Uint8Array<ArrayBuffer>>>} logical name -> its bytes
  */
 export async function loadFiles(manifest, names, opts = {}) {
+  return startLoad(manifest, names, opts).done;
+}
+
+// loadFiles, with each file's bytes as soon as its shards are verified (ready), so that a session can be made
+// from one file while the others download; done settles after every shard, and rejects on the first failure
+// (ready of a file not complete by then rejects with it).
+/**
+ * @param {LoadedManifest} manifest
+ * @param {Iterable<string>} names logical file names
+ * @param {LoadOptions} [opts]
+ * @returns {Load}
+ */
+export function startLoad(manifest, names, opts = {}) {
   const o = options(opts);
-  if (o.signal.aborted) throw o.signal.reason;
   const { outputs, jobs } = plan(manifest, names);
-  const store = await resolveStore(opts.cache, manifest.model_id, o);
-  const keys = new Set(manifest.shards.map((s) => shardUrl(manifest, s.path)));
-  if (store) await pruneStale(store, keys, o);
-  const state = {
-    store, o, manifest,
-    total: jobs.reduce((n, j) => n + j.shard.size, 0),
-    received: new Map(), // shard path -> bytes received so far (download progress)
-    verified: 0,
+  const stats = { download_ms: 0, hash_ms: 0, verified_ms: 0 };
+  const waits = new Map([...outputs.keys()].map((n) => [n, deferred()]));
+  const left = new Map([...outputs.keys()].map((n) => [n, jobs.filter((j) => j.files.includes(n)).length]));
+  /** @param {Job} job */
+  const shardDone = (job) => {
+    for (const name of job.files) {
+      const n = /** @type {number} */ (left.get(name)) - 1;
+      left.set(name, n);
+      if (!n) waits.get(name)?.resolve(/** @type {Uint8Array<ArrayBuffer>} */ (outputs.get(name)));
+    }
   };
-  // An internal controller so that one failed shard stops the others promptly.
-  const ctl = new AbortController();
-  const stop = () => ctl.abort(o.signal.reason);
-  o.signal.addEventListener('abort', stop, { once: true });
-  try {
-    await runPool(jobs, o.concurrency, (job) => loadShard(job, state, ctl.signal), ctl);
-  } finally {
-    o.signal.removeEventListener('abort', stop);
-  }
-  return outputs;
+  const done = (async () => {
+    if (o.signal.aborted) throw o.signal.reason;
+    for (const [name, n] of left) if (!n) waits.get(name)?.resolve(/** @type {Uint8Array<ArrayBuffer>} */ (outputs.get(name))); // empty files
+    const store = await resolveStore(opts.cache, manifest.model_id, o);
+    const keys = new Set(manifest.shards.map((s) => shardUrl(manifest, s.path)));
+    if (store) await pruneStale(store, keys, o);
+    /** @type {LoadState} */
+    const state = {
+      store, o, manifest, stats, t0: performance.now(),
+      total: jobs.reduce((n, j) => n + j.shard.size, 0),
+      received: new Map(), // shard path -> bytes received so far (download progress)
+      verified: 0,
+    };
+    // An internal controller so that one failed shard stops the others promptly.
+    const ctl = new AbortController();
+    const stop = () => ctl.abort(o.signal.reason);
+    o.signal.addEventListener('abort', stop, { once: true });
+    /** @type {Promise<void>[]} */
+    const tails = []; // each shard's hashing and caching, which its lane does not wait for
+    const hashing = new Set(); // the tails not settled: at most `concurrency` (each digest holds a copy of its shard)
+    try {
+      await runPool(jobs, o.concurrency, async (job) => {
+        const { tail } = await loadShard(job, state, ctl.signal);
+        const t = tail.then(() => shardDone(job), (e) => { ctl.abort(e); throw e; });
+        const settled = t.finally(() => hashing.delete(settled)).catch(() => {});
+        hashing.add(settled);
+        tails.push(t);
+        while (hashing.size > o.concurrency) await Promise.race(hashing);
+      }, ctl);
+      await Promise.all(tails);
+    } catch (e) {
+      await Promise.allSettled(tails); // nothing writes to the outputs after this settles
+      throw e;
+    } finally {
+      o.signal.removeEventListener('abort', stop);
+    }
+    stats.verified_ms = performance.now() - state.t0;
+    return outputs;
+  })();
+  done.catch((e) => { for (const w of waits.values()) w.reject(e); });
+  return {
+    files: outputs, stats, done,
+    ready: (name) => waits.get(name)?.promise ?? Promise.reject(new LoadError(`${name}: not a file of this load`, { code: 'unknown-file' })),
+  };
+}
+
+/**
+ * A promise with its resolve and reject; its rejection is handled (a file nobody waits for fails quietly).
+ * @template T
+ */
+function deferred() {
+  /** @type {(v: T) => void} */
+  let resolve = () => {};
+  /** @type {(e: unknown) => void} */
+  let reject = () => {};
+  const promise = /** @type {Promise<T>} */ (new Promise((res, rej) => { resolve = res; reject = rej; }));
+  promise.catch(() => {});
+  return { promise, resolve, reject };
 }
 
 // Deletes every cached shard of this model id (all versions). Returns true if a cache existed.
@@ -254,8 +334,10 @@ function plan(manifest, requested) {
     for (const p of f.parts) {
       const shard = shards.get(p.shard);
       if (!shard || p.offset + p.length > shard.size) throw new LoadError(`${name}: bad part ${p.shard} in manifest`, { code: 'manifest' });
-      if (!jobs.has(p.shard)) jobs.set(p.shard, { shard, url: shardUrl(manifest, p.shard), targets: [], file: name });
-      /** @type {Job} */ (jobs.get(p.shard)).targets.push({ dest, at, offset: p.offset, length: p.length });
+      if (!jobs.has(p.shard)) jobs.set(p.shard, { shard, url: shardUrl(manifest, p.shard), targets: [], file: name, files: [] });
+      const job = /** @type {Job} */ (jobs.get(p.shard));
+      job.targets.push({ dest, at, offset: p.offset, length: p.length });
+      if (!job.files.includes(name)) job.files.push(name);
       at += p.length;
     }
   }
@@ -285,10 +367,13 @@ function shardUrl(manifest, path) {
 
 // ---------------------------------------------------------------- one shard
 
+// Fetches one shard (from the cache, else the network); resolves once its bytes are in, with `tail`: its
+// check (sha256; a mismatch is fetched once more), caching and copy-out, which the caller awaits apart.
 /**
  * @param {Job} job
  * @param {LoadState} state
  * @param {AbortSignal} signal
+ * @returns {Promise<{tail: Promise<void>}>}
  */
 async function loadShard(job, state, signal) {
   const { shard } = job;
@@ -297,11 +382,17 @@ async function loadShard(job, state, signal) {
   const primary = job.targets.find((t) => t.offset === 0 && t.length === shard.size);
   const buf = primary ? primary.dest.subarray(primary.at, primary.at + shard.size) : new Uint8Array(shard.size);
   const cached = state.store && await fromCache(job, buf, /** @type {LoadState & {store: Store}} */ (state), signal);
-  if (!cached) await fromNetwork(job, buf, state, signal);
-  state.verified += shard.size;
-  state.o.onProgress({ phase: 'verify', loaded: state.verified, total: state.total, file: job.file, shard: shard.path });
-  if (!cached) await cachePut(job, buf, state); // cached right away: this is what resume relies on
-  for (const t of job.targets) if (t !== primary) t.dest.set(buf.subarray(t.offset, t.offset + t.length), t.at);
+  const whole = cached || await download(job, buf, state, signal, 'default');
+  state.stats.download_ms = performance.now() - state.t0;
+  const tail = (async () => {
+    if (!cached) await checked(job, buf, whole, state, signal);
+    state.verified += shard.size;
+    state.o.onProgress({ phase: 'verify', loaded: state.verified, total: state.total, file: job.file, shard: shard.path });
+    if (!cached) await cachePut(job, buf, state); // cached right away: this is what resume relies on
+    for (const t of job.targets) if (t !== primary) t.dest.set(buf.subarray(t.offset, t.offset + t.length), t.at);
+  })();
+  tail.catch(() => {}); // the caller handles it; not an unhandled rejection meanwhile
+  return { tail };
 }
 
 // True when the store held this shard and it verified.
@@ -319,7 +410,7 @@ async function fromCache(job, buf, state, signal) {
   if (!res) return false;
   try {
     if (await readBody(res, buf, 0, (n) => progress(state, job, n), signal) === buf.length &&
-        await verify(buf, job.shard.sha256)) return true;
+        await verify(buf, job.shard.sha256, state)) return true;
   } catch (e) {
     if (signal.aborted) throw e;
   }
@@ -329,23 +420,22 @@ async function fromCache(job, buf, state, signal) {
   return false;
 }
 
-// Downloads and verifies one shard; a mismatch is re-downloaded once, then it is an error.
+// Checks a downloaded shard (whole: its body was no longer than the manifest says); a mismatch is
+// re-downloaded once, then it is an error.
 /**
  * @param {Job} job
  * @param {Uint8Array<ArrayBuffer>} buf
+ * @param {boolean} whole
  * @param {LoadState} state
  * @param {AbortSignal} signal
  */
-async function fromNetwork(job, buf, state, signal) {
+async function checked(job, buf, whole, state, signal) {
   const { shard } = job;
-  for (let attempt = 0; ; attempt++) {
-    // The re-download bypasses the HTTP cache, which may hold the bad copy.
-    if (await download(job, buf, state, signal, attempt ? 'reload' : 'default') && await verify(buf, shard.sha256)) return;
-    if (attempt >= 1) {
-      throw new LoadError(`${shard.path}: sha256 mismatch after re-download; the file on the server is corrupt or was replaced (expected ${shard.sha256})`, { code: 'corrupt', shard: shard.path });
-    }
-    state.o.onWarning({ code: 'corrupt', shard: shard.path, message: `${shard.path} failed sha256 verification; downloading it again` });
-  }
+  if (whole && await verify(buf, shard.sha256, state)) return;
+  state.o.onWarning({ code: 'corrupt', shard: shard.path, message: `${shard.path} failed sha256 verification; downloading it again` });
+  // The re-download bypasses the HTTP cache, which may hold the bad copy.
+  if (await download(job, buf, state, signal, 'reload') && await verify(buf, shard.sha256, state)) return;
+  throw new LoadError(`${shard.path}: sha256 mismatch after re-download; the file on the server is corrupt or was replaced (expected ${shard.sha256})`, { code: 'corrupt', shard: shard.path });
 }
 
 // Downloads one shard into buf with retries; false if the body is longer than the manifest says.
@@ -468,9 +558,12 @@ function byobReader(body) {
 /**
  * @param {Uint8Array<ArrayBuffer>} bytes
  * @param {string} sha256 hex
+ * @param {LoadState} state its stats.hash_ms grows by the digest's time
  */
-async function verify(bytes, sha256) {
+async function verify(bytes, sha256, state) {
+  const t = performance.now();
   const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
+  state.stats.hash_ms += performance.now() - t;
   return Array.from(digest, (b) => b.toString(16).padStart(2, '0')).join('') === sha256;
 }
 

@@ -4,7 +4,7 @@
 // verified shards; the sessions, falling back to wasm when a WebGPU session fails; a warm-up.
 
 import { RUNTIME_FILE } from './contract.js';
-import { loadFiles, loadManifest, openModelCache } from './loader.js';
+import { loadFiles, loadManifest, openModelCache, startLoad } from './loader.js';
 import { chooseVariant, probeWebGPU, webgpuProvider } from './probe.js';
 import { Recogniser } from './asr.js';
 import { loraShapes } from './lora.js';
@@ -57,22 +57,32 @@ export async function loadSite(manifestUrl, opts = {}) {
   const variant = opts.variant ?? pick.variant;
   if (pick.ep === 'wasm') refuseUnfit(manifest, variant);
   const shared = [runtime.files.tokens, runtime.files.ort_wasm];
-  const files = await loadFiles(manifest, [...manifest.variants[variant].files, ...shared], site.loading);
-  const tDownload = performance.now();
+  const tLoad = performance.now();
+  // each session is made as soon as its graph's files are verified, while the rest still download
+  // in the order the sessions need them: onnxruntime-web's wasm, the encoder's files, then the rest
+  const entry = manifest.variants[variant];
+  const first = Object.values(variantGraphs(entry, runtime.roles).encoder).filter((n) => typeof n === 'string');
+  const load = startLoad(manifest, [runtime.files.ort_wasm, ...first, ...entry.files, ...shared], site.loading);
+  load.done.then(() => opts.onProgress?.({ phase: 'session', loaded: 0, total: 1, ep: pick.ep }), () => {});
   const ort = await site.ortModule;
-  configureOrt(ort, /** @type {Uint8Array} */ (files.get(runtime.files.ort_wasm)), opts.threads ?? defaultThreads());
-  opts.onProgress?.({ phase: 'session', loaded: 0, total: 1, ep: pick.ep });
-  const made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, files, gpu,
+  configureOrt(ort, await load.ready(runtime.files.ort_wasm), opts.threads ?? defaultThreads());
+  const tSession0 = performance.now();
+  const made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, load, gpu,
     graphCapture: opts.graphCapture ?? true }, opts.fallback ?? true);
+  await load.done; // every shard verified (the sessions may not have needed them all)
   const tSession = performance.now();
   opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1, ep: made.ep });
   await made.recogniser.warmUp();
   const tWarm = performance.now();
+  const { stats } = load;
   return {
     ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu, loading: site.loading,
     modelBytes: manifest.variants[made.variant].files.reduce((n, f) => n + manifest.files[f].size, 0),
+    // milestones from the start (download_ms, verified_ms, total_ms) and the parts' own times (hash_ms: the
+    // digests, summed; session_ms: from the first session's start to the last one's end, overlapping the download)
     load: {
-      download_ms: tDownload - t0, session_ms: tSession - tDownload, warmup_ms: tWarm - tSession, total_ms: tWarm - t0,
+      download_ms: tLoad - t0 + stats.download_ms, hash_ms: stats.hash_ms, verified_ms: tLoad - t0 + stats.verified_ms,
+      session_ms: tSession - tSession0, warmup_ms: tWarm - tSession, total_ms: tWarm - t0,
     },
   };
 }
@@ -170,29 +180,32 @@ function configureOrt(ort, wasmBinary, threads) {
 // (fp32 and its twin graphs; the fp16 graphs have int4 lookups wasm cannot run), fetched only then.
 /**
  * @param {OpenSite & {ort: Ort}} site
- * @param {{ep: 'webgpu' | 'wasm', variant: string, files: import('./asr.js').Files, gpu: GpuProbe, graphCapture: boolean}} choice
+ * @param {{ep: 'webgpu' | 'wasm', variant: string, load: import('./loader.js').Load, gpu: GpuProbe, graphCapture: boolean}} choice
  * @param {boolean} fallback
  * @returns {Promise<EpChoice & {recogniser: Recogniser, notice?: string}>}
  */
-async function createRecogniser(site, { ep, variant, files, gpu, graphCapture }, fallback) {
+async function createRecogniser(site, { ep, variant, load, gpu, graphCapture }, fallback) {
   const { ort, manifest, runtime, loading } = site;
   /**
    * @param {string} v the variant
    * @param {import('./asr.js').Files} vFiles
    * @param {import('./asr.js').Provider} provider
+   * @param {(names: string[]) => Promise<unknown>} [ready]
    */
-  const create = (v, vFiles, provider) => {
+  const create = (v, vFiles, provider, ready) => {
     const graphs = variantGraphs(manifest.variants[v], runtime.roles, manifest);
     if (!graphCapture) { // every decode step plain (runtime/capture.js)
       delete graphs.decoder.step;
       if (graphs.decoder_lora) delete graphs.decoder_lora.step;
     }
-    return Recogniser.create(ort, vFiles, graphs, runtime, provider);
+    return Recogniser.create(ort, vFiles, graphs, runtime, provider, ready);
   };
   try {
     const provider = ep === 'webgpu' ? await webgpuProvider(gpu.gpuAdapter) : ep;
-    return { ep, variant, recogniser: await create(variant, files, provider) };
+    const ready = (/** @type {string[]} */ names) => Promise.all(names.map((n) => load.ready(n)));
+    return { ep, variant, recogniser: await create(variant, load.files, provider, ready) };
   } catch (e) {
+    const files = await load.done; // a shard that failed is the error, not a reason to fall back
     if (ep !== 'webgpu' || !fallback) throw e;
     const wasm = chooseVariant(manifest, gpu, 'wasm', Object.keys(runtime.variants)).variant;
     refuseUnfit(manifest, wasm);

@@ -10,14 +10,17 @@
 // gpuCountersPerToken. The keys are the report's `counters_per_token` (docs/architecture.md).
 
 /**
- * WebGPU calls counted since install; kernels: dispatches per pipeline name.
+ * WebGPU calls counted since install; kernels: dispatches per pipeline name; pipelines: compute pipelines
+ * created (each one a shader compile: what a new input shape can cost, tools/bench/first_use.py).
  * @typedef {{dispatches: number, submits: number, readbacks: number, write_buffers: number, write_bytes: number,
- *   bind_groups: number, buffers: number, buffer_bytes: number, kernels: Record<string, number>}} GpuCounts
+ *   bind_groups: number, buffers: number, buffer_bytes: number, pipelines: number, kernels: Record<string, number>}} GpuCounts
  */
 /**
  * The counters' state (scope.__gpuCounters).
  * @typedef {object} GpuCounters
  * @property {GpuCounts} counts
+ * @property {{name: string, at: number}[]} created every compute pipeline made, in order: its name and when
+ *   (performance.now())
  * @property {() => GpuCounts} snapshot
  * @property {(p: GPUComputePipeline | null) => string} pipelineName
  */
@@ -36,8 +39,10 @@ export function installGpuCounters(scope = globalThis) {
   /** @type {GpuCounts} */
   const counts = {
     dispatches: 0, submits: 0, readbacks: 0, write_buffers: 0, write_bytes: 0, bind_groups: 0, buffers: 0, buffer_bytes: 0,
-    kernels: {},
+    pipelines: 0, kernels: {},
   };
+  /** @type {{name: string, at: number}[]} */
+  const created = [];
   /** @type {WeakMap<GPUComputePipeline, string>} */
   const pipelineNames = new WeakMap(); // GPUComputePipeline -> readable name
   /** @type {WeakMap<GPUComputePassEncoder, string>} */
@@ -63,9 +68,14 @@ export function installGpuCounters(scope = globalThis) {
   };
   /** @param {GPUComputePipelineDescriptor} desc */
   const name = (desc) => gpuPipelineName(desc);
+  /** @param {GPUComputePipelineDescriptor} desc */
+  const made = (desc) => {
+    counts.pipelines++;
+    created.push({ name: name(desc), at: performance.now() });
+  };
   const dev = scope.GPUDevice?.prototype;
-  wrap(dev, 'createComputePipeline', null, (p, [desc]) => { pipelineNames.set(p, name(desc)); return p; });
-  wrap(dev, 'createComputePipelineAsync', null, (pr, [desc]) => pr.then((p) => { pipelineNames.set(p, name(desc)); return p; }));
+  wrap(dev, 'createComputePipeline', ([desc]) => made(desc), (p, [desc]) => { pipelineNames.set(p, name(desc)); return p; });
+  wrap(dev, 'createComputePipelineAsync', ([desc]) => made(desc), (pr, [desc]) => pr.then((p) => { pipelineNames.set(p, name(desc)); return p; }));
   wrap(dev, 'createBindGroup', () => { counts.bind_groups++; });
   wrap(dev, 'createBuffer', ([desc]) => { counts.buffers++; counts.buffer_bytes += desc?.size ?? 0; });
   const pass = scope.GPUComputePassEncoder?.prototype;
@@ -87,7 +97,7 @@ export function installGpuCounters(scope = globalThis) {
   wrap(scope.GPUBuffer?.prototype, 'mapAsync', () => { counts.readbacks++; });
   /** @type {GpuCounters} */
   const counters = {
-    counts, snapshot: () => ({ ...counts, kernels: { ...counts.kernels } }),
+    counts, created, snapshot: () => ({ ...counts, kernels: { ...counts.kernels } }),
     // WeakMap.get(null) is undefined
     pipelineName: (p) => pipelineNames.get(/** @type {GPUComputePipeline} */ (p))
  ?? p?.label ?? '(unnamed)', // timing.mjs names its kernels so too

@@ -1,6 +1,7 @@
 // A real static HTTP server for loader tests, with scripted faults per path.
 // faults.set('/shards/x.bin', ['corrupt', 'status:500']) makes the next two requests for that
-// path fail in those ways, one fault per request, then it serves normally again.
+// path fail in those ways, one fault per request, then it serves normally again; 'delay:MS' answers that
+// request MS milliseconds late.
 import http from 'node:http';
 import { readFile } from 'node:fs/promises';
 import path from 'node:path';
@@ -42,6 +43,7 @@ async function handle(srv, req, res) {
   if (req.method === 'POST' && urlPath === '/result') return postResult(srv, req, res);
   srv.log.push({ path: urlPath, range: req.headers.range });
   const fault = srv.faults.get(urlPath)?.shift();
+  if (fault?.startsWith('delay:')) await new Promise((r) => setTimeout(r, Number(fault.slice(6))));
   if (fault?.startsWith('status:')) {
     res.writeHead(Number(fault.slice(7)), { 'retry-after': '0' });
     return res.end('injected failure');

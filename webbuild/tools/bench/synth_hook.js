@@ -45,3 +45,24 @@ self.__wbTimedSynth = async (n) => {
     t.on = false;
   }
 };
+
+// One transcription of a clip (webbuild/tools/bench/first_use.py): its 16 kHz PCM as base64 float32 bytes, one
+// chunk through the site's recogniser as a clip of that length reaches it. The compute pipelines it made
+// (counters.mjs `created`), told apart into the encoder's (made before the encoder's run ended) and the
+// decoder's, with the transcript's timings.
+self.__wbFirstUse = async (b64, maxNewTokens) => {
+  if (!site) throw new Error('the model is not loaded yet');
+  const bytes = Uint8Array.from(atob(b64), (ch) => ch.charCodeAt(0));
+  const pcm = new Float32Array(bytes.buffer);
+  const created = self.__gpuCounters?.created ?? [];
+  const from = created.length;
+  const t0 = performance.now();
+  const r = await site.recogniser.transcribe(pcm, { maxNewTokens: maxNewTokens ?? site.runtime.max_new_tokens });
+  const made = created.slice(from);
+  const encoderEnd = t0 + r.timings.encoder_ms;
+  return {
+    text: r.text, tokens: r.tokens.length, timings: r.timings,
+    encoder_pipelines: made.filter((p) => p.at <= encoderEnd).map((p) => p.name),
+    decoder_pipelines: made.filter((p) => p.at > encoderEnd).map((p) => p.name),
+  };
+};
