@@ -44,7 +44,7 @@ There, device calls back to back while the machine is warm:
 
 Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), STAGE, STEPS ("verify bench_browser rounds"; also first_use:
 a fresh page per first-clip length, first-use-N.json, and the same build with BASE_REF's page runtime,
-first-use-base-N.json), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BASE_REF (main, at prepare),
+first-use-base-N.json; live: `webbuild verify --live only`, live.json), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BASE_REF (main, at prepare),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
 USAGE
@@ -216,6 +216,12 @@ verify() {
   local rc=0
   python3 -m webbuild.cli verify "$WORK/webbuild" --json "$WORK/verify.json.part" || rc=$?
   echo "verify exit code $rc"
+}
+# the live check alone (issue 32): the samples joined with pauses through Chromium's fake microphone, its delays
+live() {
+  local rc=0
+  python3 -m webbuild.cli verify "$WORK/webbuild" --live only --ep webgpu --json "$WORK/live.json.part" || rc=$?
+  echo "verify --live only exit code $rc"
 }
 bench_browser() {
   python3 -m webbuild.cli bench "$WORK/webbuild" --runtime browser --ep webgpu --json "$WORK/bench-browser.json.part"
