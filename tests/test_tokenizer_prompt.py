@@ -50,3 +50,19 @@ def test_audio_token_count_13_per_second():
 
 def test_parse_answer():
     assert parse_answer("language English<asr_text>hello world<|im_end|>") == "hello world"
+
+
+def test_site_codec_gives_ids_beyond_its_table_no_bytes_as_the_page_does():
+    """Random or untrained weights pick ids past the tokenizer's table (logits are wider than the vocabulary):
+    runtime/tokens.js gives them no bytes, and so must the reference that `webbuild verify` compares with."""
+    import numpy as np
+
+    from webbuild.pipeline.assemble import token_table
+    from webbuild.reference.transcribe import SiteCodec
+
+    tok = build_tokenizer(["hello world"] * 4, 300)
+    table = token_table(tok)
+    codec = SiteCodec({"prompt": {"prefix": [], "suffix": [], "audio_pad": 0}}, table)
+    count = int(np.frombuffer(table, "<u4", 1)[0])
+    hello = tok.encode("hello").ids[0]
+    assert codec.decode([hello, count, count + 5, -1, hello]) == codec.decode([hello, hello])

@@ -195,7 +195,10 @@ class SiteCodec:
         return Prompt(self.prefix + [self.pad] * audio_tokens + self.suffix, len(self.prefix), audio_tokens)
 
     def decode(self, ids: list[int]) -> str:
-        raw = b"".join(self.data[self.offsets[i]:self.offsets[i + 1]] for i in ids)
+        """The ids' bytes as text; an id outside the table (a model's logits may be wider than its
+        vocabulary) has none, as in the page's runtime/tokens.js."""
+        count = len(self.offsets) - 1
+        raw = b"".join(self.data[self.offsets[i]:self.offsets[i + 1]] for i in ids if 0 <= i < count)
         return raw.decode("utf-8", errors="replace")
 
 
