@@ -224,7 +224,7 @@ def first_use_step(browser, url: str, lengths: list[float], args) -> list[dict]:
         try:
             page = context.new_page()
             t0 = time.monotonic()
-            br.open_page(page, url + f"?ep={args.first_use_ep}", args.timeout)
+            br.open_page(page, url + f"?ep={args.first_use_ep}&warm=shapes", args.timeout)
             wall = time.monotonic() - t0
             state = page.evaluate("() => window.webbuild")
             if state["status"] != "ready":

@@ -26,7 +26,7 @@ def test_no_new_pipeline_after_warm_up_at_any_clip_length(playwright, example_di
     browser = br.launch(playwright, br.choose())
     try:
         page = browser.new_page()
-        br.open_page(page, srv.url + "?ep=webgpu", 900)
+        br.open_page(page, srv.url + "?ep=webgpu&warm=shapes", 900)
         state = page.evaluate("() => window.webbuild")
         assert state["status"] == "ready" and state["info"]["ep"] == "webgpu", state
         worker = site_worker(page)

@@ -97,7 +97,8 @@ wireInputs();
 // Asks the worker for the model: at the start, and again from the Retry button after a failed load.
 function loadModel() {
   // ?capture=0: every decode step plain, without graph capture (runtime/capture.js)
-  worker.postMessage({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep'), graphCapture: params.get('capture') !== '0' });
+  worker.postMessage({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep'), graphCapture: params.get('capture') !== '0',
+    warmShapes: params.get('warm') === 'shapes' });
   setStatus('Loading the model…');
 }
 

@@ -50,10 +50,11 @@ async function handle(data) {
 }
 
 /** @param {import('./runtime/contract.js').LoadMessage} msg */
-async function load({ manifestUrl, forceEp, graphCapture }) {
+async function load({ manifestUrl, forceEp, graphCapture, warmShapes }) {
   site = await loadSite(manifestUrl, {
     forceEp,
     graphCapture,
+    warmShapes,
     onManifest: (manifest) => { modelId = manifest.model_id; },
     onProgress: (e) => post({ type: FROM_WORKER.progress, ...e }),
     onWarning: (w) => post({ type: FROM_WORKER.warning, message: w.message }),

@@ -230,15 +230,17 @@ export class Recogniser {
   // later ones with a past: the short clip's second, the long prompt's last two on a past of zeros), and a
   // one-token run after a long prompt (a decode without capture). wasm compiles
   // nothing per shape (measured: the same time on the first and the second clip of a length).
-  async warmUp() {
+  /** @param {{shapes?: boolean}} [opts] shapes false: a second of silence only (site.js: a software GPU) */
+  async warmUp({ shapes = true } = {}) {
     const rate = this.rt.sample_rate;
+    const every = this.ep === 'webgpu' && shapes;
     // WebGPU: two prefill runs where the build chunks the prompt (one with a past); wasm: a second of silence,
     // as ever (one prefill run, no shapes to warm)
-    const short = this.ep === 'webgpu' ? loudStart(2 * rate) : new Float32Array(rate);
+    const short = every ? loudStart(2 * rate) : new Float32Array(rate);
     const frames = Math.floor((this.rt.max_chunk_seconds * rate) / HOP / WARM_FRAMES) * WARM_FRAMES;
-    const long = this.ep === 'webgpu' && frames ? await this.encode(new Float32Array(frames * HOP)) : null;
+    const long = every && frames ? await this.encode(new Float32Array(frames * HOP)) : null;
     const active = this.active;
-    for (const set of this.ep === 'webgpu' && this.adapted ? [this.base, this.adapted] : [this.base]) {
+    for (const set of every && this.adapted ? [this.base, this.adapted] : [this.base]) {
       this.active = set;
       try {
         await this.transcribe(short, { maxNewTokens: 2, forceSteps: true });

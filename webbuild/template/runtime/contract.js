@@ -38,10 +38,12 @@ export function kvNames(io, layers) {
 // ---------------------------------------------------------------- page -> worker
 
 /**
- * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, graphCapture?: boolean}} LoadMessage
+ * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, graphCapture?: boolean,
+ *   warmShapes?: boolean}} LoadMessage
  *   Load the model once (forceEp: the page's ?ep=). 'wasm' runs the CPU variant whatever the device offers;
  *   'webgpu' takes WebGPU even on a software GPU (SwiftShader), where the page otherwise takes wasm.
- *   graphCapture false decodes every step plainly (the page's ?capture=0).
+ *   graphCapture false decodes every step plainly (the page's ?capture=0); warmShapes true warms every shape class
+ *   even on a software GPU (the page's ?warm=shapes; runtime/asr.js warmUp).
  * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
  *   chunkSeconds?: number}} TranscribeMessage
  *   pcm: 16 kHz mono (app/audio.js: the project's resampler), transferred; cut into chunks by runtime.json's

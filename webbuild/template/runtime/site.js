@@ -28,6 +28,7 @@ import { loraShapes } from './lora.js';
  * @property {number} [threads]
  * @property {boolean} [fallback]
  * @property {boolean} [graphCapture] false: every decode step plain
+ * @property {boolean} [warmShapes] true: warm every shape class on a software GPU too (Recogniser.warmUp)
  * @property {(manifest: LoadedManifest) => void} [onManifest]
  * @property {(p: SiteProgress) => void} [onProgress]
  * @property {(w: import('./loader.js').LoadWarning) => void} [onWarning]
@@ -72,7 +73,9 @@ export async function loadSite(manifestUrl, opts = {}) {
   await load.done; // every shard verified (the sessions may not have needed them all)
   const tSession = performance.now();
   opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1, ep: made.ep });
-  await made.recogniser.warmUp();
+  // a software GPU compiles and runs every shape class on the CPU (about 30 s more per load for the example on
+  // SwiftShader): there a first clip of a new class pays for its own pipelines instead
+  await made.recogniser.warmUp({ shapes: !gpu.software || Boolean(opts.warmShapes) });
   const tWarm = performance.now();
   const { stats } = load;
   return {
