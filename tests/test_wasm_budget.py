@@ -170,7 +170,7 @@ def test_a_build_over_budget_refuses_wasm_and_verify_sees_the_page_say_so(tmp_pa
     assert json.loads((out / "model" / "manifest.json").read_text())["variants"]["fp32"]["wasm"]["fits"] is False
     # first visits on WebGPU (SwiftShader, forced), then the visit with WebGPU hidden expects the refusal
     report_path = tmp_path / "report.json"
-    verify = webbuild("verify", out, "--ep", "webgpu", "--json", report_path)
+    verify = webbuild("verify", out, "--ep", "webgpu", "--live", "off", "--json", report_path)  # live: test_live's
     report = json.loads(report_path.read_text())
     checks = {c["name"]: c for c in report["checks"]}
     said = checks["WebGPU off: the page says the model needs WebGPU"]

@@ -122,8 +122,9 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
 
 def test_verify_fails_below_the_decode_speed_floor(example_dist_without_adapters, tmp_path):
     # the build without the adapter: its 4 samples once (the adapter's runs are the green test's)
+    # --live off: the live check's own figures are test_live's and the green test's
     run = webbuild("verify", example_dist_without_adapters, "--ep", "wasm", "--min-decode-tokens-per-s", "1e9",
-                   "--json", tmp_path / "r.json", "--junit", tmp_path / "junit.xml")
+                   "--live", "off", "--json", tmp_path / "r.json", "--junit", tmp_path / "junit.xml")
     assert run.returncode == 1, run.stdout + run.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert all(r["ok"] for r in report["clips"])  # only the speed fails
@@ -144,8 +145,8 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(example_dist_with
     # a "deployed" site, built without the adapter (its 4 samples once): verify gets only its URL
     srv = start(example_dist_without_adapters, quiet=True, base_path="/")
     try:
-        run = webbuild("verify", srv.url, "--ep", "wasm", "--clips", wrong, "--clips-max-clip-wer", "0.5",
-                       "--json", tmp_path / "r.json", "--junit", tmp_path / "junit.xml")
+        run = webbuild("verify", srv.url, "--ep", "wasm", "--live", "off", "--clips", wrong,
+                       "--clips-max-clip-wer", "0.5", "--json", tmp_path / "r.json", "--junit", tmp_path / "junit.xml")
     finally:
         srv.shutdown()
     assert run.returncode == 1, run.stdout + run.stderr
