@@ -238,8 +238,8 @@ def _exchange(a: Path, b: Path) -> bool:
         return False
     _, flag = _EXCHANGE[sys.platform]
     at_fdcwd = -100
-    args = (os.fsencode(a), os.fsencode(b), ctypes.c_uint(flag))
-    if (call(at_fdcwd, args[0], at_fdcwd, *args[1:]) if sys.platform == "linux" else call(*args)) == 0:
+    src, dst, flags = os.fsencode(a), os.fsencode(b), ctypes.c_uint(flag)
+    if (call(at_fdcwd, src, at_fdcwd, dst, flags) if sys.platform == "linux" else call(src, dst, flags)) == 0:
         return True
     err = ctypes.get_errno()
     if err in _NO_EXCHANGE:
