@@ -186,3 +186,29 @@ def test_adapter_picker_on_and_off_gives_the_references_tokens(playwright, examp
     finally:
         browser.close()
         srv.shutdown()
+
+
+def test_later_visits_load_the_model_from_the_cache(playwright, example_site):
+    """Five visits of one browser profile: the first downloads, each later one is ready from the Cache API with no
+    shard request. (Cache reads that overlapped the sessions being made stalled for good in Chromium: a later
+    visit never became ready, 4 of 5 times; the loader reads the cache first.)"""
+    from webbuild.tools.browser import choose, launch
+    from webbuild.tools.serve import start
+
+    dist, _ = example_site
+    srv = start(dist, quiet=True)
+    browser = launch(playwright, choose(), webgpu=False)
+    try:
+        context = browser.new_context()
+        for visit in range(5):
+            shards = []
+            page = context.new_page()
+            page.on("request", lambda r, shards=shards: shards.append(r.url) if "/model/shards/" in r.url else None)
+            page.goto(srv.url + "?ep=wasm")
+            wait_for(page, "() => window.webbuild?.status === 'ready' || window.webbuild?.error", 60)
+            assert page.evaluate("() => window.webbuild.error") is None, visit
+            assert bool(shards) == (visit == 0), (visit, len(shards))
+            page.close()
+    finally:
+        browser.close()
+        srv.shutdown()

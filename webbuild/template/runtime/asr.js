@@ -240,7 +240,9 @@ export class Recogniser {
     const frames = Math.floor((this.rt.max_chunk_seconds * rate) / HOP / WARM_FRAMES) * WARM_FRAMES;
     const long = every && frames ? await this.encode(new Float32Array(frames * HOP)) : null;
     const active = this.active;
-    for (const set of every && this.adapted ? [this.base, this.adapted] : [this.base]) {
+    // the adapted graphs on WebGPU always, shapes or not: their captured step must be recorded here, on zero
+    // adapter inputs (recorded on the first adapted clip instead, the SwiftShader run gave other tokens)
+    for (const set of this.ep === 'webgpu' && this.adapted ? [this.base, this.adapted] : [this.base]) {
       this.active = set;
       try {
         await this.transcribe(short, { maxNewTokens: 2, forceSteps: true });

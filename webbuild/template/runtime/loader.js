@@ -160,17 +160,19 @@ export function startLoad(manifest, names, opts = {}) {
   const stats = { download_ms: 0, hash_ms: 0, verified_ms: 0 };
   const waits = new Map([...outputs.keys()].map((n) => [n, deferred()]));
   const left = new Map([...outputs.keys()].map((n) => [n, jobs.filter((j) => j.files.includes(n)).length]));
+  let handingOut = false; // files are handed out (ready) once the cache has been read: see below
+  /** @param {string} name */
+  const handOut = (name) => waits.get(name)?.resolve(/** @type {Uint8Array<ArrayBuffer>} */ (outputs.get(name)));
   /** @param {Job} job */
   const shardDone = (job) => {
     for (const name of job.files) {
       const n = /** @type {number} */ (left.get(name)) - 1;
       left.set(name, n);
-      if (!n) waits.get(name)?.resolve(/** @type {Uint8Array<ArrayBuffer>} */ (outputs.get(name)));
+      if (!n && handingOut) handOut(name);
     }
   };
   const done = (async () => {
     if (o.signal.aborted) throw o.signal.reason;
-    for (const [name, n] of left) if (!n) waits.get(name)?.resolve(/** @type {Uint8Array<ArrayBuffer>} */ (outputs.get(name))); // empty files
     const store = await resolveStore(opts.cache, manifest.model_id, o);
     const keys = new Set(manifest.shards.map((s) => shardUrl(manifest, s.path)));
     if (store) await pruneStale(store, keys, o);
@@ -188,16 +190,33 @@ export function startLoad(manifest, names, opts = {}) {
     /** @type {Promise<void>[]} */
     const tails = []; // each shard's hashing and caching, which its lane does not wait for
     const hashing = new Set(); // the tails not settled: at most `concurrency` (each digest holds a copy of its shard)
-    try {
-      await runPool(jobs, o.concurrency, async (job) => {
-        const { tail } = await loadShard(job, state, ctl.signal);
-        const t = tail.then(() => shardDone(job), (e) => { ctl.abort(e); throw e; });
+    /**
+     * Loads `list` from `from`; returns the jobs the cache did not hold.
+     * @param {Job[]} list
+     * @param {'cache' | 'network'} from
+     */
+    const loadAll = async (list, from) => {
+      /** @type {Job[]} */
+      const missed = [];
+      await runPool(list, o.concurrency, async (job) => {
+        const loaded = await loadShard(job, state, ctl.signal, from);
+        if (!loaded) return void missed.push(job);
+        const t = loaded.tail.then(() => shardDone(job), (e) => { ctl.abort(e); throw e; });
         const settled = t.finally(() => hashing.delete(settled)).catch(() => {});
         hashing.add(settled);
         tails.push(t);
         while (hashing.size > o.concurrency) await Promise.race(hashing);
       }, ctl);
       await Promise.all(tails);
+      return missed;
+    };
+    try {
+      // Every cached shard is read before any file is handed out: in Chrome, Cache API reads stalled for good
+      // while a session was being made from a file (a second visit that never loaded); network reads do not.
+      const rest = store ? await loadAll(jobs, 'cache') : jobs;
+      handingOut = true;
+      for (const [name, n] of left) if (!n) handOut(name); // empty files too
+      await loadAll(rest, 'network');
     } catch (e) {
       await Promise.allSettled(tails); // nothing writes to the outputs after this settles
       throw e;
@@ -367,21 +386,24 @@ function shardUrl(manifest, path) {
 
 // ---------------------------------------------------------------- one shard
 
-// Fetches one shard (from the cache, else the network); resolves once its bytes are in, with `tail`: its
-// check (sha256; a mismatch is fetched once more), caching and copy-out, which the caller awaits apart.
+// Fetches one shard from the cache (null where it holds no good copy) or the network; resolves once its bytes
+// are in, with `tail`: its check (sha256; a mismatch is fetched once more), caching and copy-out, which the caller
+// awaits apart.
 /**
  * @param {Job} job
  * @param {LoadState} state
  * @param {AbortSignal} signal
- * @returns {Promise<{tail: Promise<void>}>}
+ * @param {'cache' | 'network'} from
+ * @returns {Promise<{tail: Promise<void>} | null>}
  */
-async function loadShard(job, state, signal) {
+async function loadShard(job, state, signal, from) {
   const { shard } = job;
   // Stream straight into the output when one part is the whole shard (always, for webbuild's
   // own packer); otherwise into a scratch buffer that is copied out after verification.
   const primary = job.targets.find((t) => t.offset === 0 && t.length === shard.size);
   const buf = primary ? primary.dest.subarray(primary.at, primary.at + shard.size) : new Uint8Array(shard.size);
-  const cached = state.store && await fromCache(job, buf, /** @type {LoadState & {store: Store}} */ (state), signal);
+  const cached = from === 'cache';
+  if (cached && !await fromCache(job, buf, /** @type {LoadState & {store: Store}} */ (state), signal)) return null;
   const whole = cached || await download(job, buf, state, signal, 'default');
   state.stats.download_ms = performance.now() - state.t0;
   const tail = (async () => {

@@ -84,6 +84,9 @@ async function loadModel(m, srv, o) {
     // 'webgpu' keeps WebGPU on a software adapter (--swiftshader), where the site's own choice is wasm
     forceEp: o.ep === 'auto' ? undefined : o.ep, variant: o.variant, threads: o.threads,
     graphCapture: Boolean(o.graphCapture),
+    // every shape class warmed as on a hardware GPU, also on a software one: the counts per token are the
+    // steady decode's, never a first use's compiles
+    warmShapes: true,
     fallback: false, onWarning: () => {},
   });
   const { gpu } = site;
