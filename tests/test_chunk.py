@@ -101,10 +101,13 @@ def test_audio_without_pauses_is_cut_at_its_quietest_within_max():
     assert split_at_quiet(pcm[:SR], SR) == [(0, SR)]
 
 
+BUDGET_SAMPLES = [1, 1599, 1600, 1601, 16000, 48001, 320000, 10**7]  # chunk lengths whose token budgets are compared
+
+
 def js_live_cuts(pcm: np.ndarray, policy: ChunkPolicy) -> dict:
     """runtime/chunk.js LiveChunker's cuts of `pcm` fed in blocks of 1-20000 samples, and in one block."""
     script = f"""
-      import {{ LiveChunker, livePolicy }} from './runtime/chunk.js';
+      import {{ LiveChunker, livePolicy, tokenBudget }} from './runtime/chunk.js';
       const pcm = Float32Array.from({json.dumps(pcm.tolist())});
       const p = {json.dumps(policy.as_json())};
       const cuts = (blocks) => {{
@@ -116,7 +119,8 @@ def js_live_cuts(pcm: np.ndarray, policy: ChunkPolicy) -> dict:
       const blocks = [];
       for (let i = 0, b = 1; i < pcm.length; i += b, b = (b * 31 + 7) % 20000 + 1) blocks.push(pcm.subarray(i, i + b));
       const lag = new LiveChunker({SR}, p).lagSeconds;
-      console.log(JSON.stringify({{ blocks: cuts(blocks), whole: cuts([pcm]), lag,
+      const budgets = {json.dumps(BUDGET_SAMPLES)}.map((n) => tokenBudget(p, n, {SR}, 200));
+      console.log(JSON.stringify({{ blocks: cuts(blocks), whole: cuts([pcm]), lag, budgets,
         live: livePolicy({json.dumps(DEFAULT_POLICY.as_json())}) }}));
     """
     run = subprocess.run(["node", "--input-type=module"], input=script, cwd=TEMPLATE_DIR, capture_output=True,
@@ -136,6 +140,9 @@ def test_live_cuts_python_and_js_alike_and_in_every_pause_before_the_next_speech
     js = js_live_cuts(pcm, policy)
     assert js["blocks"] == js["whole"] == [list(c) for c in py]
     assert js["live"] == policy.as_json() and js["lag"] == LiveChunker(SR, policy).lag_seconds
+    # a chunk's decode bound: 10 tokens a second of its audio, at most max_new_tokens; none outside the live policy
+    assert js["budgets"] == [policy.token_budget(n, SR, 200) for n in BUDGET_SAMPLES] == [1, 1, 1, 2, 10, 31, 200, 200]
+    assert DEFAULT_POLICY.token_budget(10**7, SR, 200) == 200 and DEFAULT_POLICY.token_budget(1600, SR, 7) == 7
     assert py[0][0] == 0 and py[-1][1] == len(pcm) and all(a[1] == b[0] for a, b in zip(py, py[1:]))
     speech = [(a, b) for a, b, s in py if s]
     assert len(speech) == len(pauses)  # a chunk per sentence; the rest of each pause is a quiet chunk

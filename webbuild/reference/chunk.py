@@ -37,11 +37,14 @@ before the speech). Without a pause the chunk is cut at `max_seconds`, in the qu
 `min_seconds` (as above); the chunk that the end of the audio closes counts as speech. Each decision reads
 only the audio before the frame that makes it, so a stream cuts at the same samples however it is split into
 blocks; a cut is decided `pause_seconds` + `floor_seconds` +
-(smooth_frames - 1) frames after the speech ends (LiveChunker.lag_seconds).
+(smooth_frames - 1) frames after the speech ends (LiveChunker.lag_seconds). A live chunk's decode also ends after
+`tokens_per_second` tokens per second of its audio (`token_budget`; LIVE_TOKENS_PER_SECOND, about twice what
+fast speech needs): a model that does not stop (random weights, a loop) cannot hold up the next final text.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 
@@ -49,6 +52,7 @@ import numpy as np
 
 LIVE_MAX_SECONDS = 15.0
 LIVE_FLOOR_SECONDS = 0.3
+LIVE_TOKENS_PER_SECOND = 10.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class ChunkPolicy:
     frame_seconds: float = 0.02
     smooth_frames: int = 5
     tie: float = 1e-6
+    tokens_per_second: float = 0.0  # a chunk's decode bound per second of its audio (token_budget); 0: none
 
     def override(self, max_seconds: float | None = None, join_seconds: float | None = None) -> ChunkPolicy:
         """This policy with another chunk length (its least half of it) or join length; None keeps them."""
@@ -73,10 +78,18 @@ class ChunkPolicy:
 
     def live(self) -> ChunkPolicy:
         """The live parameter set (the module's docstring): every pause ends a chunk, chunks of at most
-        LIVE_MAX_SECONDS (partial transcripts redo the open chunk), pauses judged over LIVE_FLOOR_SECONDS."""
+        LIVE_MAX_SECONDS (partial transcripts redo the open chunk), pauses judged over LIVE_FLOOR_SECONDS, decodes
+        bounded by LIVE_TOKENS_PER_SECOND."""
         longest = min(self.max_seconds, LIVE_MAX_SECONDS)
         return replace(self, max_seconds=longest, min_seconds=longest / 2, join_seconds=0.0,
-                       floor_seconds=min(self.floor_seconds, LIVE_FLOOR_SECONDS))
+                       floor_seconds=min(self.floor_seconds, LIVE_FLOOR_SECONDS),
+                       tokens_per_second=LIVE_TOKENS_PER_SECOND)
+
+    def token_budget(self, samples: int, rate: int, most: int) -> int:
+        """The tokens a chunk of `samples` may decode: `most`, bounded by tokens_per_second of its audio."""
+        if self.tokens_per_second <= 0:
+            return most
+        return min(most, math.ceil(samples * self.tokens_per_second / rate))
 
     def as_json(self) -> dict:
         """runtime.json's `chunking`."""

@@ -295,8 +295,10 @@ class Transcriber:
         """Each chunk of a WAV file as the page's live mode cuts it when fed the file's frames (the live
         policy, chunk.py LiveChunker), with its final decoding: the page's finalized text, chunk by chunk (a chunk
         without speech is not transcribed, as in the page)."""
-        return [LiveChunk(start, start + len(chunk), self.decode(chunk, max_new_tokens) if speech else Decoded([], []))
-                for start, chunk, speech in live_chunks(stream_wav(path), SAMPLE_RATE, self.live_policy)]
+        policy = self.live_policy
+        return [LiveChunk(start, start + len(chunk), self.decode(chunk, policy.token_budget(
+                    len(chunk), SAMPLE_RATE, max_new_tokens)) if speech else Decoded([], []))
+                for start, chunk, speech in live_chunks(stream_wav(path), SAMPLE_RATE, policy)]
 
     def file_text(self, chunks: list[Decoded]) -> str:
         """The chunks' texts joined as the page joins them (the empty ones left out)."""

@@ -264,12 +264,13 @@ export class Recogniser {
   /**
    * @param {Float32Array} pcm
    * @param {{maxNewTokens?: number, onToken?: (text: string, token: number) => void, forceSteps?: boolean,
-   *   captured?: boolean, audio?: OrtTensor, tail?: boolean}} [options] captured: false decodes plainly; audio: the
+   *   captured?: boolean, audio?: OrtTensor, tail?: boolean, stop?: () => boolean}} [options] stop: asked after
+   *   each token, true ends the decode there (a live partial no longer wanted); captured: false decodes plainly; audio: the
    *   encoder's output for pcm, already there; tail: only the prompt's last two prefill runs, on a past of zeros
    *   (warmUp: the shapes of a long prompt's prefill at the cost of two runs)
    * @returns {Promise<Transcript>}
    */
-  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false, captured = true, audio, tail = false } = {}) {
+  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false, captured = true, audio, tail = false, stop = () => false } = {}) {
     const t0 = performance.now();
     audio ??= await this.encode(pcm);
     const tEnc = performance.now();
@@ -290,7 +291,7 @@ export class Recogniser {
       margins.push(margin);
       tFirst ??= performance.now();
       onToken(answerText(text.push(token), this.rt.answer), token);
-      return generated.length < maxNewTokens;
+      return generated.length < maxNewTokens && !stop();
     };
     const kv = { present };
     try {

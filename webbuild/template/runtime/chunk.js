@@ -8,23 +8,33 @@
 /**
  * @typedef {{max_seconds: number, min_seconds: number, join_seconds: number, pause_seconds: number,
  *   pause_ratio: number, below_peak: number, keep_seconds: number, floor_seconds: number,
- *   frame_seconds: number, smooth_frames: number, tie: number}} ChunkPolicy
+ *   frame_seconds: number, smooth_frames: number, tie: number, tokens_per_second?: number}} ChunkPolicy
+ *   tokens_per_second: a chunk's decode bound per second of its audio (tokenBudget); absent or 0: none
  */
 
 // ChunkPolicy's defaults, for sites built before runtime.json carried `chunking`
 /** @type {ChunkPolicy} */
 export const DEFAULT_CHUNKING = {
   max_seconds: 30, min_seconds: 15, join_seconds: 30, pause_seconds: 0.25, pause_ratio: 4, below_peak: 0.01,
-  keep_seconds: 0.1, floor_seconds: 1, frame_seconds: 0.02, smooth_frames: 5, tie: 1e-6,
+  keep_seconds: 0.1, floor_seconds: 1, frame_seconds: 0.02, smooth_frames: 5, tie: 1e-6, tokens_per_second: 0,
 };
 
 // ChunkPolicy.live() of a policy, for sites built before runtime.json carried `chunking_live`
 export const LIVE_MAX_SECONDS = 15;
 export const LIVE_FLOOR_SECONDS = 0.3;
+export const LIVE_TOKENS_PER_SECOND = 10;
 /** @param {ChunkPolicy} p @returns {ChunkPolicy} */
 export function livePolicy(p) {
   const longest = Math.min(p.max_seconds, LIVE_MAX_SECONDS);
-  return { ...p, max_seconds: longest, min_seconds: longest / 2, join_seconds: 0, floor_seconds: Math.min(p.floor_seconds, LIVE_FLOOR_SECONDS) };
+  return { ...p, max_seconds: longest, min_seconds: longest / 2, join_seconds: 0, floor_seconds: Math.min(p.floor_seconds, LIVE_FLOOR_SECONDS),
+    tokens_per_second: LIVE_TOKENS_PER_SECOND };
+}
+
+// The tokens a chunk of `samples` may decode: `most`, bounded by the policy's tokens_per_second (chunk.py token_budget).
+/** @param {ChunkPolicy} p @param {number} samples @param {number} rate @param {number} most */
+export function tokenBudget(p, samples, rate, most) {
+  const perSecond = p.tokens_per_second ?? 0;
+  return perSecond > 0 ? Math.min(most, Math.ceil((samples * perSecond) / rate)) : most;
 }
 
 // The policy in samples and frames at `rate` (chunk.py Sizes).

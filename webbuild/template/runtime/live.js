@@ -10,7 +10,7 @@
 // waits for at most one partial. Every time is a wall clock in ms (performance.timeOrigin + now(), one clock
 // for the page and the worker); `capturedAt` is when a block's last sample was captured.
 
-import { DEFAULT_CHUNKING, LiveChunker, livePolicy } from './chunk.js';
+import { DEFAULT_CHUNKING, LiveChunker, livePolicy, tokenBudget } from './chunk.js';
 import { Resampler } from './resample.js';
 
 export const BASE_INTERVAL_MS = { webgpu: 300, wasm: 1000 };
@@ -33,7 +33,8 @@ export class LiveSession {
     this.maxNewTokens = maxNewTokens ?? runtime.max_new_tokens;
     this.onUpdate = onUpdate;
     this.resampler = new Resampler(rate, this.sampleRate);
-    this.chunker = new LiveChunker(this.sampleRate, runtime.chunking_live ?? livePolicy(runtime.chunking ?? DEFAULT_CHUNKING));
+    this.policy = runtime.chunking_live ?? livePolicy(runtime.chunking ?? DEFAULT_CHUNKING);
+    this.chunker = new LiveChunker(this.sampleRate, this.policy);
     this.baseMs = ep === 'webgpu' ? BASE_INTERVAL_MS.webgpu : BASE_INTERVAL_MS.wasm;
     this.intervalMs = this.baseMs;
     /** @type {{index: number, start: number, pcm: Float32Array, speech: boolean, decidedAt: number, byPause: boolean}[]} */
@@ -124,11 +125,12 @@ export class LiveSession {
     const c = this.chunker, index = this.ended, end = c.start + c.buf.length;
     const t0 = wallClock();
     this.lastPartial = { at: t0, samples: end };
-    const r = await this.recogniser.transcribe(c.buf, { maxNewTokens: this.maxNewTokens });
+    // a chunk that ends meanwhile stops the partial at its next token: its final is what is shown next
+    const r = await this.recogniser.transcribe(c.buf, { maxNewTokens: this.budget(c.buf.length), stop: () => this.ended !== index });
     const shownAt = wallClock();
     this.computeMs += shownAt - t0;
-    this.intervalMs = Math.max(this.baseMs, 2 * (shownAt - t0));
     if (this.ended !== index) return; // the chunk ended meanwhile: its final comes next
+    this.intervalMs = Math.max(this.baseMs, 2 * (shownAt - t0));
     this.emit({ chunk: index, final: false, text: r.text, tokens: r.tokens, margins: r.margins, start: c.start, end,
       audioAt: this.capturedAt(end), shownAt, computeMs: shownAt - t0, intervalMs: this.intervalMs });
   }
@@ -137,12 +139,18 @@ export class LiveSession {
   /** @param {{index: number, start: number, pcm: Float32Array, speech: boolean, decidedAt: number, byPause: boolean}} f */
   async finalize(f) {
     const t0 = wallClock();
-    const r = f.speech ? await this.recogniser.transcribe(f.pcm, { maxNewTokens: this.maxNewTokens }) : { text: '', tokens: [], margins: [] };
+    const r = f.speech ? await this.recogniser.transcribe(f.pcm, { maxNewTokens: this.budget(f.pcm.length) }) : { text: '', tokens: [], margins: [] };
     const shownAt = wallClock();
     this.computeMs += shownAt - t0;
     this.emit({ chunk: f.index, final: true, text: r.text, tokens: r.tokens, margins: r.margins, start: f.start,
       end: f.start + f.pcm.length, audioAt: f.decidedAt, shownAt, computeMs: shownAt - t0, intervalMs: this.intervalMs,
       byPause: f.byPause && f.speech });
+  }
+
+  // The tokens a chunk of `samples` may decode (the live policy's tokens_per_second; the reference's the same).
+  /** @param {number} samples */
+  budget(samples) {
+    return tokenBudget(this.policy, samples, this.sampleRate, this.maxNewTokens);
   }
 
   /** @param {LiveUpdate} u */
