@@ -28,6 +28,10 @@ WEBGPU_CLIP = {"clips on webgpu: model loads", "decode speed on webgpu at or abo
 CORPUS = {"--clips corpus WER on wasm within the bound", "--clips corpus WER on webgpu within the bound"}
 LORA = {"adapter klatt: the picker switches it on", "adapter none: the picker switches back",
         "adapter none again: the first tokens exactly"}  # the example ships one adapter
+# verify's live check, on by default
+LIVE = {"live: the page transcribes from the microphone", "live: partial text shown before each clip ends",
+        "live: final texts never change", "live: delays measured",
+        "live: final texts equal the Python reference's (transcribe --live on the page's capture)"}
 SAMPLE_RUNS = ["samples", "samples, adapter klatt", "samples, adapter none again"]  # 4 samples each
 FLOOR = "decode speed on wasm at or above the floor"
 pytestmark = [pytest.mark.browser]
@@ -74,7 +78,7 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
                    "--json", report_path, "--junit", tmp_path / "junit.xml")
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(report_path.read_text())
-    assert report["ok"] and {c["name"] for c in report["checks"]} == CHECKS | WEBGPU_CLIP | LORA | CORPUS
+    assert report["ok"] and {c["name"] for c in report["checks"]} == CHECKS | WEBGPU_CLIP | LORA | CORPUS | LIVE
     assert junit_failures(tmp_path / "junit.xml", report) == {}
     samples = [(run, "wasm") for run in SAMPLE_RUNS for _ in range(4)]
     assert [(r["run"], r["ep"]) for r in report["clips"]] == (
@@ -110,7 +114,7 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
         "RATE 16000 Hz: wasm 16/16 tokens equal, margin drift "
         f"{max(r['margin_drift'] for r in report['clips'] if r['ep'] == 'wasm'):.4f}; webgpu 1/1 tokens equal, "
         f"margin drift {report['margin_drift']['webgpu']:.4f}",
-        "PASS: 17/17 clips (0 passed under the margin), 18/18 checks"]
+        "PASS: 17/17 clips (0 passed under the margin), 23/23 checks"]
     assert all(r["max_wer"] is None for r in report["clips"] if r["run"] == "clips")  # judged as a corpus
     # the floors of the example's model.yaml reached the site (samples.json) and were checked on every clip
     floors = yaml.safe_load((EXAMPLE / "model.yaml").read_text())["verify"]["min_decode_tokens_per_s"]
