@@ -13,7 +13,7 @@ export type Chunking = {
   frame_seconds: number;
   smooth_frames: number;
   tie: number;
-  /** a chunk's decode bound per second of its audio (0 or absent: none; the live policy's) */
+  /** a chunk's decode bound per second of its audio (0: none; the live policy's) */
   tokens_per_second?: number;
 };
 
