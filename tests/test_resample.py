@@ -219,3 +219,21 @@ def test_other_containers_decode_at_the_rate_their_header_states():
     """)
     assert got == {"flac": 44100, "opus": 48000, "vorbis": 22050, "mp3": 44100, "mp3 mpeg2 behind id3": 24000,
                    "mp3 mpeg2.5": 8000, "webm": None}
+
+
+def test_write_wav_keeps_the_channels(tmp_path):
+    """[n, channels] is written as that many interleaved channels (make e2e's stereo clips), [n] as mono; the
+    project's reader gives back their mean."""
+    from webbuild.reference.audio import write_wav
+    from webbuild.reference.wav import blocks, wav_info
+
+    t = np.arange(4410) / 44100
+    x = np.stack([0.5 * np.sin(2 * np.pi * 440 * t), 0.4 * np.sin(2 * np.pi * 660 * t)], axis=1)
+    for name, pcm, channels in (("stereo.wav", x, 2), ("mono.wav", x[:, 0], 1)):
+        write_wav(tmp_path / name, pcm, 44100)
+        info = wav_info(tmp_path / name)
+        assert (info.rate, info.channels, info.frames) == (44100, channels, len(t))
+        _, parts = blocks(tmp_path / name)
+        got = np.concatenate(list(parts))
+        want = pcm.mean(axis=1) if channels == 2 else pcm
+        assert np.abs(got - want).max() < 2 / 32767

@@ -37,10 +37,10 @@ def read_wav(path: Path) -> np.ndarray:
 
 
 def write_wav(path: Path, pcm: np.ndarray, rate: int = SAMPLE_RATE) -> None:
-    """16-bit PCM WAV (the sample clips the site ships)."""
+    """16-bit PCM WAV (the sample clips the site ships): `pcm` [n] mono or [n, channels], frames interleaved."""
     pcm16 = np.clip(np.round(np.asarray(pcm) * 32767.0), -32768, 32767).astype("<i2")
     with wave.open(str(path), "wb") as f:  # the standard library's writer: the main install has no scipy
-        f.setnchannels(1)
+        f.setnchannels(pcm16.shape[1] if pcm16.ndim == 2 else 1)
         f.setsampwidth(2)
         f.setframerate(rate)
         f.writeframes(pcm16.tobytes())
