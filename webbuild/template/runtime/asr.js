@@ -227,8 +227,10 @@ export class Recogniser {
   // tools/bench/first_use.py counts them). The classes found: the encoder's lead (a clip that starts loud:
   // its Concat), the encoder's attention and convolutions past their size thresholds, the front-end's
   // convolutions over a whole number of 64-frame tiles (WARM_FRAMES), a prompt of several prefill runs (the
-  // later ones with a past: the short clip's second, the long prompt's last two on a past of zeros), and a
-  // one-token run after a long prompt (a decode without capture). wasm compiles
+  // later ones with a past: the short clip's second, the long prompt's last two on a past of zeros), a
+  // one-token run after a long prompt (a decode without capture), and a last prefill run of 2 or 3 tokens
+  // (QUERY_TILE_RUNS: the decode attention tiles a run of under 32 queries by 1, 2 or 4, and the tile of 2 was
+  // compiled by the first 1 s and 8 s clips on the H200, prompts of 31 + 2 and 4 x 31 + 3 tokens). wasm compiles
   // nothing per shape (measured: the same time on the first and the second clip of a length).
   /** @param {{shapes?: boolean}} [opts] shapes false: a second of silence only (site.js: a software GPU) */
   async warmUp({ shapes = true } = {}) {
@@ -247,9 +249,23 @@ export class Recogniser {
       try {
         await this.transcribe(short, { maxNewTokens: 2, forceSteps: true });
         if (long) await this.transcribe(short, { maxNewTokens: 2, forceSteps: true, captured: false, audio: long, tail: true });
+        if (every && this.rt.webgpu_prefill_chunk) await this.warmRuns(QUERY_TILE_RUNS); // else one run: no last run
       } finally {
         this.active = active;
       }
+    }
+  }
+
+  // One prefill run of each length in `lengths` after a past of one full run: the kernels a prompt's last run
+  // of that length takes (warmUp). The tokens are the prompt's first, repeated: only the shapes count.
+  /** @param {number[]} lengths */
+  async warmRuns(lengths) {
+    const past = /** @type {number} */ (this.rt.webgpu_prefill_chunk);
+    for (const length of lengths) {
+      const zeros = this.emptyPast(past);
+      const out = await this.step(this.inputs(new Array(length).fill(this.rt.prompt.prefix[0] ?? 0)), past + length, zeros);
+      dispose(zeros);
+      dispose(out.present);
     }
   }
 
@@ -461,6 +477,8 @@ export class Recogniser {
 }
 
 const HOP = 160; // PCM samples per mel frame (webbuild/reference/mel.py)
+// prefill runs warmed for the decode attention's query tiles of 2 (warmUp); 1 and 4 are the decode's and a full run's
+const QUERY_TILE_RUNS = [2, 3];
 const WARM_FRAMES = 128; // the long warm-up's frames are a multiple of this: the front-end's tiled convolutions' other class
 
 // `samples` of a clip that starts loud (a 440 Hz tone for a tenth of a second, then silence): the encoder puts
