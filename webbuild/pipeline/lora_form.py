@@ -20,12 +20,15 @@ the product of both.
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
 from webbuild.adapters import TARGET_MODULES
+from webbuild.graph.ir import shared_const
 from webbuild.site.contract import IO
 
 RANK_DIM = "lora_rank"
+ROWS_DIM = "lora_rows"  # batch x sequence: declared on both sides of the up MatMul's Add, see the docstring
 _THROUGH = ("Reshape", "Transpose", "Cast", "SimplifiedLayerNormalization", "LayerNormalization", "Squeeze",
             "Unsqueeze")  # what may sit between a projection and GroupQueryAttention (q/k norms, head split)
 
@@ -100,7 +103,7 @@ def _down(up: ir.Node | None) -> ir.Node | None:
 
 
 def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
-    """node's output y -> y + (x @ down) @ up, with down and up graph inputs defaulting to empty."""
+    """node's output y -> y + (x @ down) @ up on 2-D rows, with down and up graph inputs."""
     x, y = node.inputs[0], node.outputs[0]
     assert x is not None, "a projection reads its input"
     dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
@@ -109,16 +112,37 @@ def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
     up = _input(graph, IO.lora_input(layer, proj, "up"), dtype, [RANK_DIM, n_out])
     prefix = f"lora/{layer}/{proj}"
     users = list(y.uses())
-    low = ir.node("MatMul", [x, down], name=f"{prefix}/down", outputs=[ir.Value(name=f"{prefix}/low")])
-    delta = ir.node("MatMul", [low.outputs[0], up], name=f"{prefix}/up", outputs=[ir.Value(name=f"{prefix}/delta")])
-    out = ir.Value(name=f"{prefix}/out", type=y.type, shape=y.shape)
-    add = ir.node("Add", [y, delta.outputs[0]], name=f"{prefix}/add", outputs=[out])
+    rows = _reshape(graph, x, [-1, n_in], f"{prefix}/x2", dtype, [ROWS_DIM, n_in])
+    low = _op("MatMul", [rows.outputs[0], down], f"{prefix}/low", dtype, [ROWS_DIM, RANK_DIM])
+    base = _reshape(graph, y, [-1, n_out], f"{prefix}/y2", dtype, [ROWS_DIM, n_out])
+    delta = _op("MatMul", [low.outputs[0], up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
+    add = _op("Add", [delta.outputs[0], base.outputs[0]], f"{prefix}/out2", dtype, [ROWS_DIM, n_out])
+    back = _reshape(graph, add.outputs[0], _back_shape(y, n_out), f"{prefix}/out", dtype, y.shape)
     for user, index in users:
-        user.replace_input_with(index, out)
+        user.replace_input_with(index, back.outputs[0])
     for i, graph_out in enumerate(graph.outputs):
         if graph_out is y:
-            graph.outputs[i] = out
-    graph.insert_after(node, [low, delta, add])
+            graph.outputs[i] = back.outputs[0]
+    graph.insert_after(node, [rows, low, base, delta, add, back])
+
+
+def _back_shape(y: ir.Value, n_out: int) -> list[int]:
+    """y's shape as Reshape's constant: its leading dims 1 (the batch: every runtime decodes one sequence),
+    the rows' -1 and the width."""
+    rank = len(y.shape) if y.shape is not None else 3
+    return [1] * (rank - 2) + [-1, n_out]
+
+
+def _op(op: str, inputs: list, name: str, dtype: ir.DataType, dims: list | None) -> ir.Node:
+    """One node named `name` whose output (named `name` too) is declared as `dims` of `dtype`."""
+    out = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(dims) if dims is not None else None)
+    return ir.node(op, inputs, name=name, outputs=[out])
+
+
+def _reshape(graph: ir.Graph, v: ir.Value, shape: list[int], name: str, dtype: ir.DataType, dims) -> ir.Node:
+    """Reshape `v` to the constant `shape` (an initializer shared by every Reshape to the same shape)."""
+    const = shared_const(graph, f"lora/shape_{'_'.join(str(d) for d in shape)}", np.array(shape, np.int64))
+    return _op("Reshape", [v, const], name, dtype, list(dims) if dims is not None else None)
 
 
 def _dims(node: ir.Node) -> tuple[int, int]:
