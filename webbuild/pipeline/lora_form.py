@@ -1,16 +1,30 @@
 """The adapted form of a built decoder: every projection of every layer gets a replaceable LoRA update.
 
-Each of q, k, v, o, gate, up and down becomes the raw pattern that runtimes with a fused quantized-LoRA
-kernel recognise (base MatMulNBits + down projection + up projection + Add):
+Each of q, k, v, o, gate, up and down becomes
 
-    y = Proj(x) + MatMul(MatMul(x, lora.{i}.{proj}.down), lora.{i}.{proj}.up)
+    y = Proj(x)                                  # the base projection, unchanged, [1, S, out]
+    out = Reshape(MatMul(MatMul(Reshape(x, [-1, in]), lora.{i}.{proj}.down), lora.{i}.{proj}.up)
+                  + Reshape(y, [-1, out]), [1, -1, out])
 
 (names: webbuild.site.contract.IO.lora) with `down` [in, r] and `up` [r, out] graph inputs without
 defaults: onnxruntime-web lists only the inputs that have no initializer and refuses any other feed
 ("invalid input"), so an input with a default could never be set in the browser. Fed empty ([in, 0] and
 [0, out]) or zeros, the graph computes the base model exactly. The base graph is left as it is: the runtime
-decodes with it while no adapter is on (onnxruntime-web 1.30 would still run the empty MatMuls
-and the Add: two dispatches per projection), and with this form while one is (docs/adapters.md).
+decodes with it while no adapter is on (onnxruntime-web 1.30 would still run the branch's nodes that have
+non-empty outputs, fed empty inputs), and with this form while one is (docs/adapters.md).
+
+Why 2-D rows. On [1, S, H] activations the branch is three dispatches per projection (two MatMuls and the
+Add): on the H200 the 0.6b with an adapter on ran 1027 dispatches per token against the base's 243, 1.93x
+its time per token, most of it the float MatMuls of M = 1. onnxruntime's MatMulAddFusion makes a MatMul
+and the Add after it one Gemm, but only where A and B are 2-D and the Add's other input is [M, N] (or
+broadcast to it) with the same M: the branch measured alone on [1, H] ran in 0.80x the time of the
+[1, 1, H] form (BENCHMARKS.md, "LoRA adapters"). So x and y are flattened to rows (Reshape is a view on
+the WebGPU EP, no dispatch) and the branch's values are declared [lora_rows, ...] with one symbolic row
+count: a Reshape to [-1, in] of a dynamic [batch, sequence, in] infers an unknown first dimension, and
+the fusion does not take two unknown dimensions for equal. The way back is a constant [1, -1, out]: every
+runtime decodes one sequence (the step form's input_ids are [1, 1]), and constants keep the captured step
+free of Shape nodes, which onnxruntime runs on its CPU EP; a batch of 2 stops at GroupQueryAttention's
+batch check. The shape constants are initializers shared by every projection of the same width.
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
