@@ -25,6 +25,7 @@ from webbuild.site.manifest import load_manifest, reassemble
 KLATT = EXAMPLE / "adapters" / "klatt"
 needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 SAMPLES = sorted((EXAMPLE / "samples").glob("*.wav"))
+ADAPTED = ("decoder_lora", "decoder_lora_step", "decoder_lora_wasm")  # the adapted graphs' roles
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +96,10 @@ def test_base_download_does_not_change(sites):
 
 
 def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
-    """Every projection of the adapted WebGPU, step and wasm graphs: base + MatMul(MatMul(x, down), up) + Add,
-    down and up inputs without defaults (onnxruntime-web could not feed an input that has one)."""
-    manifest = load_manifest(sites["with"] / "model")
-    roles = manifest["variants"]["fp32"]
-    for role in ("decoder_lora", "decoder_lora_step", "decoder_lora_wasm"):
-        reassemble(sites["with"] / "model", manifest, roles[role], tmp_path / roles[role])
-        model = ir.load(tmp_path / roles[role])
+    """Every projection of the adapted WebGPU, step and wasm graphs: base + MatMul(MatMul(x, down), up) + Add
+    on 2-D rows (Reshape to [-1, in] / [-1, out], and back to [1, -1, out]), down and up inputs without
+    defaults (onnxruntime-web could not feed an input that has one)."""
+    for role, model in adapted_graphs(sites["with"], tmp_path).items():
         inputs = {v.name: v for v in model.graph.inputs}
         for layer in range(4):
             for proj in TARGET_MODULES:
@@ -111,8 +109,42 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
                 (low, _), = down.uses()
                 (delta, _), = low.outputs[0].uses()
                 (add, _), = delta.outputs[0].uses()
-                assert (low.op_type, delta.op_type, add.op_type) == ("MatMul", "MatMul", "Add")
-                assert add.inputs[0].producer().op_type in ("MatMulNBits", "MatMul"), role
+                (back, _), = add.outputs[0].uses()
+                assert (low.op_type, delta.op_type, add.op_type, back.op_type) == ("MatMul", "MatMul", "Add", "Reshape")
+                rows, base = low.inputs[0].producer(), add.inputs[1].producer()
+                assert (rows.op_type, base.op_type) == ("Reshape", "Reshape"), role
+                assert base.inputs[0].producer().op_type in ("MatMulNBits", "MatMul"), role
+                assert len(low.outputs[0].shape) == len(base.outputs[0].shape) == 2, role
+                assert list(back.inputs[1].const_value.numpy()) == [1, -1, up.shape[1]], role
+
+
+def adapted_graphs(site: Path, tmp_path: Path) -> dict[str, ir.Model]:
+    """The fp32 variant's adapted graphs by role, reassembled into `tmp_path` (weights file included)."""
+    manifest = load_manifest(site / "model")
+    roles = manifest["variants"]["fp32"]
+    for name in roles["files"]:
+        reassemble(site / "model", manifest, name, tmp_path / name)
+    return {role: ir.load(tmp_path / roles[role]) for role in ADAPTED}
+
+
+def test_onnxruntime_fuses_each_up_matmul_with_its_add(sites, tmp_path):
+    """The point of the 2-D form: onnxruntime's MatMulAddFusion (2-D A and B, the Add's other input [M, N] of
+    the same M) makes each projection's up MatMul + Add one Gemm, in every adapted graph (docs/adapters.md,
+    Cost). Checked on the model onnxruntime's CPU EP writes after its optimizer."""
+    import onnxruntime as ort
+
+    adapted_graphs(sites["with"], tmp_path)
+    roles = load_manifest(sites["with"] / "model")["variants"]["fp32"]
+    for role in ADAPTED:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        options.optimized_model_filepath = str(tmp_path / f"{role}.optimized.onnx")
+        ort.InferenceSession(str(cpu_form(tmp_path / roles[role])), options, providers=["CPUExecutionProvider"])
+        nodes = list(ir.load(options.optimized_model_filepath).graph)
+        ups = {n.op_type for n in nodes for v in n.inputs if v is not None and v.name.endswith(".up")}
+        assert ups == {"Gemm"}, role
+        assert sum(n.op_type == "Gemm" for n in nodes) == 4 * len(TARGET_MODULES), role
+        assert not any(n.op_type == "Add" and n.name.startswith("lora/") for n in nodes), role
 
 
 def decoders(site: Path, tmp_path: Path) -> tuple[IdsDecoder, IdsDecoder, dict]:

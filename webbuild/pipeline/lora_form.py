@@ -1,16 +1,30 @@
 """The adapted form of a built decoder: every projection of every layer gets a replaceable LoRA update.
 
-Each of q, k, v, o, gate, up and down becomes the raw pattern that runtimes with a fused quantized-LoRA
-kernel recognise (base MatMulNBits + down projection + up projection + Add):
+Each of q, k, v, o, gate, up and down becomes
 
-    y = Proj(x) + MatMul(MatMul(x, lora.{i}.{proj}.down), lora.{i}.{proj}.up)
+    y = Proj(x)                                  # the base projection, unchanged, [1, S, out]
+    out = Reshape(MatMul(MatMul(Reshape(x, [-1, in]), lora.{i}.{proj}.down), lora.{i}.{proj}.up)
+                  + Reshape(y, [-1, out]), [1, -1, out])
 
 (names: webbuild.site.contract.IO.lora) with `down` [in, r] and `up` [r, out] graph inputs without
 defaults: onnxruntime-web lists only the inputs that have no initializer and refuses any other feed
 ("invalid input"), so an input with a default could never be set in the browser. Fed empty ([in, 0] and
 [0, out]) or zeros, the graph computes the base model exactly. The base graph is left as it is: the runtime
-decodes with it while no adapter is on (onnxruntime-web 1.30 would still run the empty MatMuls
-and the Add: two dispatches per projection), and with this form while one is (docs/adapters.md).
+decodes with it while no adapter is on (onnxruntime-web 1.30 would still run the branch's nodes that have
+non-empty outputs, fed empty inputs), and with this form while one is (docs/adapters.md).
+
+Why 2-D rows. On [1, S, H] activations the branch is three dispatches per projection (two MatMuls and the
+Add): on the H200 the 0.6b with an adapter on ran 1027 dispatches per token against the base's 243, 1.93x
+its time per token, most of it the float MatMuls of M = 1. onnxruntime's MatMulAddFusion makes a MatMul
+and the Add after it one Gemm, but only where A and B are 2-D and the Add's other input is [M, N] (or
+broadcast to it) with the same M: the branch measured alone on [1, H] ran in 0.80x the time of the
+[1, 1, H] form (BENCHMARKS.md, "LoRA adapters"). So x and y are flattened to rows (Reshape is a view on
+the WebGPU EP, no dispatch) and the branch's values are declared [lora_rows, ...] with one symbolic row
+count: a Reshape to [-1, in] of a dynamic [batch, sequence, in] infers an unknown first dimension, and
+the fusion does not take two unknown dimensions for equal. The way back is a constant [1, -1, out]: every
+runtime decodes one sequence (the step form's input_ids are [1, 1]), and constants keep the captured step
+free of Shape nodes, which onnxruntime runs on its CPU EP; a batch of 2 stops at GroupQueryAttention's
+batch check. The shape constants are initializers shared by every projection of the same width.
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
@@ -20,12 +34,15 @@ the product of both.
 
 from __future__ import annotations
 
+import numpy as np
 import onnx_ir as ir
 
 from webbuild.adapters import TARGET_MODULES
+from webbuild.graph.ir import shared_const
 from webbuild.site.contract import IO
 
 RANK_DIM = "lora_rank"
+ROWS_DIM = "lora_rows"  # batch x sequence: declared on both sides of the up MatMul's Add, see the docstring
 _THROUGH = ("Reshape", "Transpose", "Cast", "SimplifiedLayerNormalization", "LayerNormalization", "Squeeze",
             "Unsqueeze")  # what may sit between a projection and GroupQueryAttention (q/k norms, head split)
 
@@ -100,7 +117,7 @@ def _down(up: ir.Node | None) -> ir.Node | None:
 
 
 def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
-    """node's output y -> y + (x @ down) @ up, with down and up graph inputs defaulting to empty."""
+    """node's output y -> y + (x @ down) @ up on 2-D rows, with down and up graph inputs."""
     x, y = node.inputs[0], node.outputs[0]
     assert x is not None, "a projection reads its input"
     dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
@@ -109,16 +126,37 @@ def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
     up = _input(graph, IO.lora_input(layer, proj, "up"), dtype, [RANK_DIM, n_out])
     prefix = f"lora/{layer}/{proj}"
     users = list(y.uses())
-    low = ir.node("MatMul", [x, down], name=f"{prefix}/down", outputs=[ir.Value(name=f"{prefix}/low")])
-    delta = ir.node("MatMul", [low.outputs[0], up], name=f"{prefix}/up", outputs=[ir.Value(name=f"{prefix}/delta")])
-    out = ir.Value(name=f"{prefix}/out", type=y.type, shape=y.shape)
-    add = ir.node("Add", [y, delta.outputs[0]], name=f"{prefix}/add", outputs=[out])
+    rows = _reshape(graph, x, [-1, n_in], f"{prefix}/x2", dtype, [ROWS_DIM, n_in])
+    low = _op("MatMul", [rows.outputs[0], down], f"{prefix}/low", dtype, [ROWS_DIM, RANK_DIM])
+    base = _reshape(graph, y, [-1, n_out], f"{prefix}/y2", dtype, [ROWS_DIM, n_out])
+    delta = _op("MatMul", [low.outputs[0], up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
+    add = _op("Add", [delta.outputs[0], base.outputs[0]], f"{prefix}/out2", dtype, [ROWS_DIM, n_out])
+    back = _reshape(graph, add.outputs[0], _back_shape(y, n_out), f"{prefix}/out", dtype, y.shape)
     for user, index in users:
-        user.replace_input_with(index, out)
+        user.replace_input_with(index, back.outputs[0])
     for i, graph_out in enumerate(graph.outputs):
         if graph_out is y:
-            graph.outputs[i] = out
-    graph.insert_after(node, [low, delta, add])
+            graph.outputs[i] = back.outputs[0]
+    graph.insert_after(node, [rows, low, base, delta, add, back])
+
+
+def _back_shape(y: ir.Value, n_out: int) -> list[int]:
+    """y's shape as Reshape's constant: its leading dims 1 (the batch: every runtime decodes one sequence),
+    the rows' -1 and the width."""
+    rank = len(y.shape) if y.shape is not None else 3
+    return [1] * (rank - 2) + [-1, n_out]
+
+
+def _op(op: str, inputs: list, name: str, dtype: ir.DataType, dims: list | None) -> ir.Node:
+    """One node named `name` whose output (named `name` too) is declared as `dims` of `dtype`."""
+    out = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(dims) if dims is not None else None)
+    return ir.node(op, inputs, name=name, outputs=[out])
+
+
+def _reshape(graph: ir.Graph, v: ir.Value, shape: list[int], name: str, dtype: ir.DataType, dims) -> ir.Node:
+    """Reshape `v` to the constant `shape` (an initializer shared by every Reshape to the same shape)."""
+    const = shared_const(graph, f"lora/shape_{'_'.join(str(d) for d in shape)}", np.array(shape, np.int64))
+    return _op("Reshape", [v, const], name, dtype, list(dims) if dims is not None else None)
 
 
 def _dims(node: ir.Node) -> tuple[int, int]:
