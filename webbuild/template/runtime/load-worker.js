@@ -1,18 +1,22 @@
 // The loader's own thread (loader.js startLoadInWorker starts it): startLoad on the manifest and files it is sent,
 // each file's buffer posted as soon as its shards are verified (transferred: the one copy moves, nothing is
-// copied), with the progress, the warnings and what the load took; the cache writes are made here too. The last
-// message ('done' or 'error') comes once they are.
+// copied), with the progress, the warnings and what the load took; the cache writes are made here too (held until
+// 'flush' where the load defers them: they take copies then, loader.js MAX_HELD_BYTES). The last message ('done' or
+// 'error') comes once they are made.
 
 import { openModelCache, startLoad } from './loader.js';
 
-/** @typedef {import('./loader.js').LoadStats & {workerT0: number}} WorkerStats  workerT0: when the load began here (ms, epoch) */
-
 const ctl = new AbortController();
+/** @type {import('./loader.js').Load | null} */
+let load = null;
+let flushed = false; // 'flush' came (perhaps before the load began)
+const flush = () => { flushed = true; load?.flushCache(); };
 /** @param {unknown} msg @param {Transferable[]} [transfer] */
 const post = (msg, transfer = []) => self.postMessage(msg, { transfer });
 
 self.onmessage = ({ data }) => {
   if (data.type === 'abort') ctl.abort(new DOMException('the load was aborted', 'AbortError'));
+  else if (data.type === 'flush') flush();
   else if (data.type === 'start') run(data);
 };
 post({ type: 'up' });
@@ -23,8 +27,6 @@ post({ type: 'up' });
  */
 async function run({ manifest, names, cache, options }) {
   const workerT0 = performance.timeOrigin + performance.now();
-  /** @type {import('./loader.js').Load | null} */
-  let load = null;
   const stats = () => ({ workerT0, ...(load?.stats ?? { download_ms: 0, hash_ms: 0, verified_ms: 0 }) });
   try {
     const opts = {
@@ -35,6 +37,7 @@ async function run({ manifest, names, cache, options }) {
     const store = cache === null ? null : await openModelCache(cache, opts);
     load = startLoad(manifest, names, { ...opts, cache: store });
     const l = load;
+    if (flushed) l.flushCache();
     const sent = names.map((name) => l.ready(name).then((bytes) => post({ type: 'file', name, bytes, stats: stats() }, [bytes.buffer])));
     const allSent = Promise.all(sent);
     allSent.catch(() => {}); // a file that failed fails verified too

@@ -19,6 +19,8 @@
 export const MANIFEST_FORMAT = 'webbuild-manifest';
 export const MANIFEST_FORMAT_VERSION = 1;
 const CACHE_PREFIX = 'webbuild-';
+// handOff with deferCache: the most bytes of shard copies held for the cache writes before they go anyway
+export const MAX_HELD_BYTES = 512 * 2 ** 20;
 
 /** @typedef {import('webbuild-types').Manifest & {url?: string}} LoadedManifest  url: set by loadManifest */
 /** @typedef {import('webbuild-types').Manifest['shards'][number]} Shard */
@@ -44,10 +46,10 @@ const CACHE_PREFIX = 'webbuild-';
  * @property {(w: LoadWarning) => void} [onWarning]
  * @property {AbortSignal} [signal]
  * @property {Store | null | false} [cache] null or false: no cache; unset: the Cache API where there is one
- * @property {boolean} [deferCache] hold the cache writes until load.flushCache() (or a failure); startLoad in this
- *   thread only (the loader worker writes on its own thread)
+ * @property {boolean} [deferCache] hold the cache writes until load.flushCache() (or a failure)
  * @property {boolean} [handOff] the files leave this thread once ready (load-worker.js transfers them): each
- *   cache write takes a copy of its shard when it verifies
+ *   cache write takes a copy of its shard when it verifies; the writes held by deferCache go once their copies
+ *   pass MAX_HELD_BYTES
  */
 /** @typedef {Required<Omit<LoadOptions, 'cache' | 'deferCache' | 'handOff'>>} Options  LoadOptions with the defaults filled in */
 /** @typedef {{dest: Uint8Array<ArrayBuffer>, at: number, offset: number, length: number}} Target  a part: shard bytes [offset, offset+length) go to dest[at] */
@@ -178,6 +180,7 @@ export function startLoad(manifest, names, opts = {}) {
   let flushCache = () => {};
   /** @type {Promise<unknown>} */
   let writes = opts.deferCache ? new Promise((resolve) => { flushCache = () => resolve(undefined); }) : Promise.resolve();
+  let held = 0; // bytes of the copies handOff's writes hold
   /** @param {string} name */
   const handOut = (name) => waits.get(name)?.resolve(/** @type {Uint8Array<ArrayBuffer>} */ (outputs.get(name)));
   /** @param {Job} job */
@@ -203,6 +206,7 @@ export function startLoad(manifest, names, opts = {}) {
         if (!store || state.cacheOff) return;
         const body = opts.handOff ? cacheEntry(buf) : buf;
         writes = writes.then(() => cachePut(job, body, state));
+        if (opts.handOff && (held += buf.length) > MAX_HELD_BYTES) flushCache();
       },
     };
     // An internal controller so that one failed shard stops the others promptly.
@@ -285,12 +289,15 @@ export function startLoadInWorker(manifest, names, opts = {}) {
   const stats = { download_ms: 0, hash_ms: 0, verified_ms: 0 };
   /** @type {Load} */
   const load = {
-    files, stats, verified: verified.promise, done: done.promise, flushCache: () => {},
+    files, stats, verified: verified.promise, done: done.promise,
+    flushCache: () => { if (up) worker?.postMessage({ type: 'flush' }); else flushed = true; },
     ready: (name) => waits.get(name)?.promise ?? Promise.reject(new LoadError(`${name}: not a file of this load`, { code: 'unknown-file' })),
   };
   const t0 = performance.timeOrigin + performance.now();
   /** @param {Load} inner a load in this thread, instead: its results become this one's */
   const adopt = (inner) => {
+    load.flushCache = inner.flushCache;
+    if (flushed) inner.flushCache();
     for (const [name, w] of waits) inner.ready(name).then((b) => { files.set(name, b); w.resolve(b); }, w.reject);
     inner.verified.then(verified.resolve, verified.reject);
     inner.done.then(done.resolve, done.reject);
@@ -298,13 +305,15 @@ export function startLoadInWorker(manifest, names, opts = {}) {
   };
   /** @param {unknown} e */
   const fail = (e) => { verified.reject(e); done.reject(e); for (const w of waits.values()) w.reject(e); };
+  /** @type {Worker | undefined} */
   let worker;
+  let up = false;
   try {
     worker = new Worker(new URL('./load-worker.js', import.meta.url), { type: 'module' });
   } catch { // e.g. a policy that forbids workers
     return here();
   }
-  let up = false;
+  let flushed = false;
   worker.onerror = (ev) => { // before 'up': the module did not load; later: a crash
     ev.preventDefault?.();
     worker.terminate();
@@ -320,7 +329,8 @@ export function startLoadInWorker(manifest, names, opts = {}) {
     if (data.type === 'up') {
       up = true;
       worker.postMessage({ type: 'start', manifest, names: list, cache: cache ? cache.modelId : cache === undefined ? manifest.model_id : null,
-        options: { concurrency: o.concurrency, retries: o.retries, retryDelayMs: o.retryDelayMs, maxRetryDelayMs: o.maxRetryDelayMs } });
+        options: { concurrency: o.concurrency, retries: o.retries, retryDelayMs: o.retryDelayMs, maxRetryDelayMs: o.maxRetryDelayMs,
+          deferCache: Boolean(opts.deferCache) && !flushed } });
     } else if (data.type === 'progress') o.onProgress(data.progress);
     else if (data.type === 'warning') o.onWarning(data.warning);
     else if (data.type === 'file') {

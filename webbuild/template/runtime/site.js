@@ -62,8 +62,9 @@ export async function loadSite(manifestUrl, opts = {}) {
   // each session is made as soon as its graph's files are verified, while the rest still download
   // in the order the sessions need them: onnxruntime-web's wasm, the encoder's files, then the rest; the shards
   // are fetched, checked and cached by the loader's own worker (in this thread where it cannot start), so that
-  // making the sessions here does not hold up the download. Its cache writes wait for the sessions in this thread
-  // (deferCache): the Cache API's reads stalled for good in Chromium while a session was being made.
+  // making the sessions here does not hold up the download. The cache writes wait for the sessions (deferCache):
+  // they would slow the download (on a 2-core box, BENCHMARKS.md), and the Cache API's reads stalled for good in
+  // Chromium while a session was being made in their thread.
   const entry = manifest.variants[variant];
   const first = Object.values(variantGraphs(entry, runtime.roles).encoder).filter((n) => typeof n === 'string');
   const load = startLoadInWorker(manifest, [runtime.files.ort_wasm, ...first, ...entry.files, ...shared],
