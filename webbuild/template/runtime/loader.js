@@ -174,8 +174,8 @@ export function startLoad(manifest, names, opts = {}) {
   const left = new Map([...outputs.keys()].map((n) => [n, jobs.filter((j) => j.files.includes(n)).length]));
   const verified = /** @type {Deferred<Map<string, Uint8Array<ArrayBuffer>>>} */ (deferred());
   let handingOut = false; // files are handed out (ready) once the cache has been read: see below
-  // Cache writes: one at a time in the order the shards verify, after `gate` (held by deferCache until flushCache);
-  // no file waits for them. handOff: a write takes its copy now (Response() copies), as the file may be transferred.
+  // Cache writes: one at a time in the order the shards verify (deferCache: from flushCache() on); no file waits for
+  // them. handOff: a write takes its copy now (Response() copies), as the file may be transferred away.
   /** @type {() => void} */
   let flushCache = () => {};
   /** @type {Promise<unknown>} */
