@@ -43,7 +43,8 @@ import { loraShapes } from './lora.js';
 // isolated, else 1); fallback (to wasm when a WebGPU session fails; default true); onManifest(manifest);
 // onProgress and onWarning as loader.js calls them, onProgress also with phases 'session' and 'warmup'.
 // gpu in the result: probe.js probeWebGPU()'s.
-// Returns {ort, manifest, runtime, gpu, ep, variant, notice, recogniser, modelBytes, load: {*_ms}, loading}
+// Returns {ort, manifest, runtime, gpu, ep, variant, notice, recogniser, modelBytes, load: {*_ms}, loading, cached}
+// (cached: settles once the model's cache writes are made, after the load's end)
 // (loading: the loader's options and cache store, for the adapters' files: lora.js switchLora).
 /**
  * @param {string | URL} manifestUrl
@@ -92,6 +93,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   const { stats } = load;
   return {
     ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu, loading: site.loading,
+    cached: load.done.then(() => {}, () => {}),
     modelBytes: manifest.variants[made.variant].files.reduce((n, f) => n + manifest.files[f].size, 0),
     // milestones from the start (download_ms, verified_ms, total_ms) and the parts' own times (hash_ms: the
     // digests, summed; session_ms: from the first session's start to the last one's end, overlapping the download)
