@@ -83,7 +83,8 @@ def test_every_file_within_the_shard_limit_and_no_loose_model_files(site):
 
 def test_site_files(site):
     dist = site / "dist"
-    for name in ("index.html", "app.js", "worker.js", "style.css", "theme.css", "runtime/loader.js", "runtime/site.js",
+    for name in ("index.html", "app.js", "worker.js", "style.css", "theme.css", "runtime/loader.js",
+                 "runtime/load-worker.js", "runtime/site.js",
                  *(f"{ORT_DIR}/{m}" for m in ORT_MODULES), "samples/00-clip.wav", "_headers"):
         assert (dist / name).is_file(), name
     html = (dist / "index.html").read_text()

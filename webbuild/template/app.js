@@ -33,12 +33,12 @@ const params = new URLSearchParams(location.search);
 // clip: the src of the audio element (the chosen clip's object URL), stages: each loading step the page showed
 /**
  * What the page shows, on window.webbuild for tests and scripts (webbuild verify reads it).
- * @type {{status: string, info: import('./runtime/contract.js').ReadyInfo | null, metrics: object | null, text: string,
+ * @type {{status: string, cached: boolean, info: import('./runtime/contract.js').ReadyInfo | null, metrics: object | null, text: string,
  *   tokens: number[][] | null, margins: number[][] | null, error: string | null, warnings: string[],
  *   lora: string | null, doneLora: string | null, progress?: object, live: LiveState | null,
  *   texts: string[], chunks: Array<[number, number]>, clip: string | null, stages: string[]}}
  */
-const state = { status: 'loading', info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [],
+const state = { status: 'loading', cached: false, info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [],
   lora: null, doneLora: null, live: null, texts: [], chunks: [], clip: null, stages: [] };
 /** @type {Window & {webbuild?: typeof state}} */ (window).webbuild = state;
 const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
@@ -74,6 +74,7 @@ const handlers = {
     showLoraPicker(info.loraAdapters ?? [], info.loraAbout ?? {});
     setEnabled(true);
   },
+  [FROM_WORKER.cached]: () => { state.cached = true; }, // the model is in the browser's cache (after ready)
   [FROM_WORKER.token]: ({ id, text }) => { if (pending?.id === id) showText(text); },
   [FROM_WORKER.done]: (msg) => { if (pending && pending.id === msg.id) pending.resolve(msg); },
   [FROM_WORKER.cacheCleared]: ({ existed }) => setStatus(existed

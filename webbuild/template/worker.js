@@ -72,6 +72,7 @@ async function load({ manifestUrl, forceEp, graphCapture, warmShapes }) {
       loraAdapters: site.recogniser.adapted ? loraNames(site.manifest) : [], loraAbout: loraAbout(site.manifest), lora,
     },
   });
+  site.cached.then(() => post({ type: FROM_WORKER.cached })); // not awaited: transcriptions need not wait for it
 }
 
 // The adapter's file through the loader (its shards only; progress tagged with its name), then its

@@ -94,6 +94,9 @@ export const TO_WORKER = Object.freeze({
  *   digests' time, summed; session_ms from the first session's start to the last one's end (sessions are made
  *   while later files still download); warmup_ms.
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
+ * @typedef {{type: 'cached'}} CachedMessage
+ *   After ready: the model's shards are in the browser's cache (their writes go on after the sessions are made;
+ *   a page closed before this message leaves the next visit the rest to download).
  * @typedef {{type: 'token', id: number, token: number, text: string}} TokenMessage
  *   One generated token of transcription `id`; text: the transcript so far.
  * @typedef {{chunks: number, encoder_ms: number, ttft_ms: number, prompt_tokens: number, prefill_tokens_per_s: number,
@@ -127,11 +130,11 @@ export const TO_WORKER = Object.freeze({
  * @typedef {{type: 'live-done', id: number, text: string, tokens: number[][], margins: number[][],
  *   chunks: Array<[number, number]>, metrics: LiveMetrics}} LiveDoneMessage
  *   The session's final texts joined, its finals' tokens and margins and [start, end) per chunk.
- * @typedef {ProgressMessage | WarningMessage | ReadyMessage | TokenMessage | DoneMessage | CacheClearedMessage
+ * @typedef {ProgressMessage | WarningMessage | ReadyMessage | CachedMessage | TokenMessage | DoneMessage | CacheClearedMessage
  *   | LoraSetMessage | ErrorMessage | LiveUpdateMessage | LiveDoneMessage} FromWorkerMessage
  */
 export const FROM_WORKER = Object.freeze({
-  progress: 'progress', warning: 'warning', ready: 'ready', token: 'token', done: 'done',
+  progress: 'progress', warning: 'warning', ready: 'ready', cached: 'cached', token: 'token', done: 'done',
   cacheCleared: 'cache-cleared', loraSet: 'lora-set', error: 'error', liveUpdate: 'live-update', liveDone: 'live-done',
 });
 

@@ -7,17 +7,20 @@
 //   // files: Map<logical name, Uint8Array>, e.g. ORT externalData or env.wasm.wasmBinary
 //   const load = startLoad(manifest, names, opts); await load.ready('encoder.fp32.onnx'); ... await load.done;
 //   // each file as soon as its own shards are verified, while the others still download
+//   const load = startLoadInWorker(manifest, names, opts);   // the same, on a thread of its own (load-worker.js)
 //
 // A shard is hashed (WebCrypto sha256) as soon as its bytes are in, while its lane fetches the next shard:
 // hashing overlaps the downloads instead of following each one.
 // Memory: each requested file is allocated once at its final size and shards are streamed
 // straight into it; the only other buffers are per in-flight shard (<= concurrency x shard size).
-// Resume: every shard is cached as soon as it is verified, so a re-run after a failure or an
-// abort fetches only what is missing. Docs: docs/packaging.md.
+// Resume: every shard is cached once it is verified (its write queued, one at a time, off the path that hands
+// files out), so a re-run after a failure or an abort fetches only what is missing. Docs: docs/packaging.md.
 
 export const MANIFEST_FORMAT = 'webbuild-manifest';
 export const MANIFEST_FORMAT_VERSION = 1;
 const CACHE_PREFIX = 'webbuild-';
+// handOff with deferCache: the most bytes of shard copies held for the cache writes before they go anyway
+export const MAX_HELD_BYTES = 512 * 2 ** 20;
 
 /** @typedef {import('webbuild-types').Manifest & {url?: string}} LoadedManifest  url: set by loadManifest */
 /** @typedef {import('webbuild-types').Manifest['shards'][number]} Shard */
@@ -30,7 +33,8 @@ const CACHE_PREFIX = 'webbuild-';
  *   put(key: string, response: Response): Promise<void>,
  *   delete(key: string): Promise<boolean>,
  *   keys(): Promise<string[]>,
- * }} Store
+ *   modelId?: string,
+ * }} Store  modelId: set on the Cache API's store of that model (openCacheStore), which the loader worker opens too
  */
 /**
  * @typedef {object} LoadOptions
@@ -42,15 +46,21 @@ const CACHE_PREFIX = 'webbuild-';
  * @property {(w: LoadWarning) => void} [onWarning]
  * @property {AbortSignal} [signal]
  * @property {Store | null | false} [cache] null or false: no cache; unset: the Cache API where there is one
+ * @property {boolean} [deferCache] hold the cache writes until load.flushCache() (or a failure)
+ * @property {boolean} [handOff] the files leave this thread once ready (load-worker.js transfers them): each
+ *   cache write takes a copy of its shard when it verifies; the writes held by deferCache go once their copies
+ *   pass MAX_HELD_BYTES
  */
-/** @typedef {Required<Omit<LoadOptions, 'cache'>>} Options  LoadOptions with the defaults filled in */
+/** @typedef {Required<Omit<LoadOptions, 'cache' | 'deferCache' | 'handOff'>>} Options  LoadOptions with the defaults filled in */
 /** @typedef {{dest: Uint8Array<ArrayBuffer>, at: number, offset: number, length: number}} Target  a part: shard bytes [offset, offset+length) go to dest[at] */
 /** @typedef {{shard: Shard, url: string, targets: Target[], file: string, files: string[]}} Job  files: every file it holds parts of */
 /**
- * A load under way (startLoad): the files' buffers (complete once ready(name) or done resolves), and what
- * the load took (filled as it goes; final once done resolves).
+ * A load under way (startLoad): the files' buffers (complete once ready(name) or verified resolves); verified: every
+ * shard checked; done: that and every cache write made (what loadFiles returns); flushCache(): lets the writes held
+ * by deferCache go; what the load took (filled as it goes; final once verified resolves).
  * @typedef {{files: Map<string, Uint8Array<ArrayBuffer>>, ready: (name: string) => Promise<Uint8Array<ArrayBuffer>>,
- *   done: Promise<Map<string, Uint8Array<ArrayBuffer>>>, stats: LoadStats}} Load
+ *   verified: Promise<Map<string, Uint8Array<ArrayBuffer>>>, done: Promise<Map<string, Uint8Array<ArrayBuffer>>>,
+ *   flushCache: () => void, stats: LoadStats}} Load
  */
 /**
  * @typedef {object} LoadStats  ms
@@ -67,6 +77,7 @@ const CACHE_PREFIX = 'webbuild-';
  * @property {Map<string, number>} received shard path -> bytes received so far
  * @property {number} verified bytes verified
  * @property {boolean} [cacheOff] set once a put failed
+ * @property {(job: Job, buf: Uint8Array<ArrayBuffer>) => void} cacheLater queues a verified shard's cache write
  * @property {LoadStats} stats
  * @property {number} t0 performance.now() at the start
  */
@@ -146,8 +157,9 @@ export async function loadFiles(manifest, names, opts = {}) {
 }
 
 // loadFiles, with each file's bytes as soon as its shards are verified (ready), so that a session can be made
-// from one file while the others download; done settles after every shard, and rejects on the first failure
-// (ready of a file not complete by then rejects with it).
+// from one file while the others download; verified settles after every shard, done after their cache writes too;
+// both reject on the first failure (ready of a file not complete by then rejects with it), done only once the
+// shards verified before it are written (resume relies on them).
 /**
  * @param {LoadedManifest} manifest
  * @param {Iterable<string>} names logical file names
@@ -160,7 +172,15 @@ export function startLoad(manifest, names, opts = {}) {
   const stats = { download_ms: 0, hash_ms: 0, verified_ms: 0 };
   const waits = new Map([...outputs.keys()].map((n) => [n, deferred()]));
   const left = new Map([...outputs.keys()].map((n) => [n, jobs.filter((j) => j.files.includes(n)).length]));
+  const verified = /** @type {Deferred<Map<string, Uint8Array<ArrayBuffer>>>} */ (deferred());
   let handingOut = false; // files are handed out (ready) once the cache has been read: see below
+  // Cache writes: one at a time in the order the shards verify (deferCache: from flushCache() on); no file waits for
+  // them. handOff: a write takes its copy now (Response() copies), as the file may be transferred away.
+  /** @type {() => void} */
+  let flushCache = () => {};
+  /** @type {Promise<unknown>} */
+  let writes = opts.deferCache ? new Promise((resolve) => { flushCache = () => resolve(undefined); }) : Promise.resolve();
+  let held = 0; // bytes of the copies handOff's writes hold
   /** @param {string} name */
   const handOut = (name) => waits.get(name)?.resolve(/** @type {Uint8Array<ArrayBuffer>} */ (outputs.get(name)));
   /** @param {Job} job */
@@ -182,6 +202,12 @@ export function startLoad(manifest, names, opts = {}) {
       total: jobs.reduce((n, j) => n + j.shard.size, 0),
       received: new Map(), // shard path -> bytes received so far (download progress)
       verified: 0,
+      cacheLater: (job, buf) => {
+        if (!store || state.cacheOff) return;
+        const body = opts.handOff ? cacheEntry(buf) : buf;
+        writes = writes.then(() => cachePut(job, body, state));
+        if (opts.handOff && (held += buf.length) > MAX_HELD_BYTES) flushCache();
+      },
     };
     // An internal controller so that one failed shard stops the others promptly.
     const ctl = new AbortController();
@@ -219,19 +245,119 @@ export function startLoad(manifest, names, opts = {}) {
       await loadAll(rest, 'network');
     } catch (e) {
       await Promise.allSettled(tails); // nothing writes to the outputs after this settles
+      verified.reject(e);
+      flushCache(); // the shards verified so far are written all the same: a re-run resumes from them
+      await writes;
       throw e;
     } finally {
       o.signal.removeEventListener('abort', stop);
     }
     stats.verified_ms = performance.now() - state.t0;
+    verified.resolve(outputs);
+    await writes;
     return outputs;
   })();
-  done.catch((e) => { for (const w of waits.values()) w.reject(e); });
+  done.catch((e) => { verified.reject(e); for (const w of waits.values()) w.reject(e); });
   return {
-    files: outputs, stats, done,
+    files: outputs, stats, done, verified: verified.promise, flushCache: () => flushCache(),
     ready: (name) => waits.get(name)?.promise ?? Promise.reject(new LoadError(`${name}: not a file of this load`, { code: 'unknown-file' })),
   };
 }
+
+// startLoad on a thread of its own: a module worker (load-worker.js) fetches, checks and caches the shards and
+// transfers each file's buffer here as soon as it is ready, so that what this thread does meanwhile (making
+// sessions: synchronous wasm work) does not hold up the download. The same Load, with each file's buffer once
+// it arrived in `files`. In this thread where there is no Worker (Node), where the cache is a store of this
+// thread's own (a MemoryStore), or where the worker does not start.
+/**
+ * @param {LoadedManifest} manifest
+ * @param {Iterable<string>} names logical file names
+ * @param {LoadOptions} [opts]
+ * @returns {Load}
+ */
+export function startLoadInWorker(manifest, names, opts = {}) {
+  const { cache } = opts;
+  const here = () => startLoad(manifest, names, opts);
+  if (typeof Worker !== 'function' || !(cache === undefined || cache === null || cache === false || cache.modelId)) return here();
+  const o = options(opts);
+  const list = [...new Set(names)];
+  /** @type {Map<string, Uint8Array<ArrayBuffer>>} */
+  const files = new Map();
+  const waits = new Map(list.map((n) => [n, deferred()]));
+  const verified = /** @type {Deferred<Map<string, Uint8Array<ArrayBuffer>>>} */ (deferred());
+  const done = /** @type {Deferred<Map<string, Uint8Array<ArrayBuffer>>>} */ (deferred());
+  const stats = { download_ms: 0, hash_ms: 0, verified_ms: 0 };
+  /** @type {Load} */
+  const load = {
+    files, stats, verified: verified.promise, done: done.promise,
+    flushCache: () => { if (up) worker?.postMessage({ type: 'flush' }); else flushed = true; },
+    ready: (name) => waits.get(name)?.promise ?? Promise.reject(new LoadError(`${name}: not a file of this load`, { code: 'unknown-file' })),
+  };
+  const t0 = performance.timeOrigin + performance.now();
+  /** @param {Load} inner a load in this thread, instead: its results become this one's */
+  const adopt = (inner) => {
+    load.flushCache = inner.flushCache;
+    if (flushed) inner.flushCache();
+    for (const [name, w] of waits) inner.ready(name).then((b) => { files.set(name, b); w.resolve(b); }, w.reject);
+    inner.verified.then(verified.resolve, verified.reject);
+    inner.done.then(done.resolve, done.reject);
+    inner.verified.finally(() => Object.assign(stats, inner.stats)).catch(() => {});
+  };
+  /** @param {unknown} e */
+  const fail = (e) => { verified.reject(e); done.reject(e); for (const w of waits.values()) w.reject(e); };
+  /** @type {Worker | undefined} */
+  let worker;
+  let up = false;
+  try {
+    worker = new Worker(new URL('./load-worker.js', import.meta.url), { type: 'module' });
+  } catch { // e.g. a policy that forbids workers
+    return here();
+  }
+  let flushed = false;
+  worker.onerror = (ev) => { // before 'up': the module did not load; later: a crash
+    ev.preventDefault?.();
+    worker.terminate();
+    if (!up) adopt(here());
+    else fail(new LoadError(`the loader's worker failed (${ev.message})`, { code: 'network' }));
+  };
+  /** @param {{workerT0: number, download_ms: number, hash_ms: number, verified_ms: number}} s times from the worker's start */
+  const took = ({ workerT0, ...s }) => {
+    const late = workerT0 - t0; // the worker's start-up, counted as part of the load
+    Object.assign(stats, s, { download_ms: s.download_ms + late, verified_ms: s.verified_ms && s.verified_ms + late });
+  };
+  worker.onmessage = ({ data }) => {
+    if (data.type === 'up') {
+      up = true;
+      worker.postMessage({ type: 'start', manifest, names: list, cache: cache ? cache.modelId : cache === undefined ? manifest.model_id : null,
+        options: { concurrency: o.concurrency, retries: o.retries, retryDelayMs: o.retryDelayMs, maxRetryDelayMs: o.maxRetryDelayMs,
+          deferCache: Boolean(opts.deferCache) && !flushed } });
+    } else if (data.type === 'progress') o.onProgress(data.progress);
+    else if (data.type === 'warning') o.onWarning(data.warning);
+    else if (data.type === 'file') {
+      took(data.stats);
+      files.set(data.name, data.bytes);
+      waits.get(data.name)?.resolve(data.bytes);
+    } else if (data.type === 'verified') {
+      took(data.stats);
+      verified.resolve(files);
+    } else if (data.type === 'done' || data.type === 'error') { // the last message: the cache writes are made
+      took(data.stats);
+      worker.terminate();
+      o.signal.removeEventListener('abort', abort);
+      if (data.type === 'done') done.resolve(files);
+      else fail(o.signal.aborted ? o.signal.reason : Object.assign(new LoadError(data.error.message, data.error), data.error));
+    }
+  };
+  const abort = () => { fail(o.signal.reason); worker.postMessage({ type: 'abort' }); };
+  if (o.signal.aborted) abort();
+  else o.signal.addEventListener('abort', abort, { once: true });
+  return load;
+}
+
+/**
+ * @template T
+ * @typedef {{promise: Promise<T>, resolve: (v: T) => void, reject: (e: unknown) => void}} Deferred
+ */
 
 /**
  * A promise with its resolve and reject; its rejection is handled (a file nobody waits for fails quietly).
@@ -267,6 +393,7 @@ export async function clearCache(modelId, { cacheStorage = globalThis.caches } =
 export async function openCacheStore(modelId, cacheStorage = globalThis.caches) {
   const cache = await cacheStorage.open(CACHE_PREFIX + modelId);
   return {
+    modelId,
     match: (key) => cache.match(key),
     put: (key, response) => cache.put(key, response),
     delete: (key) => cache.delete(key),
@@ -410,7 +537,7 @@ async function loadShard(job, state, signal, from) {
     if (!cached) await checked(job, buf, whole, state, signal);
     state.verified += shard.size;
     state.o.onProgress({ phase: 'verify', loaded: state.verified, total: state.total, file: job.file, shard: shard.path });
-    if (!cached) await cachePut(job, buf, state); // cached right away: this is what resume relies on
+    if (!cached) state.cacheLater(job, buf); // queued right away: this is what resume relies on
     for (const t of job.targets) if (t !== primary) t.dest.set(buf.subarray(t.offset, t.offset + t.length), t.at);
   })();
   tail.catch(() => {}); // the caller handles it; not an unhandled rejection meanwhile
@@ -497,16 +624,21 @@ function resumes(res, have) {
   return res.status === 206 && /^bytes (\d+)-/.exec(res.headers.get('content-range') ?? '')?.[1] === String(have);
 }
 
+/** @param {Uint8Array<ArrayBuffer>} buf a shard's bytes; Response() copies them, so buf may be reused */
+function cacheEntry(buf) {
+  return new Response(buf, { headers: { 'content-type': 'application/octet-stream' } });
+}
+
 /**
  * @param {Job} job
- * @param {Uint8Array<ArrayBuffer>} buf
+ * @param {Uint8Array<ArrayBuffer> | Response} body the shard's bytes, or cacheEntry() of them
  * @param {LoadState} state
  */
-async function cachePut(job, buf, state) {
+async function cachePut(job, body, state) {
   if (!state.store || state.cacheOff) return;
   try {
-    // Response() copies the bytes, so buf may be reused; the key carries the content hash.
-    await state.store.put(job.url, new Response(buf, { headers: { 'content-type': 'application/octet-stream' } }));
+    // the key carries the content hash
+    await state.store.put(job.url, body instanceof Response ? body : cacheEntry(body));
   } catch (e) {
     state.cacheOff = true; // keep loading: the model still works, it is just not kept
     const quota = e?.name === 'QuotaExceededError' || e?.code === 22;

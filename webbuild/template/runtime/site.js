@@ -4,7 +4,7 @@
 // verified shards; the sessions, falling back to wasm when a WebGPU session fails; a warm-up.
 
 import { RUNTIME_FILE } from './contract.js';
-import { loadFiles, loadManifest, openModelCache, startLoad } from './loader.js';
+import { loadFiles, loadManifest, openModelCache, startLoadInWorker } from './loader.js';
 import { chooseVariant, probeWebGPU, webgpuProvider } from './probe.js';
 import { Recogniser } from './asr.js';
 import { loraShapes } from './lora.js';
@@ -43,7 +43,8 @@ import { loraShapes } from './lora.js';
 // isolated, else 1); fallback (to wasm when a WebGPU session fails; default true); onManifest(manifest);
 // onProgress and onWarning as loader.js calls them, onProgress also with phases 'session' and 'warmup'.
 // gpu in the result: probe.js probeWebGPU()'s.
-// Returns {ort, manifest, runtime, gpu, ep, variant, notice, recogniser, modelBytes, load: {*_ms}, loading}
+// Returns {ort, manifest, runtime, gpu, ep, variant, notice, recogniser, modelBytes, load: {*_ms}, loading, cached}
+// (cached: settles once the model's cache writes are made, after the load's end)
 // (loading: the loader's options and cache store, for the adapters' files: lora.js switchLora).
 /**
  * @param {string | URL} manifestUrl
@@ -60,17 +61,29 @@ export async function loadSite(manifestUrl, opts = {}) {
   const shared = [runtime.files.tokens, runtime.files.ort_wasm];
   const tLoad = performance.now();
   // each session is made as soon as its graph's files are verified, while the rest still download
-  // in the order the sessions need them: onnxruntime-web's wasm, the encoder's files, then the rest
+  // in the order the sessions need them: onnxruntime-web's wasm, the encoder's files, then the rest; the shards
+  // are fetched, checked and cached by the loader's own worker (in this thread where it cannot start), so that
+  // making the sessions here does not hold up the download. The cache writes wait for the sessions (deferCache):
+  // they would slow the download (on a 2-core box, BENCHMARKS.md), and the Cache API's reads stalled for good in
+  // Chromium while a session was being made in their thread.
   const entry = manifest.variants[variant];
   const first = Object.values(variantGraphs(entry, runtime.roles).encoder).filter((n) => typeof n === 'string');
-  const load = startLoad(manifest, [runtime.files.ort_wasm, ...first, ...entry.files, ...shared], site.loading);
-  load.done.then(() => opts.onProgress?.({ phase: 'session', loaded: 0, total: 1, ep: pick.ep }), () => {});
+  const load = startLoadInWorker(manifest, [runtime.files.ort_wasm, ...first, ...entry.files, ...shared],
+    { ...site.loading, deferCache: true });
+  load.done.catch(() => {}); // its failure is verified's, awaited below
+  load.verified.then(() => opts.onProgress?.({ phase: 'session', loaded: 0, total: 1, ep: pick.ep }), () => {});
   const ort = await site.ortModule;
-  configureOrt(ort, await load.ready(runtime.files.ort_wasm), opts.threads ?? defaultThreads());
-  const tSession0 = performance.now();
-  const made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, load, gpu,
-    graphCapture: opts.graphCapture ?? true }, opts.fallback ?? true);
-  await load.done; // every shard verified (the sessions may not have needed them all)
+  let made;
+  let tSession0 = 0;
+  try {
+    configureOrt(ort, await load.ready(runtime.files.ort_wasm), opts.threads ?? defaultThreads());
+    tSession0 = performance.now();
+    made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, load, gpu,
+      graphCapture: opts.graphCapture ?? true }, opts.fallback ?? true);
+    await load.verified; // every shard verified (the sessions may not have needed them all)
+  } finally {
+    load.flushCache(); // the sessions are made (or failed): the cache writes go on meanwhile
+  }
   const tSession = performance.now();
   opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1, ep: made.ep });
   // a software GPU compiles and runs every shape class on the CPU (about 30 s more per load for the example on
@@ -80,6 +93,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   const { stats } = load;
   return {
     ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu, loading: site.loading,
+    cached: load.done.then(() => {}, () => {}),
     modelBytes: manifest.variants[made.variant].files.reduce((n, f) => n + manifest.files[f].size, 0),
     // milestones from the start (download_ms, verified_ms, total_ms) and the parts' own times (hash_ms: the
     // digests, summed; session_ms: from the first session's start to the last one's end, overlapping the download)
@@ -208,7 +222,7 @@ async function createRecogniser(site, { ep, variant, load, gpu, graphCapture }, 
     const ready = (/** @type {string[]} */ names) => Promise.all(names.map((n) => load.ready(n)));
     return { ep, variant, recogniser: await create(variant, load.files, provider, ready) };
   } catch (e) {
-    const files = await load.done; // a shard that failed is the error, not a reason to fall back
+    const files = await load.verified; // a shard that failed is the error, not a reason to fall back
     if (ep !== 'webgpu' || !fallback) throw e;
     const wasm = chooseVariant(manifest, gpu, 'wasm', Object.keys(runtime.variants)).variant;
     refuseUnfit(manifest, wasm);

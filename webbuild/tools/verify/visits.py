@@ -338,6 +338,8 @@ class Verifier:
             self.lora_runs(page, samples, state, max_wer)
             if clips and not self.opts.clips_eps:
                 self.run_clips(page, clips, state, self.opts.clips_max_clip_wer, "clips")
+            with contextlib.suppress(TimeoutError):  # the cache writes go on after ready; the second visit reads them
+                br.wait_for(page, "() => window.webbuild.cached || window.webbuild.error", self.opts.timeout_s)
         page.close()
         return ready
 
