@@ -16,7 +16,7 @@ import pytest
 from webbuild.reference.transcribe import pick
 from webbuild.tools.verify.report import junit, table, under_margin, verdict
 from webbuild.tools.verify.tokens import MAX_TIE_MARGIN, first_difference, margin_drift, token_summary
-from webbuild.tools.verify.visits import Clip, Expected, row
+from webbuild.tools.verify.visits import FALLBACK_MAX_TOKENS, Clip, Expected, Reference, row
 
 REPO = Path(__file__).resolve().parents[2]
 TIE, SURE = MAX_TIE_MARGIN / 4, 5.0  # a near tie, a confident choice
@@ -122,6 +122,22 @@ def test_row_without_tokens_from_the_page_fails():
 def test_row_wer_is_judged_before_the_tokens():
     r = row(CLIP, _state([[10, 13]], [[SURE, TIE]], "nothing alike here"), REF, 0.25, "clips")
     assert not r["ok"] and r["reason"].startswith("WER") and r["under_margin"]
+
+
+def test_a_reference_bounded_in_tokens_is_the_prefix_and_says_it_was_cut(example_dist):
+    """The wasm-fallback visit's bound (?max_new_tokens=, FALLBACK_MAX_TOKENS): the reference decodes under it too,
+    greedy decoding's first tokens are the unbounded decoding's, and a cut answer is compared by its tokens only."""
+    wav = REPO / "examples/tiny-asr/samples/sample-4.wav"
+    clip = Clip("sample-4.wav", (REPO / "examples/tiny-asr/samples/sample-4.txt").read_text().strip(), local=wav)
+    reference = Reference(example_dist)
+    full = reference.transcribe(clip, "fp32")
+    assert full is not None and not full.cut and 4 < len(full.tokens) <= FALLBACK_MAX_TOKENS  # a sample fits the bound
+    cut = reference.transcribe(clip, "fp32", max_new_tokens=4)
+    assert cut is not None and cut.cut and cut.tokens == full.tokens[:4] and cut.margins == full.margins[:4]
+    assert reference.transcribe(clip, "fp32", max_new_tokens=len(full.tokens) + 1).cut is False
+    page = _state([cut.tokens], [cut.margins], cut.text)
+    assert row(clip, page, cut, None, "wasm fallback")["ok"]  # the WER of a cut text is not judged, its tokens are
+    assert not row(clip, _state([full.tokens[:3] + [0]], [cut.margins], cut.text), cut, None, "wasm fallback")["ok"]
 
 
 def _report(rows: list[dict]) -> dict:

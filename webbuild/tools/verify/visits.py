@@ -163,6 +163,7 @@ class Expected:
     text: str
     tokens: list[int]
     margins: list[float]
+    cut: bool = False  # a chunk's decode stopped at its max_new_tokens, not at the end token: the text is partial
 
 
 class Reference:
@@ -182,13 +183,23 @@ class Reference:
             self.loaded[variant, lora] = load_transcriber(self.dist, variant, adapter=lora)
         return self.loaded[variant, lora]
 
-    def transcribe(self, clip: Clip, variant: str, lora: str | None = None) -> Expected | None:
+    def transcribe(self, clip: Clip, variant: str, lora: str | None = None,
+                   max_new_tokens: int | None = None) -> Expected | None:
+        """max_new_tokens: per chunk, as the page's ?max_new_tokens= bounds it (None: the reference's default)."""
         t = self.transcriber(variant, lora)
         if t is None or clip.local is None:
             return None
-        chunks = t.decode_file(clip.local)  # cut into chunks as the page cuts them
+        bound = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
+        chunks = t.decode_file(clip.local, **bound)  # cut into chunks as the page cuts them
+        cut = max_new_tokens is not None and any(len(c.tokens) >= max_new_tokens for c in chunks)
         return Expected(t.file_text(chunks), [x for c in chunks for x in c.tokens],
-                        [m for c in chunks for m in c.margins])
+                        [m for c in chunks for m in c.margins], cut)
+
+
+# The wasm-fallback visit's clip decodes at most this many tokens a chunk (the page's ?max_new_tokens=, the
+# reference alike): a sample's answer fits, and a model that never ends (random weights) stops here instead of
+# decoding the whole max_new_tokens on wasm (the 1.7b's 200 took longer than a 10-minute device call).
+FALLBACK_MAX_TOKENS = 48
 
 
 def query(ep: str | None) -> str:
@@ -298,14 +309,17 @@ class Verifier:
         return page, state, self.log["requests"][start:], ready
 
     def run_clips(self, page, clips: list[Clip], state: dict, max_wer: float | None, run: str,
-                  lora: str | None = None) -> None:
+                  lora: str | None = None, max_new_tokens: int | None = None) -> None:
+        """max_new_tokens: the bound the page was opened with (?max_new_tokens=), which the reference decodes
+        under too; a clip whose reference it cut has its tokens compared but not its WER judged."""
         variant = state["info"]["variant"]
         for clip in clips:
             try:
                 result = transcribe(page, clip, self.opts.timeout_s)
             except TimeoutError as exc:
                 result = {**state, "status": "timeout", "text": "", "metrics": None, "error": str(exc)}
-            self.rows.append(row(clip, result, self.reference.transcribe(clip, variant, lora), max_wer, run, lora))
+            ref = self.reference.transcribe(clip, variant, lora, max_new_tokens)
+            self.rows.append(row(clip, result, ref, None if ref and ref.cut else max_wer, run, lora))
             r = self.rows[-1]
             log.info(f"  {clip.name}: {'ok' if r['ok'] else 'FAIL'} {r['got']!r} (WER {r['wer']:.2f})")
             if result["status"] == "timeout":
@@ -405,11 +419,12 @@ class Verifier:
                 self.check("WebGPU off: the page says the model needs WebGPU", said,
                            f"status {state['status']}: {state['error'] or ''} (build: {unfit})")
                 return
-            page, state, _, ready = self.open(context, url, "WebGPU off")
+            bounded = f"{url}{'&' if '?' in url else '?'}max_new_tokens={FALLBACK_MAX_TOKENS}"
+            page, state, _, ready = self.open(context, bounded, "WebGPU off")
             ep = (state.get("info") or {}).get("ep")
             if not self.check("wasm fallback when WebGPU is off", ready and ep == "wasm", f"ep {ep}") or clip is None:
                 return
-            self.run_clips(page, [clip], state, max_wer, "wasm fallback")
+            self.run_clips(page, [clip], state, max_wer, "wasm fallback", max_new_tokens=FALLBACK_MAX_TOKENS)
             self.check("wasm fallback transcribes", self.rows[-1]["ok"], repr(self.rows[-1]["got"]))
         finally:
             browser.close()
