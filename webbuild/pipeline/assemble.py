@@ -34,9 +34,11 @@ from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX, 
 from webbuild.site.contract import IO, RUNTIME_FILE, TOKENS_FILE, runtime_names
 
 RUNTIME_FORMAT = 1
-# onnxruntime-web 1.30's WebGPU GroupQueryAttention gives wrong results when one run adds 32 or
-# more tokens (measured: 31 exact to 5e-7, 32 off by 0.1 in the logits, whatever the past length).
-# Sites whose decoder has GQA prefill on WebGPU in runs of at most this many tokens.
+# onnxruntime-web 1.30's WebGPU GroupQueryAttention takes another kernel when one run adds 32 or more
+# tokens, which gave wrong results on SwiftShader once (31 exact to 5e-7, 32 off by 0.1 in the logits).
+# Sites whose decoder has GQA start with prefill runs of at most this many tokens on WebGPU; the runtime's
+# warm-up then compares one long run with such runs on the visitor's adapter and drops the limit where they
+# agree (runtime/asr.js longRunsAgree): a 30 s clip's prompt in one run instead of 14.
 WEBGPU_GQA_PREFILL_CHUNK = 31
 DEFAULT_MAX_NEW_TOKENS = 200
 

@@ -197,6 +197,11 @@ export class Recogniser {
     this.ep = typeof ep === 'string' ? ep : ep.name;
     this.d = runtime.decoder;
     this.io = runtime.io; // the graphs' input and output names
+    // WebGPU prefill runs of at most this many tokens, 0 for the whole prompt in one run: the build's
+    // webgpu_prefill_chunk until warmUp finds this adapter's long runs right (longRunsAgree)
+    this.prefillRunLimit = this.ep === 'webgpu' ? runtime.webgpu_prefill_chunk : 0;
+    /** @type {{tokens: number, limit: number, relative_diff: number, agree: boolean} | null} */
+    this.longRunsCheck = null; // what longRunsAgree measured
     this.kv = kvNames(this.io, this.d?.num_layers ?? 0); // {past, present} per layer, key then value
     /** @type {DecoderSet | null} */
     this.adapted = null; // the adapted decoder's set, in a build with adapters (loadAdapted)
@@ -230,8 +235,10 @@ export class Recogniser {
   // later ones with a past: the short clip's second, the long prompt's last two on a past of zeros), a
   // one-token run after a long prompt (a decode without capture), and a last prefill run of 2 or 3 tokens
   // (QUERY_TILE_RUNS: the decode attention tiles a run of under 32 queries by 1, 2 or 4, and the tile of 2 was
-  // compiled by the first 1 s and 8 s clips on the H200, prompts of 31 + 2 and 4 x 31 + 3 tokens). wasm compiles
-  // nothing per shape (measured: the same time on the first and the second clip of a length).
+  // compiled by the first 1 s and 8 s clips on the H200, prompts of 31 + 2 and 4 x 31 + 3 tokens). Where the
+  // adapter's long runs agree (longRunsAgree, first) a prompt is one run: the long one warms the longest, and
+  // SHORT_PROMPT_RUNS the tiles of a prompt under 32 tokens. wasm compiles nothing per shape (measured: the same
+  // time on the first and the second clip of a length).
   /** @param {{shapes?: boolean}} [opts] shapes false: a second of silence only (site.js: a software GPU) */
   async warmUp({ shapes = true } = {}) {
     const rate = this.rt.sample_rate;
@@ -241,6 +248,7 @@ export class Recogniser {
     const short = every ? loudStart(2 * rate) : new Float32Array(rate);
     const frames = Math.floor((this.rt.max_chunk_seconds * rate) / HOP / WARM_FRAMES) * WARM_FRAMES;
     const long = every && frames ? await this.encode(new Float32Array(frames * HOP)) : null;
+    if (every && this.prefillRunLimit && await this.longRunsAgree()) this.prefillRunLimit = 0;
     const active = this.active;
     // the adapted graphs on WebGPU always, shapes or not: their captured step must be recorded here, on zero
     // adapter inputs (recorded on the first adapted clip instead, the SwiftShader run gave other tokens)
@@ -249,23 +257,44 @@ export class Recogniser {
       try {
         await this.transcribe(short, { maxNewTokens: 2, forceSteps: true });
         if (long) await this.transcribe(short, { maxNewTokens: 2, forceSteps: true, captured: false, audio: long, tail: true });
-        if (every && this.rt.webgpu_prefill_chunk) await this.warmRuns(QUERY_TILE_RUNS); // else one run: no last run
+        if (every) await this.warmRuns(this.prefillRunLimit ? QUERY_TILE_RUNS : SHORT_PROMPT_RUNS, this.prefillRunLimit);
       } finally {
         this.active = active;
       }
     }
   }
 
-  // One prefill run of each length in `lengths` after a past of one full run: the kernels a prompt's last run
+  // One prefill run of each length in `lengths` after a past of `past` positions: the kernels a prompt's last run
   // of that length takes (warmUp). The tokens are the prompt's first, repeated: only the shapes count.
-  /** @param {number[]} lengths */
-  async warmRuns(lengths) {
-    const past = /** @type {number} */ (this.rt.webgpu_prefill_chunk);
+  /** @param {number[]} lengths @param {number} past */
+  async warmRuns(lengths, past) {
     for (const length of lengths) {
       const zeros = this.emptyPast(past);
       const out = await this.step(this.inputs(new Array(length).fill(this.rt.prompt.prefix[0] ?? 0)), past + length, zeros);
       dispose(zeros);
       dispose(out.present);
+    }
+  }
+
+  // Whether one prefill run of more than prefillRunLimit tokens gives what runs of prefillRunLimit give, on this
+  // adapter: onnxruntime-web 1.30's GroupQueryAttention takes another kernel for 32 queries or more, wrong on
+  // SwiftShader (webbuild/pipeline/assemble.py) and right on the H200's NVIDIA driver (BENCHMARKS.md). Compared:
+  // the last position's logits and the last layer's values at every position, for a prompt of varied tokens
+  // twice the limit and more. Right, the whole prompt goes in one run: a 30 s clip's prefill in 1 run, not 14.
+  async longRunsAgree() {
+    const limit = this.prefillRunLimit, V = this.d.vocab_size;
+    const ids = Array.from({ length: 2 * limit + 2 }, (_, i) => (i * 7919 + 11) % V);
+    const [runs, whole] = [await this.prefill(ids, null, 0, false, limit), await this.prefill(ids, null, 0, false, ids.length)];
+    try {
+      const value = this.kv[this.kv.length - 1].past; // the last layer's value, by the next run's name
+      const [a, b] = await Promise.all([runs.present[value], whole.present[value]].map((t) => t.getData()));
+      const diff = Math.max(relativeDiff(pickRow(runs.logits, V), pickRow(whole.logits, V)),
+        relativeDiff(toFloat32(/** @type {Float32Array} */ (a)), toFloat32(/** @type {Float32Array} */ (b))));
+      this.longRunsCheck = { tokens: ids.length, limit, relative_diff: diff, agree: diff <= AGREE[this.dtype] };
+      return this.longRunsCheck.agree;
+    } finally {
+      dispose(runs.present);
+      dispose(whole.present);
     }
   }
 
@@ -382,17 +411,18 @@ export class Recogniser {
     }
   }
 
-  // The prompt in one run, or on WebGPU in runs of at most rt.webgpu_prefill_chunk tokens: the
-  // build sets that when onnxruntime-web's WebGPU GroupQueryAttention is wrong for longer runs
-  // (1.30: 32 or more new tokens, see webbuild/pipeline/assemble.py).
+  // The prompt in one run, or in runs of at most `limit` tokens (prefillRunLimit: on WebGPU the build's
+  // webgpu_prefill_chunk, where onnxruntime-web's GroupQueryAttention may be wrong for longer runs, until
+  // longRunsAgree finds this adapter's right).
   /**
    * @param {number[]} ids the prompt
-   * @param {OrtTensor} audio the encoder's output
+   * @param {OrtTensor | null} audio the encoder's output
    * @param {number} offset the audio's first position in ids
    * @param {boolean} [tail] only the last two runs, after a past of zeros (warmUp)
+   * @param {number} [limit] tokens per run, 0 for all
    */
-  async prefill(ids, audio, offset, tail = false) {
-    const n = (this.ep === 'webgpu' && this.rt.webgpu_prefill_chunk) || ids.length;
+  async prefill(ids, audio, offset, tail = false, limit = this.prefillRunLimit) {
+    const n = limit || ids.length;
     const from = tail ? Math.max(0, (Math.ceil(ids.length / n) - 2) * n) : 0;
     /** @type {Feeds} */
     let past = this.emptyPast(from);
@@ -479,6 +509,12 @@ export class Recogniser {
 const HOP = 160; // PCM samples per mel frame (webbuild/reference/mel.py)
 // prefill runs warmed for the decode attention's query tiles of 2 (warmUp); 1 and 4 are the decode's and a full run's
 const QUERY_TILE_RUNS = [2, 3];
+// the same tiles where the whole prompt is one run: a prompt under 32 tokens (a clip under a second) takes them
+// without a past
+const SHORT_PROMPT_RUNS = [2, 3, 8];
+// the largest difference, relative to the largest value, that longRunsAgree takes for the same computation in
+// runs of another length (BENCHMARKS.md: what right and wrong runs measured)
+const AGREE = { float32: 1e-4, float16: 5e-3 };
 const WARM_FRAMES = 128; // the long warm-up's frames are a multiple of this: the front-end's tiled convolutions' other class
 
 // `samples` of a clip that starts loud (a 440 Hz tone for a tenth of a second, then silence): the encoder puts
@@ -508,6 +544,28 @@ function external(files, name) {
 function plainSteps(set, why) {
   set.steps = null;
   set.decodeMode = `plain (graph capture unavailable: ${why?.message ?? why})`;
+}
+
+// The last position's `vocab` logits, as float32.
+/** @param {OrtTensor} logits @param {number} vocab */
+function pickRow(logits, vocab) {
+  const data = /** @type {Float32Array | Uint16Array} */ (logits.data);
+  return toFloat32(data.subarray(data.length - vocab));
+}
+
+// The largest difference between a and b relative to a's largest magnitude; Infinity where either has a NaN
+// or their lengths differ.
+/** @param {Float32Array} a @param {Float32Array} b */
+export function relativeDiff(a, b) {
+  if (a.length !== b.length) return Infinity;
+  let scale = 0, diff = 0;
+  for (let i = 0; i < a.length; i++) {
+    const d = Math.abs(a[i] - b[i]);
+    if (Number.isNaN(d)) return Infinity;
+    scale = Math.max(scale, Math.abs(a[i]));
+    diff = Math.max(diff, d);
+  }
+  return diff / Math.max(scale, 1e-30);
 }
 
 // GPU tensors hold GPU memory until disposed; CPU tensors are left to the collector.

@@ -98,6 +98,7 @@ async function loadModel(m, srv, o) {
       gpu: site.ep === 'webgpu' ? gpu.description
         : `none (WebAssembly on the CPU, ${os.cpus()[0]?.model ?? 'cpu'})`,
       shader_f16: Boolean(gpu.shaderF16), fallback_gpu: Boolean(gpu.fallback), model_bytes: site.modelBytes,
+      prefill_runs: { limit: site.recogniser.prefillRunLimit, check: site.recogniser.longRunsCheck },
     },
     load: site.load,
   };
