@@ -45,7 +45,7 @@ There, device calls back to back while the machine is warm:
 Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), STAGE, STEPS ("verify bench_browser rounds"; also first_use:
 a fresh page per first-clip length, first-use-N.json, and the same build with BASE_REF's page runtime,
 first-use-base-N.json; live: `webbuild verify --live only`, live.json), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BASE_REF (main, at prepare),
-ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), TIMING=1 (GPU kernel
+ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), PEER=0 (gen skips the genai peer), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
 USAGE
 }
@@ -187,7 +187,7 @@ _gen() {
   env_there
   step zoo zoo
   step webbuild webbuild
-  step peer peer
+  [ "${PEER:-1}" = 0 ] || step peer peer  # PEER=0: no genai build (verify and first_use need none)
   du -sb "$WORK"/{webbuild/model,peer} || true
   echo "gen done"
 }
@@ -270,7 +270,8 @@ run() {
   (while sleep 5; do cp "$WORK"/*.json.part "$OUT"/ 2>/dev/null; done) & local copier=$!
   for s in ${STEPS:-verify bench_browser rounds}; do
     local name=${s//_/-}.json; [ "$s" = verify ] && name=verify.json
-    step "$name" "$s" || echo "$s failed"
+    # the step's output also in $OUT: a call cut off at its limit still brings back how far it got
+    step "$name" "$s" 2>&1 | tee -a "$OUT/run.log" || echo "$s failed"
     cp "$WORK/$name" "$OUT/" 2>/dev/null || cp "$WORK/$name.part" "$OUT/$name.partial" 2>/dev/null || true
   done
   kill $copier 2>/dev/null; rm -f "$OUT"/*.json.part

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from tests.example_config import EXAMPLE
 from webbuild.adapters import TARGET_MODULES
 from webbuild.cli import main
-from webbuild.pipeline.lora_form import GROUP_WIDTH, NoProjections, find_projections
+from webbuild.pipeline.lora_form import NoProjections, find_projections
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import IdsDecoder, cpu_form, load_transcriber
 from webbuild.site.adapter_pack import dequantize_int8, graph_inputs, pack, quantize_int8, unpack
@@ -96,11 +96,9 @@ def test_base_download_does_not_change(sites):
 
 
 def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
-    """Every projection of the adapted WebGPU, step and wasm graphs: base + MatMul(x @ down, up) + Add
-    on 2-D rows (Reshape to [-1, out], and back to [1, -1, out]), x @ down grouped (every width of the tiny
-    model splits into groups of 64: x as [-1, G, 1, 64], down as [G, 64, r], a batched MatMul and a ReduceSum
-    over the groups), down and up inputs without defaults (onnxruntime-web could not feed an input that has
-    one)."""
+    """Every projection of the adapted WebGPU, step and wasm graphs: base + MatMul(MatMul(x, down), up) + Add
+    on 2-D rows (Reshape to [-1, in] / [-1, out], and back to [1, -1, out]), down and up inputs without
+    defaults (onnxruntime-web could not feed an input that has one)."""
     for role, model in adapted_graphs(sites["with"], tmp_path).items():
         inputs = {v.name: v for v in model.graph.inputs}
         for layer in range(4):
@@ -108,19 +106,13 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
                 down, up = inputs[IO.lora_input(layer, proj, "down")], inputs[IO.lora_input(layer, proj, "up")]
                 assert down.const_value is None and up.const_value is None, role
                 assert down.shape[1] == up.shape[0] == "lora_rank", role
-                (downg, _), = down.uses()
-                (parts, _), = downg.outputs[0].uses()
-                (low, _), = parts.outputs[0].uses()
-                groups = down.shape[0] // GROUP_WIDTH
-                assert list(downg.inputs[1].const_value.numpy()) == [groups, GROUP_WIDTH, -1], role
-                assert (downg.op_type, parts.op_type, low.op_type) == ("Reshape", "MatMul", "ReduceSum"), role
-                assert list(parts.inputs[0].producer().inputs[1].const_value.numpy()) == [-1, groups, 1, GROUP_WIDTH]
+                (low, _), = down.uses()
                 (delta, _), = low.outputs[0].uses()
                 (add, _), = delta.outputs[0].uses()
                 (back, _), = add.outputs[0].uses()
-                assert (delta.op_type, add.op_type, back.op_type) == ("MatMul", "Add", "Reshape")
-                base = add.inputs[1].producer()
-                assert base.op_type == "Reshape", role
+                assert (low.op_type, delta.op_type, add.op_type, back.op_type) == ("MatMul", "MatMul", "Add", "Reshape")
+                rows, base = low.inputs[0].producer(), add.inputs[1].producer()
+                assert (rows.op_type, base.op_type) == ("Reshape", "Reshape"), role
                 assert base.inputs[0].producer().op_type in ("MatMulNBits", "MatMul"), role
                 assert len(low.outputs[0].shape) == len(base.outputs[0].shape) == 2, role
                 assert list(back.inputs[1].const_value.numpy()) == [1, -1, up.shape[1]], role

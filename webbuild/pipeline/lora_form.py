@@ -3,8 +3,8 @@
 Each of q, k, v, o, gate, up and down becomes
 
     y = Proj(x)                                  # the base projection, unchanged, [1, S, out]
-    low = MatMul(Reshape(x, [-1, in]), lora.{i}.{proj}.down)            # [rows, r]; grouped, see below
-    out = Reshape(MatMul(low, lora.{i}.{proj}.up) + Reshape(y, [-1, out]), [1, -1, out])
+    out = Reshape(MatMul(MatMul(Reshape(x, [-1, in]), lora.{i}.{proj}.down), lora.{i}.{proj}.up)
+                  + Reshape(y, [-1, out]), [1, -1, out])
 
 (names: webbuild.site.contract.IO.lora) with `down` [in, r] and `up` [r, out] graph inputs without
 defaults: onnxruntime-web lists only the inputs that have no initializer and refuses any other feed
@@ -26,14 +26,6 @@ runtime decodes one sequence (the step form's input_ids are [1, 1]), and constan
 free of Shape nodes, which onnxruntime runs on its CPU EP; a batch of 2 stops at GroupQueryAttention's
 batch check. The shape constants are initializers shared by every projection of the same width.
 
-Why groups. On one row the down MatMul [1, in] x [in, r] is all but serial on the WebGPU EP: onnxruntime-web's
-MatMul for M = 1 gives a thread four outputs, so r / 4 threads each walk all `in` features (on the H200 the
-196 down MatMuls of the 0.6b held 9.67 ms of GPU time per token, more than the base model's whole token).
-Where `in` splits into groups of GROUP_WIDTH features, x becomes [rows, G, 1, GROUP_WIDTH] and down
-[G, GROUP_WIDTH, r] (both Reshapes of contiguous data: views), one batched MatMul gives the G partial
-products [rows, G, 1, r] in G times as many threads over GROUP_WIDTH features each, and a ReduceSum over the
-groups adds them: one dispatch more per projection, the same values up to the order of the sum.
-
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
 residual norm after o feeds gate and up, gate's output goes through the SiLU's Sigmoid, and down reads
@@ -51,7 +43,6 @@ from webbuild.site.contract import IO
 
 RANK_DIM = "lora_rank"
 ROWS_DIM = "lora_rows"  # batch x sequence: declared on both sides of the up MatMul's Add, see the docstring
-GROUP_WIDTH = 64  # the down MatMul's input split into groups of this many features, see the docstring
 _THROUGH = ("Reshape", "Transpose", "Cast", "SimplifiedLayerNormalization", "LayerNormalization", "Squeeze",
             "Unsqueeze")  # what may sit between a projection and GroupQueryAttention (q/k norms, head split)
 
@@ -135,8 +126,8 @@ def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
     up = _input(graph, IO.lora_input(layer, proj, "up"), dtype, [RANK_DIM, n_out])
     prefix = f"lora/{layer}/{proj}"
     users = list(y.uses())
-    low_nodes = _low(graph, x, down, n_in, prefix, dtype)
-    low = low_nodes[-1]
+    rows = _reshape(graph, x, [-1, n_in], f"{prefix}/x2", dtype, [ROWS_DIM, n_in])
+    low = _op("MatMul", [rows.outputs[0], down], f"{prefix}/low", dtype, [ROWS_DIM, RANK_DIM])
     base = _reshape(graph, y, [-1, n_out], f"{prefix}/y2", dtype, [ROWS_DIM, n_out])
     delta = _op("MatMul", [low.outputs[0], up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
     add = _op("Add", [delta.outputs[0], base.outputs[0]], f"{prefix}/out2", dtype, [ROWS_DIM, n_out])
@@ -146,27 +137,7 @@ def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
     for i, graph_out in enumerate(graph.outputs):
         if graph_out is y:
             graph.outputs[i] = back.outputs[0]
-    graph.insert_after(node, [*low_nodes, base, delta, add, back])
-
-
-def _low(graph: ir.Graph, x: ir.Value, down: ir.Value, n_in: int, prefix: str, dtype: ir.DataType) -> list[ir.Node]:
-    """x @ down as [rows, r]: grouped where `n_in` splits into GROUP_WIDTH-wide groups (see the docstring),
-    else one MatMul on 2-D rows. The last node's output is the result."""
-    groups = n_in // GROUP_WIDTH if n_in % GROUP_WIDTH == 0 else 1
-    if groups < 2:
-        rows = _reshape(graph, x, [-1, n_in], f"{prefix}/x2", dtype, [ROWS_DIM, n_in])
-        return [rows, _op("MatMul", [rows.outputs[0], down], f"{prefix}/low", dtype, [ROWS_DIM, RANK_DIM])]
-    xg = _reshape(graph, x, [-1, groups, 1, GROUP_WIDTH], f"{prefix}/xg", dtype, [ROWS_DIM, groups, 1, GROUP_WIDTH])
-    dg = _reshape(graph, down, [groups, GROUP_WIDTH, -1], f"{prefix}/downg", dtype, [groups, GROUP_WIDTH, RANK_DIM])
-    parts = _op("MatMul", [xg.outputs[0], dg.outputs[0]], f"{prefix}/parts", dtype, [ROWS_DIM, groups, 1, RANK_DIM])
-    if graph.opset_imports.get("", 13) >= 13:  # axes an input since opset 13, an attribute before
-        axes = shared_const(graph, "lora/group_axes", np.array([1, 2], np.int64))
-        low = _op("ReduceSum", [parts.outputs[0], axes], f"{prefix}/low", dtype, [ROWS_DIM, RANK_DIM])
-    else:
-        low = _op("ReduceSum", [parts.outputs[0]], f"{prefix}/low", dtype, [ROWS_DIM, RANK_DIM])
-        low.attributes["axes"] = ir.AttrInt64s("axes", [1, 2])
-    low.attributes["keepdims"] = ir.AttrInt64("keepdims", 0)
-    return [xg, dg, parts, low]
+    graph.insert_after(node, [rows, low, base, delta, add, back])
 
 
 def _back_shape(y: ir.Value, n_out: int) -> list[int]:

@@ -67,6 +67,8 @@ async function load({ manifestUrl, forceEp, graphCapture, warmShapes }) {
       // description: probe.js sets it wherever there is an adapter, as on webgpu; numThreads: site.js sets it
       gpu: ep === 'webgpu' ? /** @type {string} */ (gpu.description) : 'none (WebAssembly on the CPU)',
       shaderF16: Boolean(gpu.shaderF16), threads: /** @type {number} */ (site.ort.env.wasm.numThreads), kvCache: site.recogniser.kvLocation, decode: site.recogniser.decodeMode,
+      // tokens per prefill run (0: the whole prompt) and what the warm-up's check of long runs measured
+      prefillRuns: { limit: site.recogniser.prefillRunLimit, check: site.recogniser.longRunsCheck },
       modelBytes: site.modelBytes, load: site.load,
       // the adapters only where the recogniser loaded the adapted decoder (the variant has its graphs)
       loraAdapters: site.recogniser.adapted ? loraNames(site.manifest) : [], loraAbout: loraAbout(site.manifest), lora,

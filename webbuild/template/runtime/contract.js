@@ -81,12 +81,15 @@ export const TO_WORKER = Object.freeze({
  *   Loading goes on: a shard re-downloaded after a failed check, no cache, a retry.
  * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, gpu: string,
  *   shaderF16: boolean, threads: number, kvCache: string, decode: string, modelBytes: number,
+ *   prefillRuns: {limit: number, check: {tokens: number, limit: number, relative_diff: number, agree: boolean} | null},
  *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null,
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
  *     total_ms: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu';
  *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)';
+ *   prefillRuns: the prompt's tokens per prefill run (0: all in one run) and the warm-up's check of one long run
+ *   against runs of the build's webgpu_prefill_chunk (null where it did not run: wasm, a software GPU's warm-up);
  *   gpu: the GPU WebGPU runs on (its description; 'none (...)' on wasm); loraAdapters: the LoRA adapters the
  *   page can switch on (none where the build ships none), loraAbout: what each is for (model.yaml's `description`,
  *   where it has one), lora: the one on (null: the base model);
