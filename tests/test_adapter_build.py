@@ -118,6 +118,24 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
                 assert list(back.inputs[1].const_value.numpy()) == [1, -1, up.shape[1]], role
 
 
+def test_the_attention_norm_feeds_q_k_v_alone(sites, tmp_path):
+    """onnxruntime-web fuses a norm read by exactly three MatMulNBits into one kernel (MatMulNBitsQkvFusion):
+    in the adapted graphs each layer's q, k and v branches read their own copy of the norm
+    (lora/{i}/qkv_norm), so the base's norm output keeps its three readers. The WebGPU forms: the wasm twin's
+    float MatMuls have no such fusion to keep."""
+    for role, model in adapted_graphs(sites["with"], tmp_path).items():
+        if role == "decoder_lora_wasm":
+            continue
+        norms = {n.name: n for n in model.graph if n.name.startswith("lora/") and n.name.endswith("/qkv_norm")}
+        assert len(norms) == 4, role
+        for layer in range(4):
+            q = model.graph.node(f"lora/{layer}/q_proj/x2").inputs[0]
+            assert q is norms[f"lora/{layer}/qkv_norm"].outputs[0], role
+            base_norm = model.graph.node(f"lora/{layer}/q_proj/y2").inputs[0].producer().inputs[0].producer()
+            assert base_norm.op_type in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"), role
+            assert sorted(u.op_type for u, _ in base_norm.outputs[0].uses()) == ["MatMulNBits"] * 3, role
+
+
 def adapted_graphs(site: Path, tmp_path: Path) -> dict[str, ir.Model]:
     """The fp32 variant's adapted graphs by role, reassembled into `tmp_path` (weights file included)."""
     manifest = load_manifest(site / "model")

@@ -183,7 +183,8 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     on again: each switch on is one writeBuffer per lora.* input (float32 values: 4 bytes each), none makes
     a GPU buffer, a bind group or a dispatch; with it on the decode replays the adapted step graph (still no
     bind group and one 8-byte mask write per token), a MatMul and a Gemm more per projection: the 2-D form's
-    up MatMul and Add, fused by onnxruntime-web (docs/adapters.md), so no Add."""
+    up MatMul and Add, fused by onnxruntime-web (docs/adapters.md), so no Add; and the norm + Q/K/V kernels
+    of the base."""
     off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
     on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
@@ -207,6 +208,8 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     projections = len(tensors) // 2
     added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in ("MatMul", "Gemm", "Add")}
     assert added == {"MatMul": projections, "Gemm": projections, "Add": 0}, c["kernels"]
+    # the branches read a copy of the attention norm, so onnxruntime-web still fuses the norm with Q/K/V
+    assert c["kernels"]["MatMulNBitsQkvDecode"] == base["kernels"]["MatMulNBitsQkvDecode"] > 0, c["kernels"]
 
 
 @pytest.mark.webgpu

@@ -43,6 +43,8 @@ from webbuild.site.contract import IO
 
 RANK_DIM = "lora_rank"
 ROWS_DIM = "lora_rows"  # batch x sequence: declared on both sides of the up MatMul's Add, see the docstring
+QKV = ("q_proj", "k_proj", "v_proj")
+NORMS = ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization")
 _THROUGH = ("Reshape", "Transpose", "Cast", "SimplifiedLayerNormalization", "LayerNormalization", "Squeeze",
             "Unsqueeze")  # what may sit between a projection and GroupQueryAttention (q/k norms, head split)
 
@@ -54,9 +56,53 @@ class NoProjections(ValueError):
 def lora_form(model: ir.Model) -> bool:
     """Rewrite `model` in place; True when it changed (always, or NoProjections)."""
     for layer, projections in enumerate(find_projections(model.graph)):
+        qkv_source = _branch_norm(model.graph, projections["q_proj"], layer)
         for proj, node in projections.items():
-            _adapt(model.graph, node, layer, proj)
+            _adapt(model.graph, node, layer, proj, qkv_source if proj in QKV else None)
     return True
+
+
+def _branch_norm(graph: ir.Graph, q: ir.Node, layer: int) -> ir.Value | None:
+    """The normalised input of q, k and v computed once more for the branches, where the layer's own norm feeds
+    the three projections alone: onnxruntime-web fuses such a norm with them into one kernel
+    (MatMulNBitsQkvFusion: the norm's output read by exactly three MatMulNBits), which a fourth reader stops.
+    A SkipSimplifiedLayerNormalization's copy normalises its residual sum (output 3, added where absent); a
+    SimplifiedLayerNormalization's reads the same input and scale with its axis -1 written as a number, so that
+    onnxruntime's common subexpression elimination (equal op, inputs and attributes) does not merge the two
+    back. None where there is nothing to keep."""
+    x = q.inputs[0]
+    norm = x.producer() if x is not None else None
+    if norm is None or norm.op_type not in NORMS or norm.outputs[0] is not x:
+        return None
+    if any(not (is_projection(user) and user.op_type == "MatMulNBits") for user, _ in x.uses()):
+        return None
+    scale = norm.inputs[2] if norm.op_type == NORMS[1] else norm.inputs[1]
+    if scale is None or scale.const_value is None:
+        return None
+    name = f"lora/{layer}/qkv_norm"
+    skip = norm.op_type == NORMS[1]
+    if not skip and (x.shape is None or norm.attributes.get_int("axis", -1) != -1):
+        return None
+    source = _residual_sum(norm, name) if skip else norm.inputs[0]
+    copy = _op("SimplifiedLayerNormalization", [source, scale], name, x.type.dtype if x.type else ir.DataType.FLOAT,
+               list(x.shape) if x.shape is not None else None)
+    for key in ("epsilon", "axis", "stash_type"):
+        if key in norm.attributes:
+            copy.attributes[key] = norm.attributes[key]
+    if not skip:  # the same op on the same inputs: the last axis by its number, an attribute CSE tells apart
+        copy.attributes["axis"] = ir.AttrInt64("axis", len(x.shape) - 1)
+    graph.insert_after(norm, [copy])
+    return copy.outputs[0]
+
+
+def _residual_sum(norm: ir.Node, name: str) -> ir.Value:
+    """A SkipSimplifiedLayerNormalization's input + skip (its output 3), made an output where it is not."""
+    if len(norm.outputs) < 4:
+        norm.resize_outputs(4)  # the new ones unnamed: outputs 1 and 2 stay absent
+    added = norm.outputs[3]
+    if not added.name:
+        added.name = f"{name}/sum"
+    return added
 
 
 def is_projection(node: ir.Node | None) -> bool:
@@ -116,9 +162,10 @@ def _down(up: ir.Node | None) -> ir.Node | None:
     return next((u for u, _ in product.outputs[0].uses() if is_projection(u)), None) if product else None
 
 
-def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str) -> None:
-    """node's output y -> y + (x @ down) @ up on 2-D rows, with down and up graph inputs."""
-    x, y = node.inputs[0], node.outputs[0]
+def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str, source: ir.Value | None = None) -> None:
+    """node's output y -> y + (x @ down) @ up on 2-D rows, with down and up graph inputs; x is node's input, or
+    `source` where given (a value equal to it: _branch_norm)."""
+    x, y = (source or node.inputs[0]), node.outputs[0]
     assert x is not None, "a projection reads its input"
     dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
     n_in, n_out = _dims(node)
