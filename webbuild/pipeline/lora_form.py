@@ -79,18 +79,18 @@ def _branch_norm(graph: ir.Graph, q: ir.Node, layer: int) -> ir.Value | None:
     scale = norm.inputs[2] if norm.op_type == NORMS[1] else norm.inputs[1]
     if scale is None or scale.const_value is None:
         return None
-    name = f"lora/{layer}/qkv_norm"
+    name, shape = f"lora/{layer}/qkv_norm", x.shape
     skip = norm.op_type == NORMS[1]
-    if not skip and (x.shape is None or norm.attributes.get_int("axis", -1) != -1):
+    if not skip and (shape is None or norm.attributes.get_int("axis", -1) != -1):
         return None
     source = _residual_sum(norm, name) if skip else norm.inputs[0]
     copy = _op("SimplifiedLayerNormalization", [source, scale], name, x.type.dtype if x.type else ir.DataType.FLOAT,
-               list(x.shape) if x.shape is not None else None)
+               list(shape) if shape is not None else None)
     for key in ("epsilon", "axis", "stash_type"):
         if key in norm.attributes:
             copy.attributes[key] = norm.attributes[key]
-    if not skip:  # the same op on the same inputs: the last axis by its number, an attribute CSE tells apart
-        copy.attributes["axis"] = ir.AttrInt64("axis", len(x.shape) - 1)
+    if not skip and shape is not None:  # the same op on the same inputs: the last axis by its number, which
+        copy.attributes["axis"] = ir.AttrInt64("axis", len(shape) - 1)  # CSE tells apart from -1
     graph.insert_after(norm, [copy])
     return copy.outputs[0]
 
