@@ -34,8 +34,10 @@ def test_bench_wasm_reports_the_metrics(site, tmp_path):
     assert r["load"]["total_ms"] >= r["load"]["session_ms"] > 0
     # the load's parts, printed too: hashing and sessions overlap the download, so they are milestones and times
     load = r["load"]
-    assert set(load) == {"download_ms", "hash_ms", "verified_ms", "session_ms", "warmup_ms", "total_ms"}
+    assert set(load) == {"download_ms", "hash_ms", "verified_ms", "session_ms", "warmup_ms", "total_ms",
+                         "encoder_warmup_ms"}
     assert 0 < load["download_ms"] <= load["verified_ms"] <= load["total_ms"] and load["hash_ms"] > 0
+    assert load["encoder_warmup_ms"] == 0  # wasm warms no shape classes, so nothing runs between the sessions
     assert next(line for line in run.stdout.splitlines() if line.startswith("load")).count(" hash ") == 1
     s = r["summary"]
     assert s["clips"] == 2 and s["clips_matching"] == 2  # the example transcribes its samples exactly

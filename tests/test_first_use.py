@@ -29,6 +29,8 @@ def test_no_new_pipeline_after_warm_up_at_any_clip_length(playwright, example_di
         br.open_page(page, srv.url + "?ep=webgpu&warm=shapes", 900)
         state = page.evaluate("() => window.webbuild")
         assert state["status"] == "ready" and state["info"]["ep"] == "webgpu", state
+        # the encoder's part of the warm-up ran between its session and the decoder's
+        assert 0 < state["info"]["load"]["encoder_warmup_ms"] < state["info"]["load"]["session_ms"], state["info"]
         worker = site_worker(page)
         assert worker.evaluate("() => self.__gpuCounters.counts.pipelines") > 20  # the counter sees the compiles
         # two tokens a clip: the decode's steps replay the graph captured at load; the prompt is what varies

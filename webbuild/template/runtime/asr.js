@@ -56,13 +56,18 @@ export class Recogniser {
    * @param {Provider} ep
    * @param {(names: string[]) => Promise<unknown>} [ready] resolves once those files' bytes are all in `files`
    *   (loader.js startLoad): each session is made as soon as its own are, while the others download
+   * @param {{warmShapes?: boolean}} [opts] warmShapes: warmUp will warm every shape class (site.js), so the
+   *   encoder's part of it runs here, while the decoder's files still download
    */
-  static async create(ort, files, graphs, runtime, ep, ready = async () => {}) {
+  static async create(ort, files, graphs, runtime, ep, ready = async () => {}, { warmShapes = false } = {}) {
     const r = new Recogniser(ort, runtime, ep);
     /** @param {GraphFiles} g */
     const used = (g) => [r.graphFile(g), g.data, g.embed, r.ep === 'webgpu' && g.step].filter((n) => typeof n === 'string');
     await ready(used(graphs.encoder));
     await r.loadEncoder(files, graphs.encoder);
+    // one call into onnxruntime-web at a time (its asyncify build suspends one call stack), so the decoder's
+    // session waits for this: the files it needs are rarely all there before the encoder's warm-up ends
+    if (warmShapes && r.ep === 'webgpu') await r.warmEncoder();
     await ready(used(graphs.decoder));
     await r.loadDecoder(files, graphs.decoder, graphs.dtype);
     if (graphs.lora && graphs.decoder_lora?.graph) {
@@ -213,6 +218,9 @@ export class Recogniser {
     this.embed = new Float32Array(0); // the embedding table, for decoders that take inputs_embeds
     this.takesIds = false;
     this.kvLocation = 'cpu';
+    /** @type {{short: OrtTensor, long: OrtTensor | null} | null} */
+    this.warmAudio = null; // warmEncoder's outputs until warmUp takes them
+    this.encoderWarmMs = 0; // warmEncoder's time
   }
 
   /** @returns {import('webbuild-types').OrtSessionOptions} */
@@ -246,8 +254,9 @@ export class Recogniser {
     // WebGPU: two prefill runs where the build chunks the prompt (one with a past); wasm: a second of silence,
     // as ever (one prefill run, no shapes to warm)
     const short = every ? loudStart(2 * rate) : new Float32Array(rate);
-    const frames = Math.floor((this.rt.max_chunk_seconds * rate) / HOP / WARM_FRAMES) * WARM_FRAMES;
-    const long = every && frames ? await this.encode(new Float32Array(frames * HOP)) : null;
+    if (every && !this.warmAudio) await this.warmEncoder();
+    const { short: shortAudio, long } = (every && this.warmAudio) || { short: undefined, long: null };
+    this.warmAudio = null;
     if (every && this.prefillRunLimit && await this.longRunsAgree()) this.prefillRunLimit = 0;
     const active = this.active;
     // the adapted graphs on WebGPU always, shapes or not: their captured step must be recorded here, on zero
@@ -255,13 +264,24 @@ export class Recogniser {
     for (const set of this.ep === 'webgpu' && this.adapted ? [this.base, this.adapted] : [this.base]) {
       this.active = set;
       try {
-        await this.transcribe(short, { maxNewTokens: 2, forceSteps: true });
+        await this.transcribe(short, { maxNewTokens: 2, forceSteps: true, audio: shortAudio });
         if (long) await this.transcribe(short, { maxNewTokens: 2, forceSteps: true, captured: false, audio: long, tail: true });
         if (every) await this.warmRuns(this.prefillRunLimit ? QUERY_TILE_RUNS : SHORT_PROMPT_RUNS, this.prefillRunLimit);
       } finally {
         this.active = active;
       }
     }
+  }
+
+  // The encoder's part of warmUp's every-shape warm-up: a 2-s clip that starts loud and the longest chunk rounded
+  // down to WARM_FRAMES, kept for warmUp's prompts (Recogniser.create runs it before the decoder's session).
+  async warmEncoder() {
+    const t0 = performance.now();
+    const rate = this.rt.sample_rate;
+    const frames = Math.floor((this.rt.max_chunk_seconds * rate) / HOP / WARM_FRAMES) * WARM_FRAMES;
+    const short = await this.encode(loudStart(2 * rate));
+    this.warmAudio = { short, long: frames ? await this.encode(new Float32Array(frames * HOP)) : null };
+    this.encoderWarmMs += performance.now() - t0;
   }
 
   // One prefill run of each length in `lengths` after a past of `past` positions: the kernels a prompt's last run

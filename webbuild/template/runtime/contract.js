@@ -84,7 +84,7 @@ export const TO_WORKER = Object.freeze({
  *   prefillRuns: {limit: number, check: {tokens: number, limit: number, relative_diff: number, agree: boolean} | null},
  *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null,
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
- *     total_ms: number}}} ReadyInfo
+ *     total_ms: number, encoder_warmup_ms: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu';
  *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)';
@@ -95,7 +95,8 @@ export const TO_WORKER = Object.freeze({
  *   where it has one), lora: the one on (null: the base model);
  *   load (ms, site.js loadSite): download_ms, verified_ms and total_ms from the start; hash_ms the sha256
  *   digests' time, summed; session_ms from the first session's start to the last one's end (sessions are made
- *   while later files still download); warmup_ms.
+ *   while later files still download); warmup_ms; encoder_warmup_ms the encoder's part of an every-shape warm-up,
+ *   run between the encoder's session and the decoder's (within session_ms, while the decoder's files download).
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
  * @typedef {{type: 'cached'}} CachedMessage
  *   After ready: the model's shards are in the browser's cache (their writes go on after the sessions are made;

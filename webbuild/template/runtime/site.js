@@ -60,6 +60,9 @@ export async function loadSite(manifestUrl, opts = {}) {
   if (pick.ep === 'wasm') refuseUnfit(manifest, variant);
   const shared = [runtime.files.tokens, runtime.files.ort_wasm];
   const tLoad = performance.now();
+  // a software GPU compiles and runs every shape class on the CPU (about 30 s more per load for the example on
+  // SwiftShader): there a first clip of a new class pays for its own pipelines instead
+  const shapes = !gpu.software || Boolean(opts.warmShapes);
   // each session is made as soon as its graph's files are verified, while the rest still download
   // in the order the sessions need them: onnxruntime-web's wasm, the encoder's files, then the rest; the shards
   // are fetched, checked and cached by the loader's own worker (in this thread where it cannot start), so that
@@ -79,16 +82,14 @@ export async function loadSite(manifestUrl, opts = {}) {
     configureOrt(ort, await load.ready(runtime.files.ort_wasm), opts.threads ?? defaultThreads());
     tSession0 = performance.now();
     made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, load, gpu,
-      graphCapture: opts.graphCapture ?? true }, opts.fallback ?? true);
+      graphCapture: opts.graphCapture ?? true, warmShapes: shapes }, opts.fallback ?? true);
     await load.verified; // every shard verified (the sessions may not have needed them all)
   } finally {
     load.flushCache(); // the sessions are made (or failed): the cache writes go on meanwhile
   }
   const tSession = performance.now();
   opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1, ep: made.ep });
-  // a software GPU compiles and runs every shape class on the CPU (about 30 s more per load for the example on
-  // SwiftShader): there a first clip of a new class pays for its own pipelines instead
-  await made.recogniser.warmUp({ shapes: !gpu.software || Boolean(opts.warmShapes) });
+  await made.recogniser.warmUp({ shapes });
   const tWarm = performance.now();
   const { stats } = load;
   return {
@@ -100,6 +101,7 @@ export async function loadSite(manifestUrl, opts = {}) {
     load: {
       download_ms: tLoad - t0 + stats.download_ms, hash_ms: stats.hash_ms, verified_ms: tLoad - t0 + stats.verified_ms,
       session_ms: tSession - tSession0, warmup_ms: tWarm - tSession, total_ms: tWarm - t0,
+      encoder_warmup_ms: made.recogniser.encoderWarmMs, // within session_ms: between the encoder's session and the decoder's
     },
   };
 }
@@ -197,11 +199,13 @@ function configureOrt(ort, wasmBinary, threads) {
 // (fp32 and its twin graphs; the fp16 graphs have int4 lookups wasm cannot run), fetched only then.
 /**
  * @param {OpenSite & {ort: Ort}} site
- * @param {{ep: 'webgpu' | 'wasm', variant: string, load: import('./loader.js').Load, gpu: GpuProbe, graphCapture: boolean}} choice
+ * @param {{ep: 'webgpu' | 'wasm', variant: string, load: import('./loader.js').Load, gpu: GpuProbe, graphCapture: boolean,
+ *   warmShapes: boolean}} choice warmShapes: the warm-up will warm every shape class (its encoder part then runs
+ *   as soon as the encoder's session is made)
  * @param {boolean} fallback
  * @returns {Promise<EpChoice & {recogniser: Recogniser, notice?: string}>}
  */
-async function createRecogniser(site, { ep, variant, load, gpu, graphCapture }, fallback) {
+async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, warmShapes }, fallback) {
   const { ort, manifest, runtime, loading } = site;
   /**
    * @param {string} v the variant
@@ -215,7 +219,7 @@ async function createRecogniser(site, { ep, variant, load, gpu, graphCapture }, 
       delete graphs.decoder.step;
       if (graphs.decoder_lora) delete graphs.decoder_lora.step;
     }
-    return Recogniser.create(ort, vFiles, graphs, runtime, provider, ready);
+    return Recogniser.create(ort, vFiles, graphs, runtime, provider, ready, { warmShapes });
   };
   try {
     const provider = ep === 'webgpu' ? await webgpuProvider(gpu.gpuAdapter) : ep;
