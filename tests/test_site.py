@@ -268,9 +268,10 @@ def check_metrics(page, state):
     assert m["encoder_ms"] > 0 and m["ttft_ms"] >= m["encoder_ms"] and m["prefill_tokens_per_s"] > 0
     assert m["generated_tokens"] == NEW_TOKENS and m["decode_tokens_per_s"] > 0 and m["rtf"] > 0
     assert abs(m["audio_ms"] - 1200) < 1
-    assert m["prompt_tokens"] > 31  # the fused graph's prefill really is split on WebGPU (31 a run)
-    load = state["info"]["load"]
-    assert min(load.values()) > 0
+    assert m["prompt_tokens"] > 31  # more than one prefill run on WebGPU where the warm-up keeps runs of 31
+    load = dict(state["info"]["load"])
+    # a software GPU's page warms no shape classes (no ?warm=shapes), so nothing runs between its sessions
+    assert load.pop("encoder_warmup_ms") == 0 and min(load.values()) > 0
     for key in ("gpu", "runtime", "load", "encoder", "ttft", "prefill", "decode", "rtf"):
         assert page.inner_text(f"#m-{key}") not in ("", "–"), key
 
