@@ -41,7 +41,9 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
             try:
                 page = browser.new_page()
                 log.info(f"loading the page in {choice.describe()}")
-                br.open_page(page, url + (f"?ep={ep}" if ep != "auto" else ""), timeout_s)
+                # every shape class warmed, on a software GPU too (as the Node bench's warmShapes): the counts per
+                # token are then the steady decode's, on the prefill runs a hardware GPU's warm-up chooses
+                br.open_page(page, url + "?warm=shapes" + (f"&ep={ep}" if ep != "auto" else ""), timeout_s)
                 state = page.evaluate("() => window.webbuild")
                 if state["status"] == "error":
                     raise BenchError(f"the site failed to load: {state['error']}")
