@@ -22,8 +22,17 @@ export function toFloat32(data) {
  * @returns {Pick}
  */
 export function pickLast(logits, vocab) {
+  return pick(lastRow(logits, vocab));
+}
+
+// The last position's `vocab` logits, as float32.
+/**
+ * @param {import('webbuild-types').OrtTensor} logits float32 or float16
+ * @param {number} vocab
+ */
+export function lastRow(logits, vocab) {
   const data = /** @type {Float32Array | Uint16Array} */ (logits.data);
-  return pick(toFloat32(data.subarray(data.length - vocab)));
+  return toFloat32(data.subarray(data.length - vocab));
 }
 
 /**
