@@ -26,6 +26,12 @@ runtime decodes one sequence (the step form's input_ids are [1, 1]), and constan
 free of Shape nodes, which onnxruntime runs on its CPU EP; a batch of 2 stops at GroupQueryAttention's
 batch check. The shape constants are initializers shared by every projection of the same width.
 
+Why a copy of the attention norm. onnxruntime-web fuses a norm with the Q, K and V MatMulNBits that read it
+into one kernel, but only where those three are its output's only readers; q, k and v's branches therefore read
+their own SimplifiedLayerNormalization of the same values (_branch_norm): one dispatch more a layer, three
+fewer (831 -> 775 a token for the 0.6b on the H200, BENCHMARKS.md). The MLP's fused kernel (norm, gate, up and
+SiLU x up) cannot stay: the branches' deltas must be added before the SiLU.
+
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
 residual norm after o feeds gate and up, gate's output goes through the SiLU's Sigmoid, and down reads
