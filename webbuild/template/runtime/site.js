@@ -94,6 +94,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   const { stats } = load;
   return {
     ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu, loading: site.loading,
+    warmShapes: shapes, // whether the warm-up warmed every shape class (a later warm-up does as this one)
     cached: load.done.then(() => {}, () => {}),
     modelBytes: manifest.variants[made.variant].files.reduce((n, f) => n + manifest.files[f].size, 0),
     // milestones from the start (download_ms, verified_ms, total_ms) and the parts' own times (hash_ms: the

@@ -48,7 +48,7 @@ async function restoreAdapted(m, site) {
   // a build with adapters: both are there
   await rec.loadAdapted(files, /** @type {import('../../template/runtime/asr.js').GraphFiles} */ (graphs.decoder_lora),
     /** @type {Record<string, number[]>} */ (graphs.lora));
-  await rec.warmUp({ shapes: !site.gpu.software }); // as loadSite decided (it was given no warmShapes)
+  await rec.warmUp({ shapes: site.warmShapes }); // as at load
 }
 
 // One timed synthetic decode of the base (n steps after two seconds of silence, as bench.mjs's).
