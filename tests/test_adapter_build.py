@@ -3,6 +3,7 @@ an adapted decoder in every form beside the unchanged base, and the Python refer
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 from pathlib import Path
@@ -13,12 +14,20 @@ import pytest
 from click.testing import CliRunner
 
 from tests.example_config import EXAMPLE
-from webbuild.adapters import TARGET_MODULES
+from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES
 from webbuild.cli import main
-from webbuild.pipeline.lora_form import NoProjections, find_projections
+from webbuild.pipeline.lora_form import QKV, NoProjections, find_projections
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import IdsDecoder, cpu_form, load_transcriber
-from webbuild.site.adapter_pack import dequantize_int8, graph_inputs, pack, quantize_int8, unpack
+from webbuild.site.adapter_pack import (
+    dequantize_int8,
+    graph_inputs,
+    pack,
+    quantize_int8,
+    stored_parameters,
+    unpack,
+    update,
+)
 from webbuild.site.contract import IO
 from webbuild.site.manifest import load_manifest, reassemble
 
@@ -55,27 +64,55 @@ def test_pack_unpack(precision, tolerance):
     for name, w in inputs.items():
         assert back[name].shape == w.shape
         assert np.abs(back[name] - w).max() <= tolerance * np.abs(w).max() + 1e-9, name
+    # an up's file keeps its own rows of the group's rank: q's the first 32 of 96, v's the last
+    assert tensors["lora.1.q_proj.up"]["rows"] == [0, 32] and tensors["lora.1.v_proj.up"]["rows"] == [64, 96]
+    assert "rows" not in tensors["lora.1.qkv_proj.down"] and "rows" not in tensors["lora.1.o_proj.up"]
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp16", "fp32"])
+def test_pack_keeps_zero_rows_out(precision):
+    """Only the rows outside which an input is zero are stored; an input of zeros stores nothing."""
+    band = np.zeros((96, 8), np.float32)
+    band[40:50] = np.random.default_rng(0).normal(size=(10, 8))
+    inputs = {"band": band, "zeros": np.zeros((64, 8), np.float32)}
+    data, tensors = pack(inputs, precision)
+    assert tensors["band"]["rows"] == [40, 50] and tensors["zeros"]["rows"] == [0, 0]
+    back = unpack(data, tensors, precision)
+    assert not back["zeros"].any() and back["zeros"].shape == (64, 8)
+    assert not back["band"][:40].any() and not back["band"][50:].any()
+    np.testing.assert_allclose(back["band"], band, atol=0.02 * np.abs(band).max())
 
 
 def test_graph_inputs_are_peft_transposed_and_scaled():
-    """down = A^T, up = (B * lora_alpha / r * scale)^T."""
+    """A group's down = its projections' A^T side by side; each up = (B * lora_alpha / r * scale)^T in its own
+    rows of the group's rank, zeros elsewhere; down @ up is each projection's PEFT update."""
     from webbuild.adapters import read_tensors, tensor_name
 
     peft = read_tensors(KLATT / "adapter_model.safetensors")
     alpha = json.loads((KLATT / "adapter_config.json").read_text())["lora_alpha"]
     inputs = graph_inputs(KLATT, num_layers=4, scale=0.5)
-    np.testing.assert_array_equal(inputs["lora.2.v_proj.down"], peft[tensor_name(2, "v_proj", "A")].T)
-    np.testing.assert_allclose(inputs["lora.2.v_proj.up"], peft[tensor_name(2, "v_proj", "B")].T * alpha / 32 * 0.5)
+    a = {p: peft[tensor_name(2, p, "A")] for p in TARGET_MODULES}
+    b = {p: peft[tensor_name(2, p, "B")] * alpha / 32 * 0.5 for p in TARGET_MODULES}
+    np.testing.assert_array_equal(inputs["lora.2.qkv_proj.down"], np.concatenate([a[p].T for p in QKV], axis=1))
+    gate_up = np.concatenate([a["gate_proj"].T, a["up_proj"].T], axis=1)
+    np.testing.assert_array_equal(inputs["lora.2.gate_up_proj.down"], gate_up)
+    np.testing.assert_array_equal(inputs["lora.2.o_proj.down"], a["o_proj"].T)
+    v_up = inputs["lora.2.v_proj.up"]
+    assert v_up.shape == (96, b["v_proj"].shape[0]) and not v_up[:64].any()
+    np.testing.assert_allclose(v_up[64:], b["v_proj"].T, rtol=1e-6)
+    for proj in TARGET_MODULES:
+        np.testing.assert_allclose(update(inputs, 2, proj), a[proj].T @ b[proj].T, rtol=1e-5, atol=1e-7)
 
 
 def test_adapter_ships_as_its_own_file_at_int8_size(sites):
     manifest = load_manifest(sites["with"] / "model")
     entry = manifest["adapters"]["klatt"]
     assert entry["precision"] == "int8" and entry["rank"] == 32 and entry["file"] == "adapter.klatt.bin"
-    assert list(entry["tensors"]) == [IO.lora_input(i, p, part) for i in range(4) for p in TARGET_MODULES
-                                      for part in ("down", "up")]
-    parameters = sum(np.prod(t["shape"]) for t in entry["tensors"].values())
-    assert parameters == 622_592
+    assert list(entry["tensors"]) == [name for i in range(4) for group, projs in DOWN_GROUPS.items()
+                                      for name in [IO.lora_input(i, group, "down")]
+                                      + [IO.lora_input(i, p, "up") for p in projs]]
+    parameters = stored_parameters(entry["tensors"])
+    assert parameters == 622_592  # rank 32 on the 7 projections of 4 layers: the ups' zero rows not stored
     assert manifest["files"]["adapter.klatt.bin"]["size"] == entry["bytes"] <= 1.2 * parameters
     report = json.loads((sites["with"] / "build-report.json").read_text())
     assert report["adapters"]["klatt"]["int8_ratio"] == pytest.approx(1.125)
@@ -98,16 +135,20 @@ def test_base_download_does_not_change(sites):
 def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
     """Every projection of the adapted WebGPU, step and wasm graphs: base + MatMul(MatMul(x, down), up) + Add
     on 2-D rows (Reshape to [-1, in] / [-1, out], and back to [1, -1, out]), down and up inputs without
-    defaults (onnxruntime-web could not feed an input that has one)."""
+    defaults (onnxruntime-web could not feed an input that has one); one down MatMul for q, k and v, one for
+    gate and up."""
     for role, model in adapted_graphs(sites["with"], tmp_path).items():
         inputs = {v.name: v for v in model.graph.inputs}
-        for layer in range(4):
-            for proj in TARGET_MODULES:
-                down, up = inputs[IO.lora_input(layer, proj, "down")], inputs[IO.lora_input(layer, proj, "up")]
+        for layer, (group, projs) in itertools.product(range(4), DOWN_GROUPS.items()):
+            down = inputs[IO.lora_input(layer, group, "down")]
+            (low, _), = down.uses()
+            assert len(low.outputs[0].uses()) == len(projs), role
+            for proj in projs:
+                up = inputs[IO.lora_input(layer, proj, "up")]
                 assert down.const_value is None and up.const_value is None, role
-                assert down.shape[1] == up.shape[0] == "lora_rank", role
-                (low, _), = down.uses()
-                (delta, _), = low.outputs[0].uses()
+                assert down.shape[1] == up.shape[0] == ("lora_rank" if len(projs) == 1 else f"lora_rank_{group}")
+                (delta, _), = up.uses()
+                assert delta.inputs[0] is low.outputs[0], role
                 (add, _), = delta.outputs[0].uses()
                 (back, _), = add.outputs[0].uses()
                 assert (low.op_type, delta.op_type, add.op_type, back.op_type) == ("MatMul", "MatMul", "Add", "Reshape")
@@ -129,7 +170,7 @@ def test_the_attention_norm_feeds_q_k_v_alone(sites, tmp_path):
         norms = {n.name: n for n in model.graph if n.name.startswith("lora/") and n.name.endswith("/qkv_norm")}
         assert len(norms) == 4, role
         for layer in range(4):
-            q = model.graph.node(f"lora/{layer}/q_proj/x2").inputs[0]
+            q = model.graph.node(f"lora/{layer}/qkv_proj/x2").inputs[0]
             assert q is norms[f"lora/{layer}/qkv_norm"].outputs[0], role
             base_norm = model.graph.node(f"lora/{layer}/q_proj/y2").inputs[0].producer().inputs[0].producer()
             assert base_norm.op_type in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"), role

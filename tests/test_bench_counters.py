@@ -182,9 +182,9 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     same) on another build whose base decoder is the same graph. `--adapter klatt` switches it on, off and
     on again: each switch on is one writeBuffer per lora.* input (float32 values: 4 bytes each), none makes
     a GPU buffer, a bind group or a dispatch; with it on the decode replays the adapted step graph (still no
-    bind group and one 8-byte mask write per token), a MatMul and a Gemm more per projection: the 2-D form's
-    up MatMul and Add, fused by onnxruntime-web (docs/adapters.md), so no Add; and the norm + Q/K/V kernels
-    of the base."""
+    bind group and one 8-byte mask write per token), a Gemm more per projection (the 2-D form's up MatMul and
+    Add, fused by onnxruntime-web: docs/adapters.md, so no Add) and a MatMul per down (q/k/v and gate/up share
+    theirs); and the norm + Q/K/V kernels of the base."""
     off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
     on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
@@ -205,9 +205,10 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
                                "buffer_bytes": 0, "pipelines": 0}, s
     c, base = on["counters_per_token"], off["counters_per_token"]
     assert c["bind_groups"] == 0 and c["write_buffers"] == 1 and c["write_bytes"] == 8 and c["readbacks"] == 1
-    projections = len(tensors) // 2
+    ups, downs = (sum(n.endswith(part) for n in tensors) for part in (".up", ".down"))
+    assert (ups, downs) == (28, 16)  # q/k/v share one down a layer, gate/up another (webbuild.adapters.DOWN_GROUPS)
     added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in ("MatMul", "Gemm", "Add")}
-    assert added == {"MatMul": projections, "Gemm": projections, "Add": 0}, c["kernels"]
+    assert added == {"MatMul": downs, "Gemm": ups, "Add": 0}, c["kernels"]
     # the branches read a copy of the attention norm, so onnxruntime-web still fuses the norm with Q/K/V
     assert c["kernels"]["MatMulNBitsQkvDecode"] == base["kernels"]["MatMulNBitsQkvDecode"] > 0, c["kernels"]
 

@@ -188,9 +188,9 @@ def test_the_update_is_scaled_as_peft_scales_it(tmp_path, rslora, factor):
               "use_rslora": rslora}
     (folder / "adapter_config.json").write_text(json.dumps(config))
     inputs = graph_inputs(folder, BASE["decoder"]["num_layers"], scale=0.5)
-    b = tensors[tensor_name(1, "v_proj", "B")]
-    np.testing.assert_allclose(inputs[IO.lora_input(1, "v_proj", "up")], (b * factor * 0.5).T, rtol=1e-6)
-    np.testing.assert_array_equal(inputs[IO.lora_input(1, "v_proj", "down")], tensors[tensor_name(1, "v_proj", "A")].T)
+    a, b = tensors[tensor_name(1, "o_proj", "A")], tensors[tensor_name(1, "o_proj", "B")]
+    np.testing.assert_allclose(inputs[IO.lora_input(1, "o_proj", "up")], (b * factor * 0.5).T, rtol=1e-6)
+    np.testing.assert_array_equal(inputs[IO.lora_input(1, "o_proj", "down")], a.T)
 
 
 def test_adapter_that_also_adapts_the_audio_encoder(tmp_path):

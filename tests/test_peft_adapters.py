@@ -15,8 +15,7 @@ peft = pytest.importorskip("peft")
 
 from webbuild.adapters import DECODER_TARGETS, adapter_problems  # noqa: E402
 from webbuild.reference.tokenizer import build_tokenizer  # noqa: E402
-from webbuild.site.adapter_pack import graph_inputs  # noqa: E402
-from webbuild.site.contract import IO  # noqa: E402
+from webbuild.site.adapter_pack import graph_inputs, update  # noqa: E402
 from webbuild.train.lora import TARGET_MODULES, load_adapter  # noqa: E402
 from webbuild.train.sentences import load_vocabulary, training_sentences  # noqa: E402
 from webbuild.train.train import make_model  # noqa: E402
@@ -53,7 +52,7 @@ def test_peft_adapter_fits_and_reads_as_peft_computes_it(tok, tmp_path, rslora):
     for layer, proj in ((0, "q_proj"), (3, "down_proj")):
         block = layers[layer].self_attn if proj == "q_proj" else layers[layer].mlp
         delta = getattr(block, proj).get_delta_weight("default").detach().numpy()  # [out, in]
-        ours = inputs[IO.lora_input(layer, proj, "down")] @ inputs[IO.lora_input(layer, proj, "up")]  # [in, out]
+        ours = update(inputs, layer, proj)  # [in, out]
         np.testing.assert_allclose(ours, delta.T, rtol=1e-4, atol=1e-6)
     # the training side's reader (python -m webbuild.train.adapt evaluate) computes what PEFT does
     torch.manual_seed(0)

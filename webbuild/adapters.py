@@ -22,6 +22,11 @@ RANK = 32
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 BLOCK = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
          "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
+# The adapted graph's down matrices (webbuild.pipeline.lora_form): the projections that read the same input share
+# one, their A matrices side by side, so a layer runs four down MatMuls instead of seven; each projection's up
+# then has the shared rank's rows, zero outside its own (docs/adapters.md).
+DOWN_GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "o_proj": ("o_proj",),
+               "gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}
 WEIGHTS, CONFIG = "adapter_model.safetensors", "adapter_config.json"
 ENCODER = ".audio_tower."  # in PEFT's names of the audio encoder's tensors
 DECODER_TARGETS = r".*language_model.*\.(q|k|v|o|gate|up|down)_proj"  # PEFT's regex form: the decoder's only

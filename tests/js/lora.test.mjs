@@ -12,7 +12,7 @@ import { loraNames, loraShapes, loraValues } from '../../webbuild/template/runti
 import { PYTHON, REPO, tempDir } from './fixture.mjs';
 
 // Packs random [K, N] inputs (K not a multiple of 32 among them, values over float16's whole range and
-// beyond) with adapter_pack.pack; writes per precision the file, its `tensors` entry, and what
+// beyond, one zero outside a band of rows, one all zeros) with adapter_pack.pack; writes per precision the file, its `tensors` entry, and what
 // adapter_pack.unpack gives, as float32 and as float16 bits.
 const PACK = `
 import json, sys
@@ -23,6 +23,9 @@ out = Path(sys.argv[1])
 rng = np.random.default_rng(0)
 inputs = {"lora.0.q_proj.down": rng.normal(0, 0.05, (40, 32)), "lora.0.q_proj.up": rng.normal(0, 3, (32, 24)),
           "lora.1.q_proj.down": np.array([[0.0, -0.0, 1e-8, 6e-5], [65504, 7e4, -2.0 ** -24, 1 + 2.0 ** -11]] * 16)}
+band = np.zeros((96, 24))
+band[32:64] = rng.normal(0, 0.5, (32, 24))  # an up of a shared down: its own rows of the group's rank
+inputs |= {"lora.0.k_proj.up": band, "lora.2.o_proj.up": np.zeros((32, 8))}
 inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
 for precision in ("int8", "fp16", "fp32"):
     data, tensors = pack(inputs, precision)
@@ -65,6 +68,18 @@ describe('adapter files', () => {
       assert.deepEqual(concat(Uint16Array, Object.values(values)), new Uint16Array(read(`${precision}.f16`).buffer));
     });
   }
+
+  it('fills the rows a file does not store with zeros', () => {
+    const entry = JSON.parse(readFileSync(path.join(tmp, 'int8.json'), 'utf8'));
+    assert.deepEqual(entry.tensors['lora.0.k_proj.up'].rows, [32, 64]);
+    assert.deepEqual(entry.tensors['lora.2.o_proj.up'].rows, [0, 0]);
+    const values = loraValues(read('int8.bin'), entry);
+    const band = values['lora.0.k_proj.up'];
+    assert.equal(band.length, 96 * 24);
+    assert.ok(band.subarray(0, 32 * 24).every((v) => v === 0) && band.subarray(64 * 24).every((v) => v === 0));
+    assert.ok(band.subarray(32 * 24, 64 * 24).some((v) => v !== 0));
+    assert.ok(values['lora.2.o_proj.up'].length === 256 && values['lora.2.o_proj.up'].every((v) => v === 0));
+  });
 
   it('reads a file that does not start on a 4-byte boundary (copies instead of viewing)', () => {
     const entry = JSON.parse(readFileSync(path.join(tmp, 'int8.json'), 'utf8'));

@@ -19,7 +19,8 @@ def pack_adapters(adapters: list[Adapter], assembled: Path, folder: Path,
                   report: BuildReport) -> tuple[dict[str, Path], dict[str, dict]]:
     """Each adapter's file in `folder` by name, and its manifest entry; the report gets each file's size
     against the adapter's rank-32 int8 size (one byte per parameter)."""
-    from webbuild.site.adapter_pack import graph_inputs, pack
+    from webbuild.adapters import CONFIG
+    from webbuild.site.adapter_pack import graph_inputs, pack, stored_parameters
 
     if not adapters:
         return {}, {}
@@ -32,11 +33,11 @@ def pack_adapters(adapters: list[Adapter], assembled: Path, folder: Path,
         name = f"adapter.{a.name}.bin"
         (folder / name).write_bytes(data)
         files[name] = folder / name
-        rank = next(iter(inputs.values())).shape[1]
+        rank = json.loads((a.path / CONFIG).read_text())["r"]
         entries[a.name] = {"file": name, "precision": a.precision, "rank": rank, "scale": a.scale,
                            "bytes": len(data), "tensors": tensors,
                            **({"description": a.description} if a.description else {})}
-        parameters = sum(w.size for w in inputs.values())
+        parameters = stored_parameters(tensors)  # the adapter's own: the ups' zero rows are not stored
         report.adapters[a.name] = {"bytes": len(data), "parameters": parameters,
                                    "int8_ratio": round(len(data) / parameters, 4)}
         log.info(f"adapter {a.name}: {size(len(data))} ({a.precision}, {parameters:,} parameters, "

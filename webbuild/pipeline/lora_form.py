@@ -1,17 +1,24 @@
 """The adapted form of a built decoder: every projection of every layer gets a replaceable LoRA update.
 
-Each of q, k, v, o, gate, up and down becomes
+The projections that read one input share one down matrix (webbuild.adapters.DOWN_GROUPS: q, k and v; gate and
+up; o; down), and each of q, k, v, o, gate, up and down becomes
 
     y = Proj(x)                                  # the base projection, unchanged, [1, S, out]
-    out = Reshape(MatMul(MatMul(Reshape(x, [-1, in]), lora.{i}.{proj}.down), lora.{i}.{proj}.up)
-                  + Reshape(y, [-1, out]), [1, -1, out])
+    low = MatMul(Reshape(x, [-1, in]), lora.{i}.{group}.down)            # once per group, [S, r x members]
+    out = Reshape(MatMul(low, lora.{i}.{proj}.up) + Reshape(y, [-1, out]), [1, -1, out])
 
-(names: webbuild.site.contract.IO.lora) with `down` [in, r] and `up` [r, out] graph inputs without
-defaults: onnxruntime-web lists only the inputs that have no initializer and refuses any other feed
-("invalid input"), so an input with a default could never be set in the browser. Fed empty ([in, 0] and
-[0, out]) or zeros, the graph computes the base model exactly. The base graph is left as it is: the runtime
-decodes with it while no adapter is on (onnxruntime-web 1.30 would still run the branch's nodes that have
-non-empty outputs, fed empty inputs), and with this form while one is (docs/adapters.md).
+(names: webbuild.site.contract.IO.lora) with `down` [in, R] and `up` [R, out] graph inputs without defaults, R
+the group's rank (the adapter's rank times the group's members) and each up zero outside its projection's rows:
+onnxruntime-web lists only the inputs that have no initializer and refuses any other feed ("invalid input"), so
+an input with a default could never be set in the browser. Fed empty ([in, 0] and [0, out]) or zeros, the graph
+computes the base model exactly. The base graph is left as it is: the runtime decodes with it while no adapter
+is on (onnxruntime-web 1.30 would still run the branch's nodes that have non-empty outputs, fed empty inputs),
+and with this form while one is (docs/adapters.md).
+
+Why shared downs. A down MatMul of M = 1 leaves most of the GPU idle (onnxruntime-web gives each thread four of
+its few outputs and loops over all of `in`), so three downs of 32 columns cost about what one of 96 does: on the
+H200 the 0.6b went from 775 to 691 dispatches a token and its down MatMuls from 8.1 to 5.5 ms of GPU time
+(BENCHMARKS.md, "LoRA adapters").
 
 Why 2-D rows. On [1, S, H] activations the branch is three dispatches per projection (two MatMuls and the
 Add): on the H200 the 0.6b with an adapter on ran 1027 dispatches per token against the base's 243, 1.93x
@@ -27,8 +34,8 @@ free of Shape nodes, which onnxruntime runs on its CPU EP; a batch of 2 stops at
 batch check. The shape constants are initializers shared by every projection of the same width.
 
 Why a copy of the attention norm. onnxruntime-web fuses a norm with the Q, K and V MatMulNBits that read it
-into one kernel, but only where those three are its output's only readers; q, k and v's branches therefore read
-their own SimplifiedLayerNormalization of the same values (_branch_norm): one dispatch more a layer, three
+into one kernel, but only where those three are its output's only readers; q, k and v's shared down therefore reads
+its own SimplifiedLayerNormalization of the same values (_branch_norm): one dispatch more a layer, three
 fewer (831 -> 775 a token for the 0.6b on the H200, BENCHMARKS.md). The MLP's fused kernel (norm, gate, up and
 SiLU x up) cannot stay: the branches' deltas must be added before the SiLU.
 
@@ -43,7 +50,7 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.adapters import TARGET_MODULES
+from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES
 from webbuild.graph.ir import shared_const
 from webbuild.site.contract import IO
 
@@ -63,9 +70,17 @@ def lora_form(model: ir.Model) -> bool:
     """Rewrite `model` in place; True when it changed (always, or NoProjections)."""
     for layer, projections in enumerate(find_projections(model.graph)):
         qkv_source = _branch_norm(model.graph, projections["q_proj"], layer)
-        for proj, node in projections.items():
-            _adapt(model.graph, node, layer, proj, qkv_source if proj in QKV else None)
+        for group, projs in DOWN_GROUPS.items():
+            nodes = [projections[p] for p in projs]
+            _shares_input(nodes, layer, group)
+            _adapt(model.graph, nodes, layer, group, qkv_source if projs == QKV else None)
     return True
+
+
+def _shares_input(nodes: list[ir.Node], layer: int, group: str) -> None:
+    if len({id(n.inputs[0]) for n in nodes}) > 1:
+        raise NoProjections(f"layer {layer}: {', '.join(n.name or n.op_type for n in nodes)} do not read one input, "
+                            f"so they cannot share {group}'s down matrix (webbuild.adapters.DOWN_GROUPS)")
 
 
 def _branch_norm(graph: ir.Graph, q: ir.Node, layer: int) -> ir.Value | None:
@@ -168,21 +183,33 @@ def _down(up: ir.Node | None) -> ir.Node | None:
     return next((u for u, _ in product.outputs[0].uses() if is_projection(u)), None) if product else None
 
 
-def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str, source: ir.Value | None = None) -> None:
-    """node's output y -> y + (x @ down) @ up on 2-D rows, with down and up graph inputs; x is node's input, or
-    `source` where given (a value equal to it: _branch_norm)."""
-    x, y = (source or node.inputs[0]), node.outputs[0]
+def _adapt(graph: ir.Graph, nodes: list[ir.Node], layer: int, group: str, source: ir.Value | None = None) -> None:
+    """Each node's output y -> y + (x @ down) @ up on 2-D rows, x their one input (or `source` where given, a value
+    equal to it: _branch_norm), `down` the group's graph input and `up` each projection's."""
+    x = source or nodes[0].inputs[0]
     assert x is not None, "a projection reads its input"
     dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
-    n_in, n_out = _dims(node)
-    down = _input(graph, IO.lora_input(layer, proj, "down"), dtype, [n_in, RANK_DIM])
-    up = _input(graph, IO.lora_input(layer, proj, "up"), dtype, [RANK_DIM, n_out])
-    prefix = f"lora/{layer}/{proj}"
-    users = list(y.uses())
+    n_in = _dims(nodes[0])[0]
+    rank = RANK_DIM if len(nodes) == 1 else f"{RANK_DIM}_{group}"
+    down = _input(graph, IO.lora_input(layer, group, "down"), dtype, [n_in, rank])
+    prefix = f"lora/{layer}/{group}"
     rows = _reshape(graph, x, [-1, n_in], f"{prefix}/x2", dtype, [ROWS_DIM, n_in])
-    low = _op("MatMul", [rows.outputs[0], down], f"{prefix}/low", dtype, [ROWS_DIM, RANK_DIM])
+    low = _op("MatMul", [rows.outputs[0], down], f"{prefix}/low", dtype, [ROWS_DIM, rank])
+    order = {id(n): i for i, n in enumerate(graph)}
+    graph.insert_before(min(nodes, key=lambda n: order[id(n)]), [rows, low])  # x is there, no update is yet
+    for node, proj in zip(nodes, DOWN_GROUPS[group]):
+        _add_update(graph, node, f"lora/{layer}/{proj}", low.outputs[0],
+                    _input(graph, IO.lora_input(layer, proj, "up"), dtype, [rank, _dims(node)[1]]))
+
+
+def _add_update(graph: ir.Graph, node: ir.Node, prefix: str, low: ir.Value, up: ir.Value) -> None:
+    """node's output y -> y + low @ up, on 2-D rows, for every reader of y."""
+    y = node.outputs[0]
+    dtype = y.type.dtype if y.type is not None else ir.DataType.FLOAT
+    n_out = _dims(node)[1]
+    users = list(y.uses())
     base = _reshape(graph, y, [-1, n_out], f"{prefix}/y2", dtype, [ROWS_DIM, n_out])
-    delta = _op("MatMul", [low.outputs[0], up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
+    delta = _op("MatMul", [low, up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
     add = _op("Add", [delta.outputs[0], base.outputs[0]], f"{prefix}/out2", dtype, [ROWS_DIM, n_out])
     back = _reshape(graph, add.outputs[0], _back_shape(y, n_out), f"{prefix}/out", dtype, y.shape)
     for user, index in users:
@@ -190,7 +217,7 @@ def _adapt(graph: ir.Graph, node: ir.Node, layer: int, proj: str, source: ir.Val
     for i, graph_out in enumerate(graph.outputs):
         if graph_out is y:
             graph.outputs[i] = back.outputs[0]
-    graph.insert_after(node, [rows, low, base, delta, add, back])
+    graph.insert_after(node, [base, delta, add, back])
 
 
 def _back_shape(y: ir.Value, n_out: int) -> list[int]:

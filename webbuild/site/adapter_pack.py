@@ -3,6 +3,8 @@
 The build packs a PEFT folder into one file plus its manifest entry; the Python reference unpacks it
 (the browser's runtime/lora.js reads the same layout). `int8` is MatMulNBits' 8-bit layout: each
 column of a [K, N] input quantized in blocks of 32 along K, symmetric (zero point 128), float32 scales.
+Only the rows outside which an input is zero are stored (`rows`): an up matrix holds its projection's rows of
+its group's shared rank (webbuild.adapters.DOWN_GROUPS), and the zeros would triple the file.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from webbuild.adapters import CONFIG, TARGET_MODULES, WEIGHTS, read_tensors, tensor_name, update_scale
+from webbuild.adapters import CONFIG, DOWN_GROUPS, WEIGHTS, read_tensors, tensor_name, update_scale
 from webbuild.site.contract import IO
 
 BLOCK = 32
@@ -21,22 +23,43 @@ PRECISIONS = {"int8": None, "fp16": np.float16, "fp32": np.float32}  # the store
 
 
 def graph_inputs(folder: Path, num_layers: int, scale: float = 1.0) -> dict[str, np.ndarray]:
-    """{graph input: float32 [K, N]} of a PEFT folder: down = A^T, up = (B * PEFT's factor * scale)^T, the
-    factor lora_alpha / r (lora_alpha / sqrt(r) with use_rslora)."""
+    """{graph input: float32 [K, N]} of a PEFT folder, a layer's in DOWN_GROUPS order: a group's down = its
+    projections' A^T side by side, then each projection's up = (B * PEFT's factor * scale)^T in its own rows of
+    the group's rank (zeros elsewhere), the factor lora_alpha / r (lora_alpha / sqrt(r) with use_rslora)."""
     factor = update_scale(json.loads((folder / CONFIG).read_text())) * scale
     tensors = read_tensors(folder / WEIGHTS)
     inputs = {}
     for layer in range(num_layers):
-        for proj in TARGET_MODULES:
-            a, b = tensors[tensor_name(layer, proj, "A")], tensors[tensor_name(layer, proj, "B")]
-            inputs[IO.lora_input(layer, proj, "down")] = np.ascontiguousarray(a.T)
-            inputs[IO.lora_input(layer, proj, "up")] = np.ascontiguousarray((b * factor).T)
+        for group, projs in DOWN_GROUPS.items():
+            downs = [tensors[tensor_name(layer, proj, "A")].T for proj in projs]
+            inputs[IO.lora_input(layer, group, "down")] = np.ascontiguousarray(np.concatenate(downs, axis=1))
+            rank, start = sum(d.shape[1] for d in downs), 0
+            for proj, down in zip(projs, downs):
+                b = tensors[tensor_name(layer, proj, "B")]
+                up = inputs[IO.lora_input(layer, proj, "up")] = np.zeros((rank, b.shape[0]), np.float32)
+                up[start:start + down.shape[1]] = (b * factor).T
+                start += down.shape[1]
     return inputs
+
+
+def update(inputs: dict[str, np.ndarray], layer: int, proj: str) -> np.ndarray:
+    """The [in, out] update the graph inputs make to one projection: its group's down times its up."""
+    group = next(g for g, projs in DOWN_GROUPS.items() if proj in projs)
+    return inputs[IO.lora_input(layer, group, "down")] @ inputs[IO.lora_input(layer, proj, "up")]
+
+
+def stored_rows(w: np.ndarray) -> tuple[int, int]:
+    """[start, stop) of the rows of `w` outside which it is zero: what the file keeps of it (an up matrix is
+    zero outside its projection's rows of the group's rank)."""
+    nonzero = np.flatnonzero(np.any(w != 0, axis=1))
+    return (int(nonzero[0]), int(nonzero[-1]) + 1) if nonzero.size else (0, 0)
 
 
 def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """[K, N] float -> (codes uint8 [N, blocks, 32], scales float32 [N, blocks])."""
     k, n = w.shape
+    if k == 0:  # an input of zeros: nothing stored
+        return np.zeros((n, 0, BLOCK), np.uint8), np.zeros((n, 0), np.float32)
     blocks = -(-k // BLOCK)
     cols = np.zeros((n, blocks * BLOCK), np.float32)
     cols[:, :k] = w.T
@@ -54,10 +77,15 @@ def dequantize_int8(codes: np.ndarray, scales: np.ndarray, k: int) -> np.ndarray
 
 
 def pack(inputs: dict[str, np.ndarray], precision: str) -> tuple[bytes, dict[str, dict]]:
-    """The file's bytes and its manifest `tensors` entry ({input: shape, offset[, scales_offset]})."""
+    """The file's bytes and its manifest `tensors` entry ({input: shape, offset[, scales_offset][, rows]}): each
+    input's rows from `rows` [start, stop) on (all of them where `rows` is absent), the rest being zeros."""
     parts, table, offset = [], {}, 0
-    for name, w in inputs.items():
-        entry = table[name] = {"shape": list(w.shape), "offset": offset}
+    for name, full in inputs.items():
+        start, stop = stored_rows(full)
+        entry = table[name] = {"shape": list(full.shape), "offset": offset}
+        if (start, stop) != (0, full.shape[0]):
+            entry["rows"] = [start, stop]
+        w = full[start:stop]
         if precision == "int8":
             codes, scales = quantize_int8(w)
             entry["scales_offset"] = offset + codes.nbytes  # a multiple of 32
@@ -71,17 +99,29 @@ def pack(inputs: dict[str, np.ndarray], precision: str) -> tuple[bytes, dict[str
     return b"".join(parts), table
 
 
+def stored_parameters(tensors: dict[str, dict]) -> int:
+    """The values a packed file holds, by its `tensors` entry."""
+    total = 0
+    for entry in tensors.values():
+        start, stop = entry.get("rows", (0, entry["shape"][0]))
+        total += (stop - start) * entry["shape"][1]
+    return total
+
+
 def unpack(data: bytes, tensors: dict[str, dict], precision: str) -> dict[str, np.ndarray]:
     """{input: float32 [K, N]} from a packed file and its `tensors` entry."""
     out = {}
     for name, entry in tensors.items():
         k, n = entry["shape"]
+        start, stop = entry.get("rows", (0, k))
+        rows = stop - start
+        full = out[name] = np.zeros((k, n), np.float32)
         if precision == "int8":
-            blocks = -(-k // BLOCK)
+            blocks = -(-rows // BLOCK)
             codes = np.frombuffer(data, np.uint8, n * blocks * BLOCK, entry["offset"]).reshape(n, blocks, BLOCK)
             scales = np.frombuffer(data, np.float32, n * blocks, entry["scales_offset"]).reshape(n, blocks)
-            out[name] = dequantize_int8(codes, scales, k)
+            full[start:stop] = dequantize_int8(codes, scales, rows)
         else:
             dtype = PRECISIONS[precision]
-            out[name] = np.frombuffer(data, dtype, k * n, entry["offset"]).reshape(k, n).astype(np.float32)
+            full[start:stop] = np.frombuffer(data, dtype, rows * n, entry["offset"]).reshape(rows, n)
     return out

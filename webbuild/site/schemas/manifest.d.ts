@@ -47,6 +47,8 @@ export type Manifest = {
           shape: number[];
           offset: number;
           scales_offset?: number;
+          /** [start, stop): the rows stored (the rest are zeros); absent: all of them */
+          rows?: number[];
         };
       };
     };

@@ -7,8 +7,9 @@
 //   only write new values into them (`device.queue.writeBuffer`): switching allocates no GPU buffer and,
 //   the adapted graphs having been warmed up on the zeros, compiles no shader.
 // - wasm: CPU tensors, replaced at each switch.
-// Every adapter of a build has the same inputs and shapes (the base's projections at rank 32), so one set
-// of tensors serves them all.
+// Every adapter of a build has the same inputs and shapes (the base's projections at rank 32, the downs of
+// q/k/v and gate/up shared: webbuild/adapters.py DOWN_GROUPS), so one set of tensors serves them all. A file
+// stores an input's rows from `rows` [start, stop) on (an up's own rows of its group's rank), the rest zeros.
 
 import { floatsToHalfs, halfsToFloats } from './half.js';
 import { loadFiles } from './loader.js';
@@ -102,6 +103,24 @@ export function loraValues(bytes, entry, dtype = 'float32') {
  * @returns {Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer>}
  */
 function tensorValues(bytes, precision, t, dtype) {
+  const [k, n] = t.shape;
+  const [start, stop] = t.rows ?? [0, k]; // the stored rows; the others are zeros
+  const stored = { ...t, shape: [stop - start, n] };
+  const band = storedValues(bytes, precision, stored, dtype);
+  if (stop - start === k) return band;
+  const full = dtype === 'float16' ? new Uint16Array(k * n) : new Float32Array(k * n); // half 0 is bits 0
+  full.set(band, start * n);
+  return full;
+}
+
+/**
+ * @param {Uint8Array} bytes
+ * @param {Adapter['precision']} precision
+ * @param {AdapterTensor} t the stored rows' [K, N]
+ * @param {'float16' | 'float32'} dtype
+ * @returns {Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer>}
+ */
+function storedValues(bytes, precision, t, dtype) {
   const [k, n] = t.shape;
   if (precision === 'fp16' && dtype === 'float16') return view(bytes, Uint16Array, t.offset, k * n).slice();
   const f32 = precision === 'int8' ? dequantizeInt8(bytes, t)
