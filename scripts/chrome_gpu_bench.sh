@@ -44,7 +44,9 @@ There, device calls back to back while the machine is warm:
 
 Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), STAGE, STEPS ("verify bench_browser rounds"; also first_use:
 a fresh page per first-clip length, first-use-N.json, and the same build with BASE_REF's page runtime,
-first-use-base-N.json; live: `webbuild verify --live only`, live.json), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BASE_REF (main, at prepare),
+first-use-base-N.json; live: `webbuild verify --live only`, live.json; lora_browser: adapter on and off alternated, lora-on-N.json
+and lora-off-N.json, on a LORA=1 build), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BASE_REF (main, at prepare),
+LORA=1 (gen builds with a random rank-32 adapter `rand`: give it its own WORK),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), PEER=0 (gen skips the genai peer), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
 USAGE
@@ -166,6 +168,11 @@ site:
     - {audio: $WORK/samples/sample-2.wav, text: $(cat "$WORK"/samples/sample-2.txt)}
 verify: {max_wer: 1000}
 EOF
+  # LORA=1: with a random rank-32 adapter `rand` (its own WORK: the adapted sessions lengthen every load)
+  if [ "${LORA:-0}" = 1 ]; then
+    python3 -m webbuild.zoo.random_adapter "$WORK/zoo/export" "$WORK/adapter-rand" >/dev/null
+    echo "adapters: [{name: rand, path: $WORK/adapter-rand}]" >> "$WORK/model.yaml"
+  fi
   python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/webbuild.part" 2>&1 | tail -15
 }
 # the peer at its better MatMulNBits accuracy level on the H200 (0: BENCHMARKS.md, issue 14's rounds)
@@ -225,6 +232,17 @@ live() {
 }
 bench_browser() {
   python3 -m webbuild.cli bench "$WORK/webbuild" --runtime browser --ep webgpu --json "$WORK/bench-browser.json.part"
+}
+# adapter on against off in Chromium (a LORA=1 build): `bench --runtime browser`, the page's picker on `rand` or
+# left at none, alternated ROUNDS times; lora-on-N.json, lora-off-N.json
+lora_browser() {
+  for r in $(seq 1 "$ROUNDS"); do
+    for arm in on off; do
+      python3 -m webbuild.cli bench "$WORK/webbuild" --runtime browser --ep webgpu \
+        $([ "$arm" = on ] && echo --adapter rand) --json "$OUT/lora-$arm-$r.json" | grep -E "^(decode|per token|lora) " || true
+    done
+  done
+  cp "$OUT/lora-on-$ROUNDS.json" "$WORK/lora-browser.json.part"
 }
 # the first clip of each length on a fresh page, with the load and its parts (issue 31); STEPS=first_use.
 # Before, the same build with BASE_REF's page runtime (its template's verbatim files: the model files are the

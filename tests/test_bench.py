@@ -73,6 +73,28 @@ def test_bench_in_the_browser_clicks_the_samples_of_samples_json(site, tmp_path)
     assert [line.split(":")[0] for line in progress[1:]] == ["clip 1 of 1", "synthetic decode"]
 
 
+@pytest.mark.browser
+def test_bench_in_the_browser_with_an_adapter_picks_it_in_the_page(site, tmp_path):
+    """--adapter with --runtime browser: the page's picker switches it on before the clips, which then give the
+    Python reference's transcript with that adapter; an adapter the site lacks is a clear error."""
+    from webbuild.reference.audio import read_wav
+    from webbuild.reference.transcribe import load_transcriber
+
+    out = tmp_path / "bench.json"
+    run = webbuild("bench", str(site), "--runtime", "browser", "--ep", "wasm", "--max-clips", "1",
+                   "--decode-tokens", "2", "--adapter", "klatt", "--json", str(out))
+    assert run.returncode == 0, run.stderr
+    r = json.loads(out.read_text())
+    sample = json.loads((site / SAMPLES_FILE).read_text())["samples"][0]
+    wav = site / sample["src"]  # the clip the page's first sample button plays
+    assert r["lora"] == "klatt" and "lora        klatt (picked in the page)" in run.stdout
+    assert r["clips"][0]["lora"] == "klatt"  # the page's own word: the transcription ran with it
+    assert r["clips"][0]["text"] == load_transcriber(site, adapter="klatt").transcribe(read_wav(wav))
+    nope = webbuild("bench", str(site), "--runtime", "browser", "--ep", "wasm", "--max-clips", "0",
+                    "--decode-tokens", "2", "--adapter", "nope")
+    assert nope.returncode != 0 and "no adapter 'nope'; the site has klatt" in nope.stderr
+
+
 def _progress(stderr: str) -> list[str]:
     """The `[  12.3s] message` lines' messages."""
     return [line.split("] ", 1)[1] for line in stderr.splitlines() if line.startswith("[") and "] " in line]

@@ -524,8 +524,9 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
 @click.option("--graph-capture/--no-graph-capture", default=True, show_default=True,
               help="Decode with the captured step graph where WebGPU allows it (node only); off: every step plain.")
 @click.option("--adapter", metavar="NAME",
-              help="Switch the site's LoRA adapter NAME on (on, off, then on again, each switch's WebGPU calls "
-                   "counted) before the clips and the synthetic decode (node only); default: the base model.")
+              help="Switch the site's LoRA adapter NAME on before the clips and the synthetic decode (node: on, off, "
+                   "then on again, each switch's WebGPU calls counted; browser: the page's picker); default: the "
+                   "base model.")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
 def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
           max_new_tokens: int | None, swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool,
@@ -552,7 +553,7 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
     if runtime == "browser":
         from webbuild.tools.bench.page_bench import run_browser
 
-        result = run_browser(dir, ep, repeat, max_clips, decode_tokens)
+        result = run_browser(dir, ep, repeat, max_clips, decode_tokens, adapter=adapter)
     else:
         config = dict(entry.split("=", 1) for entry in session_config if "=" in entry)
         if len(config) != len(session_config):

@@ -174,9 +174,12 @@ def table(r: dict) -> str:
 
 
 def lora_lines(r: dict) -> list[str]:
-    """The LoRA adapter on, with what switching it on, off and on again took (bench.mjs --adapter)."""
+    """The LoRA adapter on, with what switching it on, off and on again took (bench.mjs --adapter; the browser
+    bench picks it in the page, untimed)."""
     if not r.get("lora"):
         return []
+    if "lora_switches" not in r:
+        return [f"lora        {r['lora']} (picked in the page)"]
     steps = []
     for s in r["lora_switches"]:
         c = s["counts"]

@@ -7,7 +7,8 @@ The page is served from a temporary bench-only copy of the site (counted_site: h
 with the WebGPU call counters in front and a synthetic-decode hook behind; the built site is not
 touched). Through Playwright's handle on the site's worker, the hook then runs bench.mjs's synthetic
 decode with counters.mjs's gpuCountedDecodes, as the Node bench does: `synthetic_decode` (ms/token of
-the long decode's steps) and `counters_per_token` (null on the wasm EP)."""
+the long decode's steps) and `counters_per_token` (null on the wasm EP). With an adapter, the page's own picker
+switches it on first, so the clips and the decode run the adapted sessions."""
 
 from __future__ import annotations
 
@@ -20,13 +21,14 @@ from pathlib import Path
 from webbuild.errors import BenchError, require_extra
 from webbuild.tools import browser as br
 from webbuild.tools.bench.instrument import counted_site, counted_site_parent
-from webbuild.tools.verify.visits import Clip, site_data, site_url, transcribe
+from webbuild.tools.verify.visits import Clip, site_data, site_url, switch_lora, transcribe
 
 log = logging.getLogger(__name__)
 
 
 def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | None = None,
-                decode_tokens: int = 128, timeout_s: float = 900) -> dict:
+                decode_tokens: int = 128, timeout_s: float = 900, adapter: str | None = None) -> dict:
+    """adapter: the site's LoRA adapter picked in the page before the clips and the synthetic decode."""
     require_extra("verify", "webbuild bench --runtime browser", "playwright")  # not in `make site`'s install
     from playwright.sync_api import sync_playwright
 
@@ -47,6 +49,8 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
                 state = page.evaluate("() => window.webbuild")
                 if state["status"] == "error":
                     raise BenchError(f"the site failed to load: {state['error']}")
+                if adapter:
+                    pick_adapter(page, state["info"], adapter, timeout_s)
                 samples = site_data(page.context, url)["samples"][:max_clips]
                 clips = []
                 for s in [s for s in samples for _ in range(repeat)]:
@@ -57,7 +61,18 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
                 synth = counted_decodes(site_worker(page), decode_tokens)
             finally:
                 browser.close()
-    return report(state["info"], clips, choice.describe(), synth)
+    return {**report(state["info"], clips, choice.describe(), synth), "lora": adapter}
+
+
+def pick_adapter(page, info: dict, name: str, timeout_s: float) -> None:
+    """The page's picker set to adapter `name`, the switch waited for; a clear error for a site without it."""
+    names = info.get("loraAdapters") or []
+    if name not in names:
+        has = ", ".join(names) or "none (model.yaml adapters: adds them)"
+        raise BenchError(f"no adapter {name!r}; the site has {has}")
+    log.info(f"adapter {name} on")
+    if error := switch_lora(page, name, timeout_s):
+        raise BenchError(f"switching to adapter {name!r} failed: {error}")
 
 
 def site_worker(page, timeout_s: float = 10):
@@ -97,7 +112,7 @@ def clip_row(state: dict, expected: str) -> dict:
             "tokens": m.get("generated_tokens"), "encoder_ms": m.get("encoder_ms"), "ttft_ms": m.get("ttft_ms"),
             "prompt_tokens": m.get("prompt_tokens"), "prefill_tokens_per_s": m.get("prefill_tokens_per_s"),
             "decode_ms_per_token": 1000 / rate if rate else None, "audio_ms": m.get("audio_ms"),
-            "total_ms": m.get("total_ms")}
+            "total_ms": m.get("total_ms"), "lora": state.get("doneLora")}
 
 
 def report(info: dict, clips: list[dict], browser: str, synth: dict | None = None) -> dict:
