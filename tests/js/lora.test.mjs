@@ -8,7 +8,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 
 import { floatToHalf } from '../../webbuild/template/runtime/half.js';
-import { loraNames, loraShapes, loraValues } from '../../webbuild/template/runtime/lora.js';
+import { LoraInputs, loraNames, loraShapes, loraValues } from '../../webbuild/template/runtime/lora.js';
 import { PYTHON, REPO, tempDir } from './fixture.mjs';
 
 // Packs random [K, N] inputs (K not a multiple of 32 among them, values over float16's whole range and
@@ -115,5 +115,23 @@ describe('manifest adapters', () => {
     assert.deepEqual(loraShapes(manifest), { 'lora.0.q_proj.down': [256, 32], 'lora.0.q_proj.up': [32, 256] });
     assert.deepEqual(loraNames({ variants: {} }), []);
     assert.equal(loraShapes({ variants: {} }), null);
+  });
+});
+
+describe('adapter inputs on the GPU', () => {
+  // what LoraInputs asks of onnxruntime-web and the device, recorded: which rows each switch writes
+  const writes = [];
+  const device = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data, from, count) => writes.push([at, from, count]) } };
+  const ort = { Tensor: { fromGpuBuffer: (gpuBuffer, { dims }) => ({ gpuBuffer, dims }) } };
+  globalThis.GPUBufferUsage ??= { STORAGE: 128, COPY_SRC: 4, COPY_DST: 8 };
+
+  it('writes the rows an adapter stores and the ones the adapter before it filled', () => {
+    const inputs = new LoraInputs(ort, { up: [6, 4] }, 'float32', device);
+    const values = { up: new Float32Array(24) };
+    inputs.set(values, { up: [2, 4] });
+    inputs.set(values, { up: [4, 6] }); // another adapter: its rows, and clears 2-4
+    inputs.set(values, { up: [4, 6] });
+    inputs.set(values); // no rows given: all of them
+    assert.deepEqual(writes, [[2 * 4 * 4, 8, 8], [2 * 4 * 4, 8, 16], [4 * 4 * 4, 16, 8], [0, 0, 24]]);
   });
 });

@@ -148,15 +148,19 @@ export class Recogniser {
   get decodeMode() { return /** @type {DecoderSet} */ (this.active).decodeMode; }
 
   // An adapter's values (lora.js loraValues in this.dtype) into the adapted sessions' inputs, which then
-  // decode; null: the base sessions again. Takes effect at the next transcription.
-  /** @param {import('./lora.js').LoraValues | null} values */
-  setLora(values) {
+  // decode; null: the base sessions again. rows: lora.js loraRows, where the values may be non-zero.
+  // Takes effect at the next transcription.
+  /**
+   * @param {import('./lora.js').LoraValues | null} values
+   * @param {Record<string, number[]>} [rows]
+   */
+  setLora(values, rows) {
     if (!values) {
       this.active = this.base;
       return;
     }
     if (!this.adapted) throw new Error('this build has no adapted decoder: it ships no adapters');
-    /** @type {LoraInputs} */ (this.adapted.lora).set(values);
+    /** @type {LoraInputs} */ (this.adapted.lora).set(values, rows);
     this.active = this.adapted;
   }
 

@@ -77,8 +77,17 @@ export async function switchLora(site, name, loading = site.loading) {
     return null;
   }
   const { entry, bytes } = await loadLoraFile(site.manifest, name, loading);
-  site.recogniser.setLora(loraValues(bytes, entry, site.recogniser.dtype));
+  site.recogniser.setLora(loraValues(bytes, entry, site.recogniser.dtype), loraRows(entry));
   return name;
+}
+
+// {input name: [start, stop)}: the rows of each input an adapter's file stores, the others being zeros.
+/**
+ * @param {Adapter} entry
+ * @returns {Record<string, number[]>}
+ */
+export function loraRows(entry) {
+  return Object.fromEntries(Object.entries(entry.tensors).map(([name, t]) => [name, t.rows ?? [0, t.shape[0]]]));
 }
 
 // {input name: typed array [K * N], row-major} of an adapter file in the graph's float type: Float32Array
@@ -190,6 +199,8 @@ export class LoraInputs {
     this.dtype = dtype;
     this.device = device;
     this.shapes = shapes;
+    /** @type {Record<string, number[]>} the rows of each GPU buffer that may hold non-zero values now */
+    this.written = {};
     /** @type {Record<string, OrtTensor>} */
     this.feeds = {};
     for (const [name, dims] of Object.entries(shapes)) this.feeds[name] = device ? this.gpuTensor(dims) : this.cpuTensor(dims);
@@ -215,14 +226,39 @@ export class LoraInputs {
   }
 
   // An adapter's values (loraValues in this dtype) into the inputs: written into the same GPU buffers,
-  // or new CPU tensors.
-  /** @param {LoraValues} values */
-  set(values) {
+  // or new CPU tensors. rows (loraRows): where the values may be non-zero; a GPU buffer gets those rows and
+  // the ones the adapter before may have filled (an up's own rows of its group: a third of the values).
+  /**
+   * @param {LoraValues} values
+   * @param {Record<string, number[]>} [rows]
+   */
+  set(values, rows = {}) {
     for (const [name, dims] of Object.entries(this.shapes)) {
       const data = values[name];
       if (!data || data.length !== dims[0] * dims[1]) throw new Error(`adapter input ${name}: expected ${dims.join('x')} values`);
-      if (this.device) this.device.queue.writeBuffer(this.feeds[name].gpuBuffer, 0, data);
-      else this.feeds[name] = this.cpuTensor(dims, data);
+      if (!this.device) {
+        this.feeds[name] = this.cpuTensor(dims, data);
+        continue;
+      }
+      const now = rows[name] ?? [0, dims[0]], before = this.written[name] ?? now;
+      this.writeRows(name, data, dims[1], Math.min(now[0], before[0]), Math.max(now[1], before[1]));
+      this.written[name] = now;
     }
+  }
+
+  // Rows [start, stop) of `data` ([K, N] row-major) into the input's GPU buffer, at 4-byte bounds (float16:
+  // an odd N writes every row).
+  /**
+   * @param {string} name
+   * @param {Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer>} data
+   * @param {number} n
+   * @param {number} start
+   * @param {number} stop
+   */
+  writeRows(name, data, n, start, stop) {
+    if (data.BYTES_PER_ELEMENT === 2 && n % 2) [start, stop] = [0, data.length / n];
+    if (stop <= start) return;
+    const device = /** @type {GPUDevice} */ (this.device);
+    device.queue.writeBuffer(this.feeds[name].gpuBuffer, start * n * data.BYTES_PER_ELEMENT, data, start * n, (stop - start) * n);
   }
 }
