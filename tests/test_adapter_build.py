@@ -136,7 +136,7 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
     """Every projection of the adapted WebGPU, step and wasm graphs: base + MatMul(MatMul(x, down), up) + Add
     on 2-D rows (Reshape to [-1, in] / [-1, out], and back to [1, -1, out]), down and up inputs without
     defaults (onnxruntime-web could not feed an input that has one); one down MatMul for q, k and v, one for
-    gate and up."""
+    gate and up. The step form's gate and up take theirs as a bias (the next test)."""
     for role, model in adapted_graphs(sites["with"], tmp_path).items():
         inputs = {v.name: v for v in model.graph.inputs}
         for layer, (group, projs) in itertools.product(range(4), DOWN_GROUPS.items()):
@@ -149,6 +149,11 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
                 assert down.shape[1] == up.shape[0] == ("lora_rank" if len(projs) == 1 else f"lora_rank_{group}")
                 (delta, _), = up.uses()
                 assert delta.inputs[0] is low.outputs[0], role
+                if role == "decoder_lora_step" and group == "gate_up_proj":  # one row: the update is a bias
+                    (bias, _), = delta.outputs[0].uses()
+                    (proj_node, index), = bias.outputs[0].uses()
+                    assert (bias.op_type, proj_node.op_type, index) == ("Reshape", "MatMulNBits", 5), role
+                    continue
                 (add, _), = delta.outputs[0].uses()
                 (back, _), = add.outputs[0].uses()
                 assert (low.op_type, delta.op_type, add.op_type, back.op_type) == ("MatMul", "MatMul", "Add", "Reshape")
@@ -162,19 +167,52 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
 def test_the_attention_norm_feeds_q_k_v_alone(sites, tmp_path):
     """onnxruntime-web fuses a norm read by exactly three MatMulNBits into one kernel (MatMulNBitsQkvFusion):
     in the adapted graphs each layer's q, k and v branches read their own copy of the norm
-    (lora/{i}/qkv_norm), so the base's norm output keeps its three readers. The WebGPU forms: the wasm twin's
+    (lora/{i}/qkv_proj/norm), so the base's norm output keeps its three readers. The WebGPU forms: the wasm twin's
     float MatMuls have no such fusion to keep."""
     for role, model in adapted_graphs(sites["with"], tmp_path).items():
         if role == "decoder_lora_wasm":
             continue
-        norms = {n.name: n for n in model.graph if n.name.startswith("lora/") and n.name.endswith("/qkv_norm")}
-        assert len(norms) == 4, role
+        norms = {n.name: n for n in model.graph if n.name.startswith("lora/") and n.name.endswith("/norm")}
+        assert len(norms) == 8, role  # q/k/v's and gate/up's
         for layer in range(4):
             q = model.graph.node(f"lora/{layer}/qkv_proj/x2").inputs[0]
-            assert q is norms[f"lora/{layer}/qkv_norm"].outputs[0], role
+            assert q is norms[f"lora/{layer}/qkv_proj/norm"].outputs[0], role
             base_norm = model.graph.node(f"lora/{layer}/q_proj/y2").inputs[0].producer().inputs[0].producer()
             assert base_norm.op_type in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"), role
             assert sorted(u.op_type for u, _ in base_norm.outputs[0].uses()) == ["MatMulNBits"] * 3, role
+
+
+@needs_espeak
+def test_the_step_form_gives_gate_and_up_their_updates_as_biases(sites, tmp_path):
+    """One token a step, so the step form adds gate's and up's updates as their MatMulNBits' bias
+    (lora_form.mlp_updates_as_biases) and the post-attention norm feeds the two alone: onnxruntime-web's
+    norm + gate/up + SiLU x up kernel takes biases. Decoded on onnxruntime CPU with the adapter on (the
+    build's check feeds a zero adapter only), the step form gives the plain adapted decoder's tokens."""
+    from webbuild.pipeline.check import StepForm
+    from webbuild.train.target import heldout_target
+
+    graphs = adapted_graphs(sites["with"], tmp_path)
+    step = graphs["decoder_lora_step"].graph
+    for layer in range(4):
+        biased = [n for n in step if n.op_type == "MatMulNBits" and len(n.inputs) == 6]
+        assert len(biased) == 8, [n.name for n in biased]  # gate and up of each layer
+        norm = biased[2 * layer].inputs[0].producer()
+        assert norm.op_type == "SkipSimplifiedLayerNormalization"
+        assert sorted(u.op_type for u, _ in norm.outputs[0].uses()) == ["MatMulNBits"] * 2
+        assert len(norm.outputs[3].uses()) <= 1  # the residual goes on to the next norm, read by nothing else
+    assert not any(n.name.split("/")[2:3] in (["gate_proj"], ["up_proj"]) and n.op_type == "Add" for n in step)
+    manifest = load_manifest(sites["with"] / "model")
+    reassemble(sites["with"] / "model", manifest, "runtime.json", tmp_path / "runtime.json")
+    max_positions = json.loads((tmp_path / "runtime.json").read_text())["max_positions"]
+    klatt = load_transcriber(sites["with"], adapter="klatt")
+    form = StepForm(cpu_form(tmp_path / manifest["variants"]["fp32"]["decoder_lora_step"]), max_positions,
+                    klatt.decoder)
+    assert form.adapter, "the step form is fed the adapter"
+    base = load_transcriber(sites["with"])
+    clips = heldout_target("klatt", 3)  # Klatt-voice speech, where the adapter changes the tokens
+    tokens = [klatt.generate(clips.clip(i), 40) for i in range(3)]
+    assert tokens != [base.generate(clips.clip(i), 40) for i in range(3)]
+    assert [form.generate(klatt, clips.clip(i), 40) for i in range(3)] == tokens
 
 
 def adapted_graphs(site: Path, tmp_path: Path) -> dict[str, ir.Model]:
@@ -189,7 +227,8 @@ def adapted_graphs(site: Path, tmp_path: Path) -> dict[str, ir.Model]:
 def test_onnxruntime_fuses_each_up_matmul_with_its_add(sites, tmp_path):
     """The point of the 2-D form: onnxruntime's MatMulAddFusion (2-D A and B, the Add's other input [M, N] of
     the same M) makes each projection's up MatMul + Add one Gemm, in every adapted graph (docs/adapters.md,
-    Cost). Checked on the model onnxruntime's CPU EP writes after its optimizer."""
+    Cost), but for the step form's gate and up, whose updates are biases. Checked on the model onnxruntime's
+    CPU EP writes after its optimizer."""
     import onnxruntime as ort
 
     adapted_graphs(sites["with"], tmp_path)
@@ -201,8 +240,9 @@ def test_onnxruntime_fuses_each_up_matmul_with_its_add(sites, tmp_path):
         ort.InferenceSession(str(cpu_form(tmp_path / roles[role])), options, providers=["CPUExecutionProvider"])
         nodes = list(ir.load(options.optimized_model_filepath).graph)
         ups = {n.op_type for n in nodes for v in n.inputs if v is not None and v.name.endswith(".up")}
-        assert ups == {"Gemm"}, role
-        assert sum(n.op_type == "Gemm" for n in nodes) == 4 * len(TARGET_MODULES), role
+        biases = len(DOWN_GROUPS["gate_up_proj"]) if role == "decoder_lora_step" else 0  # MatMuls into a bias
+        assert ups == ({"Gemm", "MatMul"} if biases else {"Gemm"}), role
+        assert sum(n.op_type == "Gemm" for n in nodes) == 4 * (len(TARGET_MODULES) - biases), role
         assert not any(n.op_type == "Add" and n.name.startswith("lora/") for n in nodes), role
 
 

@@ -185,8 +185,9 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     file stores), none makes
     a GPU buffer, a bind group or a dispatch; with it on the decode replays the adapted step graph (still no
     bind group and one 8-byte mask write per token), a Gemm more per projection (the 2-D form's up MatMul and
-    Add, fused by onnxruntime-web: docs/adapters.md, so no Add) and a MatMul per down (q/k/v and gate/up share
-    theirs); and the norm + Q/K/V kernels of the base."""
+    Add, fused by onnxruntime-web: docs/adapters.md, so no Add) but for gate and up, whose up MatMuls feed
+    their MatMulNBits' bias, and a MatMul per down (q/k/v and gate/up share theirs); and the base's fused
+    norm + Q/K/V and norm + gate/up + SiLU kernels."""
     off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
     on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
@@ -210,10 +211,12 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     assert c["bind_groups"] == 0 and c["write_buffers"] == 1 and c["write_bytes"] == 8 and c["readbacks"] == 1
     ups, downs = (sum(n.endswith(part) for n in tensors) for part in (".up", ".down"))
     assert (ups, downs) == (28, 16)  # q/k/v share one down a layer, gate/up another (webbuild.adapters.DOWN_GROUPS)
+    biases = sum(n.endswith((".gate_proj.up", ".up_proj.up")) for n in tensors)  # the step's MLP updates
     added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in ("MatMul", "Gemm", "Add")}
-    assert added == {"MatMul": downs, "Gemm": ups, "Add": 0}, c["kernels"]
-    # the branches read a copy of the attention norm, so onnxruntime-web still fuses the norm with Q/K/V
-    assert c["kernels"]["MatMulNBitsQkvDecode"] == base["kernels"]["MatMulNBitsQkvDecode"] > 0, c["kernels"]
+    assert added == {"MatMul": downs + biases, "Gemm": ups - biases, "Add": 0}, c["kernels"]
+    # the branches read copies of the norms, so onnxruntime-web still fuses norm + Q/K/V and norm + gate/up + SiLU
+    for fused in ("MatMulNBitsQkvDecode", "MatMulNBitsMlpDecode"):
+        assert c["kernels"][fused] == base["kernels"][fused] > 0, c["kernels"]
 
 
 @pytest.mark.webgpu

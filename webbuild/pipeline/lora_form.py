@@ -33,11 +33,14 @@ runtime decodes one sequence (the step form's input_ids are [1, 1]), and constan
 free of Shape nodes, which onnxruntime runs on its CPU EP; a batch of 2 stops at GroupQueryAttention's
 batch check. The shape constants are initializers shared by every projection of the same width.
 
-Why a copy of the attention norm. onnxruntime-web fuses a norm with the Q, K and V MatMulNBits that read it
-into one kernel, but only where those three are its output's only readers; q, k and v's shared down therefore reads
-its own SimplifiedLayerNormalization of the same values (_branch_norm): one dispatch more a layer, three
-fewer (831 -> 775 a token for the 0.6b on the H200, BENCHMARKS.md). The MLP's fused kernel (norm, gate, up and
-SiLU x up) cannot stay: the branches' deltas must be added before the SiLU.
+Why copies of the norms. onnxruntime-web fuses a norm with the Q, K and V MatMulNBits that read it into one
+kernel, and a norm with gate and up and the SiLU x up after them into another, but only where those projections
+are the norm's only readers; q, k and v's shared down and gate and up's therefore read their own copy of the
+norm (_branch_norm): one dispatch more a layer each, three fewer for Q/K/V (831 -> 775 a token for the 0.6b on
+the H200, BENCHMARKS.md). The MLP's kernel also needs gate's and up's outputs to go straight into the SiLU, which
+the Adds of the updates stop; in the one-token step form their updates are the MatMulNBits' bias instead, which
+that kernel takes (mlp_updates_as_biases): 691 -> 607 dispatches a token for the 0.6b. Q/K/V's kernel takes no
+bias, so q, k and v keep their Adds (Gemms once optimized).
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
@@ -69,11 +72,11 @@ class NoProjections(ValueError):
 def lora_form(model: ir.Model) -> bool:
     """Rewrite `model` in place; True when it changed (always, or NoProjections)."""
     for layer, projections in enumerate(find_projections(model.graph)):
-        qkv_source = _branch_norm(model.graph, projections["q_proj"], layer)
         for group, projs in DOWN_GROUPS.items():
             nodes = [projections[p] for p in projs]
             _shares_input(nodes, layer, group)
-            _adapt(model.graph, nodes, layer, group, qkv_source if projs == QKV else None)
+            source = _branch_norm(model.graph, nodes[0], f"lora/{layer}/{group}/norm") if len(nodes) > 1 else None
+            _adapt(model.graph, nodes, layer, group, source)
     return True
 
 
@@ -83,30 +86,34 @@ def _shares_input(nodes: list[ir.Node], layer: int, group: str) -> None:
                             f"so they cannot share {group}'s down matrix (webbuild.adapters.DOWN_GROUPS)")
 
 
-def _branch_norm(graph: ir.Graph, q: ir.Node, layer: int) -> ir.Value | None:
-    """The normalised input of q, k and v computed once more for the branches, where the layer's own norm feeds
-    the three projections alone: onnxruntime-web fuses such a norm with them into one kernel
-    (MatMulNBitsQkvFusion: the norm's output read by exactly three MatMulNBits), which a fourth reader stops.
-    A SkipSimplifiedLayerNormalization's copy normalises its residual sum (output 3, added where absent); a
-    SimplifiedLayerNormalization's reads the same input and scale with its axis -1 written as a number, so that
-    onnxruntime's common subexpression elimination (equal op, inputs and attributes) does not merge the two
-    back. None where there is nothing to keep."""
-    x = q.inputs[0]
+def _branch_norm(graph: ir.Graph, first: ir.Node, name: str) -> ir.Value | None:
+    """The normalised input of a group's projections computed once more for its branches, where the layer's own
+    norm feeds the projections alone: onnxruntime-web fuses such a norm with them into one kernel, norm + Q/K/V
+    (MatMulNBitsQkvFusion: the norm's output 0 read by exactly three MatMulNBits) and norm + gate/up + SiLU x up
+    (MatMulNBitsMlpFusion: output 0 read by exactly two, and output 3, the residual sum, by one reader at most),
+    which a further reader stops. So a SkipSimplifiedLayerNormalization's copy reads what neither fusion
+    counts: before q, k and v, a plain norm of the residual sum (output 3 of the norm before the attention, added
+    where absent); before gate and up, the same op on the input and skip swapped (equal sums). A
+    SimplifiedLayerNormalization's copy reads the same input and scale with its axis -1 written as a number.
+    Both differ from the original as onnxruntime's common subexpression elimination (equal op, inputs and
+    attributes) sees it, so it does not merge them back. None where there is nothing to keep."""
+    x = first.inputs[0]
     norm = x.producer() if x is not None else None
     if norm is None or norm.op_type not in NORMS or norm.outputs[0] is not x:
         return None
     if any(not (is_projection(user) and user.op_type == "MatMulNBits") for user, _ in x.uses()):
         return None
-    scale = norm.inputs[2] if norm.op_type == NORMS[1] else norm.inputs[1]
-    if scale is None or scale.const_value is None:
-        return None
-    name, shape = f"lora/{layer}/qkv_norm", x.shape
-    skip = norm.op_type == NORMS[1]
+    skip, shape, qkv = norm.op_type == NORMS[1], x.shape, len(x.uses()) == 3
     if not skip and (shape is None or norm.attributes.get_int("axis", -1) != -1):
         return None
-    source = _residual_sum(norm, name) if skip else norm.inputs[0]
-    copy = _op("SimplifiedLayerNormalization", [source, scale], name, x.type.dtype if x.type else ir.DataType.FLOAT,
-               list(shape) if shape is not None else None)
+    if not skip:
+        op, inputs = norm.op_type, list(norm.inputs)
+    elif qkv:
+        op, inputs = NORMS[0], [_residual_sum(norm, name), norm.inputs[2]]
+    else:
+        op, inputs = NORMS[1], [norm.inputs[1], norm.inputs[0], *norm.inputs[2:]]
+    copy = _op(op, inputs, name, x.type.dtype if x.type else ir.DataType.FLOAT,
+               list(shape) if shape is not None else None, domain=norm.domain if op == norm.op_type else "")
     for key in ("epsilon", "axis", "stash_type"):
         if key in norm.attributes:
             copy.attributes[key] = norm.attributes[key]
@@ -220,6 +227,42 @@ def _add_update(graph: ir.Graph, node: ir.Node, prefix: str, low: ir.Value, up: 
     graph.insert_after(node, [base, delta, add, back])
 
 
+def mlp_updates_as_biases(graph: ir.Graph) -> int:
+    """In a one-token step graph (webbuild.pipeline.step_form), gate's and up's updates become their MatMulNBits'
+    bias input: delta [1, out] is a bias [out] when there is one row, and onnxruntime-web fuses norm + gate + up
+    with biases + SiLU x up into one kernel (MatMulNBitsMlpFusion), where the Adds of the 2-D form stop it:
+    three dispatches fewer a layer. q, k and v keep their Adds: MatMulNBitsQkvFusion takes no bias. Returns
+    how many updates moved."""
+    return sum(_as_bias(graph, add) for add in [n for n in graph if n.op_type == "Add" and _mlp_update(n.name)])
+
+
+def _as_bias(graph: ir.Graph, add: ir.Node) -> bool:
+    """Add(delta, Reshape(y)) -> Reshape -> readers becomes y = MatMulNBits(..., bias=Reshape(delta, [out]))."""
+    delta, y2 = (v.producer() if v is not None else None for v in add.inputs)
+    proj = y2.inputs[0].producer() if y2 is not None and y2.inputs[0] is not None else None
+    back = [u for u, _ in add.outputs[0].uses()]
+    if delta is None or y2 is None or proj is None or proj.op_type != "MatMulNBits" or len(proj.inputs) > 5 \
+            or len(back) != 1:
+        return False
+    n_out = _dims(proj)[1]
+    dtype = add.outputs[0].type.dtype if add.outputs[0].type is not None else ir.DataType.FLOAT
+    name = f"{(delta.name or 'lora').removesuffix('/delta')}/bias"
+    bias = _reshape(graph, delta.outputs[0], [n_out], name, dtype, [n_out])
+    graph.remove(delta)
+    graph.insert_before(proj, [delta, bias])  # after the down it reads, before the projection
+    proj.resize_inputs(6)
+    proj.replace_input_with(5, bias.outputs[0])
+    ir.convenience.replace_all_uses_with(back[0].outputs[0], proj.outputs[0])
+    graph.remove([back[0], add, y2], safe=True)
+    return True
+
+
+def _mlp_update(name: str | None) -> bool:
+    """The Add of gate's or up's update, by the name _add_update gave it."""
+    parts = (name or "").split("/")
+    return len(parts) == 4 and parts[0] == "lora" and parts[2] in DOWN_GROUPS["gate_up_proj"] and parts[3] == "out2"
+
+
 def _back_shape(y: ir.Value, n_out: int) -> list[int]:
     """y's shape as Reshape's constant: its leading dims 1 (the batch: every runtime decodes one sequence),
     the rows' -1 and the width."""
@@ -227,10 +270,10 @@ def _back_shape(y: ir.Value, n_out: int) -> list[int]:
     return [1] * (rank - 2) + [-1, n_out]
 
 
-def _op(op: str, inputs: list, name: str, dtype: ir.DataType, dims: list | None) -> ir.Node:
+def _op(op: str, inputs: list, name: str, dtype: ir.DataType, dims: list | None, domain: str = "") -> ir.Node:
     """One node named `name` whose output (named `name` too) is declared as `dims` of `dtype`."""
     out = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(dims) if dims is not None else None)
-    return ir.node(op, inputs, name=name, outputs=[out])
+    return ir.node(op, inputs, name=name, outputs=[out], domain=domain)
 
 
 def _reshape(graph: ir.Graph, v: ir.Value, shape: list[int], name: str, dtype: ir.DataType, dims) -> ir.Node:
