@@ -141,11 +141,11 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
         inputs = {v.name: v for v in model.graph.inputs}
         for layer, (group, projs) in itertools.product(range(4), DOWN_GROUPS.items()):
             down = inputs[IO.lora_input(layer, group, "down")]
-            (low, _), = down.uses()
+            low = low_of(down, role == "decoder_lora_step")
             assert len(low.outputs[0].uses()) == len(projs), role
             for proj in projs:
                 up = inputs[IO.lora_input(layer, proj, "up")]
-                assert down.const_value is None and up.const_value is None, role
+                assert up.const_value is None, role
                 assert down.shape[1] == up.shape[0] == ("lora_rank" if len(projs) == 1 else f"lora_rank_{group}")
                 (delta, _), = up.uses()
                 assert delta.inputs[0] is low.outputs[0], role
@@ -157,7 +157,7 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
                 (add, _), = delta.outputs[0].uses()
                 (back, _), = add.outputs[0].uses()
                 assert (low.op_type, delta.op_type, add.op_type, back.op_type) == ("MatMul", "MatMul", "Add", "Reshape")
-                rows, base = low.inputs[0].producer(), add.inputs[1].producer()
+                rows, base = x_of(low), add.inputs[1].producer()
                 assert (rows.op_type, base.op_type) == ("Reshape", "Reshape"), role
                 assert base.inputs[0].producer().op_type in ("MatMulNBits", "MatMul"), role
                 assert len(low.outputs[0].shape) == len(base.outputs[0].shape) == 2, role
@@ -180,6 +180,31 @@ def test_the_attention_norm_feeds_q_k_v_alone(sites, tmp_path):
             base_norm = model.graph.node(f"lora/{layer}/q_proj/y2").inputs[0].producer().inputs[0].producer()
             assert base_norm.op_type in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"), role
             assert sorted(u.op_type for u, _ in base_norm.outputs[0].uses()) == ["MatMulNBits"] * 3, role
+
+
+def low_of(down: ir.Value, grouped: bool) -> ir.Node:
+    """The MatMul giving x @ down: itself, or in the step form (lora_form.grouped_downs) the sum of the partial
+    products over groups of 64 inputs, ones [1, G] @ Reshape(MatMul(x [G, 1, 64], down [G, 64, R]))."""
+    assert down.const_value is None  # a graph input without a default
+    (first, _), = down.uses()
+    if not grouped:
+        return first
+    (partial, _), = first.outputs[0].uses()
+    (rows, _), = partial.outputs[0].uses()
+    (low, index), = rows.outputs[0].uses()
+    assert (first.op_type, partial.op_type, rows.op_type, low.op_type, index) == (
+        "Reshape", "MatMul", "Reshape", "MatMul", 1)
+    groups, width = partial.outputs[0].shape[0], partial.inputs[0].shape[2]
+    assert width == 64 and np.array_equal(low.inputs[0].const_value.numpy(), np.ones((1, groups)))
+    return low
+
+
+def x_of(low: ir.Node) -> ir.Node:
+    """The Reshape to rows [-1, in] the down reads."""
+    x = low.inputs[0].producer()
+    if x is None:  # grouped: ones @ partial products of Reshape(rows, [G, 1, 64])
+        x = low.inputs[1].producer().inputs[0].producer().inputs[0].producer().inputs[0].producer()
+    return x
 
 
 @needs_espeak

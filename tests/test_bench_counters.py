@@ -186,7 +186,8 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     a GPU buffer, a bind group or a dispatch; with it on the decode replays the adapted step graph (still no
     bind group and one 8-byte mask write per token), a Gemm more per projection (the 2-D form's up MatMul and
     Add, fused by onnxruntime-web: docs/adapters.md, so no Add) but for gate and up, whose up MatMuls feed
-    their MatMulNBits' bias, and a MatMul per down (q/k/v and gate/up share theirs); and the base's fused
+    their MatMulNBits' bias, and two MatMuls per down (q/k/v and gate/up share theirs: partial products over
+    groups of inputs and their sum); and the base's fused
     norm + Q/K/V and norm + gate/up + SiLU kernels."""
     off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
     on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
@@ -213,7 +214,8 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     assert (ups, downs) == (28, 16)  # q/k/v share one down a layer, gate/up another (webbuild.adapters.DOWN_GROUPS)
     biases = sum(n.endswith((".gate_proj.up", ".up_proj.up")) for n in tensors)  # the step's MLP updates
     added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in ("MatMul", "Gemm", "Add")}
-    assert added == {"MatMul": downs + biases, "Gemm": ups - biases, "Add": 0}, c["kernels"]
+    # a step's down: partial products over groups of inputs, then their sum (lora_form.grouped_downs)
+    assert added == {"MatMul": 2 * downs + biases, "Gemm": ups - biases, "Add": 0}, c["kernels"]
     # the branches read copies of the norms, so onnxruntime-web still fuses norm + Q/K/V and norm + gate/up + SiLU
     for fused in ("MatMulNBitsQkvDecode", "MatMulNBitsMlpDecode"):
         assert c["kernels"][fused] == base["kernels"][fused] > 0, c["kernels"]
