@@ -40,7 +40,8 @@ norm (_branch_norm): one dispatch more a layer each, three fewer for Q/K/V (831 
 the H200, BENCHMARKS.md). The MLP's kernel also needs gate's and up's outputs to go straight into the SiLU, which
 the Adds of the updates stop; in the one-token step form their updates are the MatMulNBits' bias instead, which
 that kernel takes (mlp_updates_as_biases): 691 -> 607 dispatches a token for the 0.6b. Q/K/V's kernel takes no
-bias, so q, k and v keep their Adds (Gemms once optimized).
+bias, so q, k and v keep their Adds (Gemms once optimized). The step form's downs also run in groups of 64
+inputs (grouped_downs), since a one-row MatMul leaves most of the GPU idle.
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
