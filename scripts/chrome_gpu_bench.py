@@ -15,6 +15,9 @@ Rows, alternated in rounds (A B C, A B C, ...):
   node-webbuild      `webbuild bench DIST --ep webgpu` (Node + Dawn), counted by its own report
                      (webbuild/tools/bench/counters.mjs)
   node-peer          (optional) `webbuild bench PEER --ep webgpu`
+  chromium-webbuild-lora  with --adapter NAME: the site's page with its picker on NAME, just before the
+                     chromium-webbuild row, which picks it off again: adapter on and off alternated on one
+                     page (with --timing, both timed too)
 --first-use 1,2.5,5,8,15,30 (after the rounds): for each length a fresh page (a new browser context: empty
 cache, so the model downloads and every shard is hashed again) loads the counted site, then transcribes one
 clip of that length as one chunk (webbuild/tools/bench/first_use.py: the samples' speech cut to the length):
@@ -46,8 +49,8 @@ from webbuild.tools import browser as br
 from webbuild.tools.bench import HARNESSES
 from webbuild.tools.bench import first_use as fu
 from webbuild.tools.bench.instrument import counted_site
-from webbuild.tools.bench.page_bench import site_worker, spread
-from webbuild.tools.verify.visits import Clip, site_url, transcribe
+from webbuild.tools.bench.page_bench import pick_adapter, site_worker, spread
+from webbuild.tools.verify.visits import Clip, site_url, switch_lora, transcribe
 
 ADAPTER_JS = """async () => {
   if (!navigator.gpu) return { error: 'no navigator.gpu' };
@@ -65,6 +68,7 @@ HERE = Path(__file__).resolve().parent  # chrome_gpu_merged.html lies beside thi
 REPO = HERE.parent
 
 COUNT_KEYS = ("dispatches", "submits", "readbacks", "write_buffers", "write_bytes", "bind_groups", "buffers")
+LORA_ROW = "chromium-webbuild-lora"  # --adapter: the site's page with the adapter picked
 
 
 def serve(folder: Path) -> http.server.ThreadingHTTPServer:
@@ -132,7 +136,7 @@ class SitePage:
 
     def __init__(self, browser, url: str, args):
         self.page = browser.new_context().new_page()
-        self.log = br.watch(self.page)
+        self.log, self.timeout = br.watch(self.page), args.timeout
         t0 = time.monotonic()
         # ep=webgpu: on SwiftShader (--allow-software) the page would take wasm; check_adapter guards the GPU
         br.open_page(self.page, url + f"?ep=webgpu&max_new_tokens={args.clip_tokens}", args.timeout)
@@ -151,11 +155,23 @@ class SitePage:
             s = transcribe(self.page, Clip(i, text, button=i), args.timeout)
             self.clips.append({"clip": i, "text": s["text"], "error": s["error"], **(s.get("metrics") or {})})
 
-    def synth(self, n: int) -> dict:
+    def synth(self, n: int, lora: str | None = None) -> dict:
+        self.use(lora)
         return self.worker.evaluate("n => self.__wbSynth(n)", n)
 
-    def timed(self, n: int) -> dict | None:
+    def timed(self, n: int, lora: str | None = None) -> dict | None:
+        self.use(lora)
         return self.worker.evaluate("n => self.__wbTimedSynth(n)", n)
+
+    def use(self, lora: str | None) -> None:
+        """The page's picker on adapter `lora` (None: the base model), where it is not already."""
+        if self.page.evaluate("() => window.webbuild.lora ?? null") == lora:
+            return
+        if lora is None:
+            if error := switch_lora(self.page, None, self.timeout):
+                raise SystemExit(f"FATAL: switching the adapter off failed: {error}")
+        else:
+            pick_adapter(self.page, self.state["info"], lora, self.timeout)
 
 
 class PeerPage:
@@ -179,7 +195,8 @@ def timed_decodes(site, peer, args) -> dict:
     """timing.mjs's timing_per_token (where a token's time goes, GPU time per kernel) of an n2-step decode
     on each Chromium page, as bench.mjs reports it under Node."""
     out = {}
-    for name, timed in (("chromium-webbuild", site and (lambda: site.timed(args.n2))),
+    for name, timed in ((LORA_ROW, site and args.adapter and (lambda: site.timed(args.n2, args.adapter))),
+                        ("chromium-webbuild", site and (lambda: site.timed(args.n2))),
                         ("chromium-peer", peer and (lambda: peer.timed(args.n2, args.prompt_tokens)))):
         if timed:
             out[name] = timed()
@@ -305,9 +322,14 @@ def main() -> int:
                          "warm-up and the ones before it; one load instead of one per length)")
     ap.add_argument("--timing", action="store_true",
                     help="after the rounds, cut one decode of each Chromium page into phases and GPU kernel times")
+    ap.add_argument("--adapter", metavar="NAME",
+                    help=f"a LoRA adapter of the site: each round runs row {LORA_ROW} (the page's picker on NAME) "
+                         "before chromium-webbuild (picked off again) on the same page; with --timing both are timed")
     ap.add_argument("--out", type=Path, default=Path("chrome-gpu-bench.json"))
     args = ap.parse_args()
     rows = [r for r in args.rows.split(",") if r]
+    if args.adapter and "chromium-webbuild" in rows:  # the same page with the adapter on, just before it
+        rows.insert(rows.index("chromium-webbuild"), LORA_ROW)
     from playwright.sync_api import sync_playwright
 
     work = Path(tempfile.mkdtemp(prefix="cgb-"))
@@ -354,8 +376,9 @@ def main() -> int:
             for rnd in range(1, args.rounds + 1):
                 for name in rows:
                     t0 = time.monotonic()
-                    if name == "chromium-webbuild":
-                        a, b = site.synth(args.n1), site.synth(args.n2)
+                    if name in ("chromium-webbuild", LORA_ROW):
+                        lora = args.adapter if name == LORA_ROW else None
+                        a, b = site.synth(args.n1, lora), site.synth(args.n2, lora)
                         r = {"steps": b["steps"], "prefill_ms": b["prefill_ms"],
                              "prompt_tokens": b["prompt_tokens"], "ttft_ms": b["ttft_ms"],
                              "counts": [a["counts"], b["counts"]],
@@ -406,7 +429,7 @@ def main() -> int:
             r.setdefault("steps", None)
         steps_rows = [{**r, "steps": r["steps"] or []} for r in rs]
         per = next((r.get("per_token") for r in rs if r.get("per_token")), None)
-        if name == "chromium-webbuild":
+        if name in ("chromium-webbuild", LORA_ROW):
             load, ttft = result["site"]["info"]["load"], _median([c.get("ttft_ms") for c in result["site"]["clips"]])
         elif name == "chromium-peer":
             load, ttft = result["peer"]["load"], None

@@ -45,7 +45,8 @@ There, device calls back to back while the machine is warm:
 Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), STAGE, STEPS ("verify bench_browser rounds"; also first_use:
 a fresh page per first-clip length, first-use-N.json, and the same build with BASE_REF's page runtime,
 first-use-base-N.json; live: `webbuild verify --live only`, live.json; lora_browser: adapter on and off alternated, lora-on-N.json
-and lora-off-N.json, on a LORA=1 build), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BASE_REF (main, at prepare),
+and lora-off-N.json, on a LORA=1 build; lora_rounds: on and off alternated on one page, with TIMING=1 their GPU kernel
+times, lora-rounds.json), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BASE_REF (main, at prepare),
 LORA=1 (gen builds with a random rank-32 adapter `rand`: give it its own WORK),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), PEER=0 (gen skips the genai peer), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
@@ -243,6 +244,12 @@ lora_browser() {
     done
   done
   cp "$OUT/lora-on-$ROUNDS.json" "$WORK/lora-browser.json.part"
+}
+# adapter on against off on one page (a LORA=1 build): chrome_gpu_bench.py --adapter rand, ROUNDS rounds, with
+# TIMING=1 the GPU kernel times of both decodes after them; lora-rounds.json
+lora_rounds() {
+  python3 $WB/scripts/chrome_gpu_bench.py --dist "$WORK/webbuild" --rows chromium-webbuild --adapter rand \
+    --rounds "$ROUNDS" ${TIMING:+--timing} --out "$WORK/lora-rounds.json.part"
 }
 # the first clip of each length on a fresh page, with the load and its parts (issue 31); STEPS=first_use.
 # Before, the same build with BASE_REF's page runtime (its template's verbatim files: the model files are the

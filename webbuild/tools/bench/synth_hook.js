@@ -32,10 +32,14 @@ self.__wbTimedSynth = async (n) => {
   const rec = site?.recogniser;
   if (!t || !rec) throw new Error('no timing harness or no model');
   if (site.ep !== 'webgpu') return null;
-  if (!t.watched) { // the decoder's runs, or the captured decode's steps (one read-back each)
-    t.watchRun(rec.decoder);
-    if (rec.steps) t.watchRun(rec.steps, 'issue');
-    t.watched = true;
+  // the decoder's runs, or the captured decode's steps (one read-back each): each object once, the adapted
+  // sessions' too (a switched adapter gives the recogniser other ones)
+  t.watched ??= new WeakSet();
+  for (const [obj, kind] of [[rec.decoder, undefined], [rec.steps, 'issue']]) {
+    if (obj && !t.watched.has(obj)) {
+      t.watchRun(obj, kind);
+      t.watched.add(obj);
+    }
   }
   t.on = true;
   try {
