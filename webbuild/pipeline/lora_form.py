@@ -60,7 +60,6 @@ from webbuild.site.contract import IO
 
 RANK_DIM = "lora_rank"
 GROUP_WIDTH = 64  # inputs a partial product of a step's down sums (grouped_downs)
-_NUMPY = {ir.DataType.FLOAT: np.float32, ir.DataType.FLOAT16: np.float16}
 ROWS_DIM = "lora_rows"  # batch x sequence: declared on both sides of the up MatMul's Add, see the docstring
 QKV = ("q_proj", "k_proj", "v_proj")
 NORMS = ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization")
@@ -236,12 +235,15 @@ def grouped_downs(graph: ir.Graph) -> int:
     it. A MatMul of one row gives each workgroup a tile of R outputs and loops it over all of `in`, so the GPU
     is mostly idle for 1024-3072 inputs; in groups it runs G times the workgroups over 64 inputs each, and the
     sum is a MatMul of K = G. Returns how many downs changed."""
-    return sum(_grouped(graph, n) for n in list(graph) if n.op_type == "MatMul" and _is_down(n.name))
+    return sum(_grouped(graph, n) for n in list(graph)
+               if n.op_type == "MatMul" and _branch_part(n.name, tuple(DOWN_GROUPS)) == "low")
 
 
-def _is_down(name: str | None) -> bool:
+def _branch_part(name: str | None, owners: tuple[str, ...]) -> str | None:
+    """What node `lora/{layer}/{owner}/{part}` of a branch (as _adapt and _add_update name them) is, for an
+    owner (a group or a projection) among `owners`; None for any other node."""
     parts = (name or "").split("/")
-    return len(parts) == 4 and parts[0] == "lora" and parts[2] in DOWN_GROUPS and parts[3] == "low"
+    return parts[3] if len(parts) == 4 and parts[0] == "lora" and parts[2] in owners else None
 
 
 def _grouped(graph: ir.Graph, low: ir.Node) -> bool:
@@ -259,7 +261,7 @@ def _grouped(graph: ir.Graph, low: ir.Node) -> bool:
                   [groups, GROUP_WIDTH, rank])
     part = _op("MatMul", [xg.outputs[0], dg.outputs[0]], f"{prefix}/partial", dtype, [groups, 1, rank])
     rows = _reshape(graph, part.outputs[0], [groups, -1], f"{prefix}/partial2", dtype, [groups, rank])
-    ones = shared_const(graph, f"lora/ones_{groups}", np.ones((1, groups), _NUMPY.get(dtype, np.float32)))
+    ones = shared_const(graph, f"lora/ones_{groups}", np.ones((1, groups), dtype.numpy()))
     graph.insert_before(low, [xg, dg, part, rows])
     low.replace_input_with(0, ones)
     low.replace_input_with(1, rows.outputs[0])
@@ -272,7 +274,9 @@ def mlp_updates_as_biases(graph: ir.Graph) -> int:
     with biases + SiLU x up into one kernel (MatMulNBitsMlpFusion), where the Adds of the 2-D form stop it:
     three dispatches fewer a layer. q, k and v keep their Adds: MatMulNBitsQkvFusion takes no bias. Returns
     how many updates moved."""
-    return sum(_as_bias(graph, add) for add in [n for n in graph if n.op_type == "Add" and _mlp_update(n.name)])
+    mlp = DOWN_GROUPS["gate_up_proj"]
+    return sum(_as_bias(graph, add) for add in [n for n in graph
+                                                if n.op_type == "Add" and _branch_part(n.name, mlp) == "out2"])
 
 
 def _as_bias(graph: ir.Graph, add: ir.Node) -> bool:
@@ -294,12 +298,6 @@ def _as_bias(graph: ir.Graph, add: ir.Node) -> bool:
     ir.convenience.replace_all_uses_with(back[0].outputs[0], proj.outputs[0])
     graph.remove([back[0], add, y2], safe=True)
     return True
-
-
-def _mlp_update(name: str | None) -> bool:
-    """The Add of gate's or up's update, by the name _add_update gave it."""
-    parts = (name or "").split("/")
-    return len(parts) == 4 and parts[0] == "lora" and parts[2] in DOWN_GROUPS["gate_up_proj"] and parts[3] == "out2"
 
 
 def _back_shape(y: ir.Value, n_out: int) -> list[int]:
