@@ -41,7 +41,8 @@ the H200, BENCHMARKS.md). The MLP's kernel also needs gate's and up's outputs to
 the Adds of the updates stop; in the one-token step form their updates are the MatMulNBits' bias instead, which
 that kernel takes (mlp_updates_as_biases): 691 -> 607 dispatches a token for the 0.6b. Q/K/V's kernel takes no
 bias, so q, k and v keep their Adds (Gemms once optimized). The step form's downs also run in groups of 64
-inputs (grouped_downs), since a one-row MatMul leaves most of the GPU idle.
+inputs (grouped_downs), since a one-row MatMul leaves most of the GPU idle: 719 dispatches a token for the
+0.6b, and faster in Chromium in the one clean round measured (BENCHMARKS.md, "In Chromium").
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
