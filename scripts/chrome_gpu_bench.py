@@ -45,6 +45,7 @@ import threading
 import time
 from pathlib import Path
 
+from webbuild.errors import BenchError
 from webbuild.tools import browser as br
 from webbuild.tools.bench import HARNESSES
 from webbuild.tools.bench import first_use as fu
@@ -171,7 +172,10 @@ class SitePage:
             if error := switch_lora(self.page, None, self.timeout):
                 raise SystemExit(f"FATAL: switching the adapter off failed: {error}")
         else:
-            pick_adapter(self.page, self.state["info"], lora, self.timeout)
+            try:
+                pick_adapter(self.page, self.state["info"], lora, self.timeout)
+            except BenchError as exc:  # an adapter the site does not have: one line, not a traceback
+                raise SystemExit(f"FATAL: --adapter: {exc}") from None
 
 
 class PeerPage:

@@ -34,3 +34,13 @@ def test_adapter_rounds_count_and_time_both_decodes_on_one_page(example_dist, tm
     assert "Gemm" in timing["chromium-webbuild-lora"]["kernels_gpu_ms"]  # the ups' kernels, the adapter's alone
     assert "Gemm" not in timing["chromium-webbuild"]["kernels_gpu_ms"]
     assert "| chromium-webbuild-lora |" in run.stdout
+
+
+@pytest.mark.browser
+def test_an_adapter_the_site_lacks_is_one_line(example_dist, tmp_path):
+    run = subprocess.run([sys.executable, str(SCRIPT), "--dist", str(example_dist), "--rows", "chromium-webbuild",
+                          "--rounds", "1", "--n1", "1", "--n2", "2", "--clips", "0", "--allow-software",
+                          "--adapter", "nope", "--timeout", "600", "--out", str(tmp_path / "r.json")],
+                         capture_output=True, text=True, timeout=900, check=False)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == "FATAL: --adapter: no adapter 'nope'; the site has klatt"
