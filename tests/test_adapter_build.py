@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.example_config import EXAMPLE
-from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES
+from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES, shared_rank
 from webbuild.cli import main
 from webbuild.pipeline.lora_form import QKV, NoProjections, find_projections
 from webbuild.reference.audio import read_wav
@@ -28,7 +28,7 @@ from webbuild.site.adapter_pack import (
     unpack,
     update,
 )
-from webbuild.site.contract import IO
+from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO
 from webbuild.site.manifest import load_manifest, reassemble
 
 KLATT = EXAMPLE / "adapters" / "klatt"
@@ -136,17 +136,19 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
     """Every projection of the adapted WebGPU, step and wasm graphs: base + MatMul(MatMul(x, down), up) + Add
     on 2-D rows (Reshape to [-1, in] / [-1, out], and back to [1, -1, out]), down and up inputs without
     defaults (onnxruntime-web could not feed an input that has one); one down MatMul for q, k and v, one for
-    gate and up. The step form's gate and up take theirs as a bias (the next test)."""
+    gate and up. The step form's downs are 8-bit MatMulNBits (low_of), its gate and up take their updates as
+    a bias (the next test)."""
     for role, model in adapted_graphs(sites["with"], tmp_path).items():
         inputs = {v.name: v for v in model.graph.inputs}
         for layer, (group, projs) in itertools.product(range(4), DOWN_GROUPS.items()):
-            down = inputs[IO.lora_input(layer, group, "down")]
-            low = low_of(down, role == "decoder_lora_step")
+            step = role == "decoder_lora_step"
+            low = low_of(inputs, layer, group, step)
             assert len(low.outputs[0].uses()) == len(projs), role
             for proj in projs:
                 up = inputs[IO.lora_input(layer, proj, "up")]
                 assert up.const_value is None, role
-                assert down.shape[1] == up.shape[0] == ("lora_rank" if len(projs) == 1 else f"lora_rank_{group}")
+                rank = "lora_rank" if len(projs) == 1 else f"lora_rank_{group}"
+                assert up.shape[0] == rank and (step or low.inputs[1].shape[1] == rank), role
                 (delta, _), = up.uses()
                 assert delta.inputs[0] is low.outputs[0], role
                 if role == "decoder_lora_step" and group == "gate_up_proj":  # one row: the update is a bias
@@ -156,8 +158,8 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
                     continue
                 (add, _), = delta.outputs[0].uses()
                 (back, _), = add.outputs[0].uses()
-                assert (low.op_type, delta.op_type, add.op_type, back.op_type) == ("MatMul", "MatMul", "Add", "Reshape")
-                rows, base = x_of(low), add.inputs[1].producer()
+                assert (delta.op_type, add.op_type, back.op_type) == ("MatMul", "Add", "Reshape")
+                rows, base = low.inputs[0].producer(), add.inputs[1].producer()
                 assert (rows.op_type, base.op_type) == ("Reshape", "Reshape"), role
                 assert base.inputs[0].producer().op_type in ("MatMulNBits", "MatMul"), role
                 assert len(low.outputs[0].shape) == len(base.outputs[0].shape) == 2, role
@@ -182,29 +184,26 @@ def test_the_attention_norm_feeds_q_k_v_alone(sites, tmp_path):
             assert sorted(u.op_type for u, _ in base_norm.outputs[0].uses()) == ["MatMulNBits"] * 3, role
 
 
-def low_of(down: ir.Value, grouped: bool) -> ir.Node:
-    """The MatMul giving x @ down: itself, or in the step form (lora_form.grouped_downs) the sum of the partial
-    products over groups of 64 inputs, ones [1, G] @ Reshape(MatMul(x [G, 1, 64], down [G, 64, R]))."""
-    assert down.const_value is None  # a graph input without a default
-    (first, _), = down.uses()
-    if not grouped:
-        return first
-    (partial, _), = first.outputs[0].uses()
-    (rows, _), = partial.outputs[0].uses()
-    (low, index), = rows.outputs[0].uses()
-    assert (first.op_type, partial.op_type, rows.op_type, low.op_type, index) == (
-        "Reshape", "MatMul", "Reshape", "MatMul", 1)
-    groups, width = partial.outputs[0].shape[0], partial.inputs[0].shape[2]
-    assert width == 64 and np.array_equal(low.inputs[0].const_value.numpy(), np.ones((1, groups)))
+def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool) -> ir.Node:
+    """The node giving x @ down of a group: a MatMul by the down input, or in the step form (lora_form.int8_downs)
+    an 8-bit MatMulNBits of its codes and scales inputs, the down's float input gone."""
+    if not step:
+        down = inputs[IO.lora_input(layer, group, "down")]
+        assert down.const_value is None  # a graph input without a default
+        (low, _), = down.uses()
+        return low
+    assert IO.lora_input(layer, group, "down") not in inputs
+    codes, scales = (inputs[IO.lora_input(layer, group, f)] for f in (DOWN_CODES, DOWN_SCALES))
+    assert codes.const_value is None and scales.const_value is None
+    (low, index), = codes.uses()
+    (reader, at), = scales.uses()
+    assert (low.op_type, index, at) == ("MatMulNBits", 1, 2) and reader is low
+    attrs = {k: low.attributes[k].as_int() for k in ("K", "N", "bits", "block_size", "accuracy_level")}
+    rank, blocks = shared_rank(group), -(-attrs["K"] // 32)
+    assert attrs == {"K": attrs["K"], "N": rank, "bits": 8, "block_size": 32, "accuracy_level": 0}
+    assert codes.dtype == ir.DataType.UINT8 and list(codes.shape) == [rank, blocks, 32]
+    assert list(scales.shape) == [rank, blocks]
     return low
-
-
-def x_of(low: ir.Node) -> ir.Node:
-    """The Reshape to rows [-1, in] the down reads."""
-    x = low.inputs[0].producer()
-    if x is None:  # grouped: ones @ partial products of Reshape(rows, [G, 1, 64])
-        x = low.inputs[1].producer().inputs[0].producer().inputs[0].producer().inputs[0].producer()
-    return x
 
 
 @needs_espeak

@@ -182,12 +182,11 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     """Off: the same calls per token as the build without adapters, another process (so two runs count the
     same) on another build whose base decoder is the same graph. `--adapter klatt` switches it on, off and
     on again: each switch on is one writeBuffer per lora.* input (float32 values: 4 bytes each, of the rows its
-    file stores), none makes
+    file stores) and two per down for the step form's codes and scales (lora_form.int8_downs), none makes
     a GPU buffer, a bind group or a dispatch; with it on the decode replays the adapted step graph (still no
     bind group and one 8-byte mask write per token), a Gemm more per projection (the 2-D form's up MatMul and
     Add, fused by onnxruntime-web: docs/adapters.md, so no Add) but for gate and up, whose up MatMuls feed
-    their MatMulNBits' bias, and two MatMuls per down (q/k/v and gate/up share theirs: partial products over
-    groups of inputs and their sum); and the base's fused
+    their MatMulNBits' bias, and an 8-bit MatMulNBits per down (q/k/v and gate/up share theirs); and the base's fused
     norm + Q/K/V and norm + gate/up + SiLU kernels."""
     off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
     on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
@@ -203,19 +202,21 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     values = stored_parameters(tensors)  # only the rows a file stores are written (the ups' own rows)
     assert values < sum(t["shape"][0] * t["shape"][1] for t in tensors.values())
     assert [s["to"] for s in on["lora_switches"]] == ["klatt", None, "klatt"]
+    down_shapes = [t["shape"] for n, t in tensors.items() if n.endswith(".down")]
+    step_bytes = sum(n * -(-k // 32) * (32 + 4) for k, n in down_shapes)  # uint8 codes and float32 scales
     for s in on["lora_switches"]:
-        writes = len(tensors) if s["to"] else 0
+        writes = len(tensors) + 2 * len(down_shapes) if s["to"] else 0
         assert s["counts"] == {"dispatches": 0, "submits": 0, "readbacks": 0, "write_buffers": writes,
-                               "write_bytes": 4 * values if s["to"] else 0, "bind_groups": 0, "buffers": 0,
+                               "write_bytes": 4 * values + step_bytes if s["to"] else 0, "bind_groups": 0, "buffers": 0,
                                "buffer_bytes": 0, "pipelines": 0}, s
     c, base = on["counters_per_token"], off["counters_per_token"]
     assert c["bind_groups"] == 0 and c["write_buffers"] == 1 and c["write_bytes"] == 8 and c["readbacks"] == 1
     ups, downs = (sum(n.endswith(part) for n in tensors) for part in (".up", ".down"))
     assert (ups, downs) == (28, 16)  # q/k/v share one down a layer, gate/up another (webbuild.adapters.DOWN_GROUPS)
     biases = sum(n.endswith((".gate_proj.up", ".up_proj.up")) for n in tensors)  # the step's MLP updates
-    added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in ("MatMul", "Gemm", "Add")}
-    # a step's down: partial products over groups of inputs, then their sum (lora_form.grouped_downs)
-    assert added == {"MatMul": 2 * downs + biases, "Gemm": ups - biases, "Add": 0}, c["kernels"]
+    added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in ("MatMul", "MatMulNBits", "Gemm", "Add")}
+    # a step's down: one 8-bit MatMulNBits (lora_form.int8_downs)
+    assert added == {"MatMul": biases, "MatMulNBits": downs, "Gemm": ups - biases, "Add": 0}, c["kernels"]
     # the branches read copies of the norms, so onnxruntime-web still fuses norm + Q/K/V and norm + gate/up + SiLU
     for fused in ("MatMulNBitsQkvDecode", "MatMulNBitsMlpDecode"):
         assert c["kernels"][fused] == base["kernels"][fused] > 0, c["kernels"]

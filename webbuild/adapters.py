@@ -27,6 +27,14 @@ BLOCK = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o
 # then has the shared rank's rows, zero outside its own (docs/adapters.md).
 DOWN_GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "o_proj": ("o_proj",),
                "gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}
+
+
+def shared_rank(owner: str, rank: int = RANK) -> int:
+    """The rank of a group's shared down, or of a projection's up (DOWN_GROUPS): `rank` times the group's members."""
+    group = owner if owner in DOWN_GROUPS else next(g for g, projs in DOWN_GROUPS.items() if owner in projs)
+    return rank * len(DOWN_GROUPS[group])
+
+
 WEIGHTS, CONFIG = "adapter_model.safetensors", "adapter_config.json"
 ENCODER = ".audio_tower."  # in PEFT's names of the audio encoder's tensors
 DECODER_TARGETS = r".*language_model.*\.(q|k|v|o|gate|up|down)_proj"  # PEFT's regex form: the decoder's only

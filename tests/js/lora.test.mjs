@@ -1,6 +1,7 @@
 // runtime/lora.js against the Python packer (webbuild/site/adapter_pack.py): an adapter file packed in
 // each precision reads back as the Python reference unpacks it, bit for bit, in float32 and as float16
-// bits (numpy's astype(float16)). Run: node --test tests/js/
+// bits (numpy's astype(float16)), and its downs' step inputs are adapter_pack.step_downs', bit for bit.
+// Run: node --test tests/js/
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -8,21 +9,21 @@ import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 
 import { floatToHalf } from '../../webbuild/template/runtime/half.js';
-import { LoraInputs, loraNames, loraShapes, loraValues } from '../../webbuild/template/runtime/lora.js';
+import { LoraInputs, loraNames, loraShapes, loraValues, stepDowns } from '../../webbuild/template/runtime/lora.js';
 import { PYTHON, REPO, tempDir } from './fixture.mjs';
 
 // Packs random [K, N] inputs (K not a multiple of 32 among them, values over float16's whole range and
 // beyond, one zero outside a band of rows, one all zeros) with adapter_pack.pack; writes per precision the file, its `tensors` entry, and what
-// adapter_pack.unpack gives, as float32 and as float16 bits.
+// adapter_pack.unpack gives, as float32 and as float16 bits, and step_downs of that (codes, float32 and float16 scales).
 const PACK = `
 import json, sys
 from pathlib import Path
 import numpy as np
-from webbuild.site.adapter_pack import pack, unpack
+from webbuild.site.adapter_pack import pack, step_downs, unpack
 out = Path(sys.argv[1])
 rng = np.random.default_rng(0)
-inputs = {"lora.0.q_proj.down": rng.normal(0, 0.05, (40, 32)), "lora.0.q_proj.up": rng.normal(0, 3, (32, 24)),
-          "lora.1.q_proj.down": np.array([[0.0, -0.0, 1e-8, 6e-5], [65504, 7e4, -2.0 ** -24, 1 + 2.0 ** -11]] * 16)}
+inputs = {"lora.0.o_proj.down": rng.normal(0, 0.05, (40, 32)), "lora.0.q_proj.up": rng.normal(0, 3, (32, 24)),
+          "lora.1.o_proj.down": np.tile([[0.0, -0.0, 1e-8, 6e-5], [65504, 7e4, -2.0 ** -24, 1 + 2.0 ** -11]] * 16, 8)}
 band = np.zeros((96, 24))
 band[32:64] = rng.normal(0, 0.5, (32, 24))  # an up of a shared down: its own rows of the group's rank
 inputs |= {"lora.0.k_proj.up": band, "lora.2.o_proj.up": np.zeros((32, 8))}
@@ -34,6 +35,10 @@ for precision in ("int8", "fp16", "fp32"):
     (out / f"{precision}.json").write_text(json.dumps({"tensors": tensors, "precision": precision}))
     (out / f"{precision}.f32").write_bytes(b"".join(values[k].tobytes() for k in tensors))
     (out / f"{precision}.f16").write_bytes(b"".join(values[k].astype(np.float16).tobytes() for k in tensors))
+    for dtype, suffix in ((np.float32, "f32"), (np.float16, "f16")):
+        step = step_downs(values, dtype)
+        (out / f"{precision}.step.json").write_text(json.dumps(list(step)))
+        (out / f"{precision}.step.{suffix}").write_bytes(b"".join(v.tobytes() for v in step.values()))
 `;
 
 let tmp;
@@ -56,16 +61,29 @@ describe('adapter files', () => {
     it(`${precision}: float32 inputs equal adapter_pack.unpack`, () => {
       const entry = JSON.parse(readFileSync(path.join(tmp, `${precision}.json`), 'utf8'));
       const values = loraValues(read(`${precision}.bin`), entry, 'float32');
-      assert.deepEqual(Object.keys(values), Object.keys(entry.tensors));
+      const names = Object.keys(entry.tensors);
       const expected = new Float32Array(read(`${precision}.f32`).buffer);
-      assert.deepEqual(concat(Float32Array, Object.values(values)), expected);
+      assert.deepEqual(concat(Float32Array, names.map((n) => values[n])), expected);
     });
+
+    for (const [dtype, suffix] of [['float32', 'f32'], ['float16', 'f16']]) {
+      it(`${precision}: the step form's downs in ${dtype} equal adapter_pack.step_downs`, () => {
+        const entry = JSON.parse(readFileSync(path.join(tmp, `${precision}.json`), 'utf8'));
+        const values = loraValues(read(`${precision}.bin`), entry, dtype);
+        const names = JSON.parse(readFileSync(path.join(tmp, `${precision}.step.json`), 'utf8'));
+        assert.deepEqual(Object.keys(values).filter((n) => !(n in entry.tensors)), names);
+        assert.ok(names.every((n) => values[n] instanceof (n.endsWith('_codes') ? Uint8Array : dtype === 'float16' ? Uint16Array : Float32Array)));
+        const bytes = concat(Uint8Array, names.map((n) => new Uint8Array(values[n].buffer, values[n].byteOffset, values[n].byteLength)));
+        assert.deepEqual(bytes, read(`${precision}.step.${suffix}`));
+      });
+    }
 
     it(`${precision}: float16 inputs are numpy's float16 of them`, () => {
       const entry = JSON.parse(readFileSync(path.join(tmp, `${precision}.json`), 'utf8'));
       const values = loraValues(read(`${precision}.bin`), entry, 'float16');
-      assert.ok(Object.values(values).every((v) => v instanceof Uint16Array));
-      assert.deepEqual(concat(Uint16Array, Object.values(values)), new Uint16Array(read(`${precision}.f16`).buffer));
+      const floats = Object.keys(entry.tensors).map((n) => values[n]);
+      assert.ok(floats.every((v) => v instanceof Uint16Array));
+      assert.deepEqual(concat(Uint16Array, floats), new Uint16Array(read(`${precision}.f16`).buffer));
     });
   }
 
@@ -122,7 +140,7 @@ describe('adapter inputs on the GPU', () => {
   // what LoraInputs asks of onnxruntime-web and the device, recorded: which rows each switch writes
   const writes = [];
   const device = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data, from, count) => writes.push([at, from, count]) } };
-  const ort = { Tensor: { fromGpuBuffer: (gpuBuffer, { dims }) => ({ gpuBuffer, dims }) } };
+  const ort = { Tensor: { fromGpuBuffer: (gpuBuffer, { dims, dataType }) => ({ gpuBuffer, dims, dataType }) } };
   globalThis.GPUBufferUsage ??= { STORAGE: 128, COPY_SRC: 4, COPY_DST: 8 };
 
   it('writes the rows an adapter stores and the ones the adapter before it filled', () => {
@@ -133,5 +151,27 @@ describe('adapter inputs on the GPU', () => {
     inputs.set(values, { up: [4, 6] });
     inputs.set(values); // no rows given: all of them
     assert.deepEqual(writes, [[2 * 4 * 4, 8, 8], [2 * 4 * 4, 8, 16], [4 * 4 * 4, 16, 8], [0, 0, 24]]);
+  });
+
+  it('gives the step form each down as codes and scales, the ups shared, the codes at the zero point until a switch', () => {
+    const shapes = { 'lora.0.o_proj.down': [40, 32], 'lora.0.o_proj.up': [32, 8] };
+    const seen = [];
+    const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, data]) } };
+    const inputs = new LoraInputs(ort, shapes, 'float16', gpu);
+    const step = inputs.stepFeeds;
+    assert.deepEqual(Object.keys(step), ['lora.0.o_proj.down_codes', 'lora.0.o_proj.down_scales', 'lora.0.o_proj.up']);
+    assert.equal(step['lora.0.o_proj.up'], inputs.feeds['lora.0.o_proj.up']);
+    assert.deepEqual([step['lora.0.o_proj.down_codes'].dims, step['lora.0.o_proj.down_codes'].dataType], [[32, 2, 32], 'uint8']);
+    assert.deepEqual([step['lora.0.o_proj.down_scales'].dims, step['lora.0.o_proj.down_scales'].dataType], [[32, 2], 'float16']);
+    assert.equal(seen.length, 1); // the codes of a zero down, before any adapter
+    assert.ok(seen[0][0] === step['lora.0.o_proj.down_codes'].gpuBuffer && seen[0][1].every((c) => c === 128));
+    const down = new Float32Array(40 * 32).map((_, i) => Math.sin(i));
+    const values = { 'lora.0.o_proj.down': new Uint16Array(40 * 32), 'lora.0.o_proj.up': new Uint16Array(32 * 8),
+      ...stepDowns('lora.0.o_proj.down', down, [40, 32], 'float16') };
+    inputs.set(values);
+    const written = new Map(seen.slice(1).map(([buffer, data]) => [buffer, data]));
+    assert.equal(written.get(step['lora.0.o_proj.down_codes'].gpuBuffer), values['lora.0.o_proj.down_codes']);
+    assert.equal(written.get(step['lora.0.o_proj.down_scales'].gpuBuffer), values['lora.0.o_proj.down_scales']);
+    assert.deepEqual(new LoraInputs({ Tensor: function () {} }, shapes, 'float32').stepFeeds, {}); // wasm: no step form
   });
 });

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import Tokenizer
 
+from webbuild.adapters import shared_rank
 from webbuild.pipeline.state import Variant
 from webbuild.reference.prompt import Prompt
 from webbuild.reference.transcribe import (
@@ -39,6 +40,7 @@ from webbuild.reference.transcribe import (
     pick,
 )
 from webbuild.reference.wer import edit_distance
+from webbuild.site.adapter_pack import step_downs
 from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -63,9 +65,10 @@ def role_transcriber(encoder: Path, decoder: Path, side_dir: Path, rank: int | N
 
 
 def zero_adapter(decoder: IdsDecoder, rank: int) -> dict[str, np.ndarray]:
-    """Zeros for every lora.* input of `decoder` ([in, r] and [r, out], r = `rank`)."""
-    return {i.name: np.zeros([d if isinstance(d, int) else rank for d in i.shape], decoder.dtype)
-            for i in decoder.sess.get_inputs() if i.name.startswith("lora.")}
+    """Zeros for every lora.* input of `decoder` ([in, r] and [r, out], r = `rank` times the group's members)."""
+    inputs = [(i, parts) for i in decoder.sess.get_inputs() if (parts := IO.lora_parts(i.name))]
+    return {i.name: np.zeros([d if isinstance(d, int) else shared_rank(owner, rank) for d in i.shape], decoder.dtype)
+            for i, (_, owner, _) in inputs}
 
 
 def reference_tokens(reference_dir: Path, clips: dict[str, np.ndarray],
@@ -186,7 +189,8 @@ class StepForm:
         self.max_positions, self.plain = max_positions, plain
         inputs = {i.name: i for i in self.sess.get_inputs()}
         self.present_of = IO.present_of_past(list(inputs))  # {past input: the present output it becomes}
-        self.adapter = {n: w for n, w in plain.adapter.items() if n in inputs}
+        feeds = plain.adapter | step_downs(plain.adapter, plain.dtype)  # an adapted step reads its downs as 8-bit
+        self.adapter = {n: w for n, w in feeds.items() if n in inputs}
         self.mask_dtype = np.int32 if inputs[IO.attention_mask].type == "tensor(int32)" else np.int64
 
     def generate(self, t: Transcriber, pcm: np.ndarray, max_new_tokens: int) -> list[int]:

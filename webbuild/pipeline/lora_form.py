@@ -40,9 +40,9 @@ norm (_branch_norm): one dispatch more a layer each, three fewer for Q/K/V (831 
 the H200, BENCHMARKS.md). The MLP's kernel also needs gate's and up's outputs to go straight into the SiLU, which
 the Adds of the updates stop; in the one-token step form their updates are the MatMulNBits' bias instead, which
 that kernel takes (mlp_updates_as_biases): 691 -> 607 dispatches a token for the 0.6b. Q/K/V's kernel takes no
-bias, so q, k and v keep their Adds (Gemms once optimized). The step form's downs also run in groups of 64
-inputs (grouped_downs), since a one-row MatMul leaves most of the GPU idle: 719 dispatches a token for the
-0.6b, and faster in Chromium in the one clean round measured (BENCHMARKS.md, "In Chromium").
+bias, so q, k and v keep their Adds (Gemms once optimized). The step form's downs are 8-bit MatMulNBits reading
+the down's codes and scales as inputs (int8_downs), since a one-row float MatMul leaves most of the GPU idle: 607
+dispatches a token for the 0.6b, 9.28 -> 8.80 ms of GPU time a token in Chromium (BENCHMARKS.md, "In Chromium").
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
@@ -55,12 +55,12 @@ from __future__ import annotations
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES
+from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES, shared_rank
 from webbuild.graph.ir import shared_const
-from webbuild.site.contract import IO
+from webbuild.site.adapter_pack import BLOCK as INT8_BLOCK
+from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO
 
 RANK_DIM = "lora_rank"
-GROUP_WIDTH = 64  # inputs a partial product of a step's down sums (grouped_downs)
 ROWS_DIM = "lora_rows"  # batch x sequence: declared on both sides of the up MatMul's Add, see the docstring
 QKV = ("q_proj", "k_proj", "v_proj")
 NORMS = ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization")
@@ -230,13 +230,14 @@ def _add_update(graph: ir.Graph, node: ir.Node, prefix: str, low: ir.Value, up: 
     graph.insert_after(node, [base, delta, add, back])
 
 
-def grouped_downs(graph: ir.Graph) -> int:
-    """In a one-token step graph, each down MatMul x [1, in] @ down [in, R] as G = in / 64 partial products and
-    their sum: x as [G, 1, 64] and down as [G, 64, R] (views), one batched MatMul [G, 1, R], then ones [1, G] @
-    it. A MatMul of one row gives each workgroup a tile of R outputs and loops it over all of `in`, so the GPU
-    is mostly idle for 1024-3072 inputs; in groups it runs G times the workgroups over 64 inputs each, and the
-    sum is a MatMul of K = G. Returns how many downs changed."""
-    return sum(_grouped(graph, n) for n in list(graph)
+def int8_downs(graph: ir.Graph) -> int:
+    """In a one-token step graph, each down MatMul x [1, in] @ down [in, R] as an 8-bit MatMulNBits reading the
+    down as graph inputs in its own layout: `lora.{i}.{group}.down_codes` uint8 [R, blocks, 32] (zero point 128)
+    and `lora.{i}.{group}.down_scales` [R, blocks] (webbuild.site.adapter_pack.quantize_int8), R static (the
+    build's rank times the group's members). A float MatMul of one row gives each workgroup a tile of R outputs
+    and loops it over all 1024-3072 inputs; MatMulNBits' decode kernel spreads the inputs over a workgroup, in
+    one dispatch. Returns how many downs changed."""
+    return sum(_as_int8(graph, n) for n in list(graph)
                if n.op_type == "MatMul" and _branch_part(n.name, tuple(DOWN_GROUPS)) == "low")
 
 
@@ -247,25 +248,24 @@ def _branch_part(name: str | None, owners: tuple[str, ...]) -> str | None:
     return parts[3] if len(parts) == 4 and parts[0] == "lora" and parts[2] in owners else None
 
 
-def _grouped(graph: ir.Graph, low: ir.Node) -> bool:
+def _as_int8(graph: ir.Graph, low: ir.Node) -> bool:
     x, down = low.inputs
-    if x is None or down is None or down.shape is None or not isinstance(down.shape[0], int):
+    if x is None or down is None or down.shape is None or not isinstance(down.shape[0], int) \
+            or down not in graph.inputs:
         return False
-    n_in, rank = down.shape[0], down.shape[1]
-    groups = n_in // GROUP_WIDTH
-    if n_in % GROUP_WIDTH or groups < 2:
-        return False
+    _, layer, group, _ = (low.name or "").split("/")
+    n_in, rank = down.shape[0], shared_rank(group)
+    blocks = -(-n_in // INT8_BLOCK)
     dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
-    prefix = (low.name or "lora").removesuffix("/low")
-    xg = _reshape(graph, x, [groups, 1, GROUP_WIDTH], f"{prefix}/x_groups", dtype, [groups, 1, GROUP_WIDTH])
-    dg = _reshape(graph, down, [groups, GROUP_WIDTH, -1], f"{prefix}/down_groups", dtype,
-                  [groups, GROUP_WIDTH, rank])
-    part = _op("MatMul", [xg.outputs[0], dg.outputs[0]], f"{prefix}/partial", dtype, [groups, 1, rank])
-    rows = _reshape(graph, part.outputs[0], [groups, -1], f"{prefix}/partial2", dtype, [groups, rank])
-    ones = shared_const(graph, f"lora/ones_{groups}", np.ones((1, groups), dtype.numpy()))
-    graph.insert_before(low, [xg, dg, part, rows])
-    low.replace_input_with(0, ones)
-    low.replace_input_with(1, rows.outputs[0])
+    codes = _input(graph, IO.lora_input(int(layer), group, DOWN_CODES), ir.DataType.UINT8, [rank, blocks, INT8_BLOCK])
+    scales = _input(graph, IO.lora_input(int(layer), group, DOWN_SCALES), dtype, [rank, blocks])
+    node = _op("MatMulNBits", [x, codes, scales], f"{low.name}8", dtype, [ROWS_DIM, rank], domain="com.microsoft")
+    for key, value in (("K", n_in), ("N", rank), ("bits", 8), ("block_size", INT8_BLOCK), ("accuracy_level", 0)):
+        node.attributes[key] = ir.AttrInt64(key, value)  # level 0: one dispatch (level 4's DP4A path is two)
+    graph.insert_before(low, [node])
+    ir.convenience.replace_all_uses_with(low.outputs[0], node.outputs[0])
+    graph.remove(low, safe=True)
+    graph.inputs.remove(down)
     return True
 
 

@@ -20,7 +20,8 @@ its CPU EP; the step form has none:
 - the last-position Slice before lm_head goes: a decode step has one position.
 - in an adapted decoder (webbuild.pipeline.lora_form), gate's and up's updates become their
   MatMulNBits' bias: one row, so onnxruntime-web fuses the MLP again (lora_form.mlp_updates_as_biases);
-  each down MatMul runs as a batched MatMul over groups of 64 inputs and a sum (lora_form.grouped_downs).
+  each down MatMul becomes an 8-bit MatMulNBits reading the down's codes and scales as inputs
+  (lora_form.int8_downs).
 
 The runtime feeds it a static KV cache: `attention_mask` [1, T_max] with ones up to the current
 position, and every `past_key_values.*` bound to the same [1, kv, T_max, hd] buffer as its `present.*`
@@ -35,7 +36,7 @@ import onnx_ir as ir
 
 from webbuild.fusion.attention_mask import lengths_from_values
 from webbuild.graph.ir import dead_code_elimination, prod, shared_const
-from webbuild.pipeline.lora_form import grouped_downs, mlp_updates_as_biases
+from webbuild.pipeline.lora_form import int8_downs, mlp_updates_as_biases
 from webbuild.site.contract import IO
 
 _SEQLENS, _TOTAL = 5, 6  # GroupQueryAttention's inputs
@@ -63,7 +64,7 @@ def step_form(model: ir.Model) -> bool:
     ids.type = ir.TensorType(ir.DataType.INT32)  # the embedding lookup takes int32 indices as well
     ids.shape = ir.Shape([1, 1])
     mlp_updates_as_biases(graph)  # an adapted decoder's: one row, so gate's and up's updates can be biases
-    grouped_downs(graph)  # and its down MatMuls can run as partial products over groups of inputs
+    int8_downs(graph)  # and its downs MatMulNBits' one-row decode kernel
     return True
 
 

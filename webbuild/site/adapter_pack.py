@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from webbuild.adapters import CONFIG, DOWN_GROUPS, WEIGHTS, read_tensors, tensor_name, update_scale
-from webbuild.site.contract import IO
+from webbuild.adapters import CONFIG, DOWN_GROUPS, WEIGHTS, read_tensors, shared_rank, tensor_name, update_scale
+from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO
 
 BLOCK = 32
 ZERO_POINT = 128
@@ -68,6 +68,25 @@ def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     safe = np.where(scales > 0, scales, 1)[..., None]
     codes = np.clip(np.rint(cols / safe), -127, 127) + ZERO_POINT
     return codes.astype(np.uint8), scales.astype(np.float32)
+
+
+def step_downs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.ndarray]:
+    """{input: value} of the downs as the adapted step form reads them (webbuild.pipeline.lora_form.int8_downs):
+    each group's down [in, R] of `inputs` (graph_inputs' form; [in, 0] for no adapter) padded with zero columns
+    to the build's rank for the group, then quantize_int8's codes and its scales in `dtype`, the graph's float type.
+    runtime/lora.js stepDowns computes the same."""
+    out = {}
+    for name, down in inputs.items():
+        parts = IO.lora_parts(name)
+        if parts is None or parts[2] != "down":
+            continue
+        layer, group, _ = parts
+        padded = np.zeros((down.shape[0], shared_rank(group)), np.float32)
+        padded[:, :down.shape[1]] = down
+        codes, scales = quantize_int8(padded)
+        out[IO.lora_input(layer, group, DOWN_CODES)] = codes
+        out[IO.lora_input(layer, group, DOWN_SCALES)] = scales.astype(dtype)
+    return out
 
 
 def dequantize_int8(codes: np.ndarray, scales: np.ndarray, k: int) -> np.ndarray:

@@ -18,6 +18,9 @@ SAMPLES_FILE = "samples.json"  # beside index.html: the sample clips, their text
 # the id of the page's LoRA adapter picker (a <select>: each adapter's name, '' for the base model), which
 # `webbuild verify` drives; window.webbuild.lora is the adapter on (null: the base model)
 LORA_PICKER = "lora"
+# the adapted step form's down factors (webbuild.pipeline.lora_form.int8_downs; runtime/lora.js writes them):
+# a group's down in MatMulNBits' 8-bit layout, codes and scales
+DOWN_CODES, DOWN_SCALES = "down_codes", "down_scales"
 # the page's live-transcription button (webbuild verify presses it) and the query parameter that makes the page
 # keep the frames it captured (window.webbuild.live.audio()), as runtime/contract.js has them
 LIVE_BUTTON = "live"
@@ -79,7 +82,7 @@ class IO:
     past_value = "past_key_values.%d.value"
     present_key = "present.%d.key"
     present_value = "present.%d.value"
-    lora = "lora.%d.%s.%s"  # layer, projection (q_proj, ...), factor (down | up)
+    lora = "lora.%d.%s.%s"  # layer, projection or group (q_proj, qkv_proj, ...), factor (down | up | DOWN_CODES | ...)
 
     @classmethod
     def past(cls, layer: int, kind: str) -> str:
@@ -117,6 +120,12 @@ class IO:
     @classmethod
     def lora_input(cls, layer: int, proj: str, factor: str) -> str:
         return cls.lora % (layer, proj, factor)
+
+    @classmethod
+    def lora_parts(cls, name: str) -> tuple[int, str, str] | None:
+        """(layer, projection or group, factor) of a lora input's name; None for another name."""
+        m = _fills(cls.lora, name)
+        return (int(m[1]), m[2], m[3]) if m else None
 
     @classmethod
     def decoder(cls, layers: int) -> tuple[list[str], list[str]]:

@@ -178,7 +178,7 @@ export class Recogniser {
     try {
       set.steps = await CapturedSteps.create(this.ort, this.provider, /** @type {Uint8Array} */ (files.get(decoder.step)),
         external(files, decoder.data), this.d, this.io, this.rt.max_positions, this.dtype,
-        { shared: this.base?.steps, extraFeeds: set.lora?.feeds });
+        { shared: this.base?.steps, extraFeeds: set.lora?.stepFeeds });
       set.decodeMode = 'captured';
     } catch (e) {
       plainSteps(set, e);

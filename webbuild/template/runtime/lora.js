@@ -10,6 +10,9 @@
 // Every adapter of a build has the same inputs and shapes (the base's projections at rank 32, the downs of
 // q/k/v and gate/up shared: webbuild/adapters.py DOWN_GROUPS), so one set of tensors serves them all. A file
 // stores an input's rows from `rows` [start, stop) on (an up's own rows of its group's rank), the rest zeros.
+// The adapted step form (the captured decode step) reads each down in MatMulNBits' 8-bit layout instead
+// (`.down_codes`, `.down_scales`: webbuild/pipeline/lora_form.py int8_downs), quantized here from the down's
+// values as webbuild/site/adapter_pack.py step_downs does, bit for bit.
 
 import { floatsToHalfs, halfsToFloats } from './half.js';
 import { loadFiles } from './loader.js';
@@ -19,10 +22,13 @@ import { loadFiles } from './loader.js';
 /** @typedef {import('webbuild-types').Manifest} Manifest */
 /** @typedef {NonNullable<Manifest['adapters']>[string]} Adapter  a manifest `adapters` entry */
 /** @typedef {Adapter['tensors'][string]} AdapterTensor */
-/** @typedef {Record<string, Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer>>} LoraValues  input name -> values [K * N], row-major */
+/** @typedef {Record<string, Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer> | Uint8Array<ArrayBuffer>>} LoraValues
+ *  input name -> values: [K * N] row-major, or a step input's codes or scales (stepDowns) */
 
 const BLOCK = 32; // int8: MatMulNBits' 8-bit blocks along K
 const ZERO_POINT = 128;
+const DOWN = /\.down$/; // a group's down input; its step form's inputs end in CODES and SCALES instead
+const CODES = '.down_codes', SCALES = '.down_scales'; // webbuild/site/contract.py DOWN_CODES, DOWN_SCALES
 
 // The adapters a build ships, by name (the page's picker), in the manifest's order.
 /** @param {Manifest | null | undefined} manifest */
@@ -91,7 +97,8 @@ export function loraRows(entry) {
 }
 
 // {input name: typed array [K * N], row-major} of an adapter file in the graph's float type: Float32Array
-// for 'float32', float16 bits (Uint16Array, as onnxruntime-web takes float16 data) for 'float16'.
+// for 'float32', float16 bits (Uint16Array, as onnxruntime-web takes float16 data) for 'float16'; and the
+// step form's codes and scales of each down (stepDowns).
 /**
  * @param {Uint8Array} bytes the adapter file
  * @param {Adapter} entry
@@ -100,8 +107,62 @@ export function loraRows(entry) {
 export function loraValues(bytes, entry, dtype = 'float32') {
   /** @type {LoraValues} */
   const out = {};
-  for (const [name, t] of Object.entries(entry.tensors)) out[name] = tensorValues(bytes, entry.precision, t, dtype);
+  for (const [name, t] of Object.entries(entry.tensors)) {
+    out[name] = tensorValues(bytes, entry.precision, t, dtype);
+    if (DOWN.test(name)) {
+      const f32 = dtype === 'float32' ? out[name] : tensorValues(bytes, entry.precision, t, 'float32');
+      Object.assign(out, stepDowns(name, /** @type {Float32Array} */ (f32), t.shape, dtype));
+    }
+  }
   return out;
+}
+
+// {input: [dims]} of the step form's down inputs, for a down `name` of [K, N]: codes [N, blocks, 32], scales [N, blocks].
+/**
+ * @param {string} name
+ * @param {number[]} shape
+ */
+function stepShapes(name, [k, n]) {
+  const blocks = Math.ceil(k / BLOCK);
+  return { [name.replace(DOWN, CODES)]: [n, blocks, BLOCK], [name.replace(DOWN, SCALES)]: [n, blocks] };
+}
+
+// A down's values ([K, N] float32, row-major) as the adapted step form reads them: MatMulNBits' 8-bit blocks,
+// as adapter_pack.py quantize_int8 makes them (scale: the block's largest magnitude / 127; code: the value / scale
+// rounded half to even, + 128), float32 arithmetic throughout (Math.fround of a float64 quotient of float32s is the
+// float32 quotient); scales in the graph's float type.
+/**
+ * @param {string} name
+ * @param {Float32Array} down
+ * @param {number[]} shape
+ * @param {'float16' | 'float32'} dtype
+ * @returns {LoraValues}
+ */
+export function stepDowns(name, down, [k, n], dtype) {
+  const blocks = Math.ceil(k / BLOCK);
+  const codes = new Uint8Array(n * blocks * BLOCK).fill(ZERO_POINT);
+  const scales = new Float32Array(n * blocks);
+  for (let col = 0; col < n; col++) {
+    for (let b = 0; b < blocks; b++) {
+      const end = Math.min(k, (b + 1) * BLOCK);
+      let max = 0;
+      for (let i = b * BLOCK; i < end; i++) max = Math.max(max, Math.abs(down[i * n + col]));
+      const scale = scales[col * blocks + b] = Math.fround(max / 127);
+      const safe = scale > 0 ? scale : 1;
+      for (let i = b * BLOCK; i < end; i++) {
+        const q = roundHalfEven(Math.fround(down[i * n + col] / safe));
+        codes[col * blocks * BLOCK + i] = Math.min(127, Math.max(-127, q)) + ZERO_POINT;
+      }
+    }
+  }
+  const [codesName, scalesName] = Object.keys(stepShapes(name, [k, n]));
+  return { [codesName]: codes, [scalesName]: dtype === 'float16' ? floatsToHalfs(scales) : scales };
+}
+
+/** @param {number} x */
+function roundHalfEven(x) {
+  const r = Math.round(x); // half up
+  return r - x === 0.5 && r % 2 !== 0 ? r - 1 : r;
 }
 
 /**
@@ -201,19 +262,31 @@ export class LoraInputs {
     this.shapes = shapes;
     /** @type {Record<string, number[]>} the rows of each GPU buffer that may hold non-zero values now */
     this.written = {};
-    /** @type {Record<string, OrtTensor>} */
+    /** @type {Record<string, OrtTensor>} the adapted graph's inputs */
     this.feeds = {};
     for (const [name, dims] of Object.entries(shapes)) this.feeds[name] = device ? this.gpuTensor(dims) : this.cpuTensor(dims);
+    /** @type {Record<string, OrtTensor>} its step form's (WebGPU only): the ups, and each down's codes and scales */
+    this.stepFeeds = {};
+    if (!device) return;
+    for (const [name, dims] of Object.entries(shapes)) {
+      if (!DOWN.test(name)) this.stepFeeds[name] = this.feeds[name];
+      else for (const [input, d] of Object.entries(stepShapes(name, dims))) this.stepFeeds[input] = this.gpuTensor(d, input.endsWith(CODES) ? 'uint8' : this.dtype);
+    }
+    // zeros are no adapter, but codes of zero are -128: the base model's codes are the zero point
+    for (const [name, t] of Object.entries(this.stepFeeds)) if (name.endsWith(CODES)) this.write(name, new Uint8Array(t.dims.reduce((a, b) => a * b)).fill(ZERO_POINT));
   }
 
   // A zero-filled GPU tensor (WebGPU zero-initialises new buffers): the base model until an adapter is written.
-  /** @param {number[]} dims */
-  gpuTensor(dims) {
+  /**
+   * @param {number[]} dims
+   * @param {'float16' | 'float32' | 'uint8'} [dataType]
+   */
+  gpuTensor(dims, dataType = this.dtype) {
     if (!this.device) throw new Error('GPU tensors need the sessions\' GPUDevice');
-    const bytes = dims[0] * dims[1] * (this.dtype === 'float16' ? 2 : 4);
+    const bytes = dims.reduce((a, b) => a * b) * { float16: 2, float32: 4, uint8: 1 }[dataType];
     const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
     const buffer = this.device.createBuffer({ size: Math.ceil(bytes / 16) * 16, usage });
-    return this.ort.Tensor.fromGpuBuffer(buffer, { dataType: this.dtype, dims });
+    return this.ort.Tensor.fromGpuBuffer(buffer, { dataType, dims });
   }
 
   /**
@@ -234,7 +307,7 @@ export class LoraInputs {
    */
   set(values, rows = {}) {
     for (const [name, dims] of Object.entries(this.shapes)) {
-      const data = values[name];
+      const data = /** @type {Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer>} a float input's */ (values[name]);
       if (!data || data.length !== dims[0] * dims[1]) throw new Error(`adapter input ${name}: expected ${dims.join('x')} values`);
       if (!this.device) {
         this.feeds[name] = this.cpuTensor(dims, data);
@@ -244,6 +317,21 @@ export class LoraInputs {
       this.writeRows(name, data, dims[1], Math.min(now[0], before[0]), Math.max(now[1], before[1]));
       this.written[name] = now;
     }
+    for (const name of Object.keys(this.stepFeeds)) {
+      const data = values[name];
+      if (name in this.feeds) continue; // an up: written above
+      if (!data) throw new Error(`adapter input ${name}: no values (lora.js loraValues makes them)`);
+      this.write(name, data);
+    }
+  }
+
+  // All of `data` into a step input's GPU buffer.
+  /**
+   * @param {string} name
+   * @param {Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer> | Uint8Array<ArrayBuffer>} data
+   */
+  write(name, data) {
+    /** @type {GPUDevice} */ (this.device).queue.writeBuffer(this.stepFeeds[name].gpuBuffer, 0, data);
   }
 
   // Rows [start, stop) of `data` ([K, N] row-major) into the input's GPU buffer, at 4-byte bounds (float16:
