@@ -42,7 +42,7 @@ the Adds of the updates stop; in the one-token step form their updates are the M
 that kernel takes (mlp_updates_as_biases): 691 -> 607 dispatches a token for the 0.6b. Q/K/V's kernel takes no
 bias, so q, k and v keep their Adds (Gemms once optimized). The step form's downs are 8-bit MatMulNBits reading
 the down's codes and scales as inputs (int8_downs), since a one-row float MatMul leaves most of the GPU idle: 607
-dispatches a token for the 0.6b, 9.28 -> 8.80 ms of GPU time a token in Chromium (BENCHMARKS.md, "In Chromium").
+dispatches a token for the 0.6b, 9.27 -> 8.79 ms of GPU time a token in Chromium (BENCHMARKS.md, "In Chromium").
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
