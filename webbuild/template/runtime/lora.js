@@ -108,11 +108,14 @@ export function loraValues(bytes, entry, dtype = 'float32') {
   /** @type {LoraValues} */
   const out = {};
   for (const [name, t] of Object.entries(entry.tensors)) {
-    out[name] = tensorValues(bytes, entry.precision, t, dtype);
-    if (DOWN.test(name)) {
-      const f32 = dtype === 'float32' ? out[name] : tensorValues(bytes, entry.precision, t, 'float32');
-      Object.assign(out, stepDowns(name, /** @type {Float32Array} */ (f32), t.shape, dtype));
+    if (!DOWN.test(name)) {
+      out[name] = tensorValues(bytes, entry.precision, t, dtype);
+      continue;
     }
+    // a down is read once as float32: the step form's codes come from it, and a float16 graph's values too
+    const f32 = /** @type {Float32Array<ArrayBuffer>} */ (tensorValues(bytes, entry.precision, t, 'float32'));
+    out[name] = dtype === 'float16' ? floatsToHalfs(f32) : f32;
+    Object.assign(out, stepDowns(name, f32, t.shape, dtype));
   }
   return out;
 }
@@ -318,8 +321,8 @@ export class LoraInputs {
       this.written[name] = now;
     }
     for (const name of Object.keys(this.stepFeeds)) {
-      const data = values[name];
       if (name in this.feeds) continue; // an up: written above
+      const data = values[name];
       if (!data) throw new Error(`adapter input ${name}: no values (lora.js loraValues makes them)`);
       this.write(name, data);
     }
