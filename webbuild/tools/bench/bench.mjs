@@ -160,6 +160,8 @@ async function main() {
     log('loading the model (shards over loopback HTTP, sessions created)');
     const model = await loadModel(m, srv, o);
     const loraSwitches = o.adapter ? await countedSwitches(m, model.site, o.adapter) : null;
+    // how the measured decode runs: with an adapter on, the adapted set's (its step form may have fallen back)
+    model.info.decode = model.rec.decodeMode;
     if (model.info.ep === 'webgpu') { // timing.mjs: the decoder's runs, or the captured decode's steps
       /** @type {GpuScope} */ (globalThis).__gpuTiming?.watchRun(model.rec.decoder);
       if (model.rec.steps) /** @type {GpuScope} */ (globalThis).__gpuTiming?.watchRun(model.rec.steps, 'issue');
