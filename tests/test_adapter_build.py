@@ -28,7 +28,7 @@ from webbuild.site.adapter_pack import (
     unpack,
     update,
 )
-from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO
+from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO, PACKED_UPS
 from webbuild.site.manifest import load_manifest, reassemble
 
 KLATT = EXAMPLE / "adapters" / "klatt"
@@ -137,12 +137,14 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
     on 2-D rows (Reshape to [-1, in] / [-1, out], and back to [1, -1, out]), down and up inputs without
     defaults (onnxruntime-web could not feed an input that has one); one down MatMul for q, k and v, one for
     gate and up. The step form's downs are 8-bit MatMulNBits (low_of), its gate and up take their updates as
-    a bias (the next test)."""
+    a bias (the next test), and q, k and v are one packed projection (test_the_step_form_packs_q_k_v)."""
     for role, model in adapted_graphs(sites["with"], tmp_path).items():
         inputs = {v.name: v for v in model.graph.inputs}
         for layer, (group, projs) in itertools.product(range(4), DOWN_GROUPS.items()):
             step = role == "decoder_lora_step"
             low = low_of(inputs, layer, group, step)
+            if step and group in PACKED_UPS:
+                continue
             assert len(low.outputs[0].uses()) == len(projs), role
             for proj in projs:
                 up = inputs[IO.lora_input(layer, proj, "up")]
@@ -172,7 +174,7 @@ def test_the_attention_norm_feeds_q_k_v_alone(sites, tmp_path):
     (lora/{i}/qkv_proj/norm), so the base's norm output keeps its three readers. The WebGPU forms: the wasm twin's
     float MatMuls have no such fusion to keep."""
     for role, model in adapted_graphs(sites["with"], tmp_path).items():
-        if role == "decoder_lora_wasm":
+        if role in ("decoder_lora_wasm", "decoder_lora_step"):  # the step form packs q, k and v (the next test)
             continue
         norms = {n.name: n for n in model.graph if n.name.startswith("lora/") and n.name.endswith("/norm")}
         assert len(norms) == 8, role  # q/k/v's and gate/up's
@@ -182,6 +184,35 @@ def test_the_attention_norm_feeds_q_k_v_alone(sites, tmp_path):
             base_norm = model.graph.node(f"lora/{layer}/q_proj/y2").inputs[0].producer().inputs[0].producer()
             assert base_norm.op_type in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"), role
             assert sorted(u.op_type for u, _ in base_norm.outputs[0].uses()) == ["MatMulNBits"] * 3, role
+
+
+def test_the_step_form_packs_q_k_v(sites, tmp_path):
+    """The step form's q, k and v (lora_form.packed_updates): one MatMulNBits whose weights are a Concat of theirs
+    (folded by onnxruntime) and whose bias is low @ `lora.{i}.qkv_proj.up` (their ups side by side, the members'
+    own ups gone), then a Split into GroupQueryAttention's query, key and value; the down reads the layer's norm
+    itself, which nothing else but the packed projection reads (no copy of it is left)."""
+    model = adapted_graphs(sites["with"], tmp_path)["decoder_lora_step"]
+    inputs = {v.name: v for v in model.graph.inputs}
+    gqas = [n for n in model.graph if n.op_type == "GroupQueryAttention"]
+    for layer in range(4):
+        assert not any(IO.lora_input(layer, p, "up") in inputs for p in DOWN_GROUPS["qkv_proj"])
+        up = inputs[IO.lora_input(layer, "qkv_proj", "up")]
+        assert up.const_value is None and up.shape[0] == "lora_rank_qkv_proj"
+        (delta, _), = up.uses()
+        (bias, _), = delta.outputs[0].uses()
+        (packed, index), = bias.outputs[0].uses()
+        assert (delta.op_type, bias.op_type, packed.op_type, index) == ("MatMul", "Reshape", "MatMulNBits", 5)
+        assert packed.attributes["N"].as_int() == up.shape[1]
+        assert [v.producer().op_type for v in packed.inputs[1:3]] == ["Concat", "Concat"]
+        assert all(len(v.producer().inputs) == 3 and all(w.const_value is not None for w in v.producer().inputs)
+                   for v in packed.inputs[1:3])
+        (split, _), = packed.outputs[0].uses()
+        assert split.op_type == "Split" and [v.uses()[0][0] for v in split.outputs] == [gqas[layer]] * 3
+        low = low_of(inputs, layer, "qkv_proj", True)
+        assert delta.inputs[0] is low.outputs[0]
+        norm = low.inputs[0].producer().inputs[0]  # through the 2-D Reshape
+        assert norm is packed.inputs[0] and len(norm.uses()) == 2
+    assert not any(n.name.endswith("qkv_proj/norm") for n in model.graph)
 
 
 def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool) -> ir.Node:
@@ -218,7 +249,7 @@ def test_the_step_form_gives_gate_and_up_their_updates_as_biases(sites, tmp_path
     graphs = adapted_graphs(sites["with"], tmp_path)
     step = graphs["decoder_lora_step"].graph
     for layer in range(4):
-        biased = [n for n in step if n.op_type == "MatMulNBits" and len(n.inputs) == 6]
+        biased = [n for n in step if n.op_type == "MatMulNBits" and len(n.inputs) == 6 and "qkv_proj" not in n.name]
         assert len(biased) == 8, [n.name for n in biased]  # gate and up of each layer
         norm = biased[2 * layer].inputs[0].producer()
         assert norm.op_type == "SkipSimplifiedLayerNormalization"
@@ -251,8 +282,9 @@ def adapted_graphs(site: Path, tmp_path: Path) -> dict[str, ir.Model]:
 def test_onnxruntime_fuses_each_up_matmul_with_its_add(sites, tmp_path):
     """The point of the 2-D form: onnxruntime's MatMulAddFusion (2-D A and B, the Add's other input [M, N] of
     the same M) makes each projection's up MatMul + Add one Gemm, in every adapted graph (docs/adapters.md,
-    Cost), but for the step form's gate and up, whose updates are biases. Checked on the model onnxruntime's
-    CPU EP writes after its optimizer."""
+    Cost), but for the step form's gate and up and its packed q, k and v, whose updates are biases; the packed
+    projection's Concats of weights are folded into one initializer. Checked on the model onnxruntime's CPU EP
+    writes after its optimizer."""
     import onnxruntime as ort
 
     adapted_graphs(sites["with"], tmp_path)
@@ -264,10 +296,11 @@ def test_onnxruntime_fuses_each_up_matmul_with_its_add(sites, tmp_path):
         ort.InferenceSession(str(cpu_form(tmp_path / roles[role])), options, providers=["CPUExecutionProvider"])
         nodes = list(ir.load(options.optimized_model_filepath).graph)
         ups = {n.op_type for n in nodes for v in n.inputs if v is not None and v.name.endswith(".up")}
-        biases = len(DOWN_GROUPS["gate_up_proj"]) if role == "decoder_lora_step" else 0  # MatMuls into a bias
+        step = role == "decoder_lora_step"  # MatMuls into a bias: gate's and up's, and the packed q/k/v's
+        biases = len(DOWN_GROUPS["gate_up_proj"]) + len(DOWN_GROUPS["qkv_proj"]) if step else 0
         assert ups == ({"Gemm", "MatMul"} if biases else {"Gemm"}), role
         assert sum(n.op_type == "Gemm" for n in nodes) == 4 * (len(TARGET_MODULES) - biases), role
-        assert not any(n.op_type == "Add" and n.name.startswith("lora/") for n in nodes), role
+        assert not any(n.op_type in ("Add", "Concat") and n.name.startswith("lora/") for n in nodes), role
 
 
 def decoders(site: Path, tmp_path: Path) -> tuple[IdsDecoder, IdsDecoder, dict]:

@@ -31,6 +31,7 @@ import pytest
 from tests.command import webbuild
 from tests.conftest import BENCH_DECODE as DECODE
 from tests.example_config import example_config, write_example_config
+from webbuild.adapters import DOWN_GROUPS
 from webbuild.site.adapter_pack import stored_parameters
 from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV, node_args
 
@@ -182,12 +183,13 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     """Off: the same calls per token as the build without adapters, another process (so two runs count the
     same) on another build whose base decoder is the same graph. `--adapter klatt` switches it on, off and
     on again: each switch on is one writeBuffer per lora.* input (float32 values: 4 bytes each, of the rows its
-    file stores) and two per down for the step form's codes and scales (lora_form.int8_downs), none makes
-    a GPU buffer, a bind group or a dispatch; with it on the decode replays the adapted step graph (still no
-    bind group and one 8-byte mask write per token), a Gemm more per projection (the 2-D form's up MatMul and
-    Add, fused by onnxruntime-web: docs/adapters.md, so no Add) but for gate and up, whose up MatMuls feed
-    their MatMulNBits' bias, and an 8-bit MatMulNBits per down (q/k/v and gate/up share theirs); and the base's fused
-    norm + Q/K/V and norm + gate/up + SiLU kernels."""
+    file stores), two per down for the step form's codes and scales (lora_form.int8_downs) and one per layer for
+    its packed q/k/v up (all its values), none makes a GPU buffer, a bind group or a dispatch; with it on the decode
+    replays the adapted step graph (still no bind group and one 8-byte mask write per token): a Gemm more for o and
+    down (the 2-D form's up MatMul and Add, fused by onnxruntime-web: docs/adapters.md, so no Add), a MatMul for
+    gate's and up's updates, which feed their MatMulNBits' bias, and for q/k/v's, which feeds the packed MatMulNBits
+    (lora_form.packed_updates) that a Split follows in place of the fused norm + Q/K/V kernel, an 8-bit
+    MatMulNBits per down (q/k/v and gate/up share theirs), and the base's fused norm + gate/up + SiLU kernel."""
     off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
     on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
@@ -203,9 +205,12 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     assert values < sum(t["shape"][0] * t["shape"][1] for t in tensors.values())
     assert [s["to"] for s in on["lora_switches"]] == ["klatt", None, "klatt"]
     down_shapes = [t["shape"] for n, t in tensors.items() if n.endswith(".down")]
+    layers = len(down_shapes) // len(DOWN_GROUPS)
+    qkv_ups = [t["shape"] for n, t in tensors.items() if n.endswith(tuple(f".{p}.up" for p in DOWN_GROUPS["qkv_proj"]))]
     step_bytes = sum(n * -(-k // 32) * (32 + 4) for k, n in down_shapes)  # uint8 codes and float32 scales
+    step_bytes += sum(4 * k * n for k, n in qkv_ups)  # the packed ups, every row
     for s in on["lora_switches"]:
-        writes = len(tensors) + 2 * len(down_shapes) if s["to"] else 0
+        writes = len(tensors) + 2 * len(down_shapes) + layers if s["to"] else 0
         assert s["counts"] == {"dispatches": 0, "submits": 0, "readbacks": 0, "write_buffers": writes,
                                "write_bytes": 4 * values + step_bytes if s["to"] else 0, "bind_groups": 0, "buffers": 0,
                                "buffer_bytes": 0, "pipelines": 0}, s
@@ -214,12 +219,13 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     ups, downs = (sum(n.endswith(part) for n in tensors) for part in (".up", ".down"))
     assert (ups, downs) == (28, 16)  # q/k/v share one down a layer, gate/up another (webbuild.adapters.DOWN_GROUPS)
     biases = sum(n.endswith((".gate_proj.up", ".up_proj.up")) for n in tensors)  # the step's MLP updates
-    added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in ("MatMul", "MatMulNBits", "Gemm", "Add")}
-    # a step's down: one 8-bit MatMulNBits (lora_form.int8_downs)
-    assert added == {"MatMul": biases, "MatMulNBits": downs, "Gemm": ups - biases, "Add": 0}, c["kernels"]
-    # the branches read copies of the norms, so onnxruntime-web still fuses norm + Q/K/V and norm + gate/up + SiLU
-    for fused in ("MatMulNBitsQkvDecode", "MatMulNBitsMlpDecode"):
-        assert c["kernels"][fused] == base["kernels"][fused] > 0, c["kernels"]
+    kinds = ("MatMul", "MatMulNBits", "Gemm", "Add", "Split", "MatMulNBitsQkvDecode")
+    added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in kinds}
+    # a step's down: one 8-bit MatMulNBits (lora_form.int8_downs); q, k and v one packed MatMulNBits and a Split
+    assert added == {"MatMul": biases + layers, "MatMulNBits": downs + layers, "Gemm": ups - biases - len(qkv_ups),
+                     "Add": 0, "Split": layers, "MatMulNBitsQkvDecode": -layers}, c["kernels"]
+    # gate/up's branch reads a copy of the norm, so onnxruntime-web still fuses norm + gate/up + SiLU
+    assert c["kernels"]["MatMulNBitsMlpDecode"] == base["kernels"]["MatMulNBitsMlpDecode"] > 0, c["kernels"]
 
 
 @pytest.mark.webgpu

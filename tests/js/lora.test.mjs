@@ -9,7 +9,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 
 import { floatToHalf } from '../../webbuild/template/runtime/half.js';
-import { LoraInputs, loraNames, loraShapes, loraValues, stepDowns } from '../../webbuild/template/runtime/lora.js';
+import { LoraInputs, loraNames, loraShapes, loraValues, sideBySide, stepDowns } from '../../webbuild/template/runtime/lora.js';
 import { PYTHON, REPO, tempDir } from './fixture.mjs';
 
 // Packs random [K, N] inputs (K not a multiple of 32 among them, values over float16's whole range and
@@ -158,7 +158,7 @@ describe('adapter inputs on the GPU', () => {
     const seen = [];
     const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, data]) } };
     const inputs = new LoraInputs(ort, shapes, 'float16', gpu);
-    const step = inputs.stepFeeds;
+    const step = inputs.stepFeedsFor(['input_ids', 'lora.0.o_proj.down_codes', 'lora.0.o_proj.down_scales', 'lora.0.o_proj.up']);
     assert.deepEqual(Object.keys(step), ['lora.0.o_proj.down_codes', 'lora.0.o_proj.down_scales', 'lora.0.o_proj.up']);
     assert.equal(step['lora.0.o_proj.up'], inputs.feeds['lora.0.o_proj.up']);
     assert.deepEqual([step['lora.0.o_proj.down_codes'].dims, step['lora.0.o_proj.down_codes'].dataType], [[32, 2, 32], 'uint8']);
@@ -173,5 +173,28 @@ describe('adapter inputs on the GPU', () => {
     assert.equal(written.get(step['lora.0.o_proj.down_codes'].gpuBuffer), values['lora.0.o_proj.down_codes']);
     assert.equal(written.get(step['lora.0.o_proj.down_scales'].gpuBuffer), values['lora.0.o_proj.down_scales']);
     assert.deepEqual(new LoraInputs({ Tensor: function () {} }, shapes, 'float32').stepFeeds, {}); // wasm: no step form
+  });
+
+  it('gives the step form a packed group\'s ups as one input, written side by side at a switch', () => {
+    const shapes = { 'lora.1.qkv_proj.down': [8, 6], 'lora.1.q_proj.up': [6, 4], 'lora.1.k_proj.up': [6, 2],
+      'lora.1.v_proj.up': [6, 2] };
+    const seen = [];
+    const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, data]) } };
+    const inputs = new LoraInputs(ort, shapes, 'float32', gpu, { qkv_proj: ['q_proj', 'k_proj', 'v_proj'] });
+    const names = ['lora.1.qkv_proj.down_codes', 'lora.1.qkv_proj.down_scales', 'lora.1.qkv_proj.up'];
+    const step = inputs.stepFeedsFor(names);
+    assert.deepEqual(Object.keys(step), names); // the members' ups are not the step form's inputs
+    assert.deepEqual(step['lora.1.qkv_proj.up'].dims, [6, 8]);
+    const values = Object.fromEntries(Object.entries(shapes).map(([name, [k, n]], i) =>
+      [name, new Float32Array(k * n).map((_, j) => 100 * i + j)]));
+    Object.assign(values, stepDowns('lora.1.qkv_proj.down', values['lora.1.qkv_proj.down'], [8, 6], 'float32'));
+    inputs.set(values);
+    const packed = new Map(seen).get(step['lora.1.qkv_proj.up'].gpuBuffer);
+    const row = (name, r, n) => [...values[name].subarray(r * n, (r + 1) * n)];
+    for (let r = 0; r < 6; r++) {
+      assert.deepEqual([...packed.subarray(r * 8, (r + 1) * 8)],
+        [...row('lora.1.q_proj.up', r, 4), ...row('lora.1.k_proj.up', r, 2), ...row('lora.1.v_proj.up', r, 2)]);
+    }
+    assert.equal(sideBySide([new Float32Array(4), undefined], 2, [2, 2]), undefined); // a member without values
   });
 });

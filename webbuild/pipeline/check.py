@@ -40,7 +40,7 @@ from webbuild.reference.transcribe import (
     pick,
 )
 from webbuild.reference.wer import edit_distance
-from webbuild.site.adapter_pack import step_downs
+from webbuild.site.adapter_pack import packed_ups, step_downs
 from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -189,7 +189,8 @@ class StepForm:
         self.max_positions, self.plain = max_positions, plain
         inputs = {i.name: i for i in self.sess.get_inputs()}
         self.present_of = IO.present_of_past(list(inputs))  # {past input: the present output it becomes}
-        feeds = plain.adapter | step_downs(plain.adapter, plain.dtype)  # an adapted step reads its downs as 8-bit
+        # an adapted step reads its downs as 8-bit and a packed group's ups as one
+        feeds = plain.adapter | step_downs(plain.adapter, plain.dtype) | packed_ups(plain.adapter)
         self.adapter = {n: w for n, w in feeds.items() if n in inputs}
         self.mask_dtype = np.int32 if inputs[IO.attention_mask].type == "tensor(int32)" else np.int64
 

@@ -58,7 +58,7 @@ import onnx_ir as ir
 from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES, shared_rank
 from webbuild.graph.ir import shared_const
 from webbuild.site.adapter_pack import BLOCK as INT8_BLOCK
-from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO
+from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO, PACKED_UPS
 
 RANK_DIM = "lora_rank"
 ROWS_DIM = "lora_rows"  # batch x sequence: declared on both sides of the up MatMul's Add, see the docstring
@@ -267,6 +267,85 @@ def _as_int8(graph: ir.Graph, low: ir.Node) -> bool:
     graph.remove(low, safe=True)
     graph.inputs.remove(down)
     return True
+
+
+def packed_updates(graph: ir.Graph) -> int:
+    """In a one-token step graph, the projections of each PACKED_UPS group (q, k and v) become one MatMulNBits whose
+    weights are theirs concatenated (Concat nodes of initializers, which onnxruntime folds when it makes the session:
+    no bigger download) and whose bias is the members' updates at once, low @ `lora.{i}.{group}.up` (their ups side
+    by side); a Split then gives each reader its part. Q/K/V's fused kernel (MatMulNBitsQkvFusion) takes no bias, so
+    each kept a Gemm for its update; packed, the branch is one MatMul, and the layer's norm needs no copy for the
+    down (nothing is left to fuse): 607 -> 579 dispatches a token for the 0.6b, 8.8 -> 8.2 ms of GPU time in
+    Chromium (BENCHMARKS.md). GroupQueryAttention's packed input would save the Split too, but onnxruntime-web 1.30
+    refuses it with Q/K norms inside (Qwen3's). The nodes and inputs left unread go with dead_code_elimination and
+    drop_unread_inputs. Returns how many groups were packed."""
+    nodes = {n.name or "": n for n in graph}
+    return sum(_pack(graph, nodes, low, group) for name, low in list(nodes.items()) for group in PACKED_UPS
+               if _branch_part(name, (group,)) == "low")
+
+
+def _pack(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) -> bool:
+    prefix = (low.name or "").removesuffix("/low")  # lora/{layer}/{group}, as _adapt names it
+    layer = prefix.split("/")[1]
+    adds = [nodes.get(f"lora/{layer}/{proj}/out2") for proj in DOWN_GROUPS[group]]
+    projs = _packable([_updated_projection(add) for add in adds])
+    backs = [next(iter(add.outputs[0].uses()))[0] for add in adds if add is not None]
+    if projs is None or len(backs) != len(projs) or f"{prefix}/x2" not in nodes:
+        return False
+    first, widths, dtype = projs[0], [_dims(p)[1] for p in projs], _dtype(low.outputs[0])
+    x, n_out = first.inputs[0], sum(widths)
+    rank = low.outputs[0].shape[1] if low.outputs[0].shape is not None else f"{RANK_DIM}_{group}"
+    up = _input(graph, IO.lora_input(int(layer), group, "up"), dtype, [rank, n_out])
+    weights, scales = (_op("Concat", [p.inputs[i] for p in projs], f"{prefix}/{part}", _dtype(first.inputs[i]), None)
+                       for i, part in ((1, "weights"), (2, "scales")))
+    for concat in (weights, scales):
+        concat.attributes["axis"] = ir.AttrInt64("axis", 0)
+    delta = _op("MatMul", [low.outputs[0], up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
+    bias = _reshape(graph, delta.outputs[0], [n_out], f"{prefix}/bias", dtype, [n_out])
+    packed = _op("MatMulNBits", [x, weights.outputs[0], scales.outputs[0], None, None, bias.outputs[0]],
+                 f"{prefix}/packed", dtype, None, domain=first.domain)
+    packed.attributes.update(first.attributes)
+    packed.attributes["N"] = ir.AttrInt64("N", n_out)
+    parts = [ir.Value(name=f"{prefix}/{proj}", type=ir.TensorType(dtype), shape=back.outputs[0].shape)
+             for proj, back in zip(DOWN_GROUPS[group], backs)]
+    sizes = shared_const(graph, f"lora/split_{'_'.join(map(str, widths))}", np.array(widths, np.int64))
+    split = ir.node("Split", [packed.outputs[0], sizes], {"axis": -1}, name=f"{prefix}/split", outputs=parts)
+    graph.insert_before(first, [weights, scales, delta, bias, packed, split])
+    for back, part in zip(backs, parts):
+        ir.convenience.replace_all_uses_with(back.outputs[0], part)
+    nodes[f"{prefix}/x2"].replace_input_with(0, x)  # the down reads the layer's norm: its copy (_branch_norm) goes
+    return True
+
+
+def _dtype(v: ir.Value | None) -> ir.DataType:
+    return v.type.dtype if v is not None and v.type is not None else ir.DataType.FLOAT
+
+
+def _updated_projection(add: ir.Node | None) -> ir.Node | None:
+    """The projection whose output `lora/{i}/{proj}/out2` adds an update to (through its 2-D Reshape)."""
+    y2 = add.inputs[1].producer() if add is not None and add.inputs[1] is not None else None
+    return y2.inputs[0].producer() if y2 is not None and y2.inputs[0] is not None else None
+
+
+def _packable(projs: list[ir.Node | None]) -> list[ir.Node] | None:
+    """`projs` where they are MatMulNBits reading one input with initializer weights and scales, no zero points,
+    groups or bias, and the same quantization (each output row has its own blocks, so their weights concatenate
+    row-wise); None otherwise."""
+    same = ("K", "bits", "block_size", "accuracy_level")
+    found = [p for p in projs if p is not None and p.op_type == "MatMulNBits" and len(p.inputs) == 3]
+    if len(found) != len(projs) or not found:
+        return None
+    first = found[0]
+    if all(p.inputs[0] is first.inputs[0] and all(v is not None and v.const_value is not None for v in p.inputs[1:])
+           and all(p.attributes.get_int(k, -1) == first.attributes.get_int(k, -1) for k in same) for p in found):
+        return found
+    return None
+
+
+def drop_unread_inputs(graph: ir.Graph) -> None:
+    """The lora inputs no node reads any more (a packed group's members' ups)."""
+    for v in [v for v in graph.inputs if IO.lora_parts(v.name or "") and not v.uses()]:
+        graph.inputs.remove(v)
 
 
 def mlp_updates_as_biases(graph: ir.Graph) -> int:

@@ -20,6 +20,7 @@ its CPU EP; the step form has none:
 - the last-position Slice before lm_head goes: a decode step has one position.
 - in an adapted decoder (webbuild.pipeline.lora_form), gate's and up's updates become their
   MatMulNBits' bias: one row, so onnxruntime-web fuses the MLP again (lora_form.mlp_updates_as_biases);
+  q, k and v become one packed MatMulNBits with their updates as its bias, then a Split (lora_form.packed_updates);
   each down MatMul becomes an 8-bit MatMulNBits reading the down's codes and scales as inputs
   (lora_form.int8_downs).
 
@@ -36,7 +37,7 @@ import onnx_ir as ir
 
 from webbuild.fusion.attention_mask import lengths_from_values
 from webbuild.graph.ir import dead_code_elimination, prod, shared_const
-from webbuild.pipeline.lora_form import int8_downs, mlp_updates_as_biases
+from webbuild.pipeline.lora_form import drop_unread_inputs, int8_downs, mlp_updates_as_biases, packed_updates
 from webbuild.site.contract import IO
 
 _SEQLENS, _TOTAL = 5, 6  # GroupQueryAttention's inputs
@@ -63,7 +64,10 @@ def step_form(model: ir.Model) -> bool:
     ids = names[IO.input_ids]
     ids.type = ir.TensorType(ir.DataType.INT32)  # the embedding lookup takes int32 indices as well
     ids.shape = ir.Shape([1, 1])
-    mlp_updates_as_biases(graph)  # an adapted decoder's: one row, so gate's and up's updates can be biases
+    mlp_updates_as_biases(graph)  # an adapted decoder's: one row, so gate's and up's updates can be biases,
+    if packed_updates(graph):  # q, k and v's one packed projection's bias
+        dead_code_elimination(model)
+        drop_unread_inputs(graph)
     int8_downs(graph)  # and its downs MatMulNBits' one-row decode kernel
     return True
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from webbuild.adapters import CONFIG, DOWN_GROUPS, WEIGHTS, read_tensors, shared_rank, tensor_name, update_scale
-from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO
+from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO, PACKED_UPS
 
 BLOCK = 32
 ZERO_POINT = 128
@@ -86,6 +86,19 @@ def step_downs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.
         codes, scales = quantize_int8(padded)
         out[IO.lora_input(layer, group, DOWN_CODES)] = codes
         out[IO.lora_input(layer, group, DOWN_SCALES)] = scales.astype(dtype)
+    return out
+
+
+def packed_ups(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """{input: value} of the ups the adapted step form reads as one per layer and PACKED_UPS group
+    (webbuild.pipeline.lora_form.packed_updates): the members' ups of `inputs` side by side. runtime/lora.js
+    LoraInputs writes the same."""
+    out: dict[str, np.ndarray] = {}
+    layers = {parts[0] for name in inputs if (parts := IO.lora_parts(name)) is not None}
+    for layer, group in ((layer, group) for layer in sorted(layers) for group in PACKED_UPS):
+        names = [IO.lora_input(layer, proj, "up") for proj in DOWN_GROUPS[group]]
+        if all(name in inputs for name in names):
+            out[IO.lora_input(layer, group, "up")] = np.concatenate([inputs[name] for name in names], axis=1)
     return out
 
 

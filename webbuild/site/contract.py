@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+from webbuild.adapters import DOWN_GROUPS
+
 RUNTIME_FILE = "runtime.json"  # a logical file of the model manifest: the constants the runtime needs
 TOKENS_FILE = "tokens.bin"  # the decode table (webbuild.pipeline.assemble.token_table)
 SAMPLES_FILE = "samples.json"  # beside index.html: the sample clips, their texts and verify's WER bound
@@ -21,6 +23,9 @@ LORA_PICKER = "lora"
 # the adapted step form's down factors (webbuild.pipeline.lora_form.int8_downs; runtime/lora.js writes them):
 # a group's down in MatMulNBits' 8-bit layout, codes and scales
 DOWN_CODES, DOWN_SCALES = "down_codes", "down_scales"
+# the groups whose projections the adapted step form packs into one MatMulNBits (lora_form.packed_updates): their
+# ups are one input, `lora.{i}.{group}.up`, the members' ups side by side in DOWN_GROUPS order (runtime/lora.js)
+PACKED_UPS = ("qkv_proj",)
 # the page's live-transcription button (webbuild verify presses it) and the query parameter that makes the page
 # keep the frames it captured (window.webbuild.live.audio()), as runtime/contract.js has them
 LIVE_BUTTON = "live"
@@ -176,4 +181,5 @@ def runs_on(variant: str, provider: str) -> bool:
 def runtime_names() -> dict:
     """runtime.json's keys for the names above (webbuild.pipeline.assemble.runtime_config)."""
     return {"files": {"tokens": TOKENS_FILE, "ort_module": f"{ORT_DIR}/{ORT_MODULE}", "ort_wasm": ORT_WASM},
-            "roles": FILE_ROLES, "io": IO.names(), "variants": VARIANTS}
+            "roles": FILE_ROLES, "io": IO.names(), "variants": VARIANTS,
+            "lora_packed_ups": {group: list(DOWN_GROUPS[group]) for group in PACKED_UPS}}

@@ -95,4 +95,8 @@ export type Runtime = {
   variants: {
     [k: string]: VariantPolicy;
   };
+  /** per group, the projections whose ups an adapted step form reads side by side as the group's up (webbuild.site.contract.PACKED_UPS) */
+  lora_packed_ups: {
+    [k: string]: string[];
+  };
 };

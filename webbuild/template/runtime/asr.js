@@ -116,7 +116,7 @@ export class Recogniser {
   async loadAdapted(files, decoder, shapes) {
     // a provider given by name has no device
     const device = this.ep === 'webgpu' ? /** @type {{device?: GPUDevice}} */ (this.provider)?.device ?? await this.ort.env.webgpu.device : null;
-    const lora = new LoraInputs(this.ort, shapes, this.dtype, device);
+    const lora = new LoraInputs(this.ort, shapes, this.dtype, device, this.rt.lora_packed_ups);
     this.adapted = await this.decoderSet(files, decoder, lora);
   }
 
@@ -178,7 +178,7 @@ export class Recogniser {
     try {
       set.steps = await CapturedSteps.create(this.ort, this.provider, /** @type {Uint8Array} */ (files.get(decoder.step)),
         external(files, decoder.data), this.d, this.io, this.rt.max_positions, this.dtype,
-        { shared: this.base?.steps, extraFeeds: set.lora?.stepFeeds });
+        { shared: this.base?.steps, extraFeeds: (names) => set.lora?.stepFeedsFor(names) ?? {} });
       set.decodeMode = 'captured';
     } catch (e) {
       plainSteps(set, e);

@@ -39,8 +39,8 @@ export class CapturedSteps {
   // bytes/externalData: the step graph and the decoder's weights; d: runtime.decoder; io: runtime.io, the
   // graphs' input and output names (webbuild/site/contract.py IO); positions: T.
   // shared: another CapturedSteps whose static buffers this one reads and writes too (the base steps, for
-  // the adapted ones: one decodes at a time); extraFeeds: GPU tensors bound once beside the step's own
-  // inputs (the adapted graph's lora.* inputs, runtime/lora.js).
+  // the adapted ones: one decodes at a time); extraFeeds: given the step graph's input names, GPU tensors bound
+  // once beside its own inputs (the adapted graph's lora.* inputs, runtime/lora.js stepFeedsFor).
   /**
    * @param {Ort} ort
    * @param {string | {name: string, device?: GPUDevice}} provider
@@ -50,9 +50,9 @@ export class CapturedSteps {
    * @param {Runtime['io']} io
    * @param {number} positions
    * @param {'float16' | 'float32'} dtype
-   * @param {{shared?: CapturedSteps | null, extraFeeds?: Record<string, OrtTensor>}} [options]
+   * @param {{shared?: CapturedSteps | null, extraFeeds?: (names: readonly string[]) => Record<string, OrtTensor>}} [options]
    */
-  static async create(ort, provider, bytes, externalData, d, io, positions, dtype, { shared = null, extraFeeds = {} } = {}) {
+  static async create(ort, provider, bytes, externalData, d, io, positions, dtype, { shared = null, extraFeeds = () => ({}) } = {}) {
     const session = await ort.InferenceSession.create(bytes, {
       graphOptimizationLevel: 'all', logSeverityLevel: 3, externalData,
       executionProviders: [typeof provider === 'string' ? { name: provider } : provider],
@@ -61,7 +61,7 @@ export class CapturedSteps {
     // the device the sessions run on: the site's own (probe.js webgpuProvider), else onnxruntime-web's
     const device = (typeof provider === 'string' ? undefined : provider.device) ?? await ort.env.webgpu.device;
     const buffers = shared?.buffers ?? new StepBuffers(ort, device, d, positions, dtype);
-    return new CapturedSteps(ort, device, session, d, io, positions, dtype, buffers, extraFeeds);
+    return new CapturedSteps(ort, device, session, d, io, positions, dtype, buffers, extraFeeds(session.inputNames));
   }
 
   /**

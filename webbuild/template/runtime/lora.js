@@ -12,7 +12,8 @@
 // stores an input's rows from `rows` [start, stop) on (an up's own rows of its group's rank), the rest zeros.
 // The adapted step form (the captured decode step) reads each down in MatMulNBits' 8-bit layout instead
 // (`.down_codes`, `.down_scales`: webbuild/pipeline/lora_form.py int8_downs), quantized here from the down's
-// values as webbuild/site/adapter_pack.py step_downs does, bit for bit.
+// values as webbuild/site/adapter_pack.py step_downs does, bit for bit, and q, k and v's ups as one input, side by
+// side (lora_form.py packed_updates, adapter_pack.py packed_ups).
 
 import { floatsToHalfs, halfsToFloats } from './half.js';
 import { loadFiles } from './loader.js';
@@ -162,6 +163,24 @@ export function stepDowns(name, down, [k, n], dtype) {
   return { [codesName]: codes, [scalesName]: dtype === 'float16' ? floatsToHalfs(scales) : scales };
 }
 
+// Matrices of `rank` rows and `widths` columns (row-major) side by side: one [rank, sum of widths].
+/**
+ * @param {(LoraValues[string] | undefined)[]} parts
+ * @param {number} rank
+ * @param {number[]} widths
+ * @returns {LoraValues[string] | undefined}
+ */
+export function sideBySide(parts, rank, widths) {
+  const first = parts[0];
+  if (!first || parts.some((p, i) => !p || p.length !== rank * widths[i])) return undefined;
+  const total = widths.reduce((a, b) => a + b);
+  const out = new /** @type {any} */ (first.constructor)(rank * total);
+  for (let r = 0, at = 0; r < rank; r++) {
+    parts.forEach((p, i) => { out.set(/** @type {LoraValues[string]} */ (p).subarray(r * widths[i], (r + 1) * widths[i]), at); at += widths[i]; });
+  }
+  return out;
+}
+
 /** @param {number} x */
 function roundHalfEven(x) {
   const r = Math.round(x); // half up
@@ -257,8 +276,10 @@ export class LoraInputs {
    * @param {Record<string, number[]>} shapes
    * @param {'float16' | 'float32'} dtype
    * @param {GPUDevice | null} [device]
+   * @param {Record<string, string[]>} [packed] runtime.json lora_packed_ups: the groups whose ups a step form
+   *   may read as one
    */
-  constructor(ort, shapes, dtype, device = null) {
+  constructor(ort, shapes, dtype, device = null, packed = {}) {
     this.ort = ort;
     this.dtype = dtype;
     this.device = device;
@@ -268,15 +289,38 @@ export class LoraInputs {
     /** @type {Record<string, OrtTensor>} the adapted graph's inputs */
     this.feeds = {};
     for (const [name, dims] of Object.entries(shapes)) this.feeds[name] = device ? this.gpuTensor(dims) : this.cpuTensor(dims);
-    /** @type {Record<string, OrtTensor>} its step form's (WebGPU only): the ups, and each down's codes and scales */
+    this.packed = packed;
+    /** @type {Record<string, OrtTensor>} its step form's (WebGPU only, made by stepFeedsFor) */
     this.stepFeeds = {};
-    if (!device) return;
-    for (const [name, dims] of Object.entries(shapes)) {
-      if (!DOWN.test(name)) this.stepFeeds[name] = this.feeds[name];
-      else for (const [input, d] of Object.entries(stepShapes(name, dims))) this.stepFeeds[input] = this.gpuTensor(d, input.endsWith(CODES) ? 'uint8' : this.dtype);
+  }
+
+  // The step form's lora inputs among `names` (its session's inputNames), made once: an up or down it shares
+  // with the adapted graph is that graph's tensor; each down's codes and scales, and a packed group's up (the
+  // members' ups side by side: webbuild/pipeline/lora_form.py packed_updates), get GPU buffers of their own.
+  /** @param {readonly string[]} names */
+  stepFeedsFor(names) {
+    const downs = Object.fromEntries(Object.keys(this.shapes).filter((n) => DOWN.test(n)).flatMap((down) =>
+      Object.entries(stepShapes(down, this.shapes[down]))));
+    for (const name of names.filter((n) => !(n in this.stepFeeds))) {
+      const packed = this.packedUp(name);
+      if (name in this.feeds) this.stepFeeds[name] = this.feeds[name];
+      else if (name in downs) this.stepFeeds[name] = this.gpuTensor(downs[name], name.endsWith(CODES) ? 'uint8' : this.dtype);
+      else if (packed) this.stepFeeds[name] = this.gpuTensor([packed.rank, packed.widths.reduce((a, b) => a + b)]);
+      else continue; // not an adapter input
+      // zeros are no adapter, but codes of zero are -128: the base model's codes are the zero point
+      if (name.endsWith(CODES)) this.write(name, new Uint8Array(downs[name].reduce((a, b) => a * b)).fill(ZERO_POINT));
     }
-    // zeros are no adapter, but codes of zero are -128: the base model's codes are the zero point
-    for (const [name, t] of Object.entries(this.stepFeeds)) if (name.endsWith(CODES)) this.write(name, new Uint8Array(t.dims.reduce((a, b) => a * b)).fill(ZERO_POINT));
+    return Object.fromEntries(names.filter((n) => n in this.stepFeeds).map((n) => [n, this.stepFeeds[n]]));
+  }
+
+  // A packed group's up input `lora.{i}.{group}.up`: its members' up inputs, their rank and widths; null for
+  // another name.
+  /** @param {string} name */
+  packedUp(name) {
+    const m = /^(.*)\.([^.]+)\.up$/.exec(name);
+    const members = m && this.packed[m[2]]?.map((proj) => `${m[1]}.${proj}.up`);
+    if (!m || !members?.every((up) => up in this.shapes)) return null;
+    return { members, rank: this.shapes[members[0]][0], widths: members.map((up) => this.shapes[up][1]) };
   }
 
   // A zero-filled GPU tensor (WebGPU zero-initialises new buffers): the base model until an adapter is written.
@@ -322,7 +366,8 @@ export class LoraInputs {
     }
     for (const name of Object.keys(this.stepFeeds)) {
       if (name in this.feeds) continue; // an up: written above
-      const data = values[name];
+      const packed = this.packedUp(name);
+      const data = packed ? sideBySide(packed.members.map((up) => values[up]), packed.rank, packed.widths) : values[name];
       if (!data) throw new Error(`adapter input ${name}: no values (lora.js loraValues makes them)`);
       this.write(name, data);
     }
