@@ -40,9 +40,10 @@ norm (_branch_norm): one dispatch more a layer each, three fewer for Q/K/V (831 
 the H200, BENCHMARKS.md). The MLP's kernel also needs gate's and up's outputs to go straight into the SiLU, which
 the Adds of the updates stop; in the one-token step form their updates are the MatMulNBits' bias instead, which
 that kernel takes (mlp_updates_as_biases): 691 -> 607 dispatches a token for the 0.6b. Q/K/V's kernel takes no
-bias, so q, k and v keep their Adds (Gemms once optimized). The step form's downs are 8-bit MatMulNBits reading
-the down's codes and scales as inputs (int8_downs), since a one-row float MatMul leaves most of the GPU idle: 607
-dispatches a token for the 0.6b, 9.27 -> 8.79 ms of GPU time a token in Chromium (BENCHMARKS.md, "In Chromium").
+bias, so q, k and v keep their Adds (Gemms once optimized) in the plain forms; the step form packs them into one
+MatMulNBits with their updates as its bias (packed_updates): 579 dispatches a token. The step form's downs are
+8-bit MatMulNBits reading the down's codes and scales as inputs (int8_downs), since a one-row float MatMul leaves
+most of the GPU idle: 9.27 -> 8.79 ms of GPU time a token in Chromium (BENCHMARKS.md, "In Chromium").
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
