@@ -3,14 +3,12 @@ one adapter's values baked in as constants: a probe of the branch's forms in the
 runtime (BENCHMARKS.md, "In Chromium": where the adapter's time goes). The page still feeds the step its lora.*
 inputs; those the probe's nodes no longer read stay as unused inputs.
 
-  --ups         each up of the step (and the Add of the base output after it) as one 8-bit MatMulNBits whose
-                bias is the base output (gate's and up's: their bias, as before), the up's codes from the adapter
-  --packed-qkv  q, k and v of each layer as one packed 4-bit MatMulNBits (its weights a Concat of theirs, for
-                onnxruntime to fold at session creation) whose bias is the three updates at once (one up MatMul
-                against the ups side by side, baked in as float32), into GroupQueryAttention's packed input; the
-                shared down reads the layer's norm itself (no copy of it: nothing is left to fuse); onnxruntime-web
-                1.30 refuses packed QKV with Q/K norms inside GroupQueryAttention (Qwen3's), so a Split of the
-                packed output feeds its three inputs (--packed-qkv split) unless told `gqa`
+  --ups   each up of the step (and the Add of the base output after it) as one 8-bit MatMulNBits whose bias
+          is the base output (gate's and up's, and the packed q/k/v's: their bias, as before), the up's codes from
+          the adapter file (a packed up's: its members' codes back to back)
+
+(The packed q/k/v form was first probed here, as `--packed-qkv`, at 8751352; it is now the step form's own,
+webbuild.pipeline.lora_form.packed_updates.)
 
 The site's manifest gets the new files (sha256 and size) and a new version; the shards are hard links.
 On the GPU machine, after `chrome_gpu_bench.sh gen` with LORA=1:
@@ -32,7 +30,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from webbuild.site.adapter_pack import BLOCK, ZERO_POINT, unpack
+from webbuild.adapters import DOWN_GROUPS
+from webbuild.site.adapter_pack import BLOCK, ZERO_POINT
+from webbuild.site.contract import IO, PACKED_UPS
 from webbuild.site.manifest import version_hash
 
 
@@ -50,7 +50,13 @@ class Site:
 
 
 def up_codes(site: Site, adapter: str, name: str) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """(codes [N, blocks, 32], scales [N, blocks], K, N) of an int8 file's input, its unstored rows zeros."""
+    """(codes [N, blocks, 32], scales [N, blocks], K, N) of an int8 file's input, its unstored rows zeros; a packed
+    group's up (contract.PACKED_UPS) is its members' rows back to back."""
+    layer, owner, _ = IO.lora_parts(name) or (0, "", "")
+    if owner in PACKED_UPS:
+        parts = [up_codes(site, adapter, IO.lora_input(layer, proj, "up")) for proj in DOWN_GROUPS[owner]]
+        return (np.concatenate([c for c, *_ in parts]), np.concatenate([s for _, s, *_ in parts]), parts[0][2],
+                sum(n for *_, n in parts))
     entry = site.manifest["adapters"][adapter]
     if entry["precision"] != "int8":
         raise SystemExit(f"adapter {adapter}: precision {entry['precision']}; the probe reads int8 files")
@@ -101,75 +107,7 @@ def ups_as_int8(model: onnx.ModelProto, site: Site, adapter: str) -> int:
     return len(replaced)
 
 
-def up_values(site: Site, adapter: str) -> dict[str, np.ndarray]:
-    """{graph input: float32 [K, N]} of an adapter file, as the page feeds them."""
-    entry = site.manifest["adapters"][adapter]
-    return unpack(site.file(entry["file"]), entry["tensors"], entry["precision"])
-
-
-def packed_qkv(model: onnx.ModelProto, site: Site, adapter: str, mode: str, ups: bool) -> int:
-    """Each layer's q, k, v MatMulNBits and their updates as one packed MatMulNBits with the updates as its bias,
-    read by GroupQueryAttention as packed QKV; how many layers changed."""
-    graph, values = model.graph, up_values(site, adapter)
-    by_out = {o: n for n in graph.node for o in n.output}
-    by_name = {n.name: n for n in graph.node}
-    new: dict[str, list[onnx.NodeProto]] = {}
-    dropped: set[str] = set()
-    layers = 0
-    for gqa in [n for n in graph.node if n.op_type == "GroupQueryAttention"]:
-        parts = gqa.input[0].split("/")
-        if len(parts) != 4 or parts[0] != "lora":
-            continue
-        layer = parts[1]
-        adds = [by_name[f"lora/{layer}/{p}/out2"] for p in ("q_proj", "k_proj", "v_proj")]
-        projs = [by_out[by_out[add.input[1]].input[0]] for add in adds]  # Add(delta, Reshape(projection))
-        attrs = {a.name: helper.get_attribute_value(a) for a in projs[0].attribute}
-        widths = [next(helper.get_attribute_value(a) for a in p.attribute if a.name == "N") for p in projs]
-        assert all(len(p.input) == 3 for p in projs), "the probe packs projections without zero points or bias"
-        pre = f"lora/{layer}/qkv_packed"
-        cat_w = helper.make_node("Concat", [p.input[1] for p in projs], [f"{pre}/B"], name=f"{pre}/B", axis=0)
-        cat_s = helper.make_node("Concat", [p.input[2] for p in projs], [f"{pre}/S"], name=f"{pre}/S", axis=0)
-        graph.initializer.append(numpy_helper.from_array(np.array([sum(widths)], np.int64), f"{pre}/width"))
-        low, names = f"lora/{layer}/qkv_proj/low8", [f"lora.{layer}.{p}.up" for p in ("q_proj", "k_proj", "v_proj")]
-        if ups:  # the three ups' codes back to back: rows of one [sum(widths), blocks, 32]
-            parts = [up_codes(site, adapter, n) for n in names]
-            codes, scales = (np.concatenate([part[i] for part in parts]) for i in (0, 1))
-            graph.initializer.extend([numpy_helper.from_array(codes, f"{pre}/up_codes"),
-                                      numpy_helper.from_array(scales, f"{pre}/up_scales")])
-            delta = nbits([low, f"{pre}/up_codes", f"{pre}/up_scales"], f"{pre}/delta", f"{pre}/up8", parts[0][2],
-                          sum(widths))
-        else:
-            up = np.concatenate([values[n] for n in names], axis=1)
-            graph.initializer.append(numpy_helper.from_array(up, f"{pre}/up"))
-            delta = helper.make_node("MatMul", [low, f"{pre}/up"], [f"{pre}/delta"], name=f"{pre}/up")
-        bias = helper.make_node("Reshape", [f"{pre}/delta", f"{pre}/width"], [f"{pre}/bias"], name=f"{pre}/bias")
-        packed = helper.make_node("MatMulNBits", [projs[0].input[0], f"{pre}/B", f"{pre}/S", "", "", f"{pre}/bias"],
-                                  [f"{pre}/out"], name=pre, domain="com.microsoft",
-                                  **{**attrs, "N": sum(widths)})
-        new[projs[0].name] = [cat_w, cat_s, delta, bias, packed]
-        if mode == "split":
-            graph.initializer.append(numpy_helper.from_array(np.array(widths, np.int64), f"{pre}/widths"))
-            outs = [f"{pre}/{p}" for p in ("q", "k", "v")]
-            new[projs[0].name].append(helper.make_node("Split", [f"{pre}/out", f"{pre}/widths"], outs,
-                                                       name=f"{pre}/split", axis=-1))
-            gqa.input[0], gqa.input[1], gqa.input[2] = outs
-        else:
-            gqa.input[0], gqa.input[1], gqa.input[2] = f"{pre}/out", "", ""
-        x2 = by_name[f"lora/{layer}/qkv_proj/x2"]
-        copy = by_out[x2.input[0]]
-        x2.input[0] = projs[0].input[0]  # the down reads the layer's norm
-        dropped.add(copy.name)
-        for p in ("q_proj", "k_proj", "v_proj"):
-            dropped.update(f"lora/{layer}/{p}/{part}" for part in ("y2", "delta", "out2", "out"))
-        dropped.update(p.name for p in projs[1:])
-        layers += 1
-    nodes = [n for node in graph.node for n in new.get(node.name, [node]) if n.name not in dropped]
-    del graph.node[:]
-    graph.node.extend(nodes)
-    return layers
-
-
-def probe_site(src: Path, dest: Path, adapter: str, ups: bool, packed: str | None = None) -> None:
+def probe_site(src: Path, dest: Path, adapter: str, ups: bool) -> None:
     site = Site(src)
     if dest.exists():
         shutil.rmtree(dest)
@@ -180,8 +118,7 @@ def probe_site(src: Path, dest: Path, adapter: str, ups: bool, packed: str | Non
         if not step or variant["dtype"] != "float32":  # the probe's scales are float32, MatMulNBits' the graph's
             continue
         model = onnx.load_from_string(site.file(step))
-        changed = packed_qkv(model, site, adapter, packed, ups) if packed else 0
-        changed += ups_as_int8(model, site, adapter) if ups else 0
+        changed = ups_as_int8(model, site, adapter) if ups else 0
         blob = model.SerializeToString()
         shard, digest = f"shards/{step}.probe.bin", hashlib.sha256(blob).hexdigest()
         (dest / "model" / shard).write_bytes(blob)
@@ -200,10 +137,8 @@ def main() -> None:
     ap.add_argument("dest", type=Path, help="the probe's copy (replaced)")
     ap.add_argument("adapter", help="the adapter whose values are baked in")
     ap.add_argument("--ups", action="store_true", help="the ups as 8-bit MatMulNBits with the base output as bias")
-    ap.add_argument("--packed-qkv", nargs="?", const="split", choices=("split", "gqa"),
-                    help="q, k, v and their updates as one packed MatMulNBits (split: a Split after; gqa: packed in)")
     args = ap.parse_args()
-    probe_site(args.src, args.dest, args.adapter, args.ups, args.packed_qkv)
+    probe_site(args.src, args.dest, args.adapter, args.ups)
 
 
 if __name__ == "__main__":

@@ -302,7 +302,7 @@ export class LoraInputs {
     const downs = Object.fromEntries(Object.keys(this.shapes).filter((n) => DOWN.test(n)).flatMap((down) =>
       Object.entries(stepShapes(down, this.shapes[down]))));
     for (const name of names.filter((n) => !(n in this.stepFeeds))) {
-      const packed = this.packedUp(name);
+      const packed = !(name in this.feeds) && !(name in downs) && this.packedUp(name);
       if (name in this.feeds) this.stepFeeds[name] = this.feeds[name];
       else if (name in downs) this.stepFeeds[name] = this.gpuTensor(downs[name], name.endsWith(CODES) ? 'uint8' : this.dtype);
       else if (packed) this.stepFeeds[name] = this.gpuTensor([packed.rank, packed.widths.reduce((a, b) => a + b)]);
