@@ -23,6 +23,7 @@ from webbuild.site.adapter_pack import (
     dequantize_int8,
     graph_inputs,
     pack,
+    quantize_blocks,
     quantize_int8,
     stored_parameters,
     unpack,
@@ -53,6 +54,22 @@ def test_int8_layout_round_trip(k):
     step = np.repeat(scales, 32, axis=1)[:, :k].T
     assert np.all(np.abs(back - w) <= step / 2 + 1e-7)
     assert np.all(codes[:, -1, k % 32 or 32:] == 128) if k % 32 else True  # padding quantizes to zero
+
+
+@pytest.mark.parametrize("k", [256, 40])
+def test_int4_layout_round_trip(k):
+    """The step form's 4-bit downs (quantize_blocks(w, 4), MatMulNBits' layout): two codes a byte, the lower
+    nibble first, zero point 8, scale = the block's largest magnitude / 7, an error of at most half a step."""
+    w = np.random.default_rng(1).normal(size=(k, 24)).astype(np.float32)
+    codes, scales = quantize_blocks(w, 4)
+    blocks = -(-k // 32)
+    assert codes.shape == (24, blocks, 16) and codes.dtype == np.uint8 and scales.shape == (24, blocks)
+    nibbles = np.stack([codes & 15, codes >> 4], axis=-1).reshape(24, blocks, 32)
+    assert nibbles.min() >= 1 and nibbles.max() <= 15  # -7..7 about 8
+    back = dequantize_int8(nibbles.astype(np.int64) + 120, scales, k)  # the same arithmetic about 128
+    step = np.repeat(scales, 32, axis=1)[:, :k].T
+    assert np.all(np.abs(back - w) <= step / 2 + 1e-6)
+    assert np.allclose(scales, np.abs(np.pad(w.T, ((0, 0), (0, blocks * 32 - k)))).reshape(24, blocks, 32).max(2) / 7)
 
 
 @pytest.mark.parametrize("precision, tolerance", [("int8", 0.02), ("fp16", 1e-3), ("fp32", 0.0)])
@@ -142,9 +159,9 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
         inputs = {v.name: v for v in model.graph.inputs}
         for layer, (group, projs) in itertools.product(range(4), DOWN_GROUPS.items()):
             step = role == "decoder_lora_step"
-            low = low_of(inputs, layer, group, step)
-            if step and group in PACKED_UPS:
+            if step and group in PACKED_UPS:  # its own test
                 continue
+            low = low_of(inputs, layer, group, step)
             assert len(low.outputs[0].uses()) == len(projs), role
             for proj in projs:
                 up = inputs[IO.lora_input(layer, proj, "up")]
@@ -188,9 +205,11 @@ def test_the_attention_norm_feeds_q_k_v_alone(sites, tmp_path):
 
 def test_the_step_form_packs_q_k_v(sites, tmp_path):
     """The step form's q, k and v (lora_form.packed_updates): one MatMulNBits whose weights are a Concat of theirs
-    (folded by onnxruntime) and whose bias is low @ `lora.{i}.qkv_proj.up` (their ups side by side, the members'
-    own ups gone), then a Split into GroupQueryAttention's query, key and value; the down reads the layer's norm
-    itself, which nothing else but the packed projection reads (no copy of it is left)."""
+    (folded by onnxruntime), their down a 4-bit MatMulNBits, and a spare of it (lora_form.spare_readers) reading
+    zero scales, the three the layer's norm's only readers, as onnxruntime-web's fused Q/K/V kernel needs them:
+    4-bit, blocks of 32, one accuracy level, no bias, two of one width. Then low @ `lora.{i}.qkv_proj.up` (their
+    ups side by side, the members' own ups gone) + the packed output, and a Split into GroupQueryAttention's query,
+    key and value. No copy of the norm is left."""
     model = adapted_graphs(sites["with"], tmp_path)["decoder_lora_step"]
     inputs = {v.name: v for v in model.graph.inputs}
     gqas = [n for n in model.graph if n.op_type == "GroupQueryAttention"]
@@ -199,25 +218,32 @@ def test_the_step_form_packs_q_k_v(sites, tmp_path):
         up = inputs[IO.lora_input(layer, "qkv_proj", "up")]
         assert up.const_value is None and up.shape[0] == "lora_rank_qkv_proj"
         (delta, _), = up.uses()
-        (bias, _), = delta.outputs[0].uses()
-        (packed, index), = bias.outputs[0].uses()
-        assert (delta.op_type, bias.op_type, packed.op_type, index) == ("MatMul", "Reshape", "MatMulNBits", 5)
-        assert packed.attributes["N"].as_int() == up.shape[1]
+        (add, _), = delta.outputs[0].uses()
+        packed = add.inputs[1].producer().inputs[0].producer()  # through the 2-D Reshape
+        assert (delta.op_type, add.op_type, packed.op_type) == ("MatMul", "Add", "MatMulNBits")
+        assert packed.attributes["N"].as_int() == up.shape[1] and len(packed.inputs) == 3
         assert [v.producer().op_type for v in packed.inputs[1:3]] == ["Concat", "Concat"]
         assert all(len(v.producer().inputs) == 3 and all(w.const_value is not None for w in v.producer().inputs)
                    for v in packed.inputs[1:3])
-        (split, _), = packed.outputs[0].uses()
-        assert split.op_type == "Split" and [v.uses()[0][0] for v in split.outputs] == [gqas[layer]] * 3
-        low = low_of(inputs, layer, "qkv_proj", True)
-        assert delta.inputs[0] is low.outputs[0]
-        norm = low.inputs[0].producer().inputs[0]  # through the 2-D Reshape
-        assert norm is packed.inputs[0] and len(norm.uses()) == 2
+        (split, _), = add.outputs[0].uses()
+        assert split.op_type == "Split"
+        assert [v.uses()[0][0].outputs[0].uses()[0][0] for v in split.outputs] == [gqas[layer]] * 3
+        low = low_of(inputs, layer, "qkv_proj", True, bits=4)
+        assert delta.inputs[0].producer().inputs[0] is low.outputs[0]
+        norm = packed.inputs[0]
+        readers = [u for u, _ in norm.uses()]
+        assert sorted(u.name for u in readers) == sorted([packed.name, low.name, f"{low.name}/spare"])
+        spare = next(u for u in readers if u.name.endswith("/spare"))
+        assert spare.inputs[1] is low.inputs[1] and not spare.outputs[0].uses()
+        assert not spare.inputs[2].const_value.numpy().any()
+        keys = ("bits", "block_size", "accuracy_level")
+        assert all(u.attributes[k].as_int() == packed.attributes[k].as_int() for u in readers for k in keys)
     assert not any(n.name.endswith("qkv_proj/norm") for n in model.graph)
 
 
-def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool) -> ir.Node:
+def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool, bits: int = 8) -> ir.Node:
     """The node giving x @ down of a group: a MatMul by the down input, or in the step form (lora_form.int8_downs)
-    an 8-bit MatMulNBits of its codes and scales inputs, the down's float input gone."""
+    a `bits`-bit MatMulNBits of its codes and scales inputs, the down's float input gone."""
     if not step:
         down = inputs[IO.lora_input(layer, group, "down")]
         assert down.const_value is None  # a graph input without a default
@@ -226,13 +252,12 @@ def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool) -> i
     assert IO.lora_input(layer, group, "down") not in inputs
     codes, scales = (inputs[IO.lora_input(layer, group, f)] for f in (DOWN_CODES, DOWN_SCALES))
     assert codes.const_value is None and scales.const_value is None
-    (low, index), = codes.uses()
-    (reader, at), = scales.uses()
-    assert (low.op_type, index, at) == ("MatMulNBits", 1, 2) and reader is low
+    (low, at), = scales.uses()
+    assert (low.op_type, at) == ("MatMulNBits", 2) and low.inputs[1] is codes  # a 4-bit one's spare reads codes too
     attrs = {k: low.attributes[k].as_int() for k in ("K", "N", "bits", "block_size", "accuracy_level")}
     rank, blocks = shared_rank(group), -(-attrs["K"] // 32)
-    assert attrs == {"K": attrs["K"], "N": rank, "bits": 8, "block_size": 32, "accuracy_level": 0}
-    assert codes.dtype == ir.DataType.UINT8 and list(codes.shape) == [rank, blocks, 32]
+    assert attrs == {"K": attrs["K"], "N": rank, "bits": bits, "block_size": 32, "accuracy_level": 0}
+    assert codes.dtype == ir.DataType.UINT8 and list(codes.shape) == [rank, blocks, 32 * bits // 8]
     assert list(scales.shape) == [rank, blocks]
     return low
 
@@ -282,9 +307,9 @@ def adapted_graphs(site: Path, tmp_path: Path) -> dict[str, ir.Model]:
 def test_onnxruntime_fuses_each_up_matmul_with_its_add(sites, tmp_path):
     """The point of the 2-D form: onnxruntime's MatMulAddFusion (2-D A and B, the Add's other input [M, N] of
     the same M) makes each projection's up MatMul + Add one Gemm, in every adapted graph (docs/adapters.md,
-    Cost), but for the step form's gate and up and its packed q, k and v, whose updates are biases; the packed
-    projection's Concats of weights are folded into one initializer. Checked on the model onnxruntime's CPU EP
-    writes after its optimizer."""
+    Cost), but for the step form's gate and up, whose updates are biases; the step form's q, k and v have one
+    Gemm for the three, and the packed projection's Concats of weights are folded into one initializer. Checked
+    on the model onnxruntime's CPU EP writes after its optimizer."""
     import onnxruntime as ort
 
     adapted_graphs(sites["with"], tmp_path)
@@ -296,10 +321,11 @@ def test_onnxruntime_fuses_each_up_matmul_with_its_add(sites, tmp_path):
         ort.InferenceSession(str(cpu_form(tmp_path / roles[role])), options, providers=["CPUExecutionProvider"])
         nodes = list(ir.load(options.optimized_model_filepath).graph)
         ups = {n.op_type for n in nodes for v in n.inputs if v is not None and v.name.endswith(".up")}
-        step = role == "decoder_lora_step"  # MatMuls into a bias: gate's and up's, and the packed q/k/v's
-        biases = len(DOWN_GROUPS["gate_up_proj"]) + len(DOWN_GROUPS["qkv_proj"]) if step else 0
+        step = role == "decoder_lora_step"  # MatMuls into a bias: gate's and up's; one Gemm for q, k and v
+        biases = len(DOWN_GROUPS["gate_up_proj"]) if step else 0
+        gemms = len(TARGET_MODULES) - biases - (len(DOWN_GROUPS["qkv_proj"]) - 1 if step else 0)
         assert ups == ({"Gemm", "MatMul"} if biases else {"Gemm"}), role
-        assert sum(n.op_type == "Gemm" for n in nodes) == 4 * (len(TARGET_MODULES) - biases), role
+        assert sum(n.op_type == "Gemm" for n in nodes) == 4 * gemms, role
         assert not any(n.op_type in ("Add", "Concat") and n.name.startswith("lora/") for n in nodes), role
 
 

@@ -26,7 +26,8 @@ inputs = {"lora.0.o_proj.down": rng.normal(0, 0.05, (40, 32)), "lora.0.q_proj.up
           "lora.1.o_proj.down": np.tile([[0.0, -0.0, 1e-8, 6e-5], [65504, 7e4, -2.0 ** -24, 1 + 2.0 ** -11]] * 16, 8)}
 band = np.zeros((96, 24))
 band[32:64] = rng.normal(0, 0.5, (32, 24))  # an up of a shared down: its own rows of the group's rank
-inputs |= {"lora.0.k_proj.up": band, "lora.2.o_proj.up": np.zeros((32, 8))}
+inputs |= {"lora.0.k_proj.up": band, "lora.2.o_proj.up": np.zeros((32, 8)),
+           "lora.0.qkv_proj.down": rng.normal(0, 0.05, (40, 96))}  # a packed group's: 4-bit step codes
 inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
 for precision in ("int8", "fp16", "fp32"):
     data, tensors = pack(inputs, precision)
@@ -69,7 +70,7 @@ describe('adapter files', () => {
     for (const [dtype, suffix] of [['float32', 'f32'], ['float16', 'f16']]) {
       it(`${precision}: the step form's downs in ${dtype} equal adapter_pack.step_downs`, () => {
         const entry = JSON.parse(readFileSync(path.join(tmp, `${precision}.json`), 'utf8'));
-        const values = loraValues(read(`${precision}.bin`), entry, dtype);
+        const values = loraValues(read(`${precision}.bin`), entry, dtype, { qkv_proj: ['q_proj', 'k_proj', 'v_proj'] });
         const names = JSON.parse(readFileSync(path.join(tmp, `${precision}.step.json`), 'utf8'));
         assert.deepEqual(Object.keys(values).filter((n) => !(n in entry.tensors)), names);
         assert.ok(names.every((n) => values[n] instanceof (n.endsWith('_codes') ? Uint8Array : dtype === 'float16' ? Uint16Array : Float32Array)));
@@ -185,9 +186,12 @@ describe('adapter inputs on the GPU', () => {
     const step = inputs.stepFeedsFor(names);
     assert.deepEqual(Object.keys(step), names); // the members' ups are not the step form's inputs
     assert.deepEqual(step['lora.1.qkv_proj.up'].dims, [6, 8]);
+    // a packed group's down rides in the fused Q/K/V kernel: 4-bit codes, two to a byte, zero point 8
+    assert.deepEqual(step['lora.1.qkv_proj.down_codes'].dims, [6, 1, 16]);
+    assert.ok(new Map(seen).get(step['lora.1.qkv_proj.down_codes'].gpuBuffer).every((c) => c === 0x88));
     const values = Object.fromEntries(Object.entries(shapes).map(([name, [k, n]], i) =>
       [name, new Float32Array(k * n).map((_, j) => 100 * i + j)]));
-    Object.assign(values, stepDowns('lora.1.qkv_proj.down', values['lora.1.qkv_proj.down'], [8, 6], 'float32'));
+    Object.assign(values, stepDowns('lora.1.qkv_proj.down', values['lora.1.qkv_proj.down'], [8, 6], 'float32', 4));
     inputs.set(values);
     const packed = new Map(seen).get(step['lora.1.qkv_proj.up'].gpuBuffer);
     const row = (name, r, n) => [...values[name].subarray(r * n, (r + 1) * n)];

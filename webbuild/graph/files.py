@@ -13,12 +13,15 @@ from webbuild.graph.ir import dead_code_elimination
 from webbuild.graph.load import load_onnx
 
 
-def rewrite_file(src: Path, dest: Path, rule: Callable[[ir.Model], int]) -> bool:
+def rewrite_file(src: Path, dest: Path, rule: Callable[[ir.Model], int],
+                 finish: Callable[[ir.Model], int] | None = None) -> bool:
     """Apply `rule` to the graph of `src` and write `dest` beside it; False (nothing written) when the
-    rule changes nothing."""
+    rule changes nothing. `finish` runs after the dead-code elimination: nodes no output needs."""
     model = ir.serde.deserialize_model(load_onnx(src))
     if not rule(model):
         return False
     dead_code_elimination(model)
+    if finish is not None:
+        finish(model)
     onnx.save(ir.serde.serialize_model(model), str(dest))
     return True

@@ -30,7 +30,7 @@ from webbuild.errors import BuildError
 from webbuild.fusion import qk_norm_in_gqa
 from webbuild.fusion.rule_report import Report
 from webbuild.graph.files import rewrite_file
-from webbuild.pipeline.lora_form import NoProjections, lora_form
+from webbuild.pipeline.lora_form import NoProjections, lora_form, spare_readers
 from webbuild.pipeline.state import Variant
 from webbuild.pipeline.step_form import step_form
 from webbuild.quantize.wasm_twin import twin_name, wasm_graph
@@ -132,7 +132,7 @@ def step_decoder(folder: Path, name: str) -> str | None:
     """Write the step form of the WebGPU decoder `folder/name` beside it as `<stem>.step.onnx` (same
     weights file); its name, or None for a decoder it does not apply to (no token-id input, no GQA)."""
     dest = folder / f"{Path(name).stem}.step.onnx"
-    return dest.name if rewrite_file(folder / name, dest, step_form) else None
+    return dest.name if rewrite_file(folder / name, dest, step_form, finish=spare_readers) else None
 
 
 def lora_decoder(folder: Path, name: str) -> str:

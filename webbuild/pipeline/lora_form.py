@@ -41,9 +41,10 @@ the H200, BENCHMARKS.md). The MLP's kernel also needs gate's and up's outputs to
 the Adds of the updates stop; in the one-token step form their updates are the MatMulNBits' bias instead, which
 that kernel takes (mlp_updates_as_biases): 691 -> 607 dispatches a token for the 0.6b. Q/K/V's kernel takes no
 bias, so q, k and v keep their Adds (Gemms once optimized) in the plain forms; the step form packs them into one
-MatMulNBits with their updates as its bias (packed_updates): 579 dispatches a token. The step form's downs are
-8-bit MatMulNBits reading the down's codes and scales as inputs (int8_downs), since a one-row float MatMul leaves
-most of the GPU idle: 9.27 -> 8.79 ms of GPU time a token in Chromium (BENCHMARKS.md, "In Chromium").
+MatMulNBits and makes their down a 4-bit MatMulNBits beside it, which with a spare reader (spare_readers) the
+norm + Q/K/V kernel takes in (packed_updates). The step form's other downs are 8-bit MatMulNBits reading the
+down's codes and scales as inputs (int8_downs), since a one-row float MatMul leaves most of the GPU idle:
+9.27 -> 8.79 ms of GPU time a token in Chromium (BENCHMARKS.md, "In Chromium").
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
@@ -273,13 +274,16 @@ def _as_int8(graph: ir.Graph, low: ir.Node) -> bool:
 def packed_updates(graph: ir.Graph) -> int:
     """In a one-token step graph, the projections of each PACKED_UPS group (q, k and v) become one MatMulNBits whose
     weights are theirs concatenated (Concat nodes of initializers, which onnxruntime folds when it makes the session:
-    no bigger download) and whose bias is the members' updates at once, low @ `lora.{i}.{group}.up` (their ups side
-    by side); a Split then gives each reader its part. Q/K/V's fused kernel (MatMulNBitsQkvFusion) takes no bias, so
-    each kept a Gemm for its update; packed, the branch is one MatMul, and the layer's norm needs no copy for the
-    down (nothing is left to fuse): 607 -> 579 dispatches a token for the 0.6b, 8.8 -> 8.2 ms of GPU time in
-    Chromium (BENCHMARKS.md). GroupQueryAttention's packed input would save the Split too, but onnxruntime-web 1.30
-    refuses it with Q/K norms inside (Qwen3's). The nodes and inputs left unread go with dead_code_elimination and
-    drop_unread_inputs. Returns how many groups were packed."""
+    no bigger download), and the group's down a 4-bit MatMulNBits of `lora.{i}.{group}.down_codes` and
+    `.down_scales` (webbuild.site.adapter_pack.quantize_blocks), both reading the layer's norm. The members' updates
+    are then added at once, low @ `lora.{i}.{group}.up` (their ups side by side) + the packed output on 2-D rows
+    (one Gemm once optimized), and a Split gives each reader its part. With spare_readers' third reader the norm
+    and both MatMulNBits are one fused kernel (MatMulNBitsQkvFusion: 4-bit projections that take no bias, the
+    norm's only readers, two of them of equal width): three dispatches a layer where the 8-bit down, the norm, the
+    packed projection with its updates as bias, the up and the Split were five (BENCHMARKS.md). GroupQueryAttention's
+    packed input would save the Split, but onnxruntime-web 1.30 refuses it with Q/K norms inside (Qwen3's). The
+    nodes and inputs left unread go with dead_code_elimination and drop_unread_inputs. Returns how many groups
+    were packed."""
     nodes = {n.name or "": n for n in graph}
     return sum(_pack(graph, nodes, low, group) for name, low in list(nodes.items()) for group in PACKED_UPS
                if _branch_part(name, (group,)) == "low")
@@ -287,35 +291,84 @@ def packed_updates(graph: ir.Graph) -> int:
 
 def _pack(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) -> bool:
     prefix = (low.name or "").removesuffix("/low")  # lora/{layer}/{group}, as _adapt names it
-    layer = prefix.split("/")[1]
+    layer = int(prefix.split("/")[1])
     adds = [nodes.get(f"lora/{layer}/{proj}/out2") for proj in DOWN_GROUPS[group]]
     projs = _packable([_updated_projection(add) for add in adds])
     backs = [next(iter(add.outputs[0].uses()))[0] for add in adds if add is not None]
-    if projs is None or len(backs) != len(projs) or f"{prefix}/x2" not in nodes:
+    x = projs[0].inputs[0] if projs else None
+    if projs is None or x is None or len(backs) != len(projs) or low.outputs[0].shape is None:
         return False
     first, widths, dtype = projs[0], [_dims(p)[1] for p in projs], _dtype(low.outputs[0])
-    x, n_out = first.inputs[0], sum(widths)
-    rank = low.outputs[0].shape[1] if low.outputs[0].shape is not None else f"{RANK_DIM}_{group}"
-    up = _input(graph, IO.lora_input(int(layer), group, "up"), dtype, [rank, n_out])
+    (n_in, _), n_out, rank = _dims(first), sum(widths), shared_rank(group)
     weights, scales = (_op("Concat", [p.inputs[i] for p in projs], f"{prefix}/{part}", _dtype(first.inputs[i]), None)
                        for i, part in ((1, "weights"), (2, "scales")))
     for concat in (weights, scales):
         concat.attributes["axis"] = ir.AttrInt64("axis", 0)
-    delta = _op("MatMul", [low.outputs[0], up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
-    bias = _reshape(graph, delta.outputs[0], [n_out], f"{prefix}/bias", dtype, [n_out])
-    packed = _op("MatMulNBits", [x, weights.outputs[0], scales.outputs[0], None, None, bias.outputs[0]],
-                 f"{prefix}/packed", dtype, None, domain=first.domain)
-    packed.attributes.update(first.attributes)
-    packed.attributes["N"] = ir.AttrInt64("N", n_out)
-    parts = [ir.Value(name=f"{prefix}/{proj}", type=ir.TensorType(dtype), shape=back.outputs[0].shape)
-             for proj, back in zip(DOWN_GROUPS[group], backs)]
+    packed = _nbits([x, weights.outputs[0], scales.outputs[0]], f"{prefix}/packed", first, n_out, dtype)
+    down = _down_int4(graph, x, layer, group, first, n_in, rank, dtype)
+    low2 = _reshape(graph, down.outputs[0], [-1, rank], f"{prefix}/low2", dtype, [ROWS_DIM, rank])
+    y2 = _reshape(graph, packed.outputs[0], [-1, n_out], f"{prefix}/y2", dtype, [ROWS_DIM, n_out])
+    up = _input(graph, IO.lora_input(layer, group, "up"), dtype, [low.outputs[0].shape[1], n_out])  # as before
+    delta = _op("MatMul", [low2.outputs[0], up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
+    add = _op("Add", [delta.outputs[0], y2.outputs[0]], f"{prefix}/out2", dtype, [ROWS_DIM, n_out])
+    parts = [ir.Value(name=f"{prefix}/{proj}2", type=ir.TensorType(dtype), shape=ir.Shape([ROWS_DIM, w]))
+             for proj, w in zip(DOWN_GROUPS[group], widths)]
     sizes = shared_const(graph, f"lora/split_{'_'.join(map(str, widths))}", np.array(widths, np.int64))
-    split = ir.node("Split", [packed.outputs[0], sizes], {"axis": -1}, name=f"{prefix}/split", outputs=parts)
-    graph.insert_before(first, [weights, scales, delta, bias, packed, split])
-    for back, part in zip(backs, parts):
-        ir.convenience.replace_all_uses_with(back.outputs[0], part)
-    nodes[f"{prefix}/x2"].replace_input_with(0, x)  # the down reads the layer's norm: its copy (_branch_norm) goes
+    split = ir.node("Split", [add.outputs[0], sizes], {"axis": -1}, name=f"{prefix}/split", outputs=parts)
+    new = [weights, scales, packed, down, low2, y2, delta, add, split]
+    for proj, back, part, w in zip(DOWN_GROUPS[group], backs, parts, widths):
+        out = back.outputs[0]
+        new.append(_reshape(graph, part, _back_shape(out, w), f"{prefix}/{proj}", dtype, out.shape))
+        ir.convenience.replace_all_uses_with(out, new[-1].outputs[0])
+    graph.insert_before(first, new)
     return True
+
+
+def _nbits(inputs: list, name: str, like: ir.Node, n_out: int, dtype: ir.DataType) -> ir.Node:
+    """A MatMulNBits of `n_out` outputs quantized as `like` is."""
+    node = _op("MatMulNBits", inputs, name, dtype, None, domain=like.domain)
+    node.attributes.update(like.attributes)
+    node.attributes["N"] = ir.AttrInt64("N", n_out)
+    return node
+
+
+def _down_int4(graph: ir.Graph, x: ir.Value, layer: int, group: str, like: ir.Node, n_in: int, rank: int,
+               dtype: ir.DataType) -> ir.Node:
+    """x @ the group's down as a 4-bit MatMulNBits of its codes and scales inputs (the fused kernel's condition:
+    4 bits, blocks of 32 and the accuracy level of the projections beside it)."""
+    blocks = -(-n_in // INT8_BLOCK)
+    codes = _input(graph, IO.lora_input(layer, group, DOWN_CODES), ir.DataType.UINT8, [rank, blocks, INT8_BLOCK // 2])
+    scales = _input(graph, IO.lora_input(layer, group, DOWN_SCALES), dtype, [rank, blocks])
+    node = _nbits([x, codes, scales], f"lora/{layer}/{group}/low4", like, rank, dtype)
+    node.attributes["bits"] = ir.AttrInt64("bits", 4)
+    node.attributes["block_size"] = ir.AttrInt64("block_size", INT8_BLOCK)
+    return node
+
+
+def spare_readers(model: ir.Model) -> int:
+    """After the last dead-code elimination (it would drop them again): beside each packed group's 4-bit down
+    (packed_updates), a MatMulNBits of the same codes with zero scales (one initializer) whose output nothing
+    reads. onnxruntime-web fuses a norm with its readers only where there are exactly three, one of them wider
+    than the two others, which are of one width (MatMulNBitsQkvFusion, made for Q, K and V); the spare makes the
+    packed projection and the down such a three. Its cost is the down's width of outputs in the fused kernel.
+    Returns how many spares were added."""
+    graph, added = model.graph, 0
+    for down in [n for n in graph if _branch_part(n.name, PACKED_UPS) == "low4"]:
+        codes, scales = down.inputs[1], down.inputs[2]
+        if codes is None or scales is None or scales.shape is None:
+            continue
+        zeros = shared_const(graph, f"lora/zero_scales_{'_'.join(map(str, scales.shape))}",
+                             np.zeros(tuple(scales.shape.numpy()), _numpy_dtype(scales)))
+        spare = _op("MatMulNBits", [down.inputs[0], codes, zeros], (down.name or "") + "/spare", _dtype(scales),
+                    None, domain=down.domain)
+        spare.attributes.update(down.attributes)
+        graph.insert_after(down, [spare])
+        added += 1
+    return added
+
+
+def _numpy_dtype(v: ir.Value) -> np.dtype:
+    return _dtype(v).numpy()
 
 
 def _dtype(v: ir.Value | None) -> ir.DataType:

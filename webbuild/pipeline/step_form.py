@@ -20,8 +20,10 @@ its CPU EP; the step form has none:
 - the last-position Slice before lm_head goes: a decode step has one position.
 - in an adapted decoder (webbuild.pipeline.lora_form), gate's and up's updates become their
   MatMulNBits' bias: one row, so onnxruntime-web fuses the MLP again (lora_form.mlp_updates_as_biases);
-  q, k and v become one packed MatMulNBits with their updates as its bias, then a Split (lora_form.packed_updates);
-  each down MatMul becomes an 8-bit MatMulNBits reading the down's codes and scales as inputs
+  q, k and v become one packed MatMulNBits beside their down as a 4-bit MatMulNBits, both reading the layer's
+  norm, then one update for the three and a Split (lora_form.packed_updates; lora_form.spare_readers, after the
+  last dead-code elimination, makes the norm's readers the three that onnxruntime-web fuses into one kernel);
+  each other down MatMul becomes an 8-bit MatMulNBits reading the down's codes and scales as inputs
   (lora_form.int8_downs).
 
 The runtime feeds it a static KV cache: `attention_mask` [1, T_max] with ones up to the current
@@ -65,7 +67,7 @@ def step_form(model: ir.Model) -> bool:
     ids.type = ir.TensorType(ir.DataType.INT32)  # the embedding lookup takes int32 indices as well
     ids.shape = ir.Shape([1, 1])
     mlp_updates_as_biases(graph)  # an adapted decoder's: one row, so gate's and up's updates can be biases,
-    if packed_updates(graph):  # q, k and v's one packed projection's bias
+    if packed_updates(graph):  # q, k and v's one packed projection, its 4-bit down beside it
         dead_code_elimination(model)
         drop_unread_inputs(graph)
     int8_downs(graph)  # and its downs MatMulNBits' one-row decode kernel

@@ -57,24 +57,36 @@ def stored_rows(w: np.ndarray) -> tuple[int, int]:
 
 def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """[K, N] float -> (codes uint8 [N, blocks, 32], scales float32 [N, blocks])."""
+    return quantize_blocks(w, 8)
+
+
+def quantize_blocks(w: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """[K, N] float -> MatMulNBits' symmetric `bits`-bit layout (8 or 4): codes uint8 [N, blocks, 32 * bits / 8]
+    (4-bit codes two to a byte, the lower nibble first) and scales float32 [N, blocks], each column quantized in
+    blocks of 32 along K (K padded with zeros), scale = the block's largest magnitude / (2^(bits-1) - 1), code =
+    the value / scale rounded half to even + the zero point 2^(bits-1)."""
     k, n = w.shape
+    per_byte = 8 // bits
     if k == 0:  # an input of zeros: nothing stored
-        return np.zeros((n, 0, BLOCK), np.uint8), np.zeros((n, 0), np.float32)
-    blocks = -(-k // BLOCK)
+        return np.zeros((n, 0, BLOCK // per_byte), np.uint8), np.zeros((n, 0), np.float32)
+    blocks, top = -(-k // BLOCK), 2 ** (bits - 1) - 1
     cols = np.zeros((n, blocks * BLOCK), np.float32)
     cols[:, :k] = w.T
     cols = cols.reshape(n, blocks, BLOCK)
-    scales = np.abs(cols).max(axis=2) / 127
+    scales = np.abs(cols).max(axis=2) / np.float32(top)
     safe = np.where(scales > 0, scales, 1)[..., None]
-    codes = np.clip(np.rint(cols / safe), -127, 127) + ZERO_POINT
-    return codes.astype(np.uint8), scales.astype(np.float32)
+    codes = (np.clip(np.rint(cols / safe), -top, top) + (top + 1)).astype(np.uint8)
+    if bits == 4:
+        codes = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return codes, scales.astype(np.float32)
 
 
 def step_downs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.ndarray]:
-    """{input: value} of the downs as the adapted step form reads them (webbuild.pipeline.lora_form.int8_downs):
-    each group's down [in, R] of `inputs` (graph_inputs' form; [in, 0] for no adapter) padded with zero columns
-    to the build's rank for the group, then quantize_int8's codes and its scales in `dtype`, the graph's float type.
-    runtime/lora.js stepDowns computes the same."""
+    """{input: value} of the downs as the adapted step form reads them (webbuild.pipeline.lora_form.int8_downs and
+    packed_updates): each group's down [in, R] of `inputs` (graph_inputs' form; [in, 0] for no adapter) padded
+    with zero columns to the build's rank for the group, then quantize_blocks' codes, 4-bit for a PACKED_UPS group
+    (its down rides in Q/K/V's fused kernel, which reads 4-bit weights only) and 8-bit for the others, and its
+    scales in `dtype`, the graph's float type. runtime/lora.js stepDowns computes the same."""
     out = {}
     for name, down in inputs.items():
         parts = IO.lora_parts(name)
@@ -83,10 +95,15 @@ def step_downs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.
         layer, group, _ = parts
         padded = np.zeros((down.shape[0], shared_rank(group)), np.float32)
         padded[:, :down.shape[1]] = down
-        codes, scales = quantize_int8(padded)
+        codes, scales = quantize_blocks(padded, down_bits(group))
         out[IO.lora_input(layer, group, DOWN_CODES)] = codes
         out[IO.lora_input(layer, group, DOWN_SCALES)] = scales.astype(dtype)
     return out
+
+
+def down_bits(group: str) -> int:
+    """The bits of a group's down codes in the step form."""
+    return 4 if group in PACKED_UPS else 8
 
 
 def packed_ups(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -21,10 +21,11 @@ SAMPLES_FILE = "samples.json"  # beside index.html: the sample clips, their text
 # `webbuild verify` drives; window.webbuild.lora is the adapter on (null: the base model)
 LORA_PICKER = "lora"
 # the adapted step form's down factors (webbuild.pipeline.lora_form.int8_downs; runtime/lora.js writes them):
-# a group's down in MatMulNBits' 8-bit layout, codes and scales
+# a group's down in MatMulNBits' 8-bit layout, codes and scales (a PACKED_UPS group's 4-bit: adapter_pack.down_bits)
 DOWN_CODES, DOWN_SCALES = "down_codes", "down_scales"
 # the groups whose projections the adapted step form packs into one MatMulNBits (lora_form.packed_updates): their
-# ups are one input, `lora.{i}.{group}.up`, the members' ups side by side in DOWN_GROUPS order (runtime/lora.js)
+# ups are one input, `lora.{i}.{group}.up`, the members' ups side by side in DOWN_GROUPS order (runtime/lora.js),
+# and their down is 4-bit
 PACKED_UPS = ("qkv_proj",)
 # the page's live-transcription button (webbuild verify presses it) and the query parameter that makes the page
 # keep the frames it captured (window.webbuild.live.audio()), as runtime/contract.js has them

@@ -11,9 +11,10 @@
 // q/k/v and gate/up shared: webbuild/adapters.py DOWN_GROUPS), so one set of tensors serves them all. A file
 // stores an input's rows from `rows` [start, stop) on (an up's own rows of its group's rank), the rest zeros.
 // The adapted step form (the captured decode step) reads each down in MatMulNBits' 8-bit layout instead
-// (`.down_codes`, `.down_scales`: webbuild/pipeline/lora_form.py int8_downs), quantized here from the down's
-// values as webbuild/site/adapter_pack.py step_downs does, bit for bit, and q, k and v's ups as one input, side by
-// side (lora_form.py packed_updates, adapter_pack.py packed_ups).
+// (`.down_codes`, `.down_scales`: webbuild/pipeline/lora_form.py int8_downs), 4-bit for a packed group's (q, k and
+// v's: it rides in their fused kernel), quantized here from the down's values as webbuild/site/adapter_pack.py
+// step_downs does, bit for bit, and q, k and v's ups as one input, side by side (lora_form.py packed_updates,
+// adapter_pack.py packed_ups).
 
 import { floatsToHalfs, halfsToFloats } from './half.js';
 import { loadFiles } from './loader.js';
@@ -26,8 +27,8 @@ import { loadFiles } from './loader.js';
 /** @typedef {Record<string, Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer> | Uint8Array<ArrayBuffer>>} LoraValues
  *  input name -> values: [K * N] row-major, or a step input's codes or scales (stepDowns) */
 
-const BLOCK = 32; // int8: MatMulNBits' 8-bit blocks along K
-const ZERO_POINT = 128;
+const BLOCK = 32; // MatMulNBits' blocks along K
+const ZERO_POINT = 128; // int8's
 const DOWN = /\.down$/; // a group's down input; its step form's inputs end in CODES and SCALES instead
 const CODES = '.down_codes', SCALES = '.down_scales'; // webbuild/site/contract.py DOWN_CODES, DOWN_SCALES
 
@@ -84,7 +85,8 @@ export async function switchLora(site, name, loading = site.loading) {
     return null;
   }
   const { entry, bytes } = await loadLoraFile(site.manifest, name, loading);
-  site.recogniser.setLora(loraValues(bytes, entry, site.recogniser.dtype), loraRows(entry));
+  const { recogniser } = site;
+  recogniser.setLora(loraValues(bytes, entry, recogniser.dtype, recogniser.rt.lora_packed_ups), loraRows(entry));
   return name;
 }
 
@@ -99,13 +101,15 @@ export function loraRows(entry) {
 
 // {input name: typed array [K * N], row-major} of an adapter file in the graph's float type: Float32Array
 // for 'float32', float16 bits (Uint16Array, as onnxruntime-web takes float16 data) for 'float16'; and the
-// step form's codes and scales of each down (stepDowns).
+// step form's codes and scales of each down (stepDowns), 4-bit for the groups in `packed` (runtime.json
+// lora_packed_ups).
 /**
  * @param {Uint8Array} bytes the adapter file
  * @param {Adapter} entry
  * @param {'float16' | 'float32'} [dtype]
+ * @param {Record<string, string[]>} [packed]
  */
-export function loraValues(bytes, entry, dtype = 'float32') {
+export function loraValues(bytes, entry, dtype = 'float32', packed = {}) {
   /** @type {LoraValues} */
   const out = {};
   for (const [name, t] of Object.entries(entry.tensors)) {
@@ -116,51 +120,72 @@ export function loraValues(bytes, entry, dtype = 'float32') {
     // a down is read once as float32: the step form's codes come from it, and a float16 graph's values too
     const f32 = /** @type {Float32Array<ArrayBuffer>} */ (tensorValues(bytes, entry.precision, t, 'float32'));
     out[name] = dtype === 'float16' ? floatsToHalfs(f32) : f32;
-    Object.assign(out, stepDowns(name, f32, t.shape, dtype));
+    Object.assign(out, stepDowns(name, f32, t.shape, dtype, downBits(name, packed)));
   }
   return out;
 }
 
-// {input: [dims]} of the step form's down inputs, for a down `name` of [K, N]: codes [N, blocks, 32], scales [N, blocks].
+// The bits of a down's codes in the step form: 4 for a packed group's (adapter_pack.py down_bits), else 8.
+/**
+ * @param {string} name a down input, `lora.{i}.{group}.down`
+ * @param {Record<string, string[]>} packed
+ */
+function downBits(name, packed) {
+  return name.split('.')[2] in packed ? 4 : 8;
+}
+
+// {input: [dims]} of the step form's down inputs, for a down `name` of [K, N]: codes [N, blocks, 32 * bits / 8],
+// scales [N, blocks].
 /**
  * @param {string} name
  * @param {number[]} shape
+ * @param {number} bits
  */
-function stepShapes(name, [k, n]) {
+function stepShapes(name, [k, n], bits) {
   const blocks = Math.ceil(k / BLOCK);
-  return { [name.replace(DOWN, CODES)]: [n, blocks, BLOCK], [name.replace(DOWN, SCALES)]: [n, blocks] };
+  return { [name.replace(DOWN, CODES)]: [n, blocks, (BLOCK * bits) / 8], [name.replace(DOWN, SCALES)]: [n, blocks] };
 }
 
-// A down's values ([K, N] float32, row-major) as the adapted step form reads them: MatMulNBits' 8-bit blocks,
-// as adapter_pack.py quantize_int8 makes them (scale: the block's largest magnitude / 127; code: the value / scale
-// rounded half to even, + 128), float32 arithmetic throughout (Math.fround of a float64 quotient of float32s is the
-// float32 quotient); scales in the graph's float type.
+// A down's values ([K, N] float32, row-major) as the adapted step form reads them: MatMulNBits' symmetric blocks
+// of `bits` 8 or 4, as adapter_pack.py quantize_blocks makes them (scale: the block's largest magnitude / 127, or
+// / 7; code: the value / scale rounded half to even, + 128, or + 8, 4-bit codes two to a byte, the lower nibble
+// first), float32 arithmetic throughout (Math.fround of a float64 quotient of float32s is the float32 quotient);
+// scales in the graph's float type.
 /**
  * @param {string} name
  * @param {Float32Array} down
  * @param {number[]} shape
  * @param {'float16' | 'float32'} dtype
+ * @param {number} [bits]
  * @returns {LoraValues}
  */
-export function stepDowns(name, down, [k, n], dtype) {
-  const blocks = Math.ceil(k / BLOCK);
-  const codes = new Uint8Array(n * blocks * BLOCK).fill(ZERO_POINT);
+export function stepDowns(name, down, [k, n], dtype, bits = 8) {
+  const blocks = Math.ceil(k / BLOCK), top = 2 ** (bits - 1) - 1;
+  const values = new Uint8Array(n * blocks * BLOCK).fill(top + 1);
   const scales = new Float32Array(n * blocks);
   for (let col = 0; col < n; col++) {
     for (let b = 0; b < blocks; b++) {
       const end = Math.min(k, (b + 1) * BLOCK);
       let max = 0;
       for (let i = b * BLOCK; i < end; i++) max = Math.max(max, Math.abs(down[i * n + col]));
-      const scale = scales[col * blocks + b] = Math.fround(max / 127);
+      const scale = scales[col * blocks + b] = Math.fround(max / top);
       const safe = scale > 0 ? scale : 1;
       for (let i = b * BLOCK; i < end; i++) {
         const q = roundHalfEven(Math.fround(down[i * n + col] / safe));
-        codes[col * blocks * BLOCK + i] = Math.min(127, Math.max(-127, q)) + ZERO_POINT;
+        values[col * blocks * BLOCK + i] = Math.min(top, Math.max(-top, q)) + top + 1;
       }
     }
   }
-  const [codesName, scalesName] = Object.keys(stepShapes(name, [k, n]));
-  return { [codesName]: codes, [scalesName]: dtype === 'float16' ? floatsToHalfs(scales) : scales };
+  const [codesName, scalesName] = Object.keys(stepShapes(name, [k, n], bits));
+  return { [codesName]: bits === 4 ? nibbles(values) : values, [scalesName]: dtype === 'float16' ? floatsToHalfs(scales) : scales };
+}
+
+// 4-bit codes (one a byte) two to a byte, the lower nibble first: MatMulNBits' 4-bit layout.
+/** @param {Uint8Array} codes */
+function nibbles(codes) {
+  const out = new Uint8Array(codes.length / 2);
+  for (let i = 0; i < out.length; i++) out[i] = codes[2 * i] | (codes[2 * i + 1] << 4);
+  return out;
 }
 
 // Matrices of `rank` rows and `widths` columns (row-major) side by side: one [rank, sum of widths].
@@ -300,17 +325,27 @@ export class LoraInputs {
   /** @param {readonly string[]} names */
   stepFeedsFor(names) {
     const downs = Object.fromEntries(Object.keys(this.shapes).filter((n) => DOWN.test(n)).flatMap((down) =>
-      Object.entries(stepShapes(down, this.shapes[down]))));
+      Object.entries(stepShapes(down, this.shapes[down], downBits(down, this.packed)))));
     for (const name of names.filter((n) => !(n in this.stepFeeds))) {
       const packed = !(name in this.feeds) && !(name in downs) && this.packedUp(name);
       if (name in this.feeds) this.stepFeeds[name] = this.feeds[name];
       else if (name in downs) this.stepFeeds[name] = this.gpuTensor(downs[name], name.endsWith(CODES) ? 'uint8' : this.dtype);
       else if (packed) this.stepFeeds[name] = this.gpuTensor([packed.rank, packed.widths.reduce((a, b) => a + b)]);
       else continue; // not an adapter input
-      // zeros are no adapter, but codes of zero are -128: the base model's codes are the zero point
-      if (name.endsWith(CODES)) this.write(name, new Uint8Array(downs[name].reduce((a, b) => a * b)).fill(ZERO_POINT));
+      // zeros are no adapter, but codes of zero are -128 (-8): the base model's codes are the zero point
+      if (name.endsWith(CODES)) this.write(name, this.zeroCodes(name, downs[name]));
     }
     return Object.fromEntries(names.filter((n) => n in this.stepFeeds).map((n) => [n, this.stepFeeds[n]]));
+  }
+
+  // A down's codes of zero (the zero point in every code) for a codes input `name` of `dims`.
+  /**
+   * @param {string} name
+   * @param {number[]} dims
+   */
+  zeroCodes(name, dims) {
+    const zero = downBits(name, this.packed) === 4 ? 0x88 : ZERO_POINT;
+    return new Uint8Array(dims.reduce((x, y) => x * y)).fill(zero);
   }
 
   // A packed group's up input `lora.{i}.{group}.up`: its members' up inputs, their rank and widths; null for
