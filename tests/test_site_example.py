@@ -154,7 +154,8 @@ def test_adapter_picker_on_and_off_gives_the_references_tokens(playwright, examp
     """The page lists the build's adapter in a labelled picker; each transcription runs with the adapter
     picked before it: none (the base graphs), klatt (the adapted graphs, its weights written into the inputs
     made at load), none again (the first tokens exactly). Tokens equal the reference's with the same adapter,
-    margins too (to float32 noise), so the adapter is seen on at work even where it keeps the tokens. On
+    margins too (to float32 noise, and the step form's quantized downs), so the adapter is seen on at work even
+    where it keeps the tokens. On
     SwiftShader WebGPU (about a token a second) one Klatt clip, the one the adapter changes (the samples with
     the adapter on and off there: `make e2e`); on wasm all of them."""
     from webbuild.tools.serve import start
@@ -181,7 +182,10 @@ def test_adapter_picker_on_and_off_gives_the_references_tokens(playwright, examp
             for (tokens, margins), c in zip(runs[run], clips):
                 ref = c["reference"][name]
                 assert tokens == ref.tokens, (run, c["text"])
-                assert margins == pytest.approx(ref.margins, abs=0.01), (run, c["text"])
+                # the captured step's downs are quantized (8-bit, q/k/v's 4-bit: docs/adapters.md), the reference's
+                # float: on WebGPU with the adapter on, margins move by up to a few hundredths more than float noise
+                noise = 0.03 if webgpu and name else 0.01
+                assert margins == pytest.approx(ref.margins, abs=noise), (run, c["text"])
         assert [t for t, _ in runs["off again"]] == [t for t, _ in runs["off"]]
     finally:
         browser.close()
