@@ -241,6 +241,40 @@ def test_the_step_form_packs_q_k_v(sites, tmp_path):
     assert not any(n.name.endswith("qkv_proj/norm") for n in model.graph)
 
 
+@needs_espeak
+def test_q_k_v_left_unpacked_keep_the_pages_4_bit_down(sites, tmp_path):
+    """Where q, k and v cannot be packed (here layer 0's k quantized at another accuracy level), the step form keeps
+    their Gemms, and their down is still read as the page writes a packed group's (4-bit codes, as runtime.json's
+    lora_packed_ups says), with no spare reader (it would be a kernel of its own, fused with nothing)."""
+    from webbuild.pipeline.check import StepForm
+    from webbuild.pipeline.forms import step_decoder
+    from webbuild.train.target import heldout_target
+
+    graphs = adapted_graphs(sites["with"], tmp_path)
+    model = graphs["decoder_lora"]
+    k_proj = model.graph.node("lora/0/k_proj/y2").inputs[0].producer()  # what k's update reshapes
+    assert k_proj.op_type == "MatMulNBits"
+    k_proj.attributes["accuracy_level"] = ir.AttrInt64("accuracy_level", 4)
+    roles = load_manifest(sites["with"] / "model")["variants"]["fp32"]
+    name = Path(roles["decoder_lora"]).stem + ".unpacked.onnx"
+    ir.save(model, tmp_path / name)
+    step = ir.load(tmp_path / step_decoder(tmp_path, name))
+    inputs = {v.name: v for v in step.graph.inputs}
+    assert all(IO.lora_input(0, p, "up") in inputs for p in DOWN_GROUPS["qkv_proj"])
+    assert IO.lora_input(0, "qkv_proj", "up") not in inputs and IO.lora_input(1, "qkv_proj", "up") in inputs
+    low = low_of(inputs, 0, "qkv_proj", True, bits=4)
+    assert len(inputs[IO.lora_input(0, "qkv_proj", DOWN_CODES)].uses()) == 1  # no spare
+    assert len(inputs[IO.lora_input(1, "qkv_proj", DOWN_CODES)].uses()) == 2  # packed: one
+    assert low.name == "lora/0/qkv_proj/low8"
+    manifest = load_manifest(sites["with"] / "model")
+    reassemble(sites["with"] / "model", manifest, "runtime.json", tmp_path / "runtime.json")
+    klatt = load_transcriber(sites["with"], adapter="klatt")
+    form = StepForm(cpu_form(tmp_path / step_decoder(tmp_path, name)),
+                    json.loads((tmp_path / "runtime.json").read_text())["max_positions"], klatt.decoder)
+    clip = heldout_target("klatt", 1).clip(0)
+    assert form.generate(klatt, clip, 40) == klatt.generate(clip, 40)  # fed as the page feeds it
+
+
 def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool, bits: int = 8) -> ir.Node:
     """The node giving x @ down of a group: a MatMul by the down input, or in the step form (lora_form.int8_downs)
     a `bits`-bit MatMulNBits of its codes and scales inputs, the down's float input gone."""

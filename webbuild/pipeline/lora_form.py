@@ -60,6 +60,7 @@ import onnx_ir as ir
 from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES, shared_rank
 from webbuild.graph.ir import shared_const
 from webbuild.site.adapter_pack import BLOCK as INT8_BLOCK
+from webbuild.site.adapter_pack import down_bits
 from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO, PACKED_UPS
 
 RANK_DIM = "lora_rank"
@@ -235,10 +236,11 @@ def _add_update(graph: ir.Graph, node: ir.Node, prefix: str, low: ir.Value, up: 
 def int8_downs(graph: ir.Graph) -> int:
     """In a one-token step graph, each down MatMul x [1, in] @ down [in, R] as an 8-bit MatMulNBits reading the
     down as graph inputs in its own layout: `lora.{i}.{group}.down_codes` uint8 [R, blocks, 32] (zero point 128)
-    and `lora.{i}.{group}.down_scales` [R, blocks] (webbuild.site.adapter_pack.quantize_int8), R static (the
-    build's rank times the group's members). A float MatMul of one row gives each workgroup a tile of R outputs
-    and loops it over all 1024-3072 inputs; MatMulNBits' decode kernel spreads the inputs over a workgroup, in
-    one dispatch. Returns how many downs changed."""
+    and `lora.{i}.{group}.down_scales` [R, blocks] (webbuild.site.adapter_pack.quantize_blocks), R static (the
+    build's rank times the group's members); a PACKED_UPS group's down 4-bit as the page writes it
+    (adapter_pack.down_bits), also where packed_updates left its group unpacked. A float MatMul of one row gives
+    each workgroup a tile of R outputs and loops it over all 1024-3072 inputs; MatMulNBits' decode kernel spreads
+    the inputs over a workgroup, in one dispatch. Returns how many downs changed."""
     return sum(_as_int8(graph, n) for n in list(graph)
                if n.op_type == "MatMul" and _branch_part(n.name, tuple(DOWN_GROUPS)) == "low")
 
@@ -256,13 +258,14 @@ def _as_int8(graph: ir.Graph, low: ir.Node) -> bool:
             or down not in graph.inputs:
         return False
     _, layer, group, _ = (low.name or "").split("/")
-    n_in, rank = down.shape[0], shared_rank(group)
+    n_in, rank, bits = down.shape[0], shared_rank(group), down_bits(group)
     blocks = -(-n_in // INT8_BLOCK)
     dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
-    codes = _input(graph, IO.lora_input(int(layer), group, DOWN_CODES), ir.DataType.UINT8, [rank, blocks, INT8_BLOCK])
+    codes = _input(graph, IO.lora_input(int(layer), group, DOWN_CODES), ir.DataType.UINT8,
+                   [rank, blocks, INT8_BLOCK * bits // 8])
     scales = _input(graph, IO.lora_input(int(layer), group, DOWN_SCALES), dtype, [rank, blocks])
     node = _op("MatMulNBits", [x, codes, scales], f"{low.name}8", dtype, [ROWS_DIM, rank], domain="com.microsoft")
-    for key, value in (("K", n_in), ("N", rank), ("bits", 8), ("block_size", INT8_BLOCK), ("accuracy_level", 0)):
+    for key, value in (("K", n_in), ("N", rank), ("bits", bits), ("block_size", INT8_BLOCK), ("accuracy_level", 0)):
         node.attributes[key] = ir.AttrInt64(key, value)  # level 0: one dispatch (level 4's DP4A path is two)
     graph.insert_before(low, [node])
     ir.convenience.replace_all_uses_with(low.outputs[0], node.outputs[0])
@@ -354,8 +357,10 @@ def spare_readers(model: ir.Model) -> int:
     Returns how many spares were added."""
     graph, added = model.graph, 0
     for down in [n for n in graph if _branch_part(n.name, PACKED_UPS) == "low4"]:
-        codes, scales = down.inputs[1], down.inputs[2]
-        if codes is None or scales is None or scales.shape is None:
+        codes, scales, x = down.inputs[1], down.inputs[2], down.inputs[0]
+        packed = (down.name or "").removesuffix("low4") + "packed"
+        if codes is None or scales is None or scales.shape is None or x is None \
+                or not any(u.name == packed for u, _ in x.uses()):
             continue
         zeros = shared_const(graph, f"lora/zero_scales_{'_'.join(map(str, scales.shape))}",
                              np.zeros(tuple(scales.shape.numpy()), _numpy_dtype(scales)))
