@@ -4,8 +4,8 @@ runtime (BENCHMARKS.md, "In Chromium": where the adapter's time goes). The page 
 inputs; those the probe's nodes no longer read stay as unused inputs.
 
   --ups   each up of the step (and the Add of the base output after it) as one 8-bit MatMulNBits whose bias
-          is the base output (gate's and up's, and the packed q/k/v's: their bias, as before), the up's codes from
-          the adapter file (a packed up's: its members' codes back to back)
+          is the base output (gate's and up's: their bias, as before; the packed q/k/v's: the packed output), the
+          up's codes from the adapter file (a packed up's: its members' codes back to back)
 
 (The packed q/k/v form was first probed here, as `--packed-qkv`, at 8751352; it is now the step form's own,
 webbuild.pipeline.lora_form.packed_updates.)
