@@ -258,15 +258,8 @@ def _as_int8(graph: ir.Graph, low: ir.Node) -> bool:
             or down not in graph.inputs:
         return False
     _, layer, group, _ = (low.name or "").split("/")
-    n_in, rank, bits = down.shape[0], shared_rank(group), down_bits(group)
-    blocks = -(-n_in // INT8_BLOCK)
-    dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
-    codes = _input(graph, IO.lora_input(int(layer), group, DOWN_CODES), ir.DataType.UINT8,
-                   [rank, blocks, INT8_BLOCK * bits // 8])
-    scales = _input(graph, IO.lora_input(int(layer), group, DOWN_SCALES), dtype, [rank, blocks])
-    node = _op("MatMulNBits", [x, codes, scales], f"{low.name}8", dtype, [ROWS_DIM, rank], domain="com.microsoft")
-    for key, value in (("K", n_in), ("N", rank), ("bits", bits), ("block_size", INT8_BLOCK), ("accuracy_level", 0)):
-        node.attributes[key] = ir.AttrInt64(key, value)  # level 0: one dispatch (level 4's DP4A path is two)
+    rows = [ROWS_DIM, shared_rank(group)]  # accuracy level 0: one dispatch (level 4's DP4A path is two)
+    node = _quantized_down(graph, x, int(layer), group, down.shape[0], f"{low.name}8", rows, 0)
     graph.insert_before(low, [node])
     ir.convenience.replace_all_uses_with(low.outputs[0], node.outputs[0])
     graph.remove(low, safe=True)
@@ -308,7 +301,9 @@ def _pack(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) 
     for concat in (weights, scales):
         concat.attributes["axis"] = ir.AttrInt64("axis", 0)
     packed = _nbits([x, weights.outputs[0], scales.outputs[0]], f"{prefix}/packed", first, n_out, dtype)
-    down = _down_int4(graph, x, layer, group, first, n_in, rank, dtype)
+    # the fused kernel's condition: the accuracy level of the projections beside it (and 4 bits, blocks of 32)
+    down = _quantized_down(graph, x, layer, group, n_in, f"{prefix}/low4", None,
+                           first.attributes.get_int("accuracy_level", 0))
     low2 = _reshape(graph, down.outputs[0], [-1, rank], f"{prefix}/low2", dtype, [ROWS_DIM, rank])
     y2 = _reshape(graph, packed.outputs[0], [-1, n_out], f"{prefix}/y2", dtype, [ROWS_DIM, n_out])
     up = _input(graph, IO.lora_input(layer, group, "up"), dtype, [low.outputs[0].shape[1], n_out])  # as before
@@ -335,16 +330,19 @@ def _nbits(inputs: list, name: str, like: ir.Node, n_out: int, dtype: ir.DataTyp
     return node
 
 
-def _down_int4(graph: ir.Graph, x: ir.Value, layer: int, group: str, like: ir.Node, n_in: int, rank: int,
-               dtype: ir.DataType) -> ir.Node:
-    """x @ the group's down as a 4-bit MatMulNBits of its codes and scales inputs (the fused kernel's condition:
-    4 bits, blocks of 32 and the accuracy level of the projections beside it)."""
-    blocks = -(-n_in // INT8_BLOCK)
-    codes = _input(graph, IO.lora_input(layer, group, DOWN_CODES), ir.DataType.UINT8, [rank, blocks, INT8_BLOCK // 2])
+def _quantized_down(graph: ir.Graph, x: ir.Value, layer: int, group: str, n_in: int, name: str, dims: list | None,
+                    accuracy_level: int) -> ir.Node:
+    """x @ the group's down as a MatMulNBits (bits: adapter_pack.down_bits, blocks of 32) of new graph inputs,
+    `lora.{i}.{group}.down_codes` uint8 [R, blocks, 32 * bits / 8] and `.down_scales` [R, blocks] in x's type, R
+    the group's rank as a number."""
+    rank, bits, blocks, dtype = shared_rank(group), down_bits(group), -(-n_in // INT8_BLOCK), _dtype(x)
+    codes = _input(graph, IO.lora_input(layer, group, DOWN_CODES), ir.DataType.UINT8,
+                   [rank, blocks, INT8_BLOCK * bits // 8])
     scales = _input(graph, IO.lora_input(layer, group, DOWN_SCALES), dtype, [rank, blocks])
-    node = _nbits([x, codes, scales], f"lora/{layer}/{group}/low4", like, rank, dtype)
-    node.attributes["bits"] = ir.AttrInt64("bits", 4)
-    node.attributes["block_size"] = ir.AttrInt64("block_size", INT8_BLOCK)
+    node = _op("MatMulNBits", [x, codes, scales], name, dtype, dims, domain="com.microsoft")
+    for key, value in (("K", n_in), ("N", rank), ("bits", bits), ("block_size", INT8_BLOCK),
+                       ("accuracy_level", accuracy_level)):
+        node.attributes[key] = ir.AttrInt64(key, value)
     return node
 
 
@@ -363,17 +361,13 @@ def spare_readers(model: ir.Model) -> int:
                 or not any(u.name == packed for u, _ in x.uses()):
             continue
         zeros = shared_const(graph, f"lora/zero_scales_{'_'.join(map(str, scales.shape))}",
-                             np.zeros(tuple(scales.shape.numpy()), _numpy_dtype(scales)))
-        spare = _op("MatMulNBits", [down.inputs[0], codes, zeros], (down.name or "") + "/spare", _dtype(scales),
+                             np.zeros(tuple(scales.shape.numpy()), _dtype(scales).numpy()))
+        spare = _op("MatMulNBits", [x, codes, zeros], (down.name or "") + "/spare", _dtype(scales),
                     None, domain=down.domain)
         spare.attributes.update(down.attributes)
         graph.insert_after(down, [spare])
         added += 1
     return added
-
-
-def _numpy_dtype(v: ir.Value) -> np.dtype:
-    return _dtype(v).numpy()
 
 
 def _dtype(v: ir.Value | None) -> ir.DataType:

@@ -127,7 +127,7 @@ export function loraValues(bytes, entry, dtype = 'float32', packed = {}) {
 
 // The bits of a down's codes in the step form: 4 for a packed group's (adapter_pack.py down_bits), else 8.
 /**
- * @param {string} name a down input, `lora.{i}.{group}.down`
+ * @param {string} name a down input, `lora.{i}.{group}.down`, or one of its step inputs
  * @param {Record<string, string[]>} packed
  */
 function downBits(name, packed) {
@@ -344,8 +344,8 @@ export class LoraInputs {
    * @param {number[]} dims
    */
   zeroCodes(name, dims) {
-    const zero = downBits(name, this.packed) === 4 ? 0x88 : ZERO_POINT;
-    return new Uint8Array(dims.reduce((x, y) => x * y)).fill(zero);
+    const bits = downBits(name, this.packed), zero = 2 ** (bits - 1);
+    return new Uint8Array(dims.reduce((x, y) => x * y)).fill(bits === 4 ? zero | (zero << 4) : zero);
   }
 
   // A packed group's up input `lora.{i}.{group}.up`: its members' up inputs, their rank and widths; null for
