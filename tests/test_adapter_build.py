@@ -21,6 +21,7 @@ from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import IdsDecoder, cpu_form, load_transcriber
 from webbuild.site.adapter_pack import (
     dequantize_int8,
+    down_bits,
     graph_inputs,
     pack,
     quantize_blocks,
@@ -29,7 +30,7 @@ from webbuild.site.adapter_pack import (
     unpack,
     update,
 )
-from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO, PACKED_UPS
+from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, FUSED_DOWNS, IO, PACKED_UPS
 from webbuild.site.manifest import load_manifest, reassemble
 
 KLATT = EXAMPLE / "adapters" / "klatt"
@@ -153,23 +154,29 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
     """Every projection of the adapted WebGPU, step and wasm graphs: base + MatMul(MatMul(x, down), up) + Add
     on 2-D rows (Reshape to [-1, in] / [-1, out], and back to [1, -1, out]), down and up inputs without
     defaults (onnxruntime-web could not feed an input that has one); one down MatMul for q, k and v, one for
-    gate and up. The step form's downs are 8-bit MatMulNBits (low_of), its gate and up take their updates as
-    a bias (the next test), and q, k and v are one packed projection (test_the_step_form_packs_q_k_v)."""
+    gate and up. The step form's downs are MatMulNBits (low_of; gate/up's 4-bit, reading its norm as 3-D rows and
+    flattened after), its gate and up take their updates as a bias (the next test), and q, k and v are one packed
+    projection (test_the_step_form_packs_q_k_v)."""
     for role, model in adapted_graphs(sites["with"], tmp_path).items():
         inputs = {v.name: v for v in model.graph.inputs}
         for layer, (group, projs) in itertools.product(range(4), DOWN_GROUPS.items()):
             step = role == "decoder_lora_step"
             if step and group in PACKED_UPS:  # its own test
                 continue
-            low = low_of(inputs, layer, group, step)
-            assert len(low.outputs[0].uses()) == len(projs), role
+            low = low_of(inputs, layer, group, step, bits=down_bits(group) if step else 8)
+            low_rows = low.outputs[0]
+            if step and group in FUSED_DOWNS:  # the norm's own reader, 2-D after
+                (flat, _), = low.outputs[0].uses()
+                assert flat.op_type == "Reshape" and len(low_rows.shape) == 3, role
+                low_rows = flat.outputs[0]
+            assert len(low_rows.uses()) == len(projs), role
             for proj in projs:
                 up = inputs[IO.lora_input(layer, proj, "up")]
                 assert up.const_value is None, role
                 rank = "lora_rank" if len(projs) == 1 else f"lora_rank_{group}"
                 assert up.shape[0] == rank and (step or low.inputs[1].shape[1] == rank), role
                 (delta, _), = up.uses()
-                assert delta.inputs[0] is low.outputs[0], role
+                assert delta.inputs[0] is low_rows, role
                 if role == "decoder_lora_step" and group == "gate_up_proj":  # one row: the update is a bias
                     (bias, _), = delta.outputs[0].uses()
                     (proj_node, index), = bias.outputs[0].uses()
@@ -244,8 +251,8 @@ def test_the_step_form_packs_q_k_v(sites, tmp_path):
 @needs_espeak
 def test_q_k_v_left_unpacked_keep_the_pages_4_bit_down(sites, tmp_path):
     """Where q, k and v cannot be packed (here layer 0's k quantized at another accuracy level), the step form keeps
-    their Gemms, and their down is still read as the page writes a packed group's (4-bit codes, as runtime.json's
-    lora_packed_ups says), with no spare reader (it would be a kernel of its own, fused with nothing)."""
+    their Gemms, and their down is still read as the page writes it (4-bit codes, as runtime.json's lora_down_bits
+    says), on its copy of the norm, with the two spares that make that copy and the down one fused kernel."""
     from webbuild.pipeline.check import StepForm
     from webbuild.pipeline.forms import step_decoder
     from webbuild.train.target import heldout_target
@@ -263,9 +270,10 @@ def test_q_k_v_left_unpacked_keep_the_pages_4_bit_down(sites, tmp_path):
     assert all(IO.lora_input(0, p, "up") in inputs for p in DOWN_GROUPS["qkv_proj"])
     assert IO.lora_input(0, "qkv_proj", "up") not in inputs and IO.lora_input(1, "qkv_proj", "up") in inputs
     low = low_of(inputs, 0, "qkv_proj", True, bits=4)
-    assert len(inputs[IO.lora_input(0, "qkv_proj", DOWN_CODES)].uses()) == 1  # no spare
-    assert len(inputs[IO.lora_input(1, "qkv_proj", DOWN_CODES)].uses()) == 2  # packed: one
-    assert low.name == "lora/0/qkv_proj/low8"
+    assert len(inputs[IO.lora_input(0, "qkv_proj", DOWN_CODES)].uses()) == 1  # spares of zero codes
+    assert len(inputs[IO.lora_input(1, "qkv_proj", DOWN_CODES)].uses()) == 2  # packed: one spare of its codes
+    assert low.name == "lora/0/qkv_proj/low4"
+    assert_alone_with_two_spares(low)
     manifest = load_manifest(sites["with"] / "model")
     reassemble(sites["with"] / "model", manifest, "runtime.json", tmp_path / "runtime.json")
     klatt = load_transcriber(sites["with"], adapter="klatt")
@@ -273,6 +281,24 @@ def test_q_k_v_left_unpacked_keep_the_pages_4_bit_down(sites, tmp_path):
                     json.loads((tmp_path / "runtime.json").read_text())["max_positions"], klatt.decoder)
     clip = heldout_target("klatt", 1).clip(0)
     assert form.generate(klatt, clip, 40) == klatt.generate(clip, 40)  # fed as the page feeds it
+
+
+def assert_alone_with_two_spares(low: ir.Node) -> None:
+    """`low`, a 4-bit down, reads a copy of a norm with two spares (lora_form.spare_readers) and nothing else:
+    MatMulNBits of the same quantization, narrower than the down and of one width, with zero codes and scales
+    that are initializers of their own (onnxruntime's CSE would merge equal spares), read by nothing."""
+    norm = low.inputs[0].producer()
+    assert norm.op_type in ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"), low.name
+    assert norm.name.startswith("lora/") and norm.name.endswith("/norm"), norm.name  # _branch_norm's copy
+    spares = [u for u, _ in norm.outputs[0].uses() if u is not low]
+    assert sorted(u.name for u in spares) == [f"{low.name}/spare", f"{low.name}/spare2"]
+    keys = ("K", "bits", "block_size", "accuracy_level")
+    widths = {u.attributes["N"].as_int() for u in spares}
+    assert len(widths) == 1 and widths.pop() < low.attributes["N"].as_int(), low.name
+    for u in spares:
+        assert all(u.attributes[k].as_int() == low.attributes[k].as_int() for k in keys) and len(u.inputs) == 3
+        assert not u.outputs[0].uses() and all(not v.const_value.numpy().any() for v in u.inputs[1:])
+    assert len({id(v) for u in spares for v in u.inputs[1:]}) == 4
 
 
 def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool, bits: int = 8) -> ir.Node:
@@ -300,8 +326,9 @@ def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool, bits
 def test_the_step_form_gives_gate_and_up_their_updates_as_biases(sites, tmp_path):
     """One token a step, so the step form adds gate's and up's updates as their MatMulNBits' bias
     (lora_form.mlp_updates_as_biases) and the post-attention norm feeds the two alone: onnxruntime-web's
-    norm + gate/up + SiLU x up kernel takes biases. Decoded on onnxruntime CPU with the adapter on (the
-    build's check feeds a zero adapter only), the step form gives the plain adapted decoder's tokens."""
+    norm + gate/up + SiLU x up kernel takes biases. Their down reads the norm's copy beside two spares. Decoded on
+    onnxruntime CPU with the adapter on (the build's check feeds a zero adapter only), the step form gives the
+    plain adapted decoder's tokens."""
     from webbuild.pipeline.check import StepForm
     from webbuild.train.target import heldout_target
 
@@ -314,6 +341,8 @@ def test_the_step_form_gives_gate_and_up_their_updates_as_biases(sites, tmp_path
         assert norm.op_type == "SkipSimplifiedLayerNormalization"
         assert sorted(u.op_type for u, _ in norm.outputs[0].uses()) == ["MatMulNBits"] * 2
         assert len(norm.outputs[3].uses()) <= 1  # the residual goes on to the next norm, read by nothing else
+        # gate/up's 4-bit down and two spares on the norm's copy: onnxruntime-web's norm + Q/K/V kernel for them
+        assert_alone_with_two_spares(step.node(f"lora/{layer}/gate_up_proj/low4"))
     assert not any(n.name.split("/")[2:3] in (["gate_proj"], ["up_proj"]) and n.op_type == "Add" for n in step)
     manifest = load_manifest(sites["with"] / "model")
     reassemble(sites["with"] / "model", manifest, "runtime.json", tmp_path / "runtime.json")

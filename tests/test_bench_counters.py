@@ -33,6 +33,7 @@ from tests.conftest import BENCH_DECODE as DECODE
 from tests.example_config import example_config, write_example_config
 from webbuild.adapters import DOWN_GROUPS
 from webbuild.site.adapter_pack import stored_parameters
+from webbuild.site.contract import FUSED_DOWNS
 from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV, node_args
 
 # Counted as (4-token decode - 1-token decode) / 3. The example as is runs one sample clip, so that the
@@ -208,9 +209,9 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     down_shapes = [t["shape"] for n, t in tensors.items() if n.endswith(".down")]
     layers = len(down_shapes) // len(DOWN_GROUPS)
     qkv_ups = [t["shape"] for n, t in tensors.items() if n.endswith(tuple(f".{p}.up" for p in DOWN_GROUPS["qkv_proj"]))]
-    qkv_downs = [t["shape"] for n, t in tensors.items() if n.endswith(".qkv_proj.down")]
+    fused_downs = [t["shape"] for n, t in tensors.items() if n.endswith(tuple(f".{g}.down" for g in FUSED_DOWNS))]
     step_bytes = sum(n * -(-k // 32) * (32 + 4) for k, n in down_shapes)  # uint8 codes and float32 scales
-    step_bytes -= sum(n * -(-k // 32) * 16 for k, n in qkv_downs)  # q/k/v's: 4-bit codes
+    step_bytes -= sum(n * -(-k // 32) * 16 for k, n in fused_downs)  # q/k/v's and gate/up's: 4-bit codes
     step_bytes += sum(4 * k * n for k, n in qkv_ups)  # the packed ups, every row
     for s in on["lora_switches"]:
         writes = len(tensors) + 2 * len(down_shapes) + layers if s["to"] else 0
@@ -222,11 +223,12 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     ups, downs = (sum(n.endswith(part) for n in tensors) for part in (".up", ".down"))
     assert (ups, downs) == (28, 16)  # q/k/v share one down a layer, gate/up another (webbuild.adapters.DOWN_GROUPS)
     biases = sum(n.endswith((".gate_proj.up", ".up_proj.up")) for n in tensors)  # the step's MLP updates
-    kinds = ("MatMul", "MatMulNBits", "Gemm", "Add", "Split", "MatMulNBitsQkvDecode")
+    kinds = ("MatMul", "MatMulNBits", "Gemm", "Add", "Split", "MatMulNBitsQkvDecode", "SkipLayerNorm")
     added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in kinds}
-    # a step's down: one 8-bit MatMulNBits (lora_form.int8_downs), q/k/v's inside the fused kernel with them packed
-    assert added == {"MatMul": biases, "MatMulNBits": downs - layers, "Gemm": ups - biases - len(qkv_ups) + layers,
-                     "Add": 0, "Split": layers, "MatMulNBitsQkvDecode": 0}, c["kernels"]
+    # a step's down: one 8-bit MatMulNBits (lora_form.int8_downs); q/k/v's inside the fused kernel with them packed,
+    # gate/up's in one of its own with its copy of the norm (lora_form.spare_readers)
+    assert added == {"MatMul": biases, "MatMulNBits": downs - 2 * layers, "Gemm": ups - biases - len(qkv_ups) + layers,
+                     "Add": 0, "Split": layers, "MatMulNBitsQkvDecode": layers, "SkipLayerNorm": 0}, c["kernels"]
     # gate/up's branch reads a copy of the norm, so onnxruntime-web still fuses norm + gate/up + SiLU
     assert c["kernels"]["MatMulNBitsMlpDecode"] == base["kernels"]["MatMulNBitsMlpDecode"] > 0, c["kernels"]
 

@@ -20,14 +20,17 @@ import json, sys
 from pathlib import Path
 import numpy as np
 from webbuild.site.adapter_pack import pack, step_downs, unpack
+from webbuild.site.contract import runtime_names
 out = Path(sys.argv[1])
+(out / "bits.json").write_text(json.dumps(runtime_names()["lora_down_bits"]))
 rng = np.random.default_rng(0)
 inputs = {"lora.0.o_proj.down": rng.normal(0, 0.05, (40, 32)), "lora.0.q_proj.up": rng.normal(0, 3, (32, 24)),
           "lora.1.o_proj.down": np.tile([[0.0, -0.0, 1e-8, 6e-5], [65504, 7e4, -2.0 ** -24, 1 + 2.0 ** -11]] * 16, 8)}
 band = np.zeros((96, 24))
 band[32:64] = rng.normal(0, 0.5, (32, 24))  # an up of a shared down: its own rows of the group's rank
 inputs |= {"lora.0.k_proj.up": band, "lora.2.o_proj.up": np.zeros((32, 8)),
-           "lora.0.qkv_proj.down": rng.normal(0, 0.05, (40, 96))}  # a packed group's: 4-bit step codes
+           "lora.0.qkv_proj.down": rng.normal(0, 0.05, (40, 96)),  # 4-bit step codes (a fused norm's reader)
+           "lora.1.gate_up_proj.down": rng.normal(0, 0.05, (40, 64))}
 inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
 for precision in ("int8", "fp16", "fp32"):
     data, tensors = pack(inputs, precision)
@@ -70,7 +73,7 @@ describe('adapter files', () => {
     for (const [dtype, suffix] of [['float32', 'f32'], ['float16', 'f16']]) {
       it(`${precision}: the step form's downs in ${dtype} equal adapter_pack.step_downs`, () => {
         const entry = JSON.parse(readFileSync(path.join(tmp, `${precision}.json`), 'utf8'));
-        const values = loraValues(read(`${precision}.bin`), entry, dtype, { qkv_proj: ['q_proj', 'k_proj', 'v_proj'] });
+        const values = loraValues(read(`${precision}.bin`), entry, dtype, JSON.parse(readFileSync(path.join(tmp, 'bits.json'), 'utf8')));
         const names = JSON.parse(readFileSync(path.join(tmp, `${precision}.step.json`), 'utf8'));
         assert.deepEqual(Object.keys(values).filter((n) => !(n in entry.tensors)), names);
         assert.ok(names.every((n) => values[n] instanceof (n.endsWith('_codes') ? Uint8Array : dtype === 'float16' ? Uint16Array : Float32Array)));
@@ -181,12 +184,13 @@ describe('adapter inputs on the GPU', () => {
       'lora.1.v_proj.up': [6, 2] };
     const seen = [];
     const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, data]) } };
-    const inputs = new LoraInputs(ort, shapes, 'float32', gpu, { qkv_proj: ['q_proj', 'k_proj', 'v_proj'] });
+    const inputs = new LoraInputs(ort, shapes, 'float32', gpu,
+      { packed: { qkv_proj: ['q_proj', 'k_proj', 'v_proj'] }, bits: { qkv_proj: 4 } });
     const names = ['lora.1.qkv_proj.down_codes', 'lora.1.qkv_proj.down_scales', 'lora.1.qkv_proj.up'];
     const step = inputs.stepFeedsFor(names);
     assert.deepEqual(Object.keys(step), names); // the members' ups are not the step form's inputs
     assert.deepEqual(step['lora.1.qkv_proj.up'].dims, [6, 8]);
-    // a packed group's down rides in the fused Q/K/V kernel: 4-bit codes, two to a byte, zero point 8
+    // a down in a norm's fused kernel (runtime.json lora_down_bits): 4-bit codes, two to a byte, zero point 8
     assert.deepEqual(step['lora.1.qkv_proj.down_codes'].dims, [6, 1, 16]);
     assert.ok(new Map(seen).get(step['lora.1.qkv_proj.down_codes'].gpuBuffer).every((c) => c === 0x88));
     const values = Object.fromEntries(Object.entries(shapes).map(([name, [k, n]], i) =>

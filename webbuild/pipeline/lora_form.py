@@ -42,7 +42,8 @@ the Adds of the updates stop; in the one-token step form their updates are the M
 that kernel takes (mlp_updates_as_biases): 691 -> 607 dispatches a token for the 0.6b. Q/K/V's kernel takes no
 bias, so q, k and v keep their Adds (Gemms once optimized) in the plain forms; the step form packs them into one
 MatMulNBits and makes their down a 4-bit MatMulNBits beside it, which with a spare reader (spare_readers) the
-norm + Q/K/V kernel takes in (packed_updates). The step form's other downs are 8-bit MatMulNBits reading the
+norm + Q/K/V kernel takes in (packed_updates); gate and up's 4-bit down rides in one such kernel with its copy of
+the norm and two spares (spare_readers). The step form's other downs are 8-bit MatMulNBits reading the
 down's codes and scales as inputs (int8_downs), since a one-row float MatMul leaves most of the GPU idle:
 9.27 -> 8.79 ms of GPU time a token in Chromium (BENCHMARKS.md, "In Chromium").
 
@@ -61,9 +62,10 @@ from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES, shared_rank
 from webbuild.graph.ir import shared_const
 from webbuild.site.adapter_pack import BLOCK as INT8_BLOCK
 from webbuild.site.adapter_pack import down_bits
-from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO, PACKED_UPS
+from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, FUSED_DOWNS, IO, PACKED_UPS
 
 RANK_DIM = "lora_rank"
+SPARE_WIDTH = 16  # outputs of the spare readers beside a down alone on its norm (spare_readers)
 ROWS_DIM = "lora_rows"  # batch x sequence: declared on both sides of the up MatMul's Add, see the docstring
 QKV = ("q_proj", "k_proj", "v_proj")
 NORMS = ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization")
@@ -258,10 +260,18 @@ def _as_int8(graph: ir.Graph, low: ir.Node) -> bool:
             or down not in graph.inputs:
         return False
     _, layer, group, _ = (low.name or "").split("/")
-    rows = [ROWS_DIM, shared_rank(group)]  # accuracy level 0: one dispatch (level 4's DP4A path is two)
-    node = _quantized_down(graph, x, int(layer), group, down.shape[0], f"{low.name}8", rows, 0)
-    graph.insert_before(low, [node])
-    ir.convenience.replace_all_uses_with(low.outputs[0], node.outputs[0])
+    rank, name = shared_rank(group), f"{low.name}{down_bits(group)}"
+    rows = x.producer()
+    if group in FUSED_DOWNS and rows is not None and rows.op_type == "Reshape" and rows.inputs[0] is not None:
+        # the norm's own output, not its 2-D rows (a Reshape): the fused kernel takes the norm's direct readers
+        norm = rows.inputs[0]
+        dims = [*norm.shape[:-1], rank] if norm.shape is not None else None
+        node = _quantized_down(graph, norm, int(layer), group, down.shape[0], name, dims, 0)
+        new = [node, _reshape(graph, node.outputs[0], [-1, rank], f"{name}/rows", _dtype(x), [ROWS_DIM, rank])]
+    else:  # accuracy level 0: one dispatch (level 4's DP4A path is two)
+        new = [_quantized_down(graph, x, int(layer), group, down.shape[0], name, [ROWS_DIM, rank], 0)]
+    graph.insert_before(low, new)
+    ir.convenience.replace_all_uses_with(low.outputs[0], new[-1].outputs[0])
     graph.remove(low, safe=True)
     graph.inputs.remove(down)
     return True
@@ -347,27 +357,59 @@ def _quantized_down(graph: ir.Graph, x: ir.Value, layer: int, group: str, n_in: 
 
 
 def spare_readers(model: ir.Model) -> int:
-    """After the last dead-code elimination (it would drop them again): beside each packed group's 4-bit down
-    (packed_updates), a MatMulNBits of the same codes with zero scales (one initializer) whose output nothing
-    reads. onnxruntime-web fuses a norm with its readers only where there are exactly three, one of them wider
-    than the two others, which are of one width (MatMulNBitsQkvFusion, made for Q, K and V); the spare makes the
-    packed projection and the down such a three. Its cost is the down's width of outputs in the fused kernel.
-    Returns how many spares were added."""
+    """After the last dead-code elimination (it would drop them again): spare readers of the norm that a FUSED_DOWNS
+    group's 4-bit down reads, MatMulNBits of zero scales whose outputs nothing reads, so that the norm has the
+    readers onnxruntime-web fuses with it into one kernel (MatMulNBitsQkvFusion, made for Q, K and V): exactly
+    three 4-bit MatMulNBits of one quantization without bias, two of one width and the third of another. Beside q,
+    k and v's packed projection (packed_updates) one spare of the down (its codes) makes the three; where the down
+    is the norm's only reader (gate and up's copy of the norm: _branch_norm), two narrower spares of zero codes.
+    Their cost is their outputs in the fused kernel. Returns how many spares were added."""
     graph, added = model.graph, 0
-    for down in [n for n in graph if _branch_part(n.name, PACKED_UPS) == "low4"]:
-        codes, scales, x = down.inputs[1], down.inputs[2], down.inputs[0]
-        packed = (down.name or "").removesuffix("low4") + "packed"
-        if codes is None or scales is None or scales.shape is None or x is None \
-                or not any(u.name == packed for u, _ in x.uses()):
+    for down in [n for n in graph if _branch_part(n.name, FUSED_DOWNS) == "low4"]:
+        x = down.inputs[0]
+        norm = x.producer() if x is not None else None
+        others = [u for u, _ in x.uses() if u is not down] if x is not None else []
+        if norm is None or norm.op_type not in NORMS or len(others) > 1 \
+                or not all(_fuses_with(down, u) for u in others):
             continue
-        zeros = shared_const(graph, f"lora/zero_scales_{'_'.join(map(str, scales.shape))}",
-                             np.zeros(tuple(scales.shape.numpy()), _dtype(scales).numpy()))
-        spare = _op("MatMulNBits", [x, codes, zeros], (down.name or "") + "/spare", _dtype(scales),
-                    None, domain=down.domain)
-        spare.attributes.update(down.attributes)
-        graph.insert_after(down, [spare])
-        added += 1
+        width = _dims(down)[1]
+        if others and _dims(others[0])[1] != width:
+            spares = [_spare(graph, down, "spare", down.inputs[1])]
+        elif not others:
+            narrow = SPARE_WIDTH if width != SPARE_WIDTH else 2 * SPARE_WIDTH
+            spares = [_spare(graph, down, name, None, narrow) for name in ("spare", "spare2")]
+        else:
+            continue
+        graph.insert_after(down, spares)
+        added += len(spares)
     return added
+
+
+def _fuses_with(down: ir.Node, other: ir.Node) -> bool:
+    """Whether MatMulNBitsQkvFusion would take `other` beside `down`: a MatMulNBits of the same input size,
+    bits, blocks and accuracy level, without zero points, groups or bias."""
+    keys = ("K", "bits", "block_size", "accuracy_level")
+    return other.op_type == "MatMulNBits" and len(other.inputs) == 3 \
+        and all(other.attributes.get_int(k, 0) == down.attributes.get_int(k, 0) for k in keys)
+
+
+def _spare(graph: ir.Graph, down: ir.Node, name: str, codes: ir.Value | None, width: int | None = None) -> ir.Node:
+    """A MatMulNBits quantized as `down`, reading its input, of `width` outputs (default the down's) with zero
+    scales and `codes` (default zero codes): shared initializers, one per shape."""
+    (n_in, n_out), dtype = _dims(down), _dtype(down.inputs[2])
+    blocks, width = -(-n_in // INT8_BLOCK), width or n_out
+    # each spare its own initializers: onnxruntime's common subexpression elimination would merge equal spares
+    tag = "" if name == "spare" else f"_{name}"
+    if codes is None:
+        code_dims = (width, blocks, INT8_BLOCK * down.attributes.get_int("bits", 4) // 8)
+        codes = shared_const(graph, f"lora/zero_codes_{'_'.join(map(str, code_dims))}{tag}",
+                             np.zeros(code_dims, np.uint8))
+    zeros = shared_const(graph, f"lora/zero_scales_{width}_{blocks}{tag}", np.zeros((width, blocks), dtype.numpy()))
+    spare = _op("MatMulNBits", [down.inputs[0], codes, zeros], f"{down.name}/{name}", dtype, None,
+                domain=down.domain)
+    spare.attributes.update(down.attributes)
+    spare.attributes["N"] = ir.AttrInt64("N", width)
+    return spare
 
 
 def _dtype(v: ir.Value | None) -> ir.DataType:

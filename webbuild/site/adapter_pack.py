@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from webbuild.adapters import CONFIG, DOWN_GROUPS, WEIGHTS, read_tensors, shared_rank, tensor_name, update_scale
-from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, IO, PACKED_UPS
+from webbuild.site.contract import DOWN_BITS, DOWN_CODES, DOWN_SCALES, IO, PACKED_UPS
 
 BLOCK = 32
 ZERO_POINT = 128
@@ -84,8 +84,7 @@ def quantize_blocks(w: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
 def step_downs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.ndarray]:
     """{input: value} of the downs as the adapted step form reads them (webbuild.pipeline.lora_form.int8_downs and
     packed_updates): each group's down [in, R] of `inputs` (graph_inputs' form; [in, 0] for no adapter) padded
-    with zero columns to the build's rank for the group, then quantize_blocks' codes, 4-bit for a PACKED_UPS group
-    (its down rides in Q/K/V's fused kernel, which reads 4-bit weights only) and 8-bit for the others, and its
+    with zero columns to the build's rank for the group, then quantize_blocks' codes in down_bits, and its
     scales in `dtype`, the graph's float type. runtime/lora.js stepDowns computes the same."""
     out = {}
     for name, down in inputs.items():
@@ -102,8 +101,9 @@ def step_downs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.
 
 
 def down_bits(group: str) -> int:
-    """The bits of a group's down codes in the step form."""
-    return 4 if group in PACKED_UPS else 8
+    """The bits of a group's down codes in the step form: 4 for a FUSED_DOWNS group (its down rides in a norm's fused
+    kernel, which reads 4-bit weights only), 8 for the others; runtime.json's `lora_down_bits`."""
+    return DOWN_BITS[group]
 
 
 def packed_ups(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -21,11 +21,15 @@ SAMPLES_FILE = "samples.json"  # beside index.html: the sample clips, their text
 # `webbuild verify` drives; window.webbuild.lora is the adapter on (null: the base model)
 LORA_PICKER = "lora"
 # the adapted step form's down factors (webbuild.pipeline.lora_form.int8_downs; runtime/lora.js writes them):
-# a group's down in MatMulNBits' 8-bit layout, codes and scales (a PACKED_UPS group's 4-bit: adapter_pack.down_bits)
+# a group's down in MatMulNBits' 8-bit layout, codes and scales (a FUSED_DOWNS group's 4-bit: adapter_pack.down_bits)
 DOWN_CODES, DOWN_SCALES = "down_codes", "down_scales"
+# the groups whose down rides in a norm's fused kernel in the adapted step form (lora_form.spare_readers): 4-bit
+# codes, the only kind that kernel reads; runtime.json's `lora_down_bits` gives the page every group's bits
+FUSED_DOWNS = ("qkv_proj", "gate_up_proj")
+DOWN_BITS = {group: 4 if group in FUSED_DOWNS else 8 for group in DOWN_GROUPS}
 # the groups whose projections the adapted step form packs into one MatMulNBits (lora_form.packed_updates): their
 # ups are one input, `lora.{i}.{group}.up`, the members' ups side by side in DOWN_GROUPS order (runtime/lora.js),
-# and their down is 4-bit
+# and their down is 4-bit (FUSED_DOWNS)
 PACKED_UPS = ("qkv_proj",)
 # the page's live-transcription button (webbuild verify presses it) and the query parameter that makes the page
 # keep the frames it captured (window.webbuild.live.audio()), as runtime/contract.js has them
@@ -183,4 +187,5 @@ def runtime_names() -> dict:
     """runtime.json's keys for the names above (webbuild.pipeline.assemble.runtime_config)."""
     return {"files": {"tokens": TOKENS_FILE, "ort_module": f"{ORT_DIR}/{ORT_MODULE}", "ort_wasm": ORT_WASM},
             "roles": FILE_ROLES, "io": IO.names(), "variants": VARIANTS,
-            "lora_packed_ups": {group: list(DOWN_GROUPS[group]) for group in PACKED_UPS}}
+            "lora_packed_ups": {group: list(DOWN_GROUPS[group]) for group in PACKED_UPS},
+            "lora_down_bits": DOWN_BITS}

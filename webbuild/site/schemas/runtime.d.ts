@@ -99,4 +99,8 @@ export type Runtime = {
   lora_packed_ups: {
     [k: string]: string[];
   };
+  /** per group, the bits of its down's codes in an adapted step form: 4 where the down rides in a norm's fused kernel, else 8 (webbuild.site.contract.DOWN_BITS) */
+  lora_down_bits: {
+    [k: string]: 4 | 8;
+  };
 };

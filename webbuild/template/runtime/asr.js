@@ -116,7 +116,8 @@ export class Recogniser {
   async loadAdapted(files, decoder, shapes) {
     // a provider given by name has no device
     const device = this.ep === 'webgpu' ? /** @type {{device?: GPUDevice}} */ (this.provider)?.device ?? await this.ort.env.webgpu.device : null;
-    const lora = new LoraInputs(this.ort, shapes, this.dtype, device, this.rt.lora_packed_ups);
+    const lora = new LoraInputs(this.ort, shapes, this.dtype, device,
+      { packed: this.rt.lora_packed_ups, bits: this.rt.lora_down_bits });
     this.adapted = await this.decoderSet(files, decoder, lora);
   }
 

@@ -11,8 +11,8 @@
 // q/k/v and gate/up shared: webbuild/adapters.py DOWN_GROUPS), so one set of tensors serves them all. A file
 // stores an input's rows from `rows` [start, stop) on (an up's own rows of its group's rank), the rest zeros.
 // The adapted step form (the captured decode step) reads each down in MatMulNBits' 8-bit layout instead
-// (`.down_codes`, `.down_scales`: webbuild/pipeline/lora_form.py int8_downs), 4-bit for a packed group's (q, k and
-// v's: it rides in their fused kernel), quantized here from the down's values as webbuild/site/adapter_pack.py
+// (`.down_codes`, `.down_scales`: webbuild/pipeline/lora_form.py int8_downs), 4-bit for the groups whose down rides
+// in a norm's fused kernel (runtime.json `lora_down_bits`: q/k/v's and gate/up's), quantized here from the down's values as webbuild/site/adapter_pack.py
 // step_downs does, bit for bit, and q, k and v's ups as one input, side by side (lora_form.py packed_updates,
 // adapter_pack.py packed_ups).
 
@@ -86,7 +86,7 @@ export async function switchLora(site, name, loading = site.loading) {
   }
   const { entry, bytes } = await loadLoraFile(site.manifest, name, loading);
   const { recogniser } = site;
-  recogniser.setLora(loraValues(bytes, entry, recogniser.dtype, recogniser.rt.lora_packed_ups), loraRows(entry));
+  recogniser.setLora(loraValues(bytes, entry, recogniser.dtype, recogniser.rt.lora_down_bits), loraRows(entry));
   return name;
 }
 
@@ -101,15 +101,15 @@ export function loraRows(entry) {
 
 // {input name: typed array [K * N], row-major} of an adapter file in the graph's float type: Float32Array
 // for 'float32', float16 bits (Uint16Array, as onnxruntime-web takes float16 data) for 'float16'; and the
-// step form's codes and scales of each down (stepDowns), 4-bit for the groups in `packed` (runtime.json
-// lora_packed_ups).
+// step form's codes and scales of each down (stepDowns), in the bits `bits` gives its group (runtime.json
+// lora_down_bits; 8 for a group it leaves out).
 /**
  * @param {Uint8Array} bytes the adapter file
  * @param {Adapter} entry
  * @param {'float16' | 'float32'} [dtype]
- * @param {Record<string, string[]>} [packed]
+ * @param {Record<string, number>} [bits]
  */
-export function loraValues(bytes, entry, dtype = 'float32', packed = {}) {
+export function loraValues(bytes, entry, dtype = 'float32', bits = {}) {
   /** @type {LoraValues} */
   const out = {};
   for (const [name, t] of Object.entries(entry.tensors)) {
@@ -120,18 +120,19 @@ export function loraValues(bytes, entry, dtype = 'float32', packed = {}) {
     // a down is read once as float32: the step form's codes come from it, and a float16 graph's values too
     const f32 = /** @type {Float32Array<ArrayBuffer>} */ (tensorValues(bytes, entry.precision, t, 'float32'));
     out[name] = dtype === 'float16' ? floatsToHalfs(f32) : f32;
-    Object.assign(out, stepDowns(name, f32, t.shape, dtype, downBits(name, packed)));
+    Object.assign(out, stepDowns(name, f32, t.shape, dtype, downBits(name, bits)));
   }
   return out;
 }
 
-// The bits of a down's codes in the step form: 4 for a packed group's (adapter_pack.py down_bits), else 8.
+// The bits of a down's codes in the step form (adapter_pack.py down_bits): runtime.json's lora_down_bits for its
+// group, 8 where it has none.
 /**
  * @param {string} name a down input, `lora.{i}.{group}.down`, or one of its step inputs
- * @param {Record<string, string[]>} packed
+ * @param {Record<string, number>} bits
  */
-function downBits(name, packed) {
-  return name.split('.')[2] in packed ? 4 : 8;
+function downBits(name, bits) {
+  return bits[name.split('.')[2]] ?? 8;
 }
 
 // {input: [dims]} of the step form's down inputs, for a down `name` of [K, N]: codes [N, blocks, 32 * bits / 8],
@@ -301,10 +302,10 @@ export class LoraInputs {
    * @param {Record<string, number[]>} shapes
    * @param {'float16' | 'float32'} dtype
    * @param {GPUDevice | null} [device]
-   * @param {Record<string, string[]>} [packed] runtime.json lora_packed_ups: the groups whose ups a step form
-   *   may read as one
+   * @param {{packed?: Record<string, string[]>, bits?: Record<string, number>}} [step] runtime.json's
+   *   lora_packed_ups (the groups whose ups a step form may read as one) and lora_down_bits (loraValues)
    */
-  constructor(ort, shapes, dtype, device = null, packed = {}) {
+  constructor(ort, shapes, dtype, device = null, step = {}) {
     this.ort = ort;
     this.dtype = dtype;
     this.device = device;
@@ -314,7 +315,8 @@ export class LoraInputs {
     /** @type {Record<string, OrtTensor>} the adapted graph's inputs */
     this.feeds = {};
     for (const [name, dims] of Object.entries(shapes)) this.feeds[name] = device ? this.gpuTensor(dims) : this.cpuTensor(dims);
-    this.packed = packed;
+    this.packed = step.packed ?? {};
+    this.bits = step.bits ?? {};
     /** @type {Record<string, OrtTensor>} its step form's (WebGPU only, made by stepFeedsFor) */
     this.stepFeeds = {};
   }
@@ -325,7 +327,7 @@ export class LoraInputs {
   /** @param {readonly string[]} names */
   stepFeedsFor(names) {
     const downs = Object.fromEntries(Object.keys(this.shapes).filter((n) => DOWN.test(n)).flatMap((down) =>
-      Object.entries(stepShapes(down, this.shapes[down], downBits(down, this.packed)))));
+      Object.entries(stepShapes(down, this.shapes[down], downBits(down, this.bits)))));
     for (const name of names.filter((n) => !(n in this.stepFeeds))) {
       const packed = !(name in this.feeds) && !(name in downs) && this.packedUp(name);
       if (name in this.feeds) this.stepFeeds[name] = this.feeds[name];
@@ -344,7 +346,7 @@ export class LoraInputs {
    * @param {number[]} dims
    */
   zeroCodes(name, dims) {
-    const bits = downBits(name, this.packed), zero = 2 ** (bits - 1);
+    const bits = downBits(name, this.bits), zero = 2 ** (bits - 1);
     return new Uint8Array(dims.reduce((x, y) => x * y)).fill(bits === 4 ? zero | (zero << 4) : zero);
   }
 
