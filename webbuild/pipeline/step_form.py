@@ -24,7 +24,7 @@ its CPU EP; the step form has none:
   norm, then one update for the three and a Split (lora_form.packed_updates; lora_form.spare_readers, after the
   last dead-code elimination, makes the norm's readers the three that onnxruntime-web fuses into one kernel);
   each other down MatMul becomes an 8-bit MatMulNBits reading the down's codes and scales as inputs
-  (lora_form.int8_downs).
+  (lora_form.int8_downs), gate/up's 4-bit on its norm copy, which spare_readers makes one fused kernel too.
 
 The runtime feeds it a static KV cache: `attention_mask` [1, T_max] with ones up to the current
 position, and every `past_key_values.*` bound to the same [1, kv, T_max, hd] buffer as its `present.*`
