@@ -302,7 +302,7 @@ def assert_alone_with_two_spares(low: ir.Node) -> None:
 
 
 def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool, bits: int = 8) -> ir.Node:
-    """The node giving x @ down of a group: a MatMul by the down input, or in the step form (lora_form.int8_downs)
+    """The node giving x @ down of a group: a MatMul by the down input, or in the step form (lora_form.quantized_downs)
     a `bits`-bit MatMulNBits of its codes and scales inputs, the down's float input gone."""
     if not step:
         down = inputs[IO.lora_input(layer, group, "down")]

@@ -184,14 +184,15 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     """Off: the same calls per token as the build without adapters, another process (so two runs count the
     same) on another build whose base decoder is the same graph. `--adapter klatt` switches it on, off and
     on again: each switch on is one writeBuffer per lora.* input (float32 values: 4 bytes each, of the rows its
-    file stores), two per down for the step form's codes and scales (lora_form.int8_downs; q/k/v's 4-bit) and one
-    per layer for its packed q/k/v up (all its values), none makes a GPU buffer, a bind group or a dispatch; with it
-    on the decode replays the adapted step graph (still no bind group and one 8-byte mask write per token): a Gemm
-    more for o, down and q/k/v at once (the 2-D form's up MatMul and Add, fused by onnxruntime-web: docs/adapters.md,
-    so no Add), a MatMul for gate's and up's updates, which feed their MatMulNBits' bias, an 8-bit MatMulNBits for
-    the downs of o, gate/up (shared) and down, and a Split after the fused norm + Q/K/V kernel, which now computes
-    q, k and v packed and their 4-bit down (lora_form.packed_updates, spare_readers); the base's fused norm + gate/up
-    + SiLU kernel stays."""
+    file stores), two per down for the step form's codes and scales (lora_form.quantized_downs; q/k/v's and
+    gate/up's 4-bit) and one per layer for its packed q/k/v up (all its values), none makes a GPU buffer, a bind
+    group or a dispatch; with it on the decode replays the adapted step graph (still no bind group and one 8-byte
+    mask write per token): a Gemm more for o, down and q/k/v at once (the 2-D form's up MatMul and Add, fused by
+    onnxruntime-web: docs/adapters.md, so no Add), a MatMul for gate's and up's updates, which feed their
+    MatMulNBits' bias, an 8-bit MatMulNBits for the downs of o and down, a fused norm + Q/K/V kernel for gate/up's
+    copy of the norm with its 4-bit down (spare_readers), and a Split after the layer's fused norm + Q/K/V kernel,
+    which now computes q, k and v packed and their 4-bit down (lora_form.packed_updates); the base's fused norm +
+    gate/up + SiLU kernel stays."""
     off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
     on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
@@ -225,8 +226,8 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     biases = sum(n.endswith((".gate_proj.up", ".up_proj.up")) for n in tensors)  # the step's MLP updates
     kinds = ("MatMul", "MatMulNBits", "Gemm", "Add", "Split", "MatMulNBitsQkvDecode", "SkipLayerNorm")
     added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in kinds}
-    # a step's down: one 8-bit MatMulNBits (lora_form.int8_downs); q/k/v's inside the fused kernel with them packed,
-    # gate/up's in one of its own with its copy of the norm (lora_form.spare_readers)
+    # a step's down: one MatMulNBits (lora_form.quantized_downs); q/k/v's inside the fused kernel with them
+    # packed, gate/up's in one of its own with its copy of the norm (lora_form.spare_readers)
     assert added == {"MatMul": biases, "MatMulNBits": downs - 2 * layers, "Gemm": ups - biases - len(qkv_ups) + layers,
                      "Add": 0, "Split": layers, "MatMulNBitsQkvDecode": layers, "SkipLayerNorm": 0}, c["kernels"]
     # gate/up's branch reads a copy of the norm, so onnxruntime-web still fuses norm + gate/up + SiLU

@@ -44,7 +44,7 @@ bias, so q, k and v keep their Adds (Gemms once optimized) in the plain forms; t
 MatMulNBits and makes their down a 4-bit MatMulNBits beside it, which with a spare reader (spare_readers) the
 norm + Q/K/V kernel takes in (packed_updates); gate and up's 4-bit down rides in one such kernel with its copy of
 the norm and two spares (spare_readers). The step form's other downs are 8-bit MatMulNBits reading the
-down's codes and scales as inputs (int8_downs), since a one-row float MatMul leaves most of the GPU idle:
+down's codes and scales as inputs (quantized_downs), since a one-row float MatMul leaves most of the GPU idle:
 9.27 -> 8.79 ms of GPU time a token in Chromium (BENCHMARKS.md, "In Chromium").
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
@@ -235,15 +235,16 @@ def _add_update(graph: ir.Graph, node: ir.Node, prefix: str, low: ir.Value, up: 
     graph.insert_after(node, [base, delta, add, back])
 
 
-def int8_downs(graph: ir.Graph) -> int:
-    """In a one-token step graph, each down MatMul x [1, in] @ down [in, R] as an 8-bit MatMulNBits reading the
-    down as graph inputs in its own layout: `lora.{i}.{group}.down_codes` uint8 [R, blocks, 32] (zero point 128)
-    and `lora.{i}.{group}.down_scales` [R, blocks] (webbuild.site.adapter_pack.quantize_blocks), R static (the
-    build's rank times the group's members); a PACKED_UPS group's down 4-bit as the page writes it
-    (adapter_pack.down_bits), also where packed_updates left its group unpacked. A float MatMul of one row gives
+def quantized_downs(graph: ir.Graph) -> int:
+    """In a one-token step graph, each down MatMul x [1, in] @ down [in, R] as a MatMulNBits reading the down as
+    graph inputs in its own layout, in adapter_pack.down_bits: `lora.{i}.{group}.down_codes` uint8 [R, blocks,
+    32 * bits / 8] (zero point 128, or 8 for 4 bits) and `lora.{i}.{group}.down_scales` [R, blocks]
+    (webbuild.site.adapter_pack.quantize_blocks), R static (the build's rank times the group's members). A
+    FUSED_DOWNS group's 4-bit down reads its norm itself, not the norm's 2-D rows, so that spare_readers can make
+    the two one kernel (also where packed_updates left q, k and v unpacked). A float MatMul of one row gives
     each workgroup a tile of R outputs and loops it over all 1024-3072 inputs; MatMulNBits' decode kernel spreads
     the inputs over a workgroup, in one dispatch. Returns how many downs changed."""
-    return sum(_as_int8(graph, n) for n in list(graph)
+    return sum(_as_quantized(graph, n) for n in list(graph)
                if n.op_type == "MatMul" and _branch_part(n.name, tuple(DOWN_GROUPS)) == "low")
 
 
@@ -254,7 +255,7 @@ def _branch_part(name: str | None, owners: tuple[str, ...]) -> str | None:
     return parts[3] if len(parts) == 4 and parts[0] == "lora" and parts[2] in owners else None
 
 
-def _as_int8(graph: ir.Graph, low: ir.Node) -> bool:
+def _as_quantized(graph: ir.Graph, low: ir.Node) -> bool:
     x, down = low.inputs
     if x is None or down is None or down.shape is None or not isinstance(down.shape[0], int) \
             or down not in graph.inputs:

@@ -24,7 +24,7 @@ its CPU EP; the step form has none:
   norm, then one update for the three and a Split (lora_form.packed_updates; lora_form.spare_readers, after the
   last dead-code elimination, makes the norm's readers the three that onnxruntime-web fuses into one kernel);
   each other down MatMul becomes an 8-bit MatMulNBits reading the down's codes and scales as inputs
-  (lora_form.int8_downs), gate/up's 4-bit on its norm copy, which spare_readers makes one fused kernel too.
+  (lora_form.quantized_downs), gate/up's 4-bit on its norm copy, which spare_readers makes one fused kernel too.
 
 The runtime feeds it a static KV cache: `attention_mask` [1, T_max] with ones up to the current
 position, and every `past_key_values.*` bound to the same [1, kv, T_max, hd] buffer as its `present.*`
@@ -39,7 +39,7 @@ import onnx_ir as ir
 
 from webbuild.fusion.attention_mask import lengths_from_values
 from webbuild.graph.ir import dead_code_elimination, prod, shared_const
-from webbuild.pipeline.lora_form import drop_unread_inputs, int8_downs, mlp_updates_as_biases, packed_updates
+from webbuild.pipeline.lora_form import drop_unread_inputs, mlp_updates_as_biases, packed_updates, quantized_downs
 from webbuild.site.contract import IO
 
 _SEQLENS, _TOTAL = 5, 6  # GroupQueryAttention's inputs
@@ -70,7 +70,7 @@ def step_form(model: ir.Model) -> bool:
     if packed_updates(graph):  # q, k and v's one packed projection, its 4-bit down beside it
         dead_code_elimination(model)
         drop_unread_inputs(graph)
-    int8_downs(graph)  # and its downs MatMulNBits' one-row decode kernel
+    quantized_downs(graph)  # and its downs MatMulNBits' one-row decode kernel
     return True
 
 

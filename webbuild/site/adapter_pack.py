@@ -82,7 +82,7 @@ def quantize_blocks(w: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def step_downs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.ndarray]:
-    """{input: value} of the downs as the adapted step form reads them (webbuild.pipeline.lora_form.int8_downs and
+    """{input: value} of the downs as the adapted step form reads them (webbuild.pipeline.lora_form.quantized_downs and
     packed_updates): each group's down [in, R] of `inputs` (graph_inputs' form; [in, 0] for no adapter) padded
     with zero columns to the build's rank for the group, then quantize_blocks' codes in down_bits, and its
     scales in `dtype`, the graph's float type. runtime/lora.js stepDowns computes the same."""

@@ -20,7 +20,7 @@ SAMPLES_FILE = "samples.json"  # beside index.html: the sample clips, their text
 # the id of the page's LoRA adapter picker (a <select>: each adapter's name, '' for the base model), which
 # `webbuild verify` drives; window.webbuild.lora is the adapter on (null: the base model)
 LORA_PICKER = "lora"
-# the adapted step form's down factors (webbuild.pipeline.lora_form.int8_downs; runtime/lora.js writes them):
+# the adapted step form's down factors (webbuild.pipeline.lora_form.quantized_downs; runtime/lora.js writes them):
 # a group's down in MatMulNBits' 8-bit layout, codes and scales (a FUSED_DOWNS group's 4-bit: adapter_pack.down_bits)
 DOWN_CODES, DOWN_SCALES = "down_codes", "down_scales"
 # the groups whose down rides in a norm's fused kernel in the adapted step form (lora_form.spare_readers): 4-bit

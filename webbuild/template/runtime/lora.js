@@ -11,7 +11,7 @@
 // q/k/v and gate/up shared: webbuild/adapters.py DOWN_GROUPS), so one set of tensors serves them all. A file
 // stores an input's rows from `rows` [start, stop) on (an up's own rows of its group's rank), the rest zeros.
 // The adapted step form (the captured decode step) reads each down in MatMulNBits' 8-bit layout instead
-// (`.down_codes`, `.down_scales`: webbuild/pipeline/lora_form.py int8_downs), 4-bit for the groups whose down rides
+// (`.down_codes`, `.down_scales`: webbuild/pipeline/lora_form.py quantized_downs), 4-bit for the groups whose down rides
 // in a norm's fused kernel (runtime.json `lora_down_bits`: q/k/v's and gate/up's), quantized here from the down's values as webbuild/site/adapter_pack.py
 // step_downs does, bit for bit, and q, k and v's ups as one input, side by side (lora_form.py packed_updates,
 // adapter_pack.py packed_ups).
