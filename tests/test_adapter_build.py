@@ -23,6 +23,7 @@ from webbuild.site.adapter_pack import (
     dequantize_int8,
     down_bits,
     graph_inputs,
+    joint_inputs,
     pack,
     quantize_blocks,
     quantize_int8,
@@ -30,7 +31,18 @@ from webbuild.site.adapter_pack import (
     unpack,
     update,
 )
-from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, FUSED_DOWNS, IO, PACKED_UPS
+from webbuild.site.contract import (
+    DOWN_CODES,
+    DOWN_SCALES,
+    FUSED_DOWNS,
+    IO,
+    JOINT_CODES,
+    JOINT_DOWNS,
+    JOINT_SCALES,
+    PACKED_UPS,
+    UP_CODES,
+    UP_SCALES,
+)
 from webbuild.site.manifest import load_manifest, reassemble
 
 KLATT = EXAMPLE / "adapters" / "klatt"
@@ -155,13 +167,14 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
     on 2-D rows (Reshape to [-1, in] / [-1, out], and back to [1, -1, out]), down and up inputs without
     defaults (onnxruntime-web could not feed an input that has one); one down MatMul for q, k and v, one for
     gate and up. The step form's downs are MatMulNBits (low_of; gate/up's 4-bit, reading its norm as 3-D rows and
-    flattened after), its gate and up take their updates as a bias (the next test), and q, k and v are one packed
-    projection (test_the_step_form_packs_q_k_v)."""
+    flattened after), its gate and up take their updates as a bias (the next test), q, k and v are one packed
+    projection (test_the_step_form_packs_q_k_v) and o and down joined to their downs
+    (test_the_step_form_joins_o_and_down_to_their_downs)."""
     for role, model in adapted_graphs(sites["with"], tmp_path).items():
         inputs = {v.name: v for v in model.graph.inputs}
         for layer, (group, projs) in itertools.product(range(4), DOWN_GROUPS.items()):
             step = role == "decoder_lora_step"
-            if step and group in PACKED_UPS:  # its own test
+            if step and (group in PACKED_UPS or group in JOINT_DOWNS):  # their own tests
                 continue
             low = low_of(inputs, layer, group, step, bits=down_bits(group) if step else 8)
             low_rows = low.outputs[0]
@@ -246,6 +259,51 @@ def test_the_step_form_packs_q_k_v(sites, tmp_path):
         keys = ("bits", "block_size", "accuracy_level")
         assert all(u.attributes[k].as_int() == packed.attributes[k].as_int() for u in readers for k in keys)
     assert not any(n.name.endswith("qkv_proj/norm") for n in model.graph)
+
+
+def test_the_step_form_joins_o_and_down_to_their_downs(sites, tmp_path):
+    """The step form's o and down (lora_form.joint_downs): one MatMulNBits of `lora.{i}.{group}.joint_codes` and
+    `.joint_scales` (the projection's quantization, its width rounded up to 32 plus the rank) gives y and x @ down
+    side by side, and an 8-bit MatMulNBits of `lora.{i}.{proj}.up_codes` / `.up_scales` at accuracy level 0 reads it
+    alone and gives what read y. The manifest's lora_joint is the graph's table, and the bytes it points at are the
+    base projection's weights; joint_inputs without an adapter makes an identity over y."""
+    from webbuild.pipeline.lora_form import JOINT_KEY
+
+    model = adapted_graphs(sites["with"], tmp_path)["decoder_lora_step"]
+    manifest = load_manifest(sites["with"] / "model")
+    table = manifest["variants"]["fp32"]["lora_joint"]
+    assert json.loads(model.metadata_props[JOINT_KEY]) == table
+    assert sorted(table) == sorted(f"lora.{i}.{g}" for i in range(4) for g in JOINT_DOWNS)
+    inputs = {v.name: v for v in model.graph.inputs}
+    base = ir.load(tmp_path / manifest["variants"]["fp32"]["decoder_step"])
+    weights = np.fromfile(tmp_path / manifest["variants"]["fp32"]["decoder_data"], np.uint8)
+    values = joint_inputs({}, table, weights)
+    for layer, group in itertools.product(range(4), JOINT_DOWNS):
+        e, proj = table[f"lora.{layer}.{group}"], DOWN_GROUPS[group][0]
+        assert not any(IO.lora_input(layer, group, f) in inputs for f in ("down", DOWN_CODES, DOWN_SCALES))
+        assert IO.lora_input(layer, proj, "up") not in inputs
+        codes, scales = (inputs[IO.lora_input(layer, group, f)] for f in (JOINT_CODES, JOINT_SCALES))
+        (joint, at), = scales.uses()
+        assert (joint.op_type, at, joint.inputs[1]) == ("MatMulNBits", 2, codes)
+        width = joint.attributes["N"].as_int()
+        assert width == e["rows"] + e["rank"] == codes.shape[0] >= e["out"] + shared_rank(group)
+        (up, at), = joint.outputs[0].uses()
+        assert (up.op_type, at, up.inputs[1].name, up.inputs[2].name) == \
+            ("MatMulNBits", 0, IO.lora_input(layer, proj, UP_CODES), IO.lora_input(layer, proj, UP_SCALES))
+        attrs = {k: up.attributes[k].as_int() for k in ("K", "N", "bits", "block_size", "accuracy_level")}
+        assert attrs == {"K": e["rows"] + e["rank"], "N": e["out"], "bits": 8, "block_size": 32, "accuracy_level": 0}
+        assert up.outputs[0].uses()
+        # the base step's projection of the same input reads the bytes the table points at
+        same = [n for n in base.graph if n.op_type == "MatMulNBits" and n.inputs[1].const_value is not None
+                and n.inputs[1].const_value.offset == e["codes"][0]]
+        assert len(same) == 1 and same[0].attributes["N"].as_int() == e["out"]
+        np.testing.assert_array_equal(values[codes.name][:e["out"]], same[0].inputs[1].const_value.numpy())
+        np.testing.assert_array_equal(values[scales.name][:e["out"]], same[0].inputs[2].const_value.numpy())
+        up_codes = values[IO.lora_input(layer, proj, UP_CODES)].astype(np.int32) - 128
+        up_scales = values[IO.lora_input(layer, proj, UP_SCALES)]
+        eye = (up_codes * up_scales[..., None]).reshape(e["out"], -1)
+        np.testing.assert_array_equal(eye[:, :e["out"]], np.eye(e["out"]))
+        assert not eye[:, e["out"]:].any()
 
 
 @needs_espeak
@@ -370,9 +428,10 @@ def adapted_graphs(site: Path, tmp_path: Path) -> dict[str, ir.Model]:
 def test_onnxruntime_fuses_each_up_matmul_with_its_add(sites, tmp_path):
     """The point of the 2-D form: onnxruntime's MatMulAddFusion (2-D A and B, the Add's other input [M, N] of
     the same M) makes each projection's up MatMul + Add one Gemm, in every adapted graph (docs/adapters.md,
-    Cost), but for the step form's gate and up, whose updates are biases; the step form's q, k and v have one
-    Gemm for the three, and the packed projection's Concats of weights are folded into one initializer. Checked
-    on the model onnxruntime's CPU EP writes after its optimizer."""
+    Cost), but for the step form's gate and up, whose updates are biases, and o and down; the step form's q, k and
+    v have one Gemm for the three, and the packed projection's Concats of weights are folded into one initializer.
+    Checked on the model onnxruntime's CPU EP writes after its optimizer. The step form's o and down have no Gemm: their
+    update is an 8-bit MatMulNBits (test_the_step_form_joins_o_and_down_to_their_downs)."""
     import onnxruntime as ort
 
     adapted_graphs(sites["with"], tmp_path)
@@ -385,8 +444,8 @@ def test_onnxruntime_fuses_each_up_matmul_with_its_add(sites, tmp_path):
         nodes = list(ir.load(options.optimized_model_filepath).graph)
         ups = {n.op_type for n in nodes for v in n.inputs if v is not None and v.name.endswith(".up")}
         step = role == "decoder_lora_step"  # MatMuls into a bias: gate's and up's; one Gemm for q, k and v
-        biases = len(DOWN_GROUPS["gate_up_proj"]) if step else 0
-        gemms = len(TARGET_MODULES) - biases - (len(DOWN_GROUPS["qkv_proj"]) - 1 if step else 0)
+        biases = len(DOWN_GROUPS["gate_up_proj"]) if step else 0  # and none for o and down (joint_downs)
+        gemms = len(TARGET_MODULES) - biases - (len(DOWN_GROUPS["qkv_proj"]) - 1 + len(JOINT_DOWNS) if step else 0)
         assert ups == ({"Gemm", "MatMul"} if biases else {"Gemm"}), role
         assert sum(n.op_type == "Gemm" for n in nodes) == 4 * gemms, role
         assert not any(n.op_type in ("Add", "Concat") and n.name.startswith("lora/") for n in nodes), role

@@ -185,14 +185,16 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     same) on another build whose base decoder is the same graph. `--adapter klatt` switches it on, off and
     on again: each switch on is one writeBuffer per lora.* input (float32 values: 4 bytes each, of the rows its
     file stores), two per down for the step form's codes and scales (lora_form.quantized_downs; q/k/v's and
-    gate/up's 4-bit) and one per layer for its packed q/k/v up (all its values), none makes a GPU buffer, a bind
-    group or a dispatch; with it on the decode replays the adapted step graph (still no bind group and one 8-byte
-    mask write per token): a Gemm more for o, down and q/k/v at once (the 2-D form's up MatMul and Add, fused by
-    onnxruntime-web: docs/adapters.md, so no Add), a MatMul for gate's and up's updates, which feed their
-    MatMulNBits' bias, an 8-bit MatMulNBits for the downs of o and down, a fused norm + Q/K/V kernel for gate/up's
-    copy of the norm with its 4-bit down (spare_readers), and a Split after the layer's fused norm + Q/K/V kernel,
-    which now computes q, k and v packed and their 4-bit down (lora_form.packed_updates); the base's fused norm +
-    gate/up + SiLU kernel stays."""
+    gate/up's 4-bit), four per joined group (lora_form.joint_downs: the down's rows of the joint weights and
+    scales, the whole 8-bit up and its scales) and one per layer for its packed q/k/v up (all its values), none
+    makes a GPU buffer, a bind group or a dispatch; with it on the decode replays the adapted step graph (still no
+    bind group and one 8-byte mask write per token): a Gemm more for q/k/v at once (the 2-D form's up MatMul and
+    Add, fused by onnxruntime-web: docs/adapters.md, so no Add), a MatMul for gate's and up's updates, which feed
+    their MatMulNBits' bias, an 8-bit MatMulNBits adding o's and down's updates to the joint MatMulNBits that
+    replaces each projection (no down of their own), a fused norm + Q/K/V kernel for gate/up's copy of the norm
+    with its 4-bit down (spare_readers), and a Split after the layer's fused norm + Q/K/V kernel, which now
+    computes q, k and v packed and their 4-bit down (lora_form.packed_updates); the base's fused norm + gate/up +
+    SiLU kernel stays."""
     off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
     on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
@@ -203,19 +205,24 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     assert {k: v for k, v in off["counters_per_token"].items() if k not in pool} == {
         k: v for k, v in without["counters_per_token"].items() if k not in pool}
     assert off["counters_per_token"]["buffers"] <= 0 and without["counters_per_token"]["buffers"] <= 0
-    tensors = json.loads((level0 / "model" / "manifest.json").read_text())["adapters"]["klatt"]["tensors"]
+    manifest = json.loads((level0 / "model" / "manifest.json").read_text())
+    tensors, joint = manifest["adapters"]["klatt"]["tensors"], manifest["variants"][on["variant"]]["lora_joint"]
     values = stored_parameters(tensors)  # only the rows a file stores are written (the ups' own rows)
     assert values < sum(t["shape"][0] * t["shape"][1] for t in tensors.values())
     assert [s["to"] for s in on["lora_switches"]] == ["klatt", None, "klatt"]
-    down_shapes = [t["shape"] for n, t in tensors.items() if n.endswith(".down")]
-    layers = len(down_shapes) // len(DOWN_GROUPS)
+    layers = sum(n.endswith(".down") for n in tensors) // len(DOWN_GROUPS)
+    down_shapes = [t["shape"] for n, t in tensors.items() if n.endswith(".down") and n[:-len(".down")] not in joint]
+    assert len(joint) == 2 * layers  # o's and down's groups (contract.JOINT_DOWNS)
     qkv_ups = [t["shape"] for n, t in tensors.items() if n.endswith(tuple(f".{p}.up" for p in DOWN_GROUPS["qkv_proj"]))]
     fused_downs = [t["shape"] for n, t in tensors.items() if n.endswith(tuple(f".{g}.down" for g in FUSED_DOWNS))]
     step_bytes = sum(n * -(-k // 32) * (32 + 4) for k, n in down_shapes)  # uint8 codes and float32 scales
     step_bytes -= sum(n * -(-k // 32) * 16 for k, n in fused_downs)  # q/k/v's and gate/up's: 4-bit codes
     step_bytes += sum(4 * k * n for k, n in qkv_ups)  # the packed ups, every row
+    for e in joint.values():  # the down's rows in the projection's bits, the 8-bit up (codes, float32 scales) whole
+        total = e["rows"] + e["rank"]
+        step_bytes += e["rank"] * e["blocks"] * (e["block"] * e["bits"] // 8 + 4) + e["out"] * total * (32 + 4) // 32
     for s in on["lora_switches"]:
-        writes = len(tensors) + 2 * len(down_shapes) + layers if s["to"] else 0
+        writes = len(tensors) + 2 * len(down_shapes) + 4 * len(joint) + layers if s["to"] else 0
         assert s["counts"] == {"dispatches": 0, "submits": 0, "readbacks": 0, "write_buffers": writes,
                                "write_bytes": 4 * values + step_bytes if s["to"] else 0, "bind_groups": 0, "buffers": 0,
                                "buffer_bytes": 0, "pipelines": 0}, s
@@ -226,9 +233,11 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     biases = sum(n.endswith((".gate_proj.up", ".up_proj.up")) for n in tensors)  # the step's MLP updates
     kinds = ("MatMul", "MatMulNBits", "Gemm", "Add", "Split", "MatMulNBitsQkvDecode", "SkipLayerNorm")
     added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in kinds}
-    # a step's down: one MatMulNBits (lora_form.quantized_downs); q/k/v's inside the fused kernel with them
-    # packed, gate/up's in one of its own with its copy of the norm (lora_form.spare_readers)
-    assert added == {"MatMul": biases, "MatMulNBits": downs - 2 * layers, "Gemm": ups - biases - len(qkv_ups) + layers,
+    # o's and down's updates: an 8-bit MatMulNBits each, their projection joined to the down (lora_form.joint_downs);
+    # q/k/v's down inside the fused kernel with them packed, gate/up's in one of its own with its copy of the norm
+    # (lora_form.spare_readers)
+    gemms = ups - biases - len(qkv_ups) + layers - len(joint)
+    assert added == {"MatMul": biases, "MatMulNBits": len(joint), "Gemm": gemms,
                      "Add": 0, "Split": layers, "MatMulNBitsQkvDecode": layers, "SkipLayerNorm": 0}, c["kernels"]
     # gate/up's branch reads a copy of the norm, so onnxruntime-web still fuses norm + gate/up + SiLU
     assert c["kernels"]["MatMulNBitsMlpDecode"] == base["kernels"]["MatMulNBitsMlpDecode"] > 0, c["kernels"]

@@ -182,9 +182,10 @@ def test_adapter_picker_on_and_off_gives_the_references_tokens(playwright, examp
             for (tokens, margins), c in zip(runs[run], clips):
                 ref = c["reference"][name]
                 assert tokens == ref.tokens, (run, c["text"])
-                # the captured step's downs are quantized (8-bit, q/k/v's and gate/up's 4-bit: docs/adapters.md), the
-                # reference's float: on WebGPU with the adapter on, margins move by up to 0.05 (measured 0.047)
-                noise = 0.06 if webgpu and name else 0.01
+                # the captured step's downs are quantized (4-bit, in the fused kernels and joined to o and down; 8-bit
+                # o and down ups: docs/adapters.md), the reference's float: on WebGPU with the adapter on, margins move
+                # by up to 0.07 (measured 0.066; 0.047 with 8-bit o and down downs and float ups)
+                noise = 0.1 if webgpu and name else 0.01
                 assert margins == pytest.approx(ref.margins, abs=noise), (run, c["text"])
         assert [t for t, _ in runs["off again"]] == [t for t, _ in runs["off"]]
     finally:

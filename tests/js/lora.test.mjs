@@ -1,6 +1,7 @@
 // runtime/lora.js against the Python packer (webbuild/site/adapter_pack.py): an adapter file packed in
 // each precision reads back as the Python reference unpacks it, bit for bit, in float32 and as float16
-// bits (numpy's astype(float16)), and its downs' step inputs are adapter_pack.step_downs', bit for bit.
+// bits (numpy's astype(float16)), and its downs' step inputs are adapter_pack.step_downs', bit for bit, and a joined
+// group's (lora_form.joint_downs) adapter_pack.joint_inputs'.
 // Run: node --test tests/js/
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,7 +10,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 
 import { floatToHalf } from '../../webbuild/template/runtime/half.js';
-import { LoraInputs, loraNames, loraShapes, loraValues, sideBySide, stepDowns } from '../../webbuild/template/runtime/lora.js';
+import { jointValues, LoraInputs, loraNames, loraShapes, loraValues, sideBySide, stepDowns } from '../../webbuild/template/runtime/lora.js';
 import { PYTHON, REPO, tempDir } from './fixture.mjs';
 
 // Packs random [K, N] inputs (K not a multiple of 32 among them, values over float16's whole range and
@@ -19,7 +20,7 @@ const PACK = `
 import json, sys
 from pathlib import Path
 import numpy as np
-from webbuild.site.adapter_pack import pack, step_downs, unpack
+from webbuild.site.adapter_pack import joint_inputs, pack, step_downs, unpack
 from webbuild.site.contract import runtime_names
 out = Path(sys.argv[1])
 (out / "bits.json").write_text(json.dumps(runtime_names()["lora_down_bits"]))
@@ -30,8 +31,22 @@ band = np.zeros((96, 24))
 band[32:64] = rng.normal(0, 0.5, (32, 24))  # an up of a shared down: its own rows of the group's rank
 inputs |= {"lora.0.k_proj.up": band, "lora.2.o_proj.up": np.zeros((32, 8)),
            "lora.0.qkv_proj.down": rng.normal(0, 0.05, (40, 96)),  # 4-bit step codes (a fused norm's reader)
-           "lora.1.gate_up_proj.down": rng.normal(0, 0.05, (40, 64))}
+           "lora.1.gate_up_proj.down": rng.normal(0, 0.05, (40, 64)),
+           # a joined group (lora_form.joint_downs): its down in the projection's 4 bits and blocks of 16, its up 8-bit
+           "lora.3.down_proj.down": rng.normal(0, 0.05, (40, 32)), "lora.3.down_proj.up": rng.normal(0, 0.5, (32, 24))}
 inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
+weights = rng.integers(0, 256, 4096, np.uint8)  # the decoder's weights file: the base rows at 8 and 1000
+weights.tofile(out / "weights.bin")
+def joint_table(dtype):  # out 24: rows 32 (aligned), then rank 32; K 40 in 3 blocks of 16, two codes a byte
+    size = np.dtype(dtype).itemsize
+    return {"lora.3.down_proj": {"out": 24, "rows": 32, "rank": 32, "bits": 4, "block": 16, "blocks": 3, "in": 40,
+                                 "location": "weights.bin", "codes": [8, 24 * 3 * 8], "scales": [1000, 24 * 3 * size]}}
+for dtype, suffix in ((np.float32, "f32"), (np.float16, "f16")):
+    table = joint_table(dtype)
+    (out / f"joint.{suffix}.json").write_text(json.dumps(table))
+    start = joint_inputs({}, table, weights, dtype)  # no adapter: the page's buffers as loaded
+    (out / f"joint.start.{suffix}").write_bytes(b"".join(v.tobytes() for v in start.values()))
+    (out / f"joint.start.{suffix}.json").write_text(json.dumps(list(start)))
 for precision in ("int8", "fp16", "fp32"):
     data, tensors = pack(inputs, precision)
     (out / f"{precision}.bin").write_bytes(data)
@@ -43,6 +58,11 @@ for precision in ("int8", "fp16", "fp32"):
         step = step_downs(values, dtype)
         (out / f"{precision}.step.json").write_text(json.dumps(list(step)))
         (out / f"{precision}.step.{suffix}").write_bytes(b"".join(v.tobytes() for v in step.values()))
+        # what a switch writes of a joined group: the down's rows of the joint (from row 32), the up's whole
+        joint = joint_inputs(values, joint_table(dtype), weights, dtype)
+        page = {k: v[32:] if ".joint_" in k else v for k, v in joint.items()}
+        (out / f"{precision}.joint.json").write_text(json.dumps(list(page)))
+        (out / f"{precision}.joint.{suffix}").write_bytes(b"".join(v.tobytes() for v in page.values()))
 `;
 
 let tmp;
@@ -79,6 +99,20 @@ describe('adapter files', () => {
         assert.ok(names.every((n) => values[n] instanceof (n.endsWith('_codes') ? Uint8Array : dtype === 'float16' ? Uint16Array : Float32Array)));
         const bytes = concat(Uint8Array, names.map((n) => new Uint8Array(values[n].buffer, values[n].byteOffset, values[n].byteLength)));
         assert.deepEqual(bytes, read(`${precision}.step.${suffix}`));
+      });
+    }
+
+    for (const [dtype, suffix] of [['float32', 'f32'], ['float16', 'f16']]) {
+      it(`${precision}: a joined group's step inputs in ${dtype} equal adapter_pack.joint_inputs`, () => {
+        const entry = JSON.parse(readFileSync(path.join(tmp, `${precision}.json`), 'utf8'));
+        const joint = JSON.parse(readFileSync(path.join(tmp, `joint.${suffix}.json`), 'utf8'));
+        const values = loraValues(read(`${precision}.bin`), entry, dtype, {}, joint);
+        const names = JSON.parse(readFileSync(path.join(tmp, `${precision}.joint.json`), 'utf8'));
+        const made = Object.keys(values).filter((n) => /\.(joint|up)_(codes|scales)$/.test(n));
+        assert.deepEqual(made.sort(), [...names].sort());
+        assert.ok(!('lora.3.down_proj.down_codes' in values)); // a joined down has no 8-bit step form
+        const bytes = concat(Uint8Array, names.map((n) => new Uint8Array(values[n].buffer, values[n].byteOffset, values[n].byteLength)));
+        assert.deepEqual(bytes, read(`${precision}.joint.${suffix}`));
       });
     }
 
@@ -178,6 +212,34 @@ describe('adapter inputs on the GPU', () => {
     assert.equal(written.get(step['lora.0.o_proj.down_scales'].gpuBuffer), values['lora.0.o_proj.down_scales']);
     assert.deepEqual(new LoraInputs({ Tensor: function () {} }, shapes, 'float32').stepFeeds, {}); // wasm: no step form
   });
+
+  for (const [dtype, suffix] of [['float32', 'f32'], ['float16', 'f16']]) {
+    it(`gives a joined group's step inputs the base rows of the weights file and an identity up (${dtype})`, () => {
+      const joint = JSON.parse(readFileSync(path.join(tmp, `joint.${suffix}.json`), 'utf8'));
+      const seen = [];
+      const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, at, data]) } };
+      const weights = read('weights.bin');
+      const inputs = new LoraInputs(ort, {}, dtype, gpu, { joint, file: (name) => (name === 'weights.bin' ? weights : undefined) });
+      const names = JSON.parse(readFileSync(path.join(tmp, `joint.start.${suffix}.json`), 'utf8'));
+      const step = inputs.stepFeedsFor(['input_ids', ...names]);
+      assert.deepEqual(Object.keys(step), names);
+      assert.deepEqual(step['lora.3.down_proj.joint_codes'].dims, [64, 3, 8]);
+      assert.deepEqual(step['lora.3.down_proj.up_scales'].dims, [24, 2]);
+      assert.ok(seen.every(([, at]) => at === 0));
+      const bytes = concat(Uint8Array, names.map((n) => seen.find(([b]) => b === step[n].gpuBuffer)[2]).map((d) => new Uint8Array(d.buffer, d.byteOffset, d.byteLength)));
+      assert.deepEqual(bytes, read(`joint.start.${suffix}`));
+      // a switch writes the down's rows after the projection's 32, and the whole up
+      const values = jointValues('lora.3.down_proj.down', new Float32Array(40 * 32).fill(0.5), joint['lora.3.down_proj'], dtype);
+      Object.assign(values, jointValues('lora.3.down_proj.up', new Float32Array(32 * 24).fill(-1), joint['lora.3.down_proj'], dtype));
+      seen.length = 0;
+      inputs.set(values);
+      const at = Object.fromEntries(seen.map(([buffer, offset]) => [names.find((n) => step[n].gpuBuffer === buffer), offset]));
+      assert.deepEqual(at, { 'lora.3.down_proj.joint_codes': 32 * 3 * 8, 'lora.3.down_proj.joint_scales': 32 * 3 * (dtype === 'float16' ? 2 : 4),
+        'lora.3.down_proj.up_codes': 0, 'lora.3.down_proj.up_scales': 0 });
+      const missing = new LoraInputs(ort, {}, dtype, gpu, { joint });
+      assert.throws(() => missing.stepFeedsFor(['lora.3.down_proj.joint_codes']), /weights file weights\.bin is not loaded/);
+    });
+  }
 
   it('gives the step form a packed group\'s ups as one input, written side by side at a switch', () => {
     const shapes = { 'lora.1.qkv_proj.down': [8, 6], 'lora.1.q_proj.up': [6, 4], 'lora.1.k_proj.up': [6, 2],

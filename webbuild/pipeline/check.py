@@ -27,6 +27,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from webbuild.adapters import shared_rank
+from webbuild.pipeline.lora_form import joint_table
 from webbuild.pipeline.state import Variant
 from webbuild.reference.prompt import Prompt
 from webbuild.reference.transcribe import (
@@ -40,7 +41,7 @@ from webbuild.reference.transcribe import (
     pick,
 )
 from webbuild.reference.wer import edit_distance
-from webbuild.site.adapter_pack import packed_ups, step_downs
+from webbuild.site.adapter_pack import joint_inputs, packed_ups, step_downs
 from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -189,8 +190,10 @@ class StepForm:
         self.max_positions, self.plain = max_positions, plain
         inputs = {i.name: i for i in self.sess.get_inputs()}
         self.present_of = IO.present_of_past(list(inputs))  # {past input: the present output it becomes}
-        # an adapted step reads its downs as 8-bit and a packed group's ups as one
-        feeds = plain.adapter | step_downs(plain.adapter, plain.dtype) | packed_ups(plain.adapter)
+        # an adapted step reads its downs as 8-bit, a packed group's ups as one, and joined groups' weights with the
+        # base rows the page copies from the weights file
+        feeds = plain.adapter | step_downs(plain.adapter, plain.dtype) | packed_ups(plain.adapter) \
+            | joint_inputs(plain.adapter, *joint_table(path), plain.dtype)
         self.adapter = {n: w for n, w in feeds.items() if n in inputs}
         self.mask_dtype = np.int32 if inputs[IO.attention_mask].type == "tensor(int32)" else np.int64
 

@@ -30,7 +30,7 @@ from webbuild.errors import BuildError
 from webbuild.fusion import qk_norm_in_gqa
 from webbuild.fusion.rule_report import Report
 from webbuild.graph.files import rewrite_file
-from webbuild.pipeline.lora_form import NoProjections, lora_form, spare_readers
+from webbuild.pipeline.lora_form import NoProjections, joint_table, lora_form, spare_readers
 from webbuild.pipeline.state import Variant
 from webbuild.pipeline.step_form import step_form
 from webbuild.quantize.wasm_twin import twin_name, wasm_graph
@@ -87,6 +87,8 @@ def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, acc
         made = decoder_forms(src, dest, src.name, wasm_twin, accuracy_level, forms.get("decoder") == "float")
         shipped.files |= {role: made["graph"]} | {f"{role}_{kind}": made[kind] for kind in ("wasm", "step")
                                                   if kind in made}
+        if role == "decoder_lora" and "step" in made:
+            shipped.lora_joint = joint_table(dest / made["step"])[0]
     encoder = v.files.get("encoder")
     # the int4 encoder's MatMulNBits are slow on wasm: folded to float where the plan can afford it
     if encoder and forms.get("encoder") == "float" and wasm_graph(v.path("encoder"), dest / twin_name(encoder)):

@@ -43,9 +43,13 @@ that kernel takes (mlp_updates_as_biases): 691 -> 607 dispatches a token for the
 bias, so q, k and v keep their Adds (Gemms once optimized) in the plain forms; the step form packs them into one
 MatMulNBits and makes their down a 4-bit MatMulNBits beside it, which with a spare reader (spare_readers) the
 norm + Q/K/V kernel takes in (packed_updates); gate and up's 4-bit down rides in one such kernel with its copy of
-the norm and two spares (spare_readers). The step form's other downs are 8-bit MatMulNBits reading the
-down's codes and scales as inputs (quantized_downs), since a one-row float MatMul leaves most of the GPU idle:
-9.27 -> 8.79 ms of GPU time a token in Chromium (BENCHMARKS.md, "In Chromium").
+the norm and two spares (spare_readers). o's and down's downs join their projections' weights instead
+(joint_downs): one MatMulNBits gives the projection's output and the down's side by side, and an 8-bit
+MatMulNBits of an identity over the first and the up over the second adds the update, two dispatches where
+the projection, the down and the Gemm were three. A down left over (a projection that is not plain MatMulNBits of
+external weights) is an 8-bit MatMulNBits reading the down's codes and scales as inputs (quantized_downs), since
+a one-row float MatMul leaves most of the GPU idle: 9.27 -> 8.79 ms of GPU time a token in Chromium
+(BENCHMARKS.md, "In Chromium").
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
@@ -55,16 +59,33 @@ the product of both.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
+import onnx
 import onnx_ir as ir
 
 from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES, shared_rank
 from webbuild.graph.ir import shared_const
 from webbuild.site.adapter_pack import BLOCK as INT8_BLOCK
 from webbuild.site.adapter_pack import down_bits
-from webbuild.site.contract import DOWN_CODES, DOWN_SCALES, FUSED_DOWNS, IO, PACKED_UPS
+from webbuild.site.contract import (
+    DOWN_CODES,
+    DOWN_SCALES,
+    FUSED_DOWNS,
+    IO,
+    JOINT_CODES,
+    JOINT_DOWNS,
+    JOINT_SCALES,
+    PACKED_UPS,
+    UP_CODES,
+    UP_SCALES,
+)
 
 RANK_DIM = "lora_rank"
+JOINT_KEY = "webbuild.lora_joint"  # the step graph's metadata: where each joint input's base rows lie (joint_downs)
+ROW_ALIGN = 32  # a joint's parts start on whole blocks of the up's K (joint_downs)
 SPARE_WIDTH = 16  # outputs of the spare readers beside a down alone on its norm (spare_readers)
 ROWS_DIM = "lora_rows"  # batch x sequence: declared on both sides of the up MatMul's Add, see the docstring
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -331,6 +352,89 @@ def _pack(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) 
         ir.convenience.replace_all_uses_with(out, new[-1].outputs[0])
     graph.insert_before(first, new)
     return True
+
+
+def joint_downs(model: ir.Model) -> int:
+    """In a one-token step graph, each JOINT_DOWNS group's projection, down and update become two MatMulNBits:
+
+        joint = MatMulNBits(x, lora.{i}.{group}.joint_codes, .joint_scales)    # [.., rows + rank]: y, then x @ down
+        out = MatMulNBits(joint, lora.{i}.{proj}.up_codes, .up_scales)          # 8-bit [rows + rank, out]: [I; up]
+
+    The joint weights are the projection's own (bits, blocks, accuracy level) with the down's rows after them (rows:
+    the projection's width rounded up to ROW_ALIGN, rank: the group's rounded up too, zero rows between), and the up's
+    8-bit weights are an identity over the first `rows` (code 192 at scale 1/64: exactly 1) and the up below it, so
+    `out` is y + x @ down @ up; at accuracy level 0 the identity passes y on unquantized. One kernel where the
+    projection, the down and the update's Gemm were three: a dispatch of M = 1 costs its launch whatever its size.
+    The base rows are graph inputs too, since onnxruntime folds a Concat of initializers only: the page copies them
+    from the decoder's weights file once, at load, by the model metadata JOINT_KEY ({`lora.{i}.{group}`: out, rows,
+    rank, bits, block, blocks, and the weights file's `location` with `codes` and `scales` as [offset, length]}),
+    which the build copies into the manifest variant's `lora_joint`. Only a projection whose weights are external
+    data is joined (the page has no other bytes of it). Returns how many groups were joined."""
+    graph, table = model.graph, {}
+    nodes = {n.name or "": n for n in graph}
+    for name, low in list(nodes.items()):
+        group = next((g for g in JOINT_DOWNS if _branch_part(name, (g,)) == "low"), None)
+        if group is not None and (entry := _join(graph, nodes, low, group)):
+            table[name.removesuffix("/low").replace("/", ".")] = entry
+    if table:
+        model.metadata_props[JOINT_KEY] = json.dumps(table, sort_keys=True)
+    return len(table)
+
+
+def joint_table(step: Path) -> tuple[dict[str, dict], np.ndarray]:
+    """An adapted step graph's joint table (its JOINT_KEY metadata, joint_downs; {} for another graph) and its
+    weights file as uint8, mapped (empty without a table)."""
+    meta = {p.key: p.value for p in onnx.load(str(step), load_external_data=False).metadata_props}
+    table = json.loads(meta.get(JOINT_KEY, "{}"))
+    files = {e["location"] for e in table.values()}
+    weights = np.memmap(step.parent / files.pop(), np.uint8, mode="r") if files else np.zeros(0, np.uint8)
+    return table, weights
+
+
+def _join(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) -> dict | None:
+    layer, (proj_name,) = int((low.name or "").split("/")[1]), DOWN_GROUPS[group]
+    add = nodes.get(f"lora/{layer}/{proj_name}/out2")
+    proj = _updated_projection(add)
+    back = [u for u, _ in add.outputs[0].uses()] if add is not None else []
+    if proj is None or proj.op_type != "MatMulNBits" or len(proj.inputs) != 3 or len(back) != 1:
+        return None
+    x, codes, scales = proj.inputs
+    parts = [_external(v) for v in (codes, scales)]
+    if x is None or None in parts:
+        return None
+    (n_in, n_out), dtype = _dims(proj), _dtype(x)
+    bits, block = proj.attributes.get_int("bits", 4), proj.attributes.get_int("block_size", 32)
+    rows, rank, blocks = _aligned(n_out), _aligned(shared_rank(group)), -(-n_in // block)
+    prefix, total = f"lora/{layer}/{group}", rows + rank
+    joint_codes = _input(graph, IO.lora_input(layer, group, JOINT_CODES), ir.DataType.UINT8,
+                         [total, blocks, block * bits // 8])
+    joint_scales = _input(graph, IO.lora_input(layer, group, JOINT_SCALES), dtype, [total, blocks])
+    joint = _nbits([x, joint_codes, joint_scales], f"{prefix}/joint", proj, total, dtype)
+    up_codes = _input(graph, IO.lora_input(layer, proj_name, UP_CODES), ir.DataType.UINT8,
+                      [n_out, total // INT8_BLOCK, INT8_BLOCK])
+    up_scales = _input(graph, IO.lora_input(layer, proj_name, UP_SCALES), dtype, [n_out, total // INT8_BLOCK])
+    out = back[0].outputs[0]
+    up = _op("MatMulNBits", [joint.outputs[0], up_codes, up_scales], f"lora/{layer}/{proj_name}/up8", dtype,
+             list(out.shape) if out.shape is not None else None, domain=proj.domain)
+    for key, value in (("K", total), ("N", n_out), ("bits", 8), ("block_size", INT8_BLOCK), ("accuracy_level", 0)):
+        up.attributes[key] = ir.AttrInt64(key, value)
+    graph.insert_before(proj, [joint, up])
+    ir.convenience.replace_all_uses_with(out, up.outputs[0])
+    (location, code_span), (_, scale_span) = parts  # type: ignore[misc]
+    return {"out": n_out, "rows": rows, "rank": rank, "bits": bits, "block": block, "blocks": blocks, "in": n_in,
+            "location": location, "codes": code_span, "scales": scale_span}
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ROW_ALIGN) * ROW_ALIGN
+
+
+def _external(v: ir.Value | None) -> tuple[str, list[int]] | None:
+    """(file, [offset, length]) of an initializer stored as external data; None for any other value."""
+    t = v.const_value if v is not None else None
+    if not isinstance(t, ir.ExternalTensor) or t.length is None:
+        return None
+    return str(t.location), [int(t.offset or 0), int(t.length)]
 
 
 def _nbits(inputs: list, name: str, like: ir.Node, n_out: int, dtype: ir.DataType) -> ir.Node:

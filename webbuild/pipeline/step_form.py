@@ -23,8 +23,11 @@ its CPU EP; the step form has none:
   q, k and v become one packed MatMulNBits beside their down as a 4-bit MatMulNBits, both reading the layer's
   norm, then one update for the three and a Split (lora_form.packed_updates; lora_form.spare_readers, after the
   last dead-code elimination, makes the norm's readers the three that onnxruntime-web fuses into one kernel);
-  each other down MatMul becomes an 8-bit MatMulNBits reading the down's codes and scales as inputs
-  (lora_form.quantized_downs), gate/up's 4-bit on its norm copy, which spare_readers makes one fused kernel too.
+  o's and down's projections read their weights with their down's rows after them (one MatMulNBits), and an
+  8-bit MatMulNBits of an identity over the projection's part and the up over the down's adds the update
+  (lora_form.joint_downs); each other down MatMul becomes an 8-bit MatMulNBits reading the down's codes and
+  scales as inputs (lora_form.quantized_downs), gate/up's 4-bit on its norm copy, which spare_readers makes one
+  fused kernel too.
 
 The runtime feeds it a static KV cache: `attention_mask` [1, T_max] with ones up to the current
 position, and every `past_key_values.*` bound to the same [1, kv, T_max, hd] buffer as its `present.*`
@@ -39,7 +42,13 @@ import onnx_ir as ir
 
 from webbuild.fusion.attention_mask import lengths_from_values
 from webbuild.graph.ir import dead_code_elimination, prod, shared_const
-from webbuild.pipeline.lora_form import drop_unread_inputs, mlp_updates_as_biases, packed_updates, quantized_downs
+from webbuild.pipeline.lora_form import (
+    drop_unread_inputs,
+    joint_downs,
+    mlp_updates_as_biases,
+    packed_updates,
+    quantized_downs,
+)
 from webbuild.site.contract import IO
 
 _SEQLENS, _TOTAL = 5, 6  # GroupQueryAttention's inputs
@@ -67,10 +76,11 @@ def step_form(model: ir.Model) -> bool:
     ids.type = ir.TensorType(ir.DataType.INT32)  # the embedding lookup takes int32 indices as well
     ids.shape = ir.Shape([1, 1])
     mlp_updates_as_biases(graph)  # an adapted decoder's: one row, so gate's and up's updates can be biases,
-    if packed_updates(graph):  # q, k and v's one packed projection, its 4-bit down beside it
+    # q, k and v's one packed projection with its 4-bit down beside it, o's and down's joined to their downs
+    if packed_updates(graph) + joint_downs(model):
         dead_code_elimination(model)
         drop_unread_inputs(graph)
-    quantized_downs(graph)  # and its downs MatMulNBits' one-row decode kernel
+    quantized_downs(graph)  # and its other downs MatMulNBits' one-row decode kernel
     return True
 
 

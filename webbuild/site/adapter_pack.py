@@ -15,10 +15,21 @@ from pathlib import Path
 import numpy as np
 
 from webbuild.adapters import CONFIG, DOWN_GROUPS, WEIGHTS, read_tensors, shared_rank, tensor_name, update_scale
-from webbuild.site.contract import DOWN_BITS, DOWN_CODES, DOWN_SCALES, IO, PACKED_UPS
+from webbuild.site.contract import (
+    DOWN_BITS,
+    DOWN_CODES,
+    DOWN_SCALES,
+    IO,
+    JOINT_CODES,
+    JOINT_SCALES,
+    PACKED_UPS,
+    UP_CODES,
+    UP_SCALES,
+)
 
 BLOCK = 32
 ZERO_POINT = 128
+IDENTITY_CODE = 64  # an 8-bit identity's ones: code 128 + 64 at scale 1/64, both exact in float16 too (joint_up)
 PRECISIONS = {"int8": None, "fp16": np.float16, "fp32": np.float32}  # the stored type of unquantized ones
 
 
@@ -60,19 +71,19 @@ def quantize_int8(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return quantize_blocks(w, 8)
 
 
-def quantize_blocks(w: np.ndarray, bits: int) -> tuple[np.ndarray, np.ndarray]:
-    """[K, N] float -> MatMulNBits' symmetric `bits`-bit layout (8 or 4): codes uint8 [N, blocks, 32 * bits / 8]
+def quantize_blocks(w: np.ndarray, bits: int, block: int = BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """[K, N] float -> MatMulNBits' symmetric `bits`-bit layout (8 or 4): codes uint8 [N, blocks, block * bits / 8]
     (4-bit codes two to a byte, the lower nibble first) and scales float32 [N, blocks], each column quantized in
-    blocks of 32 along K (K padded with zeros), scale = the block's largest magnitude / (2^(bits-1) - 1), code =
+    blocks of `block` along K (K padded with zeros), scale = the block's largest magnitude / (2^(bits-1) - 1), code =
     the value / scale rounded half to even + the zero point 2^(bits-1)."""
     k, n = w.shape
     per_byte = 8 // bits
     if k == 0:  # an input of zeros: nothing stored
-        return np.zeros((n, 0, BLOCK // per_byte), np.uint8), np.zeros((n, 0), np.float32)
-    blocks, top = -(-k // BLOCK), 2 ** (bits - 1) - 1
-    cols = np.zeros((n, blocks * BLOCK), np.float32)
+        return np.zeros((n, 0, block // per_byte), np.uint8), np.zeros((n, 0), np.float32)
+    blocks, top = -(-k // block), 2 ** (bits - 1) - 1
+    cols = np.zeros((n, blocks * block), np.float32)
     cols[:, :k] = w.T
-    cols = cols.reshape(n, blocks, BLOCK)
+    cols = cols.reshape(n, blocks, block)
     scales = np.abs(cols).max(axis=2) / np.float32(top)
     safe = np.where(scales > 0, scales, 1)[..., None]
     codes = (np.clip(np.rint(cols / safe), -top, top) + (top + 1)).astype(np.uint8)
@@ -98,6 +109,62 @@ def step_downs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.
         out[IO.lora_input(layer, group, DOWN_CODES)] = codes
         out[IO.lora_input(layer, group, DOWN_SCALES)] = scales.astype(dtype)
     return out
+
+
+def joint_inputs(inputs: dict[str, np.ndarray], table: dict[str, dict], weights: np.ndarray,
+                 dtype=np.float32) -> dict[str, np.ndarray]:
+    """{input: value} of the JOINT_DOWNS groups' inputs as the adapted step form reads them
+    (webbuild.pipeline.lora_form.joint_downs), for its `table` (the step graph's JOINT_KEY metadata, the manifest
+    variant's `lora_joint`), the decoder's weights file as uint8 `weights`, and `inputs` in graph_inputs' form (no
+    adapter: empty or absent). runtime/lora.js computes the same (the base rows it copies at load)."""
+    out = {}
+    for key, e in table.items():
+        layer, group = int(key.split(".")[1]), key.split(".")[2]
+        (proj,) = DOWN_GROUPS[group]
+        codes, scales = joint_base(e, weights, dtype)
+        down = joint_down(inputs.get(IO.lora_input(layer, group, "down")), e)
+        codes[e["rows"]:], scales[e["rows"]:] = down[0], down[1].astype(dtype)
+        out[IO.lora_input(layer, group, JOINT_CODES)], out[IO.lora_input(layer, group, JOINT_SCALES)] = codes, scales
+        up_codes, up_scales = joint_up(inputs.get(IO.lora_input(layer, proj, "up")), e)
+        out[IO.lora_input(layer, proj, UP_CODES)], out[IO.lora_input(layer, proj, UP_SCALES)] = \
+            up_codes, up_scales.astype(dtype)
+    return out
+
+
+def joint_base(e: dict, weights: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """A joint's codes [rows + rank, blocks, block * bits / 8] and scales [rows + rank, blocks] holding the base
+    projection's (from the weights file) and zero codes and scales after them."""
+    per_row = e["block"] * e["bits"] // 8
+    (at, length), (scales_at, scales_length) = e["codes"], e["scales"]
+    total, zero = e["rows"] + e["rank"], 2 ** (e["bits"] - 1)
+    codes = np.full((total, e["blocks"], per_row), zero | (zero << 4) if e["bits"] == 4 else zero, np.uint8)
+    codes[:e["out"]] = weights[at:at + length].reshape(e["out"], e["blocks"], per_row)
+    scales = np.zeros((total, e["blocks"]), dtype)
+    scales[:e["out"]] = weights[scales_at:scales_at + scales_length].view(dtype).reshape(e["out"], e["blocks"])
+    return codes, scales
+
+
+def joint_down(down: np.ndarray | None, e: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A down [in, R] (None: no adapter) as a joint's last `rank` rows: codes and float32 scales in the base
+    projection's bits and blocks, zero columns up to `rank`."""
+    padded = np.zeros((e["in"], e["rank"]), np.float32)
+    if down is not None:
+        padded[:, :down.shape[1]] = down
+    return quantize_blocks(padded, e["bits"], e["block"])
+
+
+def joint_up(up: np.ndarray | None, e: dict) -> tuple[np.ndarray, np.ndarray]:
+    """An up [R, out] (None: no adapter) as the 8-bit weights [rows + rank, out] that add it: an identity over the
+    first `out` rows (code 192 at scale 1/64, exactly 1), the up's codes and float32 scales from row `rows` on."""
+    padded = np.zeros((e["rank"], e["out"]), np.float32)
+    if up is not None:
+        padded[:up.shape[0]] = up
+    codes, scales = quantize_blocks(padded, 8)
+    n, eye_blocks = e["out"], e["rows"] // BLOCK
+    eye = np.full((n, eye_blocks * BLOCK), ZERO_POINT, np.uint8)
+    eye[np.arange(n), np.arange(n)] = ZERO_POINT + IDENTITY_CODE
+    eye_scales = np.full((n, eye_blocks), 1 / IDENTITY_CODE, np.float32)
+    return np.concatenate([eye.reshape(n, eye_blocks, BLOCK), codes], axis=1), np.concatenate([eye_scales, scales], 1)
 
 
 def down_bits(group: str) -> int:

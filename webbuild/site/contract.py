@@ -27,6 +27,13 @@ DOWN_CODES, DOWN_SCALES = "down_codes", "down_scales"
 # codes, the only kind that kernel reads; runtime.json's `lora_down_bits` gives the page every group's bits
 FUSED_DOWNS = ("qkv_proj", "gate_up_proj")
 DOWN_BITS = {group: 4 if group in FUSED_DOWNS else 8 for group in DOWN_GROUPS}
+# the groups whose down the adapted step form joins to its projection's weights (lora_form.joint_downs): one 4-bit
+# MatMulNBits of `lora.{i}.{group}.joint_codes` / `.joint_scales` (the base projection's rows, which the page copies
+# from the decoder's weights file at load, then the down's) gives the projection's output and the down's side by
+# side, and one 8-bit MatMulNBits of `lora.{i}.{proj}.up_codes` / `.up_scales` (an identity over the first, the up
+# over the second) adds the update. The manifest variant's `lora_joint` says where each base part lies.
+JOINT_DOWNS = ("o_proj", "down_proj")
+JOINT_CODES, JOINT_SCALES, UP_CODES, UP_SCALES = "joint_codes", "joint_scales", "up_codes", "up_scales"
 # the groups whose projections the adapted step form packs into one MatMulNBits (lora_form.packed_updates): their
 # ups are one input, `lora.{i}.{group}.up`, the members' ups side by side in DOWN_GROUPS order (runtime/lora.js),
 # and their down is 4-bit (FUSED_DOWNS)

@@ -9,8 +9,31 @@ export type Variant = {
   requires: string[];
   providers: ("webgpu" | "wasm")[];
   wasm?: WasmFit;
-  [k: string]: string | string[] | "float16" | "float32" | ("webgpu" | "wasm")[] | WasmFit | undefined;
+  /** the adapted step form's joined groups by `lora.{i}.{group}` (webbuild.pipeline.lora_form.joint_downs): the projection's width (out), rows and rank of the joint weights, its bits, block size, blocks and inputs (in), and where its codes and scales lie in the weights file */
+  lora_joint?: {
+    [k: string]: LoraJoint;
+  };
+  [k: string]: string | string[] | "float16" | "float32" | ("webgpu" | "wasm")[] | WasmFit | {
+    [k: string]: LoraJoint;
+  } | undefined;
 };
+
+export type LoraJoint = {
+  out: number;
+  rows: number;
+  rank: number;
+  bits: 4 | 8;
+  block: number;
+  blocks: number;
+  in: number;
+  /** the weights file, as the graph names it */
+  location: string;
+  codes: Span;
+  scales: Span;
+};
+
+/** [offset, length] in bytes */
+export type Span = number[];
 
 /** the wasm EP's memory estimate (webbuild.pipeline.wasm_budget) */
 export type WasmFit = {

@@ -29,7 +29,7 @@ import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 /**
  * A variant's graphs as the recogniser takes them (site.js variantGraphs).
  * @typedef {{dtype?: 'float16' | 'float32', encoder: GraphFiles, decoder: GraphFiles, decoder_lora?: GraphFiles,
- *   lora?: Record<string, number[]> | null}} Graphs
+ *   lora?: Record<string, number[]> | null, loraJoint?: import('./lora.js').JointTable}} Graphs
  */
 /** @typedef {Record<string, OrtTensor>} Feeds  tensors by input or output name */
 /** @typedef {(choice: import('./greedy.js').Pick) => boolean} Emit  takes a chosen token; whether to go on */
@@ -72,7 +72,7 @@ export class Recogniser {
     await r.loadDecoder(files, graphs.decoder, graphs.dtype);
     if (graphs.lora && graphs.decoder_lora?.graph) {
       await ready(used(graphs.decoder_lora));
-      await r.loadAdapted(files, graphs.decoder_lora, graphs.lora);
+      await r.loadAdapted(files, graphs.decoder_lora, graphs.lora, graphs.loraJoint);
     }
     await ready([runtime.files.tokens]);
     r.tokens = new TokenTable(/** @type {Uint8Array} */ (files.get(runtime.files.tokens)));
@@ -112,12 +112,15 @@ export class Recogniser {
    * @param {Files} files
    * @param {GraphFiles} decoder
    * @param {Record<string, number[]>} shapes lora.js loraShapes
+   * @param {import('./lora.js').JointTable} [joint] the manifest variant's lora_joint: the step form's joined groups
    */
-  async loadAdapted(files, decoder, shapes) {
+  async loadAdapted(files, decoder, shapes, joint = {}) {
     // a provider given by name has no device
     const device = this.ep === 'webgpu' ? /** @type {{device?: GPUDevice}} */ (this.provider)?.device ?? await this.ort.env.webgpu.device : null;
+    this.loraJoint = joint;
+    // the joined groups' base rows are copied from the weights file when the step's inputs are made (loadSteps)
     const lora = new LoraInputs(this.ort, shapes, this.dtype, device,
-      { packed: this.rt.lora_packed_ups, bits: this.rt.lora_down_bits });
+      { packed: this.rt.lora_packed_ups, bits: this.rt.lora_down_bits, joint, file: (name) => files.get(name) });
     this.adapted = await this.decoderSet(files, decoder, lora);
   }
 
@@ -215,6 +218,8 @@ export class Recogniser {
     this.kv = kvNames(this.io, this.d?.num_layers ?? 0); // {past, present} per layer, key then value
     /** @type {DecoderSet | null} */
     this.adapted = null; // the adapted decoder's set, in a build with adapters (loadAdapted)
+    /** @type {import('./lora.js').JointTable} the adapted step's joined groups (switchLora makes their values by it) */
+    this.loraJoint = {};
     /** @type {'float16' | 'float32'} */
     this.dtype = 'float32';
     /** @type {TokenTable | null} */

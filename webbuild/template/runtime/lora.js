@@ -14,7 +14,11 @@
 // (`.down_codes`, `.down_scales`: webbuild/pipeline/lora_form.py quantized_downs), 4-bit for the groups whose down rides
 // in a norm's fused kernel (runtime.json `lora_down_bits`: q/k/v's and gate/up's), quantized here from the down's values as webbuild/site/adapter_pack.py
 // step_downs does, bit for bit, and q, k and v's ups as one input, side by side (lora_form.py packed_updates,
-// adapter_pack.py packed_ups).
+// adapter_pack.py packed_ups). o's and down's groups are joined to their projections there (lora_form.py
+// joint_downs, the manifest variant's `lora_joint`): `.joint_codes` / `.joint_scales` hold the projection's
+// weights, copied from the decoder's weights file at load, then the down's rows in the projection's bits, and
+// `.up_codes` / `.up_scales` an 8-bit identity over the projection's part with the up below it (adapter_pack.py
+// joint_inputs, bit for bit).
 
 import { floatsToHalfs, halfsToFloats } from './half.js';
 import { loadFiles } from './loader.js';
@@ -24,6 +28,8 @@ import { loadFiles } from './loader.js';
 /** @typedef {import('webbuild-types').Manifest} Manifest */
 /** @typedef {NonNullable<Manifest['adapters']>[string]} Adapter  a manifest `adapters` entry */
 /** @typedef {Adapter['tensors'][string]} AdapterTensor */
+/** @typedef {import('webbuild-types').LoraJoint} LoraJoint  a joined group: manifest variant `lora_joint` */
+/** @typedef {Record<string, LoraJoint>} JointTable  by `lora.{i}.{group}` */
 /** @typedef {Record<string, Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer> | Uint8Array<ArrayBuffer>>} LoraValues
  *  input name -> values: [K * N] row-major, or a step input's codes or scales (stepDowns) */
 
@@ -31,6 +37,9 @@ const BLOCK = 32; // MatMulNBits' blocks along K
 const ZERO_POINT = 128; // int8's
 const DOWN = /\.down$/; // a group's down input; its step form's inputs end in CODES and SCALES instead
 const CODES = '.down_codes', SCALES = '.down_scales'; // webbuild/site/contract.py DOWN_CODES, DOWN_SCALES
+// contract.py JOINT_CODES, JOINT_SCALES, UP_CODES, UP_SCALES: a joined group's inputs (lora_form.py joint_downs)
+const JOINT = { codes: '.joint_codes', scales: '.joint_scales', upCodes: '.up_codes', upScales: '.up_scales' };
+const IDENTITY_CODE = 64; // an 8-bit identity's ones: code 128 + 64 at scale 1/64 (adapter_pack.py IDENTITY_CODE)
 
 // The adapters a build ships, by name (the page's picker), in the manifest's order.
 /** @param {Manifest | null | undefined} manifest */
@@ -86,7 +95,8 @@ export async function switchLora(site, name, loading = site.loading) {
   }
   const { entry, bytes } = await loadLoraFile(site.manifest, name, loading);
   const { recogniser } = site;
-  recogniser.setLora(loraValues(bytes, entry, recogniser.dtype, recogniser.rt.lora_down_bits), loraRows(entry));
+  recogniser.setLora(loraValues(bytes, entry, recogniser.dtype, recogniser.rt.lora_down_bits, recogniser.loraJoint),
+    loraRows(entry));
   return name;
 }
 
@@ -102,27 +112,81 @@ export function loraRows(entry) {
 // {input name: typed array [K * N], row-major} of an adapter file in the graph's float type: Float32Array
 // for 'float32', float16 bits (Uint16Array, as onnxruntime-web takes float16 data) for 'float16'; and the
 // step form's codes and scales of each down (stepDowns), in the bits `bits` gives its group (runtime.json
-// lora_down_bits; 8 for a group it leaves out).
+// lora_down_bits; 8 for a group it leaves out), or, for a group of `joint` (the manifest variant's lora_joint), its
+// down's rows of the joint weights and its up's 8-bit weights (jointValues).
 /**
  * @param {Uint8Array} bytes the adapter file
  * @param {Adapter} entry
  * @param {'float16' | 'float32'} [dtype]
  * @param {Record<string, number>} [bits]
+ * @param {JointTable} [joint]
  */
-export function loraValues(bytes, entry, dtype = 'float32', bits = {}) {
+export function loraValues(bytes, entry, dtype = 'float32', bits = {}, joint = {}) {
   /** @type {LoraValues} */
   const out = {};
   for (const [name, t] of Object.entries(entry.tensors)) {
-    if (!DOWN.test(name)) {
+    const group = joint[name.replace(/\.(down|up)$/, '')];
+    if (!DOWN.test(name) && !group) {
       out[name] = tensorValues(bytes, entry.precision, t, dtype);
       continue;
     }
-    // a down is read once as float32: the step form's codes come from it, and a float16 graph's values too
+    // read once as float32: the step form's codes come from it, and a float16 graph's values too
     const f32 = /** @type {Float32Array<ArrayBuffer>} */ (tensorValues(bytes, entry.precision, t, 'float32'));
     out[name] = dtype === 'float16' ? floatsToHalfs(f32) : f32;
-    Object.assign(out, stepDowns(name, f32, t.shape, dtype, downBits(name, bits)));
+    Object.assign(out, group ? jointValues(name, f32, group, dtype)
+      : stepDowns(name, f32, t.shape, dtype, downBits(name, bits)));
   }
   return out;
+}
+
+// A joined group's down ([in, R] float32) or up ([R, out]) as the adapted step form reads it (adapter_pack.py
+// joint_down, joint_up): the down's rows of `.joint_codes` and `.joint_scales` (its last `rank` rows, in the
+// projection's bits and blocks, zero columns after R), or the whole `.up_codes` and `.up_scales` of its projection;
+// scales in the graph's float type. null values: no adapter.
+/**
+ * @param {string} name `lora.{i}.{group}.down` or `lora.{i}.{proj}.up`
+ * @param {Float32Array | null} values
+ * @param {LoraJoint} e
+ * @param {'float16' | 'float32'} dtype
+ * @returns {LoraValues}
+ */
+export function jointValues(name, values, e, dtype) {
+  const half = (/** @type {Float32Array<ArrayBuffer>} */ f) => (dtype === 'float16' ? floatsToHalfs(f) : f);
+  if (DOWN.test(name)) {
+    const padded = new Float32Array(e.in * e.rank);
+    const r = values ? values.length / e.in : 0;
+    for (let i = 0; i < e.in && values; i++) padded.set(values.subarray(i * r, (i + 1) * r), i * e.rank);
+    const { codes, scales } = quantizeBlocks(padded, [e.in, e.rank], e.bits, e.block);
+    const key = name.replace(DOWN, '');
+    return { [key + JOINT.codes]: codes, [key + JOINT.scales]: half(scales) };
+  }
+  const padded = new Float32Array(e.rank * e.out);
+  if (values) padded.set(values);
+  const b = quantizeBlocks(padded, [e.rank, e.out], 8, BLOCK);
+  const k = e.rows + e.rank, eye = e.rows / BLOCK, blocks = k / BLOCK, own = e.rank / BLOCK;
+  const codes = new Uint8Array(e.out * k).fill(ZERO_POINT);
+  const scales = new Float32Array(e.out * blocks);
+  for (let n = 0; n < e.out; n++) {
+    codes[n * k + n] = ZERO_POINT + IDENTITY_CODE;
+    scales.fill(1 / IDENTITY_CODE, n * blocks, n * blocks + eye);
+    codes.set(b.codes.subarray(n * e.rank, (n + 1) * e.rank), n * k + e.rows);
+    scales.set(b.scales.subarray(n * own, (n + 1) * own), n * blocks + eye);
+  }
+  const key = name.replace(/\.up$/, '');
+  return { [key + JOINT.upCodes]: codes, [key + JOINT.upScales]: half(scales) };
+}
+
+// {input: [dims]} of a joined group's step inputs, by its `lora.{i}.{group}` key (lora_form.py joint_downs).
+/**
+ * @param {string} key
+ * @param {LoraJoint} e
+ */
+function jointShapes(key, e) {
+  const total = e.rows + e.rank;
+  return {
+    [key + JOINT.codes]: [total, e.blocks, (e.block * e.bits) / 8], [key + JOINT.scales]: [total, e.blocks],
+    [key + JOINT.upCodes]: [e.out, total / BLOCK, BLOCK], [key + JOINT.upScales]: [e.out, total / BLOCK],
+  };
 }
 
 // The bits of a down's codes in the step form (adapter_pack.py down_bits): runtime.json's lora_down_bits for its
@@ -161,24 +225,37 @@ function stepShapes(name, [k, n], bits) {
  * @returns {LoraValues}
  */
 export function stepDowns(name, down, [k, n], dtype, bits = 8) {
-  const blocks = Math.ceil(k / BLOCK), top = 2 ** (bits - 1) - 1;
-  const values = new Uint8Array(n * blocks * BLOCK).fill(top + 1);
+  const { codes, scales } = quantizeBlocks(down, [k, n], bits, BLOCK);
+  const [codesName, scalesName] = Object.keys(stepShapes(name, [k, n], bits));
+  return { [codesName]: codes, [scalesName]: dtype === 'float16' ? floatsToHalfs(scales) : scales };
+}
+
+// A [K, N] matrix (float32, row-major) in MatMulNBits' symmetric layout of `bits` and `block` (adapter_pack.py
+// quantize_blocks): codes [N, blocks, block * bits / 8], float32 scales [N, blocks].
+/**
+ * @param {Float32Array} w
+ * @param {number[]} shape
+ * @param {number} bits
+ * @param {number} block
+ */
+function quantizeBlocks(w, [k, n], bits, block) {
+  const blocks = Math.ceil(k / block), top = 2 ** (bits - 1) - 1;
+  const values = new Uint8Array(n * blocks * block).fill(top + 1);
   const scales = new Float32Array(n * blocks);
   for (let col = 0; col < n; col++) {
     for (let b = 0; b < blocks; b++) {
-      const end = Math.min(k, (b + 1) * BLOCK);
+      const end = Math.min(k, (b + 1) * block);
       let max = 0;
-      for (let i = b * BLOCK; i < end; i++) max = Math.max(max, Math.abs(down[i * n + col]));
+      for (let i = b * block; i < end; i++) max = Math.max(max, Math.abs(w[i * n + col]));
       const scale = scales[col * blocks + b] = Math.fround(max / top);
       const safe = scale > 0 ? scale : 1;
-      for (let i = b * BLOCK; i < end; i++) {
-        const q = roundHalfEven(Math.fround(down[i * n + col] / safe));
-        values[col * blocks * BLOCK + i] = Math.min(top, Math.max(-top, q)) + top + 1;
+      for (let i = b * block; i < end; i++) {
+        const q = roundHalfEven(Math.fround(w[i * n + col] / safe));
+        values[col * blocks * block + i] = Math.min(top, Math.max(-top, q)) + top + 1;
       }
     }
   }
-  const [codesName, scalesName] = Object.keys(stepShapes(name, [k, n], bits));
-  return { [codesName]: bits === 4 ? nibbles(values) : values, [scalesName]: dtype === 'float16' ? floatsToHalfs(scales) : scales };
+  return { codes: bits === 4 ? nibbles(values) : values, scales };
 }
 
 // 4-bit codes (one a byte) two to a byte, the lower nibble first: MatMulNBits' 4-bit layout.
@@ -302,8 +379,10 @@ export class LoraInputs {
    * @param {Record<string, number[]>} shapes
    * @param {'float16' | 'float32'} dtype
    * @param {GPUDevice | null} [device]
-   * @param {{packed?: Record<string, string[]>, bits?: Record<string, number>}} [step] runtime.json's
-   *   lora_packed_ups (the groups whose ups a step form may read as one) and lora_down_bits (loraValues)
+   * @param {{packed?: Record<string, string[]>, bits?: Record<string, number>, joint?: JointTable,
+   *   file?: (name: string) => Uint8Array | undefined}} [step] runtime.json's lora_packed_ups (the groups whose
+   *   ups a step form may read as one) and lora_down_bits (loraValues); the manifest variant's lora_joint and the
+   *   loaded files by name (a joined group's base rows come from the decoder's weights file, at load)
    */
   constructor(ort, shapes, dtype, device = null, step = {}) {
     this.ort = ort;
@@ -317,6 +396,8 @@ export class LoraInputs {
     for (const [name, dims] of Object.entries(shapes)) this.feeds[name] = device ? this.gpuTensor(dims) : this.cpuTensor(dims);
     this.packed = step.packed ?? {};
     this.bits = step.bits ?? {};
+    this.joint = step.joint ?? {};
+    this.file = step.file ?? (() => undefined);
     /** @type {Record<string, OrtTensor>} its step form's (WebGPU only, made by stepFeedsFor) */
     this.stepFeeds = {};
   }
@@ -328,16 +409,40 @@ export class LoraInputs {
   stepFeedsFor(names) {
     const downs = Object.fromEntries(Object.keys(this.shapes).filter((n) => DOWN.test(n)).flatMap((down) =>
       Object.entries(stepShapes(down, this.shapes[down], downBits(down, this.bits)))));
+    const joint = Object.fromEntries(Object.entries(this.joint).flatMap(([key, e]) => Object.entries(jointShapes(key, e))));
     for (const name of names.filter((n) => !(n in this.stepFeeds))) {
-      const packed = !(name in this.feeds) && !(name in downs) && this.packedUp(name);
+      const packed = !(name in this.feeds) && !(name in downs) && !(name in joint) && this.packedUp(name);
       if (name in this.feeds) this.stepFeeds[name] = this.feeds[name];
-      else if (name in downs) this.stepFeeds[name] = this.gpuTensor(downs[name], name.endsWith(CODES) ? 'uint8' : this.dtype);
+      else if (name in joint) {
+        this.stepFeeds[name] = this.gpuTensor(joint[name], /codes$/.test(name) ? 'uint8' : this.dtype);
+        this.write(name, this.jointStart(name));
+        continue;
+      } else if (name in downs) this.stepFeeds[name] = this.gpuTensor(downs[name], name.endsWith(CODES) ? 'uint8' : this.dtype);
       else if (packed) this.stepFeeds[name] = this.gpuTensor([packed.rank, packed.widths.reduce((a, b) => a + b)]);
       else continue; // not an adapter input
       // zeros are no adapter, but codes of zero are -128 (-8): the base model's codes are the zero point
       if (name.endsWith(CODES)) this.write(name, this.zeroCodes(name, downs[name]));
     }
     return Object.fromEntries(names.filter((n) => n in this.stepFeeds).map((n) => [n, this.stepFeeds[n]]));
+  }
+
+  // A joined group's step input as it starts (adapter_pack.py joint_inputs without an adapter): the joint weights
+  // with the projection's rows from the decoder's weights file and zero codes and scales after them; the up's
+  // identity with zero codes and scales below it.
+  /** @param {string} name */
+  jointStart(name) {
+    const key = name.slice(0, name.lastIndexOf('.')), e = this.joint[key];
+    const up = name.endsWith(JOINT.upCodes) || name.endsWith(JOINT.upScales), codes = name.endsWith(JOINT.codes);
+    const start = jointValues(`${key}.${up ? 'up' : 'down'}`, null, e, this.dtype)[name];
+    if (up) return start;
+    const [offset, length] = codes ? e.codes : e.scales, perRow = length / e.out;
+    const weights = this.file(e.location);
+    if (!weights || weights.length < offset + length) throw new Error(`adapted step input ${name}: the weights file ${e.location} is not loaded or too short`);
+    const zero = 2 ** (e.bits - 1); // the zero point, two to a byte in 4 bits
+    const all = new Uint8Array(perRow * (e.rows + e.rank)).fill(codes ? (e.bits === 4 ? zero | (zero << 4) : zero) : 0);
+    all.set(weights.subarray(offset, offset + length));
+    all.set(new Uint8Array(start.buffer, start.byteOffset, start.byteLength), perRow * e.rows);
+    return all;
   }
 
   // A down's codes of zero (the zero point in every code) for a codes input `name` of `dims`.
@@ -406,17 +511,28 @@ export class LoraInputs {
       const packed = this.packedUp(name);
       const data = packed ? sideBySide(packed.members.map((up) => values[up]), packed.rank, packed.widths) : values[name];
       if (!data) throw new Error(`adapter input ${name}: no values (lora.js loraValues makes them)`);
-      this.write(name, data);
+      this.write(name, data, this.jointOffset(name, data));
     }
   }
 
-  // All of `data` into a step input's GPU buffer.
+  // Where a step input's values go in its buffer, in bytes: a joint's down rows after the projection's, 0 otherwise.
+  /**
+   * @param {string} name
+   * @param {LoraValues[string]} data
+   */
+  jointOffset(name, data) {
+    const e = this.joint[name.slice(0, name.lastIndexOf('.'))];
+    return e && (name.endsWith(JOINT.codes) || name.endsWith(JOINT.scales)) ? (data.byteLength / e.rank) * e.rows : 0;
+  }
+
+  // All of `data` into a step input's GPU buffer, from byte `offset`.
   /**
    * @param {string} name
    * @param {Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer> | Uint8Array<ArrayBuffer>} data
+   * @param {number} [offset]
    */
-  write(name, data) {
-    /** @type {GPUDevice} */ (this.device).queue.writeBuffer(this.stepFeeds[name].gpuBuffer, 0, data);
+  write(name, data, offset = 0) {
+    /** @type {GPUDevice} */ (this.device).queue.writeBuffer(this.stepFeeds[name].gpuBuffer, offset, data);
   }
 
   // Rows [start, stop) of `data` ([K, N] row-major) into the input's GPU buffer, at 4-byte bounds (float16:
