@@ -36,7 +36,8 @@ Here, once (folders go into the checkout the device tool sends, ignored by git):
 There, device calls back to back while the machine is warm:
   1. carry .gpu .whl .gl .wb2:  bash .wb2/scripts/chrome_gpu_bench.sh gen
        setup, then zoo 0.6b + webbuild build + genai peer in a process of its own (~3 min)
-  2. carry .cp0 .wb2pw:         bash /tmp/wb2/scripts/chrome_gpu_bench.sh pw
+  2. carry .cp0 .wb2pw .whlx:   bash /tmp/wb2/scripts/chrome_gpu_bench.sh pw
+       (.whlx: the huggingface-hub the zoo's transformers needs; the build of call 1 waits for it)
   3. carry .cp1:                bash /tmp/wb2/scripts/chrome_gpu_bench.sh stash      4. the same with .cp2
   5. carry .cp3:                bash /tmp/wb2/scripts/chrome_gpu_bench.sh run
        unpacks the browser, waits for the builds, then the STEPS; $OUT gets verify.json,
@@ -193,6 +194,9 @@ gen() {
 }
 _gen() {
   env_there
+  # the zoo's transformers may need the huggingface-hub that call 2 brings (.whlx): wait for it, 3 minutes at most
+  local t0=$SECONDS
+  until python3 -c "import transformers.models.auto" 2>/dev/null || (( SECONDS - t0 > 180 )); do sleep 3; done
   step zoo zoo
   step webbuild webbuild
   [ "${PEER:-1}" = 0 ] || step peer peer  # PEER=0: no genai build (verify and first_use need none)
@@ -206,6 +210,7 @@ pw() {
   stash
   [ -d /tmp/site/playwright ] || tar -C /tmp/site -xJf "$from/playwright.tar.xz"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$from"/greenlet-*.whl
+  bash "$WRAPPER" install-extra-wheels .whlx
   mkdir -p /tmp/fonts && cp "$from"/DejaVuSans.ttf "$from"/fonts.conf /tmp/fonts/
   tail -3 "$WORK/gen.log"
 }

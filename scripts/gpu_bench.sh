@@ -48,7 +48,7 @@ Here, on this machine:
   payload [DIR...] MiB a device call carrying DIR... sends, against the $LIMIT_MIB MiB limit (exit 1 when over)
   root             print the checkout the device tool sends (where carried folders go)
   ignore DIR...    add DIR... of that checkout to its .git/info/exclude (sent only when carried)
-There, in a device call with carry [".gpu", ".whl", ".gl"]:
+There, in a device call with carry [".gpu", ".whl", ".whlx", ".gl"] (.whlx: huggingface-hub, see prepare):
   setup [CODE]     unpack them outside the tree; node_modules into CODE (default: this checkout)
   env [CODE]       print the exports that run Python (PYTHONPATH=/tmp/site:CODE), Node and Vulkan
   run              setup, then zoo $PRESET, the builds BENCHES needs and their benches:
@@ -86,9 +86,9 @@ payload() {
 
 prepare() {
   local root; root=$(carry_root)
-  ignore .gpu .whl .gl
+  ignore .gpu .whl .gl .whlx
   cd "$CODE"  # node, node_modules and .venv of this checkout; what a call carries goes into $root
-  rm -rf "$root/.gpu" "$root/.whl" "$root/.gl" && mkdir -p "$root/.gpu" "$root/.whl" "$root/.gl"
+  rm -rf "$root/.gpu" "$root/.whl" "$root/.whlx" "$root/.gl" && mkdir -p "$root/.gpu" "$root/.whl" "$root/.whlx" "$root/.gl"
   local tmp; tmp=$(mktemp -d)
   # Node and dawn.node stripped of symbols: the whole call must stay under $LIMIT_MIB MiB.
   cp "$(command -v node)" "$tmp/node" && strip "$tmp/node" && xz -9 -T0 -c "$tmp/node" > "$root/.gpu/node.xz"
@@ -133,11 +133,25 @@ EOF
     "pydantic==$(.venv/bin/python -c 'import pydantic; print(pydantic.VERSION)')" \
     "pydantic-core==$(.venv/bin/python -c 'import pydantic_core; print(pydantic_core.__version__)')" \
     typing-inspection annotated-types "onnx-ir==$(.venv/bin/python -c 'import onnx_ir; print(onnx_ir.__version__)')"
+  # huggingface-hub at this venv's version and what it imports that the GPU image lacks (transformers refuses the
+  # image's older hub): .whlx, carried apart from .whl, since Chromium's first call has no room for it
+  # (chrome_gpu_bench.sh carries it in its second call, and its build waits for it)
+  .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$root/.whlx" \
+    $(for p in huggingface-hub httpx2 httpcore2 truststore anyio; do
+        .venv/bin/python -c "import importlib.metadata as m, sys; print(f'{sys.argv[1]}=={m.version(sys.argv[1])}')" $p 2>/dev/null
+      done)
   # the Vulkan loader and the GL dispatch libraries the NVIDIA ICD loads (the GPU image has neither)
   local o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
   mkdir -p /tmp/amd64/partial && apt-get $o update -q >/dev/null && (cd "$root/.gl" && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
   rm -rf "$tmp"
-  payload .gpu .whl .gl
+  payload .gpu .whl .whlx .gl
+}
+
+# install_extra_wheels DIR: .whlx's wheels into /tmp/site, where a call carried them
+install_extra_wheels() {
+  compgen -G "$1/*.whl" >/dev/null || return 0
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$1"/*.whl
 }
 
 # setup [CODE]: what prepare packed, unpacked outside the carried folders; node last, as the sign
@@ -147,6 +161,7 @@ setup() {
   if [ ! -x /tmp/bin/node ]; then
     for f in "$CARRIED"/.gl/*.deb; do dpkg -x "$f" /; done; ldconfig
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$CARRIED"/.whl/*.whl
+    install_extra_wheels "$CARRIED/.whlx"
     tar -C /tmp/site -xJf "$CARRIED/.gpu/transformers.tar.xz"
     tar -C /tmp/site -xJf "$CARRIED/.gpu/genai.tar.xz"
     mkdir -p /tmp/bin && xz -dc "$CARRIED/.gpu/node.xz" > /tmp/bin/node.part && chmod +x /tmp/bin/node.part
@@ -260,6 +275,7 @@ run() {
 case ${1:-run} in
   -h|--help|help) usage ;;
   prepare|payload|ignore|setup|run) "$@" ;;
+  install-extra-wheels) install_extra_wheels "${2:-$CARRIED/.whlx}" ;;
   root) carry_root ;;
   env) shift; device_env "$@" ;;
   *) usage >&2; exit 2 ;;
