@@ -392,6 +392,8 @@ def joint_table(step: Path) -> tuple[dict[str, dict], np.ndarray]:
 
 
 def _join(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) -> dict | None:
+    """One group's joint form (joint_downs) and its table entry; None, the branch left as it is (quantized_downs
+    takes its down), where the projection is not a plain MatMulNBits of external weights."""
     layer, (proj_name,) = int((low.name or "").split("/")[1]), DOWN_GROUPS[group]
     add = nodes.get(f"lora/{layer}/{proj_name}/out2")
     proj = _updated_projection(add)
@@ -426,6 +428,7 @@ def _join(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) 
 
 
 def _aligned(n: int) -> int:
+    """n rounded up to whole ROW_ALIGN rows: each joint part starts on a block of the up's K."""
     return -(-n // ROW_ALIGN) * ROW_ALIGN
 
 
