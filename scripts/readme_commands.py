@@ -53,11 +53,18 @@ def shell_env(root: Path) -> dict[str, str]:
             "VIRTUAL_ENV": str(venv)}
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run(command: Command, root: Path) -> str | None:
     """Why `command` failed, or None."""
     if command.server:
+        # SIGINT at its default in the server: a shell that started this run in the background (`cmd &`, nohup)
+        # leaves it ignored, and Python then installs no KeyboardInterrupt, so Ctrl-C would not stop the server
         proc = subprocess.Popen(["bash", "-c", command.line], cwd=root, env=shell_env(root),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                preexec_fn=_default_sigint)
         time.sleep(SERVER_SECONDS)
         if proc.poll() is not None:
             return f"exited {proc.returncode} within {SERVER_SECONDS} s: {proc.communicate()[0][-1500:]}"
