@@ -238,6 +238,10 @@ describe('adapter inputs on the GPU', () => {
         'lora.3.down_proj.up_codes': 0, 'lora.3.down_proj.up_scales': 0 });
       const missing = new LoraInputs(ort, {}, dtype, gpu, { joint });
       assert.throws(() => missing.stepFeedsFor(['lora.3.down_proj.joint_codes']), /weights file weights\.bin is not loaded/);
+      // a manifest whose span does not fit the rows it describes (edited, or of another build)
+      const bad = { 'lora.3.down_proj': { ...joint['lora.3.down_proj'], codes: [8, 100] } };
+      const wrong = new LoraInputs(ort, {}, dtype, gpu, { joint: bad, file: () => weights });
+      assert.throws(() => wrong.stepFeedsFor(['lora.3.down_proj.joint_codes']), /manifest lora_joint lora\.3\.down_proj: 100 bytes of codes for 24 rows of 24; rebuild the site/);
     });
   }
 

@@ -258,6 +258,13 @@ function quantizeBlocks(w, [k, n], bits, block) {
   return { codes: bits === 4 ? nibbles(values) : values, scales };
 }
 
+// A byte of zero-point codes in `bits` 8 or 4 (two codes a byte): what a weight of zero is stored as.
+/** @param {number} bits */
+function zeroCodeByte(bits) {
+  const zero = 2 ** (bits - 1);
+  return bits === 4 ? zero | (zero << 4) : zero;
+}
+
 // 4-bit codes (one a byte) two to a byte, the lower nibble first: MatMulNBits' 4-bit layout.
 /** @param {Uint8Array} codes */
 function nibbles(codes) {
@@ -432,16 +439,15 @@ export class LoraInputs {
   /** @param {string} name */
   jointStart(name) {
     const key = name.slice(0, name.lastIndexOf('.')), e = this.joint[key];
-    const up = name.endsWith(JOINT.upCodes) || name.endsWith(JOINT.upScales), codes = name.endsWith(JOINT.codes);
-    const start = jointValues(`${key}.${up ? 'up' : 'down'}`, null, e, this.dtype)[name];
-    if (up) return start;
-    const [offset, length] = codes ? e.codes : e.scales, perRow = length / e.out;
+    if (name.endsWith(JOINT.upCodes) || name.endsWith(JOINT.upScales)) return jointValues(`${key}.up`, null, e, this.dtype)[name];
+    const codes = name.endsWith(JOINT.codes);
+    const [offset, length] = codes ? e.codes : e.scales;
+    const perRow = e.blocks * (codes ? (e.block * e.bits) / 8 : this.dtype === 'float16' ? 2 : 4);
     const weights = this.file(e.location);
+    if (length !== perRow * e.out) throw new Error(`manifest lora_joint ${key}: ${length} bytes of ${codes ? 'codes' : 'scales'} for ${e.out} rows of ${perRow}; rebuild the site`);
     if (!weights || weights.length < offset + length) throw new Error(`adapted step input ${name}: the weights file ${e.location} is not loaded or too short`);
-    const zero = 2 ** (e.bits - 1); // the zero point, two to a byte in 4 bits
-    const all = new Uint8Array(perRow * (e.rows + e.rank)).fill(codes ? (e.bits === 4 ? zero | (zero << 4) : zero) : 0);
+    const all = new Uint8Array(perRow * (e.rows + e.rank)).fill(codes ? zeroCodeByte(e.bits) : 0);
     all.set(weights.subarray(offset, offset + length));
-    all.set(new Uint8Array(start.buffer, start.byteOffset, start.byteLength), perRow * e.rows);
     return all;
   }
 
@@ -451,8 +457,7 @@ export class LoraInputs {
    * @param {number[]} dims
    */
   zeroCodes(name, dims) {
-    const bits = downBits(name, this.bits), zero = 2 ** (bits - 1);
-    return new Uint8Array(dims.reduce((x, y) => x * y)).fill(bits === 4 ? zero | (zero << 4) : zero);
+    return new Uint8Array(dims.reduce((x, y) => x * y)).fill(zeroCodeByte(downBits(name, this.bits)));
   }
 
   // A packed group's up input `lora.{i}.{group}.up`: its members' up inputs, their rank and widths; null for
