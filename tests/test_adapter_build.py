@@ -32,9 +32,11 @@ from webbuild.site.adapter_pack import (
     update,
 )
 from webbuild.site.contract import (
+    DELTA_CODES,
+    DELTA_GROUPS,
+    DELTA_SCALES,
     DOWN_CODES,
     DOWN_SCALES,
-    FUSED_DOWNS,
     IO,
     JOINT_CODES,
     JOINT_DOWNS,
@@ -158,7 +160,8 @@ def test_base_download_does_not_change(sites):
                {f: adapted["files"][f]["sha256"] for f in entry["files"]}
         roles = adapted["variants"][variant]
         added = set(roles["files"]) - set(entry["files"])
-        assert added == {roles[r] for r in ("decoder_lora", "decoder_lora_step", "decoder_lora_wasm") if r in roles}
+        assert added == {roles[r] for r in (*ADAPTED, "decoder_lora_delta") if r in roles}
+        assert ("decoder_lora_delta" in roles) == ("decoder_lora_step" in roles)  # its merged updates' maker
     assert "adapters" not in base
 
 
@@ -166,22 +169,18 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
     """Every projection of the adapted WebGPU, step and wasm graphs: base + MatMul(MatMul(x, down), up) + Add
     on 2-D rows (Reshape to [-1, in] / [-1, out], and back to [1, -1, out]), down and up inputs without
     defaults (onnxruntime-web could not feed an input that has one); one down MatMul for q, k and v, one for
-    gate and up. The step form's downs are MatMulNBits (low_of; gate/up's 4-bit, reading its norm as 3-D rows and
-    flattened after), its gate and up take their updates as a bias (the next test), q, k and v are one packed
-    projection (test_the_step_form_packs_q_k_v) and o and down joined to their downs
+    gate and up. The step form's downs are MatMulNBits (low_of), its gate and up take their merged updates as a
+    bias (test_the_step_form_gives_gate_and_up_their_merged_updates_as_biases), q, k and v are one packed projection
+    (test_the_step_form_packs_q_k_v) and o and down joined to their downs
     (test_the_step_form_joins_o_and_down_to_their_downs)."""
     for role, model in adapted_graphs(sites["with"], tmp_path).items():
         inputs = {v.name: v for v in model.graph.inputs}
         for layer, (group, projs) in itertools.product(range(4), DOWN_GROUPS.items()):
             step = role == "decoder_lora_step"
-            if step and (group in PACKED_UPS or group in JOINT_DOWNS):  # their own tests
+            if step and group in (*PACKED_UPS, *JOINT_DOWNS, *DELTA_GROUPS):  # their own tests
                 continue
             low = low_of(inputs, layer, group, step, bits=down_bits(group) if step else 8)
             low_rows = low.outputs[0]
-            if step and group in FUSED_DOWNS:  # the norm's own reader, 2-D after
-                (flat, _), = low.outputs[0].uses()
-                assert flat.op_type == "Reshape" and len(low_rows.shape) == 3, role
-                low_rows = flat.outputs[0]
             assert len(low_rows.uses()) == len(projs), role
             for proj in projs:
                 up = inputs[IO.lora_input(layer, proj, "up")]
@@ -190,11 +189,6 @@ def test_adapted_forms_have_the_raw_pattern(sites, tmp_path):
                 assert up.shape[0] == rank and (step or low.inputs[1].shape[1] == rank), role
                 (delta, _), = up.uses()
                 assert delta.inputs[0] is low_rows, role
-                if role == "decoder_lora_step" and group == "gate_up_proj":  # one row: the update is a bias
-                    (bias, _), = delta.outputs[0].uses()
-                    (proj_node, index), = bias.outputs[0].uses()
-                    assert (bias.op_type, proj_node.op_type, index) == ("Reshape", "MatMulNBits", 5), role
-                    continue
                 (add, _), = delta.outputs[0].uses()
                 (back, _), = add.outputs[0].uses()
                 assert (delta.op_type, add.op_type, back.op_type) == ("MatMul", "Add", "Reshape")
@@ -381,26 +375,47 @@ def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool, bits
 
 
 @needs_espeak
-def test_the_step_form_gives_gate_and_up_their_updates_as_biases(sites, tmp_path):
+def test_the_step_form_gives_gate_and_up_their_merged_updates_as_biases(sites, tmp_path):
     """One token a step, so the step form adds gate's and up's updates as their MatMulNBits' bias
     (lora_form.mlp_updates_as_biases) and the post-attention norm feeds the two alone: onnxruntime-web's
-    norm + gate/up + SiLU x up kernel takes biases. Their down reads the norm's copy beside two spares. Decoded on
-    onnxruntime CPU with the adapter on (the build's check feeds a zero adapter only), the step form gives the
-    plain adapted decoder's tokens."""
+    norm + gate/up + SiLU x up kernel takes biases. Each bias is a 4-bit MatMulNBits of the merged update's inputs
+    (`lora.{i}.{proj}.delta_codes` / `.delta_scales`, lora_form.merged_deltas) on the norm's copy, beside one
+    narrow spare: onnxruntime-web's norm + Q/K/V kernel for the three. The group's down and ups are no step inputs.
+    Decoded on onnxruntime CPU with the adapter on (the build's check feeds a zero adapter only), the step form
+    gives the plain adapted decoder's tokens."""
     from webbuild.pipeline.check import StepForm
     from webbuild.train.target import heldout_target
 
     graphs = adapted_graphs(sites["with"], tmp_path)
     step = graphs["decoder_lora_step"].graph
+    inputs = {v.name: v for v in step.inputs}
+    biased = [n for n in step if n.op_type == "MatMulNBits" and len(n.inputs) == 6 and "qkv_proj" not in n.name]
+    assert len(biased) == 8, [n.name for n in biased]  # gate and up of each layer
     for layer in range(4):
-        biased = [n for n in step if n.op_type == "MatMulNBits" and len(n.inputs) == 6 and "qkv_proj" not in n.name]
-        assert len(biased) == 8, [n.name for n in biased]  # gate and up of each layer
         norm = biased[2 * layer].inputs[0].producer()
         assert norm.op_type == "SkipSimplifiedLayerNormalization"
         assert sorted(u.op_type for u, _ in norm.outputs[0].uses()) == ["MatMulNBits"] * 2
         assert len(norm.outputs[3].uses()) <= 1  # the residual goes on to the next norm, read by nothing else
-        # gate/up's 4-bit down and two spares on the norm's copy: onnxruntime-web's norm + Q/K/V kernel for them
-        assert_alone_with_two_spares(step.node(f"lora/{layer}/gate_up_proj/low4"))
+        assert not any(IO.lora_input(layer, f, "up") in inputs for f in DOWN_GROUPS["gate_up_proj"])
+        assert not any(IO.lora_input(layer, "gate_up_proj", f) in inputs for f in ("down", DOWN_CODES, DOWN_SCALES))
+        merged = []
+        for proj_node, proj in zip(biased[2 * layer:2 * layer + 2], DOWN_GROUPS["gate_up_proj"]):
+            bias = proj_node.inputs[5].producer()
+            delta = bias.inputs[0].producer()
+            codes, scales = (inputs[IO.lora_input(layer, proj, f)] for f in (DELTA_CODES, DELTA_SCALES))
+            assert (bias.op_type, delta.op_type, delta.inputs[1], delta.inputs[2]) == \
+                ("Reshape", "MatMulNBits", codes, scales)
+            attrs = {k: delta.attributes[k].as_int() for k in ("K", "N", "bits", "block_size", "accuracy_level")}
+            n_in, n_out = proj_node.attributes["K"].as_int(), proj_node.attributes["N"].as_int()
+            assert attrs == {"K": n_in, "N": n_out, "bits": 4, "block_size": 32, "accuracy_level": 0}
+            assert list(codes.shape) == [n_out, n_in // 32, 16] and list(scales.shape) == [n_out, n_in // 32]
+            merged.append(delta)
+        copy = merged[0].inputs[0].producer()
+        assert copy.name == f"lora/{layer}/gate_up_proj/norm" and merged[1].inputs[0] is merged[0].inputs[0]
+        (spare,) = [u for u, _ in copy.outputs[0].uses() if u not in merged]
+        assert spare.attributes["N"].as_int() < merged[0].attributes["N"].as_int() and not spare.outputs[0].uses()
+        assert all(spare.attributes[k].as_int() == merged[0].attributes[k].as_int()
+                   for k in ("K", "bits", "block_size", "accuracy_level"))
     assert not any(n.name.split("/")[2:3] in (["gate_proj"], ["up_proj"]) and n.op_type == "Add" for n in step)
     manifest = load_manifest(sites["with"] / "model")
     reassemble(sites["with"] / "model", manifest, "runtime.json", tmp_path / "runtime.json")
@@ -428,10 +443,10 @@ def adapted_graphs(site: Path, tmp_path: Path) -> dict[str, ir.Model]:
 def test_onnxruntime_fuses_each_up_matmul_with_its_add(sites, tmp_path):
     """The point of the 2-D form: onnxruntime's MatMulAddFusion (2-D A and B, the Add's other input [M, N] of
     the same M) makes each projection's up MatMul + Add one Gemm, in every adapted graph (docs/adapters.md,
-    Cost), but for the step form's gate and up, whose updates are biases, and o and down; the step form's q, k and
-    v have one Gemm for the three, and the packed projection's Concats of weights are folded into one initializer.
-    Checked on the model onnxruntime's CPU EP writes after its optimizer. The step form's o and down have no Gemm: their
-    update is an 8-bit MatMulNBits (test_the_step_form_joins_o_and_down_to_their_downs)."""
+    Cost), but for the step form's gate and up, whose merged updates are biases (no up input left), and o and down;
+    the step form's q, k and v have one Gemm for the three, and the packed projection's Concats of weights are folded
+    into one initializer. Checked on the model onnxruntime's CPU EP writes after its optimizer. The step form's o and
+    down have no Gemm: their update is an 8-bit MatMulNBits (test_the_step_form_joins_o_and_down_to_their_downs)."""
     import onnxruntime as ort
 
     adapted_graphs(sites["with"], tmp_path)
@@ -443,10 +458,11 @@ def test_onnxruntime_fuses_each_up_matmul_with_its_add(sites, tmp_path):
         ort.InferenceSession(str(cpu_form(tmp_path / roles[role])), options, providers=["CPUExecutionProvider"])
         nodes = list(ir.load(options.optimized_model_filepath).graph)
         ups = {n.op_type for n in nodes for v in n.inputs if v is not None and v.name.endswith(".up")}
-        step = role == "decoder_lora_step"  # MatMuls into a bias: gate's and up's; one Gemm for q, k and v
+        step = role == "decoder_lora_step"  # merged biases: gate's and up's; one Gemm for q, k and v
         biases = len(DOWN_GROUPS["gate_up_proj"]) if step else 0  # and none for o and down (joint_downs)
         gemms = len(TARGET_MODULES) - biases - (len(DOWN_GROUPS["qkv_proj"]) - 1 + len(JOINT_DOWNS) if step else 0)
-        assert ups == ({"Gemm", "MatMul"} if biases else {"Gemm"}), role
+        assert ups == {"Gemm"}, role
+        assert not (step and any(n.op_type == "MatMul" and n.name.startswith("lora/") for n in nodes)), role
         assert sum(n.op_type == "Gemm" for n in nodes) == 4 * gemms, role
         assert not any(n.op_type in ("Add", "Concat") and n.name.startswith("lora/") for n in nodes), role
 

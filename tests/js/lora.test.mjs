@@ -181,17 +181,17 @@ describe('adapter inputs on the GPU', () => {
   const ort = { Tensor: { fromGpuBuffer: (gpuBuffer, { dims, dataType }) => ({ gpuBuffer, dims, dataType }) } };
   globalThis.GPUBufferUsage ??= { STORAGE: 128, COPY_SRC: 4, COPY_DST: 8 };
 
-  it('writes the rows an adapter stores and the ones the adapter before it filled', () => {
+  it('writes the rows an adapter stores and the ones the adapter before it filled', async () => {
     const inputs = new LoraInputs(ort, { up: [6, 4] }, 'float32', device);
     const values = { up: new Float32Array(24) };
-    inputs.set(values, { up: [2, 4] });
-    inputs.set(values, { up: [4, 6] }); // another adapter: its rows, and clears 2-4
-    inputs.set(values, { up: [4, 6] });
-    inputs.set(values); // no rows given: all of them
+    await inputs.set(values, { up: [2, 4] });
+    await inputs.set(values, { up: [4, 6] }); // another adapter: its rows, and clears 2-4
+    await inputs.set(values, { up: [4, 6] });
+    await inputs.set(values); // no rows given: all of them
     assert.deepEqual(writes, [[2 * 4 * 4, 8, 8], [2 * 4 * 4, 8, 16], [4 * 4 * 4, 16, 8], [0, 0, 24]]);
   });
 
-  it('gives the step form each down as codes and scales, the ups shared, the codes at the zero point until a switch', () => {
+  it('gives the step form each down as codes and scales, the ups shared, the codes at the zero point until a switch', async () => {
     const shapes = { 'lora.0.o_proj.down': [40, 32], 'lora.0.o_proj.up': [32, 8] };
     const seen = [];
     const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, data]) } };
@@ -206,7 +206,7 @@ describe('adapter inputs on the GPU', () => {
     const down = new Float32Array(40 * 32).map((_, i) => Math.sin(i));
     const values = { 'lora.0.o_proj.down': new Uint16Array(40 * 32), 'lora.0.o_proj.up': new Uint16Array(32 * 8),
       ...stepDowns('lora.0.o_proj.down', down, [40, 32], 'float16') };
-    inputs.set(values);
+    await inputs.set(values);
     const written = new Map(seen.slice(1).map(([buffer, data]) => [buffer, data]));
     assert.equal(written.get(step['lora.0.o_proj.down_codes'].gpuBuffer), values['lora.0.o_proj.down_codes']);
     assert.equal(written.get(step['lora.0.o_proj.down_scales'].gpuBuffer), values['lora.0.o_proj.down_scales']);
@@ -214,7 +214,7 @@ describe('adapter inputs on the GPU', () => {
   });
 
   for (const [dtype, suffix] of [['float32', 'f32'], ['float16', 'f16']]) {
-    it(`gives a joined group's step inputs the base rows of the weights file and an identity up (${dtype})`, () => {
+    it(`gives a joined group's step inputs the base rows of the weights file and an identity up (${dtype})`, async () => {
       const joint = JSON.parse(readFileSync(path.join(tmp, `joint.${suffix}.json`), 'utf8'));
       const seen = [];
       const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, at, data]) } };
@@ -232,7 +232,7 @@ describe('adapter inputs on the GPU', () => {
       const values = jointValues('lora.3.down_proj.down', new Float32Array(40 * 32).fill(0.5), joint['lora.3.down_proj'], dtype);
       Object.assign(values, jointValues('lora.3.down_proj.up', new Float32Array(32 * 24).fill(-1), joint['lora.3.down_proj'], dtype));
       seen.length = 0;
-      inputs.set(values);
+      await inputs.set(values);
       const at = Object.fromEntries(seen.map(([buffer, offset]) => [names.find((n) => step[n].gpuBuffer === buffer), offset]));
       assert.deepEqual(at, { 'lora.3.down_proj.joint_codes': 32 * 3 * 8, 'lora.3.down_proj.joint_scales': 32 * 3 * (dtype === 'float16' ? 2 : 4),
         'lora.3.down_proj.up_codes': 0, 'lora.3.down_proj.up_scales': 0 });
@@ -245,7 +245,7 @@ describe('adapter inputs on the GPU', () => {
     });
   }
 
-  it('gives the step form a packed group\'s ups as one input, written side by side at a switch', () => {
+  it('gives the step form a packed group\'s ups as one input, written side by side at a switch', async () => {
     const shapes = { 'lora.1.qkv_proj.down': [8, 6], 'lora.1.q_proj.up': [6, 4], 'lora.1.k_proj.up': [6, 2],
       'lora.1.v_proj.up': [6, 2] };
     const seen = [];
@@ -262,7 +262,7 @@ describe('adapter inputs on the GPU', () => {
     const values = Object.fromEntries(Object.entries(shapes).map(([name, [k, n]], i) =>
       [name, new Float32Array(k * n).map((_, j) => 100 * i + j)]));
     Object.assign(values, stepDowns('lora.1.qkv_proj.down', values['lora.1.qkv_proj.down'], [8, 6], 'float32', 4));
-    inputs.set(values);
+    await inputs.set(values);
     const packed = new Map(seen).get(step['lora.1.qkv_proj.up'].gpuBuffer);
     const row = (name, r, n) => [...values[name].subarray(r * n, (r + 1) * n)];
     for (let r = 0; r < 6; r++) {
@@ -270,5 +270,40 @@ describe('adapter inputs on the GPU', () => {
         [...row('lora.1.q_proj.up', r, 4), ...row('lora.1.k_proj.up', r, 2), ...row('lora.1.v_proj.up', r, 2)]);
     }
     assert.equal(sideBySide([new Float32Array(4), undefined], 2, [2, 2]), undefined); // a member without values
+  });
+
+  it('makes a merged group\'s updates with the delta graph, per layer, from the adapted inputs into the step\'s', async () => {
+    const shapes = {};
+    for (const layer of [0, 1]) {
+      Object.assign(shapes, { [`lora.${layer}.gate_up_proj.down`]: [64, 6], [`lora.${layer}.gate_proj.up`]: [6, 24],
+        [`lora.${layer}.up_proj.up`]: [6, 24] });
+    }
+    const seen = [], runs = [];
+    const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, data]) } };
+    // the delta graph's session (webbuild/pipeline/lora_delta.py): its names are the layer's without `lora.{i}.`
+    const delta = { inputNames: ['gate_up_proj.down', 'gate_proj.up', 'up_proj.up'],
+      outputNames: ['gate_proj.delta_codes', 'gate_proj.delta_scales', 'up_proj.delta_codes', 'up_proj.delta_scales'],
+      run: async (feeds, fetches) => { runs.push([feeds, fetches]); return fetches; } };
+    const merged = { gate_up_proj: ['gate_proj', 'up_proj'] };
+    const inputs = new LoraInputs(ort, shapes, 'float16', gpu, { merged, delta });
+    const names = [0, 1].flatMap((l) => delta.outputNames.map((n) => `lora.${l}.${n}`));
+    const step = inputs.stepFeedsFor(['input_ids', ...names]);
+    assert.deepEqual(Object.keys(step), names);
+    assert.deepEqual([step['lora.1.up_proj.delta_codes'].dims, step['lora.1.up_proj.delta_codes'].dataType], [[24, 2, 16], 'uint8']);
+    assert.deepEqual([step['lora.1.up_proj.delta_scales'].dims, step['lora.1.up_proj.delta_scales'].dataType], [[24, 2], 'float16']);
+    assert.equal(seen.length, 4); // each codes input at the zero point (8, two a byte) until an adapter
+    assert.ok(seen.every(([buffer, data]) => data.every((c) => c === 0x88) && names.some((n) => n.endsWith('codes') && step[n].gpuBuffer === buffer)));
+    seen.length = 0;
+    const values = Object.fromEntries(Object.entries(shapes).map(([name, [k, n]]) => [name, new Uint16Array(k * n)]));
+    await inputs.set(values);
+    assert.equal(seen.length, Object.keys(shapes).length); // the adapted graph's inputs only: the merged ones are computed
+    assert.equal(runs.length, 2);
+    for (const [layer, [feeds, fetches]] of runs.entries()) {
+      assert.deepEqual(Object.keys(feeds), delta.inputNames);
+      assert.ok(delta.inputNames.every((n) => feeds[n] === inputs.feeds[`lora.${layer}.${n}`]));
+      assert.ok(delta.outputNames.every((n) => fetches[n] === step[`lora.${layer}.${n}`]));
+    }
+    const none = new LoraInputs(ort, shapes, 'float16', gpu, { merged });
+    assert.throws(() => none.stepFeedsFor(['lora.0.gate_proj.delta_codes']), /ships no delta graph to make it; rebuild the site/);
   });
 });

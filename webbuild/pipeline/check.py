@@ -9,7 +9,7 @@ back out of GroupQueryAttention, webbuild.reference.transcribe.cpu_form; everyth
 - `decoder_step`: the captured decode's graph, as runtime/capture.js drives it: the plain decoder's prefill,
   then the step form on a static KV cache of runtime.json's `max_positions`, feeding each `next_token` back;
 - `decoder_lora*`: the adapted forms fed a zero adapter of the adapters' rank, whose tokens must equal
-  the base form's.
+  the base form's; the delta graph (`decoder_lora_delta`) on a random adapter against adapter_pack.delta_inputs.
 
 `webbuild.reference.transcribe.IdsDecoder` drives the built decoder interface (input_ids + audio splice,
 webbuild.quantize.embeddings), so one greedy loop (`Transcriber`) serves built graphs and the unfused
@@ -24,9 +24,11 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 from tokenizers import Tokenizer
 
-from webbuild.adapters import shared_rank
+from webbuild.adapters import DOWN_GROUPS, RANK, shared_rank
+from webbuild.pipeline.lora_delta import differences, random_layer, run_layer
 from webbuild.pipeline.lora_form import joint_table
 from webbuild.pipeline.state import Variant
 from webbuild.reference.prompt import Prompt
@@ -41,8 +43,8 @@ from webbuild.reference.transcribe import (
     pick,
 )
 from webbuild.reference.wer import edit_distance
-from webbuild.site.adapter_pack import joint_inputs, packed_ups, step_downs
-from webbuild.site.contract import IO
+from webbuild.site.adapter_pack import delta_inputs, joint_inputs, packed_ups, step_downs
+from webbuild.site.contract import DELTA_GROUPS, FILE_ROLES, IO
 
 DEFAULT_MAX_NEW_TOKENS = 64
 
@@ -108,6 +110,8 @@ def link_or_copy(src: Path, dest: Path) -> None:
     except OSError:
         shutil.copyfile(src, dest)
 
+DELTA_ROLE = FILE_ROLES["decoder_lora"]["delta"]
+
 
 class RoleCheck:
     """The check of one shipped variant (`v`, the forms stage's folder) on `clips` against `reference`
@@ -127,7 +131,21 @@ class RoleCheck:
 
     def rows(self) -> dict[str, dict]:
         """A row per graph role of the variant (every role whose file is a graph), in the manifest's order."""
-        return {role: self._row(role) for role, name in self.v.files.items() if name.endswith(".onnx")}
+        return {role: self._delta_row() if role == DELTA_ROLE else self._row(role)
+                for role, name in self.v.files.items() if name.endswith(".onnx")}
+
+    def _delta_row(self) -> dict:
+        """The delta graph (webbuild.pipeline.lora_delta), which no decoder run reads: run on a random adapter of the
+        adapters' rank for the adapted decoder's layer 0 against adapter_pack.delta_inputs."""
+        graph = onnx.load(str(self.v.path("decoder_lora")), load_external_data=False).graph
+        dims = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
+        n_out = {p: dims[IO.lora_input(0, p, "up")][1] for g in DELTA_GROUPS for p in DOWN_GROUPS[g]}
+        inputs = random_layer(dims[IO.lora_input(0, DELTA_GROUPS[0], "down")][0], n_out, self.rank or RANK)
+        dtype = np.float16 if self.v.dtype == "float16" else np.float32
+        problems = differences(run_layer(self.v.path(DELTA_ROLE), inputs), delta_inputs(inputs, dtype))
+        return {"file": self.v.files[DELTA_ROLE], "ran": "as shipped", "with": [],
+                "against": "adapter_pack.delta_inputs (a random adapter)", "values_equal": not problems,
+                "problems": problems}
 
     def _run(self, role: str) -> tuple[str, str, str | None]:
         """(encoder, decoder, step form or None): the roles that run together to check `role`."""
@@ -190,10 +208,10 @@ class StepForm:
         self.max_positions, self.plain = max_positions, plain
         inputs = {i.name: i for i in self.sess.get_inputs()}
         self.present_of = IO.present_of_past(list(inputs))  # {past input: the present output it becomes}
-        # an adapted step reads its downs as 8-bit, a packed group's ups as one, and joined groups' weights with the
-        # base rows the page copies from the weights file
+        # an adapted step reads its downs as 8-bit, a packed group's ups as one, joined groups' weights with the
+        # base rows the page copies from the weights file, and merged updates
         feeds = plain.adapter | step_downs(plain.adapter, plain.dtype) | packed_ups(plain.adapter) \
-            | joint_inputs(plain.adapter, *joint_table(path), plain.dtype)
+            | joint_inputs(plain.adapter, *joint_table(path), plain.dtype) | delta_inputs(plain.adapter, plain.dtype)
         self.adapter = {n: w for n, w in feeds.items() if n in inputs}
         self.mask_dtype = np.int32 if inputs[IO.attention_mask].type == "tensor(int32)" else np.int64
 

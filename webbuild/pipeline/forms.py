@@ -16,7 +16,8 @@ The step form (webbuild.pipeline.step_form) is the WebGPU form for one decode to
 can record; the runtime decodes with it after the plain prefill (runtime/capture.js).
 
 A build with LoRA adapters also gets the adapted decoder (webbuild.pipeline.lora_form), made from the
-quantized graph before any of these forms, then given the same forms as the base decoder.
+quantized graph before any of these forms, then given the same forms as the base decoder, and the delta graph
+that makes its step form's merged updates at a switch (webbuild.pipeline.lora_delta).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from webbuild.errors import BuildError
 from webbuild.fusion import qk_norm_in_gqa
 from webbuild.fusion.rule_report import Report
 from webbuild.graph.files import rewrite_file
+from webbuild.pipeline.lora_delta import write_delta_graph
 from webbuild.pipeline.lora_form import NoProjections, joint_table, lora_form, spare_readers
 from webbuild.pipeline.state import Variant
 from webbuild.pipeline.step_form import step_form
@@ -71,7 +73,8 @@ def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, acc
     the encoder's wasm twin where the wasm plan folds its MatMulNBits (`wasm_forms`: the plan's form of
     each graph; None for a variant the wasm EP never runs), the decoder's forms (`decoder_forms`) and, for
     a build with adapters (`adapted`), the adapted decoder's (made from the quantized decoder first, as
-    `decoder_lora`). Roles keep the order the manifest lists them in."""
+    `decoder_lora`, with `decoder_lora_delta` where its step form merges updates). Roles keep the order the
+    manifest lists them in."""
     shipped = Variant(v.name, dest, dict(v.files))
     for role, name in v.files.items():
         if role not in ("decoder", "decoder_lora"):
@@ -89,6 +92,9 @@ def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, acc
                                                   if kind in made}
         if role == "decoder_lora" and "step" in made:
             shipped.lora_joint = joint_table(dest / made["step"])[0]
+            delta = f"{Path(made['step']).stem.removesuffix('.step')}.delta.onnx"
+            if write_delta_graph(dest / made["step"], dest / delta):
+                shipped.files["decoder_lora_delta"] = delta
     encoder = v.files.get("encoder")
     # the int4 encoder's MatMulNBits are slow on wasm: folded to float where the plan can afford it
     if encoder and forms.get("encoder") == "float" and wasm_graph(v.path("encoder"), dest / twin_name(encoder)):

@@ -71,6 +71,10 @@ from webbuild.graph.ir import shared_const
 from webbuild.site.adapter_pack import BLOCK as INT8_BLOCK
 from webbuild.site.adapter_pack import down_bits
 from webbuild.site.contract import (
+    DELTA_BITS,
+    DELTA_CODES,
+    DELTA_GROUPS,
+    DELTA_SCALES,
     DOWN_CODES,
     DOWN_SCALES,
     FUSED_DOWNS,
@@ -465,32 +469,38 @@ def _quantized_down(graph: ir.Graph, x: ir.Value, layer: int, group: str, n_in: 
 
 
 def spare_readers(model: ir.Model) -> int:
-    """After the last dead-code elimination (it would drop them again): spare readers of the norm that a FUSED_DOWNS
-    group's 4-bit down reads, MatMulNBits of zero scales whose outputs nothing reads, so that the norm has the
-    readers onnxruntime-web fuses with it into one kernel (MatMulNBitsQkvFusion, made for Q, K and V): exactly
-    three 4-bit MatMulNBits of one quantization without bias, two of one width and the third of another. Beside q,
-    k and v's packed projection (packed_updates) one spare of the down (its codes) makes the three; where the down
-    is the norm's only reader (gate and up's copy of the norm: _branch_norm), two narrower spares of zero codes.
-    Their cost is their outputs in the fused kernel. Returns how many spares were added."""
-    graph, added = model.graph, 0
-    for down in [n for n in graph if _branch_part(n.name, FUSED_DOWNS) == "low4"]:
-        x = down.inputs[0]
+    """After the last dead-code elimination (it would drop them again): spare readers of the norm that a branch's
+    4-bit MatMulNBits reads (a FUSED_DOWNS group's down, a DELTA_GROUPS member's merged update), MatMulNBits of zero
+    scales whose outputs nothing reads, so that the norm has the readers onnxruntime-web fuses with it into one
+    kernel (MatMulNBitsQkvFusion, made for Q, K and V): exactly three 4-bit MatMulNBits of one quantization without
+    bias, two of one width and the third of another. Beside q, k and v's packed projection (packed_updates) one
+    spare of the down (its codes) makes the three; beside gate's and up's merged updates (merged_deltas, one width)
+    one narrow spare of zero codes; where the down is the norm's only reader (gate and up's copy of the norm without
+    merged updates: _branch_norm), two. Their cost is their outputs in the fused kernel. Returns how many spares
+    were added."""
+    graph, added, seen = model.graph, 0, set()
+    owners = FUSED_DOWNS + tuple(p for g in DELTA_GROUPS for p in DOWN_GROUPS[g])
+    for node in [n for n in graph if _branch_part(n.name, owners) in ("low4", "delta4")]:
+        x = node.inputs[0]
         norm = x.producer() if x is not None else None
-        others = [u for u, _ in x.uses() if u is not down] if x is not None else []
-        if norm is None or norm.op_type not in NORMS or len(others) > 1 \
-                or not all(_fuses_with(down, u) for u in others):
+        readers = [u for u, _ in x.uses()] if x is not None else []
+        if id(x) in seen or norm is None or norm.op_type not in NORMS or len(readers) > 2 \
+                or not all(_fuses_with(node, u) for u in readers):
             continue
-        width = _dims(down)[1]
-        if others and _dims(others[0])[1] != width:
-            spares = [_spare(graph, down, "spare", down.inputs[1])]
-        elif not others:
-            narrow = SPARE_WIDTH if width != SPARE_WIDTH else 2 * SPARE_WIDTH
-            spares = [_spare(graph, down, name, None, narrow) for name in ("spare", "spare2")]
-        else:
-            continue
-        graph.insert_after(down, spares)
+        seen.add(id(x))
+        spares = _spares(graph, node, [_dims(u)[1] for u in readers])
+        graph.insert_after(node, spares)
         added += len(spares)
     return added
+
+
+def _spares(graph: ir.Graph, node: ir.Node, widths: list[int]) -> list[ir.Node]:
+    """The spare readers that make a norm's readers of `widths` (one or two, `node` among them) the three of
+    spare_readers."""
+    if len(widths) == 2 and widths[0] != widths[1]:
+        return [_spare(graph, node, "spare", node.inputs[1])]
+    narrow = SPARE_WIDTH if widths[0] != SPARE_WIDTH else 2 * SPARE_WIDTH
+    return [_spare(graph, node, name, None, narrow) for name in ("spare", "spare2")[:3 - len(widths)]]
 
 
 def _fuses_with(down: ir.Node, other: ir.Node) -> bool:
@@ -580,6 +590,51 @@ def _as_bias(graph: ir.Graph, add: ir.Node) -> bool:
     proj.replace_input_with(5, bias.outputs[0])
     ir.convenience.replace_all_uses_with(back[0].outputs[0], proj.outputs[0])
     graph.remove([back[0], add, y2], safe=True)
+    return True
+
+
+def merged_deltas(graph: ir.Graph) -> int:
+    """In a one-token step graph, after mlp_updates_as_biases: each DELTA_GROUPS member's bias (its update, low @ up)
+    becomes one 4-bit MatMulNBits of the group's norm copy and the update's merged weights, graph inputs
+    `lora.{i}.{proj}.delta_codes` uint8 [out, blocks, 16] and `.delta_scales` [out, blocks] (blocks of 32 along
+    `in`: adapter_pack.quantize_blocks of down @ up, which the page computes at a switch with the delta graph,
+    webbuild.pipeline.lora_delta). Gate's and up's are of one width, so with one spare of another width
+    (spare_readers) the norm copy and both are one fused kernel (MatMulNBitsQkvFusion): one dispatch a layer where
+    the norm with the 4-bit down and the two up MatMuls were three. The price is bandwidth: the merged weights are
+    as many as the projections' own (4-bit), read every token. The down, its ups and the nodes left unread go with
+    dead_code_elimination and drop_unread_inputs. Returns how many updates merged."""
+    members = tuple(p for g in DELTA_GROUPS for p in DOWN_GROUPS[g])
+    return sum(_merge(graph, n) for n in list(graph) if _branch_part(n.name, members) == "bias")
+
+
+def _merge(graph: ir.Graph, bias: ir.Node) -> bool:
+    """bias = Reshape(MatMul(MatMul(Reshape(norm), down), up)) -> Reshape(MatMulNBits(norm, delta codes, scales))."""
+    delta = bias.inputs[0].producer() if bias.inputs[0] is not None else None
+    low = delta.inputs[0].producer() if delta is not None and delta.inputs[0] is not None else None
+    rows = low.inputs[0].producer() if low is not None and low.inputs[0] is not None else None
+    x = rows.inputs[0] if rows is not None and rows.op_type == "Reshape" else None
+    norm = x.producer() if x is not None else None
+    up = delta.inputs[1] if delta is not None else None
+    n_in = x.shape[-1] if x is not None and x.shape is not None else None
+    n_out = up.shape[-1] if up is not None and up.shape is not None else None
+    # blocks of 32 along `in` with no padding: the delta graph's Reshape to [out, -1, 32]
+    if norm is None or norm.op_type not in NORMS or not isinstance(n_in, int) or n_in % INT8_BLOCK \
+            or not isinstance(n_out, int):
+        return False
+    assert x is not None and x.shape is not None, "a value of static width"
+    _, layer, proj, _ = (bias.name or "").split("/")
+    dtype = _dtype(x)
+    blocks = -(-n_in // INT8_BLOCK)
+    codes = _input(graph, IO.lora_input(int(layer), proj, DELTA_CODES), ir.DataType.UINT8,
+                   [n_out, blocks, INT8_BLOCK * DELTA_BITS // 8])
+    scales = _input(graph, IO.lora_input(int(layer), proj, DELTA_SCALES), dtype, [n_out, blocks])
+    merged = _op("MatMulNBits", [x, codes, scales], f"lora/{layer}/{proj}/delta4", dtype, [*x.shape[:-1], n_out],
+                 domain="com.microsoft")
+    for key, value in (("K", n_in), ("N", n_out), ("bits", DELTA_BITS), ("block_size", INT8_BLOCK),
+                       ("accuracy_level", 0)):
+        merged.attributes[key] = ir.AttrInt64(key, value)
+    graph.insert_before(bias, [merged])
+    bias.replace_input_with(0, merged.outputs[0])
     return True
 
 

@@ -160,15 +160,18 @@ def stage_check(ctx: BuildContext) -> None:
         log.info(f"variant {name}: " + "; ".join(_check_text(role, row) for role, row in rows.items()))
         check["samples"] = sample_wer(ctx.cfg.site.samples, rows.get("decoder", {}).get("transcripts", {}))
         report_wer(name, check["samples"], ctx.cfg.verify.max_wer, ctx.cfg.verify.build_fails_on_wer)
-        if broken := [role for role, row in rows.items() if row.get("tokens_equal") is False]:
+        if broken := [role for role, row in rows.items()
+                      if False in (row.get("tokens_equal"), row.get("values_equal"))]:
             # the forms stage's own output is wrong: a bug, not bad input, so not a WebbuildError
-            raise RuntimeError(f"variant {name}: {', '.join(broken)} with a zero adapter decode other tokens "
-                               "than the base decoder's forms")
+            raise RuntimeError(f"variant {name}: {', '.join(broken)} disagree with what they must equal: "
+                               + "; ".join(_check_text(role, rows[role]) for role in broken))
 
 
 def _check_text(role: str, row: dict) -> str:
-    if "tokens_equal" in row:
-        return f"{role} {'equal to' if row['tokens_equal'] else 'DIFFERS from'} {row['against']}"
+    if "tokens_equal" in row or "values_equal" in row:
+        equal = row.get("tokens_equal", row.get("values_equal"))
+        return f"{role} {'equal to' if equal else 'DIFFERS from'} {row['against']}" \
+            + "".join(f" ({p})" for p in row.get("problems", [])[:2])
     agreement = row.get("mean_token_agreement")
     return f"{role} {agreement:.3f}" if agreement is not None else f"{role} opened"
 

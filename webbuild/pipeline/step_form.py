@@ -25,9 +25,10 @@ its CPU EP; the step form has none:
   last dead-code elimination, makes the norm's readers the three that onnxruntime-web fuses into one kernel);
   o's and down's projections read their weights with their down's rows after them (one MatMulNBits), and an
   8-bit MatMulNBits of an identity over the projection's part and the up over the down's adds the update
-  (lora_form.joint_downs); each other down MatMul becomes an 8-bit MatMulNBits reading the down's codes and
-  scales as inputs (lora_form.quantized_downs), gate/up's 4-bit on its norm copy, which spare_readers makes one
-  fused kernel too.
+  (lora_form.joint_downs); gate's and up's biases become 4-bit MatMulNBits of their merged updates (down @ up,
+  which the page makes at a switch: lora_form.merged_deltas, webbuild.pipeline.lora_delta) on their norm copy,
+  which spare_readers makes one fused kernel too; each other down MatMul becomes an 8-bit MatMulNBits reading the
+  down's codes and scales as inputs (lora_form.quantized_downs).
 
 The runtime feeds it a static KV cache: `attention_mask` [1, T_max] with ones up to the current
 position, and every `past_key_values.*` bound to the same [1, kv, T_max, hd] buffer as its `present.*`
@@ -45,6 +46,7 @@ from webbuild.graph.ir import dead_code_elimination, prod, shared_const
 from webbuild.pipeline.lora_form import (
     drop_unread_inputs,
     joint_downs,
+    merged_deltas,
     mlp_updates_as_biases,
     packed_updates,
     quantized_downs,
@@ -76,8 +78,9 @@ def step_form(model: ir.Model) -> bool:
     ids.type = ir.TensorType(ir.DataType.INT32)  # the embedding lookup takes int32 indices as well
     ids.shape = ir.Shape([1, 1])
     mlp_updates_as_biases(graph)  # an adapted decoder's: one row, so gate's and up's updates can be biases,
-    # q, k and v's one packed projection with its 4-bit down beside it, o's and down's joined to their downs
-    if packed_updates(graph) + joint_downs(model):
+    # q, k and v's one packed projection with its 4-bit down beside it, o's and down's joined to their downs,
+    # gate's and up's biases their merged updates
+    if packed_updates(graph) + joint_downs(model) + merged_deltas(graph):
         dead_code_elimination(model)
         drop_unread_inputs(graph)
     quantized_downs(graph)  # and its other downs MatMulNBits' one-row decode kernel

@@ -16,6 +16,10 @@ import numpy as np
 
 from webbuild.adapters import CONFIG, DOWN_GROUPS, WEIGHTS, read_tensors, shared_rank, tensor_name, update_scale
 from webbuild.site.contract import (
+    DELTA_BITS,
+    DELTA_CODES,
+    DELTA_GROUPS,
+    DELTA_SCALES,
     DOWN_BITS,
     DOWN_CODES,
     DOWN_SCALES,
@@ -165,6 +169,26 @@ def joint_up(up: np.ndarray | None, e: dict) -> tuple[np.ndarray, np.ndarray]:
     eye[np.arange(n), np.arange(n)] = ZERO_POINT + IDENTITY_CODE
     eye_scales = np.full((n, eye_blocks), 1 / IDENTITY_CODE, np.float32)
     return np.concatenate([eye.reshape(n, eye_blocks, BLOCK), codes], axis=1), np.concatenate([eye_scales, scales], 1)
+
+
+def delta_inputs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.ndarray]:
+    """{input: value} of the merged updates the adapted step form reads (webbuild.pipeline.lora_form.merged_deltas):
+    each DELTA_GROUPS member's down @ up of `inputs` (graph_inputs' form, no adapter: empty) in `dtype` (the graph's
+    float type, as the page holds them), multiplied in float32, quantize_blocks' 4-bit codes and scales in `dtype`.
+    The page computes the same with the delta graph (webbuild.pipeline.lora_delta), up to the order of the sums."""
+    out = {}
+    for name, down in inputs.items():
+        parts = IO.lora_parts(name)
+        if parts is None or parts[1] not in DELTA_GROUPS or parts[2] != "down":
+            continue
+        layer, group, _ = parts
+        for proj in DOWN_GROUPS[group]:
+            up = inputs[IO.lora_input(layer, proj, "up")]
+            product = down.astype(dtype).astype(np.float32) @ up.astype(dtype).astype(np.float32)
+            codes, scales = quantize_blocks(product, DELTA_BITS)
+            out[IO.lora_input(layer, proj, DELTA_CODES)] = codes
+            out[IO.lora_input(layer, proj, DELTA_SCALES)] = scales.astype(dtype)
+    return out
 
 
 def down_bits(group: str) -> int:

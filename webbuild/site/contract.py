@@ -38,6 +38,13 @@ JOINT_CODES, JOINT_SCALES, UP_CODES, UP_SCALES = "joint_codes", "joint_scales", 
 # ups are one input, `lora.{i}.{group}.up`, the members' ups side by side in DOWN_GROUPS order (runtime/lora.js),
 # and their down is 4-bit (FUSED_DOWNS)
 PACKED_UPS = ("qkv_proj",)
+# the groups whose updates the adapted step form reads merged (lora_form.merged_deltas): each member's update
+# down @ up as one 4-bit MatMulNBits of `lora.{i}.{proj}.delta_codes` / `.delta_scales`, riding in the fused kernel of
+# the group's norm copy. The page makes them at a switch with the delta graph (role `decoder_lora_delta`,
+# webbuild.pipeline.lora_delta), which reads the adapted graph's `lora.{i}.{group}.down` and `lora.{i}.{proj}.up`
+DELTA_GROUPS = ("gate_up_proj",)
+DELTA_CODES, DELTA_SCALES = "delta_codes", "delta_scales"
+DELTA_BITS = 4
 # the page's live-transcription button (webbuild verify presses it) and the query parameter that makes the page
 # keep the frames it captured (window.webbuild.live.audio()), as runtime/contract.js has them
 LIVE_BUTTON = "live"
@@ -58,7 +65,8 @@ ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
 # twin (webbuild.quantize.wasm_twin), the decoder's step form for graph capture (webbuild.pipeline.step_form)
 # and, for decoders that take inputs_embeds, the embedding table. A build with LoRA adapters adds the
 # adapted decoder (webbuild.pipeline.lora_form, docs/adapters.md) with the same kinds of forms, reading the
-# base decoder's weights file; the runtime loads it beside the base one (runtime/lora.js).
+# base decoder's weights file; the runtime loads it beside the base one (runtime/lora.js), and on WebGPU the
+# delta graph (DELTA_GROUPS) that makes its step form's merged updates at a switch.
 # An fp32 entry also carries `wasm`: {need_bytes, budget_bytes, fits} (webbuild.pipeline.wasm_budget); where
 # fits is false (no form of the graphs fits) the runtime (runtime/site.js refuseUnfit) says the model needs
 # WebGPU instead of loading.
@@ -67,7 +75,7 @@ FILE_ROLES = {
     "decoder": {"graph": "decoder", "data": "decoder_data", "wasm": "decoder_wasm", "step": "decoder_step",
                 "embed": "embed"},
     "decoder_lora": {"graph": "decoder_lora", "data": "decoder_data", "wasm": "decoder_lora_wasm",
-                     "step": "decoder_lora_step"},
+                     "step": "decoder_lora_step", "delta": "decoder_lora_delta"},
 }
 
 
@@ -195,4 +203,5 @@ def runtime_names() -> dict:
     return {"files": {"tokens": TOKENS_FILE, "ort_module": f"{ORT_DIR}/{ORT_MODULE}", "ort_wasm": ORT_WASM},
             "roles": FILE_ROLES, "io": IO.names(), "variants": VARIANTS,
             "lora_packed_ups": {group: list(DOWN_GROUPS[group]) for group in PACKED_UPS},
-            "lora_down_bits": DOWN_BITS}
+            "lora_down_bits": DOWN_BITS,
+            "lora_delta_groups": {group: list(DOWN_GROUPS[group]) for group in DELTA_GROUPS}}

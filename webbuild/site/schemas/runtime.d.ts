@@ -103,4 +103,8 @@ export type Runtime = {
   lora_down_bits: {
     [k: string]: 4 | 8;
   };
+  /** per group, the projections whose updates an adapted step form reads merged, made at a switch by the delta graph (webbuild.site.contract.DELTA_GROUPS) */
+  lora_delta_groups: {
+    [k: string]: string[];
+  };
 };

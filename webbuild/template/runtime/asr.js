@@ -23,8 +23,8 @@ import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 /** @typedef {string | {name: string, device?: GPUDevice}} Provider  'webgpu' | 'wasm', or probe.js webgpuProvider's entry */
 /**
  * One graph's file names by kind (runtime.json roles): the graph, its external data, its wasm twin, and
- * for the decoder the embedding table and the step form.
- * @typedef {{graph: string, data?: string, wasm?: string, embed?: string, step?: string}} GraphFiles
+ * for the decoder the embedding table and the step form (the adapted decoder's: and its delta graph).
+ * @typedef {{graph: string, data?: string, wasm?: string, embed?: string, step?: string, delta?: string}} GraphFiles
  */
 /**
  * A variant's graphs as the recogniser takes them (site.js variantGraphs).
@@ -62,7 +62,8 @@ export class Recogniser {
   static async create(ort, files, graphs, runtime, ep, ready = async () => {}, { warmShapes = false } = {}) {
     const r = new Recogniser(ort, runtime, ep);
     /** @param {GraphFiles} g */
-    const used = (g) => [r.graphFile(g), g.data, g.embed, r.ep === 'webgpu' && g.step].filter((n) => typeof n === 'string');
+    const used = (g) => [r.graphFile(g), g.data, g.embed, r.ep === 'webgpu' && g.step, r.ep === 'webgpu' && g.delta]
+      .filter((n) => typeof n === 'string');
     await ready(used(graphs.encoder));
     await r.loadEncoder(files, graphs.encoder);
     // one call into onnxruntime-web at a time (its asyncify build suspends one call stack), so the decoder's
@@ -118,10 +119,16 @@ export class Recogniser {
     // a provider given by name has no device
     const device = this.ep === 'webgpu' ? /** @type {{device?: GPUDevice}} */ (this.provider)?.device ?? await this.ort.env.webgpu.device : null;
     this.loraJoint = joint;
+    // the delta graph makes the step's merged updates at a switch (lora.js computeDeltas), on the sessions' GPU
+    const delta = device && decoder.delta ? await this.ort.InferenceSession.create(
+      /** @type {Uint8Array} */ (files.get(decoder.delta)), { ...this.sessionOptions(), executionProviders: [this.provider] }) : null;
     // the joined groups' base rows are copied from the weights file when the step's inputs are made (loadSteps)
-    const lora = new LoraInputs(this.ort, shapes, this.dtype, device,
-      { packed: this.rt.lora_packed_ups, bits: this.rt.lora_down_bits, joint, file: (name) => files.get(name) });
+    const lora = new LoraInputs(this.ort, shapes, this.dtype, device, {
+      packed: this.rt.lora_packed_ups, bits: this.rt.lora_down_bits, joint, file: (name) => files.get(name),
+      merged: this.rt.lora_delta_groups ?? {}, delta,
+    });
     this.adapted = await this.decoderSet(files, decoder, lora);
+    await lora.computeDeltas(); // on the zeros: its shaders compiled now, not at the first switch
   }
 
   // A decoder session and, on WebGPU, its captured steps; lora: the adapted graph's extra inputs.
@@ -158,13 +165,13 @@ export class Recogniser {
    * @param {import('./lora.js').LoraValues | null} values
    * @param {Record<string, number[]>} [rows]
    */
-  setLora(values, rows) {
+  async setLora(values, rows) {
     if (!values) {
       this.active = this.base;
       return;
     }
     if (!this.adapted) throw new Error('this build has no adapted decoder: it ships no adapters');
-    /** @type {LoraInputs} */ (this.adapted.lora).set(values, rows);
+    await /** @type {LoraInputs} */ (this.adapted.lora).set(values, rows);
     this.active = this.adapted;
   }
 

@@ -18,7 +18,10 @@
 // joint_downs, the manifest variant's `lora_joint`): `.joint_codes` / `.joint_scales` hold the projection's
 // weights, copied from the decoder's weights file at load, then the down's rows in the projection's bits, and
 // `.up_codes` / `.up_scales` an 8-bit identity over the projection's part with the up below it (adapter_pack.py
-// joint_inputs, bit for bit).
+// joint_inputs, bit for bit). Gate's and up's updates are merged there (lora_form.py merged_deltas, runtime.json
+// `lora_delta_groups`): `.delta_codes` / `.delta_scales` hold down @ up in 4-bit blocks, which the build's delta
+// graph (webbuild/pipeline/lora_delta.py) computes on the GPU at each switch, from the adapted graph's down and ups
+// straight into the step's buffers (adapter_pack.py delta_inputs, up to the order of the product's sums).
 
 import { floatsToHalfs, halfsToFloats } from './half.js';
 import { loadFiles } from './loader.js';
@@ -40,6 +43,9 @@ const CODES = '.down_codes', SCALES = '.down_scales'; // webbuild/site/contract.
 // contract.py JOINT_CODES, JOINT_SCALES, UP_CODES, UP_SCALES: a joined group's inputs (lora_form.py joint_downs)
 const JOINT = { codes: '.joint_codes', scales: '.joint_scales', upCodes: '.up_codes', upScales: '.up_scales' };
 const IDENTITY_CODE = 64; // an 8-bit identity's ones: code 128 + 64 at scale 1/64 (adapter_pack.py IDENTITY_CODE)
+// contract.py DELTA_CODES, DELTA_SCALES, DELTA_BITS: a merged update's inputs (lora_form.py merged_deltas)
+const DELTA = { codes: '.delta_codes', scales: '.delta_scales', bits: 4 };
+const MERGED = /^lora\.(\d+)\.([^.]+)\.delta_(codes|scales)$/; // layer, projection, factor
 
 // The adapters a build ships, by name (the page's picker), in the manifest's order.
 /** @param {Manifest | null | undefined} manifest */
@@ -90,12 +96,12 @@ export async function loadLoraFile(manifest, name, loading = {}) {
  */
 export async function switchLora(site, name, loading = site.loading) {
   if (!name) {
-    site.recogniser.setLora(null);
+    await site.recogniser.setLora(null);
     return null;
   }
   const { entry, bytes } = await loadLoraFile(site.manifest, name, loading);
   const { recogniser } = site;
-  recogniser.setLora(loraValues(bytes, entry, recogniser.dtype, recogniser.rt.lora_down_bits, recogniser.loraJoint),
+  await recogniser.setLora(loraValues(bytes, entry, recogniser.dtype, recogniser.rt.lora_down_bits, recogniser.loraJoint),
     loraRows(entry));
   return name;
 }
@@ -387,9 +393,11 @@ export class LoraInputs {
    * @param {'float16' | 'float32'} dtype
    * @param {GPUDevice | null} [device]
    * @param {{packed?: Record<string, string[]>, bits?: Record<string, number>, joint?: JointTable,
-   *   file?: (name: string) => Uint8Array | undefined}} [step] runtime.json's lora_packed_ups (the groups whose
+   *   file?: (name: string) => Uint8Array | undefined, merged?: Record<string, string[]>,
+   *   delta?: import('webbuild-types').OrtSession | null}} [step] runtime.json's lora_packed_ups (the groups whose
    *   ups a step form may read as one) and lora_down_bits (loraValues); the manifest variant's lora_joint and the
-   *   loaded files by name (a joined group's base rows come from the decoder's weights file, at load)
+   *   loaded files by name (a joined group's base rows come from the decoder's weights file, at load);
+   *   runtime.json's lora_delta_groups and the delta graph's session (the merged updates it makes at a switch)
    */
   constructor(ort, shapes, dtype, device = null, step = {}) {
     this.ort = ort;
@@ -405,6 +413,9 @@ export class LoraInputs {
     this.bits = step.bits ?? {};
     this.joint = step.joint ?? {};
     this.file = step.file ?? (() => undefined);
+    /** @type {Record<string, string>} each merged projection's group */
+    this.mergedGroup = Object.fromEntries(Object.entries(step.merged ?? {}).flatMap(([g, projs]) => projs.map((p) => [p, g])));
+    this.delta = step.delta ?? null;
     /** @type {Record<string, OrtTensor>} its step form's (WebGPU only, made by stepFeedsFor) */
     this.stepFeeds = {};
   }
@@ -419,7 +430,14 @@ export class LoraInputs {
     const joint = Object.fromEntries(Object.entries(this.joint).flatMap(([key, e]) => Object.entries(jointShapes(key, e))));
     for (const name of names.filter((n) => !(n in this.stepFeeds))) {
       const packed = !(name in this.feeds) && !(name in downs) && !(name in joint) && this.packedUp(name);
+      const merged = MERGED.exec(name);
       if (name in this.feeds) this.stepFeeds[name] = this.feeds[name];
+      else if (merged) {
+        const dims = this.deltaShape(name, merged);
+        this.stepFeeds[name] = this.gpuTensor(dims, merged[3] === 'codes' ? 'uint8' : this.dtype);
+        if (merged[3] === 'codes') this.write(name, new Uint8Array(dims.reduce((a, b) => a * b)).fill(zeroCodeByte(DELTA.bits)));
+        continue;
+      }
       else if (name in joint) {
         this.stepFeeds[name] = this.gpuTensor(joint[name], /codes$/.test(name) ? 'uint8' : this.dtype);
         this.write(name, this.jointStart(name));
@@ -431,6 +449,34 @@ export class LoraInputs {
       if (name.endsWith(CODES)) this.write(name, this.zeroCodes(name, downs[name]));
     }
     return Object.fromEntries(names.filter((n) => n in this.stepFeeds).map((n) => [n, this.stepFeeds[n]]));
+  }
+
+  // A merged update's step input [out, in / 32, 16] (codes) or [out, in / 32] (scales), by its projection's up [R, out]
+  // and its group's down [in, R]; `merged`: MERGED's match of its name.
+  /**
+   * @param {string} name
+   * @param {RegExpExecArray} merged
+   */
+  deltaShape(name, [, layer, proj, factor]) {
+    const group = this.mergedGroup[proj];
+    const down = this.shapes[`lora.${layer}.${group}.down`], up = this.shapes[`lora.${layer}.${proj}.up`];
+    if (!this.delta) throw new Error(`adapted step input ${name}: the build ships no delta graph to make it; rebuild the site`);
+    if (!down || !up) throw new Error(`adapted step input ${name}: no adapter input of its group ${group ?? '(none in runtime.json lora_delta_groups)'}`);
+    const blocks = Math.ceil(down[0] / BLOCK);
+    return factor === 'codes' ? [up[1], blocks, (BLOCK * DELTA.bits) / 8] : [up[1], blocks];
+  }
+
+  // The merged updates from the adapted graph's downs and ups, as they are now: the delta graph run once per layer,
+  // reading those GPU tensors and writing into the step's (pre-allocated outputs: no copy, no read-back).
+  async computeDeltas() {
+    const delta = this.delta;
+    if (!delta) return;
+    const layers = new Set(Object.keys(this.stepFeeds).map((n) => MERGED.exec(n)?.[1]).filter((l) => l !== undefined));
+    for (const layer of layers) {
+      const named = (/** @type {readonly string[]} */ names, /** @type {Record<string, OrtTensor>} */ from) =>
+        Object.fromEntries(names.map((n) => [n, from[`lora.${layer}.${n}`]]));
+      await delta.run(named(delta.inputNames, this.feeds), named(delta.outputNames, this.stepFeeds));
+    }
   }
 
   // A joined group's step input as it starts (adapter_pack.py joint_inputs without an adapter): the joint weights
@@ -495,11 +541,12 @@ export class LoraInputs {
   // An adapter's values (loraValues in this dtype) into the inputs: written into the same GPU buffers,
   // or new CPU tensors. rows (loraRows): where the values may be non-zero; a GPU buffer gets those rows and
   // the ones the adapter before may have filled (an up's own rows of its group: a third of the values).
+  // The step's merged updates are then computed from them (computeDeltas).
   /**
    * @param {LoraValues} values
    * @param {Record<string, number[]>} [rows]
    */
-  set(values, rows = {}) {
+  async set(values, rows = {}) {
     for (const [name, dims] of Object.entries(this.shapes)) {
       const data = /** @type {Float32Array<ArrayBuffer> | Uint16Array<ArrayBuffer>} a float input's */ (values[name]);
       if (!data || data.length !== dims[0] * dims[1]) throw new Error(`adapter input ${name}: expected ${dims.join('x')} values`);
@@ -512,12 +559,13 @@ export class LoraInputs {
       this.written[name] = now;
     }
     for (const name of Object.keys(this.stepFeeds)) {
-      if (name in this.feeds) continue; // an up: written above
+      if (name in this.feeds || MERGED.test(name)) continue; // an up: written above; a merged update: computed below
       const packed = this.packedUp(name);
       const data = packed ? sideBySide(packed.members.map((up) => values[up]), packed.rank, packed.widths) : values[name];
       if (!data) throw new Error(`adapter input ${name}: no values (lora.js loraValues makes them)`);
       this.write(name, data, this.jointOffset(name, data));
     }
+    await this.computeDeltas();
   }
 
   // Where a step input's values go in its buffer, in bytes: a joint's down rows after the projection's, 0 otherwise.

@@ -218,7 +218,10 @@ async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, wa
     const graphs = variantGraphs(manifest.variants[v], runtime.roles, manifest);
     if (!graphCapture) { // every decode step plain (runtime/capture.js)
       delete graphs.decoder.step;
-      if (graphs.decoder_lora) delete graphs.decoder_lora.step;
+      if (graphs.decoder_lora) {
+        delete graphs.decoder_lora.step;
+        delete graphs.decoder_lora.delta; // what makes the step's merged updates
+      }
     }
     return Recogniser.create(ort, vFiles, graphs, runtime, provider, ready, { warmShapes });
   };

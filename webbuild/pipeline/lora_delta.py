@@ -1,0 +1,156 @@
+"""The delta graph: what the page runs at an adapter switch to make the adapted step form's merged updates.
+
+The step form reads each DELTA_GROUPS member's update as one 4-bit MatMulNBits of `lora.{i}.{proj}.delta_codes`
+and `.delta_scales` (webbuild.pipeline.lora_form.merged_deltas): down @ up in MatMulNBits' symmetric 4-bit blocks of
+32 along `in`, as webbuild.site.adapter_pack.quantize_blocks makes them. For the 0.6b that product is 11 G
+multiply-adds an adapter, too many for JavaScript at a switch, so the build ships this graph and the page runs it
+on the GPU once per layer (runtime/lora.js LoraInputs), reading the adapted graph's down and ups (already on the
+GPU) and writing straight into the step's input buffers (onnxruntime-web's pre-allocated GPU outputs).
+
+Its names are the layer's lora names without the `lora.{i}.` prefix: inputs `{group}.down` [in, rank] and
+`{proj}.up` [rank, out] in the variant's float type, outputs `{proj}.delta_codes` uint8 [out, in / 32, 16] and
+`{proj}.delta_scales` [out, in / 32]. Every dimension is symbolic, so one graph serves every layer; `in` is a
+multiple of 32 (merged_deltas merges no other). The product and the quantization run in float32 whatever the
+variant (a float16 graph's scales are cast at the end, as adapter_pack's are), so the codes equal quantize_blocks'
+of the same values up to the order of the product's sums. Only standard ops: the WebGPU EP runs all of them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from webbuild.adapters import DOWN_GROUPS, shared_rank
+from webbuild.site.contract import DELTA_BITS, DELTA_CODES, DELTA_GROUPS, DELTA_SCALES, IO
+
+BLOCK = 32
+OPSET = 18  # ReduceMax's axes as an input
+_LAYER_PREFIX = "lora.0."  # IO.lora's names of layer 0, less this, are the delta graph's
+
+
+def delta_name(group_or_proj: str, factor: str) -> str:
+    """The delta graph's name of a layer's lora input: `{group_or_proj}.{factor}`."""
+    return IO.lora_input(0, group_or_proj, factor).removeprefix(_LAYER_PREFIX)
+
+
+def delta_graph(dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
+    """The delta graph of every DELTA_GROUPS group, for a variant of float type `dtype` (an onnx TensorProto type)."""
+    top = 2 ** (DELTA_BITS - 1) - 1
+    consts = {"top": np.float32(top), "zero": np.float32(0), "one": np.float32(1), "low": np.float32(-top),
+              "point": np.float32(top + 1), "nibble": np.float32(16), "blocks": np.array([0, -1, BLOCK], np.int64),
+              "pairs": np.array([0, -1, BLOCK // 2, 2], np.int64), "last": np.array([2], np.int64),
+              "pair": np.array([3], np.int64), "halves": np.array([1, 1], np.int64)}
+    inits = [numpy_helper.from_array(np.asarray(v), f"c/{k}") for k, v in consts.items()]
+    inputs, outputs, nodes = [], [], []
+    for group in DELTA_GROUPS:
+        down = delta_name(group, "down")
+        inputs.append(helper.make_tensor_value_info(down, dtype, ["in", "rank"]))
+        nodes.append(helper.make_node("Cast", [down], [f"{group}/down32"], to=TensorProto.FLOAT))
+        for proj in DOWN_GROUPS[group]:
+            up = delta_name(proj, "up")
+            inputs.append(helper.make_tensor_value_info(up, dtype, ["rank", f"{proj}_out"]))
+            nodes += _quantized_product(f"{group}/down32", up, proj, dtype)
+            outputs += [helper.make_tensor_value_info(delta_name(proj, DELTA_CODES), TensorProto.UINT8,
+                                                      [f"{proj}_out", "blocks", BLOCK * DELTA_BITS // 8]),
+                        helper.make_tensor_value_info(delta_name(proj, DELTA_SCALES), dtype,
+                                                      [f"{proj}_out", "blocks"])]
+    graph = helper.make_graph(nodes, "lora_delta", inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="webbuild")
+    model.ir_version = 9
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _quantized_product(down: str, up: str, proj: str, dtype: int) -> list[onnx.NodeProto]:
+    """down @ up as quantize_blocks(., DELTA_BITS): scale = a block's largest magnitude / 7, code = value / scale
+    rounded half to even (ONNX Round), clipped to +-7, + 8, two codes a byte, the lower nibble first."""
+    p, c = f"{proj}/", "c/"
+    step: list[tuple[str, list[str], str | tuple[str, ...], dict[str, Any]]] = [
+        ("Cast", [up], "up32", {"to": TensorProto.FLOAT}),
+        ("MatMul", [down, p + "up32"], "product", {}),
+        ("Transpose", [p + "product"], "columns", {"perm": [1, 0]}),  # [out, in]: MatMulNBits' weight order
+        ("Reshape", [p + "columns", c + "blocks"], "blocked", {}),
+        ("Abs", [p + "blocked"], "magnitude", {}),
+        ("ReduceMax", [p + "magnitude", c + "last"], "largest", {"keepdims": 0}),
+        ("Div", [p + "largest", c + "top"], "scales", {}),
+        ("Greater", [p + "scales", c + "zero"], "nonzero", {}),
+        ("Where", [p + "nonzero", p + "scales", c + "one"], "divisor", {}),  # a block of zeros: codes of 0
+        ("Unsqueeze", [p + "divisor", c + "last"], "divisor3", {}),
+        ("Div", [p + "blocked", p + "divisor3"], "ratio", {}),
+        ("Round", [p + "ratio"], "rounded", {}),
+        ("Clip", [p + "rounded", c + "low", c + "top"], "clipped", {}),
+        ("Add", [p + "clipped", c + "point"], "codes", {}),
+        ("Reshape", [p + "codes", c + "pairs"], "paired", {}),
+        ("Split", [p + "paired", c + "halves"], ("lower", "upper"), {"axis": 3}),
+        ("Mul", [p + "upper", c + "nibble"], "upper16", {}),
+        ("Add", [p + "lower", p + "upper16"], "bytes", {}),
+        ("Squeeze", [p + "bytes", c + "pair"], "bytes3", {}),
+        ("Cast", [p + "bytes3"], delta_name(proj, DELTA_CODES), {"to": TensorProto.UINT8}),
+        ("Cast", [p + "scales"], delta_name(proj, DELTA_SCALES), {"to": dtype})]
+    nodes = []
+    for op, ins, outs, attrs in step:
+        names = [o if o.startswith(proj + ".") else p + o for o in ((outs,) if isinstance(outs, str) else outs)]
+        nodes.append(helper.make_node(op, ins, names, name=p + names[0].removeprefix(p), **attrs))
+    return nodes
+
+
+def write_delta_graph(step: Path, dest: Path) -> bool:
+    """The delta graph for the adapted step graph `step`, written to `dest`; False (nothing written) where the step
+    reads no merged update."""
+    model = onnx.load(str(step), load_external_data=False)
+    types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
+    scales = [t for name, t in types.items() if (parts := IO.lora_parts(name)) and parts[2] == DELTA_SCALES]
+    if not scales:
+        return False
+    onnx.save(delta_graph(scales[0]), str(dest))
+    return True
+
+
+def differences(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> list[str]:
+    """What keeps merged updates `got` from being `want` (adapter_pack.delta_inputs' form), one line per input; none
+    where every input has its shape and type, scales agree to 1e-5 and codes do: a product's sums in another order
+    than numpy's can move a value across a rounding boundary, so a code may be one step off, rarely (< 0.1%)."""
+    problems = []
+    for name, w in want.items():
+        g = got.get(name)
+        if g is None or g.shape != w.shape or g.dtype != w.dtype:
+            problems.append(f"{name}: {None if g is None else (g.dtype, g.shape)}, expected {(w.dtype, w.shape)}")
+        elif name.endswith(DELTA_SCALES):
+            if not np.allclose(g.astype(np.float32), w.astype(np.float32), rtol=1e-5, atol=0):
+                problems.append(f"{name}: scales differ")
+        else:
+            steps = np.maximum(*(np.abs((g.astype(np.int16) >> s & 15) - (w.astype(np.int16) >> s & 15))
+                                 for s in (0, 4)))
+            if steps.max() > 1 or (steps > 0).mean() >= 1e-3:
+                problems.append(f"{name}: codes up to {steps.max()} steps off in {(steps > 0).mean():.2%}")
+    return problems
+
+
+def random_layer(n_in: int, n_out: dict[str, int], rank: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Layer 0's down and ups of a random adapter of `rank` (graph_inputs' form: each up in its own rows of the
+    group's shared rank) for the DELTA_GROUPS projections of widths `n_out`."""
+    rng, out = np.random.default_rng(seed), {}
+    for group in DELTA_GROUPS:
+        projs, shared = DOWN_GROUPS[group], shared_rank(group, rank)
+        out[IO.lora_input(0, group, "down")] = rng.normal(0, 0.05, (n_in, shared)).astype(np.float32)
+        for i, proj in enumerate(projs):
+            up = out[IO.lora_input(0, proj, "up")] = np.zeros((shared, n_out[proj]), np.float32)
+            up[i * rank:(i + 1) * rank] = rng.normal(0, 0.5, (rank, n_out[proj]))
+    return out
+
+
+def run_layer(delta: onnx.ModelProto | Path, inputs: dict[str, np.ndarray], layer: int = 0) -> dict[str, np.ndarray]:
+    """The delta graph on onnxruntime CPU for one layer of `inputs` (lora names; cast to the graph's float type),
+    its outputs named as the step's inputs."""
+    import onnxruntime as ort
+
+    model = delta if isinstance(delta, onnx.ModelProto) else onnx.load(str(delta))
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    prefix = IO.lora_input(layer, "", "").removesuffix(".")
+    dtype = np.float16 if model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16 else np.float32
+    feeds = {i.name: inputs[prefix + i.name].astype(dtype) for i in session.get_inputs()}
+    return {prefix + o.name: v for o, v in zip(session.get_outputs(), session.run(None, feeds))}
