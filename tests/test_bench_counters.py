@@ -33,7 +33,7 @@ from tests.conftest import BENCH_DECODE as DECODE
 from tests.example_config import example_config, write_example_config
 from webbuild.adapters import DOWN_GROUPS
 from webbuild.site.adapter_pack import stored_parameters
-from webbuild.site.contract import FUSED_DOWNS
+from webbuild.site.contract import DELTA_GROUPS, FUSED_DOWNS
 from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV, node_args
 
 # Counted as (4-token decode - 1-token decode) / 3. The example as is runs one sample clip, so that the
@@ -184,17 +184,18 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     """Off: the same calls per token as the build without adapters, another process (so two runs count the
     same) on another build whose base decoder is the same graph. `--adapter klatt` switches it on, off and
     on again: each switch on is one writeBuffer per lora.* input (float32 values: 4 bytes each, of the rows its
-    file stores), two per down for the step form's codes and scales (lora_form.quantized_downs; q/k/v's and
-    gate/up's 4-bit), four per joined group (lora_form.joint_downs: the down's rows of the joint weights and
-    scales, the whole 8-bit up and its scales) and one per layer for its packed q/k/v up (all its values), none
-    makes a GPU buffer, a bind group or a dispatch; with it on the decode replays the adapted step graph (still no
+    file stores), two per down for the step form's codes and scales (lora_form.quantized_downs; q/k/v's 4-bit),
+    four per joined group (lora_form.joint_downs: the down's rows of the joint weights and scales, the whole 8-bit
+    up and its scales) and one per layer for its packed q/k/v up (all its values), then the delta graph run once
+    per layer (lora_form.merged_deltas: gate's and up's merged updates, computed into the step's buffers): its
+    dispatches, a multiple of the layers, each with its bind group and its uniforms' writeBuffer, and no read-back,
+    GPU buffer or pipeline (all made at load). With it on the decode replays the adapted step graph (still no
     bind group and one 8-byte mask write per token): a Gemm more for q/k/v at once (the 2-D form's up MatMul and
-    Add, fused by onnxruntime-web: docs/adapters.md, so no Add), a MatMul for gate's and up's updates, which feed
-    their MatMulNBits' bias, an 8-bit MatMulNBits adding o's and down's updates to the joint MatMulNBits that
-    replaces each projection (no down of their own), a fused norm + Q/K/V kernel for gate/up's copy of the norm
-    with its 4-bit down (spare_readers), and a Split after the layer's fused norm + Q/K/V kernel, which now
-    computes q, k and v packed and their 4-bit down (lora_form.packed_updates); the base's fused norm + gate/up +
-    SiLU kernel stays."""
+    Add, fused by onnxruntime-web: docs/adapters.md, so no Add), an 8-bit MatMulNBits adding o's and down's updates
+    to the joint MatMulNBits that replaces each projection (no down of their own), a fused norm + Q/K/V kernel for
+    gate/up's copy of the norm with their merged updates (spare_readers; no MatMul left), and a Split after the
+    layer's fused norm + Q/K/V kernel, which now computes q, k and v packed and their 4-bit down
+    (lora_form.packed_updates); the base's fused norm + gate/up + SiLU kernel stays."""
     off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
     on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
@@ -211,33 +212,44 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     assert values < sum(t["shape"][0] * t["shape"][1] for t in tensors.values())
     assert [s["to"] for s in on["lora_switches"]] == ["klatt", None, "klatt"]
     layers = sum(n.endswith(".down") for n in tensors) // len(DOWN_GROUPS)
-    down_shapes = [t["shape"] for n, t in tensors.items() if n.endswith(".down") and n[:-len(".down")] not in joint]
+    merged = tuple(f".{g}.down" for g in DELTA_GROUPS)  # no step input: the delta graph reads the adapted one's
+    down_shapes = [t["shape"] for n, t in tensors.items()
+                   if n.endswith(".down") and n[:-len(".down")] not in joint and not n.endswith(merged)]
     assert len(joint) == 2 * layers  # o's and down's groups (contract.JOINT_DOWNS)
     qkv_ups = [t["shape"] for n, t in tensors.items() if n.endswith(tuple(f".{p}.up" for p in DOWN_GROUPS["qkv_proj"]))]
-    fused_downs = [t["shape"] for n, t in tensors.items() if n.endswith(tuple(f".{g}.down" for g in FUSED_DOWNS))]
+    fused_downs = [t["shape"] for n, t in tensors.items()
+                   if n.endswith(tuple(f".{g}.down" for g in FUSED_DOWNS)) and not n.endswith(merged)]
     step_bytes = sum(n * -(-k // 32) * (32 + 4) for k, n in down_shapes)  # uint8 codes and float32 scales
-    step_bytes -= sum(n * -(-k // 32) * 16 for k, n in fused_downs)  # q/k/v's and gate/up's: 4-bit codes
+    step_bytes -= sum(n * -(-k // 32) * 16 for k, n in fused_downs)  # q/k/v's: 4-bit codes
     step_bytes += sum(4 * k * n for k, n in qkv_ups)  # the packed ups, every row
     for e in joint.values():  # the down's rows in the projection's bits, the 8-bit up (codes, float32 scales) whole
         total = e["rows"] + e["rank"]
         step_bytes += e["rank"] * e["blocks"] * (e["block"] * e["bits"] // 8 + 4) + e["out"] * total * (32 + 4) // 32
     for s in on["lora_switches"]:
-        writes = len(tensors) + 2 * len(down_shapes) + 4 * len(joint) + layers if s["to"] else 0
-        assert s["counts"] == {"dispatches": 0, "submits": 0, "readbacks": 0, "write_buffers": writes,
-                               "write_bytes": 4 * values + step_bytes if s["to"] else 0, "bind_groups": 0, "buffers": 0,
-                               "buffer_bytes": 0, "pipelines": 0}, s
+        c = s["counts"]
+        if not s["to"]:
+            assert set(c.values()) == {0}, s
+            continue
+        runs = c["dispatches"]  # the delta graph's, one run a layer: a dispatch, a bind group, a uniforms write each
+        assert runs > 0 and runs % layers == 0 and c["bind_groups"] == runs and c["submits"] % layers == 0, s
+        assert c["write_buffers"] == len(tensors) + 2 * len(down_shapes) + 4 * len(joint) + layers + runs, s
+        uniforms = c["write_bytes"] - 4 * values - step_bytes
+        assert 0 < uniforms <= 64 * runs and uniforms % layers == 0, s
+        assert {k: c[k] for k in ("readbacks", "buffers", "buffer_bytes", "pipelines")} == dict.fromkeys(
+            ("readbacks", "buffers", "buffer_bytes", "pipelines"), 0), s
+    assert on["lora_switches"][0]["counts"] == on["lora_switches"][2]["counts"]
     c, base = on["counters_per_token"], off["counters_per_token"]
     assert c["bind_groups"] == 0 and c["write_buffers"] == 1 and c["write_bytes"] == 8 and c["readbacks"] == 1
     ups, downs = (sum(n.endswith(part) for n in tensors) for part in (".up", ".down"))
     assert (ups, downs) == (28, 16)  # q/k/v share one down a layer, gate/up another (webbuild.adapters.DOWN_GROUPS)
-    biases = sum(n.endswith((".gate_proj.up", ".up_proj.up")) for n in tensors)  # the step's MLP updates
+    biases = sum(n.endswith((".gate_proj.up", ".up_proj.up")) for n in tensors)  # the step's MLP updates, merged
     kinds = ("MatMul", "MatMulNBits", "Gemm", "Add", "Split", "MatMulNBitsQkvDecode", "SkipLayerNorm")
     added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in kinds}
     # o's and down's updates: an 8-bit MatMulNBits each, their projection joined to the down (lora_form.joint_downs);
-    # q/k/v's down inside the fused kernel with them packed, gate/up's in one of its own with its copy of the norm
-    # (lora_form.spare_readers)
+    # q/k/v's down inside the fused kernel with them packed, gate/up's merged updates in one of its own with its copy
+    # of the norm (lora_form.merged_deltas, spare_readers)
     gemms = ups - biases - len(qkv_ups) + layers - len(joint)
-    assert added == {"MatMul": biases, "MatMulNBits": len(joint), "Gemm": gemms,
+    assert added == {"MatMul": 0, "MatMulNBits": len(joint), "Gemm": gemms,
                      "Add": 0, "Split": layers, "MatMulNBitsQkvDecode": layers, "SkipLayerNorm": 0}, c["kernels"]
     # gate/up's branch reads a copy of the norm, so onnxruntime-web still fuses norm + gate/up + SiLU
     assert c["kernels"]["MatMulNBitsMlpDecode"] == base["kernels"]["MatMulNBitsMlpDecode"] > 0, c["kernels"]

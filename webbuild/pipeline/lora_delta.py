@@ -12,7 +12,8 @@ Its names are the layer's lora names without the `lora.{i}.` prefix: inputs `{gr
 `{proj}.delta_scales` [out, in / 32]. Every dimension is symbolic, so one graph serves every layer; `in` is a
 multiple of 32 (merged_deltas merges no other). The product and the quantization run in float32 whatever the
 variant (a float16 graph's scales are cast at the end, as adapter_pack's are), so the codes equal quantize_blocks'
-of the same values up to the order of the product's sums. Only standard ops: the WebGPU EP runs all of them.
+of the same values up to the order of the product's sums. Only standard ops that onnxruntime-web's WebGPU EP runs
+(a node it lacks would run on the CPU: a read-back and an upload at every switch).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def delta_graph(dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
     consts = {"top": np.float32(top), "zero": np.float32(0), "one": np.float32(1), "low": np.float32(-top),
               "point": np.float32(top + 1), "nibble": np.float32(16), "blocks": np.array([0, -1, BLOCK], np.int64),
               "pairs": np.array([0, -1, BLOCK // 2, 2], np.int64), "last": np.array([2], np.int64),
-              "pair": np.array([3], np.int64), "halves": np.array([1, 1], np.int64)}
+              "pair": np.array([3], np.int64), "halves": np.array([1, 1], np.int64),
+              "magic": np.float32(1.5 * 2 ** 23)}
     inits = [numpy_helper.from_array(np.asarray(v), f"c/{k}") for k, v in consts.items()]
     inputs, outputs, nodes = [], [], []
     for group in DELTA_GROUPS:
@@ -67,7 +69,7 @@ def delta_graph(dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
 
 def _quantized_product(down: str, up: str, proj: str, dtype: int) -> list[onnx.NodeProto]:
     """down @ up as quantize_blocks(., DELTA_BITS): scale = a block's largest magnitude / 7, code = value / scale
-    rounded half to even (ONNX Round), clipped to +-7, + 8, two codes a byte, the lower nibble first."""
+    rounded half to even, clipped to +-7, + 8, two codes a byte, the lower nibble first."""
     p, c = f"{proj}/", "c/"
     step: list[tuple[str, list[str], str | tuple[str, ...], dict[str, Any]]] = [
         ("Cast", [up], "up32", {"to": TensorProto.FLOAT}),
@@ -81,7 +83,10 @@ def _quantized_product(down: str, up: str, proj: str, dtype: int) -> list[onnx.N
         ("Where", [p + "nonzero", p + "scales", c + "one"], "divisor", {}),  # a block of zeros: codes of 0
         ("Unsqueeze", [p + "divisor", c + "last"], "divisor3", {}),
         ("Div", [p + "blocked", p + "divisor3"], "ratio", {}),
-        ("Round", [p + "ratio"], "rounded", {}),
+        # rounded half to even by float32 arithmetic: onnxruntime-web's WebGPU EP has no Round (it would run on the
+        # CPU, a read-back and an upload a run); |ratio| <= 7, where adding 1.5 * 2^23 leaves whole numbers
+        ("Add", [p + "ratio", c + "magic"], "shifted", {}),
+        ("Sub", [p + "shifted", c + "magic"], "rounded", {}),
         ("Clip", [p + "rounded", c + "low", c + "top"], "clipped", {}),
         ("Add", [p + "clipped", c + "point"], "codes", {}),
         ("Reshape", [p + "codes", c + "pairs"], "paired", {}),
