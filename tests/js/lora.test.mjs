@@ -303,6 +303,9 @@ describe('adapter inputs on the GPU', () => {
       assert.ok(delta.inputNames.every((n) => feeds[n] === inputs.feeds[`lora.${layer}.${n}`]));
       assert.ok(delta.outputNames.every((n) => fetches[n] === step[`lora.${layer}.${n}`]));
     }
+    const odd = new LoraInputs(ort, shapes, 'float16', gpu, { merged, delta: { ...delta, inputNames: ['gate_up_proj.down', 'other.up'] } });
+    odd.stepFeedsFor(names);
+    await assert.rejects(odd.set(values), /the delta graph's other\.up: no lora\.0\.other\.up among the adapter's inputs; rebuild the site/);
     const none = new LoraInputs(ort, shapes, 'float16', gpu, { merged });
     assert.throws(() => none.stepFeedsFor(['lora.0.gate_proj.delta_codes']), /ships no delta graph to make it; rebuild the site/);
   });

@@ -30,12 +30,18 @@ from webbuild.site.contract import DELTA_BITS, DELTA_CODES, DELTA_GROUPS, DELTA_
 
 BLOCK = 32
 OPSET = 18  # ReduceMax's axes as an input
-_LAYER_PREFIX = "lora.0."  # IO.lora's names of layer 0, less this, are the delta graph's
 
 
 def delta_name(group_or_proj: str, factor: str) -> str:
     """The delta graph's name of a layer's lora input: `{group_or_proj}.{factor}`."""
-    return IO.lora_input(0, group_or_proj, factor).removeprefix(_LAYER_PREFIX)
+    return f"{group_or_proj}.{factor}"
+
+
+def layer_prefix(layer: int) -> str:
+    """What a layer's lora names (IO.lora) have before the delta graph's: `lora.{i}.`."""
+    full, short = IO.lora_input(layer, "x", "y"), delta_name("x", "y")
+    assert full.endswith(short), f"IO.lora {IO.lora!r} does not end in the projection and the factor"
+    return full.removesuffix(short)
 
 
 def delta_graph(dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
@@ -155,7 +161,7 @@ def run_layer(delta: onnx.ModelProto | Path, inputs: dict[str, np.ndarray], laye
 
     model = delta if isinstance(delta, onnx.ModelProto) else onnx.load(str(delta))
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    prefix = IO.lora_input(layer, "", "").removesuffix(".")
+    prefix = layer_prefix(layer)
     dtype = np.float16 if model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16 else np.float32
     feeds = {i.name: inputs[prefix + i.name].astype(dtype) for i in session.get_inputs()}
     return {prefix + o.name: v for o, v in zip(session.get_outputs(), session.run(None, feeds))}

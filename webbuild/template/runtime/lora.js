@@ -45,7 +45,7 @@ const JOINT = { codes: '.joint_codes', scales: '.joint_scales', upCodes: '.up_co
 const IDENTITY_CODE = 64; // an 8-bit identity's ones: code 128 + 64 at scale 1/64 (adapter_pack.py IDENTITY_CODE)
 // contract.py DELTA_CODES, DELTA_SCALES, DELTA_BITS: a merged update's inputs (lora_form.py merged_deltas)
 const DELTA = { codes: '.delta_codes', scales: '.delta_scales', bits: 4 };
-const MERGED = /^lora\.(\d+)\.([^.]+)\.delta_(codes|scales)$/; // layer, projection, factor
+const MERGED = /^(.*\.)([^.]+)\.delta_(codes|scales)$/; // the layer's prefix (`lora.{i}.`), projection, factor
 
 // The adapters a build ships, by name (the page's picker), in the manifest's order.
 /** @param {Manifest | null | undefined} manifest */
@@ -457,9 +457,9 @@ export class LoraInputs {
    * @param {string} name
    * @param {RegExpExecArray} merged
    */
-  deltaShape(name, [, layer, proj, factor]) {
+  deltaShape(name, [, prefix, proj, factor]) {
     const group = this.mergedGroup[proj];
-    const down = this.shapes[`lora.${layer}.${group}.down`], up = this.shapes[`lora.${layer}.${proj}.up`];
+    const down = this.shapes[`${prefix}${group}.down`], up = this.shapes[`${prefix}${proj}.up`];
     if (!this.delta) throw new Error(`adapted step input ${name}: the build ships no delta graph to make it; rebuild the site`);
     if (!down || !up) throw new Error(`adapted step input ${name}: no adapter input of its group ${group ?? '(none in runtime.json lora_delta_groups)'}`);
     const blocks = Math.ceil(down[0] / BLOCK);
@@ -467,14 +467,18 @@ export class LoraInputs {
   }
 
   // The merged updates from the adapted graph's downs and ups, as they are now: the delta graph run once per layer,
-  // reading those GPU tensors and writing into the step's (pre-allocated outputs: no copy, no read-back).
+  // reading those GPU tensors and writing into the step's (pre-allocated outputs: no copy, no read-back). Its names
+  // are a layer's without the layer's prefix (webbuild/pipeline/lora_delta.py).
   async computeDeltas() {
     const delta = this.delta;
     if (!delta) return;
     const layers = new Set(Object.keys(this.stepFeeds).map((n) => MERGED.exec(n)?.[1]).filter((l) => l !== undefined));
     for (const layer of layers) {
       const named = (/** @type {readonly string[]} */ names, /** @type {Record<string, OrtTensor>} */ from) =>
-        Object.fromEntries(names.map((n) => [n, from[`lora.${layer}.${n}`]]));
+        Object.fromEntries(names.map((n) => {
+          if (!from[layer + n]) throw new Error(`the delta graph's ${n}: no ${layer + n} among the adapter's inputs; rebuild the site`);
+          return [n, from[layer + n]];
+        }));
       await delta.run(named(delta.inputNames, this.feeds), named(delta.outputNames, this.stepFeeds));
     }
   }
