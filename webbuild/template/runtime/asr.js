@@ -119,9 +119,11 @@ export class Recogniser {
     // a provider given by name has no device
     const device = this.ep === 'webgpu' ? /** @type {{device?: GPUDevice}} */ (this.provider)?.device ?? await this.ort.env.webgpu.device : null;
     this.loraJoint = joint;
-    // the delta graph makes the step's merged updates at a switch (lora.js computeDeltas), on the sessions' GPU
+    // the delta graph makes the step's merged updates at a switch (lora.js computeDeltas), on the sessions' GPU;
+    // without it the adapted step cannot be fed, and the adapted decode runs plain steps (decodeMode says why)
     const delta = device && decoder.delta ? await this.ort.InferenceSession.create(
-      /** @type {Uint8Array} */ (files.get(decoder.delta)), { ...this.sessionOptions(), executionProviders: [this.provider] }) : null;
+      /** @type {Uint8Array} */ (files.get(decoder.delta)), { ...this.sessionOptions(), executionProviders: [this.provider] })
+      .catch((e) => { console.warn(`the adapter's delta graph: ${e?.message ?? e}`); return null; }) : null;
     // the joined groups' base rows are copied from the weights file when the step's inputs are made (loadSteps)
     const lora = new LoraInputs(this.ort, shapes, this.dtype, device, {
       packed: this.rt.lora_packed_ups, bits: this.rt.lora_down_bits, joint, file: (name) => files.get(name),
