@@ -47,6 +47,7 @@ from webbuild.site.adapter_pack import delta_inputs, joint_inputs, packed_ups, s
 from webbuild.site.contract import DELTA_GROUPS, FILE_ROLES, IO
 
 DEFAULT_MAX_NEW_TOKENS = 64
+DELTA_ROLE = FILE_ROLES["decoder_lora"]["delta"]  # a graph no decoder run reads: its own row (RoleCheck._delta_row)
 
 
 def variant_transcriber(out_dir: Path, variant: str, side_dir: Path) -> Transcriber:
@@ -109,8 +110,6 @@ def link_or_copy(src: Path, dest: Path) -> None:
         os.link(src, dest)
     except OSError:
         shutil.copyfile(src, dest)
-
-DELTA_ROLE = FILE_ROLES["decoder_lora"]["delta"]
 
 
 class RoleCheck:

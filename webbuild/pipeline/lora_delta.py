@@ -26,9 +26,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from webbuild.adapters import DOWN_GROUPS, shared_rank
+from webbuild.site.adapter_pack import BLOCK
 from webbuild.site.contract import DELTA_BITS, DELTA_CODES, DELTA_GROUPS, DELTA_SCALES, IO
 
-BLOCK = 32
 OPSET = 18  # ReduceMax's axes as an input
 
 
@@ -105,7 +105,7 @@ def _quantized_product(down: str, up: str, proj: str, dtype: int) -> list[onnx.N
     nodes = []
     for op, ins, outs, attrs in step:
         names = [o if o.startswith(proj + ".") else p + o for o in ((outs,) if isinstance(outs, str) else outs)]
-        nodes.append(helper.make_node(op, ins, names, name=p + names[0].removeprefix(p), **attrs))
+        nodes.append(helper.make_node(op, ins, names, name=names[0], **attrs))
     return nodes
 
 

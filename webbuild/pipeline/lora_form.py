@@ -416,14 +416,10 @@ def _join(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) 
                          [total, blocks, block * bits // 8])
     joint_scales = _input(graph, IO.lora_input(layer, group, JOINT_SCALES), dtype, [total, blocks])
     joint = _nbits([x, joint_codes, joint_scales], f"{prefix}/joint", proj, total, dtype)
-    up_codes = _input(graph, IO.lora_input(layer, proj_name, UP_CODES), ir.DataType.UINT8,
-                      [n_out, total // INT8_BLOCK, INT8_BLOCK])
-    up_scales = _input(graph, IO.lora_input(layer, proj_name, UP_SCALES), dtype, [n_out, total // INT8_BLOCK])
     out = back[0].outputs[0]
-    up = _op("MatMulNBits", [joint.outputs[0], up_codes, up_scales], f"lora/{layer}/{proj_name}/up8", dtype,
-             list(out.shape) if out.shape is not None else None, domain=proj.domain)
-    for key, value in (("K", total), ("N", n_out), ("bits", 8), ("block_size", INT8_BLOCK), ("accuracy_level", 0)):
-        up.attributes[key] = ir.AttrInt64(key, value)
+    up = _nbits_of_inputs(graph, joint.outputs[0], _factor_inputs(layer, proj_name, UP_CODES, UP_SCALES), total, n_out,
+                          8, f"lora/{layer}/{proj_name}/up8", list(out.shape) if out.shape is not None else None,
+                          domain=proj.domain)
     graph.insert_before(proj, [joint, up])
     ir.convenience.replace_all_uses_with(out, up.outputs[0])
     (location, code_span), (_, scale_span) = parts  # type: ignore[misc]
@@ -457,12 +453,25 @@ def _quantized_down(graph: ir.Graph, x: ir.Value, layer: int, group: str, n_in: 
     """x @ the group's down as a MatMulNBits (bits: adapter_pack.down_bits, blocks of 32) of new graph inputs,
     `lora.{i}.{group}.down_codes` uint8 [R, blocks, 32 * bits / 8] and `.down_scales` [R, blocks] in x's type, R
     the group's rank as a number."""
-    rank, bits, blocks, dtype = shared_rank(group), down_bits(group), -(-n_in // INT8_BLOCK), _dtype(x)
-    codes = _input(graph, IO.lora_input(layer, group, DOWN_CODES), ir.DataType.UINT8,
-                   [rank, blocks, INT8_BLOCK * bits // 8])
-    scales = _input(graph, IO.lora_input(layer, group, DOWN_SCALES), dtype, [rank, blocks])
-    node = _op("MatMulNBits", [x, codes, scales], name, dtype, dims, domain="com.microsoft")
-    for key, value in (("K", n_in), ("N", rank), ("bits", bits), ("block_size", INT8_BLOCK),
+    return _nbits_of_inputs(graph, x, _factor_inputs(layer, group, DOWN_CODES, DOWN_SCALES), n_in, shared_rank(group),
+                            down_bits(group), name, dims, accuracy_level)
+
+
+def _factor_inputs(layer: int, owner: str, codes: str, scales: str) -> tuple[str, str]:
+    """The names of a layer's codes and scales inputs of a group or projection."""
+    return IO.lora_input(layer, owner, codes), IO.lora_input(layer, owner, scales)
+
+
+def _nbits_of_inputs(graph: ir.Graph, x: ir.Value, names: tuple[str, str], n_in: int, n_out: int, bits: int,
+                     name: str, dims: list | None, accuracy_level: int = 0, domain: str = "com.microsoft") -> ir.Node:
+    """x @ W as a MatMulNBits in blocks of 32 whose W are new graph inputs `names`: codes uint8 [n_out, blocks,
+    32 * bits / 8] and scales [n_out, blocks] in x's type. Accuracy level 0 by default: one dispatch (level 4's
+    DP4A path is two)."""
+    blocks, dtype = -(-n_in // INT8_BLOCK), _dtype(x)
+    codes = _input(graph, names[0], ir.DataType.UINT8, [n_out, blocks, INT8_BLOCK * bits // 8])
+    scales = _input(graph, names[1], dtype, [n_out, blocks])
+    node = _op("MatMulNBits", [x, codes, scales], name, dtype, dims, domain=domain)
+    for key, value in (("K", n_in), ("N", n_out), ("bits", bits), ("block_size", INT8_BLOCK),
                        ("accuracy_level", accuracy_level)):
         node.attributes[key] = ir.AttrInt64(key, value)
     return node
@@ -623,16 +632,8 @@ def _merge(graph: ir.Graph, bias: ir.Node) -> bool:
         return False
     assert x is not None and x.shape is not None, "a value of static width"
     _, layer, proj, _ = (bias.name or "").split("/")
-    dtype = _dtype(x)
-    blocks = -(-n_in // INT8_BLOCK)
-    codes = _input(graph, IO.lora_input(int(layer), proj, DELTA_CODES), ir.DataType.UINT8,
-                   [n_out, blocks, INT8_BLOCK * DELTA_BITS // 8])
-    scales = _input(graph, IO.lora_input(int(layer), proj, DELTA_SCALES), dtype, [n_out, blocks])
-    merged = _op("MatMulNBits", [x, codes, scales], f"lora/{layer}/{proj}/delta4", dtype, [*x.shape[:-1], n_out],
-                 domain="com.microsoft")
-    for key, value in (("K", n_in), ("N", n_out), ("bits", DELTA_BITS), ("block_size", INT8_BLOCK),
-                       ("accuracy_level", 0)):
-        merged.attributes[key] = ir.AttrInt64(key, value)
+    merged = _nbits_of_inputs(graph, x, _factor_inputs(int(layer), proj, DELTA_CODES, DELTA_SCALES), n_in, n_out,
+                              DELTA_BITS, f"lora/{layer}/{proj}/delta4", [*x.shape[:-1], n_out])
     graph.insert_before(bias, [merged])
     bias.replace_input_with(0, merged.outputs[0])
     return True

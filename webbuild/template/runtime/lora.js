@@ -271,6 +271,15 @@ function zeroCodeByte(bits) {
   return bits === 4 ? zero | (zero << 4) : zero;
 }
 
+// Codes of zero (the zero point in every code) of `bits` 8 or 4 for a codes input of `dims`.
+/**
+ * @param {readonly number[]} dims
+ * @param {number} bits
+ */
+function zeroCodes(dims, bits) {
+  return new Uint8Array(dims.reduce((x, y) => x * y)).fill(zeroCodeByte(bits));
+}
+
 // 4-bit codes (one a byte) two to a byte, the lower nibble first: MatMulNBits' 4-bit layout.
 /** @param {Uint8Array} codes */
 function nibbles(codes) {
@@ -432,21 +441,17 @@ export class LoraInputs {
       const packed = !(name in this.feeds) && !(name in downs) && !(name in joint) && this.packedUp(name);
       const merged = MERGED.exec(name);
       if (name in this.feeds) this.stepFeeds[name] = this.feeds[name];
-      else if (merged) {
-        const dims = this.deltaShape(name, merged);
-        this.stepFeeds[name] = this.gpuTensor(dims, merged[3] === 'codes' ? 'uint8' : this.dtype);
-        if (merged[3] === 'codes') this.write(name, new Uint8Array(dims.reduce((a, b) => a * b)).fill(zeroCodeByte(DELTA.bits)));
-        continue;
-      }
       else if (name in joint) {
         this.stepFeeds[name] = this.gpuTensor(joint[name], /codes$/.test(name) ? 'uint8' : this.dtype);
         this.write(name, this.jointStart(name));
         continue;
       } else if (name in downs) this.stepFeeds[name] = this.gpuTensor(downs[name], name.endsWith(CODES) ? 'uint8' : this.dtype);
+      else if (merged) this.stepFeeds[name] = this.gpuTensor(this.deltaShape(name, merged), merged[3] === 'codes' ? 'uint8' : this.dtype);
       else if (packed) this.stepFeeds[name] = this.gpuTensor([packed.rank, packed.widths.reduce((a, b) => a + b)]);
       else continue; // not an adapter input
       // zeros are no adapter, but codes of zero are -128 (-8): the base model's codes are the zero point
-      if (name.endsWith(CODES)) this.write(name, this.zeroCodes(name, downs[name]));
+      const bits = name.endsWith(CODES) ? downBits(name, this.bits) : name.endsWith(DELTA.codes) ? DELTA.bits : 0;
+      if (bits) this.write(name, zeroCodes(this.stepFeeds[name].dims, bits));
     }
     return Object.fromEntries(names.filter((n) => n in this.stepFeeds).map((n) => [n, this.stepFeeds[n]]));
   }
@@ -499,15 +504,6 @@ export class LoraInputs {
     const all = new Uint8Array(perRow * (e.rows + e.rank)).fill(codes ? zeroCodeByte(e.bits) : 0);
     all.set(weights.subarray(offset, offset + length));
     return all;
-  }
-
-  // A down's codes of zero (the zero point in every code) for a codes input `name` of `dims`.
-  /**
-   * @param {string} name
-   * @param {number[]} dims
-   */
-  zeroCodes(name, dims) {
-    return new Uint8Array(dims.reduce((x, y) => x * y)).fill(zeroCodeByte(downBits(name, this.bits)));
   }
 
   // A packed group's up input `lora.{i}.{group}.up`: its members' up inputs, their rank and widths; null for
