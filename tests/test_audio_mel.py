@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy.io import wavfile
 
 from webbuild.errors import AudioError
+from webbuild.reference import wav
 from webbuild.reference.audio import read_wav
 from webbuild.reference.mel import frame_count, lead_length, lead_noise, log_mel, quiet_level, with_lead
 
@@ -31,6 +36,26 @@ def test_any_rate_stereo_int16_becomes_16k_mono(tmp_path, rate):
 def test_float32_wav(tmp_path):
     wavfile.write(tmp_path / "f.wav", 16000, tone(16000, 0.5))
     np.testing.assert_allclose(read_wav(tmp_path / "f.wav"), tone(16000, 0.5), atol=1e-6)
+
+
+def test_live_capture_is_written_without_scipy(tmp_path):
+    """`webbuild verify`'s live check writes the page's capture as a float WAV with webbuild's own writer: the
+    verify extra has no scipy (it once imported scipy.io.wavfile and crashed there). Run where scipy cannot be
+    imported; the file must hold the samples exactly, as scipy's reader sees them too."""
+    captured = tone(48000, 0.25, 300.0)
+    np.save(tmp_path / "captured.npy", captured)
+    code = ("import sys, numpy as np; from pathlib import Path; sys.modules['scipy'] = None\n"
+            "from webbuild.tools.verify.live import LiveRun, capture_wav\n"
+            f"run = LiveRun({{}}, 'fp32', np.load({str(tmp_path / 'captured.npy')!r}), 48000, True, 0)\n"
+            f"print(capture_wav(run, Path({str(tmp_path)!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rate, samples = wavfile.read(out.stdout.strip())
+    assert rate == 48000 and samples.dtype == np.float32
+    np.testing.assert_array_equal(samples, captured)
+    info, blocks = wav.blocks(Path(out.stdout.strip()))
+    assert (info.rate, info.channels, info.encoding, info.bits) == (48000, 1, wav.FLOAT, 32)
+    np.testing.assert_array_equal(np.concatenate(list(blocks)), captured)
 
 
 def test_unreadable_and_empty_audio(tmp_path):

@@ -110,3 +110,12 @@ def test_no_private_names_across_packages():
                 hidden = [n for n in names if n.startswith("_")] + [p for p in target.split(".") if p.startswith("_")]
                 wrong += [f"{mod}: {target}.{n}" for n in hidden]
     assert not wrong, "private names imported across packages:\n" + "\n".join(wrong)
+
+
+def test_only_training_imports_scipy():
+    """scipy is in the train extra only: `webbuild verify` (the verify extra: Playwright) once crashed with
+    "No module named 'scipy'" from the live check's WAV writer. Every other module reads and writes WAV with
+    webbuild.reference's own code."""
+    wrong = [f"{mod} imports {target}" for mod, path in _modules().items() if _package(mod) != "train"
+             for target, _ in _imports(path) if target.split(".")[0] == "scipy"]
+    assert not wrong, wrong

@@ -6,6 +6,7 @@ the JS twins of both, so a file gives the same samples here and in the browser).
 
 from __future__ import annotations
 
+import struct
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,3 +45,14 @@ def write_wav(path: Path, pcm: np.ndarray, rate: int = SAMPLE_RATE) -> None:
         f.setsampwidth(2)
         f.setframerate(rate)
         f.writeframes(pcm16.tobytes())
+
+
+def write_float_wav(path: Path, pcm: np.ndarray, rate: int) -> None:
+    """32-bit float mono WAV (format 3), the samples kept exactly: the page's live capture, which
+    `webbuild transcribe --live` must read as the page heard it. The standard library's wave writes PCM only."""
+    data = np.asarray(pcm, "<f4").tobytes()
+    fmt = struct.pack("<HHIIHH", 3, 1, rate, rate * 4, 4, 32)
+    with open(path, "wb") as f:
+        f.write(b"RIFF" + struct.pack("<I", 4 + 8 + len(fmt) + 8 + len(data)) + b"WAVE")
+        f.write(b"fmt " + struct.pack("<I", len(fmt)) + fmt)
+        f.write(b"data" + struct.pack("<I", len(data)) + data)

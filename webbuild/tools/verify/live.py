@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from webbuild.reference.audio import read_wav, write_wav
+from webbuild.reference.audio import read_wav, write_float_wav, write_wav
 from webbuild.reference.live import Span, capture_offset, join_with_pauses
 from webbuild.site.contract import KEEP_AUDIO, LIVE_BUTTON
 from webbuild.tools import browser as br
@@ -100,10 +100,8 @@ def drive(playwright, choice, url: str, wav: Path, seconds: float, timeout_s: fl
 
 def capture_wav(run: LiveRun, folder: Path) -> Path:
     """The page's capture as a float32 WAV at its rate: what `webbuild transcribe --live` reads."""
-    from scipy.io import wavfile
-
     path = folder / "captured.wav"
-    wavfile.write(str(path), run.rate, run.captured)
+    write_float_wav(path, run.captured, run.rate)
     return path
 
 
