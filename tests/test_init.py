@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.command import parse_command, webbuild
-from tests.example_config import EXAMPLE
+from tests.example_config import EXAMPLE, REPO
 from webbuild.config import load_config
 from webbuild.tools.browser import CHANNELS
 
@@ -56,11 +56,12 @@ def test_the_commented_defaults_are_the_schemas(project):
 
 
 def test_the_pages_workflow_builds_verifies_and_deploys(project):
-    r = init(project, "My Export", "--workflow", "pages", "--webbuild", "webbuild[verify] @ ./wheels/webbuild.whl")
+    r = init(project, "My Export", "--samples", "clips", "--workflow", "pages", "--webbuild",
+             "webbuild-asr[verify] @ ./wheels/webbuild_asr.whl")
     assert r.returncode == 0, r.stderr
     workflow = yaml.safe_load((project / ".github" / "workflows" / "pages.yml").read_text())
     assert workflow["permissions"] == {"contents": "read", "pages": "write", "id-token": "write"}
-    assert workflow["env"]["WEBBUILD"] == "webbuild[verify] @ ./wheels/webbuild.whl"
+    assert workflow["env"]["WEBBUILD"] == "webbuild-asr[verify] @ ./wheels/webbuild_asr.whl"
     build, deploy = workflow["jobs"]["build"], workflow["jobs"]["deploy"]
     assert deploy["needs"] == "build" and deploy["steps"][0]["uses"].startswith("actions/deploy-pages@")
     uses = [s["uses"].split("@")[0] for s in build["steps"] if "uses" in s]
@@ -73,6 +74,29 @@ def test_the_pages_workflow_builds_verifies_and_deploys(project):
     assert verified["target"] == "dist" and verified["browser"] in CHANNELS and verified["junit"]
     upload = next(s for s in build["steps"] if s.get("uses", "").startswith("actions/upload-pages-artifact"))
     assert upload["with"]["path"] == "dist"
+
+
+def test_the_pages_workflow_installs_this_distribution_at_this_version(project):
+    """`webbuild` on the package index is an unrelated project: the workflow installs pyproject.toml's
+    distribution (webbuild-asr) with the verify extra, pinned to the version that wrote it."""
+    pyproject = (REPO / "pyproject.toml").read_text()  # tomllib is 3.11's; webbuild runs on 3.10
+    meta = dict(re.findall(r'^(name|version) = "(.*)"$', pyproject, re.M))
+    assert meta["name"] == "webbuild-asr"
+    r = init(project, "My Export", "--samples", "clips", "--workflow", "pages")
+    assert r.returncode == 0, r.stderr
+    workflow = yaml.safe_load((project / ".github" / "workflows" / "pages.yml").read_text())
+    assert workflow["env"]["WEBBUILD"] == f"webbuild-asr[verify]=={meta['version']}"
+
+
+def test_a_pages_workflow_without_samples_is_refused(project):
+    """The workflow's verify transcribes the page's samples: without any it could only ever fail ("0/0 clips"),
+    so init says so and writes nothing."""
+    before = sorted(project.rglob("*"))
+    r = init(project, "My Export", "--workflow", "pages")
+    assert (r.returncode, r.stderr.splitlines()) == (2, [
+        "error: --workflow pages: the workflow's `webbuild verify` transcribes the page's sample clips, and "
+        "there are none; pass --samples (WAVs, or a folder of them, each with a same-named .txt transcript)"])
+    assert sorted(project.rglob("*")) == before
 
 
 @pytest.mark.parametrize("args, error", [
@@ -107,7 +131,7 @@ def test_an_existing_model_yaml_is_kept_unless_forced(project):
     r = init(project, "My Export", "--workflow", "pages")
     assert (r.returncode, r.stderr.strip()) == (2, "error: model.yaml exists; pass --force to overwrite it")
     assert (project / "model.yaml").read_text() == "mine\n" and not (project / ".github").exists()
-    r = init(project, "My Export", "--workflow", "pages", "--force")
+    r = init(project, "My Export", "--samples", "clips", "--workflow", "pages", "--force")
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["wrote model.yaml", "wrote .github/workflows/pages.yml",
                                      "build it: webbuild model.yaml"]

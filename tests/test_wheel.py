@@ -45,7 +45,7 @@ def wheel(tmp_path_factory) -> Path:
     (src / "node_modules").symlink_to((REPO / "node_modules").resolve())
     run(sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "--no-build-isolation", "--no-index", "-w", out,
         cwd=src)
-    return next(out.glob("webbuild-*.whl"))
+    return next(out.glob("webbuild_asr-*.whl"))  # the distribution webbuild-asr
 
 
 def test_the_wheel_holds_what_a_build_reads(wheel):

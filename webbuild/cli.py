@@ -17,11 +17,11 @@ from pathlib import Path
 
 import click
 
-from webbuild import layouts
+from webbuild import DISTRIBUTION, layouts
 from webbuild.config import PROVIDERS, Encoder, Quantize
 from webbuild.errors import AudioError, BenchError, CommandError, ZooError
 from webbuild.text import plural
-from webbuild.tools.scaffold import DEFAULT_WEBBUILD, WORKFLOWS
+from webbuild.tools.scaffold import WORKFLOWS
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class BuildGroup(click.Group):
 
 
 @click.group(cls=BuildGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="webbuild")
+@click.version_option(package_name=DISTRIBUTION)
 @verbose_option(_log_progress)
 def main():
     """Build a Qwen3-ASR ONNX export into a static speech-recognition website.
@@ -156,12 +156,13 @@ def build(config: Path, output: Path | None, fail_on_wer: bool):
 @click.option("--workflow", type=click.Choice(WORKFLOWS),
               help="Also write a CI workflow: pages = .github/workflows/pages.yml beside model.yaml (build, "
                    "webbuild verify with a JUnit report, deploy to GitHub Pages).")
-@click.option("--webbuild", "webbuild_spec", default=DEFAULT_WEBBUILD, show_default=True,
-              help="How the workflow installs webbuild: a pip requirement with the verify extra (a version, a git "
-                   "URL, a wheel in the repository).")
+@click.option("--webbuild", "webbuild_spec", metavar="REQUIREMENT",
+              help=f"How the workflow installs webbuild: a pip requirement with the verify extra (a version, a git "
+                   f"URL, a wheel in the repository); default: {DISTRIBUTION}[verify]==VERSION, this webbuild's "
+                   "version.")
 @click.option("--force", is_flag=True, help="Overwrite an existing model.yaml (and workflow).")
 def init(source: Path, output: Path, name: str | None, samples: tuple[Path, ...], workflow: str | None,
-         webbuild_spec: str, force: bool):
+         webbuild_spec: str | None, force: bool):
     """Write a commented model.yaml for the export in SOURCE: its layout told by its files, its name
     from the folder, the page's samples from --samples, every other section at its default (as comments).
 

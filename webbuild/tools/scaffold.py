@@ -13,18 +13,18 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import yaml
 
-from webbuild import layouts
+from webbuild import DISTRIBUTION, layouts, version
 from webbuild.config import BuildConfig, load_config
 from webbuild.errors import ConfigError, InitError
 
 WORKFLOW_TEMPLATE = Path(__file__).resolve().with_name("pages.yml")
 WORKFLOW_PATH = Path(".github") / "workflows" / "pages.yml"  # relative to model.yaml's folder, the repository root
 WORKFLOWS = ("pages",)
-DEFAULT_WEBBUILD = "webbuild[verify]"
 # the sections written as commented defaults, in the reference's order
 DEFAULT_SECTIONS = ("variants", "fusion", "quantize", "encoder", "chunking", "shard", "verify")
 
@@ -97,14 +97,25 @@ def model_yaml(source: Path, layout: layouts.Layout, name: str, samples: list[Sa
     return "\n".join(lines) + "\n"
 
 
+def default_webbuild() -> str:
+    """The workflow's pip requirement: this distribution, with the verify extra, at the version running now
+    (the workflow builds with the webbuild the model.yaml was written for)."""
+    try:
+        return f"{DISTRIBUTION}[verify]=={version()}"
+    except metadata.PackageNotFoundError:
+        raise InitError(f"the {DISTRIBUTION} distribution is not installed here (webbuild runs from a source tree): "
+                        "install it (pip install -e .) or name the workflow's requirement with --webbuild") from None
+
+
 def workflow_yaml(model: str, webbuild: str) -> str:
     """The GitHub Pages workflow: build `model` (relative to the repository root), verify, deploy."""
     return WORKFLOW_TEMPLATE.read_text().replace("@MODEL@", model).replace("@WEBBUILD@", webbuild)
 
 
 def init(source: Path, output: Path, *, name: str | None, samples: tuple[Path, ...], workflow: str | None,
-         webbuild: str, force: bool) -> list[Path]:
-    """Write `output` (a model.yaml) for `source`, and the workflow beside it; returns the files written."""
+         webbuild: str | None, force: bool) -> list[Path]:
+    """Write `output` (a model.yaml) for `source`, and the workflow beside it; returns the files written.
+    `webbuild`: the workflow's pip requirement (None: default_webbuild())."""
     if not source.is_dir():
         raise InitError(f"{source}: no such folder; pass the folder of a Qwen3-ASR ONNX export")
     layout = layouts.detect(source)
@@ -120,11 +131,16 @@ def init(source: Path, output: Path, *, name: str | None, samples: tuple[Path, .
     targets = [output] + ([root / WORKFLOW_PATH] if workflow else [])
     if not force and (there := [t for t in targets if t.exists()]):
         raise InitError(f"{there[0]} exists; pass --force to overwrite it")
-    text = model_yaml(source, layout, name, find_samples(samples), root)
+    found = find_samples(samples)
+    if workflow and not found:
+        raise InitError(f"--workflow {workflow}: the workflow's `webbuild verify` transcribes the page's sample clips, "
+                        "and there are none; pass --samples (WAVs, or a folder of them, each with a same-named .txt "
+                        "transcript)")
+    text = model_yaml(source, layout, name, found, root)
     _check(text, output)
     written = [_write(output, text)]
     if workflow:
-        written.append(_write(root / WORKFLOW_PATH, workflow_yaml(output.name, webbuild)))
+        written.append(_write(root / WORKFLOW_PATH, workflow_yaml(output.name, webbuild or default_webbuild())))
     return written
 
 
