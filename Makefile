@@ -1,6 +1,7 @@
 # Two entry points that work on a fresh machine:
 #   make site   set up .venv without torch and build the embedded example (examples/tiny-asr) into dist/
-#   make test   + the zoo/test extras (torch), espeak-ng and chromium through apt when missing; lint, every test
+#   make test   + the zoo/test extras (torch), espeak-ng, chromium and firefox-esr through apt when missing; lint,
+#               every test
 # and, while developing, make check: lint and the tests that need neither torch nor a browser (no torch installed)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -39,7 +40,7 @@ ort: setup
 
 # `make check`'s tools (pytest, ruff): no torch, no browser
 $(CHECK_STAMP): $(STAMP) pyproject.toml
-	@echo "== check extra: pytest, jsonschema, safetensors, ruff; npm's dev packages (typescript, webgpu)"
+	@echo "== check extra: pytest, jsonschema, safetensors, ruff; npm's dev packages (typescript, webgpu, puppeteer-core)"
 	$(PIP) install -e ".[check]"
 	npm ci --no-audit --no-fund
 	touch $@
@@ -53,14 +54,18 @@ $(TEST_STAMP): $(CHECK_STAMP) pyproject.toml
 
 setup-test: $(TEST_STAMP)
 
-# espeak-ng makes the speech, chromium runs the site; installed only when missing, without Recommends
-# (those add ~160 packages: avahi, CUPS and polkit helpers, perl; headless chromium and espeak-ng need none).
+# espeak-ng makes the speech, chromium runs the site, firefox-esr runs it too (the second browser,
+# tests/e2e/test_firefox.py); each package's command has its name. Those missing are installed, without
+# Recommends (those add ~160 packages: avahi, CUPS and polkit helpers, perl; the headless browsers and
+# espeak-ng need none).
+SYSTEM_DEPS := espeak-ng chromium firefox-esr
 system-deps:
-	@command -v espeak-ng >/dev/null && command -v chromium >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then echo "== apt: espeak-ng chromium"; apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends espeak-ng chromium >/dev/null \
-	    && echo "installed espeak-ng and chromium"; \
-	  else echo "install espeak-ng and chromium (e.g. sudo apt-get install --no-install-recommends espeak-ng chromium)"; \
+	@missing=""; for p in $(SYSTEM_DEPS); do command -v $$p >/dev/null || missing="$$missing $$p"; done; \
+	[ -z "$$missing" ] || { \
+	  if [ "$$(id -u)" = 0 ]; then echo "== apt:$$missing"; apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null \
+	    && echo "installed$$missing"; \
+	  else echo "install$$missing (e.g. sudo apt-get install --no-install-recommends$$missing)"; \
 	    exit 1; fi; }
 
 site: setup ort
