@@ -4,9 +4,6 @@
 // tests/e2e/test_firefox.py compares the tokens with the Python reference.
 //
 //   node tests/js/firefox-site.mjs URL OUT.json [FIREFOX] [TIMEOUT_S]
-//
-// window.webbuild is polled with page.evaluate: puppeteer's waitForFunction evaluates a string in Firefox,
-// which the site's CSP (no 'unsafe-eval') refuses.
 import { writeFileSync } from 'node:fs';
 import puppeteer from 'puppeteer-core';
 
@@ -15,11 +12,11 @@ const deadline = Date.now() + Number(timeoutS) * 1000;
 const result = { firefox: null, ready: null, samples: [], console: [], errors: [], failure: null };
 
 async function until(page, predicate, what) {
-  while (Date.now() < deadline) {
-    if (await page.evaluate(predicate)) return;
-    await new Promise((resolve) => setTimeout(resolve, 100));
+  try {
+    await page.waitForFunction(predicate, { polling: 100, timeout: Math.max(1, deadline - Date.now()) });
+  } catch (e) {
+    throw new Error(`${what}: not done in ${timeoutS} s (${e.message}); page state ${JSON.stringify(await state(page))}`);
   }
-  throw new Error(`${what}: not done in ${timeoutS} s; page state ${JSON.stringify(await state(page))}`);
 }
 
 const state = (page) => page.evaluate(() => window.webbuild ?? null);
