@@ -4,10 +4,12 @@ user's files in the output survive a rebuild; folders of killed runs are removed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.command import webbuild
 from tests.example_config import EXAMPLE, REPO
 from tests.inputs import invoke
 from webbuild.pipeline import publish as pub
@@ -238,3 +241,76 @@ def test_errors_while_making_name_the_output_not_the_staging_folder(tmp_path):
     with pytest.raises(BuildError, match=f"cannot write the new {out}: No space left on device; free disk"), \
             pub.making(out, tmp):
         raise OSError(28, "No space left on device", str(tmp / "work" / "x"))
+
+
+def _no_folder(path: Path, kind: str) -> None:
+    """`path` made as an output that is no folder: a file, a FIFO, or a character device (a node of /dev/null's
+    numbers made here, never /dev/null itself: before the check a build replaced the node it was given)."""
+    if kind == "a file":
+        path.write_text("mine\n")
+    elif kind == "a FIFO":
+        os.mkfifo(path)
+    else:
+        try:
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a character device needs root (CAP_MKNOD)")
+
+
+@pytest.mark.parametrize("kind", ["a file", "a FIFO", "a character device"])
+@pytest.mark.parametrize("command", ["build", "fuse"])
+def test_an_output_that_is_no_folder_is_one_line_before_any_work(tmp_path, kind, command):
+    """-o /dev/null replaced the device node with the site, -o a FIFO hung the build: any output that exists and
+    is no folder is one line (exit code 2) before anything is made, and stays as it was."""
+    out = tmp_path / "out"
+    _no_folder(out, kind)
+    before = os.lstat(out)
+    args = [EXAMPLE / "model.yaml", "-o", out] if command == "build" else ["fuse", EXAMPLE / "model", "-o", out]
+    r = webbuild(*args, timeout=120)  # a hang is a TimeoutExpired
+    assert (r.returncode, r.stderr.splitlines()) == (2, [
+        f"error: {out} is {kind}, and the output must be a folder (it is replaced whole); choose a folder with -o"])
+    after = os.lstat(out)
+    assert (after.st_ino, after.st_mode, after.st_rdev) == (before.st_ino, before.st_mode, before.st_rdev)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no lock, no staging folder
+
+
+@contextlib.contextmanager
+def _mounted(folder: Path, *how: str):
+    """`folder` as a mount point (`mount ... how folder`), unmounted on the way out; a skip where this machine
+    lets no one mount (not root, or a container without CAP_SYS_ADMIN)."""
+    folder.mkdir(exist_ok=True)
+    r = subprocess.run(["mount", *how, str(folder)], capture_output=True, text=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount here ({r.stderr.strip() or r.returncode}): the mount-point output is untested")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+@pytest.mark.parametrize("command", ["build", "fuse"])
+def test_a_mount_point_output_is_one_line_before_any_work(tmp_path, command):
+    """A container volume given as -o was an `OSError: [Errno 16] Device or resource busy` traceback at the
+    end of the build (no rename moves a mount point): one line before the build, naming a folder inside it."""
+    with _mounted(tmp_path / "out", "-t", "tmpfs", "-o", "size=4m", "tmpfs") as out:
+        args = [EXAMPLE / "model.yaml", "-o", out] if command == "build" else ["fuse", EXAMPLE / "model", "-o", out]
+        r = webbuild(*args, timeout=300)
+        assert (r.returncode, r.stderr.splitlines()) == (2, [
+            f"error: {out} is a mount point, which cannot be replaced in one step as the output folder is; write "
+            f"into a folder inside it (-o {out / 'site'}) or choose another folder with -o"])
+        assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_an_exchange_refused_as_busy_is_one_line(tmp_path):
+    """A bind mount of a folder of the same file system is no mount point to os.path.ismount (same device);
+    the exchange answers EBUSY: one line, the built folder and the mount kept."""
+    from webbuild.errors import BuildError
+
+    (tmp_path / "built").mkdir()
+    (tmp_path / "built" / "index.html").write_text("new")
+    (tmp_path / "out").mkdir()
+    with _mounted(tmp_path / "out", "--bind", str(tmp_path / "out")) as out:
+        assert not os.path.ismount(out)
+        with pytest.raises(BuildError, match=rf"^{out}: Device or resource busy: it is a mount point or in use"):
+            pub.publish(tmp_path / "built", out)
+        assert (tmp_path / "built" / "index.html").read_text() == "new"

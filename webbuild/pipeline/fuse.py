@@ -19,7 +19,7 @@ from webbuild.fusion.fuse_encoder import fuse_encoder
 from webbuild.fusion.validate import check_file
 from webbuild.graph.census import op_census
 from webbuild.graph.load import load_onnx
-from webbuild.pipeline.publish import making, output_lock, publish, staging, user_files
+from webbuild.pipeline.publish import making, output_lock, output_problem, publish, staging, user_files
 from webbuild.reference.source_files import check_source
 from webbuild.site.manifest import write_json_atomic
 
@@ -95,8 +95,10 @@ def fuse_command(src: Path, output: Path, report: Path | None, quantize: bool) -
 
 def _check_output(output: Path) -> None:
     """`fuse` replaces its output folder: a new, empty or earlier one (its decoder.onnx), never `-o ~`."""
-    if output.is_file() or (output.is_dir() and any(output.iterdir()) and not (output / OUT_NAME).is_file()):
-        raise SourceError(f"{output} is a file or a folder that holds no earlier `webbuild fuse` output (no "
+    if problem := output_problem(output):
+        raise SourceError(problem)
+    if output.is_dir() and any(output.iterdir()) and not (output / OUT_NAME).is_file():
+        raise SourceError(f"{output} is a folder that holds no earlier `webbuild fuse` output (no "
                           f"{OUT_NAME}), and the output folder is replaced whole: choose a new or empty one with -o")
 
 

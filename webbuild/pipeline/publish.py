@@ -29,6 +29,7 @@ import logging
 import os
 import secrets
 import shutil
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
@@ -42,6 +43,28 @@ log = logging.getLogger(__name__)
 _EXCHANGE = {"linux": ("renameat2", 2), "darwin": ("renamex_np", 2)}
 # errors of a system or file system without the exchange (overlay and FUSE file systems answer EXDEV)
 _NO_EXCHANGE = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV}
+
+
+# what an existing output that is no folder is, by its stat mode (a build must never replace a device or a FIFO)
+_KINDS = {stat.S_ISREG: "a file", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device",
+          stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
+
+
+def output_problem(output: Path) -> str | None:
+    """Why `output` (resolved) cannot be a replaced-whole output folder, checked before any work: a thing that
+    is no folder (a file, /dev/null, a FIFO: a build replaced the device node once, and hung on a FIFO), or a
+    mount point (a container volume: no rename can move it, the exchange answers EBUSY). None: it can be."""
+    try:
+        mode = os.stat(output).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # new (a file in its path is output_lock's one line)
+    if not stat.S_ISDIR(mode):
+        kind = next((name for test, name in _KINDS.items() if test(mode)), "not a folder")
+        return f"{output} is {kind}, and the output must be a folder (it is replaced whole); choose a folder with -o"
+    if os.path.ismount(output):
+        return (f"{output} is a mount point, which cannot be replaced in one step as the output folder is; "
+                f"write into a folder inside it (-o {output / 'site'}) or choose another folder with -o")
+    return None
 
 
 def step(name: str) -> None:
@@ -244,6 +267,9 @@ def _exchange(a: Path, b: Path) -> bool:
     err = ctypes.get_errno()
     if err in _NO_EXCHANGE:
         return False
+    if err == errno.EBUSY:  # a mount point that output_problem could not tell (a bind mount of the same device)
+        raise BuildError(f"{b}: {os.strerror(err)}: it is a mount point or in use, and the output folder is "
+                         "replaced whole; write into a folder inside it or choose another folder with -o")
     raise OSError(err, os.strerror(err), str(b))
 
 

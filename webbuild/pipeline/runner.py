@@ -12,7 +12,7 @@ from webbuild.config import BuildConfig
 from webbuild.errors import BuildError, WebbuildError
 from webbuild.layouts import layout
 from webbuild.pipeline.build_report import REPORT_NAME, BuildReport, peak_rss_bytes
-from webbuild.pipeline.publish import making, output_lock, publish, staging, user_files
+from webbuild.pipeline.publish import making, output_lock, output_problem, publish, staging, user_files
 from webbuild.pipeline.stages import STAGES
 from webbuild.pipeline.state import BuildContext, BuildState, SourceModel
 
@@ -62,8 +62,8 @@ def _run_stages(cfg: BuildConfig, tmp: Path) -> BuildReport:
 def _check_replaceable(output: Path) -> None:
     """The output folder is replaced whole, so it must be new, empty or an earlier build (its
     build-report.json): `-o ~` must not delete a home folder."""
-    if output.is_file():
-        raise BuildError(f"{output} is a file; the output must be a folder (use -o to choose another)")
+    if problem := output_problem(output):
+        raise BuildError(problem)
     if output.is_dir() and any(output.iterdir()) and not (output / REPORT_NAME).is_file():
         raise BuildError(f"{output} is not empty and holds no earlier build (no {REPORT_NAME}), and the "
                          "output folder is replaced whole: choose a new or empty folder with -o")
