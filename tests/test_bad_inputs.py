@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import resource
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -203,6 +204,17 @@ def test_verify_checks_a_local_site_before_starting_a_browser(example_dist, tmp_
     replace(site / "samples.json", b"{")
     shutil.copy2(example_dist / "model" / "shards" / shard.name, shard)
     assert invoke("verify", site).error_line().startswith(f"error: {site / 'samples.json'}: not valid JSON (")
+
+
+def test_verify_of_a_url_nothing_answers_is_one_line():
+    """Nothing listening was a 63-line Playwright traceback: a plain HTTP request first, before any browser."""
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens on it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/"
+    run = invoke("verify", url)
+    assert (run.code, run.error_line()) == (2, f"error: {url}: cannot reach it ([Errno 111] Connection refused); "
+                                               "check the URL, and that the site is being served there")
 
 
 @pytest.mark.parametrize("layout", ["qwen3-asr-split", "merged"])

@@ -19,6 +19,7 @@ import json
 import logging
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,6 +119,21 @@ def site_url(target: str):
         yield srv.url, dist
     finally:
         srv.shutdown()
+
+
+def check_reachable(target: str, timeout_s: float = 30) -> None:
+    """A URL target answers over HTTP at all, before a browser starts (nothing listening was a 63-line
+    Playwright traceback). An HTTP error status is an answer: samples.json's request tells what is wrong."""
+    if urlsplit(target).scheme not in ("http", "https"):
+        return
+    try:
+        urllib.request.urlopen(target, timeout=timeout_s).close()  # noqa: S310 - the user's http(s) URL
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise VerifyInputError(f"{target}: cannot reach it ({one_line(str(reason))}); check the URL, and that the "
+                               "site is being served there") from None
 
 
 def _check_local_site(dist: Path) -> str:
@@ -485,6 +501,7 @@ class Verifier:
         return speeds
 
     def run(self) -> dict:
+        check_reachable(self.opts.target, min(self.opts.timeout_s, 30))
         require_extra("verify", "webbuild verify", "playwright")  # `make site` installs no browser driver
         from playwright.sync_api import sync_playwright
 
