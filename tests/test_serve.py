@@ -89,6 +89,28 @@ def test_headers_file_is_applied_and_coop_coep_optional(site, server):
         isolated.server_close()
 
 
+def test_isolation_headers_can_be_switched_off(site):
+    """--no-isolation-headers: no COOP/COEP, not even the site's _headers' (as GitHub Pages serves a site); the
+    rest of _headers still applies, and asking for COOP/COEP at once is refused."""
+    (site / "_headers").write_text("/*\n  X-Test: all\n  Cross-Origin-Opener-Policy: same-origin\n"
+                                   "  cross-origin-embedder-policy: require-corp\n")
+    for isolation_headers, sent in ((True, True), (False, False)):
+        srv = start(site, quiet=True, isolation_headers=isolation_headers)
+        try:
+            _, headers, _ = get(srv, "/")
+            names = {name.lower() for name in headers}
+            assert headers["X-Test"] == "all"
+            assert ({"cross-origin-opener-policy", "cross-origin-embedder-policy"} <= names) == sent
+            assert bool(names & {"cross-origin-opener-policy", "cross-origin-embedder-policy"}) == sent
+        finally:
+            srv.shutdown()
+            srv.server_close()
+    (site / "model").mkdir()
+    (site / "model" / "manifest.json").write_text("{}")  # a built site, as far as `webbuild serve` checks
+    res = CliRunner().invoke(main, ["serve", str(site), "--coop-coep", "--no-isolation-headers"])
+    assert res.exit_code == 2 and "--coop-coep and --no-isolation-headers contradict each other" in res.output
+
+
 def test_base_path(site):
     srv = start(site, quiet=True, base_path="/repo/")
     try:

@@ -374,7 +374,10 @@ def fuse(src: Path, output: Path, report: Path | None, no_quantize: bool, strict
               help="Serve the site under this path, like model.yaml's site.base_path.")
 @click.option("--coop-coep", is_flag=True,
               help="Send COOP/COEP (cross-origin isolation: wasm threads) even where _headers does not.")
-def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
+@click.option("--no-isolation-headers", "isolation_headers", is_flag=True, flag_value=False, default=True,
+              help="Send no COOP/COEP, not even _headers' (as GitHub Pages serves a site): the site's isolation "
+                   "service worker's case.")
+def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool, isolation_headers: bool):
     """Preview a built site on http://127.0.0.1:PORT/ (loopback only unless --host says otherwise).
 
     Only files inside DIR are served (no `..` or symlink escapes); the site's `_headers` file
@@ -384,10 +387,11 @@ def serve(dir: Path, port: int, host: str, base_path: str, coop_coep: bool):
     Example:
       webbuild serve dist
       webbuild serve dist --base-path /my-repo/ --port 8080
+      webbuild serve dist --no-isolation-headers   # as GitHub Pages: the service worker isolates the page
     """
     from webbuild.tools.serve import serve_forever
 
-    serve_forever(dir, host, port, base_path=base_path, coop_coep=coop_coep)
+    serve_forever(dir, host, port, base_path=base_path, coop_coep=coop_coep, isolation_headers=isolation_headers)
 
 
 class DecodeFloor(click.ParamType):
@@ -528,10 +532,13 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
               help="Switch the site's LoRA adapter NAME on before the clips and the synthetic decode (node: on, off, "
                    "then on again, each switch's WebGPU calls counted; browser: the page's picker); default: the "
                    "base model.")
+@click.option("--threads", type=click.IntRange(1, 64),
+              help="The wasm EP's threads (browser only: the page's ?threads=; Node runs 1); default: the page's "
+                   "rule for this machine's processors (runtime/site.js wasmThreads).")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
 def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
           max_new_tokens: int | None, swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool,
-          adapter: str | None, report: Path | None):
+          adapter: str | None, threads: int | None, report: Path | None):
     """Measure load time, encoder time, TTFT, prefill and decode speed of a built site's runtime.
 
     Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
@@ -548,14 +555,18 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
       webbuild bench dist --ep webgpu --swiftshader --decode-tokens 16
       webbuild bench dist --ep webgpu --adapter klatt   # per-token counts with the adapter on
       webbuild bench examples/tiny-asr/model --ep wasm
+      webbuild bench dist --runtime browser --ep wasm --threads 4
     """
     from webbuild.tools.bench import run_node, table
 
     if runtime == "browser":
         from webbuild.tools.bench.page_bench import run_browser
 
-        result = run_browser(dir, ep, repeat, max_clips, decode_tokens, adapter=adapter)
+        result = run_browser(dir, ep, repeat, max_clips, decode_tokens, adapter=adapter, threads=threads)
     else:
+        if threads is not None:
+            raise BenchError("--threads is for --runtime browser: under Node onnxruntime-web runs 1 thread "
+                             "(its threaded glue does not load from file: URLs)")
         config = dict(entry.split("=", 1) for entry in session_config if "=" in entry)
         if len(config) != len(session_config):
             raise BenchError(f"--session-config wants KEY=VALUE, got "

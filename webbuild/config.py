@@ -140,6 +140,11 @@ class Site(_Strict):
     samples: list[Sample] = Field(default_factory=list,
                                   description="sample clips on the page, checked by the build (token agreement "
                                               "with the source) and by `webbuild verify`")
+    isolation_worker: bool = Field(True, description="ship a service worker of the site's own (isolation-sw.js) "
+                                                     "that makes the page cross-origin isolated where the host "
+                                                     "sends no COOP/COEP headers (GitHub Pages), so that the wasm "
+                                                     "EP runs threads; the first visit reloads once. Off: such "
+                                                     "hosts run 1 thread")
     static: Path | None = Field(None, description="folder of files copied into the site as they are, relative "
                                                   "to model.yaml: what a host reads beside the site (CNAME, "
                                                   ".nojekyll, _redirects, robots.txt); a file the build writes "

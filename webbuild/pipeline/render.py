@@ -1,6 +1,7 @@
 """Render stage: webbuild/template/ -> dist/ (pages, app, worker, runtime, ORT glue, samples, samples.json, _headers).
 
-Files named ``*.j2`` are Jinja2 templates and lose the suffix; everything else is copied as is.
+Files named ``*.j2`` are Jinja2 templates and lose the suffix; everything else is copied as is (the isolation
+service worker only where ``site.isolation_worker`` is on).
 Every URL inside the site is relative, so one build works at any path; ``site.base_path`` is used
 where hosts need absolute paths (``_headers``).
 """
@@ -17,7 +18,7 @@ import jinja2
 from webbuild.config import BuildConfig
 from webbuild.errors import BuildError
 from webbuild.pipeline.build_report import REPORT_NAME
-from webbuild.site.contract import ORT_DIR, ORT_MODULES, SAMPLES_FILE
+from webbuild.site.contract import ISOLATION_WORKER, ORT_DIR, ORT_MODULES, SAMPLES_FILE
 from webbuild.site.ort_files import OrtFilesError, ort_dir
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "template"
@@ -39,9 +40,10 @@ def render_site(cfg: BuildConfig, dist: Path, runtime: dict) -> list[str]:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATE_DIR), autoescape=True,
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     context = site_context(cfg, runtime)
+    skip = SKIP if cfg.site.isolation_worker else SKIP | {ISOLATION_WORKER}
     for src in sorted(TEMPLATE_DIR.rglob("*")):
         rel = src.relative_to(TEMPLATE_DIR)
-        if src.is_dir() or SKIP & set(rel.parts):
+        if src.is_dir() or skip & set(rel.parts):
             continue
         dest = dist / rel
         dest.parent.mkdir(parents=True, exist_ok=True)
@@ -80,6 +82,7 @@ def site_context(cfg: BuildConfig, runtime: dict) -> dict:
     return {
         "title": cfg.title, "name": cfg.name, "base_path": cfg.site.base_path, "theme": cfg.site.theme,
         "variants": runtime.get("variants", []),
+        "isolation_worker": ISOLATION_WORKER if cfg.site.isolation_worker else "",  # index.html's meta names it
     }
 
 

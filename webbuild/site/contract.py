@@ -17,6 +17,9 @@ from webbuild.adapters import DOWN_GROUPS
 RUNTIME_FILE = "runtime.json"  # a logical file of the model manifest: the constants the runtime needs
 TOKENS_FILE = "tokens.bin"  # the decode table (webbuild.pipeline.assemble.token_table)
 SAMPLES_FILE = "samples.json"  # beside index.html: the sample clips, their texts and verify's WER bound
+# beside index.html (model.yaml site.isolation_worker): the service worker that adds the COOP/COEP headers where the
+# host sends none; index.html names it for app/isolation.js
+ISOLATION_WORKER = "isolation-sw.js"
 # the id of the page's LoRA adapter picker (a <select>: each adapter's name, '' for the base model), which
 # `webbuild verify` drives; window.webbuild.lora is the adapter on (null: the base model)
 LORA_PICKER = "lora"

@@ -7,6 +7,7 @@ import { MicRecorder, SAMPLE_RATE, decodeToMono16k } from './app/audio.js';
 import { LiveView, MicFrames, intervalNote } from './app/live.js';
 import { BASE_INTERVAL_MS } from './runtime/live.js';
 import { renderLiveMetrics, renderMetrics, renderInfo } from './app/metrics.js';
+import { isolatePage } from './app/isolation.js';
 import { cues, download, transcriptFile } from './app/transcript.js';
 import { FROM_WORKER, KEEP_AUDIO, LIVE_BUTTON, LORA_PICKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
 
@@ -41,6 +42,7 @@ const params = new URLSearchParams(location.search);
 const state = { status: 'loading', cached: false, info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [],
   lora: null, doneLora: null, live: null, texts: [], chunks: [], clip: null, stages: [] };
 /** @type {Window & {webbuild?: typeof state}} */ (window).webbuild = state;
+await isolatePage(); // cross-origin isolation (wasm threads) first: the first visit may reload for it
 const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
 /** @type {{id: number, resolve: (msg: DoneMessage) => void, reject: (e: Error) => void} | null} */
 let pending = null; // the transcription in flight
@@ -98,7 +100,9 @@ wireInputs();
 // Asks the worker for the model: at the start, and again from the Retry button after a failed load.
 function loadModel() {
   // ?capture=0: every decode step plain, without graph capture (runtime/capture.js)
-  worker.postMessage({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep'), graphCapture: params.get('capture') !== '0',
+  // ?threads=N: the wasm EP's threads (the bench's --threads), else runtime/site.js wasmThreads' rule
+  worker.postMessage({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep'),
+    threads: Number(params.get('threads')) || undefined, graphCapture: params.get('capture') !== '0',
     warmShapes: params.get('warm') === 'shapes' });
   setStatus('Loading the model…');
 }

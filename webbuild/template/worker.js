@@ -50,9 +50,10 @@ async function handle(data) {
 }
 
 /** @param {import('./runtime/contract.js').LoadMessage} msg */
-async function load({ manifestUrl, forceEp, graphCapture, warmShapes }) {
+async function load({ manifestUrl, forceEp, graphCapture, warmShapes, threads }) {
   site = await loadSite(manifestUrl, {
     forceEp,
+    threads,
     graphCapture,
     warmShapes,
     onManifest: (manifest) => { modelId = manifest.model_id; },
@@ -66,7 +67,8 @@ async function load({ manifestUrl, forceEp, graphCapture, warmShapes }) {
       ep, variant: site.variant, notice: site.notice,
       // description: probe.js sets it wherever there is an adapter, as on webgpu; numThreads: site.js sets it
       gpu: ep === 'webgpu' ? /** @type {string} */ (gpu.description) : 'none (WebAssembly on the CPU)',
-      shaderF16: Boolean(gpu.shaderF16), threads: /** @type {number} */ (site.ort.env.wasm.numThreads), kvCache: site.recogniser.kvLocation, decode: site.recogniser.decodeMode,
+      shaderF16: Boolean(gpu.shaderF16), threads: /** @type {number} */ (site.ort.env.wasm.numThreads), threadsWhy: site.threadsWhy,
+      kvCache: site.recogniser.kvLocation, decode: site.recogniser.decodeMode,
       // tokens per prefill run (0: the whole prompt) and what the warm-up's check of long runs measured
       prefillRuns: { limit: site.recogniser.prefillRunLimit, check: site.recogniser.longRunsCheck },
       modelBytes: site.modelBytes, load: site.load,

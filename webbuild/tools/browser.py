@@ -136,10 +136,21 @@ def wait_for(page, predicate: str, timeout_s: float):
     # polled from Python: Playwright's wait_for_function evaluates strings, which the CSP forbids
     end = time.monotonic() + timeout_s
     while time.monotonic() < end:
-        if page.evaluate(predicate):
+        if evaluate_settled(page, predicate):
             return
         time.sleep(0.25)
     raise TimeoutError(f"{predicate} not true after {timeout_s} s; state {page.evaluate('() => window.webbuild')}")
+
+
+def evaluate_settled(page, expression: str):
+    """page.evaluate, None while the page is navigating: a site served without COOP/COEP headers reloads its first
+    visit once, under its isolation service worker (app/isolation.js)."""
+    try:
+        return page.evaluate(expression)
+    except Exception as exc:  # playwright's Error; the driver is an optional extra, not imported here
+        if "Execution context was destroyed" in str(exc):
+            return None
+        raise
 
 
 def open_page(page, url: str, timeout_s: float = 400):

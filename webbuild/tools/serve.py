@@ -5,7 +5,8 @@
 - MIME types the browser insists on (`application/wasm`, `text/javascript` for .mjs).
 - The site's `_headers` file (Netlify / Cloudflare Pages format) is applied, so the preview sends
   what those hosts send (CSP, caching); `coop_coep` adds cross-origin isolation (wasm threads)
-  for sites whose `_headers` lacks it.
+  for sites whose `_headers` lacks it, and `isolation_headers=False` takes COOP/COEP out of every
+  response, as GitHub Pages serves a site (no headers of the site's own: its isolation service worker's case).
 - Loopback by default; `base_path` mounts the site under a sub-path, as on a project page.
 - Single byte ranges (`Range: bytes=N-`), which the shard loader uses to resume a dropped download.
 """
@@ -34,6 +35,7 @@ MIME = {
     ".onnx": "application/octet-stream", ".bin": "application/octet-stream", ".map": "application/json",
 }
 ISOLATION = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
+ISOLATION_NAMES = {name.lower() for name in ISOLATION}
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 SITE_FILES = ("index.html", "model/manifest.json")  # what every built site has
 _BLOCK = 1 << 20
@@ -85,7 +87,7 @@ class SiteServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, root: Path, host: str, port: int, base_path: str = "/", coop_coep: bool = False,
-                 quiet: bool = False):
+                 quiet: bool = False, isolation_headers: bool = True):
         if not Path(root).exists():
             raise ServeError(f"{root} does not exist; build the site first (webbuild model.yaml)")
         if not Path(root).is_dir():
@@ -93,7 +95,10 @@ class SiteServer(ThreadingHTTPServer):
         self.root = Path(root).resolve(strict=True)
         if not (base_path.startswith("/") and base_path.endswith("/")):
             raise ServeError(f"base path must start and end with '/', got {base_path!r}")
+        if coop_coep and not isolation_headers:
+            raise ServeError("--coop-coep and --no-isolation-headers contradict each other: pick one")
         self.base_path, self.coop_coep, self.quiet = base_path, coop_coep, quiet
+        self.isolation_headers = isolation_headers
         headers_file = self.root / "_headers"
         self.rules = parse_headers_file(headers_file.read_text()) if headers_file.is_file() else []
         self.log: list[str] = []  # request paths, for tests
@@ -171,6 +176,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def _site_headers(self, url_path: str) -> dict[str, str]:
         headers = {"Cache-Control": "no-cache"} | headers_for(self.server.rules, url_path)
+        if not self.server.isolation_headers:
+            return {k: v for k, v in headers.items() if k.lower() not in ISOLATION_NAMES}
         return headers | ISOLATION if self.server.coop_coep else headers
 
     def _copy(self, file: Path, start: int, end: int) -> None:

@@ -1,5 +1,7 @@
 // Formats the worker's numbers into the metrics panel.
 
+import { isolation } from './isolation.js';
+
 const $ = (/** @type {string} */ id) => /** @type {HTMLElement} */ (document.getElementById(id));
 /**
  * worker.js summarise()'s per-transcription metrics, as far as the panel shows them.
@@ -17,10 +19,20 @@ export function renderInfo(info) {
   const l = info.load;
   // the processor the model runs on (a LoRA adapter is a model add-on: the picker's, not this)
   $('m-gpu').textContent = info.ep === 'webgpu' ? `the GPU: ${info.gpu}` : 'the CPU (no GPU used)';
-  $('m-runtime').textContent = `${info.ep === 'webgpu' ? 'WebGPU' : `WebAssembly, ${info.threads} thread${info.threads === 1 ? '' : 's'}`} · ${info.variant} · model ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
+  $('m-runtime').textContent = `${info.ep === 'webgpu' ? 'WebGPU' : `WebAssembly, ${threadsNote(info)}`} · ${info.variant} · model ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
   // download and sessions overlap: each session is made once its files are in
   $('m-load').textContent = `${ms(l.total_ms)} (download ${ms(l.download_ms)}, sha256 ${ms(l.hash_ms ?? 0)}, ` +
     `sessions ${ms(l.session_ms)}, warm-up ${ms(l.warmup_ms)})`;
+}
+
+// The wasm EP's threads and why that many: "2 threads (2 logical processors; cross-origin isolated: by the site's
+// service worker)", "1 thread (not cross-origin isolated: the host sends no COOP/COEP headers and ...)".
+/** @param {import('../runtime/contract.js').ReadyInfo} info */
+function threadsNote(info) {
+  const count = `${info.threads} thread${info.threads === 1 ? '' : 's'}`;
+  // the worker sees only that it is not isolated; the page knows why (app/isolation.js)
+  if (!isolation.isolated) return `${count} (${isolation.note || info.threadsWhy})`;
+  return `${count} (${info.threadsWhy}; ${isolation.note})`;
 }
 
 /** @param {Metrics} m */

@@ -38,9 +38,10 @@ export function kvNames(io, layers) {
 // ---------------------------------------------------------------- page -> worker
 
 /**
- * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, graphCapture?: boolean,
+ * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, threads?: number, graphCapture?: boolean,
  *   warmShapes?: boolean}} LoadMessage
- *   Load the model once (forceEp: the page's ?ep=). 'wasm' runs the CPU variant whatever the device offers;
+ *   Load the model once (forceEp: the page's ?ep=; threads: its ?threads=, the wasm EP's threads, else site.js
+ *   wasmThreads' rule). 'wasm' runs the CPU variant whatever the device offers;
  *   'webgpu' takes WebGPU even on a software GPU (SwiftShader), where the page otherwise takes wasm.
  *   graphCapture false decodes every step plainly (the page's ?capture=0); warmShapes true warms every shape class
  *   even on a software GPU (the page's ?warm=shapes; runtime/asr.js warmUp).
@@ -80,12 +81,14 @@ export const TO_WORKER = Object.freeze({
  * @typedef {{type: 'warning', message: string}} WarningMessage
  *   Loading goes on: a shard re-downloaded after a failed check, no cache, a retry.
  * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, gpu: string,
- *   shaderF16: boolean, threads: number, kvCache: string, decode: string, modelBytes: number,
+ *   shaderF16: boolean, threads: number, threadsWhy: string, kvCache: string, decode: string, modelBytes: number,
  *   prefillRuns: {limit: number, check: {tokens: number, limit: number, relative_diff: number, agree: boolean} | null},
  *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null,
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
  *     total_ms: number, encoder_warmup_ms: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
+ *   threads: the wasm EP's (onnxruntime's numThreads once loaded), threadsWhy: site.js wasmThreads' why (the page adds
+ *   whether and how it is cross-origin isolated: app/isolation.js);
  *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu';
  *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)';
  *   prefillRuns: the prompt's tokens per prefill run (0: all in one run) and the warm-up's check of one long run

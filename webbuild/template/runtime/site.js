@@ -39,11 +39,12 @@ import { loraShapes } from './lora.js';
 
 // Options: forceEp ('wasm': the CPU variant whatever the device offers; 'webgpu': WebGPU even on a
 // software GPU; else WebGPU on a hardware GPU, wasm otherwise); variant (instead of the
-// choice for this device); threads (wasm threads; by default up to 4 where the page is cross-origin
-// isolated, else 1); fallback (to wasm when a WebGPU session fails; default true); onManifest(manifest);
+// choice for this device); threads (wasm threads; by default wasmThreads' rule where the page is
+// cross-origin isolated, else 1); fallback (to wasm when a WebGPU session fails; default true); onManifest(manifest);
 // onProgress and onWarning as loader.js calls them, onProgress also with phases 'session' and 'warmup'.
 // gpu in the result: probe.js probeWebGPU()'s.
-// Returns {ort, manifest, runtime, gpu, ep, variant, notice, recogniser, modelBytes, load: {*_ms}, loading, cached}
+// Returns {ort, manifest, runtime, gpu, ep, variant, notice, recogniser, modelBytes, load: {*_ms}, loading, cached,
+// threadsWhy} (threadsWhy: why the wasm EP runs the threads it does, wasmThreads' why)
 // (cached: settles once the model's cache writes are made, after the load's end)
 // (loading: the loader's options and cache store, for the adapters' files: lora.js switchLora).
 /**
@@ -56,6 +57,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   const { manifest, runtime } = site;
   const gpu = await probeWebGPU();
   const pick = chooseVariant(manifest, gpu, opts.forceEp, Object.keys(runtime.variants));
+  const threads = wasmThreads(opts.threads);
   const variant = opts.variant ?? pick.variant;
   if (pick.ep === 'wasm') refuseUnfit(manifest, variant);
   const shared = [runtime.files.tokens, runtime.files.ort_wasm];
@@ -79,7 +81,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   let made;
   let tSession0 = 0;
   try {
-    configureOrt(ort, await load.ready(runtime.files.ort_wasm), opts.threads ?? defaultThreads());
+    configureOrt(ort, await load.ready(runtime.files.ort_wasm), threads.count);
     tSession0 = performance.now();
     made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, load, gpu,
       graphCapture: opts.graphCapture ?? true, warmShapes: shapes }, opts.fallback ?? true);
@@ -95,6 +97,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   return {
     ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu, loading: site.loading,
     warmShapes: shapes, // whether the warm-up warmed every shape class (a later warm-up does as this one)
+    threadsWhy: threads.why,
     cached: load.done.then(() => {}, () => {}),
     modelBytes: manifest.variants[made.variant].files.reduce((n, f) => n + manifest.files[f].size, 0),
     // milestones from the start (download_ms, verified_ms, total_ms) and the parts' own times (hash_ms: the
@@ -179,9 +182,28 @@ export function variantGraphs(entry, roles, manifest = null) {
   return graphs;
 }
 
-function defaultThreads() {
-  // Threads need SharedArrayBuffer, which needs a cross-origin isolated page (COOP/COEP headers).
-  return globalThis.crossOriginIsolated ? Math.min(4, globalThis.navigator?.hardwareConcurrency || 1) : 1;
+// The wasm EP's threads, {count, why}: `requested` (the page's ?threads=, the bench's --threads) as asked, else
+// threadsFor() this device's logical processors. Threads need SharedArrayBuffer, which a browser gives only a
+// cross-origin isolated page (COOP/COEP headers, sent by the host or added by the site's service worker,
+// isolation-sw.js): elsewhere 1. Node has no `crossOriginIsolated` at all and takes what is asked.
+/** @param {number} [requested] */
+export function wasmThreads(requested) {
+  if (globalThis.crossOriginIsolated === false) return { count: 1, why: 'not cross-origin isolated' };
+  if (requested) return { count: requested, why: 'as asked' };
+  const cores = globalThis.navigator?.hardwareConcurrency || 1;
+  return { count: threadsFor(cores), why: `${cores} logical processor${cores === 1 ? '' : 's'}` };
+}
+
+// onnxruntime's own guidance: native onnxruntime's intra-op pool defaults to the physical cores, and
+// onnxruntime-web's default, min(4, ceil(n / 2)), halves the logical processors for the same reason (SMT
+// siblings share a core's SIMD units; a phone's little cores hold back the pool, which splits work evenly).
+// Two differences here: the model runs in its own worker, so the page's thread does not compete and 2
+// processors run 2 threads (measured on a 2-core box: BENCHMARKS.md, "wasm threads"); and the cap is 8, not 4
+// (decode is memory-bound; sokuji's 0.6b page runs 8). To be confirmed by the 16-core sweep of 1, 2, 4, 8 and
+// 16 threads (BENCHMARKS.md gives the command), which may move the cap.
+/** @param {number} cores navigator.hardwareConcurrency */
+export function threadsFor(cores) {
+  return Math.max(1, Math.min(cores, Math.max(2, Math.min(8, Math.ceil(cores / 2)))));
 }
 
 /**

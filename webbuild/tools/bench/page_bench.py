@@ -27,8 +27,11 @@ log = logging.getLogger(__name__)
 
 
 def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | None = None,
-                decode_tokens: int = 128, timeout_s: float = 900, adapter: str | None = None) -> dict:
-    """adapter: the site's LoRA adapter picked in the page before the clips and the synthetic decode."""
+                decode_tokens: int = 128, timeout_s: float = 900, adapter: str | None = None,
+                threads: int | None = None) -> dict:
+    """adapter: the site's LoRA adapter picked in the page before the clips and the synthetic decode; threads: the
+    wasm EP's (the page's ?threads=; None: the page's own rule). The server sends the site's _headers, COOP/COEP
+    among them: the page is cross-origin isolated, and the threads asked for run."""
     require_extra("verify", "webbuild bench --runtime browser", "playwright")  # not in `make site`'s install
     from playwright.sync_api import sync_playwright
 
@@ -45,7 +48,9 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
                 log.info(f"loading the page in {choice.describe()}")
                 # every shape class warmed, on a software GPU too (as the Node bench's warmShapes): the counts per
                 # token are then the steady decode's, on the prefill runs a hardware GPU's warm-up chooses
-                br.open_page(page, url + "?warm=shapes" + (f"&ep={ep}" if ep != "auto" else ""), timeout_s)
+                query = "?warm=shapes" + (f"&ep={ep}" if ep != "auto" else "")
+                query += f"&threads={threads}" if threads else ""
+                br.open_page(page, url + query, timeout_s)
                 state = page.evaluate("() => window.webbuild")
                 if state["status"] == "error":
                     raise BenchError(f"the site failed to load: {state['error']}")
@@ -122,7 +127,8 @@ def report(info: dict, clips: list[dict], browser: str, synth: dict | None = Non
     prefill = med("prefill_tokens_per_s")
     return {
         "bench": "webbuild-browser", "browser": browser, "host": platform.node(), "ep": info["ep"],
-        "variant": info["variant"], "threads": info.get("threads"), "kv_cache": info.get("kvCache"),
+        "variant": info["variant"], "threads": info.get("threads"), "threads_why": info.get("threadsWhy"),
+        "kv_cache": info.get("kvCache"),
         "decode": info.get("decode"),
         "gpu": info.get("gpu"), "shader_f16": info.get("shaderF16", False),
         "model_bytes": info.get("modelBytes"), "load": info["load"], "clips": clips,
