@@ -197,10 +197,11 @@ export function wasmThreads(requested) {
 // onnxruntime's own guidance: native onnxruntime's intra-op pool defaults to the physical cores, and
 // onnxruntime-web's default, min(4, ceil(n / 2)), halves the logical processors for the same reason (SMT
 // siblings share a core's SIMD units; a phone's little cores hold back the pool, which splits work evenly).
-// Two differences here: the model runs in its own worker, so the page's thread does not compete and 2
-// processors run 2 threads (measured on a 2-core box: BENCHMARKS.md, "wasm threads"); and the cap is 8, not 4
-// (decode is memory-bound; sokuji's 0.6b page runs 8). To be confirmed by the 16-core sweep of 1, 2, 4, 8 and
-// 16 threads (BENCHMARKS.md gives the command), which may move the cap.
+// Two differences here: the model runs in its own worker, so the page's thread does not compete, and 2
+// logical processors (a 2-core machine: SMT ones report 4 or more) run 2 threads; and the cap is 8, not 4
+// (sokuji's 0.6b page runs 8). The tiny example is too small to gain from threads (BENCHMARKS.md, "wasm
+// threads"): the rule is for the 0.6b's matmuls, and is to be confirmed by the 16-core sweep of 1, 2, 4, 8
+// and 16 threads (BENCHMARKS.md gives the command), which may move the floor and the cap.
 /** @param {number} cores navigator.hardwareConcurrency */
 export function threadsFor(cores) {
   return Math.max(1, Math.min(cores, Math.max(2, Math.min(8, Math.ceil(cores / 2)))));
