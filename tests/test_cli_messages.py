@@ -190,3 +190,29 @@ def test_output_that_is_not_an_earlier_build_is_left_alone(tmp_path):
 def test_a_float_option_that_is_no_finite_number_is_one_line(option, value, tmp_path):
     run = webbuild("transcribe", tmp_path, tmp_path / "a.wav", option, value)
     assert run.returncode == 2 and f"Invalid value for '{option}': " in run.stderr and "Traceback" not in run.stderr
+
+
+def test_a_variant_the_model_lacks_is_one_line_naming_those_it_has(example_dist):
+    """`--variant fp8` was accepted and exited 0: on a built site it names the site's variants, on a source
+    export (which has none) it says what --variant is for."""
+    wav = EXAMPLE / "samples" / "sample-1.wav"
+    assert one_error_line(webbuild("transcribe", example_dist, wav, "--variant", "fp8")) == (
+        f"error: {example_dist / 'model'}: no variant 'fp8'; the site has fp16, fp32")
+    assert one_error_line(webbuild("transcribe", EXAMPLE / "model", wav, "--variant", "fp8")) == (
+        f"error: {EXAMPLE / 'model'}: --variant fp8 picks one of a built site's variants, and this is a source "
+        "export, whose graphs have one precision; leave --variant out, or pass a built site's folder")
+
+
+def test_a_folder_given_as_model_yaml_says_what_to_give(example_dist, tmp_path):
+    """`webbuild FOLDER` said "no such file": it names the model.yaml inside, `init` for an export, `serve` for a
+    built site."""
+    assert one_error_line(webbuild(EXAMPLE)) == (
+        f"error: {EXAMPLE} is a folder, not a model.yaml; pass the one inside it: webbuild {EXAMPLE / 'model.yaml'}")
+    assert one_error_line(webbuild(EXAMPLE / "model")) == (
+        f"error: {EXAMPLE / 'model'} is a folder holding an export (layout qwen3-asr-split), not a model.yaml; "
+        f"write one for it with `webbuild init {EXAMPLE / 'model'}`, then build that")
+    assert one_error_line(webbuild(example_dist)) == (
+        f"error: {example_dist} is a built site, not a model.yaml; preview it with `webbuild serve {example_dist}`")
+    assert one_error_line(webbuild(tmp_path)) == (
+        f"error: {tmp_path} is a folder, not a model.yaml; pass the path of a model.yaml (`webbuild init "
+        "EXPORT_FOLDER` writes one)")

@@ -237,7 +237,8 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line: {\"audio\": path, \"text\": ...}.")
 @click.option("--max-new-tokens", type=click.IntRange(1), default=200, show_default=True,
               help="Stop a clip's greedy decoding after this many tokens (end of text stops it sooner).")
-@click.option("--variant", default="fp32", show_default=True, help="Precision variant of a built site (fp32, fp16).")
+@click.option("--variant", help="Precision variant of a built site (fp32, fp16; default fp32): one of its manifest's "
+                                 "variants; a source export has none.")
 @click.option("--lead-ms", type=click.IntRange(0, 1000), default=Encoder.model_fields["lead_ms"].default,
               show_default=True,
               help="Silence put before each clip by the mel front-end of a source export whose encoder takes mel "
@@ -255,8 +256,9 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
               help="Cut the audio as the page's live mode cuts a microphone's frames (runtime.json "
                    "chunking_live: every pause ends a chunk as soon as it is heard); with --json each line "
                    "lists the chunks: start and end (16 kHz samples), tokens and text, the page's final text.")
-def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str, lead_ms: int,
-               adapter: str | None, max_chunk_seconds: float | None, join_seconds: float | None, live: bool):
+def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str | None,
+               lead_ms: int, adapter: str | None, max_chunk_seconds: float | None, join_seconds: float | None,
+               live: bool):
     """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder of any layout (its
     files tell which) or a built site (dist/; its own graphs, reassembled from the shards).
 

@@ -269,7 +269,27 @@ def load_config(path: Path) -> BuildConfig:
     return cfg.model_copy(update={"config_path": path.resolve()})
 
 
+def _a_folder(path: Path) -> str:
+    """What to give instead of folder `path` where a model.yaml is asked for: the one inside it, `webbuild init`
+    for an export, `webbuild serve` for a built site."""
+    yamls = [path / "model.yaml"] if (path / "model.yaml").is_file() else sorted(
+        p for p in path.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    if len(yamls) == 1:
+        return f"{path} is a folder, not a model.yaml; pass the one inside it: webbuild {yamls[0]}"
+    if yamls:
+        return f"{path} is a folder, not a model.yaml; pass one of {', '.join(p.name for p in yamls[:4])} inside it"
+    if (layout := layouts.detect(path)) is not None:
+        return (f"{path} is a folder holding an export (layout {layout.name}), not a model.yaml; write one for it "
+                f"with `webbuild init {path}`, then build that")
+    if (path / "model" / "manifest.json").is_file():
+        return f"{path} is a built site, not a model.yaml; preview it with `webbuild serve {path}`"
+    return (f"{path} is a folder, not a model.yaml; pass the path of a model.yaml (`webbuild init EXPORT_FOLDER` "
+            "writes one)")
+
+
 def _read_yaml(path: Path) -> dict:
+    if path.is_dir():
+        raise ConfigError([_a_folder(path)])
     if not path.is_file():
         raise ConfigError([f"{path}: no such file; pass the path of a model.yaml"])
     try:

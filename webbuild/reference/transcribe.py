@@ -322,14 +322,19 @@ def site_model_dir(path: Path) -> Path | None:
     return None
 
 
-def load_transcriber(model_dir: Path, variant: str = "fp32", lead: int = 0, adapter: str | None = None) -> Transcriber:
-    """A Transcriber for a source export (any layout of webbuild.layouts) or a built site's `variant`, with
-    the site's LoRA `adapter` on (a name of its manifest's `adapters`). `lead`: samples of lead
+def load_transcriber(model_dir: Path, variant: str | None = None, lead: int = 0,
+                     adapter: str | None = None) -> Transcriber:
+    """A Transcriber for a source export (any layout of webbuild.layouts) or a built site's `variant` (None:
+    fp32), with the site's LoRA `adapter` on (a name of its manifest's `adapters`). `lead`: samples of lead
     (webbuild.reference.mel) before the audio where the encoder takes mel (a built site's graphs carry
     their own front-end and ignore it)."""
     model_dir = Path(model_dir)
     if (site := site_model_dir(model_dir)) is not None:
-        return load_site(site, variant, adapter)
+        return load_site(site, variant or "fp32", adapter)
+    if variant is not None:  # once ignored: `--variant fp8` on an export ran its own graphs and exited 0
+        raise SourceError(f"{model_dir}: --variant {variant} picks one of a built site's variants, and this is a "
+                          "source export, whose graphs have one precision; leave --variant out, or pass a built "
+                          "site's folder")
     if adapter is not None:
         raise SourceError(f"{model_dir}: --adapter needs a built site (its manifest lists the adapters the build "
                           "packed); build one with `webbuild model.yaml` and pass its folder")
