@@ -327,10 +327,11 @@ def test_software_webgpu_gets_wasm_with_a_note_unless_ep_webgpu(playwright, site
 
 
 def test_without_webgpu_falls_back_to_wasm(playwright, site, reference):
-    # No COOP/COEP here (as on GitHub Pages): single-threaded wasm must work too.
+    # No COOP/COEP here (as on GitHub Pages), where the site's service worker isolates the page (its threads:
+    # tests/test_wasm_threads.py); ?threads=1: single-threaded wasm must work too.
     srv = served(site)
     srv.rules = [(p, [h for h in hs if not h[0].startswith("Cross-Origin")]) for p, hs in srv.rules]
-    browser, page, log = open_site(playwright, srv, f"?max_new_tokens={NEW_TOKENS}", webgpu=False,
+    browser, page, log = open_site(playwright, srv, f"?max_new_tokens={NEW_TOKENS}&threads=1", webgpu=False,
                                    viewport={"width": 360, "height": 740})
     try:
         state = page.evaluate("() => window.webbuild")
