@@ -2,7 +2,10 @@
 the chosen clip in the audio element, drag-and-drop, copy, the transcript saved as text and as SRT / WebVTT
 subtitles cued by the chunks the reference cuts, Retry after a failed load, the plain notice, the processor
 and the LoRA adapter named apart, each adapter's description from model.yaml, and the loading steps named by
-what they do on the CPU."""
+what they do on the CPU. Long files and failures (issue 47): a long file's chunk progress and Cancel, the segments
+with their start times seeking the player, a failed load that names the model's file and drops its stale retry
+notice, the live rows hidden until live transcription ran, a visit served from the cache said so, a file that cannot
+be decoded taking its player away, and a full storage (a tiny quota) that loads the model all the same."""
 
 from __future__ import annotations
 
@@ -227,6 +230,149 @@ def test_retry_after_a_failed_load(browser, server, example_dist):
         state = page.evaluate("() => window.webbuild")
         assert state["status"] == "ready" and page.evaluate("() => window.loaded") is True, state
         assert page.is_hidden("#retry") and page.is_hidden("#error")
+        page.click("#sample-0")
+        wait_for(page, DONE, 120)
+        assert page.evaluate("() => window.webbuild.error") is None
+    finally:
+        page.context.close()
+
+
+# ---------------------------------------------------------------- long files and failures (issue 47)
+
+# every text the progress line shows, from the next transcription on
+PROGRESS_LOG = """() => { window.progressLog = []; new MutationObserver(() => window.progressLog.push(
+    document.getElementById('progress-text').textContent)).observe(document.getElementById('progress-text'),
+    { childList: true, characterData: true, subtree: true }); }"""
+
+
+def joined_samples(example_dist, path: Path, times: int) -> Path:
+    """The sample clips `times` over with a second of quiet after each: a chunk per clip (the example ends a chunk
+    at every pause)."""
+    quiet = np.zeros(16000, np.float32)
+    clips = [read_wav(p) for p in sorted((example_dist / "samples").glob("*.wav"))] * times
+    write_wav(path, np.concatenate([part for clip in clips for part in (clip, quiet)]))
+    return path
+
+
+def test_a_long_file_shows_its_chunks_and_cancel_keeps_the_text_so_far(page, example_dist, tmp_path):
+    """The progress line says which chunk of how many runs; Cancel stops the worker after its current step, the
+    transcript so far stays (the chunks done as the reference decodes them) and the status says it was cancelled."""
+    long = joined_samples(example_dist, tmp_path / "long.wav", 3)
+    reference = load_transcriber(example_dist)
+    cuts = split_at_quiet(read_wav(long), 16000, reference.policy)
+    page.evaluate(PROGRESS_LOG)
+    page.set_input_files("#file", str(long))
+    wait_for(page, f"() => (window.webbuild.chunk?.index ?? 0) >= 1 || {DONE.removeprefix('() => ')}", 120)
+    page.click("#cancel")
+    wait_for(page, DONE, 120)
+    state = page.evaluate("() => window.webbuild")
+    n = len(state["texts"])
+    assert state["error"] is None and state["cancelled"] is True and 2 <= n < len(cuts), (n, len(cuts))
+    assert state["chunks"] == [list(c) for c in cuts[:n]]
+    texts = [reference.text(d.tokens) for d in reference.decode_file(long)]
+    assert state["texts"][:-1] == texts[:n - 1]  # the last one may be cut short
+    assert state["text"] == " ".join(t for t in state["texts"] if t) and page.inner_text("#transcript").strip()
+    status = page.inner_text("#status")
+    assert status.startswith("Cancelled after ") and "the transcript so far is kept" in status, status
+    log = page.evaluate("() => window.progressLog")
+    assert [f"Chunk {i} of {len(cuts)} (from " in " ".join(log) for i in (1, 2)] == [True, True], log
+    assert page.is_hidden("#cancel") and page.is_hidden("#progress")
+
+
+def test_segments_show_their_start_times_and_seek_the_player(page, two_sentences):
+    page.set_input_files("#file", str(two_sentences))
+    wait_for(page, DONE, 180)
+    state = page.evaluate("() => window.webbuild")
+    assert state["error"] is None and len(state["chunks"]) == 2
+    times = page.eval_on_selector_all("#transcript .segment .time", "ts => ts.map((t) => t.dataset.time)")
+    start = state["chunks"][1][0] / 16000
+    assert times == ["0:00", f"0:{int(start):02d}"], times
+    shown = page.eval_on_selector_all("#transcript .segment .time",
+                                      "ts => ts.map((t) => getComputedStyle(t, '::before').content)")
+    assert shown == [f'"{t}"' for t in times]
+    # the words alone in the text (the times are generated content): a copy of the transcript holds no times
+    assert page.inner_text("#transcript").split("\n") == state["texts"]
+    page.click("#transcript .segment >> nth=1 >> .time")
+    assert abs(page.evaluate("() => document.getElementById('clip').currentTime") - start) < 0.05
+
+
+def test_a_failed_load_names_the_model_file_and_drops_its_stale_retries(browser, server, example_dist):
+    """runtime.json's shard answers 503 every time: the loader retries (the notice says so, naming the model's file),
+    then fails; the error names the model's file and its part and says what to do, the shard's name is only in the
+    console's detail, and no "trying again" notice stays beside it."""
+    page = new_page(browser)
+    log = watch(page)
+    shard = load_manifest(example_dist / "model")["files"][RUNTIME_FILE]["parts"][0]["shard"]
+    page.context.route(f"**/model/{shard}", lambda r: r.fulfill(status=503, body="busy"))
+    try:
+        open_page(page, server.url)
+        state = page.evaluate("() => window.webbuild")
+        assert state["status"] == "error", state
+        error = page.inner_text("#error")
+        assert "the model's runtime.json (part 1 of 1)" in error and "try again" in error, error
+        assert "shards/" not in error and "shards/" not in page.inner_text("body")
+        assert shard in state["errorDetail"] and any(shard in c for c in log["console"]), log["console"]
+        retries = [w for w in state["warnings"] if "trying again" in w]
+        assert retries and all("the model's runtime.json (part 1 of 1)" in w for w in retries), state["warnings"]
+        assert page.is_hidden("#notice"), page.inner_text("#notice")
+    finally:
+        page.context.close()
+
+
+def test_the_live_rows_stay_hidden_until_live_transcription_ran(page):
+    assert page.is_visible("#m-rtf")
+    for row in ("partial", "final", "words"):
+        assert page.is_hidden(f"#m-live-{row}"), row
+
+
+def test_a_visit_served_from_the_cache_says_so(browser, server):
+    """The first visit downloads; the second reads every shard from the browser's cache, and the load metric says
+    that, with no download in it."""
+    context = browser.new_context()
+    hide_webgpu(context)
+    try:
+        loads = []
+        for _ in range(2):
+            page = context.new_page()
+            open_page(page, server.url)
+            wait_for(page, "() => window.webbuild.cached", 60)
+            state = page.evaluate("() => window.webbuild")
+            assert state["status"] == "ready" and state["kept"] is True, state
+            loads.append((state["info"]["load"], page.inner_text("#m-load"), page.inner_text("#m-stored")))
+            page.close()
+        (first, first_text, stored), (second, second_text, _) = loads
+        assert first["network_bytes"] > 0 and first["cache_bytes"] == 0 and "download" in first_text, first_text
+        assert stored.startswith("yes")
+        assert second["network_bytes"] == 0 and second["cache_bytes"] == first["network_bytes"], second
+        assert "from this browser's cache" in second_text and "download" not in second_text, second_text
+    finally:
+        context.close()
+
+
+def test_a_file_that_cannot_be_decoded_takes_its_player_away(page, tmp_path):
+    bad = tmp_path / "not-audio.mp3"
+    bad.write_bytes(b"this is no audio at all " * 100)
+    page.set_input_files("#file", str(bad))
+    wait_for(page, "() => window.webbuild.error", 60)
+    assert "not-audio.mp3" in page.inner_text("#error")
+    assert page.is_hidden("#clip-row") and page.evaluate("() => window.webbuild.clip") is None
+
+
+def test_a_full_storage_still_loads_the_model_and_says_it_is_not_kept(browser, server):
+    """A quota of 1000 bytes for the site (DevTools Storage.overrideQuotaForOrigin): every cache write fails; the
+    model loads from the network and transcribes, and the page says it could not be kept for the next visit."""
+    page = new_page(browser)
+    cdp = page.context.new_cdp_session(page)
+    origin = server.url.split("/", 3)
+    cdp.send("Storage.overrideQuotaForOrigin", {"origin": f"{origin[0]}//{origin[2]}", "quotaSize": 1000})
+    try:
+        open_page(page, server.url)
+        wait_for(page, "() => window.webbuild.cached", 60)
+        state = page.evaluate("() => window.webbuild")
+        assert state["status"] == "ready" and state["kept"] is False, state
+        full = [w for w in state["warnings"] if "could not be kept" in w]
+        assert len(full) == 1 and "storage for the site is full" in full[0], state["warnings"]
+        assert page.inner_text("#m-stored").startswith("no: the next visit downloads it again")
         page.click("#sample-0")
         wait_for(page, DONE, 120)
         assert page.evaluate("() => window.webbuild.error") is None

@@ -270,6 +270,7 @@ def check_metrics(page, state):
     assert abs(m["audio_ms"] - 1200) < 1
     assert m["prompt_tokens"] > 31  # more than one prefill run on WebGPU where the warm-up keeps runs of 31
     load = dict(state["info"]["load"])
+    assert (load.pop("cache_ms"), load.pop("cache_bytes")) == (0, 0)  # a first visit: nothing from the cache
     # a software GPU's page warms no shape classes (no ?warm=shapes), so nothing runs between its sessions
     assert load.pop("encoder_warmup_ms") == 0 and min(load.values()) > 0
     for key in ("gpu", "runtime", "load", "encoder", "ttft", "prefill", "decode", "rtf"):

@@ -322,7 +322,7 @@ describe('cache, resume, stale builds', () => {
     assertSame(await load({ cache: store, onWarning: (w) => warnings.push(w) }), v1);
     assert.equal(puts, 1);
     assert.deepEqual(warnings.map((w) => w.code), ['quota']);
-    assert.match(warnings[0].message, /storage is full.*MiB.*clearCache/);
+    assert.match(warnings[0].message, /storage for the site is full.*MiB.*could not be kept/);
   });
 });
 

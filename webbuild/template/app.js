@@ -8,7 +8,7 @@ import { LiveView, MicFrames, intervalNote } from './app/live.js';
 import { BASE_INTERVAL_MS } from './runtime/live.js';
 import { renderLiveMetrics, renderMetrics, renderInfo } from './app/metrics.js';
 import { isolatePage } from './app/isolation.js';
-import { cues, download, transcriptFile } from './app/transcript.js';
+import { clock, cues, download, showSegments, transcriptFile } from './app/transcript.js';
 import { FROM_WORKER, KEEP_AUDIO, LIVE_BUTTON, LORA_PICKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
 
 /** @typedef {import('./runtime/contract.js').FromWorkerMessage} FromWorkerMessage */
@@ -34,18 +34,24 @@ const params = new URLSearchParams(location.search);
 // clip: the src of the audio element (the chosen clip's object URL), stages: each loading step the page showed
 /**
  * What the page shows, on window.webbuild for tests and scripts (webbuild verify reads it).
- * @type {{status: string, cached: boolean, info: import('./runtime/contract.js').ReadyInfo | null, metrics: object | null, text: string,
- *   tokens: number[][] | null, margins: number[][] | null, error: string | null, warnings: string[],
- *   lora: string | null, doneLora: string | null, progress?: object, live: LiveState | null,
- *   texts: string[], chunks: Array<[number, number]>, clip: string | null, stages: string[]}}
+ * cached: the model's cache writes are over, kept: the model is in the browser's cache then; errorDetail: the last
+ * error as thrown (model files by their shard names); cancelled: the last transcription was stopped by Cancel;
+ * chunk: the transcription's chunk under way ({index, count}); recovered: the model was loaded again after the GPU
+ * device was lost.
+ * @type {{status: string, cached: boolean, kept: boolean | null, info: import('./runtime/contract.js').ReadyInfo | null,
+ *   metrics: object | null, text: string, tokens: number[][] | null, margins: number[][] | null, error: string | null,
+ *   errorDetail: string | null, warnings: string[], lora: string | null, doneLora: string | null, progress?: object,
+ *   live: LiveState | null, texts: string[], chunks: Array<[number, number]>, clip: string | null, stages: string[],
+ *   cancelled: boolean, chunk: {index: number, count: number} | null, recovered: boolean}}
  */
-const state = { status: 'loading', cached: false, info: null, metrics: null, text: '', tokens: null, margins: null, error: null, warnings: [],
-  lora: null, doneLora: null, live: null, texts: [], chunks: [], clip: null, stages: [] };
+const state = { status: 'loading', cached: false, kept: null, info: null, metrics: null, text: '', tokens: null, margins: null,
+  error: null, errorDetail: null, warnings: [], lora: null, doneLora: null, live: null, texts: [], chunks: [], clip: null,
+  stages: [], cancelled: false, chunk: null, recovered: false };
 /** @type {Window & {webbuild?: typeof state}} */ (window).webbuild = state;
 await isolatePage(); // cross-origin isolation (wasm threads) first: the first visit may reload for it
 const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
-/** @type {{id: number, resolve: (msg: DoneMessage) => void, reject: (e: Error) => void} | null} */
-let pending = null; // the transcription in flight
+/** @type {{id: number, resolve: (msg: DoneMessage) => void, reject: (e: Error) => void, seconds: number} | null} */
+let pending = null; // the transcription in flight (seconds: its audio's length)
 /** @type {{id: number, name: string | null} | null} */
 let switching = null; // the adapter switch in flight
 /**
@@ -59,24 +65,35 @@ let nextId = 1;
 worker.onmessage = (/** @type {MessageEvent<FromWorkerMessage>} */ { data }) =>
   /** @type {(msg: FromWorkerMessage) => void} */ (handlers[data.type])?.(data);
 worker.onerror = (/** @type {ErrorEvent} */ e) => fail(`the model worker failed to start (${e.message || 'script error'})`);
-const warn = (/** @type {string} */ message) => { state.warnings.push(message); showNotice(message); };
+/** @type {string | undefined} */
+let noticeCode; // the code of the warning the notice shows ('retry': stale once the load has ended)
+const warn = (/** @type {string} */ message, /** @type {string} */ code = '') => {
+  state.warnings.push(message);
+  showNotice(message);
+  noticeCode = code;
+};
 const samplesShown = showSamples().catch((e) => warn(`the sample clips could not be loaded (${e.message})`));
 /** @type {Handlers} */
 const handlers = {
   [FROM_WORKER.progress]: showProgress,
-  [FROM_WORKER.warning]: (w) => warn(w.message),
+  [FROM_WORKER.warning]: (w) => warn(w.message, w.code),
   [FROM_WORKER.ready]: async ({ info }) => {
     await samplesShown; // their buttons exist before the page says it is ready
     Object.assign(state, { status: 'ready', info });
-    $('progress').hidden = true;
-    $('progress-text').textContent = '';
+    hideProgress();
+    clearRetryNotice();
     setStatus(`Ready: the ${info.variant} model runs on ${info.ep === 'webgpu' ? 'the GPU (WebGPU)' : 'the CPU (WebAssembly)'}.`);
     if (info.notice) showNotice(info.notice);
     renderInfo(info);
     showLoraPicker(info.loraAdapters ?? [], info.loraAbout ?? {});
     setEnabled(true);
   },
-  [FROM_WORKER.cached]: () => { state.cached = true; }, // the model is in the browser's cache (after ready)
+  [FROM_WORKER.cached]: ({ kept }) => { // the cache writes are over (after ready)
+    Object.assign(state, { cached: true, kept });
+    $('m-stored').textContent = kept ? 'yes: the next visit reads it from this browser' : 'no: the next visit downloads it again';
+  },
+  [FROM_WORKER.recovered]: recovered,
+  [FROM_WORKER.chunk]: showChunk,
   [FROM_WORKER.token]: ({ id, text }) => { if (pending?.id === id) showText(text); },
   [FROM_WORKER.done]: (msg) => { if (pending && pending.id === msg.id) pending.resolve(msg); },
   [FROM_WORKER.cacheCleared]: ({ existed }) => setStatus(existed
@@ -86,6 +103,8 @@ const handlers = {
   [FROM_WORKER.liveUpdate]: ({ id, update }) => { if (living?.id === id) showLive(update); },
   [FROM_WORKER.liveDone]: (msg) => { if (living?.id === msg.id) living.done?.(msg); },
   [FROM_WORKER.error]: (msg) => {
+    state.errorDetail = msg.detail ?? null;
+    if (msg.detail && msg.detail !== msg.message) console.warn(`[webbuild] ${msg.detail}`); // the model files' shard names
     if (switching?.id === msg.id && msg.id) loraFailed(msg.message);
     else if (living?.id === msg.id && msg.id) liveFailed(msg.message);
     else if (pending && pending.id === msg.id && msg.id) pending.reject(new Error(msg.message));
@@ -139,6 +158,7 @@ function wireInputs() {
   });
   wireDrop();
   $('retry').addEventListener('click', retryLoad);
+  $('cancel').addEventListener('click', cancel);
   $('copy').addEventListener('click', copyText);
   for (const format of /** @type {Format[]} */ (['txt', 'srt', 'vtt'])) $(`save-${format}`).addEventListener('click', () => save(format));
   $('clear-cache').addEventListener('click', () => worker.postMessage({ type: TO_WORKER.clearCache }));
@@ -262,14 +282,25 @@ async function runSample(sample) {
     if (!res.ok) throw new Error(`could not load ${sample.src} (HTTP ${res.status})`);
     const blob = await res.blob();
     showClip(blob, `Sample “${sample.label}”`);
-    return decodeToMono16k(await blob.arrayBuffer(), sample.src);
+    return decodeClip(blob, sample.src);
   }, true);
 }
 
 /** @param {File} file */
 async function runFile(file) {
   showClip(file, `“${file.name}”`);
-  await run(`“${file.name}”`, async () => decodeToMono16k(await file.arrayBuffer(), file.name));
+  await run(`“${file.name}”`, () => decodeClip(file, file.name));
+}
+
+// The clip shown in the player as 16 kHz PCM; one that cannot be decoded takes its player away (it would play nothing).
+/** @param {Blob} blob @param {string} name */
+async function decodeClip(blob, name) {
+  try {
+    return await decodeToMono16k(await blob.arrayBuffer(), name);
+  } catch (e) {
+    hideClip();
+    throw e;
+  }
 }
 
 // A file dropped on the audio panel is transcribed as a chosen one (while the inputs are enabled).
@@ -299,6 +330,23 @@ function showClip(blob, name) {
   state.clip = audio.src = URL.createObjectURL(blob);
   $('clip-name').textContent = `${name}:`;
   $('clip-row').hidden = false;
+}
+
+function hideClip() {
+  const audio = /** @type {HTMLAudioElement} */ ($('clip'));
+  if (state.clip) URL.revokeObjectURL(state.clip);
+  state.clip = null;
+  audio.removeAttribute('src');
+  audio.load(); // forgets the clip's duration
+  $('clip-row').hidden = true;
+}
+
+// The segments' times seek the player, where the transcribed clip is in it (not after a recording).
+/** @param {number} seconds */
+function seek(seconds) {
+  const audio = /** @type {HTMLAudioElement} */ ($('clip'));
+  audio.currentTime = seconds;
+  audio.play().catch(() => {}); // a browser that refuses to play without a gesture still moves the position
 }
 
 async function copyText() {
@@ -333,7 +381,8 @@ async function run(what, getPcm, keepExpected = false) {
   if (!keepExpected) $('expected').hidden = true;
   clearError();
   setEnabled(false);
-  Object.assign(state, { status: 'transcribing', text: '', metrics: null, tokens: null, margins: null, texts: [], chunks: [] });
+  Object.assign(state, { status: 'transcribing', text: '', metrics: null, tokens: null, margins: null, texts: [], chunks: [],
+    cancelled: false, chunk: null });
   transcriptActions(false);
   showText('');
   setStatus(`Transcribing ${what}…`);
@@ -341,25 +390,65 @@ async function run(what, getPcm, keepExpected = false) {
     const pcm = await getPcm();
     if (!pcm.length) throw new Error('the audio is empty');
     const done = await /** @type {Promise<DoneMessage>} */ (new Promise((resolve, reject) => {
-      pending = { id: nextId++, resolve, reject };
+      pending = { id: nextId++, resolve, reject, seconds: pcm.length / SAMPLE_RATE };
       const maxNewTokens = Number(params.get('max_new_tokens')) || undefined;
       const chunkSeconds = Number(params.get('chunk_seconds')) || undefined; // models trained on short clips
       worker.postMessage({ type: TO_WORKER.transcribe, id: pending.id, pcm, maxNewTokens, chunkSeconds }, [pcm.buffer]);
+      Object.assign($('cancel'), { hidden: false, disabled: false });
     }));
     Object.assign(state, { status: 'done', text: done.text, tokens: done.tokens, margins: done.margins, metrics: done.metrics,
-      doneLora: done.lora, texts: done.texts, chunks: done.chunks });
+      doneLora: done.lora, texts: done.texts, chunks: done.chunks, cancelled: done.cancelled });
     showText(done.text || '(no speech recognised)');
+    if (done.text) showSegments($('transcript'), cues(done.texts, done.chunks, SAMPLE_RATE), $('clip-row').hidden ? null : seek);
     transcriptActions(Boolean(done.text));
     renderMetrics(done.metrics);
-    setStatus(`Done: ${(done.metrics.audio_ms / 1000).toFixed(1)} s of audio in ${(done.metrics.total_ms / 1000).toFixed(2)} s.`);
+    const seconds = (done.metrics.audio_ms / 1000).toFixed(1);
+    setStatus(done.cancelled
+      ? `Cancelled after ${seconds} s of the audio's ${pending?.seconds.toFixed(1)} s (chunk ${done.chunks.length} of ` +
+        `${done.audioChunks}, perhaps cut short); the transcript so far is kept.`
+      : `Done: ${seconds} s of audio in ${(done.metrics.total_ms / 1000).toFixed(2)} s.`);
   } catch (e) {
     state.status = 'ready';
     showError(e.message);
     setStatus('Ready.');
   } finally {
     pending = null;
+    $('cancel').hidden = true;
+    hideProgress();
     setEnabled(true);
   }
+}
+
+// Cancel: the worker stops after the current chunk's decode step and answers with the transcript so far.
+function cancel() {
+  if (!pending) return;
+  worker.postMessage({ type: TO_WORKER.cancel, id: pending.id });
+  /** @type {HTMLButtonElement} */ ($('cancel')).disabled = true;
+  setStatus('Cancelling: the transcription stops once its current chunk or step is done…');
+}
+
+// A long file's progress: the chunk under way of how many, and where it starts in the audio.
+/** @param {import('./runtime/contract.js').ChunkMessage} msg */
+function showChunk({ id, index, count, start }) {
+  if (pending?.id !== id) return;
+  state.chunk = { index, count };
+  const bar = /** @type {HTMLProgressElement} */ ($('progress'));
+  Object.assign(bar, { hidden: false, max: count, value: index });
+  const at = `${clock(start / SAMPLE_RATE)} of ${clock(pending.seconds)}`;
+  $('progress-text').textContent = `Chunk ${index + 1} of ${count} (from ${at} of the audio)`;
+  if (!(/** @type {HTMLButtonElement} */ ($('cancel')).disabled)) setStatus(`Transcribing chunk ${index + 1} of ${count}…`);
+}
+
+// The model loaded again after the GPU device was lost (the 'device-lost' warning said so): now on the CPU.
+/** @param {import('./runtime/contract.js').RecoveredMessage} msg */
+function recovered({ info }) {
+  Object.assign(state, { info, recovered: true });
+  renderInfo(info);
+  warn(`The GPU stopped working, so the model was loaded again and now runs on the CPU (WebAssembly), which is slower.${
+    pending ? ' The transcription goes on from the chunk it was in; the text before it is kept.' : ''}`, 'device-lost');
+  if (pending) return; // its chunk messages say where it is
+  hideProgress();
+  setStatus(`Ready: the ${info.variant} model runs on the CPU (WebAssembly).`);
 }
 
 // Loading in its three steps, each named by what it does on the chosen processor (ProgressMessage.ep); the bar
@@ -384,6 +473,7 @@ function progressLabel(e) {
 function showProgress(e) {
   const bar = /** @type {HTMLProgressElement} */ ($('progress'));
   bar.hidden = false;
+  bar.max = 1;
   const label = progressLabel(e);
   state.progress = e;
   if (state.stages.at(-1) !== label) state.stages.push(label);
@@ -436,8 +526,7 @@ function loraSet({ id, name }) {
   state.lora = name;
   if (state.info) state.info.lora = name;
   Object.assign($(LORA_PICKER), { value: name ?? '', disabled: false });
-  $('progress').hidden = true;
-  $('progress-text').textContent = '';
+  hideProgress();
   setStatus(name ? `Adapter “${name}” on: the next transcription uses it.` : 'No adapter: the next transcription uses the base model.');
 }
 
@@ -469,12 +558,21 @@ function showNotice(text) { $('notice').hidden = false; $('notice').textContent 
 /** @param {string} text */
 function showError(text) { state.error = text; $('error').hidden = false; $('error').textContent = `Error: ${text}`; }
 function clearError() { state.error = null; $('error').hidden = true; }
+// A retry's notice ("trying again (2 of 5)") is stale once the load has ended, failed or not.
+function clearRetryNotice() {
+  if (noticeCode === 'retry') $('notice').hidden = true;
+}
+function hideProgress() {
+  $('progress').hidden = true;
+  $('progress-text').textContent = '';
+}
 /** @param {string} message */
 function fail(message) {
   Object.assign(state, { status: 'error', error: message });
   showError(message);
+  clearRetryNotice();
   setStatus('The model could not be loaded.');
-  $('progress').hidden = true;
+  hideProgress();
   $('retry').hidden = false;
 }
 const mib = (/** @type {number} */ n) => (n / 2 ** 20).toFixed(1);

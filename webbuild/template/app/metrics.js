@@ -21,9 +21,19 @@ export function renderInfo(info) {
   $('m-gpu').textContent = info.ep === 'webgpu' ? `the GPU: ${info.gpu}` : 'the CPU (no GPU used)';
   $('m-runtime').textContent = `${info.ep === 'webgpu' ? 'WebGPU' : `WebAssembly, ${threadsNote(info)}`} · ${info.variant} · model ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
   // download and sessions overlap: each session is made once its files are in
-  $('m-load').textContent = `${ms(l.total_ms)} (download ${ms(l.download_ms)}, sha256 ${ms(l.hash_ms ?? 0)}, ` +
+  $('m-load').textContent = `${ms(l.total_ms)} (${fetched(l)}, sha256 ${ms(l.hash_ms ?? 0)}, ` +
     `sessions ${ms(l.session_ms)}, warm-up ${ms(l.warmup_ms)})`;
 }
+
+// Where the model's bytes came from: the network, the browser's cache (read before any download), or both.
+/** @param {import('../runtime/contract.js').ReadyInfo['load']} l */
+function fetched(l) {
+  if (!l.cache_bytes) return `download ${ms(l.download_ms)}`;
+  const read = `${mib(l.cache_bytes)} MiB read in ${ms(l.cache_ms)}`;
+  if (!l.network_bytes) return `from this browser's cache, ${read}`;
+  return `from this browser's cache ${read}, then ${mib(l.network_bytes)} MiB downloaded in ${ms(l.download_ms - l.cache_ms)}`;
+}
+const mib = (/** @type {number} */ n) => (n / 2 ** 20).toFixed(1);
 
 // The wasm EP's threads and why that many: "2 threads (2 logical processors; cross-origin isolated: by the site's
 // service worker)", "1 thread (not cross-origin isolated: the host sends no COOP/COEP headers and ...)".
@@ -52,6 +62,7 @@ const spread = (s) => (s ? `${ms(s.mean)} on average, ${ms(s.max)} at most` : 'n
 // The live mode's delays (runtime/live.js summary; contract.js LiveMetrics).
 /** @param {import('../runtime/contract.js').LiveMetrics} m */
 export function renderLiveMetrics(m) {
+  document.querySelectorAll('#metrics .live-metric').forEach((row) => { /** @type {HTMLElement} */ (row).hidden = false; });
   $('m-live-partial').textContent = `${spread(m.partial_lag_ms)} behind the audio (${m.partials} updates)`;
   $('m-live-final').textContent = `${spread(m.pause_to_final_ms)} after a pause was heard (hearing it takes ${ms(m.pause_lag_ms)} of quiet)`;
   $('m-live-words').textContent = `${spread(m.word_delay_bound_ms)} after the word ended, at the latest`;

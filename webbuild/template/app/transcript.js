@@ -1,5 +1,6 @@
 // The transcript as files: plain text, and SubRip (SRT) / WebVTT subtitles with one cue per chunk the worker
-// transcribed, timed by the chunk's [start, end) in 16 kHz samples (contract.js DoneMessage, LiveDoneMessage).
+// transcribed, timed by the chunk's [start, end) in 16 kHz samples (contract.js DoneMessage, LiveDoneMessage); and on
+// the page, the same cues as segments, each after its start time.
 
 /** @typedef {{start: number, end: number, text: string}} Cue  ms from the audio's start */
 /** @typedef {'txt' | 'srt' | 'vtt'} Format */
@@ -32,6 +33,34 @@ export function toSrt(list) {
 /** @param {Cue[]} list */
 export function toVtt(list) {
   return `WEBVTT\n\n${list.map((c) => `${timestamp(c.start, '.')} --> ${timestamp(c.end, '.')}\n${c.text.trim()}\n`).join('\n')}`;
+}
+
+// m:ss, or h:mm:ss from an hour on.
+/** @param {number} seconds */
+export function clock(seconds) {
+  const s = Math.floor(seconds), pad = (/** @type {number} */ n) => String(n).padStart(2, '0');
+  return s >= 3600 ? `${Math.floor(s / 3600)}:${pad(Math.floor(s / 60) % 60)}:${pad(s % 60)}` : `${Math.floor(s / 60)}:${pad(s % 60)}`;
+}
+
+// The cues in `el`, one segment a line after its start time. The time is the button's generated content
+// (style.css: attr(data-time)), so selecting and copying the transcript gives its words alone; with `seek`
+// (a player holds the transcribed clip) a time is a button that plays the clip from there.
+/** @param {HTMLElement} el @param {Cue[]} list @param {((seconds: number) => void) | null} seek */
+export function showSegments(el, list, seek) {
+  el.replaceChildren(...list.map((c) => {
+    const at = clock(c.start / 1000);
+    const time = document.createElement(seek ? 'button' : 'span');
+    time.className = 'time';
+    time.dataset.time = at;
+    if (seek) {
+      Object.assign(time, { type: 'button', title: `Play from ${at}` });
+      time.setAttribute('aria-label', `Play from ${at}`);
+      time.addEventListener('click', () => seek(c.start / 1000));
+    }
+    const segment = Object.assign(document.createElement('span'), { className: 'segment' });
+    segment.append(time, c.text.trim());
+    return segment;
+  }));
 }
 
 const TYPES = { txt: 'text/plain', srt: 'application/x-subrip', vtt: 'text/vtt' };

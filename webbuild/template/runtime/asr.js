@@ -242,6 +242,13 @@ export class Recogniser {
     this.encoderWarmMs = 0; // warmEncoder's time
   }
 
+  // The GPU device the sessions run on (null on wasm): its own where probe.js made one, else onnxruntime-web's.
+  /** @returns {Promise<GPUDevice | null>} */
+  async gpuDevice() {
+    if (this.ep !== 'webgpu') return null;
+    return /** @type {{device?: GPUDevice}} */ (this.provider).device ?? await this.ort.env.webgpu.device;
+  }
+
   /** @returns {import('webbuild-types').OrtSessionOptions} */
   sessionOptions() {
     return { graphOptimizationLevel: 'all', logSeverityLevel: 3 };

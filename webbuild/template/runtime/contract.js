@@ -49,6 +49,9 @@ export function kvNames(io, layers) {
  *   chunkSeconds?: number}} TranscribeMessage
  *   pcm: 16 kHz mono (app/audio.js: the project's resampler), transferred; cut into chunks by runtime.json's
  *   `chunking` (runtime/chunk.js), chunkSeconds capping its length. Unset, maxNewTokens is runtime.json's.
+ * @typedef {{type: 'cancel', id: number}} CancelMessage
+ *   Stop transcription `id` after the chunk's current step (the worker reads it at once, not after the transcription):
+ *   its done message then has `cancelled` and the text so far.
  * @typedef {{type: 'clear-cache'}} ClearCacheMessage
  *   Delete the model's cached shards (Cache API).
  * @typedef {{type: 'set-lora', id: number, name: string | null}} SetLoraMessage
@@ -63,11 +66,11 @@ export function kvNames(io, layers) {
  *   its last frame was captured.
  * @typedef {{type: 'live-stop', id: number}} LiveStopMessage
  *   The audio has ended: its open chunk is the last; answered by live-done once every final text is made.
- * @typedef {LoadMessage | TranscribeMessage | ClearCacheMessage | SetLoraMessage | LiveStartMessage
+ * @typedef {LoadMessage | TranscribeMessage | CancelMessage | ClearCacheMessage | SetLoraMessage | LiveStartMessage
  *   | LiveAudioMessage | LiveStopMessage} ToWorkerMessage
  */
 export const TO_WORKER = Object.freeze({
-  load: 'load', transcribe: 'transcribe', clearCache: 'clear-cache', setLora: 'set-lora',
+  load: 'load', transcribe: 'transcribe', cancel: 'cancel', clearCache: 'clear-cache', setLora: 'set-lora',
   liveStart: 'live-start', liveAudio: 'live-audio', liveStop: 'live-stop',
 });
 
@@ -78,14 +81,15 @@ export const TO_WORKER = Object.freeze({
  *   total: number, file?: string, shard?: string, lora?: string, ep?: 'webgpu' | 'wasm'}} ProgressMessage
  *   download / verify: bytes of the model's shards (loader.js), or with `lora` of that adapter's file;
  *   session / warmup: 0 of 1, no fraction; ep: the processor they prepare the model for (the page names the step by it).
- * @typedef {{type: 'warning', message: string}} WarningMessage
- *   Loading goes on: a shard re-downloaded after a failed check, no cache, a retry.
+ * @typedef {{type: 'warning', message: string, code?: string}} WarningMessage
+ *   Loading goes on: a shard re-downloaded after a failed check, no cache, a retry (code 'retry': stale once the
+ *   load ends), storage full ('quota'); the GPU device lost ('device-lost': the model is being loaded again).
  * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, gpu: string,
  *   shaderF16: boolean, threads: number, threadsWhy: string, kvCache: string, decode: string, modelBytes: number,
  *   prefillRuns: {limit: number, check: {tokens: number, limit: number, relative_diff: number, agree: boolean} | null},
  *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null,
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
- *     total_ms: number, encoder_warmup_ms: number}}} ReadyInfo
+ *     total_ms: number, encoder_warmup_ms: number, cache_ms: number, cache_bytes: number, network_bytes: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   threads: the wasm EP's (onnxruntime's numThreads once loaded), threadsWhy: site.js wasmThreads' why (the page adds
  *   whether and how it is cross-origin isolated: app/isolation.js);
@@ -99,11 +103,19 @@ export const TO_WORKER = Object.freeze({
  *   load (ms, site.js loadSite): download_ms, verified_ms and total_ms from the start; hash_ms the sha256
  *   digests' time, summed; session_ms from the first session's start to the last one's end (sessions are made
  *   while later files still download); warmup_ms; encoder_warmup_ms the encoder's part of an every-shape warm-up,
- *   run between the encoder's session and the decoder's (within session_ms, while the decoder's files download).
+ *   run between the encoder's session and the decoder's (within session_ms, while the decoder's files download);
+ *   cache_bytes and network_bytes: the model's bytes read from the browser's cache and downloaded, cache_ms from the
+ *   start to the last shard read from the cache (0: none was there).
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
- * @typedef {{type: 'cached'}} CachedMessage
- *   After ready: the model's shards are in the browser's cache (their writes go on after the sessions are made;
- *   a page closed before this message leaves the next visit the rest to download).
+ * @typedef {{type: 'cached', kept: boolean}} CachedMessage
+ *   After ready: the model's cache writes are over (they go on after the sessions are made; a page closed before
+ *   this message leaves the next visit the rest to download); kept: the model is in the browser's cache (false: no
+ *   cache, or its storage was full).
+ * @typedef {{type: 'recovered', info: ReadyInfo}} RecoveredMessage
+ *   The GPU device was lost (a warning 'device-lost' said so) and the model is loaded again (on the CPU): info is
+ *   the new load's; a transcription under way goes on, from the chunk the loss interrupted.
+ * @typedef {{type: 'chunk', id: number, index: number, count: number, start: number, end: number}} ChunkMessage
+ *   Transcription `id` begins its chunk `index` (0-based) of `count`, [start, end) in 16 kHz samples.
  * @typedef {{type: 'token', id: number, token: number, text: string}} TokenMessage
  *   One generated token of transcription `id`; text: the transcript so far.
  * @typedef {{chunks: number, encoder_ms: number, ttft_ms: number, prompt_tokens: number, prefill_tokens_per_s: number,
@@ -111,15 +123,17 @@ export const TO_WORKER = Object.freeze({
  *   total_ms: number, audio_ms: number, rtf: number}} TranscriptionMetrics
  *   worker.js summarise(): one transcription's, over all its chunks.
  * @typedef {{type: 'done', id: number, text: string, texts: string[], chunks: Array<[number, number]>, tokens: number[][],
- *   margins: number[][], metrics: TranscriptionMetrics, lora: string | null}} DoneMessage
+ *   margins: number[][], metrics: TranscriptionMetrics, lora: string | null, cancelled: boolean, audioChunks: number}} DoneMessage
  *   texts, chunks, tokens: per chunk of the audio (runtime/chunk.js), chunks its [start, end) in 16 kHz samples (the
  *   page's subtitle cues); margins: per token, its logit minus the runner-up's (asr.js); metrics: worker.js
- *   summarise(); lora: the adapter it ran with (null: the base model).
+ *   summarise(); lora: the adapter it ran with (null: the base model); cancelled: stopped by a cancel message, the
+ *   chunks so far (the last one perhaps cut short) of the audio's audioChunks.
  * @typedef {{type: 'cache-cleared', existed: boolean}} CacheClearedMessage
  * @typedef {{type: 'lora-set', id: number, name: string | null}} LoraSetMessage
  *   The switch `id` is done: transcriptions from now on run with adapter `name` (null: the base model).
- * @typedef {{type: 'error', id?: number, message: string}} ErrorMessage
- *   id: the transcription or adapter switch that failed; without it, loading failed.
+ * @typedef {{type: 'error', id?: number, message: string, detail?: string}} ErrorMessage
+ *   id: the transcription or adapter switch that failed; without it, loading failed. message: for the visitor (a
+ *   model file by its name and part, runtime/explain.js); detail: the error as thrown (shard names), for the console.
  * @typedef {{chunk: number, final: boolean, text: string, tokens: number[], margins: number[], start: number,
  *   end: number, audioAt: number, shownAt: number, computeMs: number, intervalMs: number, byPause?: boolean}} LiveUpdate
  *   A text of live chunk `chunk` (0, 1, ...): partial (its audio [start, end) so far, replaced by the chunk's next
@@ -137,11 +151,12 @@ export const TO_WORKER = Object.freeze({
  * @typedef {{type: 'live-done', id: number, text: string, tokens: number[][], margins: number[][],
  *   chunks: Array<[number, number]>, metrics: LiveMetrics}} LiveDoneMessage
  *   The session's final texts joined, its finals' tokens and margins and [start, end) per chunk.
- * @typedef {ProgressMessage | WarningMessage | ReadyMessage | CachedMessage | TokenMessage | DoneMessage | CacheClearedMessage
- *   | LoraSetMessage | ErrorMessage | LiveUpdateMessage | LiveDoneMessage} FromWorkerMessage
+ * @typedef {ProgressMessage | WarningMessage | ReadyMessage | CachedMessage | RecoveredMessage | ChunkMessage | TokenMessage
+ *   | DoneMessage | CacheClearedMessage | LoraSetMessage | ErrorMessage | LiveUpdateMessage | LiveDoneMessage} FromWorkerMessage
  */
 export const FROM_WORKER = Object.freeze({
-  progress: 'progress', warning: 'warning', ready: 'ready', cached: 'cached', token: 'token', done: 'done',
+  progress: 'progress', warning: 'warning', ready: 'ready', cached: 'cached', recovered: 'recovered', chunk: 'chunk',
+  token: 'token', done: 'done',
   cacheCleared: 'cache-cleared', loraSet: 'lora-set', error: 'error', liveUpdate: 'live-update', liveDone: 'live-done',
 });
 

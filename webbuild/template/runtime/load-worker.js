@@ -4,7 +4,7 @@
 // 'flush' where the load defers them: they take copies then, loader.js MAX_HELD_BYTES). The last message ('done' or
 // 'error') comes once they are made.
 
-import { openModelCache, startLoad } from './loader.js';
+import { emptyStats, openModelCache, startLoad } from './loader.js';
 
 const ctl = new AbortController();
 /** @type {import('./loader.js').Load | null} */
@@ -27,7 +27,7 @@ post({ type: 'up' });
  */
 async function run({ manifest, names, cache, options }) {
   const workerT0 = performance.timeOrigin + performance.now();
-  const stats = () => ({ workerT0, ...(load?.stats ?? { download_ms: 0, hash_ms: 0, verified_ms: 0 }) });
+  const stats = () => ({ workerT0, ...(load?.stats ?? emptyStats()) });
   try {
     const opts = {
       ...options, signal: ctl.signal, handOff: true,

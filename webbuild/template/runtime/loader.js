@@ -25,7 +25,10 @@ export const MAX_HELD_BYTES = 512 * 2 ** 20;
 /** @typedef {import('webbuild-types').Manifest & {url?: string}} LoadedManifest  url: set by loadManifest */
 /** @typedef {import('webbuild-types').Manifest['shards'][number]} Shard */
 /** @typedef {{phase: 'download' | 'verify', loaded: number, total: number, file: string, shard: string}} Progress */
-/** @typedef {{code: string, message: string, shard?: string}} LoadWarning */
+/**
+ * @typedef {{code: string, message: string, shard?: string, attempt?: number, retries?: number, delayMs?: number}} LoadWarning
+ *   attempt, retries, delayMs: a retry's (code 'retry')
+ */
 /**
  * Where verified shards are kept, keyed by absolute shard URL (the Cache API, or a MemoryStore).
  * @typedef {{
@@ -67,6 +70,11 @@ export const MAX_HELD_BYTES = 512 * 2 ** 20;
  * @property {number} download_ms from the start to the last shard's last byte (from the network or the cache)
  * @property {number} hash_ms time in sha256 digests, summed over shards (it overlaps the downloads)
  * @property {number} verified_ms from the start to every shard verified
+ * @property {number} cache_ms from the start to the last shard read from the cache (0: none was there)
+ * @property {number} cache_bytes bytes of the shards read from the cache
+ * @property {number} network_bytes bytes of the shards downloaded
+ * @property {boolean} kept every shard downloaded is in the cache (false without a cache, or once a write failed);
+ *   final once `done` resolves
  */
 /**
  * @typedef {object} LoadState
@@ -169,7 +177,8 @@ export async function loadFiles(manifest, names, opts = {}) {
 export function startLoad(manifest, names, opts = {}) {
   const o = options(opts);
   const { outputs, jobs } = plan(manifest, names);
-  const stats = { download_ms: 0, hash_ms: 0, verified_ms: 0 };
+  /** @type {LoadStats} */
+  const stats = emptyStats();
   const waits = new Map([...outputs.keys()].map((n) => [n, deferred()]));
   const left = new Map([...outputs.keys()].map((n) => [n, jobs.filter((j) => j.files.includes(n)).length]));
   const verified = /** @type {Deferred<Map<string, Uint8Array<ArrayBuffer>>>} */ (deferred());
@@ -255,6 +264,7 @@ export function startLoad(manifest, names, opts = {}) {
     stats.verified_ms = performance.now() - state.t0;
     verified.resolve(outputs);
     await writes;
+    stats.kept = Boolean(store) && !state.cacheOff;
     return outputs;
   })();
   done.catch((e) => { verified.reject(e); for (const w of waits.values()) w.reject(e); });
@@ -286,7 +296,7 @@ export function startLoadInWorker(manifest, names, opts = {}) {
   const waits = new Map(list.map((n) => [n, deferred()]));
   const verified = /** @type {Deferred<Map<string, Uint8Array<ArrayBuffer>>>} */ (deferred());
   const done = /** @type {Deferred<Map<string, Uint8Array<ArrayBuffer>>>} */ (deferred());
-  const stats = { download_ms: 0, hash_ms: 0, verified_ms: 0 };
+  const stats = emptyStats();
   /** @type {Load} */
   const load = {
     files, stats, verified: verified.promise, done: done.promise,
@@ -302,6 +312,7 @@ export function startLoadInWorker(manifest, names, opts = {}) {
     inner.verified.then(verified.resolve, verified.reject);
     inner.done.then(done.resolve, done.reject);
     inner.verified.finally(() => Object.assign(stats, inner.stats)).catch(() => {});
+    inner.done.finally(() => Object.assign(stats, inner.stats)).catch(() => {}); // kept: final then
   };
   /** @param {unknown} e */
   const fail = (e) => { verified.reject(e); done.reject(e); for (const w of waits.values()) w.reject(e); };
@@ -320,10 +331,11 @@ export function startLoadInWorker(manifest, names, opts = {}) {
     if (!up) adopt(here());
     else fail(new LoadError(`the loader's worker failed (${ev.message})`, { code: 'network' }));
   };
-  /** @param {{workerT0: number, download_ms: number, hash_ms: number, verified_ms: number}} s times from the worker's start */
+  /** @param {LoadStats & {workerT0: number}} s times from the worker's start */
   const took = ({ workerT0, ...s }) => {
     const late = workerT0 - t0; // the worker's start-up, counted as part of the load
-    Object.assign(stats, s, { download_ms: s.download_ms + late, verified_ms: s.verified_ms && s.verified_ms + late });
+    Object.assign(stats, s, { download_ms: s.download_ms + late, verified_ms: s.verified_ms && s.verified_ms + late,
+      cache_ms: s.cache_ms && s.cache_ms + late });
   };
   worker.onmessage = ({ data }) => {
     if (data.type === 'up') {
@@ -352,6 +364,11 @@ export function startLoadInWorker(manifest, names, opts = {}) {
   if (o.signal.aborted) abort();
   else o.signal.addEventListener('abort', abort, { once: true });
   return load;
+}
+
+/** @returns {LoadStats} */
+export function emptyStats() {
+  return { download_ms: 0, hash_ms: 0, verified_ms: 0, cache_ms: 0, cache_bytes: 0, network_bytes: 0, kept: false };
 }
 
 /**
@@ -532,7 +549,10 @@ async function loadShard(job, state, signal, from) {
   const cached = from === 'cache';
   if (cached && !await fromCache(job, buf, /** @type {LoadState & {store: Store}} */ (state), signal)) return null;
   const whole = cached || await download(job, buf, state, signal, 'default');
-  state.stats.download_ms = performance.now() - state.t0;
+  const stats = state.stats;
+  stats.download_ms = performance.now() - state.t0;
+  if (cached) stats.cache_ms = stats.download_ms;
+  stats[cached ? 'cache_bytes' : 'network_bytes'] += shard.size;
   const tail = (async () => {
     if (!cached) await checked(job, buf, whole, state, signal);
     state.verified += shard.size;
@@ -644,8 +664,9 @@ async function cachePut(job, body, state) {
     const quota = e?.name === 'QuotaExceededError' || e?.code === 22;
     const mib = (state.manifest.total_bytes / 2 ** 20).toFixed(0);
     state.o.onWarning(quota
-      ? { code: 'quota', message: `browser storage is full: the model (${mib} MiB) will load but cannot be saved for the next visit. Free space in the browser's site settings or call clearCache() for unused models.` }
-      : { code: 'cache-error', message: `could not cache ${job.shard.path} (${e?.message}); continuing without the cache` });
+      ? { code: 'quota', message: `This browser's storage for the site is full: the model (${mib} MiB) loads, but it could not be ` +
+        "kept for the next visit, which downloads it again. Free space in the browser's site settings to keep it." }
+      : { code: 'cache-error', shard: job.shard.path, message: `could not cache ${job.shard.path} (${e?.message}); continuing without the cache` });
   }
 }
 
@@ -801,7 +822,8 @@ async function backoffOrThrow(e, attempt, o, signal, what) {
     throw e;
   }
   const delay = Math.min(o.maxRetryDelayMs, Math.max(e.retryAfter ?? 0, o.retryDelayMs * 2 ** attempt * (0.5 + Math.random() / 2)));
-  o.onWarning({ code: 'retry', shard: what, message: `${e.message}; retry ${attempt + 1}/${o.retries} in ${Math.round(delay)} ms` });
+  o.onWarning({ code: 'retry', shard: what, attempt: attempt + 1, retries: o.retries, delayMs: Math.round(delay),
+    message: `${e.message}; retry ${attempt + 1}/${o.retries} in ${Math.round(delay)} ms` });
   await sleep(delay, signal);
 }
 

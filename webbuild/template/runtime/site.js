@@ -98,12 +98,15 @@ export async function loadSite(manifestUrl, opts = {}) {
     ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu, loading: site.loading,
     warmShapes: shapes, // whether the warm-up warmed every shape class (a later warm-up does as this one)
     threadsWhy: threads.why,
-    cached: load.done.then(() => {}, () => {}),
+    // whether the model is kept in the browser's cache for the next visit (false: no cache, or storage full)
+    cached: load.done.then(() => load.stats.kept, () => false),
     modelBytes: manifest.variants[made.variant].files.reduce((n, f) => n + manifest.files[f].size, 0),
     // milestones from the start (download_ms, verified_ms, total_ms) and the parts' own times (hash_ms: the
     // digests, summed; session_ms: from the first session's start to the last one's end, overlapping the download)
     load: {
       download_ms: tLoad - t0 + stats.download_ms, hash_ms: stats.hash_ms, verified_ms: tLoad - t0 + stats.verified_ms,
+      // the shards read from the browser's cache (cache_ms: until the last of them) and those downloaded
+      cache_ms: stats.cache_ms && tLoad - t0 + stats.cache_ms, cache_bytes: stats.cache_bytes, network_bytes: stats.network_bytes,
       session_ms: tSession - tSession0, warmup_ms: tWarm - tSession, total_ms: tWarm - t0,
       encoder_warmup_ms: made.recogniser.encoderWarmMs, // within session_ms: between the encoder's session and the decoder's
     },
