@@ -1,7 +1,7 @@
 """A second browser: the embedded example's wasm path in Debian's firefox-esr, driven by puppeteer-core over
 WebDriver BiDi (tests/js/firefox-site.mjs). The page loads on wasm, transcribes every sample with the Python
 reference's tokens (onnxruntime CPU on the build's own graphs; a difference passes only under verify's tie
-margin, webbuild/tools/verify/tokens.py) and its console, workers' included, shows no error."""
+margin, webbuild/tools/verify/tokens.py), its console, workers' included, shows no error and no request fails."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "tests" / "js" / "firefox-site.mjs"
 PUPPETEER = REPO / "node_modules" / "puppeteer-core"
 FIREFOX = shutil.which("firefox-esr")
-TIMEOUT_S = 300
+TIMEOUT_S = 180  # the driver's run takes 14-22 s on the 2-core box
 
 pytestmark = [
     pytest.mark.browser,
@@ -33,7 +33,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def firefox_run(example_dist, tmp_path_factory) -> dict:
     """What the driver saw of the example on ?ep=wasm: the page's state after the load and after each sample,
-    its console messages and uncaught errors."""
+    its console messages, uncaught errors and failed requests."""
     out = tmp_path_factory.mktemp("firefox") / "run.json"
     srv = start(example_dist, quiet=True)
     try:
@@ -68,6 +68,7 @@ def test_firefox_transcribes_every_sample_with_the_reference_tokens(firefox_run,
         assert result["ep"] == "wasm" and result["tokens"], result
 
 
-def test_firefox_console_has_no_errors(firefox_run):
+def test_firefox_console_has_no_errors_and_no_request_failed(firefox_run):
     errors = [m for m in firefox_run["console"] if m.startswith("error:")] + firefox_run["errors"]
     assert not errors, errors
+    assert firefox_run["failedRequests"] == []  # Chromium logs these as console errors, Firefox does not

@@ -1,6 +1,7 @@
 // Drives a served site in Firefox (Debian's firefox-esr) through puppeteer-core over WebDriver BiDi: loads the
 // page, clicks every sample button in turn and writes, as JSON, the page's state after the load and after each
-// sample (window.webbuild: text, tokens, margins, info, error) with the console messages and uncaught errors.
+// sample (window.webbuild: text, tokens, margins, info, error) with the console messages, uncaught errors and
+// the requests that failed or were answered with an HTTP error.
 // tests/e2e/test_firefox.py compares the tokens with the Python reference.
 //
 //   node tests/js/firefox-site.mjs URL OUT.json [FIREFOX] [TIMEOUT_S]
@@ -9,7 +10,7 @@ import puppeteer from 'puppeteer-core';
 
 const [url, out, firefox = '/usr/bin/firefox-esr', timeoutS = '300'] = process.argv.slice(2);
 const deadline = Date.now() + Number(timeoutS) * 1000;
-const result = { firefox: null, ready: null, samples: [], console: [], errors: [], failure: null };
+const result = { firefox: null, ready: null, samples: [], console: [], errors: [], failedRequests: [], failure: null };
 
 async function until(page, predicate, what) {
   try {
@@ -24,6 +25,8 @@ const state = (page) => page.evaluate(() => window.webbuild ?? null);
 async function run(page) {
   page.on('console', (m) => result.console.push(`${m.type()}: ${m.text()}`));
   page.on('pageerror', (e) => result.errors.push(String(e?.message ?? e)));
+  page.on('requestfailed', (r) => result.failedRequests.push(`${r.url()}: ${r.failure()?.errorText}`));
+  page.on('response', (r) => { if (r.status() >= 400) result.failedRequests.push(`${r.url()}: HTTP ${r.status()}`); });
   await page.goto(url);
   await until(page, () => ['ready', 'error'].includes(window.webbuild?.status), 'model load');
   result.ready = await state(page);
