@@ -227,3 +227,39 @@ def test_the_zoo_exports_pass_the_source_check(zoo_export, layout, exporter):
 
     folder = zoo_export(layout, exporter)
     assert check_source(folder, find(layout))["decoder"]["num_layers"] > 0
+
+
+def test_an_fp16_decoder_out_of_topological_order_is_sorted_and_fused(tmp_path):
+    """onnxruntime's float16 converter with keep_io_types=True (as transformers.js converts) writes the input
+    casts after their users: onnxruntime loads the graph, and fuse refused it ("Nodes in a graph must be
+    topologically sorted"). It sorts what onnxruntime accepts, and says so in its report."""
+    import onnxruntime
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    from webbuild.graph.load import UNSORTED
+
+    src = tmp_path / "fp16" / "decoder_init.onnx"
+    src.parent.mkdir()
+    fp16 = convert_float_to_float16(onnx.load(EXAMPLE / "model" / "decoder_init.onnx"), keep_io_types=True)
+    onnx.save(fp16, src, save_as_external_data=True, location="decoder_init.onnx.data")
+    with pytest.raises(onnx.checker.ValidationError, match=UNSORTED):
+        onnx.checker.check_model(str(src))
+    onnxruntime.InferenceSession(src, providers=["CPUExecutionProvider"])  # loads as it is
+    report = tmp_path / "fuse.json"
+    run = invoke("fuse", src, "-o", tmp_path / "out", "--no-quantize", "--report", report)
+    assert run.code == 0, (run.stderr, run.exception)
+    rep = json.loads(report.read_text())
+    assert rep["sorted_nodes"] == 2 and rep["ops_after"]["GroupQueryAttention"] == 4
+    assert rep["notes"][0].startswith("sorted the nodes into topological order: 2 came before the node making")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["decoder.onnx", "decoder.onnx.data"]
+
+
+def test_a_graph_whose_nodes_form_a_cycle_is_one_line(tmp_path):
+    h = onnx.helper
+    x = h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])
+    nodes = [h.make_node("Add", ["x", "b"], ["a"]), h.make_node("Relu", ["a"], ["b"])]  # a needs b, b needs a
+    graph = h.make_graph(nodes, "cycle", [x], [h.make_tensor_value_info("b", onnx.TensorProto.FLOAT, [1])])
+    onnx.save(h.make_model(graph), tmp_path / "decoder.onnx")
+    line = invoke("fuse", tmp_path / "decoder.onnx", "-o", tmp_path / "out", "--no-quantize").error_line()
+    assert line.startswith(f"error: {tmp_path / 'decoder.onnx'}: not a valid ONNX graph (its nodes form a cycle: ")
+    assert line.endswith(f"); {FIX}")

@@ -36,7 +36,7 @@ from onnxscript.rewriter import pattern
 
 from webbuild.fusion import cleanup
 from webbuild.fusion.rule_report import Report, left_over
-from webbuild.graph.ir import census, dead_code_elimination
+from webbuild.graph.ir import census, dead_code_elimination, sort_nodes
 
 M = TypeVar("M")
 
@@ -131,11 +131,17 @@ def run(model: ir.Model, steps: Sequence[Step], report: Report, flags: Mapping[s
 
 
 def fuse_graph(model: ir.Model, steps: Sequence[Step], flags: Mapping[str, bool] | None = None) -> dict:
-    """`run` on a fresh Report; its dict (fused, not_fused, notes) with the op census before and after and the
-    ops an attention, a norm or a quantized MatMul left unfused, with where (`left_over`)."""
+    """`run` on a fresh Report; its dict (fused, not_fused, notes) with the op census before and after, the
+    nodes sorted into topological order first (`sorted_nodes`), and the ops an attention, a norm or a quantized
+    MatMul left unfused, with where (`left_over`)."""
     report, before = Report(), census(model)
+    moved = sort_nodes(model)  # first: the rules match in topological order
+    if moved:
+        report.notes.append(f"sorted the nodes into topological order: {moved} came before the node making an "
+                            "input of theirs (onnxruntime loads such graphs, as onnxruntime's float16 converter "
+                            "writes them with keep_io_types; onnx and the rules need the order)")
     run(model, steps, report, flags)
     out = report.as_dict()
-    out.update(nodes_before=sum(before.values()), nodes_after=len(model.graph),
+    out.update(sorted_nodes=moved, nodes_before=sum(before.values()), nodes_after=len(model.graph),
                ops_before=before, ops_after=census(model), left_over=left_over(model.graph))
     return out

@@ -153,3 +153,20 @@ def nodes_per_layer(model: ir.Model) -> int | None:
     nodes = [n for n in model.graph if n.op_type != "Constant"]
     at = [i for i, n in enumerate(nodes) if n.op_type == "GroupQueryAttention"]
     return at[1] - at[0] if len(at) > 1 else None
+
+
+def sort_nodes(model: ir.Model) -> int:
+    """Put the nodes of `model`'s graph and its subgraphs in topological order (stable: a sorted graph stays as
+    it is); returns how many came before a node making one of their inputs. onnxruntime loads graphs out of
+    order (onnxruntime's float16 converter with keep_io_types=True writes them: input casts after their
+    users); onnx's checker and the rules' pattern matching want the order. A cycle is a ValueError."""
+    early = 0
+    for graph in (model.graph, *model.graph.subgraphs()):
+        seen: set[ir.Node] = set()
+        for node in graph:
+            makers = (v.producer() for v in node.inputs if v is not None)
+            early += any(m is not None and m.graph is graph and m not in seen for m in makers)
+            seen.add(node)
+    if early:
+        model.graph.sort()
+    return early

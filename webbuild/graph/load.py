@@ -18,6 +18,7 @@ from google.protobuf.message import DecodeError
 from webbuild.errors import SourceError
 
 FIX = "re-export or re-download the model"
+UNSORTED = "Nodes in a graph must be topologically sorted"  # onnx's checker
 
 
 def load_onnx(path: str | os.PathLike, external_data: bool = False, own_files: bool = False) -> onnx.ModelProto:
@@ -41,17 +42,49 @@ def load_onnx(path: str | os.PathLike, external_data: bool = False, own_files: b
     if bad := next((name for name in _names(model.graph) if not isinstance(name, str)), None):
         raise SourceError(f"{path}: the name {bad!r} in its graph is not UTF-8 text; {FIX}")
     if own_files:
-        try:
-            onnx.checker.check_model(str(path))  # by path: the weights files are found beside it
-        except onnx.checker.ValidationError as exc:
-            reason = str(exc).strip().splitlines()[0]
-            # the checker knows onnxruntime's ops in the default domain (fused sources use them) by no schema:
-            # where it meets one it stops, without a verdict on the graph
-            if "No Op registered" not in reason:
-                raise SourceError(f"{path}: not a valid ONNX graph ({reason}); {FIX}") from None
+        _check_graph(path, model)
     if external_data:
         onnx.load_external_data_for_model(model, str(path.parent))
     return model
+
+
+def _check_graph(path: Path, model: onnx.ModelProto) -> None:
+    """onnx's checker on the graph at `path`; nodes out of topological order, which onnxruntime loads (and
+    fusion sorts, webbuild.graph.ir.sort_nodes), are checked in order instead, a cycle refused."""
+    try:
+        onnx.checker.check_model(str(path))  # by path: the weights files are found beside it
+    except onnx.checker.ValidationError as exc:
+        reason = str(exc).strip().splitlines()[0]
+        if UNSORTED in reason:
+            return _check_sorted(path, model)
+        # the checker knows onnxruntime's ops in the default domain (fused sources use them) by no schema:
+        # where it meets one it stops, without a verdict on the graph
+        if "No Op registered" not in reason:
+            raise SourceError(f"{path}: not a valid ONNX graph ({reason}); {FIX}") from None
+
+
+def _check_sorted(path: Path, model: onnx.ModelProto) -> None:
+    import onnx_ir as ir
+
+    from webbuild.graph.ir import sort_nodes
+
+    graph = ir.serde.deserialize_model(model)  # the weights stay in their files: the checker reads no bytes
+    try:
+        sort_nodes(graph)
+    except ValueError as exc:
+        raise SourceError(f"{path}: not a valid ONNX graph (its nodes form a cycle: {exc}); {FIX}") from None
+    checked = ir.serde.serialize_model(graph)
+    # weights become typed graph inputs: the checker then needs neither their bytes nor their files, which it
+    # looks for beside the working folder when given no path
+    inits = checked.graph.initializer
+    checked.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in inits)
+    checked.graph.ClearField("initializer")
+    try:
+        onnx.checker.check_model(checked)
+    except onnx.checker.ValidationError as exc:
+        reason = str(exc).strip().splitlines()[0]
+        if "No Op registered" not in reason:
+            raise SourceError(f"{path}: not a valid ONNX graph ({reason}); {FIX}") from None
 
 
 def check_external_data(path: Path, model: onnx.ModelProto, own_files: bool = False) -> None:

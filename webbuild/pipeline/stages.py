@@ -70,8 +70,10 @@ def stage_fuse(ctx: BuildContext) -> None:
 
 
 def _fused_graph(rep: dict) -> dict:
-    """A fusion report's censuses and what its rules left alone, as build-report.json names them."""
-    return {"source": census(rep["ops_before"]), "fused": census(rep["ops_after"]), "not_fused": rep["not_fused"]}
+    """A fusion report's censuses and what its rules left alone, as build-report.json names them; and how many
+    nodes fusion put into topological order, where the source had any out of it."""
+    graph = {"source": census(rep["ops_before"]), "fused": census(rep["ops_after"]), "not_fused": rep["not_fused"]}
+    return graph | ({"sorted_nodes": rep["sorted_nodes"]} if rep.get("sorted_nodes") else {})
 
 
 def chunk_policy(chunking) -> ChunkPolicy:
