@@ -104,3 +104,27 @@ def test_lead_default_is_the_training_recipes():
     from webbuild.reference.mel import DEFAULT_LEAD_MS
 
     assert Encoder().lead_ms == DEFAULT_LEAD_MS
+
+
+@pytest.mark.parametrize("declared", ["merged", "qwen3-asr-v2"])
+def test_a_layout_that_is_not_the_exports_names_the_one_it_is(tmp_path, declared):
+    """A split export declared as another layout listed the files it lacked, with no hint which layout it is."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "decoder_init.onnx").write_bytes(b"")  # what tells the split layout
+    result = run_build(tmp_path, f"name: t\nsource: {{layout: {declared}, dir: ./model}}\n")
+    assert (result.exit_code, result.output.splitlines()) == (2, [
+        f"error: {tmp_path / 'model.yaml'}: source.layout: {declared!r}, but {tmp_path / 'model'} holds an export "
+        "of layout 'qwen3-asr-split' (its decoder_init.onnx); set source.layout: qwen3-asr-split"])
+
+
+def test_a_validators_message_says_got_once(tmp_path):
+    result = run_build(tmp_path, "name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\nsite: {base_path: x}\n")
+    line = next(line for line in result.output.splitlines() if "site.base_path" in line)
+    assert line.endswith("expected a path that starts and ends with '/', e.g. '/my-repo/', got 'x'"), line
+
+
+def test_broken_yaml_is_one_line_with_where(tmp_path):
+    """YAML's own message spans lines, quotes the text and points with a caret: one line, where and what."""
+    result = run_build(tmp_path, "name: t\n  source: x\n")
+    assert (result.exit_code, result.output.splitlines()) == (2, [
+        f"error: {tmp_path / 'model.yaml'}: not valid YAML at line 2, column 9: mapping values are not allowed here"])

@@ -287,6 +287,14 @@ def _a_folder(path: Path) -> str:
             "writes one)")
 
 
+def _yaml_where(exc: yaml.YAMLError) -> str:
+    """Where and what of a YAML error, one line (its own text spans lines and quotes the text with a caret)."""
+    mark = getattr(exc, "problem_mark", None)
+    what = " ".join(str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{where}: {what or exc}".replace("\n", " ")
+
+
 def _read_yaml(path: Path) -> dict:
     if path.is_dir():
         raise ConfigError([_a_folder(path)])
@@ -300,7 +308,7 @@ def _read_yaml(path: Path) -> dict:
     except OSError as exc:
         raise ConfigError([f"{path}: cannot read it ({exc.strerror})"]) from None
     except yaml.YAMLError as exc:
-        raise ConfigError([f"{path}: not valid YAML: {exc}".replace("\n", " ")]) from None
+        raise ConfigError([f"{path}: not valid YAML{_yaml_where(exc)}"]) from None
     if not isinstance(raw, dict):
         raise ConfigError([f"{path}: expected a mapping at the top level (name:, source:, ...)"])
     return raw
@@ -321,7 +329,8 @@ def _message(err: ErrorDetails) -> str:
     if kind == "string_pattern_mismatch":
         return f"got {err['input']!r}; expected lower-case letters, digits, '.', '_' or '-'"
     msg = err["msg"].removeprefix("Value error, ")  # pydantic's prefix to a validator's own message
-    return f"{msg}; got {err['input']!r}" if "input" in err else msg
+    got = f"got {err['input']!r}" if "input" in err else ""
+    return f"{msg}; {got}" if got and got not in msg else msg  # a validator's own message may say it already
 
 
 def _resolve_paths(cfg: BuildConfig, root: Path) -> BuildConfig:
@@ -342,6 +351,10 @@ def _check_files(cfg: BuildConfig, path: Path) -> list[str]:
         f"{path}: source.dir: {src.dir} lacks {name}, which layout {src.layout!r} needs"
         for name in layouts.layout(src.layout).files if not (src.dir / name).is_file()
     ]
+    found = layouts.detect(src.dir)
+    if problems and found is not None and found.name != layouts.layout(src.layout).name:
+        problems = [f"{path}: source.layout: {src.layout!r}, but {src.dir} holds an export of layout {found.name!r} "
+                    f"(its {found.prefill}); set source.layout: {found.name}"]
     problems += [
         f"{path}: site.samples[{i}].audio: file {s.audio} does not exist"
         for i, s in enumerate(cfg.site.samples) if not s.audio.is_file()
