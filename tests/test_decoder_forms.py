@@ -43,7 +43,7 @@ def forms_of(src: Path, dest: Path, wasm_twin: bool, accuracy_level: int | None 
     """decoder_forms of `src` into `dest`, its weights file copied there first as the forms stage does."""
     dest.mkdir(exist_ok=True)
     shutil.copyfile(src.with_name(src.name + ".data"), dest / (src.name + ".data"))
-    return decoder_forms(src, dest, src.name, wasm_twin, accuracy_level, fold_matmuls=True)
+    return decoder_forms(src, dest, src.name, wasm_twin, accuracy_level, wasm_form="float")
 
 
 def test_webgpu_form_written_once_with_the_explicit_graph_as_wasm_twin(fused, tmp_path):

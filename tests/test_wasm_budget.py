@@ -1,7 +1,8 @@
 """The wasm plan (webbuild/pipeline/wasm_budget.py): on the tiny example every graph's twin fits, and the
 estimate is within a factor of the heap a real onnxruntime-web wasm session grows to in Node; the same
-plan from the dimensions alone agrees with the graphs'; the 0.6b and the 1.7b keep their MatMulNBits and
-fit, where every option with a twin is past 4 GiB, and a budget below every option leaves no choice;
+plan from the dimensions alone agrees with the graphs'; the int8 form's estimate (the uint8 weights, twice
+the int4 codes, in the heap once); the 0.6b runs int8 and the 1.7b's decoder keeps its MatMulNBits,
+where every option with a float twin is past 4 GiB, and a budget below every option leaves no choice;
 under a budget too small for the twins (and for an 8-bit decoder, which no twin folds) the build ships the
 graphs with their MatMulNBits and the site's wasm path (Node) transcribes the samples token for token as
 the Python reference; under a budget too
@@ -20,13 +21,13 @@ import pytest
 
 from tests.command import webbuild
 from tests.example_config import EXAMPLE, example_config, write_example_config
-from webbuild.pipeline.wasm_budget import BUDGET, BUDGET_ENV, GIB, shapes_need
+from webbuild.pipeline.wasm_budget import BUDGET, BUDGET_ENV, GIB, form_parts, shapes_need
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import load_transcriber
 from webbuild.site.manifest import load_manifest, reassemble
 from webbuild.tools.bench import run_node
 
-FOLDED = {"encoder": "float", "decoder": "float"}
+INT8 = {"encoder": "int8", "decoder": "int8"}
 KEPT = {"encoder": "matmul_nbits", "decoder": "matmul_nbits"}
 
 
@@ -60,17 +61,30 @@ def wasm_plan(out: Path) -> dict:
     return json.loads((out / "build-report.json").read_text())["variants"]["fp32"]["wasm"]
 
 
+def test_the_int8_form_holds_its_uint8_weights_once_in_place_of_the_int4_ones():
+    k, n = 1024, 3072
+    int4 = k * n // 2 + k * n // 32 * 4  # codes and a float32 scale per 32
+    forms = form_parts(int4 + 1000, int4 + 100, [4 * k * n], int8=[(k * n, int4 - 4 * n)])
+    int8, kept = forms["int8"], forms["matmul_nbits"]
+    assert int8["tensor_bytes"] == 100 + k * n + 4 * n  # uint8 weight and column scales; no int4 codes
+    assert int8["int8_bytes"] == k * n == 2 * (k * n // 2)  # twice the int4 codes, derived: no second download
+    assert int8["model_bytes"] == int4 + 1000 + k * n  # the derived file beside the shipped one, at creation only
+    assert int8["folded_bytes"] == int8["scratch_bytes"] == int8["slow_bytes"] == 0
+    assert kept["slow_bytes"] == kept["scratch_bytes"] == 4 * k * n and forms["float"]["folded_bytes"] == 14 * 4 * k * n
+
+
 def test_the_tiny_example_fits_within_a_factor_of_its_measured_wasm_heap(dist):
     out, run = dist
     fit = wasm_plan(out)
     manifest = json.loads((out / "model" / "manifest.json").read_text())
     assert manifest["variants"]["fp32"]["wasm"] == {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
     assert fit["fits"] and fit["budget_bytes"] == BUDGET and "why" not in fit
-    # both twins fit, so both fold their int4 weights to float32 (the fast form); every option listed
-    assert fit["forms"] == FOLDED and fit["folded_bytes"] > 0 and fit["scratch_bytes"] == 0
-    assert len(fit["options"]) == 4 and all(o["fits"] for o in fit["options"])
-    assert {"encoder_wasm", "decoder_wasm"} <= set(manifest["variants"]["fp32"])
-    assert "fp32: wasm fallback needs about" in run.stderr and "encoder float, decoder float;" in run.stderr
+    # every option fits: of the fast ones (no MatMulNBits left) the int8 twins need the least; every option listed
+    assert fit["forms"] == INT8 and fit["int8_bytes"] > 0 and fit["folded_bytes"] == fit["slow_bytes"] == 0
+    assert len(fit["options"]) == 9 and all(o["fits"] for o in fit["options"])
+    roles = set(manifest["variants"]["fp32"])
+    assert {"encoder_wasm", "decoder_wasm", "encoder_wasm_int8", "decoder_wasm_int8"} <= roles
+    assert "fp32: wasm fallback needs about" in run.stderr and "encoder int8, decoder int8;" in run.stderr
     heap = run_node(out, "wasm", decode_tokens=8, max_clips=1, timeout=600)["wasm_heap_bytes"]["peak"]
     print(f"tiny: wasm estimate {fit['need_bytes'] / 2**20:.0f} MiB, measured heap {heap / 2**20:.0f} MiB")
     # generous, but not wildly: measured 207 MiB
@@ -83,21 +97,26 @@ def test_the_estimate_from_dimensions_agrees_with_the_graphs(dist):
     fit = json.loads((out / "build-report.json").read_text())["variants"]["fp32"]["wasm"]
     shapes = preset_need("tiny", fit["max_positions"], decoder_sessions=2)  # the example ships an adapter
     assert shapes["kv_cache_bytes"] == fit["kv_cache_bytes"]
-    assert 0.8 <= shapes["folded_bytes"] / fit["folded_bytes"] <= 1.25, (shapes, fit)
+    assert 0.8 <= shapes["int8_bytes"] / fit["int8_bytes"] <= 1.25, (shapes, fit)
     assert 0.8 <= shapes["need_bytes"] / fit["need_bytes"] <= 1.25, (shapes, fit)
 
 
 @pytest.mark.torch
-def test_the_0_6b_and_1_7b_keep_their_matmul_nbits_and_fit(dist):
+def test_the_0_6b_runs_int8_and_the_1_7b_keeps_its_decoder_matmul_nbits(dist):
     out, _ = dist
     positions = wasm_plan(out)["max_positions"]
-    for name in ("0.6b", "1.7b"):
-        need = preset_need(name, positions)
+    plans = {name: preset_need(name, positions) for name in ("0.6b", "1.7b")}
+    for name, need in plans.items():
         print(f"{name} wasm plan: {need['need_bytes'] / GIB:.2f} GiB at {need['peak']}",
               [(o["forms"], round(o["need_bytes"] / GIB, 2)) for o in need["options"]])
-        assert need["fits"] and need["forms"] == KEPT and need["folded_bytes"] == 0 and need["scratch_bytes"] > 0
-        # the encoder's twin alone (0.6b: float32 0.69 GB, folded) is past 4 GiB: every option with a twin is out
-        assert all(o["need_bytes"] > 4 * GIB for o in need["options"] if o["forms"] != KEPT)
+        # a float twin (0.6b encoder: float32 0.69 GB, folded) is past 4 GiB: every option with one is out
+        assert all(o["need_bytes"] > 4 * GIB for o in need["options"] if "float" in o["forms"].values())
+    six = plans["0.6b"]  # the uint8 weights (0.72 GiB) derived at load, nothing left to MatMulNBits
+    assert six["fits"] and six["forms"] == INT8 and six["slow_bytes"] == six["scratch_bytes"] == 0
+    assert 0.7 * GIB < six["int8_bytes"] < 0.75 * GIB and six["need_bytes"] < 2 * GIB
+    big = plans["1.7b"]  # its int8 decoder would need 4.85 GiB: the decoder keeps MatMulNBits, the encoder int8
+    assert big["fits"] and big["forms"] == {"encoder": "int8", "decoder": "matmul_nbits"}
+    assert all(not o["fits"] for o in big["options"] if o["forms"]["decoder"] == "int8")
 
 
 @pytest.mark.torch
@@ -106,7 +125,7 @@ def test_a_budget_below_every_option_leaves_no_wasm_path(dist, monkeypatch):
     monkeypatch.setenv(BUDGET_ENV, str(GIB))
     need = preset_need("0.6b", wasm_plan(out)["max_positions"])
     assert not need["fits"] and not any(o["fits"] for o in need["options"])
-    assert need["forms"] == KEPT and need["need_bytes"] == min(o["need_bytes"] for o in need["options"])
+    assert need["need_bytes"] == min(o["need_bytes"] for o in need["options"])
     assert need["why"] == f"its WebAssembly fallback needs {need['need_bytes'] / GIB:.1f} GiB, more than the 1.0 GiB " \
                           "a browser tab gets"
 
@@ -137,9 +156,9 @@ def test_an_8_bit_build_keeps_its_decoder_matmul_nbits_and_wasm_transcribes_as_t
     run = webbuild(tmp_path / "model.yaml", "-o", out)
     assert run.returncode == 0, run.stderr
     fit = wasm_plan(out)
-    # the twin folds 4-bit weights only: the int4 encoder may fold, the 8-bit decoder keeps its MatMulNBits
-    assert fit["fits"] and fit["forms"] == {"encoder": "float", "decoder": "matmul_nbits"}
-    assert [o["forms"]["decoder"] for o in fit["options"]] == ["matmul_nbits", "matmul_nbits"]
+    # the twins take 4-bit weights only: the int4 encoder runs int8, the 8-bit decoder keeps its MatMulNBits
+    assert fit["fits"] and fit["forms"] == {"encoder": "int8", "decoder": "matmul_nbits"}
+    assert [o["forms"]["decoder"] for o in fit["options"]] == ["matmul_nbits"] * 3
     wasm_transcribes_as_the_reference(out, max_clips=2)
 
 

@@ -1,8 +1,12 @@
 """webbuild.quantize.wasm_twin on the example's quantized decoder: no int4 operator left, every weight
-folded to float32 by onnxruntime at session creation, and the logits of the int4 graph."""
+folded to float32 by onnxruntime at session creation, and the logits of the int4 graph; the int8 form on
+one projection: within a percent of the float MatMul, its weights derived by the page (runtime/int8.js,
+in Node) byte for byte as the Python reference derives them."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -12,9 +16,10 @@ import pytest
 
 from webbuild.errors import BuildError
 from webbuild.pipeline.fuse import run_fuse
-from webbuild.quantize.wasm_twin import foldable, wasm_graph
+from webbuild.quantize.wasm_twin import foldable, int8_weights, wasm_graph
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
+RUNTIME = Path(__file__).resolve().parents[1] / "webbuild" / "template" / "runtime"
 INT4_OPS = {"MatMulNBits", "GatherBlockQuantized"}
 
 
@@ -81,7 +86,7 @@ def test_twin_refuses_asymmetric_weights(quantized, tmp_path):
 
 def test_twin_without_folding_keeps_matmul_nbits_and_rewrites_only_the_lookup(quantized):
     twin = quantized.with_name("decoder.nbits.wasm.onnx")  # beside its weights file
-    assert wasm_graph(quantized, twin, fold_matmuls=False)
+    assert wasm_graph(quantized, twin, form="matmul_nbits")
     source = onnx.load(str(quantized), load_external_data=False)
     graph = onnx.load(str(twin), load_external_data=False).graph
     ops = [n.op_type for n in graph.node]
@@ -97,3 +102,60 @@ def test_asymmetric_weights_are_not_foldable(quantized):
     model = onnx.load(str(quantized), load_external_data=False)
     next(n for n in model.graph.node if n.op_type == "MatMulNBits").input.append("zero_points")
     assert not foldable(model)
+
+
+def int4_projection(folder: Path, k: int = 96, n: int = 40) -> tuple[Path, np.ndarray]:
+    """A graph of one int4 MatMulNBits (block 32, weights in its own file) and the float32 weight it
+    multiplies by."""
+    from onnx import TensorProto, helper
+
+    from webbuild.graph.packing import dequantize
+    from webbuild.quantize.requantize import block_quantize
+
+    w = np.random.default_rng(0).standard_normal((k, n)).astype(np.float32)
+    packed, scales = block_quantize(w, 4, 32)
+    node = helper.make_node("MatMulNBits", ["x", "B", "S"], ["y"], domain="com.microsoft", K=k, N=n, bits=4,
+                            block_size=32, accuracy_level=4)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "s", k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, "s", n])],
+                              [onnx.numpy_helper.from_array(packed.reshape(n, -1, 16), "B"),
+                               onnx.numpy_helper.from_array(scales.reshape(-1).astype(np.float32), "S")])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    path = folder / "g.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="g.onnx.data", size_threshold=0)
+    return path, dequantize(packed, scales, None, k, n, 4, 32)
+
+
+def test_int8_twin_multiplies_by_the_int4_weight_within_a_percent(tmp_path):
+    from webbuild.reference.transcribe import cpu_session
+
+    src, weight = int4_projection(tmp_path)
+    twin = tmp_path / "g.wasm.onnx"
+    assert wasm_graph(src, twin, form="int8")
+    graph = onnx.load(str(twin), load_external_data=False).graph
+    assert [n.op_type for n in graph.node] == ["DynamicQuantizeMatMul"]
+    plan = json.loads((tmp_path / "g.wasm.int8.json").read_text())
+    # nothing new to download: the uint8 weight lives in a file the plan derives from the shipped one
+    assert plan["source"] == "g.onnx.data" and not (tmp_path / plan["file"]).exists()
+    x = np.random.default_rng(1).standard_normal((1, 5, 96)).astype(np.float32)
+    got, want = cpu_session(twin).run(None, {"x": x})[0], x @ weight
+    err = np.linalg.norm(got - want) / np.linalg.norm(want)
+    print(f"int8 twin vs the int4 weight in float: {err:.2e} (rms, relative)")
+    assert err < 0.02  # measured 1.0e-2: 8-bit activations per tensor and the weight requantized per column
+    assert not np.allclose(got, want, rtol=1e-5, atol=1e-5)  # quantized, not the float MatMul
+
+
+def test_int8_weights_derived_by_the_page_equal_the_python_reference(tmp_path):
+    src, _ = int4_projection(tmp_path, k=80, n=24)  # K not a multiple of the block: padding dropped
+    assert wasm_graph(src, tmp_path / "g.wasm.onnx", form="int8")
+    plan_path = tmp_path / "g.wasm.int8.json"
+    want = int8_weights(json.loads(plan_path.read_text()), np.fromfile(tmp_path / "g.onnx.data", np.uint8))
+    data, out = tmp_path / "g.onnx.data", tmp_path / "node.bin"
+    script = (f"import {{ readFile, writeFile }} from 'node:fs/promises';"
+              f"import {{ int8Weights, readInt8Plan }} from '{RUNTIME / 'int8.js'}';"
+              f"const plan = readInt8Plan(await readFile('{plan_path}'));"
+              f"await writeFile('{out}', int8Weights(plan, await readFile('{data}')));")
+    subprocess.run(["node", "--input-type=module", "-e", script], check=True, timeout=60)
+    assert np.array_equal(np.fromfile(out, np.uint8), want)
+    assert want.min() >= 1 and want.max() <= 255 and len(set(want.tolist())) > 100  # -127..127 around 128

@@ -188,7 +188,11 @@ class RoleCheck:
         return self.decoded[run]
 
     def _cpu(self, role: str) -> Path:
-        """The role's graph in the form onnxruntime CPU opens: a CPU form in the scratch folder, else as shipped."""
+        """The role's graph in the form onnxruntime CPU opens: a CPU form in the scratch folder, else as shipped
+        (a wasm twin always: it is the explicit form, and an int8 twin's derived weights are beside it only as
+        a plan, webbuild.reference.transcribe.cpu_session)."""
+        if role.endswith("_wasm"):
+            return self.v.path(role)
         if role not in self.cpu_forms:
             copy = self.scratch / self.v.files[role]
             link_or_copy(self.v.path(role), copy)

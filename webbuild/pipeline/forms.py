@@ -10,7 +10,9 @@ The WebGPU form also carries its own MatMulNBits accuracy level (`quantize.webgp
 on a GPU with subgroups onnxruntime-web 1.30 runs level 4 as two dispatches per MatMulNBits (int8
 activation quantization, then DP4A) and then skips its decode-time fusions (norm + Q/K/V, gate + up
 + SiLU), while level 0 decodes in one fused dispatch per group with fp32 accumulation (BENCHMARKS.md,
-issue 14). The wasm twin keeps `quantize.accuracy_level`: on the CPU int8 kernels are the fast ones.
+issue 14). The wasm twin is in the form its variant's wasm plan chose (webbuild.quantize.wasm_twin:
+`int8`, `float` or `matmul_nbits`); an `int8` twin ships with the plan of the uint8 weights the page
+derives at load (role `<graph>_wasm_int8`).
 
 The step form (webbuild.pipeline.step_form) is the WebGPU form for one decode token that graph capture
 can record; the runtime decodes with it after the plain prefill (runtime/capture.js).
@@ -35,7 +37,7 @@ from webbuild.pipeline.lora_delta import write_delta_graph
 from webbuild.pipeline.lora_form import NoProjections, joint_table, lora_form, spare_readers
 from webbuild.pipeline.state import Variant
 from webbuild.pipeline.step_form import step_form
-from webbuild.quantize.wasm_twin import twin_name, wasm_graph
+from webbuild.quantize.wasm_twin import int8_plan_name, twin_name, wasm_graph
 
 
 def norms_into_gqa(src: Path, dest: Path, accuracy_level: int | None = None) -> bool:
@@ -87,8 +89,8 @@ def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, acc
     if decoder:
         roles.append(("decoder", v.path("decoder")))
     for role, src in roles:
-        made = decoder_forms(src, dest, src.name, wasm_twin, accuracy_level, forms.get("decoder") == "float")
-        shipped.files |= {role: made["graph"]} | {f"{role}_{kind}": made[kind] for kind in ("wasm", "step")
+        made = decoder_forms(src, dest, src.name, wasm_twin, accuracy_level, forms.get("decoder", "matmul_nbits"))
+        shipped.files |= {role: made["graph"]} | {f"{role}_{kind}": made[kind] for kind in ("wasm", "wasm_int8", "step")
                                                   if kind in made}
         if role == "decoder_lora" and "step" in made:
             shipped.lora_joint = joint_table(dest / made["step"])[0]
@@ -96,9 +98,12 @@ def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, acc
             if write_delta_graph(dest / made["step"], dest / delta):
                 shipped.files["decoder_lora_delta"] = delta
     encoder = v.files.get("encoder")
-    # the int4 encoder's MatMulNBits are slow on wasm: folded to float where the plan can afford it
-    if encoder and forms.get("encoder") == "float" and wasm_graph(v.path("encoder"), dest / twin_name(encoder)):
+    # the int4 encoder's MatMulNBits are slow on wasm: in the plan's faster form where it has one
+    form = forms.get("encoder", "matmul_nbits")
+    if encoder and form != "matmul_nbits" and wasm_graph(v.path("encoder"), dest / twin_name(encoder), form):
         shipped.files["encoder_wasm"] = twin_name(encoder)
+        if (dest / int8_plan_name(twin_name(encoder))).exists():
+            shipped.files["encoder_wasm_int8"] = int8_plan_name(twin_name(encoder))
     return shipped
 
 
@@ -111,26 +116,29 @@ def _adapted_decoder(v: Variant, decoder: str) -> str:
 
 
 def decoder_forms(src: Path, dest: Path, name: str, wasm_twin: bool, accuracy_level: int | None,
-                  fold_matmuls: bool) -> dict[str, str]:
+                  wasm_form: str) -> dict[str, str]:
     """The shipped forms of the decoder graph `src`, each written once into `dest` (which holds its weights
-    file): the WebGPU form as `name`, its wasm twin and its step form beside it. Returns the written
-    files by kind: `graph`, and `wasm` and `step` where they apply."""
+    file): the WebGPU form as `name`, its wasm twin (in `wasm_form`, wasm_twin.FORMS) and its step form
+    beside it. Returns the written files by kind: `graph`, and `wasm`, `wasm_int8` (the int8 twin's
+    plan) and `step` where they apply."""
     twin = _decoder_twin_and_webgpu(src, dest / name, dest / twin_name(name), wasm_twin, accuracy_level,
-                                    fold_matmuls)
+                                    wasm_form)
     if not (dest / name).exists():  # already the WebGPU form: shipped as it is
         shutil.copyfile(src, dest / name)
     forms = {"graph": name} | ({"wasm": twin} if twin else {})
+    if twin and (dest / int8_plan_name(twin)).exists():
+        forms["wasm_int8"] = int8_plan_name(twin)
     if step := step_decoder(dest, name):
         forms["step"] = step
     return forms
 
 
 def _decoder_twin_and_webgpu(src: Path, webgpu: Path, twin: Path, wasm_twin: bool, accuracy_level: int | None,
-                             fold_matmuls: bool) -> str | None:
+                             wasm_form: str) -> str | None:
     """Write the WebGPU form of `src` to `webgpu` (where it differs from `src`) and, with `wasm_twin`, the
     form the wasm EP runs to `twin`; the twin's name, or None when no twin is needed."""
     moved = norms_into_gqa(src, webgpu, accuracy_level)
-    rewritten = wasm_twin and wasm_graph(src, twin, fold_matmuls)
+    rewritten = wasm_twin and wasm_graph(src, twin, wasm_form)
     if wasm_twin and moved and not rewritten:
         shutil.copyfile(src, twin)  # the explicit graph as it is
     return twin.name if wasm_twin and (moved or rewritten) else None

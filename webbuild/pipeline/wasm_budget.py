@@ -3,7 +3,16 @@ choice of the form each graph ships in for the wasm EP.
 
 onnxruntime-web's wasm build is wasm32: one linear memory of at most 4 GiB holds everything the two
 sessions (encoder and decoder) keep. A variant whose wasm graphs need more fails at session creation
-with `std::bad_alloc` (issue 17). Each int4 graph can run on the wasm EP in two forms:
+with `std::bad_alloc` (issue 17). Each int4 graph can run on the wasm EP in three forms
+(webbuild.quantize.wasm_twin):
+
+- `int8`: its twin runs each MatMulNBits as DynamicQuantizeMatMul over uint8 weights [K, N] derived at
+  load from the shipped int4 ones (nothing more to download). The heap holds the uint8 weights (K x N
+  bytes each, twice the int4 codes, in place of the codes and scales the twin no longer reads) and,
+  while the session is created, the derived weights file beside the model bytes (`int8_bytes`: counted
+  in `model_bytes`, though onnxruntime-web keeps external data in JavaScript memory and copies each
+  tensor in). Measured in Node: a session of eight such 1024 x 3072 weights (24 MiB) grew the heap by
+  24 MiB, and a run by nothing;
 
 - `float`: its wasm twin (webbuild.quantize.wasm_twin) spells every MatMulNBits in standard ops that
   onnxruntime folds to float32 weights at session creation: fast float MatMuls, but the folding costs
@@ -29,10 +38,11 @@ a fixed arena plus, per position of a full-length prefill, the hidden states, ML
 scores of one layer, several times over); `need_bytes` is the larger (`peak` says which). Measured
 for the 0.6b (both graphs `matmul_nbits`): 1.22 GiB after loading, 1.38 GiB after a 29.5 s clip,
 against an estimate of 1.83 GiB. `plan` tries every combination of the graphs' forms and takes, among
-those within the budget (4 GiB less a margin), the one that folds the most weights to float (the
-fastest); the report lists every option's figures. Only where no option fits does the variant get no
-wasm path: the manifest entry's `wasm.fits` is false and the page says the model needs WebGPU
-(webbuild/template/runtime/site.js).
+those within the budget (4 GiB less a margin), the one that leaves the fewest weights to MatMulNBits
+(`slow_bytes`: their float32 bytes; int8 and float MatMuls are both fast), then the one needing the
+least memory (int8 before float); the report lists every option's figures. Only where no option fits
+does the variant get no wasm path: the manifest entry's `wasm.fits` is false and the page says the
+model needs WebGPU (webbuild/template/runtime/site.js).
 
 It is an estimate, deliberately generous (copies onnxruntime may free after session creation are
 counted as kept), not a measurement: tests/test_wasm_budget.py compares it with the heap of a real
@@ -48,7 +58,7 @@ from pathlib import Path
 import onnx
 
 from webbuild.graph.load import load_onnx
-from webbuild.quantize.wasm_twin import foldable
+from webbuild.quantize.wasm_twin import _int8_ready, foldable
 
 GIB = 1 << 30
 WASM_MEMORY = 4 * GIB  # wasm32's address space: all a wasm page gets
@@ -57,7 +67,7 @@ BUDGET = WASM_MEMORY - MARGIN
 ARENA = 128 << 20  # activation allowance independent of the sequence length
 FOLD_FACTOR = 14  # heap bytes per float32 byte a twin folds (measured: see above)
 BUDGET_ENV = "WEBBUILD_WASM_BUDGET_BYTES"  # a smaller budget, for tests of the choice and the refusal only
-PARTS = ("model_bytes", "tensor_bytes", "folded_bytes", "scratch_bytes")  # a graph's, per form
+PARTS = ("model_bytes", "tensor_bytes", "folded_bytes", "scratch_bytes", "int8_bytes", "slow_bytes")  # per form
 
 
 def budget_bytes() -> int:
@@ -76,23 +86,39 @@ def _tensor_bytes(t: onnx.TensorProto) -> int:
 
 def _matmul_nbits_floats(model: onnx.ModelProto) -> list[int]:
     """float32 bytes of each MatMulNBits weight in `model` (K x N each)."""
-    sizes = []
+    return [4 * k * n for k, n, _, _ in _matmuls(model)]
+
+
+def _matmuls(model: onnx.ModelProto) -> list[tuple[int, int, int, bool]]:
+    """(K, N, bytes of its int4 codes and scales, whether the int8 form takes it) of each MatMulNBits."""
+    inits = {t.name: t for t in model.graph.initializer}
+    out = []
     for n in model.graph.node:
         if n.op_type == "MatMulNBits":
             a = {x.name: x.i for x in n.attribute}
-            sizes.append(4 * a["K"] * a["N"])
-    return sizes
+            stored = sum(_tensor_bytes(inits[x]) for x in n.input[1:3] if x in inits)
+            out.append((a["K"], a["N"], stored, _int8_ready(n, inits)))
+    return out
 
 
-def form_parts(file_bytes: int, tensor_bytes: int, floats: list[int], can_fold: bool = True) -> dict[str, dict]:
+def form_parts(file_bytes: int, tensor_bytes: int, floats: list[int], can_fold: bool = True,
+               int8: list[tuple[int, int]] | None = None, int8_slow: list[int] | None = None) -> dict[str, dict]:
     """The estimated parts of one graph's wasm session in each form it can ship in: `floats` are its
-    MatMulNBits weights as float32 bytes. A graph without any has one form, `float` (its weights are)."""
-    base = {"model_bytes": file_bytes, "tensor_bytes": tensor_bytes}
+    MatMulNBits weights as float32 bytes; `int8`, per weight the int8 form takes, its uint8 bytes (K x N)
+    and the int4 codes' and scales' bytes it replaces; `int8_slow`, the float32 bytes of those it leaves
+    MatMulNBits. A graph without any MatMulNBits has one form, `float` (its weights are)."""
+    base = {"model_bytes": file_bytes, "tensor_bytes": tensor_bytes, "int8_bytes": 0}
     forms = {}
     if can_fold or not floats:
-        forms["float"] = base | {"folded_bytes": FOLD_FACTOR * sum(floats), "scratch_bytes": 0}
+        forms["float"] = base | {"folded_bytes": FOLD_FACTOR * sum(floats), "scratch_bytes": 0, "slow_bytes": 0}
+    if int8:
+        derived = sum(b for b, _ in int8)
+        slow = int8_slow or []
+        forms["int8"] = {"model_bytes": file_bytes + derived, "int8_bytes": derived, "folded_bytes": 0,
+                         "tensor_bytes": tensor_bytes + derived - sum(r for _, r in int8),
+                         "scratch_bytes": max(slow, default=0), "slow_bytes": sum(slow)}
     if floats:
-        forms["matmul_nbits"] = base | {"folded_bytes": 0, "scratch_bytes": max(floats)}
+        forms["matmul_nbits"] = base | {"folded_bytes": 0, "scratch_bytes": max(floats), "slow_bytes": sum(floats)}
     return forms
 
 
@@ -102,7 +128,10 @@ def graph_forms(path: Path) -> dict[str, dict]:
     data = {i.value for t in model.graph.initializer for i in t.external_data if i.key == "location"}
     file_bytes = path.stat().st_size + sum((path.parent / d).stat().st_size for d in data)
     tensors = sum(_tensor_bytes(t) for t in model.graph.initializer)
-    return form_parts(file_bytes, tensors, _matmul_nbits_floats(model), foldable(model))
+    matmuls = _matmuls(model)
+    int8 = [(k * n, stored - 4 * n) for k, n, stored, ready in matmuls if ready]  # its column scales stay
+    slow = [4 * k * n for k, n, _, ready in matmuls if not ready]
+    return form_parts(file_bytes, tensors, [4 * k * n for k, n, _, _ in matmuls], foldable(model), int8, slow)
 
 
 def runtime_need(runtime: dict, intermediate: int | None = None, heads: int | None = None) -> dict:
@@ -138,15 +167,15 @@ def sessions_of(forms: dict[str, dict], sessions: int) -> dict[str, dict]:
 def plan(graphs: dict[str, dict[str, dict]], runtime_parts: dict) -> dict:
     """Every combination of the graphs' forms, judged against the budget; the chosen one's figures with
     `forms` ({graph: form}) and `options` (each combination's forms, need and fit). The choice: of the
-    options that fit, the one folding the most weights to float (the fastest on wasm), else (none fits)
-    the smallest, whose `why` the page shows."""
+    options that fit, the one leaving the fewest weights to MatMulNBits (the slow kernel on wasm), then
+    the smallest; else (none fits) the smallest, whose `why` the page shows."""
     options = []
     for combo in itertools.product(*(forms.items() for forms in graphs.values())):
         parts = {k: sum(p[k] for _, p in combo) for k in PARTS} | runtime_parts
         parts["model_bytes"] = max(p["model_bytes"] for _, p in combo)  # one session's at a time
         options.append({"forms": dict(zip(graphs, (form for form, _ in combo))), **judge(parts)})
     fitting = [o for o in options if o["fits"]]
-    chosen = max(fitting, key=lambda o: (o["folded_bytes"], -o["need_bytes"])) if fitting else \
+    chosen = min(fitting, key=lambda o: (o["slow_bytes"], o["need_bytes"])) if fitting else \
         min(options, key=lambda o: o["need_bytes"])
     listed = [{"forms": o["forms"], "need_bytes": o["need_bytes"], "fits": o["fits"]} for o in options]
     return chosen | {"options": listed}
@@ -179,7 +208,7 @@ def shapes_need(*, layers: int, hidden: int, intermediate: int, heads: int, kv_h
 
     def forms(weights: list[int], extra: int = 0) -> dict[str, dict]:
         int4 = (sum(weights) + extra) * 5 // 8
-        return form_parts(int4, int4, [4 * w for w in weights])
+        return form_parts(int4, int4, [4 * w for w in weights], int8=[(w, w * 5 // 8) for w in weights])
 
     decoder = sessions_of(forms(dec_weights, vocab * hidden), decoder_sessions)
     graphs = {"encoder": forms(enc_weights), "decoder": decoder}

@@ -1,15 +1,25 @@
 """The wasm twin of a quantized graph (decoder or encoder): the same graph and the same weights file,
-with the int4 operators that onnxruntime-web's wasm (CPU) build lacks or runs slowly spelt in
-standard ops.
+with the int4 operators that onnxruntime-web's wasm (CPU) build lacks or runs slowly spelt in ops it
+runs fast. Each graph's twin has one of three forms (`FORMS`; webbuild.pipeline.wasm_budget picks it):
 
-- GatherBlockQuantized (the int4 or int8 embedding lookup) has no kernel in the 1.30 wasm build: the
-  twin gathers the packed uint8 rows and unpacks only those.
-- MatMulNBits has a kernel there but a slow one: 2.5 ms for a 256x768 int4 weight at one token,
-  about 40x the float MatMul (webbuild/tools/bench/steps.mjs, BENCHMARKS.md). With `fold_matmuls` the
-  twin dequantizes each weight with Cast/Div/Mul/Sub/Reshape/Transpose over its packed initializer:
-  every input is a constant, so onnxruntime folds it into a float32 weight once, at session creation.
-  The download stays int4, but the folding costs wasm memory many times the float32 weights
-  (webbuild.pipeline.wasm_budget), so the build folds only where its estimate says the result fits.
+- GatherBlockQuantized (the int4 or int8 embedding lookup) has no kernel in the 1.30 wasm build: every
+  form gathers the packed uint8 rows and unpacks only those.
+- MatMulNBits has a kernel there but a slow one: it dequantizes the whole weight to float32 at every
+  run, at any accuracy level (20-50 ms for a 1024 x 3072 int4 weight at one token on the 2-core box,
+  BENCHMARKS.md "wasm kernels"). `matmul_nbits` keeps it.
+- `int8`: each 4-bit symmetric MatMulNBits whose codes and float32 scales lie in the weights file becomes
+  DynamicQuantizeMatMul (com.microsoft: the activations quantized to uint8 per tensor, then MLAS's
+  WebAssembly SIMD integer GEMM; about 1 ms for that weight, as fast as a float MatMul) over a uint8
+  weight [K, N] with zero point 128 and one float32 scale per output column. The uint8 weights are not
+  shipped: they are derived at load from the int4 codes and scales (`int8_weights` here, runtime/int8.js
+  on the page, both by the same float64 arithmetic, so byte for byte the same) into a weights file of
+  their own that the twin names (`Int8Plan.file`) and that no server has; the plan of that derivation is
+  a small JSON file beside the twin (`int8_plan_name`). Requantizing block-32 int4 to per-column 8 bits
+  costs about 0.7% of the weight's size in error (rms); the uint8 form (not int8) keeps x86's AVX2
+  kernel, which onnxruntime CPU runs the Python reference on, from saturating its 16-bit sums.
+- `float`: the twin dequantizes each weight with Cast/Div/Mul/Sub/Reshape/Transpose over its packed
+  initializer: every input is a constant, so onnxruntime folds it into a float32 weight once, at session
+  creation. The folding costs wasm memory many times the float32 weights (webbuild.pipeline.wasm_budget).
 
 Nibbles are unpacked low first with the symmetric zero point 8 (128 for 8-bit codes), as the quantize
 stage packs them.
@@ -17,6 +27,8 @@ stage packs them.
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +39,8 @@ from webbuild.errors import BuildError
 from webbuild.graph.load import load_onnx
 
 _C = "wasm_twin/"  # shared constants
+FORMS = ("float", "int8", "matmul_nbits")
+INT8_ZERO = 128  # the uint8 weights' zero point
 
 
 def twin_name(name: str) -> str:
@@ -34,22 +48,48 @@ def twin_name(name: str) -> str:
     return name.removesuffix(".onnx") + ".wasm.onnx"
 
 
-def wasm_graph(src: Path, dest: Path, fold_matmuls: bool = True) -> bool:
-    """Write `dest`: `src` with GatherBlockQuantized lookups (and, with `fold_matmuls`, MatMulNBits) spelt
-    in standard ops; False (nothing written) when there is none."""
+def int8_plan_name(twin: str) -> str:
+    """decoder.fp32.wasm.onnx -> decoder.fp32.wasm.int8.json: the `int8` twin's derivation plan."""
+    return twin.removesuffix(".onnx") + ".int8.json"
+
+
+@dataclass
+class Int8Plan:
+    """How the uint8 weights an `int8` twin names are derived from the shipped int4 ones: `file`, the name
+    the twin's weights point into (made at load, never shipped), `bytes` long; `source`, the weights file
+    the int4 codes and scales are read from; per weight its int4 `codes` and float32 `scales` as
+    [offset, length] in `source`, its `k` x `n`, `block` size, and where its [K, N] uint8 goes (`at`)."""
+
+    file: str
+    source: str
+    bytes: int = 0
+    tensors: list[dict] = field(default_factory=list)
+
+
+def wasm_graph(src: Path, dest: Path, form: str = "float") -> bool:
+    """Write `dest`: `src` with GatherBlockQuantized lookups spelt in standard ops and its MatMulNBits in
+    `form` (FORMS); an `int8` twin also gets its plan beside it (int8_plan_name). False (nothing written)
+    when nothing changes."""
     model = load_onnx(src)
     nodes = list(model.graph.node)
     lookups = [n for n in nodes if n.op_type == "GatherBlockQuantized"]
-    matmuls = [n for n in nodes if n.op_type == "MatMulNBits"] if fold_matmuls else []
+    matmuls = [n for n in nodes if n.op_type == "MatMulNBits"] if form != "matmul_nbits" else []
+    inits = {t.name: t for t in model.graph.initializer}
+    plan = Int8Plan(dest.name.removesuffix(".onnx") + ".int8.bin", "")
+    if form == "int8":
+        matmuls = [n for n in matmuls if _int8_ready(n, inits)]
     if not lookups and not matmuls:
         return False
     extra: list[onnx.TensorProto] = []
-    dtypes = {t.name: t.data_type for t in model.graph.initializer}
     for node in lookups + matmuls:
         at = nodes.index(node)
-        scales_type = dtypes.get(node.input[2], onnx.TensorProto.FLOAT)
-        replace = _lookup_nodes if node.op_type == "GatherBlockQuantized" else _matmul_nodes
-        new, consts = replace(src, node, scales_type)
+        scales_type = inits[node.input[2]].data_type if node.input[2] in inits else onnx.TensorProto.FLOAT
+        if node.op_type == "GatherBlockQuantized":
+            new, consts = _lookup_nodes(src, node, scales_type)
+        elif form == "int8":
+            new, consts = _int8_nodes(src, node, inits, plan)
+        else:
+            new, consts = _matmul_nodes(src, node, scales_type)
         nodes[at:at + 1] = new
         extra += consts
     model.graph.ClearField("node")
@@ -57,9 +97,13 @@ def wasm_graph(src: Path, dest: Path, fold_matmuls: bool = True) -> bool:
     shared = [("sixteen", 16, np.int32), ("eight", 8, np.int32), ("last", [-1], np.int64), ("zero", [0], np.int64)]
     if any(_attrs(n).get("bits", 4) == 8 for n in lookups):
         shared.append(("one_two_eight", 128, np.int32))  # 8-bit codes' zero point
+    if plan.tensors:
+        shared.append(("int8_zero", INT8_ZERO, np.uint8))
     model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(v, dtype), _C + name)
                                     for name, v, dtype in shared] + extra)
     onnx.save(model, str(dest))
+    if plan.tensors:
+        (dest.parent / int8_plan_name(dest.name)).write_text(json.dumps(asdict(plan)))
     return True
 
 
@@ -71,6 +115,53 @@ def foldable(model: onnx.ModelProto) -> bool:
 
 def _matmul_foldable(mm: onnx.NodeProto) -> bool:
     return _attrs(mm).get("bits", 4) == 4 and not any(mm.input[3:])
+
+
+def _external(t: onnx.TensorProto) -> tuple[str, int, int] | None:
+    """(file, offset, length) of an initializer stored in a weights file, else None."""
+    if t.data_location != onnx.TensorProto.EXTERNAL:
+        return None
+    e = {x.key: x.value for x in t.external_data}
+    return e["location"], int(e.get("offset", 0)), int(e["length"])
+
+
+def _int8_ready(mm: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> bool:
+    """Whether the `int8` form takes this MatMulNBits: 4-bit symmetric, codes and float32 scales in one
+    weights file (small graphs that keep their weights inside stay MatMulNBits)."""
+    codes, scales = (inits.get(name) for name in mm.input[1:3])
+    if not _matmul_foldable(mm) or codes is None or scales is None or scales.data_type != onnx.TensorProto.FLOAT:
+        return False
+    places = [_external(codes), _external(scales)]
+    return None not in places and places[0][0] == places[1][0]  # type: ignore[index]
+
+
+def int8_codes(packed: np.ndarray, scales: np.ndarray, k: int, n: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """int4 codes [N, blocks, block/2] and float32 scales [N * blocks] -> (uint8 weight [K, N] with zero
+    point 128, float32 column scales [N]). Per column the int4 block values c * s are mapped onto
+    -127..127 by the column's largest scale m: q = floor(c * 15.875 * (s / m) + 0.5) (15.875 = 127 / 8,
+    |c| <= 8), in float64, as runtime/int8.js computes it; the column's scale is 8 m / 127."""
+    blocks = -(-k // block)
+    s = np.asarray(scales, np.float32).reshape(n, blocks).astype(np.float64)
+    m = np.abs(s).max(axis=1, keepdims=True)
+    ratio = np.divide(s, m, out=np.zeros_like(s), where=m > 0)  # [N, blocks]
+    codes = np.arange(16, dtype=np.float64) - 8  # every code value, for a table per block
+    table = np.floor(codes * 15.875 * ratio[..., None] + 0.5) + INT8_ZERO  # [N, blocks, 16]
+    b = np.asarray(packed, np.uint8).reshape(n, blocks, block // 2)
+    pairs = np.stack([b & 15, b >> 4], axis=-1).reshape(n, blocks, block)  # low nibble first
+    q = np.take_along_axis(table, pairs.astype(np.intp), axis=2).reshape(n, blocks * block)[:, :k]
+    col = (m[:, 0] * 8 / 127).astype(np.float32)
+    return np.ascontiguousarray(q.T.astype(np.uint8)), col
+
+
+def int8_weights(plan: dict, weights: np.ndarray) -> np.ndarray:
+    """The bytes of `plan`'s derived weights file (Int8Plan as written), from its source's bytes."""
+    out = np.zeros(plan["bytes"], np.uint8)
+    for t in plan["tensors"]:
+        (co, cl), (so, sl) = t["codes"], t["scales"]
+        scales = np.frombuffer(np.asarray(weights[so:so + sl]).tobytes(), "<f4")
+        q, _ = int8_codes(weights[co:co + cl], scales, t["k"], t["n"], t["block"])
+        out[t["at"]:t["at"] + q.size] = q.reshape(-1)
+    return out
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
@@ -146,3 +237,29 @@ def _matmul_nodes(src: Path, mm: onnx.NodeProto, scales_type: int) -> tuple[list
         n("Transpose", [p + "rows_k"], [p + "weight"], perm=[1, 0]),               # [K, N]
         n("MatMul", [mm.input[0], p + "weight"], [mm.output[0]]),
     ], shapes
+
+
+def _int8_nodes(src: Path, mm: onnx.NodeProto, inits: dict[str, onnx.TensorProto],
+                plan: Int8Plan) -> tuple[list[onnx.NodeProto], list]:
+    """MatMulNBits(A, B, scales) -> DynamicQuantizeMatMul(A, W, column scales, 128), W [K, N] uint8 in the
+    plan's derived file; the column scales (N floats) are computed here and kept inside the graph."""
+    a = _attrs(mm)
+    k, n, bs = a["K"], a["N"], a["block_size"]
+    (location, c_off, c_len), (_, s_off, s_len) = (_external(inits[x]) for x in mm.input[1:3])  # type: ignore[misc]
+    if plan.source and plan.source != location:
+        raise BuildError(f"{src}: {mm.name}: weights in {location} and {plan.source}; the int8 form reads one file")
+    plan.source = location
+    weights = np.memmap(src.parent / location, np.uint8, mode="r")
+    _, col = int8_codes(weights[c_off:c_off + c_len], np.frombuffer(weights[s_off:s_off + s_len].tobytes(), "<f4"),
+                        k, n, bs)
+    plan.tensors.append({"codes": [c_off, c_len], "scales": [s_off, s_len], "k": k, "n": n, "block": bs,
+                         "at": plan.bytes})
+    p = f"{_C}{mm.name}/"
+    weight = onnx.TensorProto(name=p + "weight_u8", data_type=onnx.TensorProto.UINT8, dims=[k, n],
+                              data_location=onnx.TensorProto.EXTERNAL)
+    for key, value in (("location", plan.file), ("offset", str(plan.bytes)), ("length", str(k * n))):
+        weight.external_data.add(key=key, value=value)
+    plan.bytes += -(-k * n // 64) * 64  # each weight 64-byte aligned
+    node = onnx.helper.make_node("DynamicQuantizeMatMul", [mm.input[0], weight.name, p + "column_scales",
+                                 _C + "int8_zero"], [mm.output[0]], name=mm.name, domain="com.microsoft")
+    return [node], [weight, onnx.numpy_helper.from_array(col, p + "column_scales")]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
@@ -31,10 +32,32 @@ DEFAULT_MAX_NEW_TOKENS = 200
 
 
 def cpu_session(path: Path) -> ort.InferenceSession:
-    """An onnxruntime CPU session that logs only errors."""
+    """An onnxruntime CPU session that logs only errors. An `int8` wasm twin (webbuild.quantize.wasm_twin)
+    gets the uint8 weights its plan derives from the int4 ones, as the page derives them at load."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    plan_path = Path(path).with_name(Path(path).name.removesuffix(".onnx") + ".int8.json")
+    kept = _int8_initializers(opts, Path(path), json.loads(plan_path.read_text())) if plan_path.is_file() else []
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session.int8_weights = kept  # the session reads them: alive as long as it is
+    return session
+
+
+def _int8_initializers(opts: ort.SessionOptions, path: Path, plan: dict) -> list:
+    """The int8 twin's derived weights, handed to onnxruntime in place of the file no server has."""
+    from webbuild.quantize.wasm_twin import int8_weights
+
+    derived = int8_weights(plan, np.memmap(path.parent / plan["source"], np.uint8, mode="r"))
+    model = onnx.load(str(path), load_external_data=False)  # not load_onnx: the derived file is on no disk
+    names, values = [], []
+    for t in model.graph.initializer:
+        place = {e.key: e.value for e in t.external_data}
+        if place.get("location") == plan["file"]:
+            at, size = int(place.get("offset", 0)), int(place["length"])
+            names.append(t.name)
+            values.append(ort.OrtValue.ortvalue_from_numpy(derived[at:at + size].reshape(list(t.dims))))
+    opts.add_external_initializers(names, values)
+    return [derived, values]
 
 
 def source_session(path: Path) -> ort.InferenceSession:
@@ -323,14 +346,14 @@ def site_model_dir(path: Path) -> Path | None:
 
 
 def load_transcriber(model_dir: Path, variant: str | None = None, lead: int = 0,
-                     adapter: str | None = None) -> Transcriber:
+                     adapter: str | None = None, ep: str = "webgpu") -> Transcriber:
     """A Transcriber for a source export (any layout of webbuild.layouts) or a built site's `variant` (None:
     fp32), with the site's LoRA `adapter` on (a name of its manifest's `adapters`). `lead`: samples of lead
     (webbuild.reference.mel) before the audio where the encoder takes mel (a built site's graphs carry
     their own front-end and ignore it)."""
     model_dir = Path(model_dir)
     if (site := site_model_dir(model_dir)) is not None:
-        return load_site(site, variant or "fp32", adapter)
+        return load_site(site, variant or "fp32", adapter, ep)
     if variant is not None:  # once ignored: `--variant fp8` on an export ran its own graphs and exited 0
         raise SourceError(f"{model_dir}: --variant {variant} picks one of a built site's variants, and this is a "
                           "source export, whose graphs have one precision; leave --variant out, or pass a built "
@@ -389,9 +412,11 @@ def site_adapter(site: Path, manifest: dict, name: str, out: Path) -> dict[str, 
     return unpack((out / entry["file"]).read_bytes(), entry["tensors"], entry["precision"])
 
 
-def load_site(site: Path, variant: str = "fp32", adapter: str | None = None) -> Transcriber:
+def load_site(site: Path, variant: str = "fp32", adapter: str | None = None, ep: str = "webgpu") -> Transcriber:
     """The Python reference on a built site's own graphs, reassembled from its shards; with `adapter`,
-    the adapted decoder fed that adapter's weights as the browser feeds them (docs/adapters.md)."""
+    the adapted decoder fed that adapter's weights as the browser feeds them (docs/adapters.md). `ep`
+    'wasm': the graphs the wasm EP runs (the wasm twins where the variant has them, an int8 twin with the
+    weights the page derives), as the page on wasm runs them."""
     import tempfile
 
     from webbuild.site.contract import RUNTIME_FILE, TOKENS_FILE
@@ -411,12 +436,14 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None) -> 
         reassemble(site, manifest, name, out / name)
     runtime = json.loads((out / RUNTIME_FILE).read_text())
     io = IO.of(runtime.get("io", {}))  # the site's own graph names (older sites: none, the defaults)
-    encoder = cpu_session(out / roles["encoder"])
+    encoder = cpu_session(out / roles.get("encoder_wasm" if ep == "wasm" else "encoder", roles["encoder"]))
+    role = "decoder" if adapter is None else "decoder_lora"
+    graph = out / roles[f"{role}_wasm"] if ep == "wasm" and f"{role}_wasm" in roles else cpu_form(out / roles[role])
     if adapter is None:
-        decoder = IdsDecoder(cpu_form(out / roles["decoder"]), runtime["decoder"], io=io)
+        decoder = IdsDecoder(graph, runtime["decoder"], io=io)
     else:
         weights = site_adapter(site, manifest, adapter, out)
-        decoder = IdsDecoder(cpu_form(out / roles["decoder_lora"]), runtime["decoder"], weights, io=io)
+        decoder = IdsDecoder(graph, runtime["decoder"], weights, io=io)
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io,
                        policy=ChunkPolicy.of(runtime), live_policy=ChunkPolicy.of_live(runtime))

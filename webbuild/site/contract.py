@@ -65,7 +65,8 @@ ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
 
 # A manifest variant entry names its files by role ({"encoder": "encoder.fp16.onnx", "decoder_data": ...});
 # the runtime finds each graph's files through this table: the graph, its external weights, its wasm
-# twin (webbuild.quantize.wasm_twin), the decoder's step form for graph capture (webbuild.pipeline.step_form)
+# twin (webbuild.quantize.wasm_twin) and, for an int8 twin, the plan of the uint8 weights the runtime derives
+# from the int4 ones at load (runtime/int8.js), the decoder's step form for graph capture (webbuild.pipeline.step_form)
 # and, for decoders that take inputs_embeds, the embedding table. A build with LoRA adapters adds the
 # adapted decoder (webbuild.pipeline.lora_form, docs/adapters.md) with the same kinds of forms, reading the
 # base decoder's weights file; the runtime loads it beside the base one (runtime/lora.js), and on WebGPU the
@@ -74,11 +75,11 @@ ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
 # fits is false (no form of the graphs fits) the runtime (runtime/site.js refuseUnfit) says the model needs
 # WebGPU instead of loading.
 FILE_ROLES = {
-    "encoder": {"graph": "encoder", "data": "encoder_data", "wasm": "encoder_wasm"},
-    "decoder": {"graph": "decoder", "data": "decoder_data", "wasm": "decoder_wasm", "step": "decoder_step",
-                "embed": "embed"},
+    "encoder": {"graph": "encoder", "data": "encoder_data", "wasm": "encoder_wasm", "int8": "encoder_wasm_int8"},
+    "decoder": {"graph": "decoder", "data": "decoder_data", "wasm": "decoder_wasm", "int8": "decoder_wasm_int8",
+                "step": "decoder_step", "embed": "embed"},
     "decoder_lora": {"graph": "decoder_lora", "data": "decoder_data", "wasm": "decoder_lora_wasm",
-                     "step": "decoder_lora_step", "delta": "decoder_lora_delta"},
+                     "int8": "decoder_lora_wasm_int8", "step": "decoder_lora_step", "delta": "decoder_lora_delta"},
 }
 
 

@@ -14,6 +14,7 @@
 import { CapturedSteps, IN_FLIGHT } from './capture.js';
 import { kvNames } from './contract.js';
 import { lastRow, pickLast, toFloat32 } from './greedy.js';
+import { int8Weights, readInt8Plan } from './int8.js';
 import { LoraInputs } from './lora.js';
 import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 
@@ -22,9 +23,10 @@ import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 /** @typedef {Map<string, Uint8Array>} Files  logical file name -> bytes (loader.js loadFiles) */
 /** @typedef {string | {name: string, device?: GPUDevice}} Provider  'webgpu' | 'wasm', or probe.js webgpuProvider's entry */
 /**
- * One graph's file names by kind (runtime.json roles): the graph, its external data, its wasm twin, and
- * for the decoder the embedding table and the step form (the adapted decoder's: and its delta graph).
- * @typedef {{graph: string, data?: string, wasm?: string, embed?: string, step?: string, delta?: string}} GraphFiles
+ * One graph's file names by kind (runtime.json roles): the graph, its external data, its wasm twin (int8: the
+ * int8 twin's plan, int8.js), and for the decoder the embedding table and the step form (the adapted
+ * decoder's: and its delta graph).
+ * @typedef {{graph: string, data?: string, wasm?: string, int8?: string, embed?: string, step?: string, delta?: string}} GraphFiles
  */
 /**
  * A variant's graphs as the recogniser takes them (site.js variantGraphs).
@@ -62,7 +64,8 @@ export class Recogniser {
   static async create(ort, files, graphs, runtime, ep, ready = async () => {}, { warmShapes = false } = {}) {
     const r = new Recogniser(ort, runtime, ep);
     /** @param {GraphFiles} g */
-    const used = (g) => [r.graphFile(g), g.data, g.embed, r.ep === 'webgpu' && g.step, r.ep === 'webgpu' && g.delta]
+    const used = (g) => [r.graphFile(g), g.data, g.embed, r.ep === 'webgpu' && g.step, r.ep === 'webgpu' && g.delta,
+      r.ep === 'wasm' && g.wasm && g.int8]
       .filter((n) => typeof n === 'string');
     await ready(used(graphs.encoder));
     await r.loadEncoder(files, graphs.encoder);
@@ -84,7 +87,7 @@ export class Recogniser {
   /** @param {Files} files @param {GraphFiles} encoder */
   async loadEncoder(files, encoder) {
     this.encoder = await this.ort.InferenceSession.create(/** @type {Uint8Array} */ (files.get(this.graphFile(encoder))), {
-      ...this.sessionOptions(), executionProviders: [this.provider], externalData: external(files, encoder.data),
+      ...this.sessionOptions(), executionProviders: [this.provider], externalData: this.external(files, encoder),
     });
   }
 
@@ -144,7 +147,7 @@ export class Recogniser {
     const session = await this.ort.InferenceSession.create(/** @type {Uint8Array} */ (files.get(this.graphFile(decoder))), {
       ...this.sessionOptions(),
       executionProviders: [this.provider],
-      externalData: external(files, decoder.data),
+      externalData: this.external(files, decoder),
       // present.* stay on the GPU and come back as the next step's past: no round trip per token
       ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
     });
@@ -206,6 +209,23 @@ export class Recogniser {
     return (this.ep === 'wasm' && names.wasm) || names.graph;
   }
 
+  // The external data of the graph this EP runs: its weights file and, for an int8 twin on wasm, the uint8
+  // weights derived from it now (int8.js), dropped once the session holds them.
+  /**
+   * @param {Files} files
+   * @param {GraphFiles} names
+   */
+  external(files, names) {
+    const list = names.data ? [{ path: names.data, data: /** @type {Uint8Array} */ (files.get(names.data)) }] : [];
+    if (this.ep === 'wasm' && names.wasm && names.int8) {
+      const plan = readInt8Plan(/** @type {Uint8Array} */ (files.get(names.int8)));
+      const t0 = performance.now();
+      list.push({ path: plan.file, data: int8Weights(plan, /** @type {Uint8Array} */ (files.get(plan.source))) });
+      this.int8Ms += performance.now() - t0;
+    }
+    return list.length ? list : undefined;
+  }
+
   // ep: 'webgpu' | 'wasm', or a provider entry such as {name: 'webgpu', device} (probe.js webgpuProvider)
   /**
    * @param {import('webbuild-types').Ort} ort
@@ -240,6 +260,7 @@ export class Recogniser {
     /** @type {{short: OrtTensor, long: OrtTensor | null} | null} */
     this.warmAudio = null; // warmEncoder's outputs until warmUp takes them
     this.encoderWarmMs = 0; // warmEncoder's time
+    this.int8Ms = 0; // deriving int8 twins' weights at load (int8.js)
   }
 
   // The GPU device the sessions run on (null on wasm): its own where probe.js made one, else onnxruntime-web's.
