@@ -183,26 +183,27 @@ class Expected:
 
 
 class Reference:
-    """The Python reference on a local build's own graphs, loaded once per variant and LoRA adapter."""
+    """The Python reference on a local build's own graphs, loaded once per variant, LoRA adapter and EP: on
+    wasm the graphs the wasm EP runs (the int8 twins with the weights the page derives), as the page does."""
 
     def __init__(self, dist: Path | None):
         self.dist = dist
-        self.loaded: dict[tuple[str, str | None], Transcriber] = {}
+        self.loaded: dict[tuple[str, str | None, str], Transcriber] = {}
 
-    def transcriber(self, variant: str | None, lora: str | None = None) -> Transcriber | None:
+    def transcriber(self, variant: str | None, lora: str | None = None, ep: str = "webgpu") -> Transcriber | None:
         """The reference for a variant (None: a deployed site, which has none here)."""
         if self.dist is None or variant is None:
             return None
         from webbuild.reference.transcribe import load_transcriber
 
-        if (variant, lora) not in self.loaded:
-            self.loaded[variant, lora] = load_transcriber(self.dist, variant, adapter=lora)
-        return self.loaded[variant, lora]
+        if (variant, lora, ep) not in self.loaded:
+            self.loaded[variant, lora, ep] = load_transcriber(self.dist, variant, adapter=lora, ep=ep)
+        return self.loaded[variant, lora, ep]
 
     def transcribe(self, clip: Clip, variant: str, lora: str | None = None,
-                   max_new_tokens: int | None = None) -> Expected | None:
+                   max_new_tokens: int | None = None, ep: str = "webgpu") -> Expected | None:
         """max_new_tokens: per chunk, as the page's ?max_new_tokens= bounds it (None: the reference's default)."""
-        t = self.transcriber(variant, lora)
+        t = self.transcriber(variant, lora, ep)
         if t is None or clip.local is None:
             return None
         bound = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
@@ -334,7 +335,7 @@ class Verifier:
                 result = transcribe(page, clip, self.opts.timeout_s)
             except TimeoutError as exc:
                 result = {**state, "status": "timeout", "text": "", "metrics": None, "error": str(exc)}
-            ref = self.reference.transcribe(clip, variant, lora, max_new_tokens)
+            ref = self.reference.transcribe(clip, variant, lora, max_new_tokens, state["info"].get("ep") or "webgpu")
             self.rows.append(row(clip, result, ref, None if ref and ref.cut else max_wer, run, lora))
             r = self.rows[-1]
             log.info(f"  {clip.name}: {'ok' if r['ok'] else 'FAIL'} {r['got']!r} (WER {r['wer']:.2f})")
