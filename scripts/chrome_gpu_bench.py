@@ -15,6 +15,9 @@ Rows, alternated in rounds (A B C, A B C, ...):
   node-webbuild      `webbuild bench DIST --ep webgpu` (Node + Dawn), counted by its own report
                      (webbuild/tools/bench/counters.mjs)
   node-peer          (optional) `webbuild bench PEER --ep webgpu`
+  chromium-webbuild:QUERY  the same page with QUERY added to its address (a page of its own), e.g.
+                     chromium-webbuild:decode=plain, chromium-webbuild:decode=captured&gpu_validation=wgpuOnly:
+                     a decode form forced (runtime/decode-form.js) against the page's own choice
   chromium-webbuild-lora  with --adapter NAME: the site's page with its picker on NAME, just before the
                      chromium-webbuild row, which picks it off again: adapter on and off alternated on one
                      page (with --timing, both timed too)
@@ -27,6 +30,8 @@ runs that step alone; --one-page runs the lengths in turn on one page (what test
 Per decode token counts = (counts of an n2-step decode - counts of an n1-step decode) / (n2 - n1).
 The Chromium pages load once (their load time is reported once); every round runs n1 and n2 steps.
 The page's WebGPU adapter must be the GPU: a fallback or SwiftShader adapter stops the run.
+Every round of every row carries the GPU's SM clock and utilisation over its time (nvidia-smi every 50 ms,
+webbuild/tools/bench/gpu_clock.py), and the table their median, min and max.
 
   python3 scripts/chrome_gpu_bench.py --dist DIST --peer PEER --rounds 3 --out rounds.json
 """
@@ -47,7 +52,7 @@ from pathlib import Path
 
 from webbuild.errors import BenchError
 from webbuild.tools import browser as br
-from webbuild.tools.bench import HARNESSES
+from webbuild.tools.bench import HARNESSES, gpu_clock
 from webbuild.tools.bench import first_use as fu
 from webbuild.tools.bench.instrument import counted_site
 from webbuild.tools.bench.page_bench import pick_adapter, site_worker, spread
@@ -135,12 +140,13 @@ def gpu_report(browser) -> dict:
 class SitePage:
     """The built site's page (counted copy), loaded once; synth(n) runs n decode steps in its worker."""
 
-    def __init__(self, browser, url: str, args):
-        self.page = browser.new_context().new_page()
+    def __init__(self, browser, url: str, args, query: str = ""):
+        self.page = browser.new_context().new_page()  # a fresh profile: no decode form kept from another page
         self.log, self.timeout = br.watch(self.page), args.timeout
         t0 = time.monotonic()
         # ep=webgpu: on SwiftShader (--allow-software) the page would take wasm; check_adapter guards the GPU
-        br.open_page(self.page, url + f"?ep=webgpu&max_new_tokens={args.clip_tokens}", args.timeout)
+        br.open_page(self.page, url + f"?ep=webgpu&max_new_tokens={args.clip_tokens}" + (f"&{query}" if query else ""),
+                     args.timeout)
         self.wall_s = time.monotonic() - t0
         self.state = self.page.evaluate("() => window.webbuild")
         if self.state["status"] != "ready":
@@ -283,8 +289,8 @@ def first_use_table(rows: list[dict]) -> str:
 def md_table(rows: list[dict]) -> str:
     head = ("| row | decode ms/token, median of round medians (round medians) | p10 / p90 (all steps) "
             "| dispatches / submits / read-backs / writeBuffer per token | prefill (synthetic) | TTFT (clip) "
-            "| load (sessions) |\n"
-            "| --- | --- | --- | --- | --- | --- | --- |")
+            "| load (sessions) | GPU SM clock, median (min-max), utilisation |\n"
+            "| --- | --- | --- | --- | --- | --- | --- | --- |")
     lines = [head]
     for r in rows:
         d, pt, load = r["decode_all_steps"], r["per_token"] or {}, r.get("load") or {}
@@ -295,7 +301,8 @@ def md_table(rows: list[dict]) -> str:
             f"{d['p10']} / {d['p90']} | "
             f"{pt.get('dispatches')} / {pt.get('submits')} / {pt.get('readbacks')} / {pt.get('write_buffers')} | "
             f"{pf} ms ({r['prompt_tokens']} tokens) | {'-' if ttft is None else f'{ttft:.0f} ms'} | "
-            f"{load.get('total_ms', 0) / 1000:.1f} s ({(load.get('session_ms') or 0) / 1000:.1f} s) |")
+            f"{load.get('total_ms', 0) / 1000:.1f} s ({(load.get('session_ms') or 0) / 1000:.1f} s) | "
+            f"{gpu_clock.describe(r.get('clock'))} |")
     return "\n".join(lines)
 
 
@@ -353,7 +360,7 @@ def main() -> int:
         (peer_root / "ort").symlink_to(args.ort.resolve())
     choice = br.choose()
     result["browser"] = choice.describe()
-    with site_url(str(counted)) as (url, _), sync_playwright() as pw:
+    with site_url(str(counted)) as (url, _), sync_playwright() as pw, gpu_clock.ClockSampler() as clocks:
         httpd = serve(peer_root)
         peer_url = f"http://127.0.0.1:{httpd.server_address[1]}/index.html"
         browser = br.launch(pw, choice)
@@ -371,6 +378,16 @@ def main() -> int:
                     f"load {info['load']['total_ms']:.0f} ms; requestAdapter {site.adapter}")
                 log(f"clips: {site.clips}")
                 save()
+            sites = {name: SitePage(browser, url, args, name.split(":", 1)[1]) for name in rows
+                     if name.startswith("chromium-webbuild:")}
+            for name, page in sites.items():
+                check_adapter(page.adapter, args.allow_software, name)
+                info = page.state["info"]
+                result.setdefault("sites", {})[name] = {"info": info, "clips": page.clips,
+                                                        "wall_s": round(page.wall_s, 1)}
+                log(f"{name}: decode {info.get('decode')!r}, choice {info.get('decodeChoice')}; "
+                    f"load {info['load']['total_ms']:.0f} ms")
+                save()
             if "chromium-peer" in rows:
                 peer = PeerPage(browser, peer_url, args)
                 check_adapter(peer.adapter, args.allow_software, "peer page")
@@ -379,8 +396,13 @@ def main() -> int:
                 save()
             for rnd in range(1, args.rounds + 1):
                 for name in rows:
-                    t0 = time.monotonic()
-                    if name in ("chromium-webbuild", LORA_ROW):
+                    t0, wall0 = time.monotonic(), gpu_clock.now()
+                    if name.startswith("chromium-webbuild:"):
+                        a, b = sites[name].synth(args.n1), sites[name].synth(args.n2)
+                        r = {"steps": b["steps"], "prefill_ms": b["prefill_ms"],
+                             "prompt_tokens": b["prompt_tokens"], "ttft_ms": b["ttft_ms"],
+                             "per_token": per_token(a["counts"], b["counts"], args.n1, args.n2)}
+                    elif name in ("chromium-webbuild", LORA_ROW):
                         lora = args.adapter if name == LORA_ROW else None
                         a, b = site.synth(args.n1, lora), site.synth(args.n2, lora)
                         r = {"steps": b["steps"], "prefill_ms": b["prefill_ms"],
@@ -404,12 +426,14 @@ def main() -> int:
                         raise SystemExit(f"unknown row {name}")
                     if r.get("steps") is not None:
                         r["decode"] = spread(r["steps"])
-                    r |= {"row": name, "round": rnd, "wall_s": round(time.monotonic() - t0, 1)}
+                    r |= {"row": name, "round": rnd, "wall_s": round(time.monotonic() - t0, 1),
+                          "clock": clocks.window(wall0, gpu_clock.now())}
                     result["rounds"].append(r)
                     d = r["decode"]
                     log(f"round {rnd} {name}: decode median {d['median']:.2f} ms "
                         f"(p10 {d['p10']:.2f}, p90 {d['p90']:.2f}, n {d['n']}), "
-                        f"prefill {r['prefill_ms']:.1f} ms, per token {r.get('per_token')}, {r['wall_s']} s")
+                        f"prefill {r['prefill_ms']:.1f} ms, per token {r.get('per_token')}, {r['wall_s']} s, "
+                        f"GPU {gpu_clock.describe(r['clock'])}")
                     save()
             if args.timing:  # after the rounds: the timing wrap is off during them
                 result["timing_per_token"] = timed_decodes(site, peer, args)
@@ -433,13 +457,14 @@ def main() -> int:
             r.setdefault("steps", None)
         steps_rows = [{**r, "steps": r["steps"] or []} for r in rs]
         per = next((r.get("per_token") for r in rs if r.get("per_token")), None)
-        if name in ("chromium-webbuild", LORA_ROW):
-            load, ttft = result["site"]["info"]["load"], _median([c.get("ttft_ms") for c in result["site"]["clips"]])
+        if name in ("chromium-webbuild", LORA_ROW) or name.startswith("chromium-webbuild:"):
+            page = result["sites"][name] if ":" in name else result["site"]
+            load, ttft = page["info"]["load"], _median([c.get("ttft_ms") for c in page["clips"]])
         elif name == "chromium-peer":
             load, ttft = result["peer"]["load"], None
         else:
             load, ttft = rs[0]["load"] if rs else None, _median([r.get("ttft_ms") for r in rs])
-        row = row_of(name, steps_rows, load, {"ttft_ms": ttft})
+        row = row_of(name, steps_rows, load, {"ttft_ms": ttft, "clock": gpu_clock.merged([r.get("clock") for r in rs])})
         row["per_token"] = per
         if name.startswith("node"):  # no per-step times came back: p10/p90 are the rounds' own
             row["decode_all_steps"] = {"p10": _median([r["decode"]["p10"] for r in rs]),

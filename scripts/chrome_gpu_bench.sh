@@ -43,7 +43,7 @@ There, device calls back to back while the machine is warm:
        unpacks the browser, waits for the builds, then the STEPS; $OUT gets verify.json,
        bench-browser.json, rounds.json (a step cut off: NAME.json.partial) and gen.log
 
-Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), STAGE, STEPS ("verify bench_browser rounds"; also first_use:
+Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), WB_TREE (1: prepare sends the working tree, not HEAD), STAGE, STEPS ("verify bench_browser rounds"; also first_use:
 a fresh page per first-clip length, first-use-N.json, and the same build with BASE_REF's page runtime,
 first-use-base-N.json; live: `webbuild verify --live only`, live.json; lora_browser: adapter on and off alternated, lora-on-N.json
 and lora-off-N.json, on a LORA=1 build; lora_rounds: on and off alternated on one page, with TIMING=1 their GPU kernel
@@ -61,8 +61,14 @@ prepare() {
   local root src; root=$(bash "$WRAPPER" root); src=$(cd "$HERE/.." && pwd)
   bash "$WRAPPER" ignore .wb2 .wb2pw
   rm -rf "$root/.wb2" "$root/.wb2pw" && mkdir -p "$root/.wb2" "$root/.wb2pw"
-  # committed code only: what runs there is a commit of this branch
-  git -C "$src" archive HEAD webbuild scripts pyproject.toml package.json | tar -x -C "$root/.wb2"
+  # committed code (what runs there is a commit of this branch), or with WB_TREE=1 the working tree as it is
+  # (tracked and untracked files git does not ignore): a measurement of work before its commit
+  if [ "${WB_TREE:-0}" = 1 ]; then
+    (cd "$src" && git ls-files -co --exclude-standard -- webbuild scripts pyproject.toml package.json | tar -cf - -T -) \
+      | tar -x -C "$root/.wb2"
+  else
+    git -C "$src" archive HEAD webbuild scripts pyproject.toml package.json | tar -x -C "$root/.wb2"
+  fi
   # the page runtime of BASE_REF (default main) too: first_use runs the same build with it, for a before/after
   mkdir -p "$root/.wb2/base" && git -C "$src" archive "${BASE_REF:-main}" webbuild/template | tar -x -C "$root/.wb2/base"
   # Playwright for Python without its bundled Node (the Node of .gpu runs its driver:

@@ -134,11 +134,12 @@ EOF
     "pydantic-core==$(.venv/bin/python -c 'import pydantic_core; print(pydantic_core.__version__)')" \
     typing-inspection annotated-types "onnx-ir==$(.venv/bin/python -c 'import onnx_ir; print(onnx_ir.__version__)')"
   # huggingface-hub at this venv's version and what it imports that the GPU image lacks (transformers refuses the
-  # image's older hub): .whlx, carried apart from .whl, since Chromium's first call has no room for it
+  # image's older hub), and `kernels` (the genai builder's from_pretrained stopped in set_use_kernels without it):
+  # .whlx, carried apart from .whl, since Chromium's first call has no room for it
   # (chrome_gpu_bench.sh carries it in its second call, and its build waits for it)
   .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d "$root/.whlx" \
-    $(for p in huggingface-hub httpx2 httpcore2 truststore anyio; do
+    $(for p in huggingface-hub httpx2 httpcore2 truststore anyio kernels tomlkit; do
         .venv/bin/python -c "import importlib.metadata as m, sys; print(f'{sys.argv[1]}=={m.version(sys.argv[1])}')" $p 2>/dev/null
       done)
   # the Vulkan loader and the GL dispatch libraries the NVIDIA ICD loads (the GPU image has neither)

@@ -170,6 +170,9 @@ def test_adapter_picker_on_and_off_gives_the_references_tokens(playwright, examp
         info = page.evaluate("() => window.webbuild.info")
         assert info["ep"] == ("webgpu" if webgpu else "wasm") and info["loraAdapters"] == ["klatt"]
         assert info["lora"] is None and (info["decode"] == "captured") == webgpu
+        # a software GPU: capture kept without timing both forms (runtime/decode-form.js)
+        assert info["decodeChoice"]["form"] == ("captured" if webgpu else "plain")
+        assert not webgpu or info["decodeChoice"]["why"] == "not measured on a software GPU"
         assert page.is_visible("#lora") and page.inner_text("label[for=lora]") == "Voice adapter (LoRA)"
         assert page.eval_on_selector_all("#lora option", "os => os.map((o) => [o.value, o.textContent])") == [
             ["", "none (base model)"], ["klatt", "klatt"]]
@@ -216,6 +219,41 @@ def test_later_visits_load_the_model_from_the_cache(playwright, example_site):
             wait_for(page, "() => window.webbuild.cached", 60)
             assert bool(shards) == (visit == 0), (visit, len(shards))
             page.close()
+    finally:
+        browser.close()
+        srv.shutdown()
+
+
+@pytest.mark.slow
+def test_decode_form_is_measured_kept_and_forced(playwright, example_site, expected):
+    """WebGPU (SwiftShader): ?decode=measure times both decode forms at load, alternated (runtime/decode-form.js),
+    decodes with the faster and keeps it for this browser profile; the next visit takes the kept choice without a
+    measurement; ?decode=plain decodes plain steps. Every form gives the reference's transcript of a sample."""
+    from webbuild.tools.browser import choose, launch, open_page
+    from webbuild.tools.serve import start
+
+    dist, samples = example_site
+    srv = start(dist, quiet=True)
+    browser = launch(playwright, choose(), webgpu=True)
+    try:
+        context = browser.new_context()  # one profile for the three visits: its localStorage keeps the choice
+        infos = []
+        for query in ("?ep=webgpu&decode=measure", "?ep=webgpu", "?ep=webgpu&decode=plain"):
+            page = context.new_page()
+            open_page(page, srv.url + query)
+            info = page.evaluate("() => window.webbuild.info")
+            assert info["ep"] == "webgpu", info
+            assert transcribe_all(page, samples[:1]) == [expected[0][0]], query
+            infos.append(info)
+            page.close()
+        measured, kept, plain = (i["decodeChoice"] for i in infos)
+        assert measured["why"] == "measured at load" and measured["rounds"] == 2, measured
+        faster = "plain" if measured["plain_ms"] < measured["captured_ms"] else "captured"
+        assert measured["form"] == faster and measured["model"] and measured["gpu"] == infos[0]["gpu"]
+        assert kept["why"] == "measured on an earlier visit" and kept["form"] == measured["form"], kept
+        assert "captured_ms" not in kept
+        assert plain == {**plain, "form": "plain", "why": "asked for"}
+        assert infos[2]["decode"].startswith("plain") and (infos[1]["decode"] == "captured") == (faster == "captured")
     finally:
         browser.close()
         srv.shutdown()

@@ -559,12 +559,29 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
       webbuild bench examples/tiny-asr/model --ep wasm
       webbuild bench dist --runtime browser --ep wasm --threads 4
     """
-    from webbuild.tools.bench import run_node, table
+    from webbuild.tools.bench import gpu_clock, table
+
+    with gpu_clock.ClockSampler() as clocks:  # the GPU's own clock beside its figures, where nvidia-smi is
+        start = gpu_clock.now()
+        result = _bench_run(dir, runtime, ep, decode_tokens, repeat, max_clips, max_new_tokens, swiftshader,
+                            session_config, graph_capture, adapter, threads)
+        result["gpu_clock"] = clocks.window(start, gpu_clock.now())
+    click.echo(table(result))
+    if report:
+        report.write_text(json.dumps(result, indent=1) + "\n")
+        click.echo(f"report: {report}")
+
+
+def _bench_run(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
+               max_new_tokens: int | None, swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool,
+               adapter: str | None, threads: int | None) -> dict:
+    """`webbuild bench`'s run in the page (--runtime browser) or under Node: its report."""
+    from webbuild.tools.bench import run_node
 
     if runtime == "browser":
         from webbuild.tools.bench.page_bench import run_browser
 
-        result = run_browser(dir, ep, repeat, max_clips, decode_tokens, adapter=adapter, threads=threads)
+        return run_browser(dir, ep, repeat, max_clips, decode_tokens, adapter=adapter, threads=threads)
     else:
         if threads is not None:
             raise BenchError("--threads is for --runtime browser: under Node onnxruntime-web runs 1 thread "
@@ -573,12 +590,8 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
         if len(config) != len(session_config):
             raise BenchError(f"--session-config wants KEY=VALUE, got "
                              f"{', '.join(e for e in session_config if '=' not in e)}")
-        result = run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config,
-                          graph_capture=graph_capture, max_new_tokens=max_new_tokens, adapter=adapter)
-    click.echo(table(result))
-    if report:
-        report.write_text(json.dumps(result, indent=1) + "\n")
-        click.echo(f"report: {report}")
+        return run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config,
+                        graph_capture=graph_capture, max_new_tokens=max_new_tokens, adapter=adapter)
 
 
 if __name__ == "__main__":

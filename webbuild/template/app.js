@@ -8,6 +8,7 @@ import { LiveView, MicFrames, intervalNote } from './app/live.js';
 import { BASE_INTERVAL_MS } from './runtime/live.js';
 import { renderLiveMetrics, renderMetrics, renderInfo } from './app/metrics.js';
 import { isolatePage } from './app/isolation.js';
+import { keepDecodeChoice, keptDecodeChoice } from './app/decode-choice.js';
 import { clock, cues, download, showSegments, transcriptFile } from './app/transcript.js';
 import { FROM_WORKER, KEEP_AUDIO, LIVE_BUTTON, LORA_PICKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
 
@@ -85,6 +86,7 @@ const handlers = {
     setStatus(`Ready: the ${info.variant} model runs on ${info.ep === 'webgpu' ? 'the GPU (WebGPU)' : 'the CPU (WebAssembly)'}.`);
     if (info.notice) showNotice(info.notice);
     renderInfo(info);
+    keepDecodeChoice(info.decodeChoice);
     showLoraPicker(info.loraAdapters ?? [], info.loraAbout ?? {});
     setEnabled(true);
   },
@@ -118,11 +120,13 @@ wireInputs();
 
 // Asks the worker for the model: at the start, and again from the Retry button after a failed load.
 function loadModel() {
-  // ?capture=0: every decode step plain, without graph capture (runtime/capture.js)
+  // ?capture=0: every decode step plain, without graph capture (runtime/capture.js); ?decode=captured|plain: that
+  // decode form, else the one this profile measured on an earlier visit, else measured now (runtime/decode-form.js)
   // ?threads=N: the wasm EP's threads (the bench's --threads), else runtime/site.js wasmThreads' rule
   worker.postMessage({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep'),
     threads: Number(params.get('threads')) || undefined, graphCapture: params.get('capture') !== '0',
-    warmShapes: params.get('warm') === 'shapes' });
+    warmShapes: params.get('warm') === 'shapes', decodeForm: params.get('decode'), knownDecode: keptDecodeChoice(),
+    gpuValidation: /** @type {import('./runtime/probe.js').GpuValidation | null} */ (params.get('gpu_validation')) });
   setStatus('Loading the model…');
 }
 

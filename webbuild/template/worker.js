@@ -83,12 +83,15 @@ async function load(msg) {
 // loadSite with the page's options, its progress and warnings posted (a warning in the visitor's words, or only
 // in the console); the lost GPU device of a WebGPU site watched.
 /** @param {import('./runtime/contract.js').LoadMessage} msg @param {string | null | undefined} forceEp */
-async function startSite({ manifestUrl, graphCapture, warmShapes, threads }, forceEp) {
+async function startSite({ manifestUrl, graphCapture, warmShapes, decodeForm, knownDecode, gpuValidation, threads }, forceEp) {
   const said = new Set(); // the warnings said once a load (a full storage fails every write)
   const loaded = await loadSite(manifestUrl, {
     forceEp,
     graphCapture,
     warmShapes,
+    decodeForm,
+    knownDecode,
+    gpuValidation,
     threads,
     onManifest: (m) => { manifest = m; modelId = m.model_id; },
     onProgress: (e) => post({ type: FROM_WORKER.progress, ...e }),
@@ -141,6 +144,7 @@ function readyInfo(loaded) {
     shaderF16: Boolean(gpu.shaderF16), threads: /** @type {number} */ (loaded.ort.env.wasm.numThreads), threadsWhy: loaded.threadsWhy,
     kvCache: recogniser.kvLocation,
     decode: recogniser.decodeMode,
+    decodeChoice: recogniser.decodeChoice, // runtime/decode-form.js: the form and, where measured, both forms' ms per token
     // tokens per prefill run (0: the whole prompt) and what the warm-up's check of long runs measured
     prefillRuns: { limit: recogniser.prefillRunLimit, check: recogniser.longRunsCheck },
     modelBytes: loaded.modelBytes, load: loaded.load,

@@ -19,7 +19,7 @@ export function renderInfo(info) {
   const l = info.load;
   // the processor the model runs on (a LoRA adapter is a model add-on: the picker's, not this)
   $('m-gpu').textContent = info.ep === 'webgpu' ? `the GPU: ${info.gpu}` : 'the CPU (no GPU used)';
-  $('m-runtime').textContent = `${info.ep === 'webgpu' ? 'WebGPU' : `WebAssembly, ${threadsNote(info)}`} · ${info.variant} · model ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
+  $('m-runtime').textContent = `${info.ep === 'webgpu' ? `WebGPU, ${decodeNote(info)}` : `WebAssembly, ${threadsNote(info)}`} · ${info.variant} · model ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
   // download and sessions overlap: each session is made once its files are in
   $('m-load').textContent = `${ms(l.total_ms)} (${fetched(l)}, sha256 ${ms(l.hash_ms ?? 0)}, ` +
     `sessions ${ms(l.session_ms)}, warm-up ${ms(l.warmup_ms)})`;
@@ -34,6 +34,16 @@ function fetched(l) {
   return `from this browser's cache ${read}, then ${mib(l.network_bytes)} MiB downloaded in ${ms(l.download_ms - l.cache_ms)}`;
 }
 const mib = (/** @type {number} */ n) => (n / 2 ** 20).toFixed(1);
+
+// Which decode form runs and why (runtime/decode-form.js): "captured steps (measured at load: captured 9.8,
+// plain 25.4 ms per token)", "plain steps (asked for)".
+/** @param {import('../runtime/contract.js').ReadyInfo} info */
+function decodeNote(info) {
+  const c = info.decodeChoice;
+  if (!c) return info.decode;
+  const times = c.captured_ms === undefined ? '' : `: captured ${c.captured_ms}, plain ${c.plain_ms} ms per token`;
+  return `${c.form} steps (${c.why}${times})`;
+}
 
 // The wasm EP's threads and why that many: "2 threads (2 logical processors; cross-origin isolated: by the site's
 // service worker)", "1 thread (not cross-origin isolated: the host sends no COOP/COEP headers and ...)".

@@ -13,6 +13,7 @@
 
 import { CapturedSteps, IN_FLIGHT } from './capture.js';
 import { kvNames } from './contract.js';
+import { fixedChoice, measureForms } from './decode-form.js';
 import { lastRow, pickLast, toFloat32 } from './greedy.js';
 import { int8Weights, readInt8Plan } from './int8.js';
 import { LoraInputs } from './lora.js';
@@ -161,7 +162,12 @@ export class Recogniser {
   // (this.active: set by loadDecoder, which create() runs)
   get decoder() { return /** @type {DecoderSet} */ (this.active).decoder; }
   get steps() { return /** @type {DecoderSet} */ (this.active).steps; }
-  get decodeMode() { return /** @type {DecoderSet} */ (this.active).decodeMode; }
+  // 'captured', or 'plain (why)': where capture works but plain steps were chosen, the choice's reason
+  get decodeMode() {
+    const mode = /** @type {DecoderSet} */ (this.active).decodeMode, c = this.decodeChoice;
+    if (mode !== 'captured' || this.capturedForm() || !c) return mode;
+    return `plain (${c.why}${c.plain_ms === undefined ? '' : `: ${c.plain_ms} against ${c.captured_ms} ms per token captured`})`;
+  }
 
   // An adapter's values (lora.js loraValues in this.dtype) into the adapted sessions' inputs, which then
   // decode; null: the base sessions again. rows: lora.js loraRows, where the values may be non-zero.
@@ -261,6 +267,14 @@ export class Recogniser {
     this.warmAudio = null; // warmEncoder's outputs until warmUp takes them
     this.encoderWarmMs = 0; // warmEncoder's time
     this.int8Ms = 0; // deriving int8 twins' weights at load (int8.js)
+    /** @type {import('./decode-form.js').DecodeForm | 'auto'} which decode form to run (site.js): 'auto' measures both */
+    this.requestedForm = 'auto';
+    /** @type {import('./decode-form.js').DecodeChoice | null} the form the base decode runs and why (chooseDecodeForm) */
+    this.decodeChoice = null;
+    this.measureForms = true; // false: 'auto' keeps capture unmeasured (site.js: a software GPU)
+    /** @type {string | null} why requestedForm (site.js): asked for, or measured on an earlier visit */
+    this.requestedWhy = null;
+    this.formOf = { gpu: '', model: '' }; // what a measured choice is for (site.js: the GPU and the model)
   }
 
   // The GPU device the sessions run on (null on wasm): its own where probe.js made one, else onnxruntime-web's.
@@ -318,6 +332,40 @@ export class Recogniser {
         this.active = active;
       }
     }
+    await this.chooseDecodeForm();
+  }
+
+  // The decode form of the base sessions (decode-form.js): the one asked for, else on a GPU whose step graph was
+  // captured both measured here, on a second of silence decoded past its end token; the adapted sessions follow it.
+  async chooseDecodeForm() {
+    const capturable = Boolean(this.base?.steps);
+    if (this.requestedForm !== 'auto' || !capturable || !this.measureForms) {
+      const why = !capturable ? this.base?.decodeMode ?? 'no step form'
+        : this.requestedForm === 'auto' ? 'not measured on a software GPU' : this.requestedWhy ?? 'asked for';
+      this.decodeChoice = { ...fixedChoice(this.requestedForm, capturable, why), ...this.formOf };
+      return;
+    }
+    const active = this.active;
+    this.active = this.base;
+    try {
+      const silence = new Float32Array(this.rt.sample_rate);
+      const audio = await this.encode(silence);
+      this.decodeChoice = await measureForms(async (form, tokens) => {
+        const stamps = /** @type {number[]} */ ([]);
+        await this.transcribe(silence, { maxNewTokens: tokens + 1, forceSteps: true, captured: form === 'captured', audio,
+          onToken: () => stamps.push(performance.now()) });
+        return stamps.slice(1).map((t, i) => t - stamps[i]);
+      });
+      Object.assign(this.decodeChoice, this.formOf);
+    } finally {
+      this.active = active;
+    }
+  }
+
+  // Whether decodes may run the captured steps: the chosen form's; before a choice is made (the warm-up and the
+  // measurement, whose decodes say `captured` themselves) yes.
+  capturedForm() {
+    return (this.decodeChoice?.form ?? 'captured') === 'captured';
   }
 
   // The encoder's part of warmUp's every-shape warm-up: a 2-s clip that starts loud and the longest chunk rounded
@@ -435,7 +483,7 @@ export class Recogniser {
    */
   async decode(first, kv, promptLength, maxNewTokens, emit, captured = true) {
     if (!emit(first)) return;
-    const steps = captured && this.steps?.fits(promptLength, maxNewTokens) ? this.steps : null;
+    const steps = captured && this.capturedForm() && this.steps?.fits(promptLength, maxNewTokens) ? this.steps : null;
     if (steps && await this.decodeCaptured(steps, kv.present, promptLength, first.token, maxNewTokens, emit)) return;
     let next = first;
     for (let total = promptLength + 1; ; total++) {

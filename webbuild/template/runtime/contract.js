@@ -39,12 +39,17 @@ export function kvNames(io, layers) {
 
 /**
  * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, threads?: number, graphCapture?: boolean,
- *   warmShapes?: boolean}} LoadMessage
+ *   warmShapes?: boolean, decodeForm?: string | null, knownDecode?: import('./decode-form.js').DecodeChoice | null,
+ *   gpuValidation?: import('./probe.js').GpuValidation | null}} LoadMessage
  *   Load the model once (forceEp: the page's ?ep=; threads: its ?threads=, the wasm EP's threads, else site.js
  *   wasmThreads' rule). 'wasm' runs the CPU variant whatever the device offers;
  *   'webgpu' takes WebGPU even on a software GPU (SwiftShader), where the page otherwise takes wasm.
  *   graphCapture false decodes every step plainly (the page's ?capture=0); warmShapes true warms every shape class
- *   even on a software GPU (the page's ?warm=shapes; runtime/asr.js warmUp).
+ *   even on a software GPU (the page's ?warm=shapes; runtime/asr.js warmUp). decodeForm 'captured' or 'plain': that
+ *   decode form (the page's ?decode=; 'measure' measures both even on a software GPU); else knownDecode's, the choice this browser profile measured before
+ *   (app/decode-choice.js), where made on the same GPU for the same model; else the warm-up measures both
+ *   (runtime/decode-form.js). gpuValidation: onnxruntime-web's validationMode on WebGPU (the page's ?gpu_validation=;
+ *   runtime/probe.js webgpuProvider).
  * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
  *   chunkSeconds?: number}} TranscribeMessage
  *   pcm: 16 kHz mono (app/audio.js: the project's resampler), transferred; cut into chunks by runtime.json's
@@ -86,6 +91,7 @@ export const TO_WORKER = Object.freeze({
  *   load ends), storage full ('quota'); the GPU device lost ('device-lost': the model is being loaded again).
  * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, gpu: string,
  *   shaderF16: boolean, threads: number, threadsWhy: string, kvCache: string, decode: string, modelBytes: number,
+ *   decodeChoice: import('./decode-form.js').DecodeChoice | null,
  *   prefillRuns: {limit: number, check: {tokens: number, limit: number, relative_diff: number, agree: boolean} | null},
  *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null,
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
@@ -95,6 +101,8 @@ export const TO_WORKER = Object.freeze({
  *   whether and how it is cross-origin isolated: app/isolation.js);
  *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu';
  *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)';
+ *   decodeChoice: which decode form runs and why (runtime/decode-form.js: 'measured at load' with both forms' ms
+ *   per token, 'asked for', or why not measured);
  *   prefillRuns: the prompt's tokens per prefill run (0: all in one run) and the warm-up's check of one long run
  *   against runs of the build's webgpu_prefill_chunk (null where it did not run: wasm, a software GPU's warm-up);
  *   gpu: the GPU WebGPU runs on (its description; 'none (...)' on wasm); loraAdapters: the LoRA adapters the

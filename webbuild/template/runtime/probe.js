@@ -59,19 +59,25 @@ export function softwareGpu(info, fallback = false) {
 // lanes and returns wrong results on GPUs with smaller ones (SwiftShader: 4). There the sessions
 // get a device without the subgroups feature, and onnxruntime takes its subgroup-free attention path.
 export const MIN_SUBGROUP_SIZE = 8;
+/** @typedef {'basic' | 'wgpuOnly'} GpuValidation */
+/** @type {GpuValidation} */
+export const GPU_VALIDATION = 'basic';
 
+// validation: onnxruntime-web's validationMode ('basic', its default, wraps every run in a GPU error scope whose
+// answer the run waits for; 'wgpuOnly' leaves the checks to the browser's WebGPU).
 /**
  * @param {GPUAdapter | null} gpuAdapter
- * @returns {Promise<'webgpu' | {name: 'webgpu', device: GPUDevice}>}
+ * @param {GpuValidation} [validation]
+ * @returns {Promise<{name: 'webgpu', validationMode: GpuValidation, device?: GPUDevice}>}
  */
-export async function webgpuProvider(gpuAdapter) {
+export async function webgpuProvider(gpuAdapter, validation = GPU_VALIDATION) {
   const min = gpuAdapter?.info?.subgroupMinSize;
-  if (!gpuAdapter?.features.has('subgroups') || !(/** @type {number} */ (min) < MIN_SUBGROUP_SIZE)) return 'webgpu';
+  if (!gpuAdapter?.features.has('subgroups') || !(/** @type {number} */ (min) < MIN_SUBGROUP_SIZE)) return { name: 'webgpu', validationMode: validation };
   /** @type {Record<string, number>} */
   const requiredLimits = {};
   for (const key in gpuAdapter.limits) requiredLimits[key] = /** @type {Record<string, number>} */ (/** @type {unknown} */ (gpuAdapter.limits))[key];
   const requiredFeatures = /** @type {GPUFeatureName[]} */ ([...gpuAdapter.features]).filter((f) => !f.startsWith('subgroup'));
-  return { name: 'webgpu', device: await gpuAdapter.requestDevice({ requiredFeatures, requiredLimits }) };
+  return { name: 'webgpu', validationMode: validation, device: await gpuAdapter.requestDevice({ requiredFeatures, requiredLimits }) };
 }
 
 // Picks {ep, variant}: without a GPU, or with a software one unless forceEp is 'webgpu', the wasm EP

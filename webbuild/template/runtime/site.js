@@ -7,6 +7,7 @@ import { RUNTIME_FILE } from './contract.js';
 import { loadFiles, loadManifest, openModelCache, startLoadInWorker } from './loader.js';
 import { chooseVariant, probeWebGPU, webgpuProvider } from './probe.js';
 import { Recogniser } from './asr.js';
+import { requestedForm } from './decode-form.js';
 import { loraShapes } from './lora.js';
 
 /** @typedef {import('webbuild-types').Ort} Ort */
@@ -28,6 +29,11 @@ import { loraShapes } from './lora.js';
  * @property {number} [threads]
  * @property {boolean} [fallback]
  * @property {boolean} [graphCapture] false: every decode step plain
+ * @property {string | null} [decodeForm] 'captured' or 'plain': that decode form; else knownDecode's, where it was
+ *   measured on this GPU for this model; else (auto) the warm-up measures both on a hardware GPU and the faster
+ *   decodes (runtime/decode-form.js); 'measure': measured even on a software GPU
+ * @property {import('./decode-form.js').DecodeChoice | null} [knownDecode] a choice measured before (app/decode-choice.js)
+ * @property {import('./probe.js').GpuValidation | null} [gpuValidation] onnxruntime-web's validationMode (probe.js)
  * @property {boolean} [warmShapes] true: warm every shape class on a software GPU too (Recogniser.warmUp)
  * @property {(manifest: LoadedManifest) => void} [onManifest]
  * @property {(p: SiteProgress) => void} [onProgress]
@@ -84,13 +90,19 @@ export async function loadSite(manifestUrl, opts = {}) {
     configureOrt(ort, await load.ready(runtime.files.ort_wasm), threads.count);
     tSession0 = performance.now();
     made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, load, gpu,
-      graphCapture: opts.graphCapture ?? true, warmShapes: shapes }, opts.fallback ?? true);
+      graphCapture: opts.graphCapture ?? true, warmShapes: shapes, validation: opts.gpuValidation }, opts.fallback ?? true);
     await load.verified; // every shard verified (the sessions may not have needed them all)
   } finally {
     load.flushCache(); // the sessions are made (or failed): the cache writes go on meanwhile
   }
   const tSession = performance.now();
   opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1, ep: made.ep });
+  const known = knownChoice(opts.knownDecode, gpu, manifest);
+  made.recogniser.requestedForm = opts.graphCapture === false ? 'plain' : requestedForm(opts.decodeForm ?? known?.form);
+  made.recogniser.requestedWhy = opts.graphCapture === false || opts.decodeForm ? 'asked for' : known && 'measured on an earlier visit';
+  // a software GPU: a minute for the measurement there, capture kept unless it is asked for ('measure')
+  made.recogniser.measureForms = !gpu.software || opts.decodeForm === 'measure';
+  made.recogniser.formOf = { gpu: gpu.description ?? '', model: manifest.model_id };
   await made.recogniser.warmUp({ shapes });
   const tWarm = performance.now();
   const { stats } = load;
@@ -185,6 +197,16 @@ export function variantGraphs(entry, roles, manifest = null) {
   return graphs;
 }
 
+// A decode form measured on an earlier visit (app/decode-choice.js), where it was this GPU and this model.
+/**
+ * @param {import('./decode-form.js').DecodeChoice | null | undefined} known
+ * @param {GpuProbe} gpu
+ * @param {LoadedManifest} manifest
+ */
+function knownChoice(known, gpu, manifest) {
+  return known && known.gpu === (gpu.description ?? '') && known.model === manifest.model_id ? known : null;
+}
+
 // The wasm EP's threads, {count, why}: `requested` (the page's ?threads=, the bench's --threads) as asked, else
 // threadsFor() this device's logical processors. Threads need SharedArrayBuffer, which a browser gives only a
 // cross-origin isolated page (COOP/COEP headers, sent by the host or added by the site's service worker,
@@ -227,12 +249,13 @@ function configureOrt(ort, wasmBinary, threads) {
 /**
  * @param {OpenSite & {ort: Ort}} site
  * @param {{ep: 'webgpu' | 'wasm', variant: string, load: import('./loader.js').Load, gpu: GpuProbe, graphCapture: boolean,
- *   warmShapes: boolean}} choice warmShapes: the warm-up will warm every shape class (its encoder part then runs
- *   as soon as the encoder's session is made)
+ *   warmShapes: boolean, validation?: import('./probe.js').GpuValidation | null}} choice warmShapes: the warm-up will
+ *   warm every shape class (its encoder part then runs as soon as the encoder's session is made); validation: the
+ *   WebGPU sessions' validationMode (probe.js webgpuProvider)
  * @param {boolean} fallback
  * @returns {Promise<EpChoice & {recogniser: Recogniser, notice?: string}>}
  */
-async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, warmShapes }, fallback) {
+async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, warmShapes, validation }, fallback) {
   const { ort, manifest, runtime, loading } = site;
   /**
    * @param {string} v the variant
@@ -252,7 +275,7 @@ async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, wa
     return Recogniser.create(ort, vFiles, graphs, runtime, provider, ready, { warmShapes });
   };
   try {
-    const provider = ep === 'webgpu' ? await webgpuProvider(gpu.gpuAdapter) : ep;
+    const provider = ep === 'webgpu' ? await webgpuProvider(gpu.gpuAdapter, validation ?? undefined) : ep;
     const ready = (/** @type {string[]} */ names) => Promise.all(names.map((n) => load.ready(n)));
     return { ep, variant, recogniser: await create(variant, load.files, provider, ready) };
   } catch (e) {

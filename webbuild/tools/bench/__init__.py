@@ -168,6 +168,10 @@ def table(r: dict) -> str:
     if "clips" in s:
         lines.append(f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text")
     lines += lora_lines(r)
+    if r.get("gpu_clock"):
+        from webbuild.tools.bench.gpu_clock import describe
+
+        lines.append(f"gpu clock   {describe(r['gpu_clock'])} (nvidia-smi every 50 ms, over the whole bench)")
     if heap := r.get("wasm_heap_bytes", {}).get("peak"):
         lines.append(f"wasm heap   {size(r['wasm_heap_bytes']['loaded'])} after loading, {size(heap)} at the end")
     return "\n".join(lines + counter_lines(r) + timing_lines(r))

@@ -1,0 +1,37 @@
+// runtime/decode-form.js: which decode form the warm-up chooses. Run: node --test tests/js/
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { fixedChoice, measureForms, requestedForm } from '../../webbuild/template/runtime/decode-form.js';
+
+describe('decode form', () => {
+  it('measures the forms alternated and takes the faster one', async () => {
+    const order = [];
+    const perToken = { captured: 30, plain: 15 }; // the H100's captured replay, twice the plain steps' time
+    const choice = await measureForms(async (form, tokens) => {
+      order.push(form);
+      return Array.from({ length: tokens }, (_, i) => perToken[form] + (i % 3)); // a little jitter per step
+    }, { tokens: 8, rounds: 4 });
+    assert.deepEqual(order, ['captured', 'plain', 'plain', 'captured', 'captured', 'plain', 'plain', 'captured']);
+    assert.equal(choice.form, 'plain');
+    assert.deepEqual([choice.captured_ms, choice.plain_ms, choice.rounds, choice.tokens], [31, 16, 4, 8]);
+    assert.equal(choice.why, 'measured at load');
+  });
+
+  it('keeps capture where it is faster or as fast', async () => {
+    const same = await measureForms(async (_form, tokens) => new Array(tokens).fill(10), { tokens: 4, rounds: 2 });
+    assert.equal(same.form, 'captured');
+    const fast = await measureForms(async (form, tokens) => new Array(tokens).fill(form === 'captured' ? 9.8 : 25.4));
+    assert.equal(fast.form, 'captured');
+  });
+
+  it('takes a form asked for, and plain where nothing could be captured', () => {
+    assert.equal(requestedForm('plain'), 'plain');
+    assert.equal(requestedForm('captured'), 'captured');
+    assert.equal(requestedForm('fast'), 'auto');
+    assert.equal(requestedForm(null), 'auto');
+    assert.deepEqual(fixedChoice('plain', true, 'asked for'), { form: 'plain', requested: 'plain', why: 'asked for' });
+    assert.equal(fixedChoice('auto', true, 'not measured on a software GPU').form, 'captured');
+    assert.equal(fixedChoice('captured', false, 'no step form').form, 'plain');
+  });
+});

@@ -1,0 +1,67 @@
+// Which decode form runs on this GPU: the captured replay of the step form (capture.js) or plain steps.
+// Neither wins everywhere. A GPU that manages its own clock reads a decode that leaves it idle between steps as
+// a light load and slows down: on an H100 with its driver's default power management the captured decode ran at
+// twice the plain steps' time per token, on an H200 at 0.4x (BENCHMARKS.md, "Decode form"). So the warm-up
+// measures both on the visitor's GPU, alternated (A B A B), and the faster one decodes; the page keeps the choice
+// per browser profile (app.js) and hands it back on the next visit, which then measures nothing.
+
+/** @typedef {'captured' | 'plain'} DecodeForm */
+/**
+ * What decodes and why: `form`, for a measured choice the median ms per token of each form over `rounds`, and the
+ * GPU (its description) and model (manifest model_id) it was chosen for.
+ * @typedef {{form: DecodeForm, requested: string, why: string, captured_ms?: number, plain_ms?: number,
+ *   rounds?: number, tokens?: number, gpu?: string, model?: string}} DecodeChoice
+ */
+
+export const FORMS = /** @type {const} */ (['captured', 'plain']);
+const MEASURE_TOKENS = 12; // steps per measured decode: past the first step's read-back, few enough for a load
+const MEASURE_ROUNDS = 2; // A B A B
+
+// A request as the page gives it (?decode=, or the stored choice): 'auto' unless it names a form.
+/** @param {string | null | undefined} value @returns {DecodeForm | 'auto'} */
+export function requestedForm(value) {
+  return FORMS.includes(/** @type {DecodeForm} */ (value)) ? /** @type {DecodeForm} */ (value) : 'auto';
+}
+
+// The choice without a measurement: the form asked for, or captured where nothing was asked and capture works.
+/**
+ * @param {DecodeForm | 'auto'} requested
+ * @param {boolean} capturable whether the step graph could be captured on this EP
+ * @param {string} why why no measurement: asked for, known from an earlier visit, a software GPU; where not
+ *   capturable, why not (asr.js decodeMode)
+ * @returns {DecodeChoice}
+ */
+export function fixedChoice(requested, capturable, why) {
+  if (!capturable) return { form: 'plain', requested, why };
+  return { form: requested === 'auto' ? 'captured' : requested, requested, why };
+}
+
+// Decodes `tokens` steps in each form, alternated over `rounds`, through `decode(form, tokens)` (which resolves
+// to the gaps between its tokens, ms), and chooses the form with the lower median per token.
+/**
+ * @param {(form: DecodeForm, tokens: number) => Promise<number[]>} decode
+ * @param {{tokens?: number, rounds?: number}} [opts]
+ * @returns {Promise<DecodeChoice>}
+ */
+export async function measureForms(decode, { tokens = MEASURE_TOKENS, rounds = MEASURE_ROUNDS } = {}) {
+  /** @type {Record<DecodeForm, number[]>} */
+  const gaps = { captured: [], plain: [] };
+  for (let r = 0; r < rounds; r++) {
+    for (const form of r % 2 ? [...FORMS].reverse() : FORMS) gaps[form].push(...await decode(form, tokens));
+  }
+  const captured = median(gaps.captured), plain = median(gaps.plain);
+  const form = plain < captured ? 'plain' : 'captured';
+  return { form, requested: 'auto', why: 'measured at load', captured_ms: round2(captured), plain_ms: round2(plain), rounds, tokens };
+}
+
+/** @param {number[]} xs */
+function median(xs) {
+  if (!xs.length) return Infinity;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)];
+}
+
+/** @param {number} x */
+function round2(x) {
+  return Math.round(x * 100) / 100;
+}
