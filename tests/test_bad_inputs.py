@@ -206,6 +206,12 @@ def test_verify_checks_a_local_site_before_starting_a_browser(example_dist, tmp_
     assert invoke("verify", site).error_line().startswith(f"error: {site / 'samples.json'}: not valid JSON (")
 
 
+def test_verify_of_a_missing_folder_says_so(tmp_path):
+    pytest.importorskip("playwright")  # else verify stops earlier, asking for its extra
+    assert invoke("verify", tmp_path / "nowhere").error_line() == (
+        f"error: {tmp_path / 'nowhere'}: no such folder; pass a built site folder (webbuild model.yaml) or a URL")
+
+
 def test_verify_of_a_url_nothing_answers_is_one_line():
     """Nothing listening was a 63-line Playwright traceback: a plain HTTP request first, before any browser."""
     with socket.socket() as probe:  # a port that was free a moment ago: nothing listens on it

@@ -109,6 +109,8 @@ def site_url(target: str):
         yield (target if target.endswith("/") else target + "/"), None
         return
     dist = Path(target)
+    if not dist.is_dir():
+        raise VerifyInputError(f"{target}: no such folder; pass a built site folder (webbuild model.yaml) or a URL")
     if not (dist / "index.html").is_file():
         raise VerifyInputError(f"{target}: no index.html; pass a built site folder (webbuild model.yaml) or a URL")
     from webbuild.tools.serve import start
