@@ -1,7 +1,8 @@
 """A second browser: the embedded example's wasm path in Debian's firefox-esr, driven by puppeteer-core over
 WebDriver BiDi (tests/js/firefox-site.mjs). The page loads on wasm, transcribes every sample with the Python
-reference's tokens (onnxruntime CPU on the build's own graphs; a difference passes only under verify's tie
-margin, webbuild/tools/verify/tokens.py), its console, workers' included, shows no error and no request fails."""
+reference's tokens (onnxruntime CPU on the build's graphs that the wasm EP runs; a difference passes only under
+verify's tie margin, webbuild/tools/verify/tokens.py), its console, workers' included, shows no error and no
+request fails."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def test_firefox_transcribes_every_sample_with_the_reference_tokens(firefox_run,
     assert [s["id"] for s in firefox_run["samples"]] == [s["id"] for s in data["samples"]] != []
     for sample, seen in zip(data["samples"], firefox_run["samples"]):
         clip = Clip(Path(sample["src"]).name, sample["text"], button=sample["id"], local=example_dist / sample["src"])
-        expected = reference.transcribe(clip, variant)
+        expected = reference.transcribe(clip, variant, ep="wasm")  # on the graphs the wasm EP runs, as verify
         assert expected is not None and expected.tokens
         result = row(clip, seen["state"], expected, float(data["max_wer"]), "firefox")
         assert result["ok"], f"{clip.name} in Firefox: {result['reason']}"
