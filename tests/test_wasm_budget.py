@@ -85,6 +85,7 @@ def test_the_tiny_example_fits_within_a_factor_of_its_measured_wasm_heap(dist):
     roles = set(manifest["variants"]["fp32"])
     assert {"encoder_wasm", "decoder_wasm", "encoder_wasm_int8", "decoder_wasm_int8"} <= roles
     assert "fp32: wasm fallback needs about" in run.stderr and "encoder int8, decoder int8;" in run.stderr
+    assert "GiB of int8 weights derived at load from the int4 ones, nothing more to download;" in run.stderr
     heap = run_node(out, "wasm", decode_tokens=8, max_clips=1, timeout=600)["wasm_heap_bytes"]["peak"]
     print(f"tiny: wasm estimate {fit['need_bytes'] / 2**20:.0f} MiB, measured heap {heap / 2**20:.0f} MiB")
     # generous, but not wildly: measured 207 MiB

@@ -216,8 +216,10 @@ def _wasm_plans(ctx: BuildContext) -> dict[str, dict]:
         ctx.report.variants.setdefault(name, {})["wasm"] = fit
         options = "; ".join(f"{_forms_text(o['forms'])}: {o['need_bytes'] / GIB:.2f} GiB" for o in fit["options"])
         if fit["fits"]:
-            log.info(f"{name}: wasm fallback needs about {fit['need_bytes'] / GIB:.2f} GiB "
-                     f"of {fit['budget_bytes'] / GIB:.2f} GiB ({_forms_text(fit['forms'])}; options: {options})")
+            derived = f"; {fit['int8_bytes'] / GIB:.2f} GiB of int8 weights derived at load from the int4 ones, " \
+                "nothing more to download" if fit["int8_bytes"] else ""
+            log.info(f"{name}: wasm fallback needs about {fit['need_bytes'] / GIB:.2f} GiB of "
+                     f"{fit['budget_bytes'] / GIB:.2f} GiB ({_forms_text(fit['forms'])}{derived}; options: {options})")
         else:
             log.warning(f"{name}: no wasm fallback: needs {fit['need_bytes'] / GIB:.1f} GiB of the "
                         f"{fit['budget_bytes'] / GIB:.1f} GiB a wasm page gets; visitors without WebGPU "
