@@ -170,6 +170,10 @@ class SitePage:
         self.use(lora)
         return self.worker.evaluate("n => self.__wbTimedSynth(n)", n)
 
+    def step_trace(self, n: int, in_flight: int, yield_each: bool) -> dict:
+        return self.worker.evaluate("([n, o]) => self.__wbStepTrace(n, o)",
+                                    [n, {"inFlight": in_flight, "yieldEach": yield_each}])
+
     def use(self, lora: str | None) -> None:
         """The page's picker on adapter `lora` (None: the base model), where it is not already."""
         if self.page.evaluate("() => window.webbuild.lora ?? null") == lora:
@@ -211,6 +215,33 @@ def timed_decodes(site, peer, args) -> dict:
         if timed:
             out[name] = timed()
             log(f"timing {name}: {json.dumps(out[name])[:600]}")
+    return out
+
+
+STEP_TRACE_FORMS = ((3, False), (12, False), (3, True), (12, True))  # (steps in flight, a macrotask after each)
+
+
+def step_traces(page: SitePage, n: int, clocks, rounds: int = 2) -> list[dict]:
+    """--step-trace: the captured decode's steps timed one by one (synth_hook.js __wbStepTrace) in each of
+    STEP_TRACE_FORMS, alternated over `rounds`: per token, its issue (session.run and the read-back's copy
+    submitted), the read-back's wait after it, the time between issues, with the GPU's clock."""
+    out = []
+    for rnd in range(1, rounds + 1):
+        for in_flight, yield_each in STEP_TRACE_FORMS:
+            wall0 = gpu_clock.now()
+            t = page.step_trace(n, in_flight, yield_each)
+            rows = [r for r in t["trace"] if r["t2"] is not None]
+            out.append({"round": rnd, "in_flight": in_flight, "yield_each": yield_each,
+                        "decode": spread(t["steps"]),
+                        "issue_ms": spread([r["t1"] - r["t0"] for r in rows]),
+                        "readback_wait_ms": spread([r["t2"] - r["t1"] for r in rows]),
+                        "issue_interval_ms": spread([b["t0"] - a["t0"] for a, b in zip(rows, rows[1:])]),
+                        "clock": clocks.window(wall0, gpu_clock.now())})
+            o = out[-1]
+            log(f"step trace {rnd} in flight {in_flight}{' yield' if yield_each else ''}: decode "
+                f"{o['decode']['median']:.2f} ms, issue {o['issue_ms']['median']:.2f}, read-back wait "
+                f"{o['readback_wait_ms']['median']:.2f}, interval {o['issue_interval_ms']['median']:.2f}, "
+                f"GPU {gpu_clock.describe(o['clock'])}")
     return out
 
 
@@ -336,6 +367,10 @@ def main() -> int:
     ap.add_argument("--adapter", metavar="NAME",
                     help=f"a LoRA adapter of the site: each round runs row {LORA_ROW} (the page's picker on NAME) "
                          "before chromium-webbuild (picked off again) on the same page; with --timing both are timed")
+    ap.add_argument("--step-trace", type=int, default=0, metavar="N",
+                    help="after the rounds, N captured steps timed one by one, with 3 and 12 steps in flight, with and "
+                         "without a macrotask after each issue (a page decoding captured steps: a row "
+                         "chromium-webbuild:decode=captured)")
     ap.add_argument("--out", type=Path, default=Path("chrome-gpu-bench.json"))
     args = ap.parse_args()
     rows = [r for r in args.rows.split(",") if r]
@@ -435,6 +470,14 @@ def main() -> int:
                         f"prefill {r['prefill_ms']:.1f} ms, per token {r.get('per_token')}, {r['wall_s']} s, "
                         f"GPU {gpu_clock.describe(r['clock'])}")
                     save()
+            if args.step_trace:
+                captured = next((p for p in [site, *sites.values()] if p and p.state["info"]["decode"] == "captured"),
+                                None)
+                if captured is None:
+                    raise SystemExit("FATAL: --step-trace needs a page decoding captured steps "
+                                     "(add the row chromium-webbuild:decode=captured)")
+                result["step_trace"] = step_traces(captured, args.step_trace, clocks)
+                save()
             if args.timing:  # after the rounds: the timing wrap is off during them
                 result["timing_per_token"] = timed_decodes(site, peer, args)
                 save()

@@ -48,7 +48,10 @@ a fresh page per first-clip length, first-use-N.json, and the same build with BA
 first-use-base-N.json; live: `webbuild verify --live only`, live.json; lora_browser: adapter on and off alternated, lora-on-N.json
 and lora-off-N.json, on a LORA=1 build; lora_rounds: on and off alternated on one page, with TIMING=1 their GPU kernel
 times, lora-rounds.json), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BASE_REF (main, at prepare),
-LORA=1 (gen builds with a random rank-32 adapter `rand`: give it its own WORK),
+LORA=1 (gen builds with a random rank-32 adapter `rand`: give it its own WORK), STEP_TRACE=N (rounds: N captured
+steps timed one by one, chrome_gpu_bench.py --step-trace), base_build (BASE_REF's code, carried as .wbbase from
+`basecode` in a stash call, builds the same model.yaml), wasm_threads (WASM_THREADS 1,2,4,8,16; then WASM_AB_THREADS
+against base_build's site, WASM_ROUNDS),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), PEER=0 (gen skips the genai peer), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
 USAGE
@@ -135,11 +138,22 @@ env_there() {
   export PYTHONSAFEPATH=1 FONTCONFIG_FILE=/tmp/fonts/fonts.conf
 }
 
-# the parts a call carried (.cp*/) parked in /tmp/chrome-parts, outside the replaced folders
+# the parts a call carried (.cp*/) parked in /tmp/chrome-parts, outside the replaced folders; .wbbase (BASE_REF's
+# webbuild package, `basecode` here) into /tmp/wbbase
 stash() {
   mkdir -p /tmp/chrome-parts
   for f in .cp*/chrome.tar.xz.* .cp*/parts.sha256; do [ -e "$f" ] && mv "$f" /tmp/chrome-parts/; done
+  if [ -d .wbbase ] && [ ! -d /tmp/wbbase ]; then mkdir -p /tmp/wbbase && tar -C /tmp/wbbase -xzf .wbbase/code.tar.gz; fi
   ls -la /tmp/chrome-parts
+}
+
+# here: BASE_REF's webbuild package (default main at the start of the change) in .wbbase, for `base_build`
+basecode() {
+  local root src; root=$(bash "$WRAPPER" root); src=$(cd "$HERE/.." && pwd)
+  bash "$WRAPPER" ignore .wbbase
+  rm -rf "$root/.wbbase" && mkdir -p "$root/.wbbase"
+  git -C "$src" archive "${BASE_REF:-main}" webbuild | gzip -9 > "$root/.wbbase/code.tar.gz"
+  du -sh "$root/.wbbase"
 }
 
 # the browser unpacked into /tmp/chrome once all parts are there (a later call on the warm machine skips it)
@@ -283,7 +297,31 @@ first_use() {
 }
 rounds() {
   python3 $WB/scripts/chrome_gpu_bench.py --dist "$WORK/webbuild" --peer "$WORK/peer" --rounds "$ROUNDS" \
-    --rows "${ROWS:-chromium-webbuild,chromium-peer,node-webbuild}" ${TIMING:+--timing} --out "$WORK/rounds.json.part"
+    --rows "${ROWS:-chromium-webbuild,chromium-peer,node-webbuild}" ${TIMING:+--timing} \
+    ${STEP_TRACE:+--step-trace $STEP_TRACE} --out "$WORK/rounds.json.part"
+}
+# the same model.yaml built by BASE_REF's code (stash put it in /tmp/wbbase): today's site against this branch's
+base_build() {
+  mkdir -p /tmp/wbbase/webbuild/site/onnxruntime-web && cp $WB/webbuild/site/onnxruntime-web/* /tmp/wbbase/webbuild/site/onnxruntime-web/
+  PYTHONPATH=/tmp/site:/tmp/wbbase python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/base-build.json.part.d" 2>&1 | tail -5
+  mv "$WORK/base-build.json.part.d" "$WORK/webbuild-base" && echo '{}' > "$WORK/base-build.json.part"
+}
+# the wasm EP's threads (issue 49) in Chromium on the host CPU: WASM_THREADS (1,2,4,8,16) on this branch's build,
+# then WASM_AB_THREADS on it and on base_build's, alternated WASM_ROUNDS (3) times; wasm-*.json
+wasm_threads() {
+  local t r
+  for t in ${WASM_THREADS//,/ }; do
+    python3 -m webbuild.cli bench "$WORK/webbuild" --runtime browser --ep wasm --threads "$t" --decode-tokens 16 \
+      --max-clips 1 --json "$OUT/wasm-t$t.json" | grep -E "^(decode|load|runtime|wasm heap)" || echo "threads $t failed"
+  done
+  [ -d "$WORK/webbuild-base" ] || { echo '{}' > "$WORK/wasm-threads.json.part"; return; }
+  for r in $(seq 1 "${WASM_ROUNDS:-3}"); do
+    for b in webbuild webbuild-base; do
+      python3 -m webbuild.cli bench "$WORK/$b" --runtime browser --ep wasm --threads "${WASM_AB_THREADS:-8}" \
+        --decode-tokens 16 --max-clips 1 --json "$OUT/wasm-$b-r$r.json" | grep -E "^(decode|load)" || echo "$b $r failed"
+    done
+  done
+  echo '{}' > "$WORK/wasm-threads.json.part"
 }
 
 # last call: the browser unpacked, the builds waited for, then verify, bench --runtime browser, the rounds
@@ -316,6 +354,6 @@ run() {
 
 case ${1:-run} in
   -h|--help|help) usage ;;
-  prepare|browser|parts|gen|_gen|pw|stash|run) "$@" ;;
+  prepare|browser|parts|basecode|gen|_gen|pw|stash|run) "$@" ;;
   *) usage >&2; exit 2 ;;
 esac

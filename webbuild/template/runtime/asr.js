@@ -11,7 +11,7 @@
 // A build with LoRA adapters (docs/adapters.md) also has the adapted decoder: its sessions decode while
 // an adapter is on (setLora), the base ones otherwise; the adapter's values reach them as extra inputs.
 
-import { CapturedSteps, IN_FLIGHT } from './capture.js';
+import { CapturedSteps } from './capture.js';
 import { kvNames } from './contract.js';
 import { fixedChoice, measureForms } from './decode-form.js';
 import { lastRow, pickLast, toFloat32 } from './greedy.js';
@@ -496,7 +496,7 @@ export class Recogniser {
     }
   }
 
-  // The captured steps (runtime/capture.js), IN_FLIGHT of them queued ahead of the token being read:
+  // The captured steps (runtime/capture.js), steps.inFlight of them queued ahead of the token being read:
   // the GPU feeds each step's choice to the next, so the CPU only reads the tokens as they come. The
   // steps queued past an end token are wasted work, never output. False when the step graph could not
   // be recorded: the caller then decodes plainly from the prefill's cache.
@@ -515,7 +515,7 @@ export class Recogniser {
     let total = promptLength;
     try {
       for (;;) {
-        while (queue.length < IN_FLIGHT && total - promptLength < maxNewTokens - 1) queue.push((await steps.issue(++total)).pick);
+        while (queue.length < steps.inFlight && total - promptLength < maxNewTokens - 1) queue.push((await steps.issue(++total)).pick);
         if (!queue.length || !emit(await /** @type {Promise<import('./greedy.js').Pick>} */ (queue.shift()))) return true;
       }
     } catch (e) {

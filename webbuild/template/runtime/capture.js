@@ -33,6 +33,7 @@ const PIN = 'gpuBufferMetadata';
 const BYTES = { float32: 4, float16: 2, int64: 8, int32: 4 };
 const READ_BYTES = 16; // the token (int32) at 0, its margin (float32) at 8
 export const IN_FLIGHT = 3; // steps queued ahead of the token being read
+const MAX_IN_FLIGHT = 16; // what `inFlight` may be set to (a bench's trace): one staging buffer each, and one more
 const USAGE = () => GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
 
 export class CapturedSteps {
@@ -101,6 +102,7 @@ export class CapturedSteps {
       this.fetches[n.present] = buffers.kv[i]; // in place: GroupQueryAttention appends to it
     });
     this.recorded = false;
+    this.inFlight = IN_FLIGHT; // steps asr.js queues ahead of the token it reads, at most MAX_IN_FLIGHT
   }
 
   // Whether a chunk with `prompt` positions and up to `newTokens` steps fits the static cache.
@@ -190,7 +192,7 @@ class StepBuffers {
     // per layer key then value, as contract.js kvNames lists them
     this.kv = Array.from({ length: 2 * d.num_layers }, () => this.tensor(dtype, [1, d.num_key_value_heads, positions, d.head_dim]));
     // one staging buffer per step in flight (and one more: a buffer is mapped until its token is read)
-    this.staging = Array.from({ length: IN_FLIGHT + 1 },
+    this.staging = Array.from({ length: MAX_IN_FLIGHT + 1 },
       () => device.createBuffer({ size: READ_BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST }));
     this.issued = 0;
   }

@@ -70,3 +70,34 @@ self.__wbFirstUse = async (b64, maxNewTokens) => {
     decoder_pipelines: made.filter((p) => p.at > encoderEnd).map((p) => p.name),
   };
 };
+
+// The captured decode's steps one by one (scripts/chrome_gpu_bench.py --step-trace): for each step the time its
+// issue() began (t0), its session.run and read-back copy were submitted (t1) and its token came back (t2), with
+// `inFlight` steps queued ahead of the token being read and, with yieldEach, a macrotask after each issue (a page
+// hands its WebGPU commands to the GPU process when its task ends). Where a captured step waits: in the run, or
+// for the read-back.
+self.__wbStepTrace = async (n, { inFlight = 0, yieldEach = false } = {}) => {
+  const steps = site?.recogniser?.steps;
+  if (!steps) throw new Error('the site decodes no captured steps (decode form: ' + site?.recogniser?.decodeMode + ')');
+  /** @type {{t0: number, t1: number, t2: number | null}[]} */
+  const trace = [];
+  const { inFlight: before } = steps;
+  const issue = steps.issue;
+  if (inFlight) steps.inFlight = inFlight;
+  steps.issue = async function (total) {
+    const t0 = performance.now();
+    const r = await issue.call(this, total);
+    const row = { t0, t1: performance.now(), t2: null };
+    trace.push(row);
+    r.pick.then(() => { row.t2 = performance.now(); });
+    if (yieldEach) await new Promise((resolve) => setTimeout(resolve, 0));
+    return r;
+  };
+  try {
+    const out = await self.__wbSynth(n);
+    return { trace, steps: out.steps, in_flight: steps.inFlight, yield_each: yieldEach };
+  } finally {
+    steps.issue = issue;
+    steps.inFlight = before;
+  }
+};
