@@ -224,9 +224,9 @@ export function wasmThreads(requested) {
 // siblings share a core's SIMD units; a phone's little cores hold back the pool, which splits work evenly).
 // Two differences here: the model runs in its own worker, so the page's thread does not compete, and 2
 // logical processors (a 2-core machine: SMT ones report 4 or more) run 2 threads; and the cap is 8, not 4
-// (sokuji's 0.6b page runs 8). The tiny example is too small to gain from threads (BENCHMARKS.md, "wasm
-// threads"): the rule is for the 0.6b's matmuls, and is to be confirmed by the 16-core sweep of 1, 2, 4, 8
-// and 16 threads (BENCHMARKS.md gives the command), which may move the floor and the cap.
+// (sokuji's 0.6b page runs 8). The 0.6b on a 16-core host (BENCHMARKS.md, "wasm threads"): 1, 4, 8, 16 threads
+// gave 288, 115, 89, 87 ms per token, so the rule's 8 there is the fastest measured; the tiny example is too
+// small to gain from threads at all.
 /** @param {number} cores navigator.hardwareConcurrency */
 export function threadsFor(cores) {
   return Math.max(1, Math.min(cores, Math.max(2, Math.min(8, Math.ceil(cores / 2)))));
