@@ -27,6 +27,7 @@ from webbuild.reference.transcribe import load_transcriber
 from webbuild.site.manifest import load_manifest, reassemble
 from webbuild.tools.bench import run_node
 
+FOLDED = {"encoder": "float", "decoder": "float"}
 INT8 = {"encoder": "int8", "decoder": "int8"}
 KEPT = {"encoder": "matmul_nbits", "decoder": "matmul_nbits"}
 
@@ -79,13 +80,12 @@ def test_the_tiny_example_fits_within_a_factor_of_its_measured_wasm_heap(dist):
     manifest = json.loads((out / "model" / "manifest.json").read_text())
     assert manifest["variants"]["fp32"]["wasm"] == {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
     assert fit["fits"] and fit["budget_bytes"] == BUDGET and "why" not in fit
-    # every option fits: of the fast ones (no MatMulNBits left) the int8 twins need the least; every option listed
-    assert fit["forms"] == INT8 and fit["int8_bytes"] > 0 and fit["folded_bytes"] == fit["slow_bytes"] == 0
+    # every option fits: of the fast ones (no MatMulNBits left) the float twins are the fastest; every option listed
+    assert fit["forms"] == FOLDED and fit["folded_bytes"] > 0 and fit["slow_bytes"] == fit["int8_bytes"] == 0
     assert len(fit["options"]) == 9 and all(o["fits"] for o in fit["options"])
     roles = set(manifest["variants"]["fp32"])
-    assert {"encoder_wasm", "decoder_wasm", "encoder_wasm_int8", "decoder_wasm_int8"} <= roles
-    assert "fp32: wasm fallback needs about" in run.stderr and "encoder int8, decoder int8;" in run.stderr
-    assert "GiB of int8 weights derived at load from the int4 ones, nothing more to download;" in run.stderr
+    assert {"encoder_wasm", "decoder_wasm"} <= roles and not {"encoder_wasm_int8", "decoder_wasm_int8"} & roles
+    assert "fp32: wasm fallback needs about" in run.stderr and "encoder float, decoder float;" in run.stderr
     heap = run_node(out, "wasm", decode_tokens=8, max_clips=1, timeout=600)["wasm_heap_bytes"]["peak"]
     print(f"tiny: wasm estimate {fit['need_bytes'] / 2**20:.0f} MiB, measured heap {heap / 2**20:.0f} MiB")
     # generous, but not wildly: measured 207 MiB
@@ -98,7 +98,7 @@ def test_the_estimate_from_dimensions_agrees_with_the_graphs(dist):
     fit = json.loads((out / "build-report.json").read_text())["variants"]["fp32"]["wasm"]
     shapes = preset_need("tiny", fit["max_positions"], decoder_sessions=2)  # the example ships an adapter
     assert shapes["kv_cache_bytes"] == fit["kv_cache_bytes"]
-    assert 0.8 <= shapes["int8_bytes"] / fit["int8_bytes"] <= 1.25, (shapes, fit)
+    assert 0.8 <= shapes["folded_bytes"] / fit["folded_bytes"] <= 1.25, (shapes, fit)
     assert 0.8 <= shapes["need_bytes"] / fit["need_bytes"] <= 1.25, (shapes, fit)
 
 
@@ -151,14 +151,32 @@ def test_twins_over_budget_give_way_to_matmul_nbits_and_wasm_transcribes_as_the_
     wasm_transcribes_as_the_reference(small, max_clips=2)
 
 
+def test_under_a_budget_too_small_for_float_twins_the_int8_twins_ship_and_wasm_transcribes_as_the_reference(
+        dist, tmp_path):
+    out, _ = dist
+    int8 = next(o for o in wasm_plan(out)["options"] if o["forms"] == INT8)
+    small = tmp_path / "dist"
+    run = build(small, budget=int8["need_bytes"])  # no float twin fits: the int8 ones leave no MatMulNBits
+    fit = wasm_plan(small)
+    assert fit["forms"] == INT8 and fit["int8_bytes"] > 0 and fit["slow_bytes"] == fit["folded_bytes"] == 0
+    assert "GiB of int8 weights derived at load from the int4 ones, nothing more to download;" in run.stderr
+    entry = json.loads((small / "model" / "manifest.json").read_text())["variants"]["fp32"]
+    files = json.loads((small / "build-report.json").read_text())["variants"]["fp32"]["files"]
+    # the plans are all the wasm path adds beside its twins: no uint8 weights are shipped
+    assert {"encoder_wasm_int8", "decoder_wasm_int8"} <= set(entry)
+    assert all(files[entry[role]] < 64 << 10 for role in ("encoder_wasm_int8", "decoder_wasm_int8"))
+    assert not [name for name in files if name.endswith(".int8.bin")]
+    wasm_transcribes_as_the_reference(small, max_clips=2)
+
+
 def test_an_8_bit_build_keeps_its_decoder_matmul_nbits_and_wasm_transcribes_as_the_reference(tmp_path):
     write_example_config(tmp_path, quantize={"bits": 8})
     out = tmp_path / "dist"
     run = webbuild(tmp_path / "model.yaml", "-o", out)
     assert run.returncode == 0, run.stderr
     fit = wasm_plan(out)
-    # the twins take 4-bit weights only: the int4 encoder runs int8, the 8-bit decoder keeps its MatMulNBits
-    assert fit["fits"] and fit["forms"] == {"encoder": "int8", "decoder": "matmul_nbits"}
+    # the twins take 4-bit weights only: the int4 encoder folds, the 8-bit decoder keeps its MatMulNBits
+    assert fit["fits"] and fit["forms"] == {"encoder": "float", "decoder": "matmul_nbits"}
     assert [o["forms"]["decoder"] for o in fit["options"]] == ["matmul_nbits"] * 3
     wasm_transcribes_as_the_reference(out, max_clips=2)
 
@@ -167,7 +185,7 @@ def wasm_transcribes_as_the_reference(site: Path, max_clips: int) -> None:
     """The site's sample clips on its wasm path in Node: the Python reference's tokens and the expected text."""
     bench = run_node(site, "wasm", decode_tokens=4, max_clips=max_clips, timeout=600)
     assert bench["ep"] == "wasm" and len(bench["clips"]) == max_clips
-    reference = load_transcriber(site)
+    reference = load_transcriber(site, ep="wasm")  # the graphs the wasm EP runs, as the page derives them
     for clip in bench["clips"]:
         want = reference.generate(read_wav(site / clip["src"]))
         assert clip["token_ids"] == want, clip["src"]

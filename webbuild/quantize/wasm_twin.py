@@ -5,11 +5,11 @@ runs fast. Each graph's twin has one of three forms (`FORMS`; webbuild.pipeline.
 - GatherBlockQuantized (the int4 or int8 embedding lookup) has no kernel in the 1.30 wasm build: every
   form gathers the packed uint8 rows and unpacks only those.
 - MatMulNBits has a kernel there but a slow one: it dequantizes the whole weight to float32 at every
-  run, at any accuracy level (20-50 ms for a 1024 x 3072 int4 weight at one token on the 2-core box,
-  BENCHMARKS.md "wasm kernels"). `matmul_nbits` keeps it.
+  run, at any accuracy level (10-23 ms for a 1024 x 3072 int4 weight at one token on the 2-core box,
+  BENCHMARKS.md "wasm kernels and the int8 form"). `matmul_nbits` keeps it.
 - `int8`: each 4-bit symmetric MatMulNBits whose codes and float32 scales lie in the weights file becomes
   DynamicQuantizeMatMul (com.microsoft: the activations quantized to uint8 per tensor, then MLAS's
-  WebAssembly SIMD integer GEMM; about 1 ms for that weight, as fast as a float MatMul) over a uint8
+  WebAssembly SIMD integer GEMM: 0.8 ms for that weight, the float MatMul 0.34 ms) over a uint8
   weight [K, N] with zero point 128 and one float32 scale per output column. The uint8 weights are not
   shipped: they are derived at load from the int4 codes and scales (`int8_weights` here, runtime/int8.js
   on the page, both by the same float64 arithmetic, so byte for byte the same) into a weights file of
