@@ -234,7 +234,8 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @verbose_option(_debug)
 @click.argument("model", type=click.Path(path_type=Path))
 @click.argument("audio", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="One JSON object per line: {\"audio\": path, \"text\": ...}.")
+@click.option("--json", "as_json", is_flag=True,
+              help="One JSON object per line: {\"audio\": path, \"text\": ..., \"language\": ...}.")
 @click.option("--max-new-tokens", type=click.IntRange(1), default=200, show_default=True,
               help="Stop a clip's greedy decoding after this many tokens (end of text stops it sooner).")
 @click.option("--variant", help="Precision variant of a built site (fp32, fp16; default fp32): one of its manifest's "
@@ -246,6 +247,10 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.option("--adapter", default=None, metavar="NAME",
               help="A built site's LoRA adapter (model.yaml adapters: name) to transcribe with; "
                    "default: the base model.")
+@click.option("--language", default=None, metavar="NAME",
+              help="Force the answer's language (one of a built site's model.yaml languages, e.g. English): "
+                   "decoding starts after `language NAME<asr_text>`; default: the model names the language it "
+                   "hears (--json gives it as \"language\").")
 @click.option("--max-chunk-seconds", type=Finite(1, 120), default=None,
               help="Cut long audio into chunks at most this long (default: a built site's model.yaml "
                    "chunking.max_seconds, else 30).")
@@ -257,8 +262,8 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
                    "chunking_live: every pause ends a chunk as soon as it is heard); with --json each line "
                    "lists the chunks: start and end (16 kHz samples), tokens and text, the page's final text.")
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str | None,
-               lead_ms: int, adapter: str | None, max_chunk_seconds: float | None, join_seconds: float | None,
-               live: bool):
+               lead_ms: int, adapter: str | None, language: str | None, max_chunk_seconds: float | None,
+               join_seconds: float | None, live: bool):
     """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder of any layout (its
     files tell which) or a built site (dist/; its own graphs, reassembled from the shards).
 
@@ -276,6 +281,7 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
       webbuild transcribe examples/tiny-asr/model /tmp/heldout    # folder of .wav + .txt
       webbuild transcribe dist /tmp/heldout --variant fp16        # a built site's fp16 graphs
       webbuild transcribe dist /tmp/klatt --adapter klatt         # with the site's LoRA adapter on
+      webbuild transcribe dist clip.wav --language English --json # the language forced
       webbuild transcribe dist joined.wav --live --json           # the page's live chunks and final texts
     """
     from webbuild.reference.mel import lead_samples
@@ -289,23 +295,28 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
     runner = load_transcriber(model, variant, lead=lead_samples(lead_ms), adapter=adapter)
     runner.policy = runner.policy.override(max_chunk_seconds, join_seconds)
     runner.live_policy = runner.live_policy.override(max_chunk_seconds)
+    runner.force_language(language)
     pairs = []
     for path in paths:
         row: dict = {"audio": str(path)}
         if live:
             chunks = runner.decode_live(path, max_new_tokens)
             row["text"] = runner.file_text([c.decoded for c in chunks])
+            row["language"] = runner.file_language([c.decoded for c in chunks])
             if as_json:
                 row["chunks"] = [{"start": c.start, "end": c.end, "tokens": c.decoded.tokens,
                                   "text": runner.text(c.decoded.tokens)} for c in chunks]
         else:
-            row["text"] = runner.file_text(runner.decode_file(path, max_new_tokens))
+            decoded = runner.decode_file(path, max_new_tokens)
+            row["text"] = runner.file_text(decoded)
+            row["language"] = runner.file_language(decoded)
         expected = path.with_suffix(".txt")
         if expected.is_file():
             row["expected"] = expected.read_text().strip()
             row["wer"] = round(wer(row["expected"], row["text"]), 4)
             pairs.append((row["expected"], row["text"]))
-        click.echo(json.dumps(row) if as_json else "\t".join(str(v) for v in row.values()))
+        plain = (str(v) for k, v in row.items() if k != "language")  # columns: audio, text, expected, WER
+        click.echo(json.dumps(row) if as_json else "\t".join(plain))
     if pairs:
         click.echo(f"WER {100 * corpus_wer(pairs):.2f}% over {plural(len(pairs), 'clip')}", err=True)
 

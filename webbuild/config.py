@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
 from webbuild import layouts
 from webbuild.adapters import adapter_problems
 from webbuild.errors import ConfigError
+from webbuild.reference.prompt import AUTO, LANGUAGE_NAME
 
 DEFAULT_SHARD_BYTES = 25 * 1024 * 1024
 
@@ -238,7 +239,36 @@ class BuildConfig(_Strict):
         default_factory=list, description="LoRA adapters to ship beside the base model, each switchable at run "
                                           "time on the page (docs/adapters.md); checked against the source's "
                                           "config.json when model.yaml loads, each packed as its own file")
+    languages: list[str] = Field(
+        default_factory=lambda: ["English"], min_length=1,
+        description="the languages the model transcribes, by the name its answers give them (`language "
+                    "<Name><asr_text>...`, e.g. English, Chinese, German): the page's language picker and "
+                    "`webbuild transcribe --language` force one; each one's answer prefix is pre-tokenised into "
+                    "runtime.json `prompt.languages`")
+    language: str = Field("auto", description="the language the page's picker starts on: `auto` (the model names "
+                                              "the language it heard) or one of `languages`")
     config_path: Path | None = Field(None, exclude=True)
+
+    @field_validator("languages")
+    @classmethod
+    def _language_names(cls, names: list[str]) -> list[str]:
+        for name in names:
+            if not re.fullmatch(LANGUAGE_NAME, name):
+                raise ValueError(f"language name {name!r} is not a name like 'English' (a capital, then letters); "
+                                 "write it as the model's answers do")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"language {twice[0]!r} is listed twice; list each once")
+        return names
+
+    @field_validator("language")
+    @classmethod
+    def _default_language(cls, language: str, info: ValidationInfo) -> str:
+        languages = info.data.get("languages")  # absent where languages failed its own check
+        if languages is not None and language != AUTO and language not in languages:
+            raise ValueError(f"{language!r} is not among languages ({', '.join(languages)}); set it to {AUTO!r} "
+                             "or one of them")
+        return language
 
     @field_validator("adapters")
     @classmethod

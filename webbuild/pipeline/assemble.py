@@ -30,7 +30,16 @@ from webbuild.pipeline.state import Variant
 from webbuild.reference import source_v2
 from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy
 from webbuild.reference.mel import HOP
-from webbuild.reference.prompt import ANSWER_END, PROMPT_PREFIX, PROMPT_SUFFIX, audio_token_count
+from webbuild.reference.prompt import (
+    ANSWER_END,
+    AUTO,
+    DEFAULT_LANGUAGES,
+    PROMPT_PREFIX,
+    PROMPT_SUFFIX,
+    TEXT_START,
+    audio_token_count,
+    language_ids,
+)
 from webbuild.site.contract import IO, RUNTIME_FILE, TOKENS_FILE, runtime_names
 
 RUNTIME_FORMAT = 1
@@ -44,7 +53,8 @@ DEFAULT_MAX_NEW_TOKENS = 200
 
 
 def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None = None,
-                   encoder: Path | None = None, lead: int = 0, chunking: ChunkPolicy = DEFAULT_POLICY) -> Variant:
+                   encoder: Path | None = None, lead: int = 0, chunking: ChunkPolicy = DEFAULT_POLICY,
+                   languages: tuple[str, ...] = DEFAULT_LANGUAGES, language: str = AUTO) -> Variant:
     """Write the runtime's fp32 model files into `out`; return them as the fp32 variant, roles encoder,
     encoder_data, decoder, decoder_data, embed (embed only for decoders that take inputs_embeds).
 
@@ -52,6 +62,7 @@ def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None
     without it the source's, where it has that interface already (`layout.fusion_optional`).
     `encoder`: the fuse stage's encoder, else the source's. `lead`: samples of lead the mel front-end
     puts before the audio. `chunking`: how the runtime cuts long audio (runtime.json `chunking`).
+    `languages`, `language`: the model's languages and the page's default (runtime.json `prompt`).
     """
     out.mkdir(parents=True, exist_ok=True)
     if decoder is None:
@@ -64,7 +75,8 @@ def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None
     cfg = json.loads((source / "config.json").read_text())
     tok = Tokenizer.from_file(str(source / "tokenizer.json"))
     has_gqa = "GroupQueryAttention" in op_census(out / "decoder.onnx")
-    rt = runtime_config(cfg, tok, prefill_chunk=WEBGPU_GQA_PREFILL_CHUNK if has_gqa else 0, chunking=chunking)
+    rt = runtime_config(cfg, tok, prefill_chunk=WEBGPU_GQA_PREFILL_CHUNK if has_gqa else 0, chunking=chunking,
+                        languages=languages, language=language)
     if has_gqa:
         check_rope_positions(out / "decoder.onnx", rt["max_positions"])
     (out / RUNTIME_FILE).write_text(json.dumps(rt, indent=1) + "\n")
@@ -131,24 +143,28 @@ def _encoder(src: Path, dest: Path, lead: int) -> None:
         raise BuildError(f"{src}: expected one encoder input named {IO.pcm!r} or {IO.mel!r}, found {inputs}")
 
 
-def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0, chunking: ChunkPolicy = DEFAULT_POLICY) -> dict:
-    """What the browser needs besides the graphs; the prompt is pre-tokenised here. The names the runtime
-    looks files up by (file roles, the decode table, onnxruntime-web's files) come from webbuild.site.contract."""
+def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0, chunking: ChunkPolicy = DEFAULT_POLICY,
+                   languages: tuple[str, ...] = DEFAULT_LANGUAGES, language: str = AUTO) -> dict:
+    """What the browser needs besides the graphs; the prompt is pre-tokenised here, each language's forced
+    answer prefix too (the page has no tokenizer). The names the runtime looks files up by (file roles, the
+    decode table, onnxruntime-web's files) come from webbuild.site.contract."""
     dec, special = cfg["decoder"], cfg["special_tokens"]
     ids = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    forced = {name: language_ids(tok, name) for name in languages}
     return {
         "format": "webbuild-runtime", "format_version": RUNTIME_FORMAT,
         "sample_rate": 16000,
         "prompt": {"prefix": ids(PROMPT_PREFIX), "suffix": ids(PROMPT_SUFFIX),
-                   "audio_pad": tok.token_to_id("<|audio_pad|>")},
+                   "audio_pad": tok.token_to_id("<|audio_pad|>"), "languages": forced, "language": language},
         "eos_token_ids": special["eos_token_ids"],
-        "answer": {"text_start": "<asr_text>", "end": ANSWER_END},
+        "answer": {"text_start": TEXT_START, "end": ANSWER_END},
         "decoder": {k: dec[k] for k in ("num_layers", "num_key_value_heads", "head_dim", "hidden_size",
                                         "vocab_size")},
         "max_new_tokens": DEFAULT_MAX_NEW_TOKENS,
         "max_chunk_seconds": chunking.max_seconds,
         "chunking": chunking.as_json(),
         "chunking_live": chunking.live().as_json(),  # the live mode's (runtime/chunk.js LiveChunker)
+        # a forced language's few ids fit in the 64 positions to spare
         "max_positions": max_positions(len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX)), chunking.max_seconds),
         "webgpu_prefill_chunk": prefill_chunk,  # 0: the whole prompt in one run
         **runtime_names(),

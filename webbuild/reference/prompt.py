@@ -10,8 +10,20 @@ from webbuild.errors import SourceError
 
 PROMPT_PREFIX = "<|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|audio_start|>"
 PROMPT_SUFFIX = "<|audio_end|><|im_end|>\n<|im_start|>assistant\n"
-ANSWER_PREFIX = "language English<asr_text>"
 ANSWER_END = "<|im_end|>"
+TEXT_START = "<asr_text>"
+LANGUAGE_TAG = "language "  # the answer opens with `language <Name>` then TEXT_START
+DEFAULT_LANGUAGES = ("English",)
+LANGUAGE_NAME = r"[A-Z][A-Za-z]*"  # as Qwen3-ASR's answers name them: English, Chinese, Cantonese, ...
+AUTO = "auto"  # no language forced: the model names the one it heard
+
+
+def answer_prefix(language: str) -> str:
+    """The answer's opening for `language`: decoding forced to start after it transcribes in that language."""
+    return f"{LANGUAGE_TAG}{language}{TEXT_START}"
+
+
+ANSWER_PREFIX = answer_prefix("English")
 
 MEL_FRAMES_PER_CHUNK = 100  # 2 * n_window; 1 s of audio
 TOKENS_PER_CHUNK = 13
@@ -33,14 +45,21 @@ class Prompt:
     audio_tokens: int
 
 
-def build_prompt(tok: Tokenizer, audio_tokens: int) -> Prompt:
-    """Token ids of the transcription prompt with `audio_tokens` audio placeholders."""
+def language_ids(tok: Tokenizer, language: str) -> list[int]:
+    """The ids of `language`'s forced answer prefix (runtime.json prompt.languages)."""
+    return tok.encode(answer_prefix(language), add_special_tokens=False).ids
+
+
+def build_prompt(tok: Tokenizer, audio_tokens: int, language: str | None = None) -> Prompt:
+    """Token ids of the transcription prompt with `audio_tokens` audio placeholders; with `language`, its
+    answer prefix after them (the assistant turn already begun), so that decoding goes on from the text."""
     pad = tok.token_to_id("<|audio_pad|>")
     if pad is None:  # else the prompt would carry None ids, which onnxruntime rejects far from here
         raise SourceError("the tokenizer has no <|audio_pad|> token: not a Qwen3-ASR tokenizer")
     prefix = tok.encode(PROMPT_PREFIX, add_special_tokens=False).ids
     suffix = tok.encode(PROMPT_SUFFIX, add_special_tokens=False).ids
-    return Prompt(prefix + [pad] * audio_tokens + suffix, len(prefix), audio_tokens)
+    forced = language_ids(tok, language) if language is not None else []
+    return Prompt(prefix + [pad] * audio_tokens + suffix + forced, len(prefix), audio_tokens)
 
 
 def answer_text(text: str) -> str:
@@ -50,5 +69,14 @@ def answer_text(text: str) -> str:
 
 def parse_answer(decoded: str) -> str:
     """The transcript inside a decoded answer (drops the language tag and end token)."""
-    text = decoded.split("<asr_text>", 1)[1] if "<asr_text>" in decoded else decoded
+    text = decoded.split(TEXT_START, 1)[1] if TEXT_START in decoded else decoded
     return text.replace(ANSWER_END, "").replace("<|endoftext|>", "").strip()
+
+
+def parse_language(decoded: str) -> str | None:
+    """The language a decoded answer names (`language <Name><asr_text>...`); None where it names none
+    (Qwen3-ASR answers `language None` where it hears no speech)."""
+    if not decoded.startswith(LANGUAGE_TAG) or TEXT_START not in decoded:
+        return None
+    name = decoded[len(LANGUAGE_TAG):decoded.index(TEXT_START)].strip()
+    return name if name and name != "None" else None

@@ -8,6 +8,7 @@ same two calls, `prefill` and `step`, so the greedy loop is written once.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,15 @@ from webbuild.reference import source_v2
 from webbuild.reference.audio import stream_wav
 from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy, chunks_of, live_chunks
 from webbuild.reference.mel import LEAD_METADATA, SAMPLE_RATE, frame_count, lead_length, log_mel
-from webbuild.reference.prompt import Prompt, audio_token_count, build_prompt, parse_answer
+from webbuild.reference.prompt import (
+    LANGUAGE_NAME,
+    Prompt,
+    audio_token_count,
+    build_prompt,
+    language_ids,
+    parse_answer,
+    parse_language,
+)
 from webbuild.reference.source_files import check_source, read_json
 from webbuild.site.contract import IO
 
@@ -194,11 +203,22 @@ def lora_empty(shape: list) -> tuple[int, ...]:
 class TokenizerCodec:
     """Prompt and decoding through a source export's tokenizer.json."""
 
+    languages = None  # a source export lists none: any name written as its answers write them is forced
+
     def __init__(self, tok: Tokenizer):
         self.tokenizer = tok
 
-    def prompt(self, audio_tokens: int) -> Prompt:
-        return build_prompt(self.tokenizer, audio_tokens)
+    def prompt(self, audio_tokens: int, language: str | None = None) -> Prompt:
+        return build_prompt(self.tokenizer, audio_tokens, language)
+
+    def forced(self, language: str | None) -> list[int]:
+        """The ids of `language`'s answer prefix (none for None)."""
+        if language is None:
+            return []
+        if not re.fullmatch(LANGUAGE_NAME, language):
+            raise SourceError(f"language {language!r} is not a name like 'English' (a capital, then letters), as "
+                              "the model's answers name languages")
+        return language_ids(self.tokenizer, language)
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -210,12 +230,23 @@ class SiteCodec:
     def __init__(self, runtime: dict, table: bytes):
         self.prefix, self.suffix = runtime["prompt"]["prefix"], runtime["prompt"]["suffix"]
         self.pad = runtime["prompt"]["audio_pad"]
+        self.languages: dict[str, list[int]] = runtime["prompt"].get("languages", {})  # older sites: none
         count = int(np.frombuffer(table, "<u4", 1)[0])
         self.offsets = np.frombuffer(table, "<u4", count + 1, offset=4)
         self.data = table[4 * (count + 2):]
 
-    def prompt(self, audio_tokens: int) -> Prompt:
-        return Prompt(self.prefix + [self.pad] * audio_tokens + self.suffix, len(self.prefix), audio_tokens)
+    def prompt(self, audio_tokens: int, language: str | None = None) -> Prompt:
+        return Prompt(self.prefix + [self.pad] * audio_tokens + self.suffix + self.forced(language),
+                      len(self.prefix), audio_tokens)
+
+    def forced(self, language: str | None) -> list[int]:
+        """The ids runtime.json gives `language`'s answer prefix, as the page puts them after the suffix."""
+        if language is None:
+            return []
+        if language not in self.languages:
+            raise SourceError(f"no language {language!r} in this site; it has "
+                              f"{', '.join(self.languages) or 'none (a build before languages)'}")
+        return self.languages[language]
 
     def decode(self, ids: list[int]) -> str:
         """The ids' bytes as text; an id outside the table (a model's logits may be wider than its
@@ -262,6 +293,12 @@ class Transcriber:
     lead: int = 0  # samples of lead log_mel puts before the audio (encoders taking mel; webbuild.reference.mel)
     policy: ChunkPolicy = DEFAULT_POLICY  # how long audio is cut (a built site's runtime.json `chunking`)
     live_policy: ChunkPolicy = DEFAULT_POLICY.live()  # how live audio is cut (runtime.json `chunking_live`)
+    language: str | None = None  # forced (its answer prefix after the prompt), or None: the model names it
+
+    def force_language(self, language: str | None) -> None:
+        """Force `language` on every decode from now on (None: automatic); an unknown one fails here, once."""
+        self.codec.forced(language)
+        self.language = language
 
     @property
     def takes_pcm(self) -> bool:
@@ -298,7 +335,7 @@ class Transcriber:
         if audio.shape[1] not in expected:
             raise RuntimeError(f"encoder gave {audio.shape[1]} audio tokens, expected "
                                f"{expected.start if len(expected) == 1 else f'{expected.start}-{expected[-1]}'}")
-        logits, state = self.decoder.prefill(self.codec.prompt(audio.shape[1]), audio)
+        logits, state = self.decoder.prefill(self.codec.prompt(audio.shape[1], self.language), audio)
         out = Decoded([], [])
         for _ in range(max_new_tokens):
             token, margin = pick(logits)
@@ -330,8 +367,20 @@ class Transcriber:
     def generate(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[int]:
         return self.decode(pcm, max_new_tokens).tokens
 
+    def answer(self, tokens: list[int]) -> str:
+        """The decoded answer: a forced language's prefix, then `tokens`."""
+        return self.codec.decode(self.codec.forced(self.language) + tokens)
+
     def text(self, tokens: list[int]) -> str:
-        return parse_answer(self.codec.decode(tokens))
+        return parse_answer(self.answer(tokens))
+
+    def language_of(self, tokens: list[int]) -> str | None:
+        """The language the answer names (the forced one where forced), None where it names none."""
+        return parse_language(self.answer(tokens))
+
+    def file_language(self, chunks: list[Decoded]) -> str | None:
+        """The language of a file's first chunk naming one (chunks of silence may name none)."""
+        return next((lang for c in chunks if (lang := self.language_of(c.tokens))), None)
 
     def transcribe(self, pcm: np.ndarray, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> str:
         return self.text(self.generate(pcm, max_new_tokens))

@@ -38,6 +38,12 @@ export type Runtime = {
     prefix: Tokens;
     suffix: Tokens;
     audio_pad: number;
+    /** per language the model transcribes (model.yaml languages), the ids of its forced answer prefix `language <Name><asr_text>`, put after suffix */
+    languages: {
+      [k: string]: Tokens;
+    };
+    /** the picker's default: auto (the model names the language) or one of languages */
+    language: string;
   };
   eos_token_ids: Tokens;
   /** the markers around the transcript in the decoded text */
