@@ -197,8 +197,8 @@ def test_transcript_downloads_as_text_and_subtitles(page, example_dist, two_sent
     assert files["txt"] == state["text"] + "\n" == " ".join(texts) + "\n"
     assert files["srt"] == "\n".join(f"{i + 1}\n{stamp(a, ',')} --> {stamp(b, ',')}\n{t}\n"
                                      for i, ((a, b), t) in enumerate(zip(cuts, texts)))
-    assert files["vtt"] == "WEBVTT\n\n" + "\n".join(f"{stamp(a, '.')} --> {stamp(b, '.')}\n{t}\n"
-                                                    for (a, b), t in zip(cuts, texts))
+    assert files["vtt"] == "WEBVTT\n\nNOTE language: English\n\n" + "\n".join(  # the language: a comment block
+        f"{stamp(a, '.')} --> {stamp(b, '.')}\n{t}\n" for (a, b), t in zip(cuts, texts))
     cue = r"\d\d:\d\d:\d\d[,.]\d{3} --> \d\d:\d\d:\d\d[,.]\d{3}"
     assert len(re.findall(cue, files["srt"])) == len(re.findall(cue, files["vtt"])) == 2
 

@@ -37,17 +37,18 @@ const params = new URLSearchParams(location.search);
  * What the page shows, on window.webbuild for tests and scripts (webbuild verify reads it).
  * cached: the model's cache writes are over, kept: the model is in the browser's cache then; errorDetail: the last
  * error as thrown (model files by their shard names); cancelled: the last transcription was stopped by Cancel;
+ * language: the language the last transcript's answer named (the forced one where the picker forced one);
  * chunk: the transcription's chunk under way ({index, count}); recovered: the model was loaded again after the GPU
  * device was lost.
  * @type {{status: string, cached: boolean, kept: boolean | null, info: import('./runtime/contract.js').ReadyInfo | null,
  *   metrics: object | null, text: string, tokens: number[][] | null, margins: number[][] | null, error: string | null,
  *   errorDetail: string | null, warnings: string[], lora: string | null, doneLora: string | null, progress?: object,
  *   live: LiveState | null, texts: string[], chunks: Array<[number, number]>, clip: string | null, stages: string[],
- *   cancelled: boolean, chunk: {index: number, count: number} | null, recovered: boolean}}
+ *   cancelled: boolean, chunk: {index: number, count: number} | null, recovered: boolean, language: string | null}}
  */
 const state = { status: 'loading', cached: false, kept: null, info: null, metrics: null, text: '', tokens: null, margins: null,
   error: null, errorDetail: null, warnings: [], lora: null, doneLora: null, live: null, texts: [], chunks: [], clip: null,
-  stages: [], cancelled: false, chunk: null, recovered: false };
+  stages: [], cancelled: false, chunk: null, recovered: false, language: null };
 /** @type {Window & {webbuild?: typeof state}} */ (window).webbuild = state;
 await isolatePage(); // cross-origin isolation (wasm threads) first: the first visit may reload for it
 const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
@@ -88,6 +89,7 @@ const handlers = {
     renderInfo(info);
     keepDecodeChoice(info.decodeChoice);
     showLoraPicker(info.loraAdapters ?? [], info.loraAbout ?? {});
+    showLanguagePicker(info.languages ?? [], info.language ?? 'auto');
     setEnabled(true);
   },
   [FROM_WORKER.cached]: ({ kept }) => { // the cache writes are over (after ready)
@@ -365,7 +367,7 @@ async function copyText() {
 // The last transcript as a file: .txt, or subtitles with a cue per chunk (app/transcript.js).
 /** @param {Format} format */
 function save(format) {
-  const { body, type } = transcriptFile(format, state.text, cues(state.texts, state.chunks, SAMPLE_RATE));
+  const { body, type } = transcriptFile(format, state.text, cues(state.texts, state.chunks, SAMPLE_RATE), state.language);
   download(`transcript.${format}`, body, type);
 }
 
@@ -386,9 +388,10 @@ async function run(what, getPcm, keepExpected = false) {
   clearError();
   setEnabled(false);
   Object.assign(state, { status: 'transcribing', text: '', metrics: null, tokens: null, margins: null, texts: [], chunks: [],
-    cancelled: false, chunk: null });
+    cancelled: false, chunk: null, language: null });
   transcriptActions(false);
   showText('');
+  showLanguage(null);
   setStatus(`Transcribing ${what}…`);
   try {
     const pcm = await getPcm();
@@ -397,11 +400,13 @@ async function run(what, getPcm, keepExpected = false) {
       pending = { id: nextId++, resolve, reject, seconds: pcm.length / SAMPLE_RATE };
       const maxNewTokens = Number(params.get('max_new_tokens')) || undefined;
       const chunkSeconds = Number(params.get('chunk_seconds')) || undefined; // models trained on short clips
-      worker.postMessage({ type: TO_WORKER.transcribe, id: pending.id, pcm, maxNewTokens, chunkSeconds }, [pcm.buffer]);
+      const language = /** @type {HTMLSelectElement} */ ($('language')).value || null; // '': automatic
+      worker.postMessage({ type: TO_WORKER.transcribe, id: pending.id, pcm, maxNewTokens, chunkSeconds, language }, [pcm.buffer]);
       Object.assign($('cancel'), { hidden: false, disabled: false });
     }));
     Object.assign(state, { status: 'done', text: done.text, tokens: done.tokens, margins: done.margins, metrics: done.metrics,
-      doneLora: done.lora, texts: done.texts, chunks: done.chunks, cancelled: done.cancelled });
+      doneLora: done.lora, texts: done.texts, chunks: done.chunks, cancelled: done.cancelled, language: done.language });
+    showLanguage(done.text ? done.language : null);
     showText(done.text || '(no speech recognised)');
     if (done.text) showSegments($('transcript'), cues(done.texts, done.chunks, SAMPLE_RATE), $('clip-row').hidden ? null : seek);
     transcriptActions(Boolean(done.text));
@@ -504,6 +509,24 @@ function showLoraPicker(names, about) {
   $('lora-row').hidden = !names.length;
   loraAbout = { '': $('lora-about').textContent ?? '', ...about };
   picker.addEventListener('change', () => { describeLora(); switchLora(picker.value || null); });
+}
+
+// The language picker: "automatic" (the model names the language it hears) and the model's languages (runtime.json),
+// on model.yaml's default; a forced one's answer prefix goes after the prompt (runtime/asr.js).
+/** @param {string[]} names @param {string} chosen 'auto' or one of names */
+function showLanguagePicker(names, chosen) {
+  const picker = /** @type {HTMLSelectElement} */ ($('language'));
+  if (picker.options.length > 1) return; // a retried load: the picker is made already
+  for (const name of names) picker.append(Object.assign(document.createElement('option'), { value: name, textContent: name }));
+  picker.value = names.includes(chosen) ? chosen : '';
+  picker.disabled = false;
+}
+
+// The language the transcript's answer named, beside it (null: none to show).
+/** @param {string | null} language */
+function showLanguage(language) {
+  $('language-shown').hidden = !language;
+  $('language-shown').textContent = language ? `Language: ${language}` : '';
 }
 
 /** @type {Record<string, string>} what each adapter is for ('': what an adapter is, for the base model) */

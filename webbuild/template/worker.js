@@ -150,6 +150,7 @@ function readyInfo(loaded) {
     modelBytes: loaded.modelBytes, load: loaded.load,
     // the adapters only where the recogniser loaded the adapted decoder (the variant has its graphs)
     loraAdapters: recogniser.adapted ? loraNames(m) : [], loraAbout: loraAbout(m), lora,
+    languages: Object.keys(recogniser.rt.prompt.languages ?? {}), language: recogniser.rt.prompt.language ?? 'auto',
   };
 }
 
@@ -175,7 +176,7 @@ async function setLora({ id, name }) {
 // The audio's chunks one at a time, each announced (the page's "chunk i of n"); a cancel stops it after the
 // current chunk or decode step, with the chunks so far (the last perhaps cut short).
 /** @param {import('./runtime/contract.js').TranscribeMessage} msg */
-async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
+async function transcribe({ id, pcm, maxNewTokens, chunkSeconds, language = null }) {
   const { runtime } = await current();
   const chunks = splitAtQuiet(pcm, runtime.sample_rate, chunkPolicy(runtime, chunkSeconds));
   /** @type {string[]} */
@@ -190,7 +191,7 @@ async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
     if (index && stop()) break; // the first chunk gives at least its first token
     post({ type: FROM_WORKER.chunk, id, index, count: chunks.length, start, end });
     const r = await transcribeChunk(pcm.subarray(start, end), {
-      maxNewTokens: maxNewTokens ?? runtime.max_new_tokens, stop,
+      maxNewTokens: maxNewTokens ?? runtime.max_new_tokens, stop, language,
       onToken: (text, token) =>
         post({ type: FROM_WORKER.token, id, token, text: [...texts, text].filter(Boolean).join(' ') }),
     });
@@ -199,7 +200,7 @@ async function transcribe({ id, pcm, maxNewTokens, chunkSeconds }) {
   }
   post({ type: FROM_WORKER.done, id, text: texts.filter(Boolean).join(' '), texts, chunks: chunks.slice(0, results.length),
     tokens: results.map((r) => r.tokens), margins: results.map((r) => r.margins), metrics: summarise(results), lora,
-    cancelled: stop(), audioChunks: chunks.length });
+    cancelled: stop(), audioChunks: chunks.length, language: results.map((r) => r.language).find(Boolean) ?? null });
 }
 
 // One chunk on the current site; where its GPU device is lost meanwhile, the chunk again once the model is loaded

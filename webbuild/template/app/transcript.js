@@ -30,9 +30,13 @@ export function toSrt(list) {
   return list.map((c, i) => `${i + 1}\n${timestamp(c.start, ',')} --> ${timestamp(c.end, ',')}\n${c.text.trim()}\n`).join('\n');
 }
 
-/** @param {Cue[]} list */
-export function toVtt(list) {
-  return `WEBVTT\n\n${list.map((c) => `${timestamp(c.start, '.')} --> ${timestamp(c.end, '.')}\n${c.text.trim()}\n`).join('\n')}`;
+// With the transcript's `language`, a comment block names it: WebVTT's header is the WEBVTT line alone (W3C WebVTT,
+// "WebVTT file structure": blank lines follow it, then style, region and NOTE blocks; the older drafts' metadata
+// header lines are gone), and a NOTE block may come before the cues. SRT has no place for it.
+/** @param {Cue[]} list @param {string | null} [language] */
+export function toVtt(list, language = null) {
+  const note = language ? `NOTE language: ${language}\n\n` : '';
+  return `WEBVTT\n\n${note}${list.map((c) => `${timestamp(c.start, '.')} --> ${timestamp(c.end, '.')}\n${c.text.trim()}\n`).join('\n')}`;
 }
 
 // m:ss, or h:mm:ss from an hour on.
@@ -70,10 +74,11 @@ const TYPES = { txt: 'text/plain', srt: 'application/x-subrip', vtt: 'text/vtt' 
  * @param {Format} format
  * @param {string} text
  * @param {Cue[]} list
+ * @param {string | null} [language] the language the answer named (WebVTT's alone has a place for it)
  * @returns {{body: string, type: string}}
  */
-export function transcriptFile(format, text, list) {
-  const body = format === 'txt' ? `${text}\n` : format === 'srt' ? toSrt(list) : toVtt(list);
+export function transcriptFile(format, text, list, language = null) {
+  const body = format === 'txt' ? `${text}\n` : format === 'srt' ? toSrt(list) : toVtt(list, language);
   return { body, type: `${TYPES[format]};charset=utf-8` };
 }
 

@@ -17,7 +17,7 @@ import { fixedChoice, measureForms } from './decode-form.js';
 import { lastRow, pickLast, toFloat32 } from './greedy.js';
 import { int8Weights, readInt8Plan } from './int8.js';
 import { LoraInputs } from './lora.js';
-import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
+import { StreamingDecoder, TokenTable, answerLanguage, answerText } from './tokens.js';
 
 /** @typedef {import('webbuild-types').OrtTensor} OrtTensor */
 /** @typedef {import('webbuild-types').Runtime} Runtime */
@@ -37,8 +37,9 @@ import { StreamingDecoder, TokenTable, answerText } from './tokens.js';
 /** @typedef {Record<string, OrtTensor>} Feeds  tensors by input or output name */
 /** @typedef {(choice: import('./greedy.js').Pick) => boolean} Emit  takes a chosen token; whether to go on */
 /**
- * transcribe()'s result; timings in ms.
- * @typedef {{text: string, tokens: number[], margins: number[], timings: {encoder_ms: number, prefill_ms: number,
+ * transcribe()'s result; timings in ms; language: the one the answer names (the forced one where forced), null where
+ * it names none.
+ * @typedef {{text: string, language: string | null, tokens: number[], margins: number[], timings: {encoder_ms: number, prefill_ms: number,
  *   prompt_tokens: number, ttft_ms: number, decode_ms: number, decode_tokens: number, total_ms: number, audio_ms: number}}} Transcript
  */
 /**
@@ -425,22 +426,26 @@ export class Recogniser {
   /**
    * @param {Float32Array} pcm
    * @param {{maxNewTokens?: number, onToken?: (text: string, token: number) => void, forceSteps?: boolean,
-   *   captured?: boolean, audio?: OrtTensor, tail?: boolean, stop?: () => boolean}} [options] stop: asked after
+   *   captured?: boolean, audio?: OrtTensor, tail?: boolean, stop?: () => boolean, language?: string | null}} [options]
+ *   language: one of runtime.json's prompt.languages, forced: its answer prefix after the prompt (null: the model
+ *   names the language it hears); stop: asked after
    *   each token, true ends the decode there (a live partial no longer wanted); captured: false decodes plainly; audio: the
    *   encoder's output for pcm, already there; tail: only the prompt's last two prefill runs, on a past of zeros
    *   (warmUp: the shapes of a long prompt's prefill at the cost of two runs)
    * @returns {Promise<Transcript>}
    */
-  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false, captured = true, audio, tail = false, stop = () => false } = {}) {
+  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false, captured = true, audio, tail = false, stop = () => false, language = null } = {}) {
     const t0 = performance.now();
     audio ??= await this.encode(pcm);
     const tEnc = performance.now();
     const { prefix, suffix, audio_pad } = this.rt.prompt;
-    const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix];
+    const forced = this.forcedPrefix(language);
+    const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix, ...forced];
     const { logits, present } = await this.prefill(ids, audio, prefix.length, tail);
     const tPrefill = performance.now();
     const eos = new Set(this.rt.eos_token_ids);
     const text = new StreamingDecoder(/** @type {TokenTable} */ (this.tokens)); // set by create()
+    for (const id of forced) text.push(id); // the answer read as if the model had said its prefix
     const generated = /** @type {number[]} */ ([]), margins = /** @type {number[]} */ ([]);
     /** @type {number | null} */
     let tFirst = null;
@@ -461,14 +466,25 @@ export class Recogniser {
       dispose(kv.present);
     }
     const tEnd = performance.now();
+    const answer = text.finish();
     return {
-      text: answerText(text.finish(), this.rt.answer, true),
+      text: answerText(answer, this.rt.answer, true),
+      language: answerLanguage(answer, this.rt.answer), // the forced one where forced
       tokens: generated,
       margins, // per token: its logit minus the runner-up's (how close greedy decoding was to another token)
       timings: { encoder_ms: tEnc - t0, prefill_ms: tPrefill - tEnc, prompt_tokens: ids.length,
         ttft_ms: (tFirst ?? tEnd) - t0, decode_ms: tEnd - (tFirst ?? tEnd), decode_tokens: Math.max(0, generated.length - 1),
         total_ms: tEnd - t0, audio_ms: (pcm.length / this.rt.sample_rate) * 1000 },
     };
+  }
+
+  // The ids of `language`'s forced answer prefix (runtime.json prompt.languages, tokenised by the build); none for null.
+  /** @param {string | null} language @returns {number[]} */
+  forcedPrefix(language) {
+    if (language == null) return [];
+    const ids = this.rt.prompt.languages?.[language];
+    if (!ids) throw new Error(`the model has no language “${language}” (it has ${Object.keys(this.rt.prompt.languages ?? {}).join(', ') || 'none'})`);
+    return ids;
   }
 
   // Greedy decoding after the prefill, from its choice `first`; kv.present: the prefill's cache, then

@@ -51,9 +51,10 @@ export function kvNames(io, layers) {
  *   (runtime/decode-form.js). gpuValidation: onnxruntime-web's validationMode on WebGPU (the page's ?gpu_validation=;
  *   runtime/probe.js webgpuProvider).
  * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
- *   chunkSeconds?: number}} TranscribeMessage
+ *   chunkSeconds?: number, language?: string | null}} TranscribeMessage
  *   pcm: 16 kHz mono (app/audio.js: the project's resampler), transferred; cut into chunks by runtime.json's
  *   `chunking` (runtime/chunk.js), chunkSeconds capping its length. Unset, maxNewTokens is runtime.json's.
+ *   language: one of ReadyInfo's languages, forced on every chunk (asr.js transcribe); unset or null: automatic.
  * @typedef {{type: 'cancel', id: number}} CancelMessage
  *   Stop transcription `id` after the chunk's current step (the worker reads it at once, not after the transcription):
  *   its done message then has `cancelled` and the text so far.
@@ -93,7 +94,7 @@ export const TO_WORKER = Object.freeze({
  *   shaderF16: boolean, threads: number, threadsWhy: string, kvCache: string, decode: string, modelBytes: number,
  *   decodeChoice: import('./decode-form.js').DecodeChoice | null,
  *   prefillRuns: {limit: number, check: {tokens: number, limit: number, relative_diff: number, agree: boolean} | null},
- *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null,
+ *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null, languages: string[], language: string,
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
  *     total_ms: number, encoder_warmup_ms: number, cache_ms: number, cache_bytes: number, network_bytes: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
@@ -107,7 +108,8 @@ export const TO_WORKER = Object.freeze({
  *   against runs of the build's webgpu_prefill_chunk (null where it did not run: wasm, a software GPU's warm-up);
  *   gpu: the GPU WebGPU runs on (its description; 'none (...)' on wasm); loraAdapters: the LoRA adapters the
  *   page can switch on (none where the build ships none), loraAbout: what each is for (model.yaml's `description`,
- *   where it has one), lora: the one on (null: the base model);
+ *   where it has one), lora: the one on (null: the base model); languages: the model's (runtime.json prompt.languages),
+ *   language: the picker's default ('auto' or one of them: model.yaml's `language`);
  *   load (ms, site.js loadSite): download_ms, verified_ms and total_ms from the start; hash_ms the sha256
  *   digests' time, summed; session_ms from the first session's start to the last one's end (sessions are made
  *   while later files still download); warmup_ms; encoder_warmup_ms the encoder's part of an every-shape warm-up,
@@ -131,11 +133,13 @@ export const TO_WORKER = Object.freeze({
  *   total_ms: number, audio_ms: number, rtf: number}} TranscriptionMetrics
  *   worker.js summarise(): one transcription's, over all its chunks.
  * @typedef {{type: 'done', id: number, text: string, texts: string[], chunks: Array<[number, number]>, tokens: number[][],
- *   margins: number[][], metrics: TranscriptionMetrics, lora: string | null, cancelled: boolean, audioChunks: number}} DoneMessage
+ *   margins: number[][], metrics: TranscriptionMetrics, lora: string | null, cancelled: boolean, audioChunks: number,
+ *   language: string | null}} DoneMessage
  *   texts, chunks, tokens: per chunk of the audio (runtime/chunk.js), chunks its [start, end) in 16 kHz samples (the
  *   page's subtitle cues); margins: per token, its logit minus the runner-up's (asr.js); metrics: worker.js
  *   summarise(); lora: the adapter it ran with (null: the base model); cancelled: stopped by a cancel message, the
- *   chunks so far (the last one perhaps cut short) of the audio's audioChunks.
+ *   chunks so far (the last one perhaps cut short) of the audio's audioChunks; language: the one the first chunk
+ *   naming one names (the forced one where forced), null where none does.
  * @typedef {{type: 'cache-cleared', existed: boolean}} CacheClearedMessage
  * @typedef {{type: 'lora-set', id: number, name: string | null}} LoraSetMessage
  *   The switch `id` is done: transcriptions from now on run with adapter `name` (null: the base model).

@@ -61,3 +61,18 @@ export function answerText(decoded, answer, final = false) {
 function clean(text, answer) {
   return text.split(answer.end).join('').split('<|endoftext|>').join('').trim();
 }
+
+// The language the answer names, `language <Name><asr_text>` (same rule as webbuild.reference.prompt.parse_language);
+// null before the text marker, and where it names none (`language None`: the model heard no speech).
+const LANGUAGE_TAG = 'language ';
+/**
+ * @param {string} decoded
+ * @param {import('webbuild-types').Runtime['answer']} answer
+ * @returns {string | null}
+ */
+export function answerLanguage(decoded, answer) {
+  const at = decoded.indexOf(answer.text_start);
+  if (!decoded.startsWith(LANGUAGE_TAG) || at < 0) return null;
+  const name = decoded.slice(LANGUAGE_TAG.length, at).trim();
+  return name && name !== 'None' ? name : null;
+}

@@ -1,0 +1,72 @@
+"""The page's language picker on the trained example, in Chromium on the wasm EP: "automatic" and the model's
+languages (runtime.json), the default model.yaml sets; with English forced, the page's tokens equal the Python
+reference's with English forced (the same prompt ids: the forced answer prefix after the prompt), and the language
+is shown beside the transcript, kept in window.webbuild and named in the .vtt download."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.example_config import EXAMPLE
+from webbuild.config import load_config
+from webbuild.reference.audio import read_wav
+from webbuild.reference.transcribe import load_transcriber
+from webbuild.tools.browser import choose, hide_webgpu, launch, open_page, wait_for, watch
+from webbuild.tools.serve import start
+
+DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
+
+
+@pytest.fixture(scope="module")
+def page(playwright, example_dist):
+    srv = start(example_dist, quiet=True)
+    browser = launch(playwright, choose(), webgpu=False)
+    ctx = browser.new_context(accept_downloads=True)
+    hide_webgpu(ctx)  # the CPU path: wasm
+    page = ctx.new_page()
+    watch(page)
+    open_page(page, srv.url)
+    yield page
+    browser.close()
+    srv.shutdown()
+
+
+def transcribe_on_the_page(page, audio: Path, language: str) -> dict:
+    page.select_option("#language", language)
+    page.set_input_files("#file", str(audio))
+    wait_for(page, DONE, 180)
+    state = page.evaluate("() => window.webbuild")
+    assert state["error"] is None, state["error"]
+    return state
+
+
+def test_the_picker_lists_automatic_and_the_models_languages_on_its_default(page):
+    options = page.eval_on_selector_all("#language option", "os => os.map(o => [o.value, o.textContent])")
+    assert options == [["", "automatic"], ["English", "English"]]
+    assert page.input_value("#language") == ""  # model.yaml language: auto
+    assert page.is_enabled("#language")
+
+
+def test_forced_english_gives_the_references_tokens_and_shows_the_language(page, example_dist):
+    sample = load_config(EXAMPLE / "model.yaml").site.samples[0]
+    reference = load_transcriber(example_dist, ep="wasm")  # the graphs the wasm EP runs
+    pcm = read_wav(sample.audio)
+    automatic = reference.decode(pcm).tokens
+    reference.force_language("English")
+    forced = reference.decode(pcm).tokens
+    assert forced != automatic  # forced, the language tag is the prompt's, not the answer's
+
+    state = transcribe_on_the_page(page, sample.audio, "English")
+    assert state["tokens"] == [forced]
+    assert (state["text"], state["language"]) == (sample.text, "English")
+    assert page.inner_text("#language-shown") == "Language: English"
+    with page.expect_download() as dl:
+        page.click("#save-vtt")
+    assert Path(dl.value.path()).read_text(encoding="utf-8").startswith("WEBVTT\n\nNOTE language: English\n\n")
+
+    state = transcribe_on_the_page(page, sample.audio, "")  # automatic: the model names it
+    assert state["tokens"] == [automatic]
+    assert (state["text"], state["language"]) == (sample.text, "English")
+    assert page.inner_text("#language-shown") == "Language: English"
