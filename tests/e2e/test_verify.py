@@ -18,6 +18,7 @@ from tests.command import webbuild
 from tests.example_config import EXAMPLE
 from webbuild.tools.serve import start
 from webbuild.tools.verify.tokens import MAX_TIE_MARGIN
+from webbuild.tools.verify.visits import corrupt_warning
 
 CHECKS = {"first visit: model loads", "corrupted shard detected and recovered", "second visit: model loads",
           "second visit loads the model from the cache", "WebGPU off: model loads",
@@ -177,11 +178,25 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(example_dist_with
         "clip.wav [wasm]": reason, failed[0]: details[0], failed[1]: details[1]}
 
 
+def test_corrupt_warning_read_by_code_and_shard():
+    """The corrupted-shard check reads the warning's code and shard (window.webbuild.warningCodes), not its words;
+    words that name the internal shard, a second corrupt warning, or another shard's fail it."""
+    shard = "runtime.json.00000.8357778dc843b62c.bin"
+    said = "The model's runtime.json (part 1 of 1) arrived damaged; downloading it again."
+    ok = {"warnings": ["no cache", said], "warningCodes": [{"code": "cache-unavailable", "shard": None},
+                                                           {"code": "corrupt", "shard": f"shards/{shard}"}]}
+    assert corrupt_warning(ok, shard) == (True, ["cache-unavailable:None", f"corrupt:shards/{shard}"])
+    assert not corrupt_warning({**ok, "warnings": ["no cache", f"shards/{shard} failed sha256"]}, shard)[0]
+    assert not corrupt_warning({**ok, "warnings": [said, said], "warningCodes": ok["warningCodes"][1:] * 2}, shard)[0]
+    assert not corrupt_warning(ok, "decoder.onnx.00000.0123456789abcdef.bin")[0]
+    assert not corrupt_warning({"warnings": [said]}, shard)[0]  # a page without the codes
+
+
 def test_verify_input_errors(dist, tmp_path):
     (tmp_path / "a.wav").write_bytes(b"")
     run = webbuild("verify", dist, "--clips", tmp_path)
     assert run.returncode == 2 and "no transcript (.txt) for a.wav" in run.stderr
     run = webbuild("verify", tmp_path / "missing")
-    assert run.returncode == 2 and "no index.html" in run.stderr
+    assert run.returncode == 2 and "no such folder" in run.stderr
     run = webbuild("verify", dist, "--clips-ep", "webgpu:0")
     assert run.returncode == 2 and "expected EP or EP:N" in run.stderr and "'webgpu:0'" in run.stderr

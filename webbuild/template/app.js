@@ -39,16 +39,18 @@ const params = new URLSearchParams(location.search);
  * error as thrown (model files by their shard names); cancelled: the last transcription was stopped by Cancel;
  * language: the language the last transcript's answer named (the forced one where the picker forced one);
  * chunk: the transcription's chunk under way ({index, count}); recovered: the model was loaded again after the GPU
- * device was lost.
+ * device was lost; warningCodes: each of `warnings`' code and shard (WarningMessage's; '' and null where it has none),
+ * for scripts, as the wording is the visitor's and may change.
  * @type {{status: string, cached: boolean, kept: boolean | null, info: import('./runtime/contract.js').ReadyInfo | null,
  *   metrics: object | null, text: string, tokens: number[][] | null, margins: number[][] | null, error: string | null,
- *   errorDetail: string | null, warnings: string[], lora: string | null, doneLora: string | null, progress?: object,
+ *   errorDetail: string | null, warnings: string[], warningCodes: Array<{code: string, shard: string | null}>,
+ *   lora: string | null, doneLora: string | null, progress?: object,
  *   live: LiveState | null, texts: string[], chunks: Array<[number, number]>, clip: string | null, stages: string[],
  *   cancelled: boolean, chunk: {index: number, count: number} | null, recovered: boolean, language: string | null}}
  */
 const state = { status: 'loading', cached: false, kept: null, info: null, metrics: null, text: '', tokens: null, margins: null,
-  error: null, errorDetail: null, warnings: [], lora: null, doneLora: null, live: null, texts: [], chunks: [], clip: null,
-  stages: [], cancelled: false, chunk: null, recovered: false, language: null };
+  error: null, errorDetail: null, warnings: [], warningCodes: [], lora: null, doneLora: null, live: null, texts: [], chunks: [],
+  clip: null, stages: [], cancelled: false, chunk: null, recovered: false, language: null };
 /** @type {Window & {webbuild?: typeof state}} */ (window).webbuild = state;
 await isolatePage(); // cross-origin isolation (wasm threads) first: the first visit may reload for it
 const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
@@ -69,8 +71,9 @@ worker.onmessage = (/** @type {MessageEvent<FromWorkerMessage>} */ { data }) =>
 worker.onerror = (/** @type {ErrorEvent} */ e) => fail(`the model worker failed to start (${e.message || 'script error'})`);
 /** @type {string | undefined} */
 let noticeCode; // the code of the warning the notice shows ('retry': stale once the load has ended)
-const warn = (/** @type {string} */ message, /** @type {string} */ code = '') => {
+const warn = (/** @type {string} */ message, /** @type {string} */ code = '', /** @type {string | null} */ shard = null) => {
   state.warnings.push(message);
+  state.warningCodes.push({ code, shard });
   showNotice(message);
   noticeCode = code;
 };
@@ -78,7 +81,7 @@ const samplesShown = showSamples().catch((e) => warn(`the sample clips could not
 /** @type {Handlers} */
 const handlers = {
   [FROM_WORKER.progress]: showProgress,
-  [FROM_WORKER.warning]: (w) => warn(w.message, w.code),
+  [FROM_WORKER.warning]: (w) => warn(w.message, w.code, w.shard),
   [FROM_WORKER.ready]: async ({ info }) => {
     await samplesShown; // their buttons exist before the page says it is ready
     Object.assign(state, { status: 'ready', info });

@@ -98,7 +98,7 @@ async function startSite({ manifestUrl, graphCapture, warmShapes, decodeForm, kn
     onWarning: (w) => {
       console.warn(`[webbuild] ${w.message}`);
       const message = warningMessage(w, manifest);
-      if (message && !said.has(message)) post({ type: FROM_WORKER.warning, message, code: w.code });
+      if (message && !said.has(message)) post({ type: FROM_WORKER.warning, message, code: w.code, shard: w.shard });
       if (w.code !== 'retry') said.add(message);
     },
   });

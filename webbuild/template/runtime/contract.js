@@ -87,9 +87,12 @@ export const TO_WORKER = Object.freeze({
  *   total: number, file?: string, shard?: string, lora?: string, ep?: 'webgpu' | 'wasm'}} ProgressMessage
  *   download / verify: bytes of the model's shards (loader.js), or with `lora` of that adapter's file;
  *   session / warmup: 0 of 1, no fraction; ep: the processor they prepare the model for (the page names the step by it).
- * @typedef {{type: 'warning', message: string, code?: string}} WarningMessage
- *   Loading goes on: a shard re-downloaded after a failed check, no cache, a retry (code 'retry': stale once the
- *   load ends), storage full ('quota'); the GPU device lost ('device-lost': the model is being loaded again).
+ * @typedef {{type: 'warning', message: string, code?: string, shard?: string}} WarningMessage
+ *   Loading goes on: a shard re-downloaded after a failed check ('corrupt'), no cache, a retry (code 'retry': stale
+ *   once the load ends), storage full ('quota'); the GPU device lost ('device-lost': the model is being loaded again).
+ *   message: the visitor's words; code (loader.js LoadWarning's) and shard (the shard's path in the manifest, where
+ *   the warning concerns one) are for scripts: the page keeps them in window.webbuild.warningCodes, which webbuild
+ *   verify reads (the corrupted shard's 'corrupt'), as the wording may change.
  * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, gpu: string,
  *   shaderF16: boolean, threads: number, threadsWhy: string, kvCache: string, decode: string, modelBytes: number,
  *   decodeChoice: import('./decode-form.js').DecodeChoice | null,

@@ -221,6 +221,18 @@ class Reference:
 FALLBACK_MAX_TOKENS = 48
 
 
+def corrupt_warning(state: dict, shard: str) -> tuple[bool, list[str]]:
+    """Whether the page warned once of shard `shard` arriving damaged, by the warning's code and shard
+    (window.webbuild.warningCodes, runtime/contract.js WarningMessage), not its words, which are the visitor's and
+    may change; the shown words must not name the shard (its internal name is the console's). Also every warning's
+    code:shard, for the check's detail."""
+    codes = state.get("warningCodes", [])
+    said = [(w["shard"] or "", words) for w, words in zip(codes, state.get("warnings", []), strict=False)
+            if w["code"] == "corrupt"]
+    noticed = len(said) == 1 and said[0][0].rsplit("/", 1)[-1] == shard and shard not in said[0][1]
+    return noticed, [f"{w['code']}:{w['shard']}" for w in codes]
+
+
 def query(ep: str | None) -> str:
     return f"?ep={ep}" if ep and ep != "auto" else ""
 
@@ -360,12 +372,11 @@ class Verifier:
         page, state, requests, ready = self.open(context, url + query(self.opts.ep), "first visit")
         context.unroute(SHARDS)
         shard = corrupted[0].rsplit("/", 1)[-1] if corrupted else "?"
-        warned = [w for w in state.get("warnings", []) if "sha256" in w]
-        noticed = len(warned) == 1 and shard in warned[0]
+        noticed, codes = corrupt_warning(state, shard)
         refetched = sum(u.split("?")[0].endswith("/" + shard) for u in requests)
         self.check("corrupted shard detected and recovered", bool(corrupted) and noticed and ready and refetched == 2,
-                   f"{shard} corrupted once: warning {'shown' if noticed else 'missing'}, fetched {refetched}x, "
-                   f"status {state['status']}")
+                   f"{shard} corrupted once: warning {'shown' if noticed else f'missing (got {codes})'}, "
+                   f"fetched {refetched}x, status {state['status']}")
         if ready:
             self.run_clips(page, samples, state, max_wer, "samples")
             self.lora_runs(page, samples, state, max_wer)
