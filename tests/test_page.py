@@ -5,19 +5,24 @@ and the LoRA adapter named apart, each adapter's description from model.yaml, an
 what they do on the CPU. Long files and failures (issue 47): a long file's chunk progress and Cancel, the segments
 with their start times seeking the player, a failed load that names the model's file and drops its stale retry
 notice, the live rows hidden until live transcription ran, a visit served from the cache said so, a file that cannot
-be decoded taking its player away, and a full storage (a tiny quota) that loads the model all the same."""
+be decoded taking its player away, issue 47's bad files (corrupt, truncated, header-only, a PNG, 4 GHz, NaN,
+zero-length, A-law) each one message with no player left and no console error, and a full storage (a tiny quota) that
+loads the model all the same."""
 
 from __future__ import annotations
 
 import base64
 import json
 import re
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests.example_config import EXAMPLE
+from tests.test_resample import wav_bytes
 from tests.test_site import NO_GPU
 from webbuild.config import load_config
 from webbuild.reference.audio import read_wav, write_wav
@@ -356,6 +361,71 @@ def test_a_file_that_cannot_be_decoded_takes_its_player_away(page, tmp_path):
     wait_for(page, "() => window.webbuild.error", 60)
     assert "not-audio.mp3" in page.inner_text("#error")
     assert page.is_hidden("#clip-row") and page.evaluate("() => window.webbuild.clip") is None
+
+
+def png() -> bytes:
+    """A valid 4x4 PNG picture."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\x00" + b"\x80" * 12 for _ in range(4))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 4, 8, 2, 0, 0, 0)) + \
+        chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+TONE = np.sin(np.arange(3200) / 10)[:, None] * 0.3  # 0.2 s at 16 kHz
+PCM16 = wav_bytes(np.round(TONE * 32767), 16000, 1, 16)  # 6400 data bytes after a 44-byte header
+NAN = TONE.copy()
+NAN[100, 0] = np.nan
+ALAW = wav_bytes(np.full((800, 1), 0xD5), 8000, 1, 8)
+TRUNCATED = ("truncated: the data chunk says 6400 bytes, the file holds {}; "
+             "the file was cut short: copy or export it again")
+UNDECODABLE = ("this file could not be decoded as audio (Unable to decode audio data); it is damaged or not a sound "
+               "file this browser reads: choose a WAV, MP3, FLAC or Ogg file")
+# issue 47's bad files on the page: (file name, bytes, what the page must say after the name)
+BAD_FILES = {
+    "corrupt": ("corrupt.wav", np.random.default_rng(0).bytes(20000), UNDECODABLE),
+    "truncated": ("truncated.wav", PCM16[:-1001], TRUNCATED.format(5399)),
+    "header-only": ("header-only.wav", PCM16[:44], TRUNCATED.format(0)),
+    "png": ("picture.png", png(), UNDECODABLE),
+    "4 GHz": ("ghz.wav", wav_bytes(np.round(TONE * 32767), 4_000_000_000, 1, 16),
+              "sample rate 4000000000 Hz is outside 1000-384000 Hz"),
+    "NaN": ("nan.wav", wav_bytes(NAN, 16000, 3, 32), "sample 100 (0.01 s) is NaN; the file is corrupt"),
+    "zero-length file": ("empty.wav", b"", "the file is empty"),
+    "zero-length audio": ("no-samples.wav", wav_bytes(TONE[:0], 16000, 1, 16), "the WAV file holds no samples"),
+    "A-law": ("alaw.wav", ALAW[:20] + struct.pack("<H", 6) + ALAW[22:],
+              "unsupported WAV encoding (format 6, 8-bit); supported: PCM 8/16/24/32-bit and float 32/64-bit"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_FILES)
+def test_a_bad_file_is_one_message_and_the_page_goes_on(page, tmp_path, case):
+    """Each bad file after a sample's transcription: one line naming the file in #error, the sample's player taken
+    away, nothing transcribed, no console error; then a sample transcribes again."""
+    name, data, words = BAD_FILES[case]
+    (tmp_path / name).write_bytes(data)
+    page.click("#sample-0")
+    wait_for(page, DONE, 120)
+    assert page.is_visible("#clip-row")  # the sample's player, which the bad file must take away
+    console: list[str] = []
+
+    def log(m):
+        console.append(f"{m.type}: {m.text}")
+    page.on("console", log)
+    try:
+        page.set_input_files("#file", str(tmp_path / name))
+        wait_for(page, "() => window.webbuild.error || window.webbuild.status === 'done'", 60)
+        page.wait_for_timeout(200)  # a late console error (the player's load) is caught
+    finally:
+        page.remove_listener("console", log)
+    state = page.evaluate("() => window.webbuild")
+    assert page.inner_text("#error") == f"Error: {name}: {words}"
+    assert state["status"] == "ready" and not state["text"] and page.inner_text("#status") == "Ready."
+    assert page.is_hidden("#clip-row") and state["clip"] is None
+    assert not [c for c in console if c.startswith("error")], console
+    page.click("#sample-1")
+    wait_for(page, DONE, 120)
+    state = page.evaluate("() => window.webbuild")
+    assert state["error"] is None and state["text"] and page.is_hidden("#error")
 
 
 def test_a_full_storage_still_loads_the_model_and_says_it_is_not_kept(browser, server):

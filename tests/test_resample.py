@@ -162,7 +162,8 @@ def malformed(tmp_path: Path) -> dict[str, tuple[Path, str]]:
     cases = {
         "nan": (wav_bytes(nan, 16000, 3, 32), "sample 100 (0.01 s) is NaN; the file is corrupt"),
         "inf": (wav_bytes(inf, 16000, 3, 32), "sample 3000 (0.19 s) is infinite; the file is corrupt"),
-        "truncated": (pcm16[:len(pcm16) - 1001], "truncated: the data chunk says 6400 bytes, the file holds 5399"),
+        "truncated": (pcm16[:len(pcm16) - 1001], "truncated: the data chunk says 6400 bytes, the file holds 5399; "
+                                                   "the file was cut short: copy or export it again"),
         "empty data": (wav_bytes(x[:0], 16000, 1, 16, declared=2),
                        "truncated: the data chunk says 2 bytes, the file holds 0"),
         "no samples": (wav_bytes(x[:0], 44100, 1, 16), "the WAV file holds no samples"),

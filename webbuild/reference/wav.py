@@ -23,6 +23,7 @@ from webbuild.errors import AudioError
 
 MIN_RATE, MAX_RATE = 1000, 384000
 STREAM_SIZES = (0, 0xFFFFFFFF, 0x7FFFF000)  # data sizes that mean "to the end of the file"
+CUT_SHORT = "the file was cut short: copy or export it again"  # what to do about a truncated file
 PCM, FLOAT, EXTENSIBLE = 1, 3, 0xFFFE
 DTYPES = {(PCM, 8): "u1", (PCM, 16): "<i2", (PCM, 24): "V3", (PCM, 32): "<i4", (FLOAT, 32): "<f4", (FLOAT, 64): "<f8"}
 
@@ -88,9 +89,9 @@ def info_from(path: Path, fmt: bytes, offset: int, declared: int, file_size: int
     available = file_size - offset
     size = available if declared in STREAM_SIZES else declared
     if size > available:
-        raise problem(path, f"truncated: the data chunk says {declared} bytes, the file holds {available}")
+        raise problem(path, f"truncated: the data chunk says {declared} bytes, the file holds {available}; {CUT_SHORT}")
     if size % frame:
-        raise problem(path, f"truncated: {size} data bytes are not a whole number of {frame}-byte frames")
+        raise problem(path, f"truncated: {size} data bytes are not a whole number of {frame}-byte frames; {CUT_SHORT}")
     if size == 0:
         raise problem(path, "the WAV file holds no samples")
     return WavInfo(rate, channels, encoding, bits, offset, size // frame)

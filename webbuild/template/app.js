@@ -334,6 +334,7 @@ function wireDrop() {
 // The chosen clip in the audio element, to hear what is transcribed (an object URL of its bytes).
 /** @param {Blob} blob @param {string} name */
 function showClip(blob, name) {
+  if (!blob.size) return hideClip(); // nothing to play (and Chromium logs its empty object URL's load as an error)
   const audio = /** @type {HTMLAudioElement} */ ($('clip'));
   if (state.clip) URL.revokeObjectURL(state.clip);
   state.clip = audio.src = URL.createObjectURL(blob);

@@ -21,7 +21,8 @@ export async function decodeToMono16k(arrayBuffer, name = 'the audio') {
     return to16k(decoded.blocks, decoded.frames, decoded.rate);
   } catch (e) {
     if (e instanceof WavError) throw new Error(`${name}: ${e.message}`);
-    throw new Error(`${name}: this file could not be decoded as audio (${e?.message || e?.name || 'unknown format'})`);
+    throw new Error(`${name}: this file could not be decoded as audio (${e?.message || e?.name || 'unknown format'}); ` +
+      'it is damaged or not a sound file this browser reads: choose a WAV, MP3, FLAC or Ogg file');
   }
 }
 

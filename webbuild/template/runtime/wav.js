@@ -5,6 +5,7 @@
 export const MIN_RATE = 1000, MAX_RATE = 384000;
 const STREAM_SIZES = [0, 0xffffffff, 0x7ffff000]; // data sizes that mean "to the end of the file"
 const PCM = 1, FLOAT = 3, EXTENSIBLE = 0xfffe;
+const CUT_SHORT = 'the file was cut short: copy or export it again'; // what to do about a truncated file
 
 export class WavError extends Error {}
 
@@ -54,8 +55,8 @@ function infoFrom(fmt, offset, declared, fileSize) {
   const frame = (channels * bits) / 8;
   const available = fileSize - offset;
   const size = STREAM_SIZES.includes(declared) ? available : declared;
-  if (size > available) throw new WavError(`truncated: the data chunk says ${declared} bytes, the file holds ${available}`);
-  if (size % frame) throw new WavError(`truncated: ${size} data bytes are not a whole number of ${frame}-byte frames`);
+  if (size > available) throw new WavError(`truncated: the data chunk says ${declared} bytes, the file holds ${available}; ${CUT_SHORT}`);
+  if (size % frame) throw new WavError(`truncated: ${size} data bytes are not a whole number of ${frame}-byte frames; ${CUT_SHORT}`);
   if (size === 0) throw new WavError('the WAV file holds no samples');
   return { rate, channels, encoding, bits, offset, frames: size / frame };
 }
