@@ -29,11 +29,13 @@ WEBGPU_CLIP = {"clips on webgpu: model loads", "decode speed on webgpu at or abo
 CORPUS = {"--clips corpus WER on wasm within the bound", "--clips corpus WER on webgpu within the bound"}
 LORA = {"adapter klatt: the picker switches it on", "adapter none: the picker switches back",
         "adapter none again: the first tokens exactly"}  # the example ships one adapter
+LANGUAGE = {"language English forced: the page names it"}  # the example's one language, forced
 # verify's live check, on by default
 LIVE = {"live: the page transcribes from the microphone", "live: partial text shown before each clip ends",
         "live: final texts never change", "live: delays measured",
         "live: final texts equal the Python reference's (transcribe --live on the page's capture)"}
-SAMPLE_RUNS = ["samples", "samples, adapter klatt", "samples, adapter none again"]  # 4 samples each
+SAMPLE_RUNS = ["samples", "samples, adapter klatt", "samples, adapter none again",
+               "samples, language English"]  # 4 samples each
 FLOOR = "decode speed on wasm at or above the floor"
 pytestmark = [pytest.mark.browser]
 
@@ -79,7 +81,8 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
                    "--json", report_path, "--junit", tmp_path / "junit.xml")
     assert run.returncode == 0, run.stdout + run.stderr
     report = json.loads(report_path.read_text())
-    assert report["ok"] and {c["name"] for c in report["checks"]} == CHECKS | WEBGPU_CLIP | LORA | CORPUS | LIVE
+    checks = CHECKS | WEBGPU_CLIP | LORA | LANGUAGE | CORPUS | LIVE
+    assert report["ok"] and {c["name"] for c in report["checks"]} == checks
     assert junit_failures(tmp_path / "junit.xml", report) == {}
     samples = [(run, "wasm") for run in SAMPLE_RUNS for _ in range(4)]
     assert [(r["run"], r["ep"]) for r in report["clips"]] == (
@@ -88,9 +91,14 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
         "heldout-000.wav", "heldout-001.wav", "heldout-002.wav", "heldout-000.wav"]  # webgpu:1: the first only
     # every transcript equals the Python reference on the build's own graphs (with the adapter on where it is
     # picked), and the true text
-    assert report["reference"] and report["reference_equal"] == 17
+    assert report["reference"] and report["reference_equal"] == 21
     assert all(r["got"] == r["reference"] and r["wer"] == 0 for r in report["clips"])
-    assert all(r["max_wer"] is None for r in report["clips"] if r["run"] == "samples, adapter klatt")
+    assert all(r["max_wer"] is None for r in report["clips"] if r["run"] in ("samples, adapter klatt",
+                                                                                  "samples, language English"))
+    # English forced: the tokens after `language English<asr_text>` that the model said itself, the same text
+    forced = [r for r in report["clips"] if r["run"] == "samples, language English"]
+    assert [r["got"] for r in forced] == [r["got"] for r in report["clips"] if r["run"] == "samples"]
+    assert all(r["tokens"] == r["reference_tokens"] for r in forced)
     # none again: the first tokens; the adapter (fitted to the Klatt voice) keeps the samples' tokens, but it is
     # on: their margins move, as the reference's with it on do
     runs = {run: [(r["tokens"], r["margins"]) for r in report["clips"] if r["run"] == run] for run in SAMPLE_RUNS}
@@ -98,7 +106,7 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
     for (tokens, margins), (on_tokens, on_margins) in zip(runs["samples"], runs["samples, adapter klatt"]):
         assert on_tokens == tokens and max(abs(a - b) for a, b in zip(margins, on_margins)) > 0.3
     # ... token for token, each token with the margin the reference gives it, to float32 noise on both EPs
-    assert (report["tokens_compared"], report["reference_tokens_equal"], report["passed_under_margin"]) == (17, 17, 0)
+    assert (report["tokens_compared"], report["reference_tokens_equal"], report["passed_under_margin"]) == (21, 21, 0)
     for r in report["clips"]:
         assert r["tokens"] == r["reference_tokens"] and r["difference"] is None and len(r["tokens"]) > 3
         assert len(r["margins"]) == len(r["tokens"]) and min(r["reference_margins"]) > MAX_TIE_MARGIN
@@ -112,14 +120,14 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
     assert report["load_ms"]["cold"] > 0 and report["load_ms"]["warm"] > 0
     assert "harmony emerge surprise" in run.stdout
     assert run.stdout.rstrip().splitlines()[-2:] == [  # a line per source rate of the clips (all 16 kHz), the verdict
-        "RATE 16000 Hz: wasm 16/16 tokens equal, margin drift "
+        "RATE 16000 Hz: wasm 20/20 tokens equal, margin drift "
         f"{max(r['margin_drift'] for r in report['clips'] if r['ep'] == 'wasm'):.4f}; webgpu 1/1 tokens equal, "
         f"margin drift {report['margin_drift']['webgpu']:.4f}",
-        "PASS: 17/17 clips (0 passed under the margin), 23/23 checks"]
+        "PASS: 21/21 clips (0 passed under the margin), 24/24 checks"]
     assert all(r["max_wer"] is None for r in report["clips"] if r["run"] == "clips")  # judged as a corpus
     # the floors of the example's model.yaml reached the site (samples.json) and were checked on every clip
     floors = yaml.safe_load((EXAMPLE / "model.yaml").read_text())["verify"]["min_decode_tokens_per_s"]
-    for ep, count in (("wasm", 16), ("webgpu", 1)):
+    for ep, count in (("wasm", 20), ("webgpu", 1)):
         speed = report["decode_speed"][ep]
         assert speed["clips"] == count and speed["floor"] == floors[ep] and speed["floor_from"].startswith("model.yaml")
         assert speed["decode_tokens_per_s"] >= floors[ep]

@@ -23,6 +23,9 @@ ISOLATION_WORKER = "isolation-sw.js"
 # the id of the page's LoRA adapter picker (a <select>: each adapter's name, '' for the base model), which
 # `webbuild verify` drives; window.webbuild.lora is the adapter on (null: the base model)
 LORA_PICKER = "lora"
+# the id of the page's language picker (a <select>: '' for automatic, else one of runtime.json's prompt.languages),
+# which `webbuild verify` drives; window.webbuild.language is the language the last answer named
+LANGUAGE_PICKER = "language"
 # the adapted step form's down factors (webbuild.pipeline.lora_form.quantized_downs; runtime/lora.js writes them):
 # a group's down in MatMulNBits' 8-bit layout, codes and scales (a FUSED_DOWNS group's 4-bit: adapter_pack.down_bits)
 DOWN_CODES, DOWN_SCALES = "down_codes", "down_scales"

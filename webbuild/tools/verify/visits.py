@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from webbuild.errors import VerifyInputError, require_extra
 from webbuild.reference.wer import corpus_wer, wer
-from webbuild.site.contract import LORA_PICKER, SAMPLES_FILE
+from webbuild.site.contract import LANGUAGE_PICKER, LORA_PICKER, SAMPLES_FILE
 from webbuild.text import one_line, plural
 from webbuild.tools import browser as br
 from webbuild.tools.verify.tokens import MAX_TIE_MARGIN, first_difference, flatten, margin_drift, token_summary
@@ -203,13 +203,19 @@ class Reference:
         return self.loaded[variant, lora, ep]
 
     def transcribe(self, clip: Clip, variant: str, lora: str | None = None,
-                   max_new_tokens: int | None = None, ep: str = "webgpu") -> Expected | None:
-        """max_new_tokens: per chunk, as the page's ?max_new_tokens= bounds it (None: the reference's default)."""
+                   max_new_tokens: int | None = None, ep: str = "webgpu",
+                   language: str | None = None) -> Expected | None:
+        """max_new_tokens: per chunk, as the page's ?max_new_tokens= bounds it (None: the reference's default);
+        language: the one the page's picker forced (None: automatic)."""
         t = self.transcriber(variant, lora, ep)
         if t is None or clip.local is None:
             return None
         bound = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
-        chunks = t.decode_file(clip.local, **bound)  # cut into chunks as the page cuts them
+        t.force_language(language)
+        try:
+            chunks = t.decode_file(clip.local, **bound)  # cut into chunks as the page cuts them
+        finally:
+            t.force_language(None)  # the transcriber is shared (the live check's too)
         cut = max_new_tokens is not None and any(len(c.tokens) >= max_new_tokens for c in chunks)
         return Expected(t.file_text(chunks), [x for c in chunks for x in c.tokens],
                         [m for c in chunks for m in c.margins], cut)
@@ -244,6 +250,11 @@ def transcribe(page, clip: Clip, timeout_s: float) -> dict:
         page.set_input_files("#file", str(clip.wav))
     br.wait_for(page, DONE, timeout_s)
     return page.evaluate("() => window.webbuild")
+
+
+def picked_language(page) -> str | None:
+    """The language the page's picker forces (None: automatic, or a page without the picker)."""
+    return page.evaluate(f"() => document.getElementById({json.dumps(LANGUAGE_PICKER)})?.value || null")
 
 
 def switch_lora(page, name: str | None, timeout_s: float) -> str | None:
@@ -344,12 +355,14 @@ class Verifier:
         """max_new_tokens: the bound the page was opened with (?max_new_tokens=), which the reference decodes
         under too; a clip whose reference it cut has its tokens compared but not its WER judged."""
         variant = state["info"]["variant"]
+        language = picked_language(page)
         for clip in clips:
             try:
                 result = transcribe(page, clip, self.opts.timeout_s)
             except TimeoutError as exc:
                 result = {**state, "status": "timeout", "text": "", "metrics": None, "error": str(exc)}
-            ref = self.reference.transcribe(clip, variant, lora, max_new_tokens, state["info"].get("ep") or "webgpu")
+            ref = self.reference.transcribe(clip, variant, lora, max_new_tokens, state["info"].get("ep") or "webgpu",
+                                            language)
             self.rows.append(row(clip, result, ref, None if ref and ref.cut else max_wer, run, lora))
             r = self.rows[-1]
             log.info(f"  {clip.name}: {'ok' if r['ok'] else 'FAIL'} {r['got']!r} (WER {r['wer']:.2f})")
@@ -380,6 +393,7 @@ class Verifier:
         if ready:
             self.run_clips(page, samples, state, max_wer, "samples")
             self.lora_runs(page, samples, state, max_wer)
+            self.language_run(page, samples, state)
             if clips and not self.opts.clips_eps:
                 self.run_clips(page, clips, state, self.opts.clips_max_clip_wer, "clips")
             with contextlib.suppress(TimeoutError):  # the cache writes go on after ready; the second visit reads them
@@ -408,6 +422,21 @@ class Verifier:
         self.check("adapter none again: the first tokens exactly", same,
                    f"{plural(len(samples), 'sample')} after {', '.join(names)}; the adapters changed the tokens "
                    f"of {plural(changed, 'run')}")
+
+    def language_run(self, page, samples: list[Clip], state: dict) -> None:
+        """The samples with a language forced in the page's picker (model.yaml's default where it names one, else
+        the model's first), against the Python reference with it forced (the WER not judged: a sample may speak
+        another); then the picker back on its default."""
+        info = state.get("info") or {}
+        languages, default = info.get("languages") or [], info.get("language") or "auto"
+        if not languages or not samples:
+            return
+        forced = default if default in languages else languages[0]
+        page.select_option(f"#{LANGUAGE_PICKER}", forced)
+        self.run_clips(page, samples, state, None, f"samples, language {forced}")
+        named = page.evaluate("() => window.webbuild.language")
+        page.select_option(f"#{LANGUAGE_PICKER}", default if default in languages else "")
+        self.check(f"language {forced} forced: the page names it", named == forced, f"the page names {named!r}")
 
     def second_visit(self, context, url, clips, max_wer) -> None:
         runs = self.opts.clips_eps if clips else ()
