@@ -166,7 +166,8 @@ def test_under_a_budget_too_small_for_float_twins_the_int8_twins_ship_and_wasm_t
     assert {"encoder_wasm_int8", "decoder_wasm_int8"} <= set(entry)
     assert all(files[entry[role]] < 64 << 10 for role in ("encoder_wasm_int8", "decoder_wasm_int8"))
     assert not [name for name in files if name.endswith(".int8.bin")]
-    wasm_transcribes_as_the_reference(small, max_clips=2)
+    bench = wasm_transcribes_as_the_reference(small, max_clips=2)
+    assert 0 < bench["load"]["int8_ms"] < bench["load"]["session_ms"]  # the page derived them, and says how long
 
 
 def test_an_8_bit_build_keeps_its_decoder_matmul_nbits_and_wasm_transcribes_as_the_reference(tmp_path):
@@ -181,8 +182,9 @@ def test_an_8_bit_build_keeps_its_decoder_matmul_nbits_and_wasm_transcribes_as_t
     wasm_transcribes_as_the_reference(out, max_clips=2)
 
 
-def wasm_transcribes_as_the_reference(site: Path, max_clips: int) -> None:
-    """The site's sample clips on its wasm path in Node: the Python reference's tokens and the expected text."""
+def wasm_transcribes_as_the_reference(site: Path, max_clips: int) -> dict:
+    """The site's sample clips on its wasm path in Node: the Python reference's tokens and the expected text;
+    the bench's result."""
     bench = run_node(site, "wasm", decode_tokens=4, max_clips=max_clips, timeout=600)
     assert bench["ep"] == "wasm" and len(bench["clips"]) == max_clips
     reference = load_transcriber(site, ep="wasm")  # the graphs the wasm EP runs, as the page derives them
@@ -190,6 +192,7 @@ def wasm_transcribes_as_the_reference(site: Path, max_clips: int) -> None:
         want = reference.generate(read_wav(site / clip["src"]))
         assert clip["token_ids"] == want, clip["src"]
         assert clip["text"] == reference.transcribe(read_wav(site / clip["src"])) == clip["expected"]
+    return bench
 
 
 @pytest.mark.browser

@@ -15,7 +15,7 @@ import { CapturedSteps } from './capture.js';
 import { kvNames } from './contract.js';
 import { fixedChoice, measureForms } from './decode-form.js';
 import { lastRow, pickLast, toFloat32 } from './greedy.js';
-import { int8Weights, readInt8Plan } from './int8.js';
+import { int8WeightsInWorkers, int8Workers, readInt8Plan } from './int8.js';
 import { LoraInputs } from './lora.js';
 import { StreamingDecoder, TokenTable, answerLanguage, answerText } from './tokens.js';
 
@@ -89,7 +89,7 @@ export class Recogniser {
   /** @param {Files} files @param {GraphFiles} encoder */
   async loadEncoder(files, encoder) {
     this.encoder = await this.ort.InferenceSession.create(/** @type {Uint8Array} */ (files.get(this.graphFile(encoder))), {
-      ...this.sessionOptions(), executionProviders: [this.provider], externalData: this.external(files, encoder),
+      ...this.sessionOptions(), executionProviders: [this.provider], externalData: await this.external(files, encoder),
     });
   }
 
@@ -149,7 +149,7 @@ export class Recogniser {
     const session = await this.ort.InferenceSession.create(/** @type {Uint8Array} */ (files.get(this.graphFile(decoder))), {
       ...this.sessionOptions(),
       executionProviders: [this.provider],
-      externalData: this.external(files, decoder),
+      externalData: await this.external(files, decoder),
       // present.* stay on the GPU and come back as the next step's past: no round trip per token
       ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
     });
@@ -217,18 +217,19 @@ export class Recogniser {
   }
 
   // The external data of the graph this EP runs: its weights file and, for an int8 twin on wasm, the uint8
-  // weights derived from it now (int8.js), dropped once the session holds them.
+  // weights derived from it now (int8.js: in workers on a page with cores to spare), dropped once the session
+  // holds them.
   /**
    * @param {Files} files
    * @param {GraphFiles} names
    */
-  external(files, names) {
+  async external(files, names) {
     const list = names.data ? [{ path: names.data, data: /** @type {Uint8Array} */ (files.get(names.data)) }] : [];
     if (this.ep === 'wasm' && names.wasm && names.int8) {
       const plan = readInt8Plan(/** @type {Uint8Array} */ (files.get(names.int8)));
-      const t0 = performance.now();
-      list.push({ path: plan.file, data: int8Weights(plan, /** @type {Uint8Array} */ (files.get(plan.source))) });
-      this.int8Ms += performance.now() - t0;
+      const { bytes, ms } = await int8WeightsInWorkers(plan, /** @type {Uint8Array} */ (files.get(plan.source)), int8Workers());
+      list.push({ path: plan.file, data: bytes });
+      this.int8Ms += ms;
     }
     return list.length ? list : undefined;
   }

@@ -99,7 +99,8 @@ export const TO_WORKER = Object.freeze({
  *   prefillRuns: {limit: number, check: {tokens: number, limit: number, relative_diff: number, agree: boolean} | null},
  *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null, languages: string[], language: string,
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
- *     total_ms: number, encoder_warmup_ms: number, cache_ms: number, cache_bytes: number, network_bytes: number}}} ReadyInfo
+ *     total_ms: number, encoder_warmup_ms: number, int8_ms: number, cache_ms: number, cache_bytes: number,
+ *     network_bytes: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   threads: the wasm EP's (onnxruntime's numThreads once loaded), threadsWhy: site.js wasmThreads' why (the page adds
  *   whether and how it is cross-origin isolated: app/isolation.js);
@@ -117,6 +118,8 @@ export const TO_WORKER = Object.freeze({
  *   digests' time, summed; session_ms from the first session's start to the last one's end (sessions are made
  *   while later files still download); warmup_ms; encoder_warmup_ms the encoder's part of an every-shape warm-up,
  *   run between the encoder's session and the decoder's (within session_ms, while the decoder's files download);
+ *   int8_ms: deriving an int8 wasm twin's uint8 weights from the int4 ones (runtime/int8.js; within session_ms, 0
+ *   where no twin is int8);
  *   cache_bytes and network_bytes: the model's bytes read from the browser's cache and downloaded, cache_ms from the
  *   start to the last shard read from the cache (0: none was there).
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage

@@ -121,6 +121,7 @@ export async function loadSite(manifestUrl, opts = {}) {
       cache_ms: stats.cache_ms && tLoad - t0 + stats.cache_ms, cache_bytes: stats.cache_bytes, network_bytes: stats.network_bytes,
       session_ms: tSession - tSession0, warmup_ms: tWarm - tSession, total_ms: tWarm - t0,
       encoder_warmup_ms: made.recogniser.encoderWarmMs, // within session_ms: between the encoder's session and the decoder's
+      int8_ms: made.recogniser.int8Ms, // within session_ms: deriving an int8 wasm twin's weights (runtime/int8.js)
     },
   };
 }
