@@ -22,7 +22,7 @@ export function renderInfo(info) {
   $('m-runtime').textContent = `${info.ep === 'webgpu' ? `WebGPU, ${decodeNote(info)}` : `WebAssembly, ${threadsNote(info)}`} · ${info.variant} · model ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
   // download and sessions overlap: each session is made once its files are in
   $('m-load').textContent = `${ms(l.total_ms)} (${fetched(l)}, sha256 ${ms(l.hash_ms ?? 0)}, ` +
-    `sessions ${ms(l.session_ms)}, warm-up ${ms(l.warmup_ms)})`;
+    `sessions ${ms(l.session_ms)}${l.int8_ms ? ` (int8 weights ${ms(l.int8_ms)})` : ''}, warm-up ${ms(l.warmup_ms)})`;
 }
 
 // Where the model's bytes came from: the network, the browser's cache (read before any download), or both.
