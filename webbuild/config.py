@@ -14,7 +14,9 @@ from pydantic_core import ErrorDetails
 from webbuild import layouts
 from webbuild.adapters import adapter_problems
 from webbuild.errors import ConfigError
-from webbuild.reference.prompt import AUTO, LANGUAGE_NAME
+
+LANGUAGE_NAME = r"[A-Z][A-Za-z]*"  # as Qwen3-ASR's answers name them: English, Chinese, Cantonese, ...
+AUTO = "auto"  # no language forced: the model names the one it heard
 
 DEFAULT_SHARD_BYTES = 25 * 1024 * 1024
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import onnx
 from tokenizers import Tokenizer
 
+from webbuild.config import AUTO
 from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
 from webbuild.graph.load import load_onnx
@@ -32,7 +33,6 @@ from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy
 from webbuild.reference.mel import HOP
 from webbuild.reference.prompt import (
     ANSWER_END,
-    AUTO,
     DEFAULT_LANGUAGES,
     PROMPT_PREFIX,
     PROMPT_SUFFIX,

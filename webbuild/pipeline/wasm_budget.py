@@ -59,7 +59,7 @@ from pathlib import Path
 import onnx
 
 from webbuild.graph.load import load_onnx
-from webbuild.quantize.wasm_twin import _int8_ready, foldable
+from webbuild.quantize.wasm_twin import foldable, int8_ready
 
 GIB = 1 << 30
 WASM_MEMORY = 4 * GIB  # wasm32's address space: all a wasm page gets
@@ -98,7 +98,7 @@ def _matmuls(model: onnx.ModelProto) -> list[tuple[int, int, int, bool]]:
         if n.op_type == "MatMulNBits":
             a = {x.name: x.i for x in n.attribute}
             stored = sum(_tensor_bytes(inits[x]) for x in n.input[1:3] if x in inits)
-            out.append((a["K"], a["N"], stored, _int8_ready(n, inits)))
+            out.append((a["K"], a["N"], stored, int8_ready(n, inits)))
     return out
 
 

@@ -77,7 +77,7 @@ def wasm_graph(src: Path, dest: Path, form: str = "float") -> bool:
     inits = {t.name: t for t in model.graph.initializer}
     plan = Int8Plan(dest.name.removesuffix(".onnx") + ".int8.bin", "")
     if form == "int8":
-        matmuls = [n for n in matmuls if _int8_ready(n, inits)]
+        matmuls = [n for n in matmuls if int8_ready(n, inits)]
     if not lookups and not matmuls:
         return False
     extra: list[onnx.TensorProto] = []
@@ -125,7 +125,7 @@ def _external(t: onnx.TensorProto) -> tuple[str, int, int] | None:
     return e["location"], int(e.get("offset", 0)), int(e["length"])
 
 
-def _int8_ready(mm: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> bool:
+def int8_ready(mm: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> bool:
     """Whether the `int8` form takes this MatMulNBits: 4-bit symmetric, codes and float32 scales in one
     weights file (small graphs that keep their weights inside stay MatMulNBits)."""
     codes, scales = (inits.get(name) for name in mm.input[1:3])

@@ -14,8 +14,6 @@ ANSWER_END = "<|im_end|>"
 TEXT_START = "<asr_text>"
 LANGUAGE_TAG = "language "  # the answer opens with `language <Name>` then TEXT_START
 DEFAULT_LANGUAGES = ("English",)
-LANGUAGE_NAME = r"[A-Z][A-Za-z]*"  # as Qwen3-ASR's answers name them: English, Chinese, Cantonese, ...
-AUTO = "auto"  # no language forced: the model names the one it heard
 
 
 def answer_prefix(language: str) -> str:

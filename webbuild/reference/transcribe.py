@@ -18,6 +18,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from webbuild import layouts
+from webbuild.config import LANGUAGE_NAME
 from webbuild.errors import SourceError
 from webbuild.graph.load import FIX, load_onnx
 from webbuild.layouts import Decoder, Table
@@ -26,7 +27,6 @@ from webbuild.reference.audio import stream_wav
 from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy, chunks_of, live_chunks
 from webbuild.reference.mel import LEAD_METADATA, SAMPLE_RATE, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import (
-    LANGUAGE_NAME,
     Prompt,
     audio_token_count,
     build_prompt,
