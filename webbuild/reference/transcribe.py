@@ -486,13 +486,11 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None, ep:
     runtime = json.loads((out / RUNTIME_FILE).read_text())
     io = IO.of(runtime.get("io", {}))  # the site's own graph names (older sites: none, the defaults)
     encoder = cpu_session(out / roles.get("encoder_wasm" if ep == "wasm" else "encoder", roles["encoder"]))
+    # an adapter the site lacks is its one-line error before any graph of it is looked for
+    weights = None if adapter is None else site_adapter(site, manifest, adapter, out)
     role = "decoder" if adapter is None else "decoder_lora"
     graph = out / roles[f"{role}_wasm"] if ep == "wasm" and f"{role}_wasm" in roles else cpu_form(out / roles[role])
-    if adapter is None:
-        decoder = IdsDecoder(graph, runtime["decoder"], io=io)
-    else:
-        weights = site_adapter(site, manifest, adapter, out)
-        decoder = IdsDecoder(graph, runtime["decoder"], weights, io=io)
+    decoder = IdsDecoder(graph, runtime["decoder"], weights, io=io)
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io,
                        policy=ChunkPolicy.of(runtime), live_policy=ChunkPolicy.of_live(runtime))
