@@ -134,7 +134,8 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
 
 
 def test_verify_fails_below_the_decode_speed_floor(example_dist_without_adapters, tmp_path):
-    # the build without the adapter: its 4 samples once (the adapter's runs are the green test's)
+    # the build without the adapter: its 4 samples, then again with a language forced (the adapter's runs are the
+    # green test's)
     # --live off: the live check's own figures are test_live's and the green test's
     run = webbuild("verify", example_dist_without_adapters, "--ep", "wasm", "--min-decode-tokens-per-s", "1e9",
                    "--live", "off", "--json", tmp_path / "r.json", "--junit", tmp_path / "junit.xml")
@@ -144,8 +145,8 @@ def test_verify_fails_below_the_decode_speed_floor(example_dist_without_adapters
     [check] = [c for c in report["checks"] if not c["ok"]]
     rate = report["decode_speed"]["wasm"]["decode_tokens_per_s"]
     assert check["name"] == FLOOR and check["detail"] == (
-        f"measured {rate:.1f} tokens/s on wasm over 5 clips, below the floor of 1e+09 (--min-decode-tokens-per-s)")
-    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 5/5 clips (0 passed under the margin), 10/11 checks",
+        f"measured {rate:.1f} tokens/s on wasm over 9 clips, below the floor of 1e+09 (--min-decode-tokens-per-s)")
+    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 9/9 clips (0 passed under the margin), 11/12 checks",
                                                      f"FAIL check {FLOOR}: {check['detail']}"]
     assert junit_failures(tmp_path / "junit.xml", report) == {FLOOR: check["detail"]}
 
@@ -155,7 +156,8 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(example_dist_with
     wrong.mkdir()
     shutil.copy(clips / "heldout-001.wav", wrong / "clip.wav")
     (wrong / "clip.txt").write_text("this is not what the clip says\n")
-    # a "deployed" site, built without the adapter (its 4 samples once): verify gets only its URL
+    # a "deployed" site, built without the adapter (its 4 samples, twice: the second with a language forced): verify
+    # gets only its URL
     srv = start(example_dist_without_adapters, quiet=True, base_path="/")
     try:
         run = webbuild("verify", srv.url, "--ep", "wasm", "--live", "off", "--clips", wrong,
@@ -177,10 +179,10 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(example_dist_with
     assert bad[0]["reason"] == reason
     corpus = "100.00% over 1 clip, bound 0.00%"
     assert run.stdout.rstrip().splitlines()[-4:] == [
-        "FAIL: 5/6 clips, 10/12 checks",  # a deployed URL: no reference, no token comparison
+        "FAIL: 9/10 clips, 11/13 checks",  # a deployed URL: no reference, no token comparison
         f"FAIL clip clip.wav (clips, wasm): {reason}",
         f"FAIL check {failed[0]}: {corpus}",
-        f"FAIL check {failed[1]}: 5/6 clips; first failure clip.wav (clips): {reason}"]
+        f"FAIL check {failed[1]}: 9/10 clips; first failure clip.wav (clips): {reason}"]
     details = [c["detail"] for c in report["checks"] if not c["ok"]]
     assert junit_failures(tmp_path / "junit.xml", report) == {
         "clip.wav [wasm]": reason, failed[0]: details[0], failed[1]: details[1]}

@@ -64,11 +64,13 @@ async function handle(data) {
   }
 }
 
-// An error for the page: the visitor's words (a shard named by its model file), and the error as thrown.
+// An error for the page: the visitor's words (a shard named by its model file), and the error as thrown, which
+// the console keeps as a warning: the page shows the error itself, and some are the answer a visitor should get
+// (a model that needs WebGPU on a browser without it), which a console check must not take for a fault.
 /** @param {any} e a caught error: anything may have been thrown @param {number} [id] */
 function postError(e, id) {
   const detail = e?.message ?? String(e);
-  console.error(`[webbuild] ${detail}`);
+  console.warn(`[webbuild] ${detail}`);
   post({ type: FROM_WORKER.error, id, message: loadErrorMessage(e, manifest), detail });
 }
 
