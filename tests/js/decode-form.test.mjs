@@ -2,7 +2,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { fixedChoice, measureForms, requestedForm } from '../../webbuild/template/runtime/decode-form.js';
+import { decodeRequest, fixedChoice, measureForms, requestedForm } from '../../webbuild/template/runtime/decode-form.js';
 
 describe('decode form', () => {
   it('measures the forms alternated and takes the faster one', async () => {
@@ -33,5 +33,26 @@ describe('decode form', () => {
     assert.deepEqual(fixedChoice('plain', true, 'asked for'), { form: 'plain', requested: 'plain', why: 'asked for' });
     assert.equal(fixedChoice('auto', true, 'not measured on a software GPU').form, 'captured');
     assert.equal(fixedChoice('captured', false, 'no step form').form, 'plain');
+  });
+
+  it('asks for a kept choice only on its GPU and model, and measures a software GPU only when asked', () => {
+    const known = { form: 'plain', requested: 'auto', why: 'measured at load', gpu: 'nvidia', model: 'm' };
+    const at = { software: false, gpu: 'nvidia', model: 'm' };
+    assert.deepEqual(decodeRequest({ ...at, known }), { gpu: 'nvidia', model: 'm', form: 'plain', why: 'measured on an earlier visit', measure: true });
+    assert.equal(decodeRequest({ ...at, known, gpu: 'amd' }).form, 'auto');
+    assert.equal(decodeRequest({ ...at, known, model: 'other' }).form, 'auto');
+    assert.equal(decodeRequest({ ...at, known, decodeForm: 'captured' }).form, 'captured'); // ?decode= wins
+    assert.equal(decodeRequest({ ...at, known, graphCapture: false }).form, 'plain');
+    assert.equal(decodeRequest({ ...at, software: true }).measure, false);
+    assert.equal(decodeRequest({ ...at, software: true, decodeForm: 'measure' }).measure, true);
+  });
+});
+
+describe('WebGPU provider entry', () => {
+  it("takes onnxruntime-web's validation modes it knows and the default for anything else", async () => {
+    const { webgpuProvider } = await import('../../webbuild/template/runtime/probe.js');
+    assert.deepEqual(await webgpuProvider(null, 'wgpuOnly'), { name: 'webgpu', validationMode: 'wgpuOnly' });
+    assert.deepEqual(await webgpuProvider(null, '<script>'), { name: 'webgpu', validationMode: 'basic' });
+    assert.deepEqual(await webgpuProvider(null), { name: 'webgpu', validationMode: 'basic' });
   });
 });

@@ -122,7 +122,7 @@ export class Recogniser {
    */
   async loadAdapted(files, decoder, shapes, joint = {}) {
     // a provider given by name has no device
-    const device = this.ep === 'webgpu' ? /** @type {{device?: GPUDevice}} */ (this.provider)?.device ?? await this.ort.env.webgpu.device : null;
+    const device = await this.gpuDevice();
     this.loraJoint = joint;
     // the delta graph makes the step's merged updates at a switch (lora.js computeDeltas), on the sessions' GPU;
     // without it the adapted step cannot be fed, and the adapted decode runs plain steps (decodeMode says why)
@@ -269,14 +269,10 @@ export class Recogniser {
     this.warmAudio = null; // warmEncoder's outputs until warmUp takes them
     this.encoderWarmMs = 0; // warmEncoder's time
     this.int8Ms = 0; // deriving int8 twins' weights at load (int8.js)
-    /** @type {import('./decode-form.js').DecodeForm | 'auto'} which decode form to run (site.js): 'auto' measures both */
-    this.requestedForm = 'auto';
+    /** @type {import('./decode-form.js').DecodeRequest} which decode form to run (site.js): 'auto' measures both */
+    this.formRequest = { form: 'auto', why: null, measure: true, gpu: '', model: '' };
     /** @type {import('./decode-form.js').DecodeChoice | null} the form the base decode runs and why (chooseDecodeForm) */
     this.decodeChoice = null;
-    this.measureForms = true; // false: 'auto' keeps capture unmeasured (site.js: a software GPU)
-    /** @type {string | null} why requestedForm (site.js): asked for, or measured on an earlier visit */
-    this.requestedWhy = null;
-    this.formOf = { gpu: '', model: '' }; // what a measured choice is for (site.js: the GPU and the model)
   }
 
   // The GPU device the sessions run on (null on wasm): its own where probe.js made one, else onnxruntime-web's.
@@ -341,10 +337,11 @@ export class Recogniser {
   // captured both measured here, on a second of silence decoded past its end token; the adapted sessions follow it.
   async chooseDecodeForm() {
     const capturable = Boolean(this.base?.steps);
-    if (this.requestedForm !== 'auto' || !capturable || !this.measureForms) {
-      const why = !capturable ? this.base?.decodeMode ?? 'no step form'
-        : this.requestedForm === 'auto' ? 'not measured on a software GPU' : this.requestedWhy ?? 'asked for';
-      this.decodeChoice = { ...fixedChoice(this.requestedForm, capturable, why), ...this.formOf };
+    const { form, why, measure, gpu, model } = this.formRequest;
+    if (form !== 'auto' || !capturable || !measure) {
+      const because = !capturable ? this.base?.decodeMode ?? 'no step form'
+        : form === 'auto' ? 'not measured on a software GPU' : why ?? 'asked for';
+      this.decodeChoice = { ...fixedChoice(form, capturable, because), gpu, model };
       return;
     }
     const active = this.active;
@@ -358,7 +355,7 @@ export class Recogniser {
           onToken: () => stamps.push(performance.now()) });
         return stamps.slice(1).map((t, i) => t - stamps[i]);
       });
-      Object.assign(this.decodeChoice, this.formOf);
+      Object.assign(this.decodeChoice, { gpu, model });
     } finally {
       this.active = active;
     }

@@ -1,9 +1,9 @@
 // Which decode form runs on this GPU: the captured replay of the step form (capture.js) or plain steps.
-// Neither wins everywhere. A GPU that manages its own clock reads a decode that leaves it idle between steps as
-// a light load and slows down: on an H100 with its driver's default power management the captured decode ran at
-// twice the plain steps' time per token, on an H200 at 0.4x (BENCHMARKS.md, "Decode form"). So the warm-up
-// measures both on the visitor's GPU, alternated (A B A B), and the faster one decodes; the page keeps the choice
-// per browser profile (app.js) and hands it back on the next visit, which then measures nothing.
+// Neither wins everywhere: GPUs manage their own clocks, and on an H100 with its driver's default power
+// management the captured steps ran at a third of the plain steps' SM clock and twice their time per token, on an
+// H200 at 0.4x it (BENCHMARKS.md, "0.6b on the H100: the decode form"). So the warm-up measures both on the
+// visitor's GPU, alternated (A B A B), and the faster one decodes; the page keeps the choice per browser profile
+// (app/decode-choice.js) and hands it back on the next visit, which then measures nothing (decodeRequest).
 
 /** @typedef {'captured' | 'plain'} DecodeForm */
 /**
@@ -16,6 +16,28 @@
 export const FORMS = /** @type {const} */ (['captured', 'plain']);
 const MEASURE_TOKENS = 12; // steps per measured decode: past the first step's read-back, few enough for a load
 const MEASURE_ROUNDS = 2; // A B A B
+
+/**
+ * What the warm-up is asked for (site.js decodeRequest): a form or 'auto', why that form, whether 'auto' may be
+ * measured (not on a software GPU, unless asked), and the GPU and model a measured choice is for.
+ * @typedef {{form: DecodeForm | 'auto', why: string | null, measure: boolean, gpu: string, model: string}} DecodeRequest
+ */
+
+// The request from the page's options: ?capture=0 (plain), ?decode= (a form, or 'measure'), else the choice `known`
+// from an earlier visit (app/decode-choice.js) where it was made on this GPU for this model, else 'auto'.
+/**
+ * @param {{graphCapture?: boolean, decodeForm?: string | null, known?: DecodeChoice | null, software: boolean,
+ *   gpu: string, model: string}} opts
+ * @returns {DecodeRequest}
+ */
+export function decodeRequest({ graphCapture = true, decodeForm = null, known = null, software, gpu, model }) {
+  if (!graphCapture) return { form: 'plain', why: 'asked for', measure: false, gpu, model };
+  if (decodeForm) {
+    return { form: requestedForm(decodeForm), why: 'asked for', measure: !software || decodeForm === 'measure', gpu, model };
+  }
+  const kept = known && known.gpu === gpu && known.model === model ? requestedForm(known.form) : 'auto';
+  return { form: kept, why: kept === 'auto' ? null : 'measured on an earlier visit', measure: !software, gpu, model };
+}
 
 // A request as the page gives it (?decode=, or the stored choice): 'auto' unless it names a form.
 /** @param {string | null | undefined} value @returns {DecodeForm | 'auto'} */

@@ -64,13 +64,15 @@ export const MIN_SUBGROUP_SIZE = 8;
 export const GPU_VALIDATION = 'basic';
 
 // validation: onnxruntime-web's validationMode ('basic', its default, wraps every run in a GPU error scope whose
-// answer the run waits for; 'wgpuOnly' leaves the checks to the browser's WebGPU).
+// answer the run waits for; 'wgpuOnly' leaves the checks to the browser's WebGPU); any other value (the page's
+// ?gpu_validation= as typed) is the default.
 /**
  * @param {GPUAdapter | null} gpuAdapter
- * @param {GpuValidation} [validation]
+ * @param {string} [asked]
  * @returns {Promise<{name: 'webgpu', validationMode: GpuValidation, device?: GPUDevice}>}
  */
-export async function webgpuProvider(gpuAdapter, validation = GPU_VALIDATION) {
+export async function webgpuProvider(gpuAdapter, asked = GPU_VALIDATION) {
+  const validation = asked === 'basic' || asked === 'wgpuOnly' ? asked : GPU_VALIDATION;
   const min = gpuAdapter?.info?.subgroupMinSize;
   if (!gpuAdapter?.features.has('subgroups') || !(/** @type {number} */ (min) < MIN_SUBGROUP_SIZE)) return { name: 'webgpu', validationMode: validation };
   /** @type {Record<string, number>} */

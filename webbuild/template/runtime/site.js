@@ -7,7 +7,7 @@ import { RUNTIME_FILE } from './contract.js';
 import { loadFiles, loadManifest, openModelCache, startLoadInWorker } from './loader.js';
 import { chooseVariant, probeWebGPU, webgpuProvider } from './probe.js';
 import { Recogniser } from './asr.js';
-import { requestedForm } from './decode-form.js';
+import { decodeRequest } from './decode-form.js';
 import { loraShapes } from './lora.js';
 
 /** @typedef {import('webbuild-types').Ort} Ort */
@@ -97,12 +97,8 @@ export async function loadSite(manifestUrl, opts = {}) {
   }
   const tSession = performance.now();
   opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1, ep: made.ep });
-  const known = knownChoice(opts.knownDecode, gpu, manifest);
-  made.recogniser.requestedForm = opts.graphCapture === false ? 'plain' : requestedForm(opts.decodeForm ?? known?.form);
-  made.recogniser.requestedWhy = opts.graphCapture === false || opts.decodeForm ? 'asked for' : known && 'measured on an earlier visit';
-  // a software GPU: a minute for the measurement there, capture kept unless it is asked for ('measure')
-  made.recogniser.measureForms = !gpu.software || opts.decodeForm === 'measure';
-  made.recogniser.formOf = { gpu: gpu.description ?? '', model: manifest.model_id };
+  made.recogniser.formRequest = decodeRequest({ graphCapture: opts.graphCapture, decodeForm: opts.decodeForm,
+    known: opts.knownDecode, software: Boolean(gpu.software), gpu: gpu.description ?? '', model: manifest.model_id });
   await made.recogniser.warmUp({ shapes });
   const tWarm = performance.now();
   const { stats } = load;
@@ -196,16 +192,6 @@ export function variantGraphs(entry, roles, manifest = null) {
   }
   if (graphs.decoder_lora) Object.assign(graphs, { lora: loraShapes(manifest), loraJoint: entry.lora_joint ?? {} });
   return graphs;
-}
-
-// A decode form measured on an earlier visit (app/decode-choice.js), where it was this GPU and this model.
-/**
- * @param {import('./decode-form.js').DecodeChoice | null | undefined} known
- * @param {GpuProbe} gpu
- * @param {LoadedManifest} manifest
- */
-function knownChoice(known, gpu, manifest) {
-  return known && known.gpu === (gpu.description ?? '') && known.model === manifest.model_id ? known : null;
 }
 
 // The wasm EP's threads, {count, why}: `requested` (the page's ?threads=, the bench's --threads) as asked, else

@@ -1,10 +1,10 @@
 """The GPU's own clock beside a GPU figure: `nvidia-smi` samples the SM clock and the utilisation every 50 ms
 while a bench runs, and each row or round gets the samples of its own time window.
 
-GPUs manage their clocks: a decode that leaves the GPU idle between steps is read as a light load and runs at a
-lower clock (an H100 at default power management went from 1185 to 390 MHz during one, BENCHMARKS.md), so a time
-per token means little on another machine without the clock it ran at. Where `nvidia-smi` is missing (no NVIDIA
-GPU, a CPU box) the sampler records nothing and every window is None.
+GPUs manage their clocks, and the same decode runs at very different ones by its form (an H100 at its driver's
+default power management: 345-585 MHz under the captured decode, 915-1980 MHz under plain steps, BENCHMARKS.md),
+so a time per token means little on another machine without the clock it ran at. Where `nvidia-smi` is missing
+(no NVIDIA GPU, a CPU box) the sampler records nothing and every window is None.
 """
 
 from __future__ import annotations
