@@ -16,7 +16,11 @@ async function until(page, predicate, what) {
   try {
     await page.waitForFunction(predicate, { polling: 100, timeout: Math.max(1, deadline - Date.now()) });
   } catch (e) {
-    throw new Error(`${what}: not done in ${timeoutS} s (${e.message}); page state ${JSON.stringify(await state(page))}`);
+    // what the page and its workers said and whether it was isolated: where a stalled load stopped
+    const where = await page.evaluate(() => ({ isolated: globalThis.crossOriginIsolated,
+      serviceWorker: navigator.serviceWorker?.controller?.scriptURL ?? null })).catch((err) => String(err));
+    throw new Error(`${what}: not done in ${timeoutS} s (${e.message}); page state ${JSON.stringify(await state(page))}; `
+      + `page ${JSON.stringify(where)}; console ${JSON.stringify(result.console.slice(-20))}; errors ${JSON.stringify(result.errors)}`);
   }
 }
 

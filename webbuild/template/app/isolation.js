@@ -4,6 +4,8 @@
 // site's responses. It controls a page only from its next load, so the first visit registers it and reloads
 // once; the page waits for this before it starts the model, which a reload would otherwise interrupt.
 
+import { within } from '../runtime/within.js';
+
 // index.html names the service worker here when the build ships one
 const WORKER_META = 'meta[name="webbuild-isolation-worker"]';
 // set before the reload: a page that comes back still not isolated does not reload again (no loop)
@@ -35,8 +37,8 @@ export async function isolatePage() {
     return said(false, `${NO_HEADERS} and the site's service worker did not isolate the page`);
   }
   try {
-    await workers.register(script);
-    await Promise.race([workers.ready, new Promise((_, reject) => setTimeout(() => reject(new Error('it did not start')), READY_MS))]);
+    // the registration too: a browser whose storage is not ready may leave it pending
+    await within(workers.register(script).then(() => workers.ready), READY_MS, 'it');
   } catch (e) {
     return said(false, `${NO_HEADERS} and the site's service worker could not be started (${e.message})`);
   }

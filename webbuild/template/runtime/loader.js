@@ -1,6 +1,6 @@
 // webbuild model loader: fetches the content-hashed shards named by manifest.json (format v1),
 // verifies each one's sha256, caches verified shards, and reassembles logical files.
-// Plain ES module with no dependencies: runs in a page, a worker, and Node >= 20.
+// Plain ES module (its one import, within.js, is a bounded wait): runs in a page, a worker, and Node >= 20.
 //
 //   const manifest = await loadManifest('./model/');
 //   const files = await loadFiles(manifest, manifest.variants.fp16.files, {onProgress});
@@ -15,6 +15,8 @@
 // straight into it; the only other buffers are per in-flight shard (<= concurrency x shard size).
 // Resume: every shard is cached once it is verified (its write queued, one at a time, off the path that hands
 // files out), so a re-run after a failure or an abort fetches only what is missing. Docs: docs/packaging.md.
+
+import { within } from './within.js';
 
 export const MANIFEST_FORMAT = 'webbuild-manifest';
 export const MANIFEST_FORMAT_VERSION = 1;
@@ -274,6 +276,9 @@ export function startLoad(manifest, names, opts = {}) {
   };
 }
 
+// how long the loader's worker may take to start before the load runs in this thread instead
+const WORKER_START_MS = 15000;
+
 // startLoad on a thread of its own: a module worker (load-worker.js) fetches, checks and caches the shards and
 // transfers each file's buffer here as soon as it is ready, so that what this thread does meanwhile (making
 // sessions: synchronous wasm work) does not hold up the download. The same Load, with each file's buffer once
@@ -325,9 +330,12 @@ export function startLoadInWorker(manifest, names, opts = {}) {
     return here();
   }
   let flushed = false;
+  // a worker that neither starts nor fails (a browser that never runs its module) is given up: the load goes on here
+  const startTimer = setTimeout(() => { if (!up) { worker?.terminate(); adopt(here()); } }, WORKER_START_MS);
   worker.onerror = (ev) => { // before 'up': the module did not load; later: a crash
     ev.preventDefault?.();
     worker.terminate();
+    clearTimeout(startTimer);
     if (!up) adopt(here());
     else fail(new LoadError(`the loader's worker failed (${ev.message})`, { code: 'network' }));
   };
@@ -339,6 +347,7 @@ export function startLoadInWorker(manifest, names, opts = {}) {
   };
   worker.onmessage = ({ data }) => {
     if (data.type === 'up') {
+      clearTimeout(startTimer);
       up = true;
       worker.postMessage({ type: 'start', manifest, names: list, cache: cache ? cache.modelId : cache === undefined ? manifest.model_id : null,
         options: { concurrency: o.concurrency, retries: o.retries, retryDelayMs: o.retryDelayMs, maxRetryDelayMs: o.maxRetryDelayMs,
@@ -431,6 +440,9 @@ export class MemoryStore {
   async keys() { return [...this.entries.keys()]; }
 }
 
+// how long opening the model's Cache API store may take before the load goes on without a cache
+const CACHE_OPEN_MS = 15000;
+
 // The store loadFiles opens for `modelId` when opts.cache is unset (the Cache API, or null where there
 // is none). Opened once and passed as `cache` to several loadFiles calls, it warns once.
 /**
@@ -452,7 +464,8 @@ async function resolveStore(cache, modelId, o) {
   if (cache) return cache;
   if (!globalThis.caches) return null; // Node, or an insecure (http://non-localhost) page
   try {
-    return await openCacheStore(modelId);
+    // bounded: a browser whose storage never answers must not hold up the download (it goes on uncached)
+    return await within(openCacheStore(modelId), CACHE_OPEN_MS, "the browser's storage");
   } catch (e) { // e.g. private browsing modes that refuse storage
     o.onWarning({ code: 'cache-unavailable', message: `model cache unavailable (${e.message}); the model will be downloaded on every visit` });
     return null;
