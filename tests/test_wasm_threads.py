@@ -156,6 +156,12 @@ def test_bench_runs_the_threads_asked_for(example_dist, tmp_path):
     assert run.returncode == 0, run.stderr
     r = json.loads(out.read_text())
     assert (r["threads"], r["threads_why"]) == (1, "as asked") and r["clips"][0]["match"]
+    # the memory issue 49 asks for beside the speed: the wasm heap the page's worker watched (it only grows), the
+    # tab's process (page, workers and the wasm heap inside it), and the build's estimate they are held against
+    heap = r["wasm_heap_bytes"]
+    assert 16 * 2**20 < heap["loaded"] <= heap["peak"] < r["tab_peak_rss_bytes"], r
+    assert heap["peak"] <= r["wasm_estimate_bytes"], r
+    assert "wasm heap" in run.stdout and "tab memory" in run.stdout, run.stdout
     node = webbuild("bench", example_dist, "--ep", "wasm", "--threads", "2")
     assert node.returncode == 2 and node.stderr.strip().endswith(
         "--threads is for --runtime browser: under Node onnxruntime-web runs 1 thread (its threaded glue does not "

@@ -3,6 +3,8 @@
 // A lost GPU device (a driver reset, a tab in the background) marks the model dead; it is loaded again on the
 // CPU, and a transcription under way goes on from the chunk the loss interrupted, its text so far kept.
 
+// first: it watches onnxruntime-web's wasm memory from its instantiation on
+import { wasmHeapBytes } from './runtime/heap.js';
 import { FROM_WORKER, TO_WORKER } from './runtime/contract.js';
 import { clearCache } from './runtime/loader.js';
 import { loadSite } from './runtime/site.js';
@@ -149,7 +151,7 @@ function readyInfo(loaded) {
     decodeChoice: recogniser.decodeChoice, // runtime/decode-form.js: the form and, where measured, both forms' ms per token
     // tokens per prefill run (0: the whole prompt) and what the warm-up's check of long runs measured
     prefillRuns: { limit: recogniser.prefillRunLimit, check: recogniser.longRunsCheck },
-    modelBytes: loaded.modelBytes, load: loaded.load,
+    modelBytes: loaded.modelBytes, load: loaded.load, wasmHeapBytes: wasmHeapBytes(),
     // the adapters only where the recogniser loaded the adapted decoder (the variant has its graphs)
     loraAdapters: recogniser.adapted ? loraNames(m) : [], loraAbout: loraAbout(m), lora,
     languages: Object.keys(recogniser.rt.prompt.languages ?? {}), language: recogniser.rt.prompt.language ?? 'auto',
@@ -285,5 +287,6 @@ function summarise(results) {
     total_ms: sum('total_ms'),
     audio_ms: sum('audio_ms'),
     rtf: sum('total_ms') / sum('audio_ms'),
+    wasm_heap_bytes: wasmHeapBytes(), // the peak so far: a wasm memory only grows
   };
 }

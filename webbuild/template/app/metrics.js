@@ -19,7 +19,8 @@ export function renderInfo(info) {
   const l = info.load;
   // the processor the model runs on (a LoRA adapter is a model add-on: the picker's, not this)
   $('m-gpu').textContent = info.ep === 'webgpu' ? `the GPU: ${info.gpu}` : 'the CPU (no GPU used)';
-  $('m-runtime').textContent = `${info.ep === 'webgpu' ? `WebGPU, ${decodeNote(info)}` : `WebAssembly, ${threadsNote(info)}`} · ${info.variant} · model ${(info.modelBytes / 2 ** 20).toFixed(1)} MiB`;
+  $('m-runtime').textContent = `${info.ep === 'webgpu' ? `WebGPU, ${decodeNote(info)}` : `WebAssembly, ${threadsNote(info)}`} · ${info.variant} · model ${mib(info.modelBytes)} MiB`
+    + (info.ep === 'wasm' ? ` · wasm memory ${mib(info.wasmHeapBytes)} MiB` : '');
   // download and sessions overlap: each session is made once its files are in
   $('m-load').textContent = `${ms(l.total_ms)} (${fetched(l)}, sha256 ${ms(l.hash_ms ?? 0)}, ` +
     `sessions ${ms(l.session_ms)}${l.int8_ms ? ` (int8 weights ${ms(l.int8_ms)})` : ''}, warm-up ${ms(l.warmup_ms)})`;

@@ -95,7 +95,7 @@ export const TO_WORKER = Object.freeze({
  *   verify reads (the corrupted shard's 'corrupt'), as the wording may change.
  * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, gpu: string,
  *   shaderF16: boolean, threads: number, threadsWhy: string, kvCache: string, decode: string, modelBytes: number,
- *   decodeChoice: import('./decode-form.js').DecodeChoice | null,
+ *   wasmHeapBytes: number, decodeChoice: import('./decode-form.js').DecodeChoice | null,
  *   prefillRuns: {limit: number, check: {tokens: number, limit: number, relative_diff: number, agree: boolean} | null},
  *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null, languages: string[], language: string,
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
@@ -104,6 +104,8 @@ export const TO_WORKER = Object.freeze({
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   threads: the wasm EP's (onnxruntime's numThreads once loaded), threadsWhy: site.js wasmThreads' why (the page adds
  *   whether and how it is cross-origin isolated: app/isolation.js);
+ *   wasmHeapBytes: onnxruntime-web's wasm memory once loaded (runtime/heap.js; it only grows: a transcription's
+ *   metrics give it again);
  *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu';
  *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)';
  *   decodeChoice: which decode form runs and why (runtime/decode-form.js: 'measured at load' with both forms' ms
@@ -136,8 +138,9 @@ export const TO_WORKER = Object.freeze({
  *   One generated token of transcription `id`; text: the transcript so far.
  * @typedef {{chunks: number, encoder_ms: number, ttft_ms: number, prompt_tokens: number, prefill_tokens_per_s: number,
  *   decode_tokens: number, decode_ms: number, decode_tokens_per_s: number | null, generated_tokens: number,
- *   total_ms: number, audio_ms: number, rtf: number}} TranscriptionMetrics
- *   worker.js summarise(): one transcription's, over all its chunks.
+ *   total_ms: number, audio_ms: number, rtf: number, wasm_heap_bytes: number}} TranscriptionMetrics
+ *   worker.js summarise(): one transcription's, over all its chunks; wasm_heap_bytes: onnxruntime-web's wasm memory
+ *   at its end (runtime/heap.js), the peak so far.
  * @typedef {{type: 'done', id: number, text: string, texts: string[], chunks: Array<[number, number]>, tokens: number[][],
  *   margins: number[][], metrics: TranscriptionMetrics, lora: string | null, cancelled: boolean, audioChunks: number,
  *   language: string | null}} DoneMessage

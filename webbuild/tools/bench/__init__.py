@@ -89,7 +89,19 @@ def run_node(
         thrown = [line for line in stderr if re.match(r"\w*Error: ", line)]
         tail = thrown[-1:] or [line for line in stderr if line.strip()][-5:]
         raise BenchError(f"{harness.name} failed: " + (" | ".join(tail) or f"exit code {returncode}"))
-    return json.loads(stdout.strip().splitlines()[-1])
+    report = json.loads(stdout.strip().splitlines()[-1])
+    if harness.name == "bench.mjs" and report.get("variant"):
+        report["wasm_estimate_bytes"] = wasm_estimate(dist, report["variant"])
+    return report
+
+
+def wasm_estimate(dist: Path, variant: str) -> int | None:
+    """The build's estimate of the wasm memory `variant` needs (build-report.json, pipeline/wasm_budget.py)."""
+    try:
+        report = json.loads((dist / "build-report.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return ((report.get("variants") or {}).get(variant) or {}).get("wasm", {}).get("need_bytes")
 
 
 def _run_telling_progress(cmd: list[str], env: dict, timeout: float | None) -> tuple[int, str, list[str]]:
@@ -173,7 +185,11 @@ def table(r: dict) -> str:
 
         lines.append(f"gpu clock   {describe(r['gpu_clock'])} (nvidia-smi every 50 ms, over the whole bench)")
     if heap := r.get("wasm_heap_bytes", {}).get("peak"):
-        lines.append(f"wasm heap   {size(r['wasm_heap_bytes']['loaded'])} after loading, {size(heap)} at the end")
+        estimate = f"; the build's estimate {size(r['wasm_estimate_bytes'])}" if r.get("wasm_estimate_bytes") else ""
+        lines.append(f"wasm heap   {size(r['wasm_heap_bytes']['loaded'])} after loading, {size(heap)} at the end"
+                     + estimate)
+    if tab := r.get("tab_peak_rss_bytes"):
+        lines.append(f"tab memory  {size(tab)} at most (the renderer process's peak resident memory)")
     return "\n".join(lines + counter_lines(r) + timing_lines(r))
 
 

@@ -27,7 +27,7 @@ import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 import { gpuCountedDecodes, gpuCountsDelta } from './counters.mjs';
-import { wasmHeapBytes } from './heap.mjs';
+import { wasmHeapBytes } from '../../template/runtime/heap.js';
 import { startServer } from './server.mjs';
 import { parseArgs, tryDawn } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
@@ -210,7 +210,7 @@ async function main() {
       synthetic_decode: { prompt_tokens: synth.prompt_tokens, prefill_ms: synth.prefill_ms, tokens: synth.steps.length,
         ms_per_token: spread(synth.steps), token_ids: synth.ids, margins: synth.margins },
       counters_per_token, timing_per_token,
-      // onnxruntime-web's wasm memory (heap.mjs): after the sessions and warm-up, and at the end (the peak)
+      // onnxruntime-web's wasm memory (runtime/heap.js): after the sessions and warm-up, and at the end (the peak)
       wasm_heap_bytes: { loaded: heapLoaded, peak: wasmHeapBytes() },
     }));
   } finally {

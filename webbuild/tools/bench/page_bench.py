@@ -13,6 +13,7 @@ switches it on first, so the clips and the decode run the adapted sessions."""
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import tempfile
 import time
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from webbuild.errors import BenchError, require_extra
 from webbuild.tools import browser as br
+from webbuild.tools.bench import wasm_estimate
 from webbuild.tools.bench.instrument import counted_site, counted_site_parent
 from webbuild.tools.verify.visits import Clip, site_data, site_url, switch_lora, transcribe
 
@@ -63,10 +65,50 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
                                           s["text"]))
                     log.info(f"clip {len(clips)} of {len(samples) * repeat}: {s['id']}: {clips[-1]['text']!r}")
                 log.info(f"synthetic decode: {decode_tokens} tokens in the site's worker")
-                synth = counted_decodes(site_worker(page), decode_tokens)
+                worker = site_worker(page)
+                synth = counted_decodes(worker, decode_tokens)
+                memory = {"wasm_heap_bytes": {"loaded": state["info"].get("wasmHeapBytes"),
+                                              "peak": worker.evaluate("() => self.__wbHeap()")},
+                          "tab_peak_rss_bytes": renderer_peak_rss()}
             finally:
                 browser.close()
-    return {**report(state["info"], clips, choice.describe(), synth), "lora": adapter}
+    memory["wasm_estimate_bytes"] = wasm_estimate(dist, state["info"]["variant"])
+    return {**report(state["info"], clips, choice.describe(), synth), **memory, "lora": adapter}
+
+
+def renderer_peak_rss() -> int | None:
+    """The peak resident memory (VmHWM) of the largest Chromium renderer started from this process: the tab's
+    process, which runs the page and its workers (the GPU and browser processes are not the tab's). None where
+    /proc does not say (not Linux)."""
+    peaks = [rss for pid, cmd in _descendants(os.getpid()) if "--type=renderer" in cmd
+             if (rss := _vm_hwm(pid)) is not None]
+    return max(peaks, default=None)
+
+
+def _descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every process below `root`, read from /proc."""
+    parent, cmd = {}, {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            parent[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not readable
+    below, todo = [], [root]
+    while todo:
+        up = todo.pop()
+        kids = [p for p, pp in parent.items() if pp == up]
+        below += kids
+        todo += kids
+    return [(p, cmd.get(p, "")) for p in below]
+
+
+def _vm_hwm(pid: int) -> int | None:
+    try:
+        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return None
+    return int(line.split()[1]) * 1024
 
 
 def pick_adapter(page, info: dict, name: str, timeout_s: float) -> None:

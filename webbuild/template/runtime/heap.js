@@ -1,6 +1,7 @@
 // The wasm heap of onnxruntime-web's module: every WebAssembly.Memory an instantiation imports or
-// exports, watched from the moment this module is imported (before onnxruntime-web loads its wasm).
-// A wasm memory only grows, so its size at any point is the peak so far: what a tab must grant.
+// exports, watched from the moment this module is imported (before onnxruntime-web loads its wasm): the site's
+// worker imports it first, as the Node bench (tools/bench/bench.mjs) does. A wasm memory only grows, so its size
+// at any point is the peak so far: what a tab must grant. The wrap passes every call through unchanged.
 /** @type {Set<WebAssembly.Memory>} */
 const memories = new Set();
 
