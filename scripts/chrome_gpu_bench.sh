@@ -51,7 +51,7 @@ times, lora-rounds.json), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BAS
 LORA=1 (gen builds with a random rank-32 adapter `rand`: give it its own WORK), STEP_TRACE=N (rounds: N captured
 steps timed one by one, chrome_gpu_bench.py --step-trace), base_build (BASE_REF's code, carried as .wbbase from
 `basecode` in a stash call, builds the same model.yaml), wasm_threads (WASM_THREADS 1,2,4,8,16; then WASM_AB_THREADS
-against base_build's site, WASM_ROUNDS),
+against base_build's site, WASM_ROUNDS; WASM_MAX_NEW caps each clip's decode, for the 1.7b),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), PEER=0 (gen skips the genai peer), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
 USAGE
@@ -312,13 +312,13 @@ wasm_threads() {
   local t r
   for t in ${WASM_THREADS//,/ }; do
     python3 -m webbuild.cli bench "$WORK/webbuild" --runtime browser --ep wasm --threads "$t" --decode-tokens 16 \
-      --max-clips 1 --json "$OUT/wasm-t$t.json" | grep -E "^(decode|load|runtime|wasm heap)" || echo "threads $t failed"
+      --max-clips 1 ${WASM_MAX_NEW:+--max-new-tokens $WASM_MAX_NEW} --json "$OUT/wasm-t$t.json" | grep -E "^(decode|load|runtime|wasm heap|tab memory)" || echo "threads $t failed"
   done
   [ -d "$WORK/webbuild-base" ] || { echo '{}' > "$WORK/wasm-threads.json.part"; return; }
   for r in $(seq 1 "${WASM_ROUNDS:-3}"); do
     for b in webbuild webbuild-base; do
       python3 -m webbuild.cli bench "$WORK/$b" --runtime browser --ep wasm --threads "${WASM_AB_THREADS:-8}" \
-        --decode-tokens 16 --max-clips 1 --json "$OUT/wasm-$b-r$r.json" | grep -E "^(decode|load)" || echo "$b $r failed"
+        --decode-tokens 16 --max-clips 1 --json "$OUT/wasm-$b-r$r.json" | grep -E "^(decode|load|wasm heap|tab memory)" || echo "$b $r failed"
     done
   done
   echo '{}' > "$WORK/wasm-threads.json.part"

@@ -152,10 +152,11 @@ def test_the_hosts_headers_isolate_the_page_without_the_worker(browser, example_
 def test_bench_runs_the_threads_asked_for(example_dist, tmp_path):
     out = tmp_path / "bench.json"
     run = webbuild("bench", example_dist, "--runtime", "browser", "--ep", "wasm", "--threads", "1", "--max-clips", "1",
-                   "--decode-tokens", "2", "--json", out)
+                   "--decode-tokens", "2", "--max-new-tokens", "3", "--json", out)
     assert run.returncode == 0, run.stderr
     r = json.loads(out.read_text())
-    assert (r["threads"], r["threads_why"]) == (1, "as asked") and r["clips"][0]["match"]
+    # 3 new tokens: the answer's language tag and its first text token, short of the whole sentence
+    assert (r["threads"], r["threads_why"]) == (1, "as asked") and r["clips"][0]["tokens"] == 3, r["clips"]
     # the memory issue 49 asks for beside the speed: the wasm heap the page's worker watched (it only grows), the
     # tab's process (page, workers and the wasm heap inside it), and the build's estimate they are held against
     heap = r["wasm_heap_bytes"]

@@ -533,8 +533,8 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
 @click.option("--repeat", type=click.IntRange(1), default=1, show_default=True, help="Timed runs per sample clip.")
 @click.option("--max-clips", type=click.IntRange(0), help="Transcribe only the first N sample clips.")
 @click.option("--max-new-tokens", type=click.IntRange(1),
-              help="Cap each clip's greedy decode at N tokens (node only; default: the site's max_new_tokens), "
-                   "e.g. for a large model on wasm.")
+              help="Cap each clip's greedy decode at N tokens (default: the site's max_new_tokens; in the browser "
+                   "the page's ?max_new_tokens=), e.g. for a large model on wasm.")
 @click.option("--swiftshader", is_flag=True, help="WebGPU on Chromium's software Vulkan (correctness, not speed).")
 @click.option("--session-config", "session_config", multiple=True, metavar="KEY=VALUE",
               help="An onnxruntime session config entry to try on top of the runtime's own (node only), e.g. "
@@ -592,7 +592,8 @@ def _bench_run(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int
     if runtime == "browser":
         from webbuild.tools.bench.page_bench import run_browser
 
-        return run_browser(dir, ep, repeat, max_clips, decode_tokens, adapter=adapter, threads=threads)
+        return run_browser(dir, ep, repeat, max_clips, decode_tokens, adapter=adapter, threads=threads,
+                           max_new_tokens=max_new_tokens)
     else:
         if threads is not None:
             raise BenchError("--threads is for --runtime browser: under Node onnxruntime-web runs 1 thread "
