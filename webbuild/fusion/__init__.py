@@ -1,6 +1,6 @@
 """Graph fusion for exported Qwen3-ASR (and Llama/Qwen2/Qwen3) decoders.
 
-`fusion.fuse.fuse_decoder(src)` turns a decomposed decoder export (split dir or merged .onnx,
+`fusion.fuse_decoder.fuse_decoder(src)` turns a decomposed decoder export (split dir or merged .onnx,
 torchscript or dynamo, float or MatMulNBits) into one decoder graph for onnxruntime(-web):
 inputs_embeds, attention_mask, past_key_values.{i}.key|value -> logits [B,1,V], present.{i}.*.
 One rule per module, each a `rule.Rule` (the op types it anchors on, match -> match | Miss(reason),
