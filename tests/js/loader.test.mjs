@@ -324,6 +324,19 @@ describe('cache, resume, stale builds', () => {
     assert.deepEqual(warnings.map((w) => w.code), ['quota']);
     assert.match(warnings[0].message, /storage for the site is full.*MiB.*could not be kept/);
   });
+
+  it('downloads every shard once the cache stops answering, and says so once', async () => {
+    let reads = 0;
+    const store = new MemoryStore();
+    store.match = () => { reads++; return new Promise(() => {}); }; // a browser's storage that never answers
+    const warnings = [];
+    const t0 = performance.now();
+    assertSame(await load({ cache: store, cacheTimeoutMs: 50, onWarning: (w) => warnings.push(w) }), v1);
+    assert.equal(reads, 4); // the first read of each lane in flight; none after the stall was seen
+    assert.deepEqual(warnings.map((w) => w.code), ['cache-unavailable']);
+    assert.match(warnings[0].message, /^the browser's cache did not answer in 0\.05 s; the model is downloaded instead$/);
+    assert.ok(performance.now() - t0 < 5000);
+  });
 });
 
 describe('limits', () => {

@@ -13,7 +13,7 @@ it('gives the answer that comes in time, and its error', async () => {
 it('names what did not answer once the time is up', async () => {
   const t0 = performance.now();
   await assert.rejects(within(new Promise(() => {}), 50, "the browser's storage"),
-    { message: "the browser's storage did not answer in 0.05 s" });
+    { name: 'TimeoutError', message: "the browser's storage did not answer in 0.05 s" });
   assert.ok(performance.now() - t0 >= 45);
 });
 

@@ -50,6 +50,8 @@ export const MAX_HELD_BYTES = 512 * 2 ** 20;
  * @property {(p: Progress) => void} [onProgress]
  * @property {(w: LoadWarning) => void} [onWarning]
  * @property {AbortSignal} [signal]
+ * @property {number} [cacheTimeoutMs] how long the cache may take to open or to answer a read before the load goes on
+ *   without it (a browser's storage that never answers must not hold up the download)
  * @property {Store | null | false} [cache] null or false: no cache; unset: the Cache API where there is one
  * @property {boolean} [deferCache] hold the cache writes until load.flushCache() (or a failure)
  * @property {boolean} [handOff] the files leave this thread once ready (load-worker.js transfers them): each
@@ -86,7 +88,7 @@ export const MAX_HELD_BYTES = 512 * 2 ** 20;
  * @property {number} total bytes of all shards to load
  * @property {Map<string, number>} received shard path -> bytes received so far
  * @property {number} verified bytes verified
- * @property {boolean} [cacheOff] set once a put failed
+ * @property {boolean} [cacheOff] set once a put failed or the cache stopped answering: the cache is not used further
  * @property {(job: Job, buf: Uint8Array<ArrayBuffer>) => void} cacheLater queues a verified shard's cache write
  * @property {LoadStats} stats
  * @property {number} t0 performance.now() at the start
@@ -351,6 +353,7 @@ export function startLoadInWorker(manifest, names, opts = {}) {
       up = true;
       worker.postMessage({ type: 'start', manifest, names: list, cache: cache ? cache.modelId : cache === undefined ? manifest.model_id : null,
         options: { concurrency: o.concurrency, retries: o.retries, retryDelayMs: o.retryDelayMs, maxRetryDelayMs: o.maxRetryDelayMs,
+          cacheTimeoutMs: o.cacheTimeoutMs,
           deferCache: Boolean(opts.deferCache) && !flushed } });
     } else if (data.type === 'progress') o.onProgress(data.progress);
     else if (data.type === 'warning') o.onWarning(data.warning);
@@ -440,8 +443,8 @@ export class MemoryStore {
   async keys() { return [...this.entries.keys()]; }
 }
 
-// how long opening the model's Cache API store may take before the load goes on without a cache
-const CACHE_OPEN_MS = 15000;
+// LoadOptions.cacheTimeoutMs's default
+const CACHE_TIMEOUT_MS = 15000;
 
 // The store loadFiles opens for `modelId` when opts.cache is unset (the Cache API, or null where there
 // is none). Opened once and passed as `cache` to several loadFiles calls, it warns once.
@@ -465,7 +468,7 @@ async function resolveStore(cache, modelId, o) {
   if (!globalThis.caches) return null; // Node, or an insecure (http://non-localhost) page
   try {
     // bounded: a browser whose storage never answers must not hold up the download (it goes on uncached)
-    return await within(openCacheStore(modelId), CACHE_OPEN_MS, "the browser's storage");
+    return await within(openCacheStore(modelId), o.cacheTimeoutMs, "the browser's storage");
   } catch (e) { // e.g. private browsing modes that refuse storage
     o.onWarning({ code: 'cache-unavailable', message: `model cache unavailable (${e.message}); the model will be downloaded on every visit` });
     return null;
@@ -585,10 +588,17 @@ async function loadShard(job, state, signal, from) {
  * @param {AbortSignal} signal
  */
 async function fromCache(job, buf, state, signal) {
+  if (state.cacheOff) return false;
   let res;
   try {
-    res = await state.store.match(job.url);
-  } catch { return false; }
+    res = await within(state.store.match(job.url), state.o.cacheTimeoutMs, "the browser's cache");
+  } catch (e) {
+    if (/** @type {Error} */ (e).name === 'TimeoutError' && !state.cacheOff) {
+      state.cacheOff = true; // a storage that stalls once is not asked again: every shard comes from the network
+      state.o.onWarning({ code: 'cache-unavailable', message: `${/** @type {Error} */ (e).message}; the model is downloaded instead` });
+    }
+    return false;
+  }
   if (!res) return false;
   try {
     if (await readBody(res, buf, 0, (n) => progress(state, job, n), signal) === buf.length &&
@@ -892,5 +902,6 @@ function options(opts) {
     onProgress: opts.onProgress ?? (() => {}),
     onWarning: opts.onWarning ?? ((w) => console.warn(`[webbuild] ${w.message}`)),
     signal: opts.signal ?? new AbortController().signal,
+    cacheTimeoutMs: opts.cacheTimeoutMs ?? CACHE_TIMEOUT_MS,
   };
 }
