@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `webbuild verify`, `webbuild bench --runtime browser` and the Chromium / Node + Dawn / genai-peer
-# rounds (scripts/chrome_gpu_bench.py) on the 0.6b build, on the GPU machine, in Debian's Chromium with
+# rounds (`webbuild bench --rounds`: webbuild/tools/bench/rounds.py) on the 0.6b build, on the GPU machine, in Debian's Chromium with
 # WebGPU on the NVIDIA adapter (docs/chrome-gpu.md: the flags and environment that put it there).
 # docs/chrome-gpu-bench.md has the results and the sequence of device calls; scripts/gpu_bench.sh
 # holds what is common to the GPU machine (payload limit, .gpu/.whl/.gl, unpacking, environment).
@@ -49,7 +49,7 @@ first-use-base-N.json; live: `webbuild verify --live only`, live.json; lora_brow
 and lora-off-N.json, on a LORA=1 build; lora_rounds: on and off alternated on one page, with TIMING=1 their GPU kernel
 times, lora-rounds.json), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BASE_REF (main, at prepare),
 LORA=1 (gen builds with a random rank-32 adapter `rand`: give it its own WORK), STEP_TRACE=N (rounds: N captured
-steps timed one by one, chrome_gpu_bench.py --step-trace), base_build (BASE_REF's code, carried as .wbbase from
+steps timed one by one, webbuild bench --step-trace), base_build (BASE_REF's code, carried as .wbbase from
 `basecode` in a stash call, builds the same model.yaml), wasm_threads (WASM_THREADS 1,2,4,8,16; then WASM_AB_THREADS
 against base_build's site, WASM_ROUNDS; WASM_MAX_NEW caps each clip's decode, for the 1.7b),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), PEER=0 (gen skips the genai peer), TIMING=1 (GPU kernel
@@ -270,11 +270,11 @@ lora_browser() {
   done
   cp "$OUT/lora-on-$ROUNDS.json" "$WORK/lora-browser.json.part"
 }
-# adapter on against off on one page (a LORA=1 build): chrome_gpu_bench.py --adapter rand, ROUNDS rounds, with
+# adapter on against off on one page (a LORA=1 build): webbuild bench --rounds --adapter rand, ROUNDS rounds, with
 # TIMING=1 the GPU kernel times of both decodes after them; lora-rounds.json
 lora_rounds() {
-  python3 $WB/scripts/chrome_gpu_bench.py --dist "$WORK/webbuild" --rows chromium-webbuild --adapter rand \
-    --rounds "$ROUNDS" ${TIMING:+--timing} --out "$WORK/lora-rounds.json.part"
+  python3 -m webbuild.cli bench "$WORK/webbuild" --row chromium-webbuild --adapter rand \
+    --rounds "$ROUNDS" ${TIMING:+--timing} --json "$WORK/lora-rounds.json.part"
 }
 # the first clip of each length on a fresh page, with the load and its parts (issue 31); STEPS=first_use.
 # Before, the same build with BASE_REF's page runtime (its template's verbatim files: the model files are the
@@ -288,17 +288,17 @@ first_use() {
     done
   fi
   for r in $(seq 1 "${FIRST_USE_ROUNDS:-2}"); do
-    [ -d "$base" ] && python3 $WB/scripts/chrome_gpu_bench.py --dist "$base" --rows '' --first-use "$lengths" \
-      --out "$OUT/first-use-base-$r.json"
-    python3 $WB/scripts/chrome_gpu_bench.py --dist "$WORK/webbuild" --rows '' --first-use "$lengths" \
-      --out "$OUT/first-use-$r.json"
+    [ -d "$base" ] && python3 -m webbuild.cli bench "$base" --first-use "$lengths" --json "$OUT/first-use-base-$r.json"
+    python3 -m webbuild.cli bench "$WORK/webbuild" --first-use "$lengths" --json "$OUT/first-use-$r.json"
   done
   cp "$OUT/first-use-${FIRST_USE_ROUNDS:-2}.json" "$WORK/first-use.json.part"
 }
 rounds() {
-  python3 $WB/scripts/chrome_gpu_bench.py --dist "$WORK/webbuild" --peer "$WORK/peer" --rounds "$ROUNDS" \
-    --rows "${ROWS:-chromium-webbuild,chromium-peer,node-webbuild}" ${TIMING:+--timing} \
-    ${STEP_TRACE:+--step-trace $STEP_TRACE} --out "$WORK/rounds.json.part"
+  local rows=() peer=()
+  IFS=, read -ra rows <<< "${ROWS:-chromium-webbuild,chromium-peer,node-webbuild}"
+  [ -d "$WORK/peer" ] && peer=(--peer "$WORK/peer")  # PEER=0 builds none
+  python3 -m webbuild.cli bench "$WORK/webbuild" "${peer[@]}" --rounds "$ROUNDS" \
+    "${rows[@]/#/--row=}" ${TIMING:+--timing} ${STEP_TRACE:+--step-trace $STEP_TRACE} --json "$WORK/rounds.json.part"
 }
 # the same model.yaml built by BASE_REF's code (stash put it in /tmp/wbbase): today's site against this branch's
 base_build() {

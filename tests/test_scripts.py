@@ -49,7 +49,7 @@ def help_problem(script: Path) -> str | None:
 
 def test_the_scripts_are_found():
     names = {p.name for p in scripts()}
-    assert {"gpu_bench.sh", "chrome_gpu_bench.sh", "chrome_gpu_bench.py", "train_on_device.sh",
+    assert {"gpu_bench.sh", "chrome_gpu_bench.sh", "train_on_device.sh",
             "e2e_summary.py"} <= names
 
 

@@ -548,10 +548,35 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
 @click.option("--threads", type=click.IntRange(1, 64),
               help="The wasm EP's threads (browser only: the page's ?threads=; Node runs 1); default: the page's "
                    "rule for this machine's processors (runtime/site.js wasmThreads).")
+@click.option("--rounds", type=click.IntRange(1),
+              help="Rows alternated in N rounds in Chromium (the GPU machine's comparison): the site's page beside "
+                   "a peer's and Node's, WebGPU calls per token and the GPU's clock per round (tools/bench/rounds.py).")
+@click.option("--row", "rows", multiple=True, metavar="ROW",
+              help="With --rounds, a row (repeatable): chromium-webbuild[:QUERY], chromium-peer, node-webbuild, "
+                   "node-peer; default: chromium-webbuild, chromium-peer with --peer, node-webbuild.")
+@click.option("--peer", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="With --rounds: a merged decoder's folder (the onnxruntime-genai builder's output), the peer rows'.")
+@click.option("--short-decode", type=click.IntRange(1), default=16, show_default=True,
+              help="With --rounds: the short decode whose counts are taken from --decode-tokens' (calls per token).")
+@click.option("--prompt-tokens", type=click.IntRange(1), default=41, show_default=True,
+              help="With --rounds: the peer's synthetic prompt length.")
+@click.option("--timing", is_flag=True,
+              help="With --rounds: after them, one decode of each Chromium page cut into phases and GPU kernel times.")
+@click.option("--step-trace", type=click.IntRange(0), default=0, metavar="N",
+              help="With --rounds: after them, N captured steps timed one by one (3 and 12 in flight, with and "
+                   "without a macrotask after each; needs a row decoding captured steps).")
+@click.option("--first-use", metavar="SECONDS,...",
+              help="A fresh page per clip length (e.g. 1,2.5,5,8,15,30): its load and its first clip's TTFT and "
+                   "new GPU pipelines (after --rounds' rows, or alone); --ep wasm runs those pages on wasm.")
+@click.option("--one-page", is_flag=True, help="--first-use's lengths in turn on one page instead of one page each.")
+@click.option("--allow-software", is_flag=True,
+              help="With --rounds or --first-use: go on where WebGPU is a software adapter (a CPU smoke test).")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
 def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
           max_new_tokens: int | None, swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool,
-          adapter: str | None, threads: int | None, report: Path | None):
+          adapter: str | None, threads: int | None, rounds: int | None, rows: tuple[str, ...], peer: Path | None,
+          short_decode: int, prompt_tokens: int, timing: bool, step_trace: int, first_use: str | None,
+          one_page: bool, allow_software: bool, report: Path | None):
     """Measure load time, encoder time, TTFT, prefill and decode speed of a built site's runtime.
 
     Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
@@ -569,9 +594,24 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
       webbuild bench dist --ep webgpu --adapter klatt   # per-token counts with the adapter on
       webbuild bench examples/tiny-asr/model --ep wasm
       webbuild bench dist --runtime browser --ep wasm --threads 4
+      webbuild bench dist --rounds 3 --peer genai-out --json rounds.json   # on the GPU machine
+      webbuild bench dist --first-use 1,5,30 --allow-software
     """
     from webbuild.tools.bench import gpu_clock, table
 
+    if rounds or first_use:
+        from webbuild.tools.bench.rounds import RoundsOptions, run_rounds
+
+        lengths = [float(x) for x in first_use.split(",")] if first_use else []
+        default_rows = ["chromium-webbuild", *(["chromium-peer"] if peer else []), "node-webbuild"]
+        result = run_rounds(RoundsOptions(
+            dir, list(rows) or (default_rows if rounds else []), rounds or 0, peer, short_decode, decode_tokens,
+            1 if max_clips is None else max_clips, max_new_tokens or 16, prompt_tokens,
+            allow_software=allow_software, adapter=adapter, timing=timing, step_trace=step_trace,
+            first_use=lengths, first_use_ep="wasm" if ep == "wasm" else "webgpu", one_page=one_page, out=report))
+        click.echo("\n".join(m for m in (result["markdown"] if result["table"] else "",
+                                          result.get("first_use", {}).get("markdown", "")) if m))
+        return
     with gpu_clock.ClockSampler() as clocks:  # the GPU's own clock beside its figures, where nvidia-smi is
         start = gpu_clock.now()
         result = _bench_run(dir, runtime, ep, decode_tokens, repeat, max_clips, max_new_tokens, swiftshader,

@@ -1,7 +1,7 @@
 """The first clip of each length on a loaded site: how long it takes and which WebGPU compute pipelines
 onnxruntime-web compiles for it (each a shader compile the visitor waits for). Driven through Playwright's
 handle on the bench copy's worker (instrument.py counted_site: counters.mjs counts every pipeline made,
-synth_hook.js `__wbFirstUse` transcribes one chunk). Used by scripts/chrome_gpu_bench.py's first-use step
+synth_hook.js `__wbFirstUse` transcribes one chunk). Used by rounds.py's first-use step (`webbuild bench --first-use`)
 and tests/test_first_use.py.
 
 Clips: the site's sample clips (speech) one after another with a quarter second between them, cut or

@@ -1,7 +1,7 @@
 // Appended to the site's worker.js in a bench-only copy of the site (webbuild/tools/bench/instrument.py
 // instrumented_worker(), behind counters.mjs's source): module scope, so it sees the worker's `site`.
 // Not part of any shipped site. Driven through Playwright's Worker.evaluate by
-// webbuild/tools/bench/page_bench.py (`webbuild bench --runtime browser`) and scripts/chrome_gpu_bench.py.
+// webbuild/tools/bench/page_bench.py (`webbuild bench --runtime browser`) and rounds.py (`webbuild bench --rounds`).
 
 // bench.mjs's synthetic decode in the site's own worker: n greedy steps past any end token after two
 // seconds of silence (the 41-token prompt the peers get). steps: the gaps between the per-token callbacks (decode step times, ms); counts:
@@ -74,7 +74,7 @@ self.__wbFirstUse = async (b64, maxNewTokens) => {
   };
 };
 
-// The captured decode's steps one by one (scripts/chrome_gpu_bench.py --step-trace): for each step the time its
+// The captured decode's steps one by one (`webbuild bench --rounds --step-trace`): for each step the time its
 // issue() began (t0), its session.run and read-back copy were submitted (t1) and its token came back (t2), with
 // `inFlight` steps queued ahead of the token being read and, with yieldEach, a macrotask after each issue (a page
 // hands its WebGPU commands to the GPU process when its task ends). Where a captured step waits: in the run, or

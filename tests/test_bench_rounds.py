@@ -1,0 +1,51 @@
+"""`webbuild bench --rounds --adapter` on the embedded example in Chromium on SwiftShader (--allow-software):
+the adapter on and off alternated on one page, both counted and, with --timing, both cut into GPU kernel times
+(the decode replays another captured step once the picker switches, and both must be watched)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.command import webbuild
+
+
+@pytest.mark.browser
+def test_adapter_rounds_count_and_time_both_decodes_on_one_page(example_dist, tmp_path):
+    out = tmp_path / "rounds.json"
+    run = webbuild("bench", example_dist, "--rounds", "1", "--row", "chromium-webbuild", "--short-decode", "1",
+                   "--decode-tokens", "3", "--max-clips", "0", "--allow-software", "--adapter", "klatt", "--timing",
+                   "--json", out, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-2000:]
+    result = json.loads(out.read_text())
+    rounds = {r["row"]: r for r in result["rounds"]}
+    assert list(rounds) == ["chromium-webbuild-lora", "chromium-webbuild"]  # on, then off, on one page
+    on, off = rounds["chromium-webbuild-lora"]["per_token"], rounds["chromium-webbuild"]["per_token"]
+    assert on["dispatches"] > off["dispatches"] > 0  # the adapted step's branches
+    assert on["bind_groups"] == off["bind_groups"] == 0  # both captured
+    timing = result["timing_per_token"]
+    for row in ("chromium-webbuild-lora", "chromium-webbuild"):
+        assert timing[row] and timing[row]["kernels_gpu_ms"], row
+    assert "Gemm" in timing["chromium-webbuild-lora"]["kernels_gpu_ms"]  # the ups' kernels, the adapter's alone
+    assert "Gemm" not in timing["chromium-webbuild"]["kernels_gpu_ms"]
+    assert "| chromium-webbuild-lora |" in run.stdout
+
+
+@pytest.mark.browser
+def test_an_adapter_the_site_lacks_is_one_line(example_dist, tmp_path):
+    run = webbuild("bench", example_dist, "--rounds", "1", "--row", "chromium-webbuild", "--short-decode", "1",
+                   "--decode-tokens", "2", "--max-clips", "0", "--allow-software", "--adapter", "nope",
+                   timeout=900)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines()[-1] == "error: no adapter 'nope'; the site has klatt"
+
+
+def test_rows_that_need_a_peer_or_do_not_exist_are_one_line(tmp_path):
+    """Refused before any browser starts."""
+    run = webbuild("bench", tmp_path, "--rounds", "1", "--row", "chromium-peer")
+    assert run.returncode == 2 and run.stderr.strip().splitlines()[-1] == (
+        "error: rows chromium-peer and node-peer need --peer DIR (the onnxruntime-genai builder's output)")
+    run = webbuild("bench", tmp_path, "--rounds", "1", "--row", "chromium-nope")
+    assert run.returncode == 2 and run.stderr.strip().splitlines()[-1] == (
+        "error: unknown --row chromium-nope: chromium-webbuild[:QUERY], chromium-peer, node-webbuild, node-peer")
