@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `webbuild verify`, `webbuild bench --runtime browser` and the Chromium / Node + Dawn / genai-peer
 # rounds (`webbuild bench --rounds`: webbuild/tools/bench/rounds.py) on the 0.6b build, on the GPU machine, in Debian's Chromium with
-# WebGPU on the NVIDIA adapter (docs/chrome-gpu.md: the flags and environment that put it there).
-# docs/chrome-gpu-bench.md has the results and the sequence of device calls; scripts/gpu_bench.sh
+# WebGPU on the NVIDIA adapter (docs/gpu-machine.md: the flags and environment that put it there, and the
+# sequence of device calls; the results are in BENCHMARKS.md); scripts/gpu_bench.sh
 # holds what is common to the GPU machine (payload limit, .gpu/.whl/.gl, unpacking, environment).
 #
 # The browser travels xz-compressed in parts over consecutive calls while the machine is warm (a
@@ -19,7 +19,7 @@ WB=/tmp/wb2  # the code snapshot there
 PRESET=${PRESET:-0.6b}
 ROUNDS=${ROUNDS:-3}
 PARTS=4  # 117 MB of xz: four parts of 29 MB, each beside the tracked tree
-# docs/chrome-gpu.md: WebGPU on the NVIDIA Vulkan driver in headless Chromium (config vk_angle);
+# docs/gpu-machine.md: WebGPU on the NVIDIA Vulkan driver in headless Chromium (config vk_angle);
 # Playwright adds --headless and --no-sandbox, webbuild --enable-unsafe-webgpu
 GPU_FLAGS="--enable-gpu --ignore-gpu-blocklist --use-angle=vulkan --enable-features=Vulkan --use-vulkan=native --disable-vulkan-surface"
 

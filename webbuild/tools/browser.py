@@ -4,7 +4,7 @@ Selection order: an explicit path or channel (argument, else $WEBBUILD_BROWSER),
 Chrome/Chromium on PATH, else Playwright's own download. Without a GPU, WebGPU runs on SwiftShader
 (Chrome's software Vulkan), which needs the unsafe flags below. $WEBBUILD_BROWSER_ARGS adds Chromium
 flags to every launch (shell-style quoting), e.g. the ones that put WebGPU on a headless machine's
-GPU (docs/chrome-gpu.md).
+GPU (docs/gpu-machine.md).
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def wait_for_gpu(page) -> dict | None:
     """Chromium's GPU report (DevTools SystemInfo.getInfo), which answers once the GPU process is up.
 
     A WebGPU requestAdapter() made while the GPU process still starts returns null on a real GPU
-    (docs/chrome-gpu.md), and the site would then fall back to wasm; open_page waits here first.
+    (docs/gpu-machine.md), and the site would then fall back to wasm; open_page waits here first.
     None where the browser cannot say (not Chromium, or no browser-level DevTools session)."""
     browser = page.context.browser
     if browser is None:

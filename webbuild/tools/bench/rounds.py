@@ -2,7 +2,7 @@
 `webbuild bench` under Node + Dawn, rows alternated in rounds (A B C, A B C, ...), with the WebGPU calls per
 decode token and the GPU's clock over every round. The browser is webbuild's own choice (WEBBUILD_BROWSER,
 WEBBUILD_BROWSER_ARGS), launched through Playwright; on the GPU machine scripts/chrome_gpu_bench.sh runs it
-(docs/chrome-gpu.md).
+(docs/gpu-machine.md).
 
 Rows (`--row`, repeatable):
   chromium-webbuild  the built site's own page and worker, from the bench copy (instrument.py counted_site:
