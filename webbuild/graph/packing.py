@@ -2,7 +2,7 @@
 GatherBlockQuantized's table, packed from codes or straight from the bytes a graph stores.
 
 onnxruntime ships quantizers but no Python dequantizer for MatMulNBits, and re-quantization and the
-tests need one. Layout (docs/ContribOperators.md, com.microsoft.MatMulNBits): B is uint8
+tests need one. Layout (onnxruntime's ContribOperators document, com.microsoft.MatMulNBits): B is uint8
 [N, n_blocks, blob], blob = block_size * bits / 8, codes of column n in K order, two 4-bit codes per
 byte with the lower k in the low nibble; scales [N, n_blocks] (or flat); zero points optional, uint8
 packed like B along the block axis (default 2^(bits-1)) or float ([N * n_blocks], HQQ).
