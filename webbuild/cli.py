@@ -235,7 +235,7 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
 @click.argument("model", type=click.Path(path_type=Path))
 @click.argument("audio", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True,
-              help="One JSON object per line: {\"audio\": path, \"text\": ..., \"language\": ...}.")
+              help="One JSON object per line: {\"audio\": path, \"text\": ..., \"language\": ..., \"context\": ...}.")
 @click.option("--max-new-tokens", type=click.IntRange(1), default=200, show_default=True,
               help="Stop a clip's greedy decoding after this many tokens (end of text stops it sooner).")
 @click.option("--variant", help="Precision variant of a built site (fp32, fp16; default fp32): one of its manifest's "
@@ -251,6 +251,11 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
               help="Force the answer's language (one of a built site's model.yaml languages, e.g. English): "
                    "decoding starts after `language NAME<asr_text>`; default: the model names the language it "
                    "hears (--json gives it as \"language\").")
+@click.option("--context", default=None, metavar="TEXT",
+              help="Context text (names, terms) put in the prompt's system message, as Qwen3-ASR reads it, to "
+                   "bias the transcript toward them; '' for none; default: a built site's model.yaml context, "
+                   "else none (--json gives it as \"context\"). At most the tokens the prompt has room for "
+                   "(a built site's runtime.json prompt.context.max_tokens).")
 @click.option("--max-chunk-seconds", type=Finite(1, 120), default=None,
               help="Cut long audio into chunks at most this long (default: a built site's model.yaml "
                    "chunking.max_seconds, else 30).")
@@ -262,8 +267,8 @@ def zoo(preset: str, output: Path, layout: str, exporter: str, seed: int, hf_dir
                    "chunking_live: every pause ends a chunk as soon as it is heard); with --json each line "
                    "lists the chunks: start and end (16 kHz samples), tokens and text, the page's final text.")
 def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_tokens: int, variant: str | None,
-               lead_ms: int, adapter: str | None, language: str | None, max_chunk_seconds: float | None,
-               join_seconds: float | None, live: bool):
+               lead_ms: int, adapter: str | None, language: str | None, context: str | None,
+               max_chunk_seconds: float | None, join_seconds: float | None, live: bool):
     """Transcribe WAV files with MODEL on onnxruntime CPU: a source export folder of any layout (its
     files tell which) or a built site (dist/; its own graphs, reassembled from the shards).
 
@@ -282,8 +287,10 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
       webbuild transcribe dist /tmp/heldout --variant fp16        # a built site's fp16 graphs
       webbuild transcribe dist /tmp/klatt --adapter klatt         # with the site's LoRA adapter on
       webbuild transcribe dist clip.wav --language English --json # the language forced
+      webbuild transcribe dist clip.wav --context "Zorbak, Quill"  # names the model should expect
       webbuild transcribe dist joined.wav --live --json           # the page's live chunks and final texts
     """
+    from webbuild.errors import SourceError
     from webbuild.reference.mel import lead_samples
     from webbuild.reference.transcribe import load_transcriber
     from webbuild.reference.wav import wav_info
@@ -296,6 +303,11 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
     runner.policy = runner.policy.override(max_chunk_seconds, join_seconds)
     runner.live_policy = runner.live_policy.override(max_chunk_seconds)
     runner.force_language(language)
+    if context is not None:
+        try:
+            runner.give_context(context)
+        except SourceError as exc:
+            raise SourceError(f"--context: {exc}") from None
     pairs = []
     for path in paths:
         row: dict = {"audio": str(path)}
@@ -316,7 +328,7 @@ def transcribe(model: Path, audio: tuple[Path, ...], as_json: bool, max_new_toke
             row["wer"] = round(wer(row["expected"], row["text"]), 4)
             pairs.append((row["expected"], row["text"]))
         plain = (str(v) for k, v in row.items() if k != "language")  # columns: audio, text, expected, WER
-        click.echo(json.dumps(row) if as_json else "\t".join(plain))
+        click.echo(json.dumps({**row, "context": runner.context}) if as_json else "\t".join(plain))
     if pairs:
         click.echo(f"WER {100 * corpus_wer(pairs):.2f}% over {plural(len(pairs), 'clip')}", err=True)
 

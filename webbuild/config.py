@@ -234,6 +234,10 @@ class BuildConfig(_Strict):
     encoder: Encoder = Field(Encoder(), description="the audio encoder's precision and its mel front-end's lead")
     chunking: Chunking = Field(Chunking(), description="how long audio is cut into chunks, in the page and in "
                                                        "`webbuild transcribe` alike (runtime.json `chunking`)")
+    speech_detection: bool = Field(
+        True, description="decide what is speech with Silero VAD (its ONNX model, about 2.3 MB, ships in the site): "
+                          "files and live capture transcribe only speech, so silence, noise and music give no text "
+                          "(runtime.json `vad`; webbuild/reference/vad.py); false: every chunk is transcribed")
     shard: Shard = Field(Shard(), description="content-hashed shards under dist/model/")
     site: Site = Field(Site(), description="the page")
     verify: Verify = Field(Verify(), description="bounds for `webbuild verify`")
@@ -249,6 +253,12 @@ class BuildConfig(_Strict):
                     "runtime.json `prompt.languages`")
     language: str = Field("auto", description="the language the page's picker starts on: `auto` (the model names "
                                               "the language it heard) or one of `languages`")
+    context: str = Field("", max_length=2000,
+                         description="context text (names, terms) the model reads in its prompt's system message, "
+                                     "as Qwen3-ASR does, to bias the transcript toward them: the page's context "
+                                     "field starts with it and `webbuild transcribe` on the built site uses it "
+                                     "unless given --context; at most the tokens runtime.json "
+                                     "`prompt.context.max_tokens` allows (the build says); empty: none")
     config_path: Path | None = Field(None, exclude=True)
 
     @field_validator("languages")

@@ -27,6 +27,7 @@ from webbuild.errors import BuildError
 from webbuild.graph.census import op_census
 from webbuild.graph.load import load_onnx
 from webbuild.layouts import Layout, Table
+from webbuild.pipeline.bpe_form import encoder_form, merges_section
 from webbuild.pipeline.state import Variant
 from webbuild.reference import source_v2
 from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy
@@ -36,9 +37,13 @@ from webbuild.reference.prompt import (
     DEFAULT_LANGUAGES,
     PROMPT_PREFIX,
     PROMPT_SUFFIX,
+    SYSTEM_END,
+    SYSTEM_LEAD,
+    SYSTEM_START,
     TEXT_START,
     audio_token_count,
     language_ids,
+    text_ids,
 )
 from webbuild.site.contract import IO, RUNTIME_FILE, TOKENS_FILE, runtime_names
 
@@ -54,7 +59,7 @@ DEFAULT_MAX_NEW_TOKENS = 200
 
 def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None = None,
                    encoder: Path | None = None, lead: int = 0, chunking: ChunkPolicy = DEFAULT_POLICY,
-                   languages: tuple[str, ...] = DEFAULT_LANGUAGES, language: str = AUTO) -> Variant:
+                   languages: tuple[str, ...] = DEFAULT_LANGUAGES, language: str = AUTO, context: str = "") -> Variant:
     """Write the runtime's fp32 model files into `out`; return them as the fp32 variant, roles encoder,
     encoder_data, decoder, decoder_data, embed (embed only for decoders that take inputs_embeds).
 
@@ -62,7 +67,8 @@ def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None
     without it the source's, where it has that interface already (`layout.fusion_optional`).
     `encoder`: the fuse stage's encoder, else the source's. `lead`: samples of lead the mel front-end
     puts before the audio. `chunking`: how the runtime cuts long audio (runtime.json `chunking`).
-    `languages`, `language`: the model's languages and the page's default (runtime.json `prompt`).
+    `languages`, `language`: the model's languages and the page's default (runtime.json `prompt`); `context`:
+    the page's default context text (runtime.json `prompt.context`).
     """
     out.mkdir(parents=True, exist_ok=True)
     if decoder is None:
@@ -76,11 +82,11 @@ def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None
     tok = Tokenizer.from_file(str(source / "tokenizer.json"))
     has_gqa = "GroupQueryAttention" in op_census(out / "decoder.onnx")
     rt = runtime_config(cfg, tok, prefill_chunk=WEBGPU_GQA_PREFILL_CHUNK if has_gqa else 0, chunking=chunking,
-                        languages=languages, language=language)
+                        languages=languages, language=language, context=context)
     if has_gqa:
         check_rope_positions(out / "decoder.onnx", rt["max_positions"])
     (out / RUNTIME_FILE).write_text(json.dumps(rt, indent=1) + "\n")
-    (out / TOKENS_FILE).write_bytes(token_table(tok))
+    (out / TOKENS_FILE).write_bytes(token_table(tok) + merges_section(tok))  # the merges: runtime/bpe.js
     return Variant("fp32", out, present_files(out, {
         "encoder": "encoder.onnx", "encoder_data": "encoder.onnx.data",
         "decoder": "decoder.onnx", "decoder_data": "decoder.onnx.data", "embed": "embed_tokens.bin"}))
@@ -144,18 +150,20 @@ def _encoder(src: Path, dest: Path, lead: int) -> None:
 
 
 def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0, chunking: ChunkPolicy = DEFAULT_POLICY,
-                   languages: tuple[str, ...] = DEFAULT_LANGUAGES, language: str = AUTO) -> dict:
+                   languages: tuple[str, ...] = DEFAULT_LANGUAGES, language: str = AUTO, context: str = "") -> dict:
     """What the browser needs besides the graphs; the prompt is pre-tokenised here, each language's forced
     answer prefix too (the page has no tokenizer). The names the runtime looks files up by (file roles, the
     decode table, onnxruntime-web's files) come from webbuild.site.contract."""
     dec, special = cfg["decoder"], cfg["special_tokens"]
     ids = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
     forced = {name: language_ids(tok, name) for name in languages}
+    positions = max_positions(len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX)), chunking.max_seconds)
     return {
         "format": "webbuild-runtime", "format_version": RUNTIME_FORMAT,
         "sample_rate": 16000,
         "prompt": {"prefix": ids(PROMPT_PREFIX), "suffix": ids(PROMPT_SUFFIX),
-                   "audio_pad": tok.token_to_id("<|audio_pad|>"), "languages": forced, "language": language},
+                   "audio_pad": tok.token_to_id("<|audio_pad|>"), "languages": forced, "language": language,
+                   "context": context_config(tok, context, positions, chunking, forced)},
         "eos_token_ids": special["eos_token_ids"],
         "answer": {"text_start": TEXT_START, "end": ANSWER_END},
         "decoder": {k: dec[k] for k in ("num_layers", "num_key_value_heads", "head_dim", "hidden_size",
@@ -164,11 +172,40 @@ def runtime_config(cfg: dict, tok: Tokenizer, prefill_chunk: int = 0, chunking: 
         "max_chunk_seconds": chunking.max_seconds,
         "chunking": chunking.as_json(),
         "chunking_live": chunking.live().as_json(),  # the live mode's (runtime/chunk.js LiveChunker)
-        # a forced language's few ids fit in the 64 positions to spare
-        "max_positions": max_positions(len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX)), chunking.max_seconds),
+        # a forced language's few ids and the context text fit in the positions to spare (context_tokens)
+        "max_positions": positions,
         "webgpu_prefill_chunk": prefill_chunk,  # 0: the whole prompt in one run
         **runtime_names(),
     }
+
+
+def context_config(tok: Tokenizer, context: str, positions: int, chunking: ChunkPolicy,
+                   forced: dict[str, list[int]]) -> dict | None:
+    """runtime.json prompt.context: the default text, its budget, the system message's ids around
+    "system\n" + text, and how runtime/bpe.js tokenises it; None where the tokenizer is of a shape it cannot."""
+    form = encoder_form(tok)
+    if form is None:
+        if context:
+            raise BuildError("model.yaml context: this model's tokenizer.json is not a byte-level BPE the page can "
+                             "encode text with (GPT-2's or Qwen2's pre-tokeniser); remove context")
+        return None
+    ids = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    budget = context_tokens(positions, len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX)), chunking.max_seconds,
+                            max((len(f) for f in forced.values()), default=0))
+    used = len(text_ids(tok, SYSTEM_LEAD + context)) - len(text_ids(tok, SYSTEM_LEAD)) if context else 0
+    if used > budget:
+        raise BuildError(f"model.yaml context: {used} tokens, over the {budget} the prompt has room for "
+                         "(runtime.json max_positions); shorten it")
+    return {"text": context, "max_tokens": budget, "start": ids(SYSTEM_START), "lead": SYSTEM_LEAD,
+            "end": ids(SYSTEM_END), **form}
+
+
+def context_tokens(positions: int, prompt_text_tokens: int, chunk_seconds: float, forced_tokens: int) -> int:
+    """The context text's budget: the positions max_positions leaves to spare after the longest chunk's prompt,
+    its longest forced language and max_new_tokens, so that every chunk still fits the captured decode's static
+    KV cache (a longer prompt would push the longest chunks to plain, slower decoding)."""
+    audio = audio_token_count(int(chunk_seconds * 16000) // HOP)
+    return positions - (prompt_text_tokens + audio + forced_tokens + DEFAULT_MAX_NEW_TOKENS)
 
 
 def max_positions(prompt_text_tokens: int, chunk_seconds: float = DEFAULT_POLICY.max_seconds) -> int:

@@ -88,7 +88,7 @@ def stage_assemble(ctx: BuildContext) -> None:
     fp32 = assemble_model(state.model.dir, state.model.layout, state.assembled, decoder=state.model.decoder,
                           encoder=state.model.encoder, lead=lead_samples(ctx.cfg.encoder.lead_ms),
                           chunking=chunk_policy(ctx.cfg.chunking), languages=tuple(ctx.cfg.languages),
-                          language=ctx.cfg.language)
+                          language=ctx.cfg.language, context=ctx.cfg.context)
     state.variants = {fp32.name: fp32}
     missing = [v for v in ctx.cfg.variants if v not in state.variants]
     if missing and ctx.cfg.quantize.method == "none":  # only the quantize stage makes fp16

@@ -8,7 +8,12 @@ from tokenizers import Tokenizer
 
 from webbuild.errors import SourceError
 
-PROMPT_PREFIX = "<|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|audio_start|>"
+# The system message carries the context text (names, terms) as Qwen3-ASR's processor places it
+# (transformers Qwen3ASRProcessor.apply_transcription_request: prompt= is the system message's content).
+SYSTEM_START = "<|im_start|>"
+SYSTEM_LEAD = "system\n"  # tokenised with the context: the processor tokenises "system\n{CONTEXT}" as one text
+SYSTEM_END = "<|im_end|>\n<|im_start|>user\n<|audio_start|>"
+PROMPT_PREFIX = f"{SYSTEM_START}{SYSTEM_LEAD}{SYSTEM_END}"
 PROMPT_SUFFIX = "<|audio_end|><|im_end|>\n<|im_start|>assistant\n"
 ANSWER_END = "<|im_end|>"
 TEXT_START = "<asr_text>"
@@ -48,13 +53,31 @@ def language_ids(tok: Tokenizer, language: str) -> list[int]:
     return tok.encode(answer_prefix(language), add_special_tokens=False).ids
 
 
-def build_prompt(tok: Tokenizer, audio_tokens: int, language: str | None = None) -> Prompt:
-    """Token ids of the transcription prompt with `audio_tokens` audio placeholders; with `language`, its
-    answer prefix after them (the assistant turn already begun), so that decoding goes on from the text."""
+def text_ids(tok: Tokenizer, text: str) -> list[int]:
+    """`text` through the tokenizer's normaliser, pre-tokeniser and BPE model only: special tokens written in it
+    are read as plain text (a visitor's context cannot end the system message). For text without them this is
+    `tok.encode(text, add_special_tokens=False)`; runtime/bpe.js encodes the same way."""
+    normalised = tok.normalizer.normalize_str(text) if tok.normalizer is not None else text
+    pieces = tok.pre_tokenizer.pre_tokenize_str(normalised) if tok.pre_tokenizer is not None else [(normalised, None)]
+    return [t.id for piece, _ in pieces for t in tok.model.tokenize(piece)]
+
+
+def prefix_ids(tok: Tokenizer, context: str = "") -> list[int]:
+    """The prompt's ids before the audio, the context text in the system message (empty: PROMPT_PREFIX's ids)."""
+    if not context:
+        return tok.encode(PROMPT_PREFIX, add_special_tokens=False).ids
+    return (tok.encode(SYSTEM_START, add_special_tokens=False).ids + text_ids(tok, SYSTEM_LEAD + context)
+            + tok.encode(SYSTEM_END, add_special_tokens=False).ids)
+
+
+def build_prompt(tok: Tokenizer, audio_tokens: int, language: str | None = None, context: str = "") -> Prompt:
+    """Token ids of the transcription prompt with `audio_tokens` audio placeholders, `context` in the system
+    message; with `language`, its answer prefix after them (the assistant turn already begun), so that decoding
+    goes on from the text."""
     pad = tok.token_to_id("<|audio_pad|>")
     if pad is None:  # else the prompt would carry None ids, which onnxruntime rejects far from here
         raise SourceError("the tokenizer has no <|audio_pad|> token: not a Qwen3-ASR tokenizer")
-    prefix = tok.encode(PROMPT_PREFIX, add_special_tokens=False).ids
+    prefix = prefix_ids(tok, context)
     suffix = tok.encode(PROMPT_SUFFIX, add_special_tokens=False).ids
     forced = language_ids(tok, language) if language is not None else []
     return Prompt(prefix + [pad] * audio_tokens + suffix + forced, len(prefix), audio_tokens)

@@ -22,19 +22,23 @@ from webbuild.config import LANGUAGE_NAME
 from webbuild.errors import SourceError
 from webbuild.graph.load import FIX, load_onnx
 from webbuild.layouts import Decoder, Table
-from webbuild.reference import source_v2
+from webbuild.reference import site_bpe, source_v2
 from webbuild.reference.audio import stream_wav
 from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy, chunks_of, live_chunks
 from webbuild.reference.mel import LEAD_METADATA, SAMPLE_RATE, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import (
+    PROMPT_PREFIX,
+    PROMPT_SUFFIX,
     Prompt,
     audio_token_count,
     build_prompt,
     language_ids,
     parse_answer,
     parse_language,
+    prefix_ids,
 )
 from webbuild.reference.source_files import check_source, read_json
+from webbuild.reference.vad import Vad, VadPolicy, speech_segments, window_speech
 from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 200
@@ -205,11 +209,24 @@ class TokenizerCodec:
 
     languages = None  # a source export lists none: any name written as its answers write them is forced
 
+    default_context = ""  # a source export has no model.yaml default
+
     def __init__(self, tok: Tokenizer):
         self.tokenizer = tok
 
-    def prompt(self, audio_tokens: int, language: str | None = None) -> Prompt:
-        return build_prompt(self.tokenizer, audio_tokens, language)
+    def prompt(self, audio_tokens: int, language: str | None = None, context: str = "") -> Prompt:
+        return build_prompt(self.tokenizer, audio_tokens, language, context)
+
+    def check_context(self, context: str, language: str | None = None) -> None:
+        """A context over the budget a site built from this export would give it (with `language` forced)
+        fails here, once."""
+        from webbuild.pipeline.assemble import context_tokens, max_positions
+
+        ids = lambda text: self.tokenizer.encode(text, add_special_tokens=False).ids  # noqa: E731
+        text_tokens = len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX))
+        budget = context_tokens(max_positions(text_tokens), text_tokens, DEFAULT_POLICY.max_seconds,
+                                len(self.forced(language)))
+        check_context_length(context_length(self.tokenizer, context), budget)
 
     def forced(self, language: str | None) -> list[int]:
         """The ids of `language`'s answer prefix (none for None)."""
@@ -231,13 +248,38 @@ class SiteCodec:
         self.prefix, self.suffix = runtime["prompt"]["prefix"], runtime["prompt"]["suffix"]
         self.pad = runtime["prompt"]["audio_pad"]
         self.languages: dict[str, list[int]] = runtime["prompt"].get("languages", {})  # older sites: none
+        self.context: dict | None = runtime["prompt"].get("context")  # older sites, other tokenizers: none
+        self.default_context = self.context["text"] if self.context else ""
         count = int(np.frombuffer(table, "<u4", 1)[0])
         self.offsets = np.frombuffer(table, "<u4", count + 1, offset=4)
         self.data = table[4 * (count + 2):]
+        self.merges = site_bpe.merges_of(table)
+        self._encoder: Tokenizer | None = None
 
-    def prompt(self, audio_tokens: int, language: str | None = None) -> Prompt:
-        return Prompt(self.prefix + [self.pad] * audio_tokens + self.suffix + self.forced(language),
-                      len(self.prefix), audio_tokens)
+    def prompt(self, audio_tokens: int, language: str | None = None, context: str = "") -> Prompt:
+        prefix = self.context_prefix(context)
+        return Prompt(prefix + [self.pad] * audio_tokens + self.suffix + self.forced(language), len(prefix),
+                      audio_tokens)
+
+    def context_prefix(self, context: str) -> list[int]:
+        """The ids before the audio with `context` in the system message, as the page's runtime/bpe.js makes
+        them from runtime.json prompt.context and tokens.bin's merges."""
+        if not context:
+            return self.prefix
+        if self.context is None or not self.merges:
+            raise SourceError("this site cannot take context text (built before context text, or its tokenizer is "
+                              "not a byte-level BPE the page encodes); leave out --context")
+        if self._encoder is None:
+            count = len(self.offsets) - 1
+            raw = [bytes(self.data[self.offsets[i]:self.offsets[i + 1]]) for i in range(count)]
+            self._encoder = site_bpe.site_tokenizer(self.context, raw, self.merges)
+        text = self._encoder.encode(self.context["lead"] + context, add_special_tokens=False).ids
+        return self.context["start"] + text + self.context["end"]
+
+    def check_context(self, context: str, language: str | None = None) -> None:
+        """A context over runtime.json's prompt.context.max_tokens fails here, once (`language`: counted in it)."""
+        used = len(self.context_prefix(context)) - len(self.prefix)
+        check_context_length(used, self.context["max_tokens"] if self.context else 0)
 
     def forced(self, language: str | None) -> list[int]:
         """The ids runtime.json gives `language`'s answer prefix, as the page puts them after the suffix."""
@@ -254,6 +296,17 @@ class SiteCodec:
         count = len(self.offsets) - 1
         raw = b"".join(self.data[self.offsets[i]:self.offsets[i + 1]] for i in ids if 0 <= i < count)
         return raw.decode("utf-8", errors="replace")
+
+
+def context_length(tok: Tokenizer, context: str) -> int:
+    """The tokens `context` adds to the prompt (runtime/bpe.js counts the same)."""
+    return len(prefix_ids(tok, context)) - len(prefix_ids(tok, ""))
+
+
+def check_context_length(tokens: int, budget: int) -> None:
+    if tokens > budget:
+        raise SourceError(f"the context text is {tokens} tokens, over the {budget} the prompt has room for (the "
+                          "longest chunk's prompt and answer must fit the decoder's positions); shorten it")
 
 
 def pick(logits: np.ndarray) -> tuple[int, float]:
@@ -294,11 +347,19 @@ class Transcriber:
     policy: ChunkPolicy = DEFAULT_POLICY  # how long audio is cut (a built site's runtime.json `chunking`)
     live_policy: ChunkPolicy = DEFAULT_POLICY.live()  # how live audio is cut (runtime.json `chunking_live`)
     language: str | None = None  # forced (its answer prefix after the prompt), or None: the model names it
+    context: str = ""  # the context text in the system message (a built site's: model.yaml's, load_site)
+    vad: Vad | None = None  # speech detection (a built site's runtime.json `vad`, load_site); None: all is speech
 
     def force_language(self, language: str | None) -> None:
         """Force `language` on every decode from now on (None: automatic); an unknown one fails here, once."""
         self.codec.forced(language)
         self.language = language
+
+    def give_context(self, context: str) -> None:
+        """Put `context` in the system message of every prompt from now on ('': none); one over the prompt's
+        budget fails here, once."""
+        self.codec.check_context(context, self.language)
+        self.context = context
 
     @property
     def takes_pcm(self) -> bool:
@@ -335,7 +396,7 @@ class Transcriber:
         if audio.shape[1] not in expected:
             raise RuntimeError(f"encoder gave {audio.shape[1]} audio tokens, expected "
                                f"{expected.start if len(expected) == 1 else f'{expected.start}-{expected[-1]}'}")
-        logits, state = self.decoder.prefill(self.codec.prompt(audio.shape[1], self.language), audio)
+        logits, state = self.decoder.prefill(self.codec.prompt(audio.shape[1], self.language, self.context), audio)
         out = Decoded([], [])
         for _ in range(max_new_tokens):
             token, margin = pick(logits)
@@ -348,16 +409,29 @@ class Transcriber:
 
     def decode_file(self, path: Path, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[Decoded]:
         """Each chunk's decoding of a WAV file of any length, cut as the page cuts it (webbuild.reference.chunk),
-        the file read and resampled as the chunks are decoded: memory bounded by the chunk length."""
-        return [self.decode(chunk, max_new_tokens) for chunk in chunks_of(stream_wav(path), SAMPLE_RATE, self.policy)]
+        the file read and resampled as the chunks are decoded: memory bounded by the chunk length. With speech
+        detection the file is read twice: its speech segments first, then the chunks that hold speech, trimmed to
+        it (chunk.py to_speech); a file without speech has no chunk."""
+        speech = None
+        if self.vad is not None:
+            probs, samples = self.vad.probabilities(stream_wav(path))
+            speech = speech_segments(probs, samples, self.vad.policy)
+        return [self.decode(chunk, max_new_tokens)
+                for chunk in chunks_of(stream_wav(path), SAMPLE_RATE, self.policy, speech)]
 
     def decode_live(self, path: Path, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[LiveChunk]:
         """Each chunk of a WAV file as the page's live mode cuts it when fed the file's frames (the live
         policy, chunk.py LiveChunker), with its final decoding: the page's finalized text, chunk by chunk (a chunk
-        without speech is not transcribed, as in the page)."""
+        without speech is not transcribed, as in the page; with speech detection, nor one whose own windows hold
+        no speech segment: vad.py window_speech)."""
         policy = self.live_policy
+        probs = None if self.vad is None else self.vad.probabilities(stream_wav(path))[0]
+
+        def spoken(start: int, end: int, speech: bool) -> bool:
+            return speech and (probs is None or window_speech(probs, start, end, self.vad.policy))
         return [LiveChunk(start, start + len(chunk), self.decode(chunk, policy.token_budget(
-                    len(chunk), SAMPLE_RATE, max_new_tokens)) if speech else Decoded([], []))
+                    len(chunk), SAMPLE_RATE, max_new_tokens)) if spoken(start, start + len(chunk), speech)
+                    else Decoded([], []))
                 for start, chunk, speech in live_chunks(stream_wav(path), SAMPLE_RATE, policy)]
 
     def file_text(self, chunks: list[Decoded]) -> str:
@@ -493,4 +567,15 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None, ep:
     decoder = IdsDecoder(graph, runtime["decoder"], weights, io=io)
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io,
-                       policy=ChunkPolicy.of(runtime), live_policy=ChunkPolicy.of_live(runtime))
+                       policy=ChunkPolicy.of(runtime), live_policy=ChunkPolicy.of_live(runtime),
+                       context=codec.default_context, vad=site_vad(site, manifest, runtime, out))
+
+
+def site_vad(site: Path, manifest: dict, runtime: dict, out: Path) -> Vad | None:
+    """The site's speech detection: its own copy of the model (a manifest file) under runtime.json's `vad`."""
+    from webbuild.site.manifest import reassemble
+
+    if (policy := VadPolicy.of(runtime)) is None:
+        return None
+    reassemble(site, manifest, policy.file, out / policy.file)
+    return Vad(out / policy.file, policy)

@@ -3,7 +3,8 @@ for `tsc --checkJs` on the browser runtime (tsconfig.json: the runtime's JSDoc i
 
 The generated files are checked in beside the schemas; tests/test_schema_types.py fails when one is
 stale. Regenerate: `python -m webbuild.site.schema_types`. The subset of JSON schema the schemas use:
-type, const, enum, properties / required, additionalProperties, items, $ref to #/$defs, description.
+type, const, enum, oneOf, properties / required, additionalProperties, items, $ref to #/$defs,
+description.
 """
 
 from __future__ import annotations
@@ -32,13 +33,16 @@ def _type(node: dict, indent: str) -> str:
         return json.dumps(node["const"])
     if "enum" in node:
         return " | ".join(json.dumps(v) for v in node["enum"])
+    if "oneOf" in node:
+        return " | ".join(_type(choice, indent) for choice in node["oneOf"])
     kind = node.get("type")
     if kind == "array":
         item = _type(node.get("items", {}), indent)
         return f"({item})[]" if " | " in item else f"{item}[]"
     if kind == "object":
         return _object(node, indent)
-    return {"string": "string", "integer": "number", "number": "number", "boolean": "boolean"}.get(str(kind), "unknown")
+    return {"string": "string", "integer": "number", "number": "number", "boolean": "boolean",
+            "null": "null"}.get(str(kind), "unknown")
 
 
 def _object(node: dict, indent: str) -> str:

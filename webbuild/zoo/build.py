@@ -10,25 +10,8 @@ import torch
 from tokenizers import Tokenizer
 
 from webbuild.errors import SourceError
-from webbuild.reference.tokenizer import QWEN_VOCAB_SIZE, build_tokenizer, special_ids
-from webbuild.zoo.presets import get_preset, make_config
-
-# Text the zoo's own tokenizers learn their merges from: the words of the prompt and of everyday
-# English, so encoding stays short; presets need a tokenizer, not a good one.
-_CORPUS = (
-    "system user assistant language English "
-    "the of and to in is you that it he was for on are as with his they at be this have from or one "
-    "had by word but not what all were we when your can said there use an each which she do how their "
-    "if will up other about out many then them these so some her would make like him into time has look "
-    "two more write go see number no way could people my than first water been call who oil its now find "
-    "long down day did get come made may part over new sound take only little work know place year live "
-    "me back give most very after thing our just name good sentence man think say great where help through "
-    "much before line right too mean old any same tell boy follow came want show also around form three "
-    "small set put end does another well large must big even such because turn here why ask went men read "
-    "need land different home us move try kind hand picture again change off play spell air away animal "
-    "house point page letter mother answer found study still learn should world high every near add food "
-    "between own below country plant last school father keep tree never start city earth eye light thought"
-)
+from webbuild.reference.tokenizer import QWEN_VOCAB_SIZE, special_ids
+from webbuild.zoo.presets import get_preset, make_config, preset_tokenizer
 
 
 def random_model(preset_name: str, seed: int = 0):
@@ -36,7 +19,7 @@ def random_model(preset_name: str, seed: int = 0):
     from transformers import Qwen3ASRForConditionalGeneration
 
     preset = get_preset(preset_name)
-    tok = build_tokenizer([_CORPUS] * 4, preset.bpe_vocab_size, qwen_ids=preset.qwen_ids)
+    tok = preset_tokenizer(preset_name)
     vocab = QWEN_VOCAB_SIZE if preset.qwen_ids else tok.get_vocab_size()
     torch.manual_seed(seed)
     model = Qwen3ASRForConditionalGeneration(make_config(preset, vocab, special_ids(tok)))

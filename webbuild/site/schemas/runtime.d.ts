@@ -44,6 +44,23 @@ export type Runtime = {
     };
     /** the picker's default: auto (the model names the language) or one of languages */
     language: string;
+    /** context text in the system message: start, then lead + the text tokenised by runtime/bpe.js (tokens.bin's merges after its token bytes), then end replace prefix; null where the tokenizer is not a byte-level BPE the page encodes */
+    context: null | {
+      /** the default context (model.yaml context; empty: none) */
+      text: string;
+      /** the most tokens a context may add to the prompt (what max_positions leaves to spare) */
+      max_tokens: number;
+      start: Tokens;
+      /** the text tokenised before the context, with it */
+      lead: string;
+      end: Tokens;
+      /** the pre-tokeniser's regex, as a JavaScript pattern (flags gu) */
+      pattern: string;
+      /** whether text is NFC-normalised first */
+      nfc: boolean;
+      /** whether a piece that is a whole token is taken as it is */
+      ignore_merges: boolean;
+    };
   };
   eos_token_ids: Tokens;
   /** the markers around the transcript in the decoded text */

@@ -1,5 +1,7 @@
 // Token id -> bytes table emitted by the build (webbuild/pipeline/assemble.py token_table):
-// u32 count, u32 offsets[count + 1], then the bytes of every token back to back.
+// u32 count, u32 offsets[count + 1], then the bytes of every token back to back; then the BPE merges by rank
+// (webbuild/pipeline/bpe_form.py merges_section: u32 count, two u32 ids each), which runtime/bpe.js encodes with
+// (none in a build before them).
 
 export class TokenTable {
   /** @param {Uint8Array} bytes */
@@ -8,7 +10,12 @@ export class TokenTable {
     this.count = view.getUint32(0, true);
     this.offsets = new Uint32Array(this.count + 1);
     for (let i = 0; i <= this.count; i++) this.offsets[i] = view.getUint32(4 + 4 * i, true);
-    this.data = bytes.subarray(4 * (this.count + 2));
+    this.data = bytes.subarray(4 * (this.count + 2), 4 * (this.count + 2) + this.offsets[this.count]);
+    const at = 4 * (this.count + 2) + this.offsets[this.count];
+    const merges = at + 4 <= bytes.byteLength ? view.getUint32(at, true) : 0;
+    /** @type {Uint32Array} the merges' ids, two per merge, by rank */
+    this.merges = new Uint32Array(2 * merges);
+    for (let i = 0; i < 2 * merges; i++) this.merges[i] = view.getUint32(at + 4 + 4 * i, true);
   }
 
   /** @param {number} id */
