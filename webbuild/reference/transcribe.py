@@ -38,7 +38,6 @@ from webbuild.reference.prompt import (
     prefix_ids,
 )
 from webbuild.reference.source_files import check_source, read_json
-from webbuild.reference.vad import Vad, VadPolicy, speech_segments, window_speech
 from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 200
@@ -348,7 +347,6 @@ class Transcriber:
     live_policy: ChunkPolicy = DEFAULT_POLICY.live()  # how live audio is cut (runtime.json `chunking_live`)
     language: str | None = None  # forced (its answer prefix after the prompt), or None: the model names it
     context: str = ""  # the context text in the system message (a built site's: model.yaml's, load_site)
-    vad: Vad | None = None  # speech detection (a built site's runtime.json `vad`, load_site); None: all is speech
 
     def force_language(self, language: str | None) -> None:
         """Force `language` on every decode from now on (None: automatic); an unknown one fails here, once."""
@@ -409,29 +407,16 @@ class Transcriber:
 
     def decode_file(self, path: Path, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[Decoded]:
         """Each chunk's decoding of a WAV file of any length, cut as the page cuts it (webbuild.reference.chunk),
-        the file read and resampled as the chunks are decoded: memory bounded by the chunk length. With speech
-        detection the file is read twice: its speech segments first, then the chunks that hold speech, trimmed to
-        it (chunk.py to_speech); a file without speech has no chunk."""
-        speech = None
-        if self.vad is not None:
-            probs, samples = self.vad.probabilities(stream_wav(path))
-            speech = speech_segments(probs, samples, self.vad.policy)
-        return [self.decode(chunk, max_new_tokens)
-                for chunk in chunks_of(stream_wav(path), SAMPLE_RATE, self.policy, speech)]
+        the file read and resampled as the chunks are decoded: memory bounded by the chunk length."""
+        return [self.decode(chunk, max_new_tokens) for chunk in chunks_of(stream_wav(path), SAMPLE_RATE, self.policy)]
 
     def decode_live(self, path: Path, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[LiveChunk]:
         """Each chunk of a WAV file as the page's live mode cuts it when fed the file's frames (the live
         policy, chunk.py LiveChunker), with its final decoding: the page's finalized text, chunk by chunk (a chunk
-        without speech is not transcribed, as in the page; with speech detection, nor one whose own windows hold
-        no speech segment: vad.py window_speech)."""
+        without speech is not transcribed, as in the page)."""
         policy = self.live_policy
-        probs = None if self.vad is None else self.vad.probabilities(stream_wav(path))[0]
-
-        def spoken(start: int, end: int, speech: bool) -> bool:
-            return speech and (probs is None or window_speech(probs, start, end, self.vad.policy))
         return [LiveChunk(start, start + len(chunk), self.decode(chunk, policy.token_budget(
-                    len(chunk), SAMPLE_RATE, max_new_tokens)) if spoken(start, start + len(chunk), speech)
-                    else Decoded([], []))
+                    len(chunk), SAMPLE_RATE, max_new_tokens)) if speech else Decoded([], []))
                 for start, chunk, speech in live_chunks(stream_wav(path), SAMPLE_RATE, policy)]
 
     def file_text(self, chunks: list[Decoded]) -> str:
@@ -568,14 +553,4 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None, ep:
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io,
                        policy=ChunkPolicy.of(runtime), live_policy=ChunkPolicy.of_live(runtime),
-                       context=codec.default_context, vad=site_vad(site, manifest, runtime, out))
-
-
-def site_vad(site: Path, manifest: dict, runtime: dict, out: Path) -> Vad | None:
-    """The site's speech detection: its own copy of the model (a manifest file) under runtime.json's `vad`."""
-    from webbuild.site.manifest import reassemble
-
-    if (policy := VadPolicy.of(runtime)) is None:
-        return None
-    reassemble(site, manifest, policy.file, out / policy.file)
-    return Vad(out / policy.file, policy)
+                       context=codec.default_context)
