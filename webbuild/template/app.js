@@ -93,6 +93,7 @@ const handlers = {
     keepDecodeChoice(info.decodeChoice);
     showLoraPicker(info.loraAdapters ?? [], info.loraAbout ?? {});
     showLanguagePicker(info.languages ?? [], info.language ?? 'auto');
+    showContextField(info.takesContext ?? false, info.context ?? '');
     setEnabled(true);
   },
   [FROM_WORKER.cached]: ({ kept }) => { // the cache writes are over (after ready)
@@ -206,7 +207,7 @@ async function startLive() {
   living = { id, mic, view: new LiveView() };
   setEnabled(false);
   try {
-    await mic.start((rate) => worker.postMessage({ type: TO_WORKER.liveStart, id, rate }),
+    await mic.start((rate) => worker.postMessage({ type: TO_WORKER.liveStart, id, rate, context: contextText() }),
       (frames, capturedAt) => worker.postMessage({ type: TO_WORKER.liveAudio, id, frames, capturedAt }, [frames.buffer]));
   } catch (e) {
     living = null;
@@ -405,7 +406,8 @@ async function run(what, getPcm, keepExpected = false) {
       const maxNewTokens = Number(params.get('max_new_tokens')) || undefined;
       const chunkSeconds = Number(params.get('chunk_seconds')) || undefined; // models trained on short clips
       const language = /** @type {HTMLSelectElement} */ ($('language')).value || null; // '': automatic
-      worker.postMessage({ type: TO_WORKER.transcribe, id: pending.id, pcm, maxNewTokens, chunkSeconds, language }, [pcm.buffer]);
+      const context = contextText();
+      worker.postMessage({ type: TO_WORKER.transcribe, id: pending.id, pcm, maxNewTokens, chunkSeconds, language, context }, [pcm.buffer]);
       Object.assign($('cancel'), { hidden: false, disabled: false });
     }));
     Object.assign(state, { status: 'done', text: done.text, tokens: done.tokens, margins: done.margins, metrics: done.metrics,
@@ -524,6 +526,23 @@ function showLanguagePicker(names, chosen) {
   for (const name of names) picker.append(Object.assign(document.createElement('option'), { value: name, textContent: name }));
   picker.value = names.includes(chosen) ? chosen : '';
   picker.disabled = false;
+}
+
+// The context field: text the model reads in its prompt's system message (runtime/bpe.js tokenises it in the worker),
+// on model.yaml's default; shown only where the page can tokenise text for this model.
+/** @param {boolean} takes @param {string} text */
+function showContextField(takes, text) {
+  const field = /** @type {HTMLInputElement} */ ($('context'));
+  $('context-row').hidden = !takes;
+  if (!takes || !field.disabled) return; // a retried load keeps what the visitor wrote
+  field.value = text;
+  field.disabled = false;
+}
+
+// The context text sent with a transcription or a live start ('': none).
+function contextText() {
+  const field = /** @type {HTMLInputElement} */ ($('context'));
+  return field.disabled ? '' : field.value.trim();
 }
 
 // The language the transcript's answer named, beside it (null: none to show).

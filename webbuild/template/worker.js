@@ -155,6 +155,8 @@ function readyInfo(loaded) {
     // the adapters only where the recogniser loaded the adapted decoder (the variant has its graphs)
     loraAdapters: recogniser.adapted ? loraNames(m) : [], loraAbout: loraAbout(m), lora,
     languages: Object.keys(recogniser.rt.prompt.languages ?? {}), language: recogniser.rt.prompt.language ?? 'auto',
+    // the context field: model.yaml's text, shown only where the page can tokenise text for this model
+    context: recogniser.rt.prompt.context?.text ?? '', takesContext: Boolean(recogniser.rt.prompt.context),
   };
 }
 
@@ -180,7 +182,7 @@ async function setLora({ id, name }) {
 // The audio's chunks one at a time, each announced (the page's "chunk i of n"); a cancel stops it after the
 // current chunk or decode step, with the chunks so far (the last perhaps cut short).
 /** @param {import('./runtime/contract.js').TranscribeMessage} msg */
-async function transcribe({ id, pcm, maxNewTokens, chunkSeconds, language = null }) {
+async function transcribe({ id, pcm, maxNewTokens, chunkSeconds, language = null, context = '' }) {
   const { runtime } = await current();
   const chunks = splitAtQuiet(pcm, runtime.sample_rate, chunkPolicy(runtime, chunkSeconds));
   /** @type {string[]} */
@@ -195,7 +197,7 @@ async function transcribe({ id, pcm, maxNewTokens, chunkSeconds, language = null
     if (index && stop()) break; // the first chunk gives at least its first token
     post({ type: FROM_WORKER.chunk, id, index, count: chunks.length, start, end });
     const r = await transcribeChunk(pcm.subarray(start, end), {
-      maxNewTokens: maxNewTokens ?? runtime.max_new_tokens, stop, language,
+      maxNewTokens: maxNewTokens ?? runtime.max_new_tokens, stop, language, context,
       onToken: (text, token) =>
         post({ type: FROM_WORKER.token, id, token, text: [...texts, text].filter(Boolean).join(' ') }),
     });
@@ -233,10 +235,11 @@ const LOSS_WAIT_MS = 1000;
 
 // A live session (runtime/live.js): the frames go in as they come; its texts go to the page as they are made.
 /** @param {import('./runtime/contract.js').LiveStartMessage} msg */
-async function liveStart({ id, rate }) {
+async function liveStart({ id, rate, context = '' }) {
   const site = await current();
+  site.recogniser.contextPrefix(context); // a context too long fails here, before the microphone's audio comes
   const session = new LiveSession(site.recogniser, site.runtime, {
-    rate, ep: site.ep, onUpdate: (update) => post({ type: FROM_WORKER.liveUpdate, id, update }),
+    rate, ep: site.ep, context, onUpdate: (update) => post({ type: FROM_WORKER.liveUpdate, id, update }),
   });
   live = { id, session };
 }

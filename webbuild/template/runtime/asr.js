@@ -17,6 +17,7 @@ import { fixedChoice, measureForms } from './decode-form.js';
 import { lastRow, pickLast, toFloat32 } from './greedy.js';
 import { int8WeightsInWorkers, int8Workers, readInt8Plan } from './int8.js';
 import { LoraInputs } from './lora.js';
+import { BpeEncoder, checkContextLength } from './bpe.js';
 import { StreamingDecoder, TokenTable, answerLanguage, answerText } from './tokens.js';
 
 /** @typedef {import('webbuild-types').OrtTensor} OrtTensor */
@@ -261,6 +262,8 @@ export class Recogniser {
     this.dtype = 'float32';
     /** @type {TokenTable | null} */
     this.tokens = null; // the decode table (create)
+    /** @type {BpeEncoder | null} */
+    this.bpe = null; // the context text's encoder, made on the first context (contextPrefix)
     /** @type {Float32Array} */
     this.embed = new Float32Array(0); // the embedding table, for decoders that take inputs_embeds
     this.takesIds = false;
@@ -424,19 +427,21 @@ export class Recogniser {
   /**
    * @param {Float32Array} pcm
    * @param {{maxNewTokens?: number, onToken?: (text: string, token: number) => void, forceSteps?: boolean,
-   *   captured?: boolean, audio?: OrtTensor, tail?: boolean, stop?: () => boolean, language?: string | null}} [options]
+   *   captured?: boolean, audio?: OrtTensor, tail?: boolean, stop?: () => boolean, language?: string | null,
+   *   context?: string}} [options]
  *   language: one of runtime.json's prompt.languages, forced: its answer prefix after the prompt (null: the model
- *   names the language it hears); stop: asked after
+ *   names the language it hears); context: text in the system message (contextPrefix; '': none); stop: asked after
    *   each token, true ends the decode there (a live partial no longer wanted); captured: false decodes plainly; audio: the
    *   encoder's output for pcm, already there; tail: only the prompt's last two prefill runs, on a past of zeros
    *   (warmUp: the shapes of a long prompt's prefill at the cost of two runs)
    * @returns {Promise<Transcript>}
    */
-  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false, captured = true, audio, tail = false, stop = () => false, language = null } = {}) {
+  async transcribe(pcm, { maxNewTokens = this.rt.max_new_tokens, onToken = () => {}, forceSteps = false, captured = true, audio, tail = false, stop = () => false, language = null, context = '' } = {}) {
     const t0 = performance.now();
+    const prefix = this.contextPrefix(context); // a context too long fails before the encoder runs
     audio ??= await this.encode(pcm);
     const tEnc = performance.now();
-    const { prefix, suffix, audio_pad } = this.rt.prompt;
+    const { suffix, audio_pad } = this.rt.prompt;
     const forced = this.forcedPrefix(language);
     const ids = [...prefix, ...new Array(audio.dims[1]).fill(audio_pad), ...suffix, ...forced];
     const { logits, present } = await this.prefill(ids, audio, prefix.length, tail);
@@ -474,6 +479,19 @@ export class Recogniser {
         ttft_ms: (tFirst ?? tEnd) - t0, decode_ms: tEnd - (tFirst ?? tEnd), decode_tokens: Math.max(0, generated.length - 1),
         total_ms: tEnd - t0, audio_ms: (pcm.length / this.rt.sample_rate) * 1000 },
     };
+  }
+
+  // The prompt's ids before the audio with `context` in the system message, tokenised here (runtime/bpe.js: the
+  // encoder is made on the first context); a context over runtime.json's prompt.context.max_tokens fails.
+  /** @param {string} context @returns {number[]} */
+  contextPrefix(context) {
+    const { prefix, context: form } = this.rt.prompt;
+    if (!context) return prefix;
+    if (!form) throw new Error('this model takes no context text (its tokenizer is not one the page can encode with)');
+    this.bpe ??= new BpeEncoder(/** @type {TokenTable} */ (this.tokens), form);
+    const ids = this.bpe.prefix(context, prefix);
+    checkContextLength(ids.length - prefix.length, form.max_tokens);
+    return ids;
   }
 
   // The ids of `language`'s forced answer prefix (runtime.json prompt.languages, tokenised by the build); none for null.

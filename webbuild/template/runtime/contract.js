@@ -51,10 +51,12 @@ export function kvNames(io, layers) {
  *   (runtime/decode-form.js). gpuValidation: onnxruntime-web's validationMode on WebGPU (the page's ?gpu_validation=;
  *   runtime/probe.js webgpuProvider).
  * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
- *   chunkSeconds?: number, language?: string | null}} TranscribeMessage
+ *   chunkSeconds?: number, language?: string | null, context?: string}} TranscribeMessage
  *   pcm: 16 kHz mono (app/audio.js: the project's resampler), transferred; cut into chunks by runtime.json's
  *   `chunking` (runtime/chunk.js), chunkSeconds capping its length. Unset, maxNewTokens is runtime.json's.
  *   language: one of ReadyInfo's languages, forced on every chunk (asr.js transcribe); unset or null: automatic.
+ *   context: text for every chunk's system message (asr.js contextPrefix: one over runtime.json's
+ *   prompt.context.max_tokens fails the transcription); unset or '': none.
  * @typedef {{type: 'cancel', id: number}} CancelMessage
  *   Stop transcription `id` after the chunk's current step (the worker reads it at once, not after the transcription):
  *   its done message then has `cancelled` and the text so far.
@@ -64,9 +66,10 @@ export function kvNames(io, layers) {
  *   Switch to the LoRA adapter `name` (ReadyInfo.loraAdapters; docs/adapters.md), or back to the base model
  *   (null). The worker handles messages one at a time, so a transcription under way finishes as it began
  *   and the next one runs with the choice.
- * @typedef {{type: 'live-start', id: number, rate: number}} LiveStartMessage
+ * @typedef {{type: 'live-start', id: number, rate: number, context?: string}} LiveStartMessage
  *   Begin live transcription `id` of frames at `rate` Hz (runtime/live.js LiveSession: the project's resampler,
- *   runtime.json's `chunking_live`); answered by live-update messages as texts are made.
+ *   runtime.json's `chunking_live`); answered by live-update messages as texts are made; context: as a
+ *   TranscribeMessage's, for every chunk (a context too long fails the start).
  * @typedef {{type: 'live-audio', id: number, frames: Float32Array, capturedAt: number}} LiveAudioMessage
  *   The next block of mono frames (transferred); capturedAt: the wall time (performance.timeOrigin + now(), ms)
  *   its last frame was captured.
@@ -98,6 +101,7 @@ export const TO_WORKER = Object.freeze({
  *   wasmHeapBytes: number, decodeChoice: import('./decode-form.js').DecodeChoice | null,
  *   prefillRuns: {limit: number, check: {tokens: number, limit: number, relative_diff: number, agree: boolean} | null},
  *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null, languages: string[], language: string,
+ *   context: string, takesContext: boolean,
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
  *     total_ms: number, encoder_warmup_ms: number, int8_ms: number, cache_ms: number, cache_bytes: number,
  *     network_bytes: number}}} ReadyInfo
@@ -115,7 +119,9 @@ export const TO_WORKER = Object.freeze({
  *   gpu: the GPU WebGPU runs on (its description; 'none (...)' on wasm); loraAdapters: the LoRA adapters the
  *   page can switch on (none where the build ships none), loraAbout: what each is for (model.yaml's `description`,
  *   where it has one), lora: the one on (null: the base model); languages: the model's (runtime.json prompt.languages),
- *   language: the picker's default ('auto' or one of them: model.yaml's `language`);
+ *   language: the picker's default ('auto' or one of them: model.yaml's `language`); context: the context field's
+ *   default (model.yaml's `context`), takesContext: whether the page can tokenise context text for this model
+ *   (runtime.json prompt.context);
  *   load (ms, site.js loadSite): download_ms, verified_ms and total_ms from the start; hash_ms the sha256
  *   digests' time, summed; session_ms from the first session's start to the last one's end (sessions are made
  *   while later files still download); warmup_ms; encoder_warmup_ms the encoder's part of an every-shape warm-up,

@@ -24,11 +24,13 @@ export class LiveSession {
   /**
    * @param {Recogniser} recogniser
    * @param {import('webbuild-types').Runtime} runtime
-   * @param {{rate: number, ep: string, maxNewTokens?: number, onUpdate: (u: LiveUpdate) => void}} options
-   *   rate: the frames' sample rate; onUpdate: each partial or final text as it is made
+   * @param {{rate: number, ep: string, maxNewTokens?: number, context?: string, onUpdate: (u: LiveUpdate) => void}} options
+   *   rate: the frames' sample rate; context: the context text of every chunk's prompt (asr.js); onUpdate: each
+   *   partial or final text as it is made
    */
-  constructor(recogniser, runtime, { rate, ep, maxNewTokens, onUpdate }) {
+  constructor(recogniser, runtime, { rate, ep, maxNewTokens, context = '', onUpdate }) {
     this.recogniser = recogniser;
+    this.context = context;
     this.sampleRate = runtime.sample_rate;
     this.maxNewTokens = maxNewTokens ?? runtime.max_new_tokens;
     this.onUpdate = onUpdate;
@@ -126,7 +128,7 @@ export class LiveSession {
     const t0 = wallClock();
     this.lastPartial = { at: t0, samples: end };
     // a chunk that ends meanwhile stops the partial at its next token: its final is what is shown next
-    const r = await this.recogniser.transcribe(c.buf, { maxNewTokens: this.budget(c.buf.length), stop: () => this.ended !== index });
+    const r = await this.recogniser.transcribe(c.buf, { maxNewTokens: this.budget(c.buf.length), stop: () => this.ended !== index, context: this.context });
     const shownAt = wallClock();
     this.computeMs += shownAt - t0;
     if (this.ended !== index) return; // the chunk ended meanwhile: its final comes next
@@ -139,7 +141,7 @@ export class LiveSession {
   /** @param {{index: number, start: number, pcm: Float32Array, speech: boolean, decidedAt: number, byPause: boolean}} f */
   async finalize(f) {
     const t0 = wallClock();
-    const r = f.speech ? await this.recogniser.transcribe(f.pcm, { maxNewTokens: this.budget(f.pcm.length) }) : { text: '', tokens: [], margins: [] };
+    const r = f.speech ? await this.recogniser.transcribe(f.pcm, { maxNewTokens: this.budget(f.pcm.length), context: this.context }) : { text: '', tokens: [], margins: [] };
     const shownAt = wallClock();
     this.computeMs += shownAt - t0;
     this.emit({ chunk: f.index, final: true, text: r.text, tokens: r.tokens, margins: r.margins, start: f.start,

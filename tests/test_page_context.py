@@ -1,0 +1,73 @@
+"""The page's context field on the trained example, in Chromium on the wasm EP: the worker tokenises the visitor's
+text itself (runtime/bpe.js) into the system message, and the page's tokens equal the Python reference's with the
+same context; a context over the prompt's budget is one clear error, and the page transcribes after it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.example_config import EXAMPLE
+from webbuild.config import load_config
+from webbuild.reference.audio import read_wav
+from webbuild.reference.transcribe import load_transcriber
+from webbuild.tools.browser import choose, hide_webgpu, launch, open_page, wait_for, watch
+from webbuild.tools.serve import start
+
+DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
+CONTEXT = "harmony emerge surprise"  # the first sample's words: the example, never trained with context, reads them
+
+
+@pytest.fixture(scope="module")
+def page(playwright, example_dist):
+    srv = start(example_dist, quiet=True)
+    browser = launch(playwright, choose(), webgpu=False)
+    ctx = browser.new_context()
+    hide_webgpu(ctx)  # the CPU path: wasm
+    page = ctx.new_page()
+    watch(page)
+    open_page(page, srv.url)
+    yield page
+    browser.close()
+    srv.shutdown()
+
+
+def transcribe_on_the_page(page, audio, context: str) -> dict:
+    page.fill("#context", context)
+    page.set_input_files("#file", str(audio))
+    wait_for(page, DONE, 180)
+    return page.evaluate("() => window.webbuild")
+
+
+def test_the_field_is_shown_on_model_yamls_default(page):
+    assert page.is_visible("#context") and page.is_enabled("#context")
+    assert page.input_value("#context") == ""  # model.yaml sets no context
+
+
+def test_a_context_gives_the_references_tokens(page, example_dist):
+    sample = load_config(EXAMPLE / "model.yaml").site.samples[2]
+    reference = load_transcriber(example_dist, ep="wasm")  # the graphs the wasm EP runs
+    pcm = read_wav(sample.audio)
+    plain = reference.decode(pcm).tokens
+    reference.give_context(CONTEXT)
+    with_context = reference.decode(pcm)
+    assert with_context.tokens != plain  # the context reached the prompt: this sample's answer changes
+
+    state = transcribe_on_the_page(page, sample.audio, CONTEXT)
+    assert state["error"] is None, state["error"]
+    assert state["tokens"] == [with_context.tokens] and state["text"] == reference.text(with_context.tokens)
+
+    state = transcribe_on_the_page(page, sample.audio, "")  # cleared: the plain prompt again
+    assert state["error"] is None and state["tokens"] == [plain]
+
+
+def test_a_context_over_the_budget_is_one_clear_error(page, example_dist):
+    sample = load_config(EXAMPLE / "model.yaml").site.samples[0]
+    codec = load_transcriber(example_dist, ep="wasm").codec
+    long = " ".join(["word"] * 200)
+    tokens = len(codec.context_prefix(long)) - len(codec.prefix)
+    state = transcribe_on_the_page(page, sample.audio, long)
+    assert state["error"] == (f"the context text is {tokens} tokens, over the 96 the prompt has room for (the "
+                              "longest chunk's prompt and answer must fit the decoder's positions); shorten it")
+    assert page.inner_text("#error") == f"Error: {state['error']}"
+    state = transcribe_on_the_page(page, sample.audio, "")
+    assert state["error"] is None and state["text"] == sample.text
