@@ -23,7 +23,6 @@ from webbuild.site.adapter_pack import (
     dequantize_int8,
     down_bits,
     graph_inputs,
-    joint_inputs,
     pack,
     quantize_blocks,
     quantize_int8,
@@ -256,54 +255,40 @@ def test_the_step_form_packs_q_k_v(sites, tmp_path):
 
 
 def test_the_step_form_joins_o_and_down_to_their_downs(sites, tmp_path):
-    """The step form's o and down (lora_form.joint_downs): one MatMulNBits of `lora.{i}.{group}.joint_codes` and
-    `.joint_scales` (the projection's quantization, its width rounded up to 32 plus the rank) gives y and x @ down
-    side by side, and an 8-bit MatMulNBits of `lora.{i}.{proj}.up_codes` / `.up_scales` at accuracy level 0 reads it
-    alone and gives what read y. The manifest's lora_joint is the graph's table, and the bytes it points at are the
-    base projection's weights; joint_inputs without an adapter makes an identity over y."""
-    from webbuild.pipeline.lora_form import JOINT_KEY
-
+    """The step form's o and down (lora_form.joint_downs) in the example's build: one MatMulNBits of
+    `lora.{i}.{group}.joint_codes` and `.joint_scales` (the projection's quantization, its width rounded up to 32 plus
+    the rank) gives y and x @ down side by side, and an 8-bit MatMulNBits of `lora.{i}.{proj}.up_codes` /
+    `.up_scales` at accuracy level 0 reads it alone and gives what read y; the manifest's lora_layout holds their
+    records, their base rows in the decoder's weights file. What they compute: tests/test_lora_passes.py."""
     model = adapted_graphs(sites["with"], tmp_path)["decoder_lora_step"]
     manifest = load_manifest(sites["with"] / "model")
-    table = manifest["variants"]["fp32"]["lora_joint"]
-    assert json.loads(model.metadata_props[JOINT_KEY]) == table
-    assert sorted(table) == sorted(f"lora.{i}.{g}" for i in range(4) for g in JOINT_DOWNS)
+    layout = manifest["variants"]["fp32"]["lora_layout"]
+    assert sorted(n for n, r in layout.items() if r["kind"] == "joint_down") == sorted(
+        IO.lora_input(i, g, f) for i in range(4) for g in JOINT_DOWNS for f in (JOINT_CODES, JOINT_SCALES))
     inputs = {v.name: v for v in model.graph.inputs}
-    base = ir.load(tmp_path / manifest["variants"]["fp32"]["decoder_step"])
-    weights = np.fromfile(tmp_path / manifest["variants"]["fp32"]["decoder_data"], np.uint8)
-    values = joint_inputs({}, table, weights)
     for layer, group in itertools.product(range(4), JOINT_DOWNS):
-        e, proj = table[f"lora.{layer}.{group}"], DOWN_GROUPS[group][0]
+        proj = DOWN_GROUPS[group][0]
+        e = layout[IO.lora_input(layer, group, JOINT_CODES)]
+        assert e["base"]["location"] == manifest["variants"]["fp32"]["decoder_data"]
         assert not any(IO.lora_input(layer, group, f) in inputs for f in ("down", DOWN_CODES, DOWN_SCALES))
         assert IO.lora_input(layer, proj, "up") not in inputs
         codes, scales = (inputs[IO.lora_input(layer, group, f)] for f in (JOINT_CODES, JOINT_SCALES))
         (joint, at), = scales.uses()
         assert (joint.op_type, at, joint.inputs[1]) == ("MatMulNBits", 2, codes)
         width = joint.attributes["N"].as_int()
-        assert width == e["rows"] + e["rank"] == codes.shape[0] >= e["out"] + shared_rank(group)
+        assert width == e["dims"][0] == codes.shape[0] >= e["rows"] + shared_rank(group)
         (up, at), = joint.outputs[0].uses()
         assert (up.op_type, at, up.inputs[1].name, up.inputs[2].name) == \
             ("MatMulNBits", 0, IO.lora_input(layer, proj, UP_CODES), IO.lora_input(layer, proj, UP_SCALES))
-        attrs = {k: up.attributes[k].as_int() for k in ("K", "N", "bits", "block_size", "accuracy_level")}
-        assert attrs == {"K": e["rows"] + e["rank"], "N": e["out"], "bits": 8, "block_size": 32, "accuracy_level": 0}
+        attrs = {k: up.attributes[k].as_int() for k in ("K", "bits", "block_size", "accuracy_level")}
+        assert attrs == {"K": width, "bits": 8, "block_size": 32, "accuracy_level": 0}
         assert up.outputs[0].uses()
-        # the base step's projection of the same input reads the bytes the table points at
-        same = [n for n in base.graph if n.op_type == "MatMulNBits" and n.inputs[1].const_value is not None
-                and n.inputs[1].const_value.offset == e["codes"][0]]
-        assert len(same) == 1 and same[0].attributes["N"].as_int() == e["out"]
-        np.testing.assert_array_equal(values[codes.name][:e["out"]], same[0].inputs[1].const_value.numpy())
-        np.testing.assert_array_equal(values[scales.name][:e["out"]], same[0].inputs[2].const_value.numpy())
-        up_codes = values[IO.lora_input(layer, proj, UP_CODES)].astype(np.int32) - 128
-        up_scales = values[IO.lora_input(layer, proj, UP_SCALES)]
-        eye = (up_codes * up_scales[..., None]).reshape(e["out"], -1)
-        np.testing.assert_array_equal(eye[:, :e["out"]], np.eye(e["out"]))
-        assert not eye[:, e["out"]:].any()
 
 
 @needs_espeak
 def test_q_k_v_left_unpacked_keep_the_pages_4_bit_down(sites, tmp_path):
     """Where q, k and v cannot be packed (here layer 0's k quantized at another accuracy level), the step form keeps
-    their Gemms, and their down is still read as the page writes it (4-bit codes, as runtime.json's lora_down_bits
+    their Gemms, and their down is still read as the page writes it (4-bit codes, as its layout record
     says), on its copy of the norm, with the two spares that make that copy and the down one fused kernel."""
     from webbuild.pipeline.check import StepForm
     from webbuild.pipeline.forms import step_decoder
@@ -317,7 +302,8 @@ def test_q_k_v_left_unpacked_keep_the_pages_4_bit_down(sites, tmp_path):
     roles = load_manifest(sites["with"] / "model")["variants"]["fp32"]
     name = Path(roles["decoder_lora"]).stem + ".unpacked.onnx"
     ir.save(model, tmp_path / name)
-    step = ir.load(tmp_path / step_decoder(tmp_path, name))
+    layout: dict[str, dict] = {}
+    step = ir.load(tmp_path / step_decoder(tmp_path, name, layout))
     inputs = {v.name: v for v in step.graph.inputs}
     assert all(IO.lora_input(0, p, "up") in inputs for p in DOWN_GROUPS["qkv_proj"])
     assert IO.lora_input(0, "qkv_proj", "up") not in inputs and IO.lora_input(1, "qkv_proj", "up") in inputs
@@ -330,7 +316,7 @@ def test_q_k_v_left_unpacked_keep_the_pages_4_bit_down(sites, tmp_path):
     reassemble(sites["with"] / "model", manifest, "runtime.json", tmp_path / "runtime.json")
     klatt = load_transcriber(sites["with"], adapter="klatt")
     form = StepForm(cpu_form(tmp_path / step_decoder(tmp_path, name)),
-                    json.loads((tmp_path / "runtime.json").read_text())["max_positions"], klatt.decoder)
+                    json.loads((tmp_path / "runtime.json").read_text())["max_positions"], klatt.decoder, layout)
     clip = heldout_target("klatt", 1).clip(0)
     assert form.generate(klatt, clip, 40) == klatt.generate(clip, 40)  # fed as the page feeds it
 
@@ -422,7 +408,7 @@ def test_the_step_form_gives_gate_and_up_their_merged_updates_as_biases(sites, t
     max_positions = json.loads((tmp_path / "runtime.json").read_text())["max_positions"]
     klatt = load_transcriber(sites["with"], adapter="klatt")
     form = StepForm(cpu_form(tmp_path / manifest["variants"]["fp32"]["decoder_lora_step"]), max_positions,
-                    klatt.decoder)
+                    klatt.decoder, manifest["variants"]["fp32"]["lora_layout"])
     assert form.adapter, "the step form is fed the adapter"
     base = load_transcriber(sites["with"])
     clips = heldout_target("klatt", 3)  # Klatt-voice speech, where the adapter changes the tokens

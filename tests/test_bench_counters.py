@@ -20,6 +20,7 @@ sessions' inputs made at load, creating no GPU buffer, and the captured decode r
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from collections import Counter
@@ -33,7 +34,6 @@ from tests.conftest import BENCH_DECODE as DECODE
 from tests.example_config import example_config, write_example_config
 from webbuild.adapters import DOWN_GROUPS
 from webbuild.site.adapter_pack import stored_parameters
-from webbuild.site.contract import DELTA_GROUPS, FUSED_DOWNS
 from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV, node_args
 
 # Counted as (4-token decode - 1-token decode) / 3. The example as is runs one sample clip, so that the
@@ -207,24 +207,19 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
         k: v for k, v in without["counters_per_token"].items() if k not in pool}
     assert off["counters_per_token"]["buffers"] <= 0 and without["counters_per_token"]["buffers"] <= 0
     manifest = json.loads((level0 / "model" / "manifest.json").read_text())
-    tensors, joint = manifest["adapters"]["klatt"]["tensors"], manifest["variants"][on["variant"]]["lora_joint"]
+    tensors, layout = manifest["adapters"]["klatt"]["tensors"], manifest["variants"][on["variant"]]["lora_layout"]
     values = stored_parameters(tensors)  # only the rows a file stores are written (the ups' own rows)
     assert values < sum(t["shape"][0] * t["shape"][1] for t in tensors.values())
     assert [s["to"] for s in on["lora_switches"]] == ["klatt", None, "klatt"]
-    layers = sum(n.endswith(".down") for n in tensors) // len(DOWN_GROUPS)
-    merged = tuple(f".{g}.down" for g in DELTA_GROUPS)  # no step input: the delta graph reads the adapted one's
-    down_shapes = [t["shape"] for n, t in tensors.items()
-                   if n.endswith(".down") and n[:-len(".down")] not in joint and not n.endswith(merged)]
-    assert len(joint) == 2 * layers  # o's and down's groups (contract.JOINT_DOWNS)
-    qkv_ups = [t["shape"] for n, t in tensors.items() if n.endswith(tuple(f".{p}.up" for p in DOWN_GROUPS["qkv_proj"]))]
-    fused_downs = [t["shape"] for n, t in tensors.items()
-                   if n.endswith(tuple(f".{g}.down" for g in FUSED_DOWNS)) and not n.endswith(merged)]
-    step_bytes = sum(n * -(-k // 32) * (32 + 4) for k, n in down_shapes)  # uint8 codes and float32 scales
-    step_bytes -= sum(n * -(-k // 32) * 16 for k, n in fused_downs)  # q/k/v's: 4-bit codes
-    step_bytes += sum(4 * k * n for k, n in qkv_ups)  # the packed ups, every row
-    for e in joint.values():  # the down's rows in the projection's bits, the 8-bit up (codes, float32 scales) whole
-        total = e["rows"] + e["rank"]
-        step_bytes += e["rank"] * e["blocks"] * (e["block"] * e["bits"] // 8 + 4) + e["out"] * total * (32 + 4) // 32
+    layers = len({r["delta"]["run"] for r in layout.values() if r["kind"] == "delta"})
+    assert layers == sum(n.endswith(".down") for n in tensors) // len(DOWN_GROUPS)
+    # what a switch writes of the step's inputs (runtime/lora-encode.js): each whole, a joint's rows after its base;
+    # not the adapted graph's own tensors (kind float) nor the merged updates (made by the delta graph)
+    written = {n: r for n, r in layout.items() if r["kind"] not in ("float", "delta")}
+    size = 2 if manifest["variants"][on["variant"]]["dtype"] == "float16" else 4
+    step_bytes = sum(math.prod(r["dims"]) * (1 if r["part"] == "codes" else size)
+                     * (r["dims"][0] - r.get("rows", 0) if r["kind"] == "joint_down" else r["dims"][0]) // r["dims"][0]
+                     for r in written.values())
     for s in on["lora_switches"]:
         c = s["counts"]
         if not s["to"]:
@@ -232,7 +227,7 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
             continue
         runs = c["dispatches"]  # the delta graph's, one run a layer: a dispatch, a bind group, a uniforms write each
         assert runs > 0 and runs % layers == 0 and c["bind_groups"] == runs and c["submits"] % layers == 0, s
-        assert c["write_buffers"] == len(tensors) + 2 * len(down_shapes) + 4 * len(joint) + layers + runs, s
+        assert c["write_buffers"] == len(tensors) + len(written) + runs, s
         uniforms = c["write_bytes"] - 4 * values - step_bytes
         assert 0 < uniforms <= 64 * runs and uniforms % layers == 0, s
         assert {k: c[k] for k in ("readbacks", "buffers", "buffer_bytes", "pipelines")} == dict.fromkeys(
@@ -248,8 +243,11 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     # o's and down's updates: an 8-bit MatMulNBits each, their projection joined to the down (lora_form.joint_downs);
     # q/k/v's down inside the fused kernel with them packed, gate/up's merged updates in one of its own with its copy
     # of the norm (lora_form.merged_deltas, spare_readers)
-    gemms = ups - biases - len(qkv_ups) + layers - len(joint)
-    assert added == {"MatMul": 0, "MatMulNBits": len(joint), "Gemm": gemms,
+    joints = sum(r["kind"] == "joint_up" and r["part"] == "codes" for r in layout.values())
+    packed = sum(len(r["from"]) for r in layout.values() if r["kind"] == "packed_up")  # q/k/v's ups, one Gemm
+    assert joints == 2 * layers and packed == 3 * layers  # o's and down's groups (contract.JOINT_DOWNS), q/k/v's
+    gemms = ups - biases - packed + layers - joints
+    assert added == {"MatMul": 0, "MatMulNBits": joints, "Gemm": gemms,
                      "Add": 0, "Split": layers, "MatMulNBitsQkvDecode": layers, "SkipLayerNorm": 0}, c["kernels"]
     # gate/up's branch reads a copy of the norm, so onnxruntime-web still fuses norm + gate/up + SiLU
     assert c["kernels"]["MatMulNBitsMlpDecode"] == base["kernels"]["MatMulNBitsMlpDecode"] > 0, c["kernels"]

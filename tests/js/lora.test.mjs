@@ -1,7 +1,7 @@
 // runtime/lora.js against the Python packer (webbuild/site/adapter_pack.py): an adapter file packed in
 // each precision reads back as the Python reference unpacks it, bit for bit, in float32 and as float16
-// bits (numpy's astype(float16)), and its downs' step inputs are adapter_pack.step_downs', bit for bit, and a joined
-// group's (lora_form.joint_downs) adapter_pack.joint_inputs'.
+// bits (numpy's astype(float16)), and the adapted step form's inputs of every layout kind (lora-encode.js) are
+// adapter_pack.step_inputs', bit for bit, made by the same layout records.
 // Run: node --test tests/js/
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -10,20 +10,19 @@ import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 
 import { floatToHalf } from '../../webbuild/template/runtime/half.js';
-import { jointValues, LoraInputs, loraNames, loraShapes, loraValues, sideBySide, stepDowns } from '../../webbuild/template/runtime/lora.js';
+import { LoraInputs, loraNames, loraShapes, loraValues } from '../../webbuild/template/runtime/lora.js';
 import { PYTHON, REPO, tempDir } from './fixture.mjs';
 
 // Packs random [K, N] inputs (K not a multiple of 32 among them, values over float16's whole range and
-// beyond, one zero outside a band of rows, one all zeros) with adapter_pack.pack; writes per precision the file, its `tensors` entry, and what
-// adapter_pack.unpack gives, as float32 and as float16 bits, and step_downs of that (codes, float32 and float16 scales).
+// beyond, one zero outside a band of rows, one all zeros) with adapter_pack.pack; writes per precision the file, its
+// `tensors` entry, and what adapter_pack.unpack gives, as float32 and as float16 bits, and step_inputs of that for a
+// layout of every kind the page encodes (codes, float32 and float16 scales and values; a joint's rows after its base).
 const PACK = `
 import json, sys
 from pathlib import Path
 import numpy as np
-from webbuild.site.adapter_pack import joint_inputs, pack, step_downs, unpack
-from webbuild.site.contract import runtime_names
+from webbuild.site.adapter_pack import pack, step_inputs, unpack
 out = Path(sys.argv[1])
-(out / "bits.json").write_text(json.dumps(runtime_names()["lora_down_bits"]))
 rng = np.random.default_rng(0)
 inputs = {"lora.0.o_proj.down": rng.normal(0, 0.05, (40, 32)), "lora.0.q_proj.up": rng.normal(0, 3, (32, 24)),
           "lora.1.o_proj.down": np.tile([[0.0, -0.0, 1e-8, 6e-5], [65504, 7e4, -2.0 ** -24, 1 + 2.0 ** -11]] * 16, 8)}
@@ -33,20 +32,37 @@ inputs |= {"lora.0.k_proj.up": band, "lora.2.o_proj.up": np.zeros((32, 8)),
            "lora.0.qkv_proj.down": rng.normal(0, 0.05, (40, 96)),  # 4-bit step codes (a fused norm's reader)
            "lora.1.gate_up_proj.down": rng.normal(0, 0.05, (40, 64)),
            # a joined group (lora_form.joint_downs): its down in the projection's 4 bits and blocks of 16, its up 8-bit
-           "lora.3.down_proj.down": rng.normal(0, 0.05, (40, 32)), "lora.3.down_proj.up": rng.normal(0, 0.5, (32, 24))}
+           "lora.3.down_proj.down": rng.normal(0, 0.05, (40, 32)), "lora.3.down_proj.up": rng.normal(0, 0.5, (32, 24)),
+           # a packed group's ups (lora_form.packed_updates)
+           "lora.4.q_proj.up": rng.normal(0, 0.5, (96, 8)), "lora.4.k_proj.up": rng.normal(0, 0.5, (96, 4)),
+           "lora.4.v_proj.up": rng.normal(0, 0.5, (96, 4))}
 inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
 weights = rng.integers(0, 256, 4096, np.uint8)  # the decoder's weights file: the base rows at 8 and 1000
 weights.tofile(out / "weights.bin")
-def joint_table(dtype):  # out 24: rows 32 (aligned), then rank 32; K 40 in 3 blocks of 16, two codes a byte
-    size = np.dtype(dtype).itemsize
-    return {"lora.3.down_proj": {"out": 24, "rows": 32, "rank": 32, "bits": 4, "block": 16, "blocks": 3, "in": 40,
-                                 "location": "weights.bin", "codes": [8, 24 * 3 * 8], "scales": [1000, 24 * 3 * size]}}
+def down(name, rank, blocks, bits):
+    record = {"kind": "down", "bits": bits, "block": 32, "from": [name]}
+    return {name + "_codes": record | {"part": "codes", "dims": [rank, blocks, 32 * bits // 8]},
+            name + "_scales": record | {"part": "scales", "dims": [rank, blocks]}}
+def layout(size):  # joint: out 24, rows 32 (aligned), then rank 32; K 40 in 3 blocks of 16, two codes a byte
+    joint = {"kind": "joint_down", "bits": 4, "block": 16, "rows": 32, "from": ["lora.3.down_proj.down"]}
+    up = {"kind": "joint_up", "bits": 8, "block": 32, "rows": 32, "from": ["lora.3.down_proj.up"]}
+    base = lambda at, n: {"location": "weights.bin", "offset": at, "length": n}
+    return down("lora.0.o_proj.down", 32, 2, 8) | down("lora.1.o_proj.down", 32, 1, 8) \\
+        | down("lora.0.qkv_proj.down", 96, 2, 4) | down("lora.1.gate_up_proj.down", 64, 2, 4) | {
+        "lora.3.down_proj.joint_codes": joint | {"part": "codes", "dims": [64, 3, 8], "base": base(8, 24 * 3 * 8)},
+        "lora.3.down_proj.joint_scales": joint | {"part": "scales", "dims": [64, 3], "base": base(1000, 24 * 3 * size)},
+        "lora.3.down_proj.up_codes": up | {"part": "codes", "dims": [24, 2, 32]},
+        "lora.3.down_proj.up_scales": up | {"part": "scales", "dims": [24, 2]},
+        "lora.4.qkv_proj.up": {"kind": "packed_up", "part": "values", "dims": [96, 16],
+                               "from": ["lora.4.q_proj.up", "lora.4.k_proj.up", "lora.4.v_proj.up"]}}
+read = lambda name: np.fromfile(out / name, np.uint8)
+def page(step, layout):  # what a switch writes: a joint's rows after its base
+    return {k: v[layout[k].get("rows", 0):] if layout[k]["kind"] == "joint_down" else v for k, v in step.items()}
 for dtype, suffix in ((np.float32, "f32"), (np.float16, "f16")):
-    table = joint_table(dtype)
-    (out / f"joint.{suffix}.json").write_text(json.dumps(table))
-    start = joint_inputs({}, table, weights, dtype)  # no adapter: the page's buffers as loaded
-    (out / f"joint.start.{suffix}").write_bytes(b"".join(v.tobytes() for v in start.values()))
-    (out / f"joint.start.{suffix}.json").write_text(json.dumps(list(start)))
+    table = layout(np.dtype(dtype).itemsize)
+    (out / f"layout.{suffix}.json").write_text(json.dumps(table))
+    start = step_inputs({}, table, read, dtype)  # no adapter: the page's buffers as loaded
+    (out / f"start.{suffix}").write_bytes(b"".join(v.tobytes() for v in start.values()))
 for precision in ("int8", "fp16", "fp32"):
     data, tensors = pack(inputs, precision)
     (out / f"{precision}.bin").write_bytes(data)
@@ -55,14 +71,9 @@ for precision in ("int8", "fp16", "fp32"):
     (out / f"{precision}.f32").write_bytes(b"".join(values[k].tobytes() for k in tensors))
     (out / f"{precision}.f16").write_bytes(b"".join(values[k].astype(np.float16).tobytes() for k in tensors))
     for dtype, suffix in ((np.float32, "f32"), (np.float16, "f16")):
-        step = step_downs(values, dtype)
-        (out / f"{precision}.step.json").write_text(json.dumps(list(step)))
+        table = layout(np.dtype(dtype).itemsize)
+        step = page(step_inputs(values, table, read, dtype), table)
         (out / f"{precision}.step.{suffix}").write_bytes(b"".join(v.tobytes() for v in step.values()))
-        # what a switch writes of a joined group: the down's rows of the joint (from row 32), the up's whole
-        joint = joint_inputs(values, joint_table(dtype), weights, dtype)
-        page = {k: v[32:] if ".joint_" in k else v for k, v in joint.items()}
-        (out / f"{precision}.joint.json").write_text(json.dumps(list(page)))
-        (out / f"{precision}.joint.{suffix}").write_bytes(b"".join(v.tobytes() for v in page.values()))
 `;
 
 let tmp;
@@ -91,28 +102,15 @@ describe('adapter files', () => {
     });
 
     for (const [dtype, suffix] of [['float32', 'f32'], ['float16', 'f16']]) {
-      it(`${precision}: the step form's downs in ${dtype} equal adapter_pack.step_downs`, () => {
+      it(`${precision}: the step inputs of every layout kind in ${dtype} equal adapter_pack.step_inputs`, () => {
         const entry = JSON.parse(readFileSync(path.join(tmp, `${precision}.json`), 'utf8'));
-        const values = loraValues(read(`${precision}.bin`), entry, dtype, JSON.parse(readFileSync(path.join(tmp, 'bits.json'), 'utf8')));
-        const names = JSON.parse(readFileSync(path.join(tmp, `${precision}.step.json`), 'utf8'));
+        const layout = JSON.parse(readFileSync(path.join(tmp, `layout.${suffix}.json`), 'utf8'));
+        const values = loraValues(read(`${precision}.bin`), entry, dtype, layout);
+        const names = Object.keys(layout);
         assert.deepEqual(Object.keys(values).filter((n) => !(n in entry.tensors)), names);
-        assert.ok(names.every((n) => values[n] instanceof (n.endsWith('_codes') ? Uint8Array : dtype === 'float16' ? Uint16Array : Float32Array)));
+        assert.ok(names.every((n) => values[n] instanceof (layout[n].part === 'codes' ? Uint8Array : dtype === 'float16' ? Uint16Array : Float32Array)));
         const bytes = concat(Uint8Array, names.map((n) => new Uint8Array(values[n].buffer, values[n].byteOffset, values[n].byteLength)));
         assert.deepEqual(bytes, read(`${precision}.step.${suffix}`));
-      });
-    }
-
-    for (const [dtype, suffix] of [['float32', 'f32'], ['float16', 'f16']]) {
-      it(`${precision}: a joined group's step inputs in ${dtype} equal adapter_pack.joint_inputs`, () => {
-        const entry = JSON.parse(readFileSync(path.join(tmp, `${precision}.json`), 'utf8'));
-        const joint = JSON.parse(readFileSync(path.join(tmp, `joint.${suffix}.json`), 'utf8'));
-        const values = loraValues(read(`${precision}.bin`), entry, dtype, {}, joint);
-        const names = JSON.parse(readFileSync(path.join(tmp, `${precision}.joint.json`), 'utf8'));
-        const made = Object.keys(values).filter((n) => /\.(joint|up)_(codes|scales)$/.test(n));
-        assert.deepEqual(made.sort(), [...names].sort());
-        assert.ok(!('lora.3.down_proj.down_codes' in values)); // a joined down has no 8-bit step form
-        const bytes = concat(Uint8Array, names.map((n) => new Uint8Array(values[n].buffer, values[n].byteOffset, values[n].byteLength)));
-        assert.deepEqual(bytes, read(`${precision}.joint.${suffix}`));
       });
     }
 
@@ -191,122 +189,112 @@ describe('adapter inputs on the GPU', () => {
     assert.deepEqual(writes, [[2 * 4 * 4, 8, 8], [2 * 4 * 4, 8, 16], [4 * 4 * 4, 16, 8], [0, 0, 24]]);
   });
 
-  it('gives the step form each down as codes and scales, the ups shared, the codes at the zero point until a switch', async () => {
+
+  const recording = (seen) => ({ createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, at, data]) } });
+
+  it('gives the step form its inputs by the layout: a float one shared, codes at the zero point until a switch', async () => {
     const shapes = { 'lora.0.o_proj.down': [40, 32], 'lora.0.o_proj.up': [32, 8] };
+    const record = { kind: 'down', bits: 8, block: 32, from: ['lora.0.o_proj.down'] };
+    const layout = { 'lora.0.o_proj.down_codes': { ...record, part: 'codes', dims: [32, 2, 32] },
+      'lora.0.o_proj.down_scales': { ...record, part: 'scales', dims: [32, 2] },
+      'lora.0.o_proj.up': { kind: 'float', part: 'values', dims: [32, 8], from: ['lora.0.o_proj.up'] } };
     const seen = [];
-    const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, data]) } };
-    const inputs = new LoraInputs(ort, shapes, 'float16', gpu);
-    const step = inputs.stepFeedsFor(['input_ids', 'lora.0.o_proj.down_codes', 'lora.0.o_proj.down_scales', 'lora.0.o_proj.up']);
-    assert.deepEqual(Object.keys(step), ['lora.0.o_proj.down_codes', 'lora.0.o_proj.down_scales', 'lora.0.o_proj.up']);
+    const inputs = new LoraInputs(ort, shapes, 'float16', recording(seen), { layout });
+    const step = inputs.stepFeedsFor(['input_ids', ...Object.keys(layout)]);
+    assert.deepEqual(Object.keys(step), Object.keys(layout));
     assert.equal(step['lora.0.o_proj.up'], inputs.feeds['lora.0.o_proj.up']);
     assert.deepEqual([step['lora.0.o_proj.down_codes'].dims, step['lora.0.o_proj.down_codes'].dataType], [[32, 2, 32], 'uint8']);
     assert.deepEqual([step['lora.0.o_proj.down_scales'].dims, step['lora.0.o_proj.down_scales'].dataType], [[32, 2], 'float16']);
     assert.equal(seen.length, 1); // the codes of a zero down, before any adapter
-    assert.ok(seen[0][0] === step['lora.0.o_proj.down_codes'].gpuBuffer && seen[0][1].every((c) => c === 128));
-    const down = new Float32Array(40 * 32).map((_, i) => Math.sin(i));
-    const values = { 'lora.0.o_proj.down': new Uint16Array(40 * 32), 'lora.0.o_proj.up': new Uint16Array(32 * 8),
-      ...stepDowns('lora.0.o_proj.down', down, [40, 32], 'float16') };
+    assert.ok(seen[0][0] === step['lora.0.o_proj.down_codes'].gpuBuffer && seen[0][2].every((c) => c === 128));
+    const file = JSON.parse(readFileSync(path.join(tmp, 'fp32.json'), 'utf8'));
+    const entry = { ...file, tensors: { 'lora.0.o_proj.down': file.tensors['lora.0.o_proj.down'], 'lora.2.o_proj.up': file.tensors['lora.2.o_proj.up'] } };
+    const values = loraValues(read('fp32.bin'), entry, 'float16', layout);
+    values['lora.0.o_proj.up'] = new Uint16Array(32 * 8);
     await inputs.set(values);
-    const written = new Map(seen.slice(1).map(([buffer, data]) => [buffer, data]));
+    const written = new Map(seen.slice(1).map(([buffer, , data]) => [buffer, data]));
     assert.equal(written.get(step['lora.0.o_proj.down_codes'].gpuBuffer), values['lora.0.o_proj.down_codes']);
     assert.equal(written.get(step['lora.0.o_proj.down_scales'].gpuBuffer), values['lora.0.o_proj.down_scales']);
     assert.deepEqual(new LoraInputs({ Tensor: function () {} }, shapes, 'float32').stepFeeds, {}); // wasm: no step form
   });
 
   for (const [dtype, suffix] of [['float32', 'f32'], ['float16', 'f16']]) {
-    it(`gives a joined group's step inputs the base rows of the weights file and an identity up (${dtype})`, async () => {
-      const joint = JSON.parse(readFileSync(path.join(tmp, `joint.${suffix}.json`), 'utf8'));
+    it(`gives a joint's step inputs the base rows of the weights file and an identity up (${dtype})`, async () => {
+      const all = JSON.parse(readFileSync(path.join(tmp, `layout.${suffix}.json`), 'utf8'));
+      const layout = Object.fromEntries(Object.entries(all).filter(([, r]) => r.kind.startsWith('joint')));
+      const names = Object.keys(layout);
       const seen = [];
-      const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, at, data]) } };
       const weights = read('weights.bin');
-      const inputs = new LoraInputs(ort, {}, dtype, gpu, { joint, file: (name) => (name === 'weights.bin' ? weights : undefined) });
-      const names = JSON.parse(readFileSync(path.join(tmp, `joint.start.${suffix}.json`), 'utf8'));
+      const inputs = new LoraInputs(ort, {}, dtype, recording(seen), { layout, file: (name) => (name === 'weights.bin' ? weights : undefined) });
       const step = inputs.stepFeedsFor(['input_ids', ...names]);
       assert.deepEqual(Object.keys(step), names);
-      assert.deepEqual(step['lora.3.down_proj.joint_codes'].dims, [64, 3, 8]);
-      assert.deepEqual(step['lora.3.down_proj.up_scales'].dims, [24, 2]);
       assert.ok(seen.every(([, at]) => at === 0));
-      const bytes = concat(Uint8Array, names.map((n) => seen.find(([b]) => b === step[n].gpuBuffer)[2]).map((d) => new Uint8Array(d.buffer, d.byteOffset, d.byteLength)));
-      assert.deepEqual(bytes, read(`joint.start.${suffix}`));
+      // what adapter_pack.step_inputs makes without an adapter: the joints' starts, in the layout's order
+      const starts = Object.keys(all).map((n) => (n in layout ? seen.find(([b]) => b === step[n].gpuBuffer)[2] : null));
+      const expected = read(`start.${suffix}`);
+      let at = 0;
+      for (const [i, n] of Object.keys(all).entries()) {
+        const size = all[n].dims.reduce((a, b) => a * b) * (all[n].part === 'codes' ? 1 : dtype === 'float16' ? 2 : 4);
+        if (starts[i]) assert.deepEqual(new Uint8Array(starts[i].buffer, starts[i].byteOffset, starts[i].byteLength), expected.subarray(at, at + size), n);
+        at += size;
+      }
       // a switch writes the down's rows after the projection's 32, and the whole up
-      const values = jointValues('lora.3.down_proj.down', new Float32Array(40 * 32).fill(0.5), joint['lora.3.down_proj'], dtype);
-      Object.assign(values, jointValues('lora.3.down_proj.up', new Float32Array(32 * 24).fill(-1), joint['lora.3.down_proj'], dtype));
+      const values = loraValues(read('fp32.bin'), JSON.parse(readFileSync(path.join(tmp, 'fp32.json'), 'utf8')), dtype, layout);
       seen.length = 0;
       await inputs.set(values);
-      const at = Object.fromEntries(seen.map(([buffer, offset]) => [names.find((n) => step[n].gpuBuffer === buffer), offset]));
-      assert.deepEqual(at, { 'lora.3.down_proj.joint_codes': 32 * 3 * 8, 'lora.3.down_proj.joint_scales': 32 * 3 * (dtype === 'float16' ? 2 : 4),
+      const offsets = Object.fromEntries(seen.map(([buffer, offset]) => [names.find((n) => step[n].gpuBuffer === buffer), offset]));
+      assert.deepEqual(offsets, { 'lora.3.down_proj.joint_codes': 32 * 3 * 8, 'lora.3.down_proj.joint_scales': 32 * 3 * (dtype === 'float16' ? 2 : 4),
         'lora.3.down_proj.up_codes': 0, 'lora.3.down_proj.up_scales': 0 });
-      const missing = new LoraInputs(ort, {}, dtype, gpu, { joint });
+      const missing = new LoraInputs(ort, {}, dtype, recording([]), { layout });
       assert.throws(() => missing.stepFeedsFor(['lora.3.down_proj.joint_codes']), /weights file weights\.bin is not loaded/);
-      // a manifest whose span does not fit the rows it describes (edited, or of another build)
-      const bad = { 'lora.3.down_proj': { ...joint['lora.3.down_proj'], codes: [8, 100] } };
-      const wrong = new LoraInputs(ort, {}, dtype, gpu, { joint: bad, file: () => weights });
-      assert.throws(() => wrong.stepFeedsFor(['lora.3.down_proj.joint_codes']), /manifest lora_joint lora\.3\.down_proj: 100 bytes of codes for 24 rows of 24; rebuild the site/);
+      // a manifest whose base does not fit the input it describes (edited, or of another build)
+      const bad = { 'lora.3.down_proj.joint_codes': { ...layout['lora.3.down_proj.joint_codes'], base: { location: 'weights.bin', offset: 8, length: 100 } } };
+      const wrong = new LoraInputs(ort, {}, dtype, recording([]), { layout: bad, file: () => weights });
+      assert.throws(() => wrong.stepFeedsFor(['lora.3.down_proj.joint_codes']), /manifest lora_layout lora\.3\.down_proj\.down: 100 bytes of base codes in 1536; rebuild the site/);
     });
   }
 
-  it('gives the step form a packed group\'s ups as one input, written side by side at a switch', async () => {
-    const shapes = { 'lora.1.qkv_proj.down': [8, 6], 'lora.1.q_proj.up': [6, 4], 'lora.1.k_proj.up': [6, 2],
-      'lora.1.v_proj.up': [6, 2] };
-    const seen = [];
-    const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, data]) } };
-    const inputs = new LoraInputs(ort, shapes, 'float32', gpu,
-      { packed: { qkv_proj: ['q_proj', 'k_proj', 'v_proj'] }, bits: { qkv_proj: 4 } });
-    const names = ['lora.1.qkv_proj.down_codes', 'lora.1.qkv_proj.down_scales', 'lora.1.qkv_proj.up'];
-    const step = inputs.stepFeedsFor(names);
-    assert.deepEqual(Object.keys(step), names); // the members' ups are not the step form's inputs
-    assert.deepEqual(step['lora.1.qkv_proj.up'].dims, [6, 8]);
-    // a down in a norm's fused kernel (runtime.json lora_down_bits): 4-bit codes, two to a byte, zero point 8
-    assert.deepEqual(step['lora.1.qkv_proj.down_codes'].dims, [6, 1, 16]);
-    assert.ok(new Map(seen).get(step['lora.1.qkv_proj.down_codes'].gpuBuffer).every((c) => c === 0x88));
-    const values = Object.fromEntries(Object.entries(shapes).map(([name, [k, n]], i) =>
-      [name, new Float32Array(k * n).map((_, j) => 100 * i + j)]));
-    Object.assign(values, stepDowns('lora.1.qkv_proj.down', values['lora.1.qkv_proj.down'], [8, 6], 'float32', 4));
-    await inputs.set(values);
-    const packed = new Map(seen).get(step['lora.1.qkv_proj.up'].gpuBuffer);
-    const row = (name, r, n) => [...values[name].subarray(r * n, (r + 1) * n)];
-    for (let r = 0; r < 6; r++) {
-      assert.deepEqual([...packed.subarray(r * 8, (r + 1) * 8)],
-        [...row('lora.1.q_proj.up', r, 4), ...row('lora.1.k_proj.up', r, 2), ...row('lora.1.v_proj.up', r, 2)]);
-    }
-    assert.equal(sideBySide([new Float32Array(4), undefined], 2, [2, 2]), undefined); // a member without values
-  });
-
-  it('makes a merged group\'s updates with the delta graph, per layer, from the adapted inputs into the step\'s', async () => {
+  it('makes the merged updates with the delta graph, one run per layer, from the adapted inputs into the step\'s', async () => {
     const shapes = {};
-    for (const layer of [0, 1]) {
-      Object.assign(shapes, { [`lora.${layer}.gate_up_proj.down`]: [64, 6], [`lora.${layer}.gate_proj.up`]: [6, 24],
-        [`lora.${layer}.up_proj.up`]: [6, 24] });
-    }
-    const seen = [], runs = [];
-    const gpu = { createBuffer: ({ size }) => ({ size }), queue: { writeBuffer: (buffer, at, data) => seen.push([buffer, data]) } };
-    // the delta graph's session (webbuild/pipeline/lora_delta.py): its names are the layer's without `lora.{i}.`
+    /** the layout records of the merged updates (lora_form.merged_deltas) */
+    const layout = {};
     const delta = { inputNames: ['gate_up_proj.down', 'gate_proj.up', 'up_proj.up'],
       outputNames: ['gate_proj.delta_codes', 'gate_proj.delta_scales', 'up_proj.delta_codes', 'up_proj.delta_scales'],
       run: async (feeds, fetches) => { runs.push([feeds, fetches]); return fetches; } };
-    const merged = { gate_up_proj: ['gate_proj', 'up_proj'] };
-    const inputs = new LoraInputs(ort, shapes, 'float16', gpu, { merged, delta });
-    const names = [0, 1].flatMap((l) => delta.outputNames.map((n) => `lora.${l}.${n}`));
+    for (const layer of [0, 1]) {
+      Object.assign(shapes, { [`lora.${layer}.gate_up_proj.down`]: [64, 6], [`lora.${layer}.gate_proj.up`]: [6, 24],
+        [`lora.${layer}.up_proj.up`]: [6, 24] });
+      for (const proj of ['gate_proj', 'up_proj']) {
+        for (const part of ['codes', 'scales']) {
+          layout[`lora.${layer}.${proj}.delta_${part}`] = { kind: 'delta', part, bits: 4, block: 32,
+            dims: part === 'codes' ? [24, 2, 16] : [24, 2], from: [`lora.${layer}.gate_up_proj.down`, `lora.${layer}.${proj}.up`],
+            delta: { run: layer, from: ['gate_up_proj.down', `${proj}.up`], to: `${proj}.delta_${part}` } };
+        }
+      }
+    }
+    const seen = [], runs = [];
+    const inputs = new LoraInputs(ort, shapes, 'float16', recording(seen), { layout, delta });
+    const names = Object.keys(layout);
     const step = inputs.stepFeedsFor(['input_ids', ...names]);
     assert.deepEqual(Object.keys(step), names);
     assert.deepEqual([step['lora.1.up_proj.delta_codes'].dims, step['lora.1.up_proj.delta_codes'].dataType], [[24, 2, 16], 'uint8']);
     assert.deepEqual([step['lora.1.up_proj.delta_scales'].dims, step['lora.1.up_proj.delta_scales'].dataType], [[24, 2], 'float16']);
     assert.equal(seen.length, 4); // each codes input at the zero point (8, two a byte) until an adapter
-    assert.ok(seen.every(([buffer, data]) => data.every((c) => c === 0x88) && names.some((n) => n.endsWith('codes') && step[n].gpuBuffer === buffer)));
+    assert.ok(seen.every(([buffer, , data]) => data.every((c) => c === 0x88) && names.some((n) => n.endsWith('codes') && step[n].gpuBuffer === buffer)));
     seen.length = 0;
     const values = Object.fromEntries(Object.entries(shapes).map(([name, [k, n]]) => [name, new Uint16Array(k * n)]));
     await inputs.set(values);
     assert.equal(seen.length, Object.keys(shapes).length); // the adapted graph's inputs only: the merged ones are computed
     assert.equal(runs.length, 2);
     for (const [layer, [feeds, fetches]] of runs.entries()) {
-      assert.deepEqual(Object.keys(feeds), delta.inputNames);
+      assert.deepEqual(Object.keys(feeds).sort(), [...delta.inputNames].sort());
       assert.ok(delta.inputNames.every((n) => feeds[n] === inputs.feeds[`lora.${layer}.${n}`]));
       assert.ok(delta.outputNames.every((n) => fetches[n] === step[`lora.${layer}.${n}`]));
     }
-    const odd = new LoraInputs(ort, shapes, 'float16', gpu, { merged, delta: { ...delta, inputNames: ['gate_up_proj.down', 'other.up'] } });
+    const odd = new LoraInputs(ort, shapes, 'float16', recording([]), { layout, delta: { ...delta, inputNames: ['gate_up_proj.down', 'other.up'] } });
     odd.stepFeedsFor(names);
-    await assert.rejects(odd.set(values), /the delta graph's other\.up: no lora\.0\.other\.up among the adapter's inputs; rebuild the site/);
-    const none = new LoraInputs(ort, shapes, 'float16', gpu, { merged });
+    await assert.rejects(odd.set(values), /the delta graph's other\.up: not in the manifest's lora_layout; rebuild the site/);
+    const none = new LoraInputs(ort, shapes, 'float16', recording([]), { layout });
     assert.throws(() => none.stepFeedsFor(['lora.0.gate_proj.delta_codes']), /ships no delta graph to make it; rebuild the site/);
   });
 });

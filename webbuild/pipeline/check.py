@@ -29,7 +29,6 @@ from tokenizers import Tokenizer
 
 from webbuild.adapters import DOWN_GROUPS, RANK, shared_rank
 from webbuild.pipeline.lora_delta import differences, random_layer, run_layer
-from webbuild.pipeline.lora_form import joint_table
 from webbuild.pipeline.state import Variant
 from webbuild.reference.prompt import Prompt
 from webbuild.reference.transcribe import (
@@ -43,7 +42,7 @@ from webbuild.reference.transcribe import (
     pick,
 )
 from webbuild.reference.wer import edit_distance
-from webbuild.site.adapter_pack import delta_inputs, joint_inputs, packed_ups, step_downs
+from webbuild.site.adapter_pack import delta_inputs, step_inputs
 from webbuild.site.contract import DELTA_GROUPS, FILE_ROLES, IO
 
 DEFAULT_MAX_NEW_TOKENS = 64
@@ -182,7 +181,8 @@ class RoleCheck:
                 tokens = {name: t.generate(pcm, DEFAULT_MAX_NEW_TOKENS) for name, pcm in self.clips.items()}
             else:
                 assert isinstance(t.decoder, IdsDecoder), "a built site's decoder takes input_ids"
-                form = StepForm(self._cpu(step), self.max_positions, t.decoder)
+                layout = self.v.lora_layout if decoder.startswith("decoder_lora") else {}
+                form = StepForm(self._cpu(step), self.max_positions, t.decoder, layout)
                 tokens = {name: form.generate(t, pcm, DEFAULT_MAX_NEW_TOKENS) for name, pcm in self.clips.items()}
             self.decoded[run] = tokens
         return self.decoded[run]
@@ -204,17 +204,17 @@ class RoleCheck:
 class StepForm:
     """The step form (webbuild.pipeline.step_form) decoding after a plain prefill, as runtime/capture.js
     does: past and present are one static [1, kv, max_positions, hd] cache per layer, the mask has ones up
-    to the current position, and each step's `next_token` is the next step's `input_ids`."""
+    to the current position, and each step's `next_token` is the next step's `input_ids`. An adapted step's
+    lora inputs are made from the plain decoder's adapter as `layout` says (the manifest variant's `lora_layout`,
+    adapter_pack.step_inputs), as the page makes them."""
 
-    def __init__(self, path: Path, max_positions: int, plain: IdsDecoder):
+    def __init__(self, path: Path, max_positions: int, plain: IdsDecoder, layout: dict[str, dict] | None = None):
         self.sess = cpu_session(path)
         self.max_positions, self.plain = max_positions, plain
         inputs = {i.name: i for i in self.sess.get_inputs()}
         self.present_of = IO.present_of_past(list(inputs))  # {past input: the present output it becomes}
-        # an adapted step reads its downs as 8-bit, a packed group's ups as one, joined groups' weights with the
-        # base rows the page copies from the weights file, and merged updates
-        feeds = plain.adapter | step_downs(plain.adapter, plain.dtype) | packed_ups(plain.adapter) \
-            | joint_inputs(plain.adapter, *joint_table(path), plain.dtype) | delta_inputs(plain.adapter, plain.dtype)
+        feeds = step_inputs(plain.adapter, layout or {}, lambda name: np.memmap(path.parent / name, np.uint8, mode="r"),
+                            plain.dtype)
         self.adapter = {n: w for n, w in feeds.items() if n in inputs}
         self.mask_dtype = np.int32 if inputs[IO.attention_mask].type == "tensor(int32)" else np.int64
 

@@ -34,7 +34,7 @@ from webbuild.fusion import qk_norm_in_gqa
 from webbuild.fusion.rule_report import Report
 from webbuild.graph.files import rewrite_file
 from webbuild.pipeline.lora_delta import write_delta_graph
-from webbuild.pipeline.lora_form import NoProjections, joint_table, lora_form, spare_readers
+from webbuild.pipeline.lora_form import NoProjections, lora_form, spare_readers, step_layout
 from webbuild.pipeline.state import Variant
 from webbuild.pipeline.step_form import step_form
 from webbuild.quantize.wasm_twin import int8_plan_name, twin_name, wasm_graph
@@ -89,11 +89,13 @@ def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, acc
     if decoder:
         roles.append(("decoder", v.path("decoder")))
     for role, src in roles:
-        made = decoder_forms(src, dest, src.name, wasm_twin, accuracy_level, forms.get("decoder", "matmul_nbits"))
+        layout: dict[str, dict] = {}
+        made = decoder_forms(src, dest, src.name, wasm_twin, accuracy_level, forms.get("decoder", "matmul_nbits"),
+                             layout)
         shipped.files |= {role: made["graph"]} | {f"{role}_{kind}": made[kind] for kind in ("wasm", "wasm_int8", "step")
                                                   if kind in made}
         if role == "decoder_lora" and "step" in made:
-            shipped.lora_joint = joint_table(dest / made["step"])[0]
+            shipped.lora_layout = layout
             delta = f"{Path(made['step']).stem.removesuffix('.step')}.delta.onnx"
             if write_delta_graph(dest / made["step"], dest / delta):
                 shipped.files["decoder_lora_delta"] = delta
@@ -116,11 +118,11 @@ def _adapted_decoder(v: Variant, decoder: str) -> str:
 
 
 def decoder_forms(src: Path, dest: Path, name: str, wasm_twin: bool, accuracy_level: int | None,
-                  wasm_form: str) -> dict[str, str]:
+                  wasm_form: str, layout: dict[str, dict] | None = None) -> dict[str, str]:
     """The shipped forms of the decoder graph `src`, each written once into `dest` (which holds its weights
     file): the WebGPU form as `name`, its wasm twin (in `wasm_form`, wasm_twin.FORMS) and its step form
-    beside it. Returns the written files by kind: `graph`, and `wasm`, `wasm_int8` (the int8 twin's
-    plan) and `step` where they apply."""
+    beside it, whose lora inputs' layout (lora_form.step_layout) goes into `layout`. Returns the written
+    files by kind: `graph`, and `wasm`, `wasm_int8` (the int8 twin's plan) and `step` where they apply."""
     twin = _decoder_twin_and_webgpu(src, dest / name, dest / twin_name(name), wasm_twin, accuracy_level,
                                     wasm_form)
     if not (dest / name).exists():  # already the WebGPU form: shipped as it is
@@ -128,7 +130,7 @@ def decoder_forms(src: Path, dest: Path, name: str, wasm_twin: bool, accuracy_le
     forms = {"graph": name} | ({"wasm": twin} if twin else {})
     if twin and (dest / int8_plan_name(twin)).exists():
         forms["wasm_int8"] = int8_plan_name(twin)
-    if step := step_decoder(dest, name):
+    if step := step_decoder(dest, name, layout):
         forms["step"] = step
     return forms
 
@@ -144,11 +146,18 @@ def _decoder_twin_and_webgpu(src: Path, webgpu: Path, twin: Path, wasm_twin: boo
     return twin.name if wasm_twin and (moved or rewritten) else None
 
 
-def step_decoder(folder: Path, name: str) -> str | None:
+def step_decoder(folder: Path, name: str, layout: dict[str, dict] | None = None) -> str | None:
     """Write the step form of the WebGPU decoder `folder/name` beside it as `<stem>.step.onnx` (same
-    weights file); its name, or None for a decoder it does not apply to (no token-id input, no GQA)."""
+    weights file); its name, or None for a decoder it does not apply to (no token-id input, no GQA). Its
+    lora inputs' layout (an adapted decoder's: lora_form.step_layout) goes into `layout`."""
     dest = folder / f"{Path(name).stem}.step.onnx"
-    return dest.name if rewrite_file(folder / name, dest, step_form, finish=spare_readers) else None
+
+    def finish(model: ir.Model) -> int:
+        if layout is not None:
+            layout.update(step_layout(model))
+        return spare_readers(model)
+
+    return dest.name if rewrite_file(folder / name, dest, step_form, finish=finish) else None
 
 
 def lora_decoder(folder: Path, name: str) -> str:

@@ -4,7 +4,7 @@ The step form reads each DELTA_GROUPS member's update as one 4-bit MatMulNBits o
 and `.delta_scales` (webbuild.pipeline.lora_form.merged_deltas): down @ up in MatMulNBits' symmetric 4-bit blocks of
 32 along `in`, as webbuild.site.adapter_pack.quantize_blocks makes them. For the 0.6b that product is 11 G
 multiply-adds an adapter, too many for JavaScript at a switch, so the build ships this graph and the page runs it
-on the GPU once per layer (runtime/lora.js LoraInputs), reading the adapted graph's down and ups (already on the
+on the GPU once per layer (runtime/lora-delta.js), reading the adapted graph's down and ups (already on the
 GPU) and writing straight into the step's input buffers (onnxruntime-web's pre-allocated GPU outputs).
 
 Its names are the layer's lora names without the `lora.{i}.` prefix: inputs `{group}.down` [in, rank] and

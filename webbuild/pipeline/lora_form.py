@@ -59,15 +59,12 @@ the product of both.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
-import onnx
 import onnx_ir as ir
 
 from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES, shared_rank
 from webbuild.graph.ir import shared_const
+from webbuild.pipeline.lora_delta import delta_name
 from webbuild.site.adapter_pack import BLOCK as INT8_BLOCK
 from webbuild.site.adapter_pack import down_bits
 from webbuild.site.contract import (
@@ -88,7 +85,7 @@ from webbuild.site.contract import (
 )
 
 RANK_DIM = "lora_rank"
-JOINT_KEY = "webbuild.lora_joint"  # the step graph's metadata: where each joint input's base rows lie (joint_downs)
+LAYOUT = "lora_layout"  # a graph input's `meta` key: its layout record (step_layout), set by the pass that makes it
 ROW_ALIGN = 32  # a joint's parts start on whole blocks of the up's K (joint_downs)
 SPARE_WIDTH = 16  # outputs of the spare readers beside a down alone on its norm (spare_readers)
 ROWS_DIM = "lora_rows"  # batch x sequence: declared on both sides of the up MatMul's Add, see the docstring
@@ -342,7 +339,9 @@ def _pack(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) 
                            first.attributes.get_int("accuracy_level", 0))
     low2 = _reshape(graph, down.outputs[0], [-1, rank], f"{prefix}/low2", dtype, [ROWS_DIM, rank])
     y2 = _reshape(graph, packed.outputs[0], [-1, n_out], f"{prefix}/y2", dtype, [ROWS_DIM, n_out])
-    up = _input(graph, IO.lora_input(layer, group, "up"), dtype, [low.outputs[0].shape[1], n_out])  # as before
+    up = _input(graph, IO.lora_input(layer, group, "up"), dtype, [low.outputs[0].shape[1], n_out],  # as before
+                {"kind": "packed_up", "part": "values", "dims": [rank, n_out],
+                 "from": [IO.lora_input(layer, proj, "up") for proj in DOWN_GROUPS[group]]})
     delta = _op("MatMul", [low2.outputs[0], up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
     add = _op("Add", [delta.outputs[0], y2.outputs[0]], f"{prefix}/out2", dtype, [ROWS_DIM, n_out])
     parts = [ir.Value(name=f"{prefix}/{proj}2", type=ir.TensorType(dtype), shape=ir.Shape([ROWS_DIM, w]))
@@ -370,61 +369,47 @@ def joint_downs(model: ir.Model) -> int:
     `out` is y + x @ down @ up; at accuracy level 0 the identity passes y on unquantized. One kernel where the
     projection, the down and the update's Gemm were three: a dispatch of M = 1 costs its launch whatever its size.
     The base rows are graph inputs too, since onnxruntime folds a Concat of initializers only: the page copies them
-    from the decoder's weights file once, at load, by the model metadata JOINT_KEY ({`lora.{i}.{group}`: out, rows,
-    rank, bits, block, blocks, and the weights file's `location` with `codes` and `scales` as [offset, length]}),
-    which the build copies into the manifest variant's `lora_joint`. Only a projection whose weights are external
-    data is joined (the page has no other bytes of it). Returns how many groups were joined."""
-    graph, table = model.graph, {}
+    from the decoder's weights file once, at load, by their layout records' `base` (the weights file's `location`,
+    `offset` and `length`: step_layout). Only a projection whose weights are external data is joined (the page has
+    no other bytes of it). Returns how many groups were joined."""
+    graph = model.graph
     nodes = {n.name or "": n for n in graph}
-    for name, low in list(nodes.items()):
-        group = next((g for g in JOINT_DOWNS if _branch_part(name, (g,)) == "low"), None)
-        if group is not None and (entry := _join(graph, nodes, low, group)):
-            table[name.removesuffix("/low").replace("/", ".")] = entry
-    if table:
-        model.metadata_props[JOINT_KEY] = json.dumps(table, sort_keys=True)
-    return len(table)
+    lows = [(low, g) for name, low in list(nodes.items()) for g in JOINT_DOWNS if _branch_part(name, (g,)) == "low"]
+    return sum(_join(graph, nodes, low, group) for low, group in lows)
 
 
-def joint_table(step: Path) -> tuple[dict[str, dict], np.ndarray]:
-    """An adapted step graph's joint table (its JOINT_KEY metadata, joint_downs; {} for another graph) and its
-    weights file as uint8, mapped (empty without a table)."""
-    meta = {p.key: p.value for p in onnx.load(str(step), load_external_data=False).metadata_props}
-    table = json.loads(meta.get(JOINT_KEY, "{}"))
-    files = {e["location"] for e in table.values()}
-    weights = np.memmap(step.parent / files.pop(), np.uint8, mode="r") if files else np.zeros(0, np.uint8)
-    return table, weights
-
-
-def _join(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) -> dict | None:
-    """One group's joint form (joint_downs) and its table entry; None, the branch left as it is (quantized_downs
-    takes its down), where the projection is not a plain MatMulNBits of external weights."""
+def _join(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) -> bool:
+    """One group's joint form (joint_downs); False, the branch left as it is (quantized_downs takes its down),
+    where the projection is not a plain MatMulNBits of external weights."""
     layer, (proj_name,) = int((low.name or "").split("/")[1]), DOWN_GROUPS[group]
     add = nodes.get(f"lora/{layer}/{proj_name}/out2")
     proj = _updated_projection(add)
     back = [u for u, _ in add.outputs[0].uses()] if add is not None else []
     if proj is None or proj.op_type != "MatMulNBits" or len(proj.inputs) != 3 or len(back) != 1:
-        return None
+        return False
     x, codes, scales = proj.inputs
-    parts = [_external(v) for v in (codes, scales)]
-    if x is None or None in parts:
-        return None
+    code_base, scale_base = (_external(v) for v in (codes, scales))
+    if x is None or code_base is None or scale_base is None:
+        return False
     (n_in, n_out), dtype = _dims(proj), _dtype(x)
     bits, block = proj.attributes.get_int("bits", 4), proj.attributes.get_int("block_size", 32)
     rows, rank, blocks = _aligned(n_out), _aligned(shared_rank(group)), -(-n_in // block)
     prefix, total = f"lora/{layer}/{group}", rows + rank
+    down = {"kind": "joint_down", "bits": bits, "block": block, "rows": rows,
+            "from": [IO.lora_input(layer, group, "down")]}
     joint_codes = _input(graph, IO.lora_input(layer, group, JOINT_CODES), ir.DataType.UINT8,
-                         [total, blocks, block * bits // 8])
-    joint_scales = _input(graph, IO.lora_input(layer, group, JOINT_SCALES), dtype, [total, blocks])
+                         [total, blocks, block * bits // 8], down | {"part": "codes", "base": code_base})
+    joint_scales = _input(graph, IO.lora_input(layer, group, JOINT_SCALES), dtype, [total, blocks],
+                          down | {"part": "scales", "base": scale_base})
     joint = _nbits([x, joint_codes, joint_scales], f"{prefix}/joint", proj, total, dtype)
     out = back[0].outputs[0]
     up = _nbits_of_inputs(graph, joint.outputs[0], _factor_inputs(layer, proj_name, UP_CODES, UP_SCALES), total, n_out,
                           8, f"lora/{layer}/{proj_name}/up8", list(out.shape) if out.shape is not None else None,
-                          domain=proj.domain)
+                          domain=proj.domain,
+                          record={"kind": "joint_up", "rows": rows, "from": [IO.lora_input(layer, proj_name, "up")]})
     graph.insert_before(proj, [joint, up])
     ir.convenience.replace_all_uses_with(out, up.outputs[0])
-    (location, code_span), (_, scale_span) = parts  # type: ignore[misc]
-    return {"out": n_out, "rows": rows, "rank": rank, "bits": bits, "block": block, "blocks": blocks, "in": n_in,
-            "location": location, "codes": code_span, "scales": scale_span}
+    return True
 
 
 def _aligned(n: int) -> int:
@@ -432,12 +417,12 @@ def _aligned(n: int) -> int:
     return -(-n // ROW_ALIGN) * ROW_ALIGN
 
 
-def _external(v: ir.Value | None) -> tuple[str, list[int]] | None:
-    """(file, [offset, length]) of an initializer stored as external data; None for any other value."""
+def _external(v: ir.Value | None) -> dict | None:
+    """{location, offset, length} of an initializer stored as external data; None for any other value."""
     t = v.const_value if v is not None else None
     if not isinstance(t, ir.ExternalTensor) or t.length is None:
         return None
-    return str(t.location), [int(t.offset or 0), int(t.length)]
+    return {"location": str(t.location), "offset": int(t.offset or 0), "length": int(t.length)}
 
 
 def _nbits(inputs: list, name: str, like: ir.Node, n_out: int, dtype: ir.DataType) -> ir.Node:
@@ -454,7 +439,8 @@ def _quantized_down(graph: ir.Graph, x: ir.Value, layer: int, group: str, n_in: 
     `lora.{i}.{group}.down_codes` uint8 [R, blocks, 32 * bits / 8] and `.down_scales` [R, blocks] in x's type, R
     the group's rank as a number."""
     return _nbits_of_inputs(graph, x, _factor_inputs(layer, group, DOWN_CODES, DOWN_SCALES), n_in, shared_rank(group),
-                            down_bits(group), name, dims, accuracy_level)
+                            down_bits(group), name, dims, accuracy_level,
+                            record={"kind": "down", "from": [IO.lora_input(layer, group, "down")]})
 
 
 def _factor_inputs(layer: int, owner: str, codes: str, scales: str) -> tuple[str, str]:
@@ -463,13 +449,16 @@ def _factor_inputs(layer: int, owner: str, codes: str, scales: str) -> tuple[str
 
 
 def _nbits_of_inputs(graph: ir.Graph, x: ir.Value, names: tuple[str, str], n_in: int, n_out: int, bits: int,
-                     name: str, dims: list | None, accuracy_level: int = 0, domain: str = "com.microsoft") -> ir.Node:
+                     name: str, dims: list | None, accuracy_level: int = 0, domain: str = "com.microsoft",
+                     record: dict | None = None) -> ir.Node:
     """x @ W as a MatMulNBits in blocks of 32 whose W are new graph inputs `names`: codes uint8 [n_out, blocks,
-    32 * bits / 8] and scales [n_out, blocks] in x's type. Accuracy level 0 by default: one dispatch (level 4's
-    DP4A path is two)."""
+    32 * bits / 8] and scales [n_out, blocks] in x's type, each with its layout record (`record`, a codes and a
+    scales part of it: step_layout). Accuracy level 0 by default: one dispatch (level 4's DP4A path is two)."""
     blocks, dtype = -(-n_in // INT8_BLOCK), _dtype(x)
-    codes = _input(graph, names[0], ir.DataType.UINT8, [n_out, blocks, INT8_BLOCK * bits // 8])
-    scales = _input(graph, names[1], dtype, [n_out, blocks])
+    kind = (record or {}) | {"bits": bits, "block": INT8_BLOCK}
+    codes = _input(graph, names[0], ir.DataType.UINT8, [n_out, blocks, INT8_BLOCK * bits // 8],
+                   kind | {"part": "codes"} | _delta_part(kind, names[0]))
+    scales = _input(graph, names[1], dtype, [n_out, blocks], kind | {"part": "scales"} | _delta_part(kind, names[1]))
     node = _op("MatMulNBits", [x, codes, scales], name, dtype, dims, domain=domain)
     for key, value in (("K", n_in), ("N", n_out), ("bits", bits), ("block_size", INT8_BLOCK),
                        ("accuracy_level", accuracy_level)):
@@ -632,8 +621,12 @@ def _merge(graph: ir.Graph, bias: ir.Node) -> bool:
         return False
     assert x is not None and x.shape is not None, "a value of static width"
     _, layer, proj, _ = (bias.name or "").split("/")
+    group = next(g for g in DELTA_GROUPS if proj in DOWN_GROUPS[g])
+    sources = [(group, "down"), (proj, "up")]
+    record = {"kind": "delta", "from": [IO.lora_input(int(layer), *s) for s in sources],
+              "delta": {"run": int(layer), "from": [delta_name(*s) for s in sources]}}
     merged = _nbits_of_inputs(graph, x, _factor_inputs(int(layer), proj, DELTA_CODES, DELTA_SCALES), n_in, n_out,
-                              DELTA_BITS, f"lora/{layer}/{proj}/delta4", [*x.shape[:-1], n_out])
+                              DELTA_BITS, f"lora/{layer}/{proj}/delta4", [*x.shape[:-1], n_out], record=record)
     graph.insert_before(bias, [merged])
     bias.replace_input_with(0, merged.outputs[0])
     return True
@@ -668,8 +661,40 @@ def _dims(node: ir.Node) -> tuple[int, int]:
     return int(k), int(n)
 
 
-def _input(graph: ir.Graph, name: str, dtype: ir.DataType, dims: list) -> ir.Value:
-    """A graph input of shape `dims`, with no default (see the module's docstring)."""
+def _input(graph: ir.Graph, name: str, dtype: ir.DataType, dims: list, record: dict | None = None) -> ir.Value:
+    """A graph input of shape `dims`, with no default (see the module's docstring); `record`: its layout record
+    (step_layout), of these dims unless it names its own."""
     value = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(dims))
+    if record is not None:
+        value.meta[LAYOUT] = {"dims": dims} | record
     graph.inputs.append(value)
     return value
+
+
+def _delta_part(record: dict, name: str) -> dict:
+    """A merged update's input's name in the delta graph (webbuild.pipeline.lora_delta), in its record's `delta`."""
+    if "delta" not in record:
+        return {}
+    layer, proj, factor = IO.lora_parts(name) or (0, "", "")
+    return {"delta": record["delta"] | {"to": delta_name(proj, factor)}}
+
+
+def step_layout(model: ir.Model) -> dict[str, dict]:
+    """{input: record} of every lora input of an adapted step graph, in input order: what the page, the Python
+    packer (webbuild.site.adapter_pack.step_inputs) and the check stage read to make each input from an adapter's
+    tensors (docs/adapters.md, "The step layout"). The passes that make an input give it its record; an input
+    that none made (a down or up as the adapted graph reads it) is the adapter's tensor itself, kind `float`."""
+    layout = {}
+    for v in model.graph.inputs:
+        parts = IO.lora_parts(v.name or "")
+        if parts is not None:
+            layout[v.name or ""] = v.meta.get(LAYOUT) or _float_record(v, parts)
+    return layout
+
+
+def _float_record(v: ir.Value, parts: tuple[int, str, str]) -> dict:
+    """The record of an input that is an adapter's tensor as it is: its dims with the group's rank for R."""
+    _, owner, _ = parts
+    group = next((g for g, projs in DOWN_GROUPS.items() if owner in projs or owner == g), owner)
+    dims = [d if isinstance(d, int) else shared_rank(group) for d in (v.shape or [])]
+    return {"kind": "float", "part": "values", "dims": dims, "from": [v.name or ""]}

@@ -193,8 +193,8 @@ def stage_shard(ctx: BuildContext) -> None:
     for name, fit in ctx.state.wasm_plans.items():
         entries[name]["wasm"] = {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
     for name, v in variants.items():
-        if v.lora_joint:
-            entries[name]["lora_joint"] = v.lora_joint
+        if v.lora_layout:
+            entries[name]["lora_layout"] = v.lora_layout
     manifest = shard_files(files | ctx.state.adapter_files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
                            max_bytes=ctx.cfg.shard.max_bytes, variants=entries, adapters=ctx.state.adapters)
     ctx.state.manifest = manifest

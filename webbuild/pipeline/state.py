@@ -35,9 +35,9 @@ class Variant:
     name: str  # fp16 | fp32
     dir: Path
     files: dict[str, str] = field(default_factory=dict)
-    # the adapted step form's joined groups: where their base rows lie in the decoder's weights file
-    # (webbuild.pipeline.lora_form.joint_downs); the manifest entry's `lora_joint`
-    lora_joint: dict[str, dict] = field(default_factory=dict)
+    # the adapted step form's lora inputs: how each is made from an adapter's tensors
+    # (webbuild.pipeline.lora_form.step_layout); the manifest entry's `lora_layout`
+    lora_layout: dict[str, dict] = field(default_factory=dict)
 
     @property
     def dtype(self) -> str:

@@ -10,25 +10,19 @@ its group's shared rank (webbuild.adapters.DOWN_GROUPS), and the zeros would tri
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from webbuild.adapters import CONFIG, DOWN_GROUPS, WEIGHTS, read_tensors, shared_rank, tensor_name, update_scale
+from webbuild.adapters import CONFIG, DOWN_GROUPS, WEIGHTS, read_tensors, tensor_name, update_scale
 from webbuild.site.contract import (
     DELTA_BITS,
     DELTA_CODES,
     DELTA_GROUPS,
     DELTA_SCALES,
     DOWN_BITS,
-    DOWN_CODES,
-    DOWN_SCALES,
     IO,
-    JOINT_CODES,
-    JOINT_SCALES,
-    PACKED_UPS,
-    UP_CODES,
-    UP_SCALES,
 )
 
 BLOCK = 32
@@ -96,79 +90,97 @@ def quantize_blocks(w: np.ndarray, bits: int, block: int = BLOCK) -> tuple[np.nd
     return codes, scales.astype(np.float32)
 
 
-def step_downs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.ndarray]:
-    """{input: value} of the downs as the adapted step form reads them (webbuild.pipeline.lora_form.quantized_downs and
-    packed_updates): each group's down [in, R] of `inputs` (graph_inputs' form; [in, 0] for no adapter) padded
-    with zero columns to the build's rank for the group, then quantize_blocks' codes in down_bits, and its
-    scales in `dtype`, the graph's float type. runtime/lora.js stepDowns computes the same."""
+def step_inputs(inputs: dict[str, np.ndarray], layout: dict[str, dict],
+                weights: Callable[[str], np.ndarray] | None = None, dtype=np.float32) -> dict[str, np.ndarray]:
+    """{input: value} of an adapted step graph's lora inputs, each made from the adapter tensors of `inputs`
+    (graph_inputs' form; a tensor absent: zeros, no adapter) as its record of `layout` says (the manifest variant's
+    `lora_layout`, webbuild.pipeline.lora_form.step_layout): codes uint8, scales and values in `dtype` (the graph's
+    float type). `weights(location)`: a weights file's bytes as uint8, for a joint's base rows (`base`).
+    runtime/lora.js makes the same, bit for bit (a `delta` kind up to the order of its product's sums)."""
     out = {}
-    for name, down in inputs.items():
-        parts = IO.lora_parts(name)
-        if parts is None or parts[2] != "down":
-            continue
-        layer, group, _ = parts
-        padded = np.zeros((down.shape[0], shared_rank(group)), np.float32)
-        padded[:, :down.shape[1]] = down
-        codes, scales = quantize_blocks(padded, down_bits(group))
-        out[IO.lora_input(layer, group, DOWN_CODES)] = codes
-        out[IO.lora_input(layer, group, DOWN_SCALES)] = scales.astype(dtype)
+    for name, record in layout.items():
+        value = ENCODERS[record["kind"]](record, [inputs.get(n) for n in record["from"]], dtype)[record["part"]]
+        value = value if record["part"] == "codes" else value.astype(dtype)
+        out[name] = _placed(record, value, weights) if record["kind"] == "joint_down" else value
     return out
 
 
-def joint_inputs(inputs: dict[str, np.ndarray], table: dict[str, dict], weights: np.ndarray,
-                 dtype=np.float32) -> dict[str, np.ndarray]:
-    """{input: value} of the JOINT_DOWNS groups' inputs as the adapted step form reads them
-    (webbuild.pipeline.lora_form.joint_downs), for its `table` (the step graph's JOINT_KEY metadata, the manifest
-    variant's `lora_joint`), the decoder's weights file as uint8 `weights`, and `inputs` in graph_inputs' form (no
-    adapter: empty or absent). runtime/lora.js computes the same (the base rows it copies at load)."""
-    out = {}
-    for key, e in table.items():
-        layer, group = int(key.split(".")[1]), key.split(".")[2]
-        (proj,) = DOWN_GROUPS[group]
-        codes, scales = joint_base(e, weights, dtype)
-        down = joint_down(inputs.get(IO.lora_input(layer, group, "down")), e)
-        codes[e["rows"]:], scales[e["rows"]:] = down[0], down[1].astype(dtype)
-        out[IO.lora_input(layer, group, JOINT_CODES)], out[IO.lora_input(layer, group, JOINT_SCALES)] = codes, scales
-        up_codes, up_scales = joint_up(inputs.get(IO.lora_input(layer, proj, "up")), e)
-        out[IO.lora_input(layer, proj, UP_CODES)], out[IO.lora_input(layer, proj, UP_SCALES)] = \
-            up_codes, up_scales.astype(dtype)
+def _padded(source: np.ndarray | None, k: int, n: int) -> np.ndarray:
+    """`source` (None: nothing) in the top left of zeros [k, n], float32."""
+    out = np.zeros((k, n), np.float32)
+    if source is not None:
+        out[:source.shape[0], :source.shape[1]] = source
     return out
 
 
-def joint_base(e: dict, weights: np.ndarray, dtype) -> tuple[np.ndarray, np.ndarray]:
-    """A joint's codes [rows + rank, blocks, block * bits / 8] and scales [rows + rank, blocks] holding the base
-    projection's (from the weights file) and zero codes and scales after them."""
-    per_row = e["block"] * e["bits"] // 8
-    (at, length), (scales_at, scales_length) = e["codes"], e["scales"]
-    total, zero = e["rows"] + e["rank"], 2 ** (e["bits"] - 1)
-    codes = np.full((total, e["blocks"], per_row), zero | (zero << 4) if e["bits"] == 4 else zero, np.uint8)
-    codes[:e["out"]] = weights[at:at + length].reshape(e["out"], e["blocks"], per_row)
-    scales = np.zeros((total, e["blocks"]), dtype)
-    scales[:e["out"]] = weights[scales_at:scales_at + scales_length].view(dtype).reshape(e["out"], e["blocks"])
-    return codes, scales
+def _blocks(record: dict, w: np.ndarray) -> dict[str, np.ndarray]:
+    codes, scales = quantize_blocks(w, record["bits"], record["block"])
+    return {"codes": codes, "scales": scales}
 
 
-def joint_down(down: np.ndarray | None, e: dict) -> tuple[np.ndarray, np.ndarray]:
-    """A down [in, R] (None: no adapter) as a joint's last `rank` rows: codes and float32 scales in the base
-    projection's bits and blocks, zero columns up to `rank`."""
-    padded = np.zeros((e["in"], e["rank"]), np.float32)
-    if down is not None:
-        padded[:, :down.shape[1]] = down
-    return quantize_blocks(padded, e["bits"], e["block"])
+def _float(record: dict, sources: list, dtype) -> dict[str, np.ndarray]:
+    """The adapter's tensor itself."""
+    return {"values": _padded(sources[0], *record["dims"])}
 
 
-def joint_up(up: np.ndarray | None, e: dict) -> tuple[np.ndarray, np.ndarray]:
-    """An up [R, out] (None: no adapter) as the 8-bit weights [rows + rank, out] that add it: an identity over the
-    first `out` rows (code 192 at scale 1/64, exactly 1), the up's codes and float32 scales from row `rows` on."""
-    padded = np.zeros((e["rank"], e["out"]), np.float32)
-    if up is not None:
-        padded[:up.shape[0]] = up
-    codes, scales = quantize_blocks(padded, 8)
-    n, eye_blocks = e["out"], e["rows"] // BLOCK
+def _down(record: dict, sources: list, dtype) -> dict[str, np.ndarray]:
+    """A down [in, r] in MatMulNBits blocks, its columns padded to the record's R: codes [R, blocks, ...]."""
+    rank, blocks = record["dims"][:2]
+    return _blocks(record, _padded(sources[0], blocks * record["block"], rank))
+
+
+def _packed_up(record: dict, sources: list, dtype) -> dict[str, np.ndarray]:
+    """Ups [R, out] side by side."""
+    if any(s is None for s in sources):
+        return {"values": np.zeros(record["dims"], np.float32)}
+    return {"values": np.concatenate(sources, axis=1)}
+
+
+def _joint_down(record: dict, sources: list, dtype) -> dict[str, np.ndarray]:
+    """A down as a joint's last rows (from `rows` on): its codes and scales in the projection's bits and blocks,
+    its columns padded to the joint's rank; _placed puts the base rows before them."""
+    total, blocks = record["dims"][:2]
+    return _blocks(record, _padded(sources[0], blocks * record["block"], total - record["rows"]))
+
+
+def _placed(record: dict, part: np.ndarray, weights: Callable[[str], np.ndarray] | None) -> np.ndarray:
+    """A joint's whole input: the base projection's bytes (its record's `base`, from the weights file), zero codes
+    and scales up to row `rows`, then `part`."""
+    zero = 2 ** (record["bits"] - 1)
+    fill = (zero | (zero << 4) if record["bits"] == 4 else zero) if record["part"] == "codes" else 0
+    full = np.full([record["dims"][0], *part.shape[1:]], fill, part.dtype)
+    full[record["rows"]:] = part
+    base = record["base"]
+    if weights is None:
+        raise ValueError(f"{', '.join(record['from'])}: a joint's base rows need the weights file {base['location']}")
+    full.view(np.uint8).reshape(-1)[:base["length"]] = weights(base["location"])[base["offset"]:][:base["length"]]
+    return full
+
+
+def _joint_up(record: dict, sources: list, dtype) -> dict[str, np.ndarray]:
+    """An up [R, out] as the 8-bit weights [rows + rank, out] that add it: an identity over the first `rows` rows
+    (code 192 at scale 1/64, exactly 1), the up's codes and scales below it."""
+    n, blocks = record["dims"][:2]
+    eye_blocks = record["rows"] // BLOCK
+    up = _blocks(record, _padded(sources[0], (blocks - eye_blocks) * BLOCK, n))
     eye = np.full((n, eye_blocks * BLOCK), ZERO_POINT, np.uint8)
     eye[np.arange(n), np.arange(n)] = ZERO_POINT + IDENTITY_CODE
     eye_scales = np.full((n, eye_blocks), 1 / IDENTITY_CODE, np.float32)
-    return np.concatenate([eye.reshape(n, eye_blocks, BLOCK), codes], axis=1), np.concatenate([eye_scales, scales], 1)
+    return {"codes": np.concatenate([eye.reshape(n, eye_blocks, BLOCK), up["codes"]], axis=1),
+            "scales": np.concatenate([eye_scales, up["scales"]], axis=1)}
+
+
+def _delta(record: dict, sources: list, dtype) -> dict[str, np.ndarray]:
+    """down @ up in blocks, multiplied in float32 of the values in `dtype` (as the page holds them)."""
+    out, blocks = record["dims"][:2]
+    down, up = (s.astype(dtype).astype(np.float32) if s is not None else None for s in sources)
+    product = down @ up if down is not None and up is not None else None
+    return _blocks(record, _padded(product, blocks * record["block"], out))
+
+
+# how each kind of step input is made from its adapter tensors (the layout record's `kind`)
+ENCODERS = {"float": _float, "down": _down, "packed_up": _packed_up, "joint_down": _joint_down,
+            "joint_up": _joint_up, "delta": _delta}
 
 
 def delta_inputs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.ndarray]:
@@ -193,21 +205,8 @@ def delta_inputs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, n
 
 def down_bits(group: str) -> int:
     """The bits of a group's down codes in the step form: 4 for a FUSED_DOWNS group (its down rides in a norm's fused
-    kernel, which reads 4-bit weights only), 8 for the others; runtime.json's `lora_down_bits`."""
+    kernel, which reads 4-bit weights only), 8 for the others."""
     return DOWN_BITS[group]
-
-
-def packed_ups(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """{input: value} of the ups the adapted step form reads as one per layer and PACKED_UPS group
-    (webbuild.pipeline.lora_form.packed_updates): the members' ups of `inputs` side by side. runtime/lora.js
-    LoraInputs writes the same."""
-    out: dict[str, np.ndarray] = {}
-    layers = {parts[0] for name in inputs if (parts := IO.lora_parts(name)) is not None}
-    for layer, group in ((layer, group) for layer in sorted(layers) for group in PACKED_UPS):
-        names = [IO.lora_input(layer, proj, "up") for proj in DOWN_GROUPS[group]]
-        if all(name in inputs for name in names):
-            out[IO.lora_input(layer, group, "up")] = np.concatenate([inputs[name] for name in names], axis=1)
-    return out
 
 
 def dequantize_int8(codes: np.ndarray, scales: np.ndarray, k: int) -> np.ndarray:

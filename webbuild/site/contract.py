@@ -26,23 +26,26 @@ LORA_PICKER = "lora"
 # the id of the page's language picker (a <select>: '' for automatic, else one of runtime.json's prompt.languages),
 # which `webbuild verify` drives; window.webbuild.language is the language the last answer named
 LANGUAGE_PICKER = "language"
-# the adapted step form's down factors (webbuild.pipeline.lora_form.quantized_downs; runtime/lora.js writes them):
-# a group's down in MatMulNBits' 8-bit layout, codes and scales (a FUSED_DOWNS group's 4-bit: adapter_pack.down_bits)
+# The adapted step form's lora inputs, by the graph passes that make them (webbuild.pipeline.lora_form); each pass
+# gives each input it makes a layout record, which the manifest variant's `lora_layout` carries to the page
+# (lora_form.step_layout, docs/adapters.md). The names and choices below are the build's alone.
+# the step form's down factors (webbuild.pipeline.lora_form.quantized_downs): a group's down in MatMulNBits' 8-bit
+# layout, codes and scales (a FUSED_DOWNS group's 4-bit: adapter_pack.down_bits)
 DOWN_CODES, DOWN_SCALES = "down_codes", "down_scales"
 # the groups whose down rides in a norm's fused kernel in the adapted step form (lora_form.spare_readers): 4-bit
-# codes, the only kind that kernel reads; runtime.json's `lora_down_bits` gives the page every group's bits
+# codes, the only kind that kernel reads
 FUSED_DOWNS = ("qkv_proj", "gate_up_proj")
 DOWN_BITS = {group: 4 if group in FUSED_DOWNS else 8 for group in DOWN_GROUPS}
 # the groups whose down the adapted step form joins to its projection's weights (lora_form.joint_downs): one 4-bit
 # MatMulNBits of `lora.{i}.{group}.joint_codes` / `.joint_scales` (the base projection's rows, which the page copies
 # from the decoder's weights file at load, then the down's) gives the projection's output and the down's side by
 # side, and one 8-bit MatMulNBits of `lora.{i}.{proj}.up_codes` / `.up_scales` (an identity over the first, the up
-# over the second) adds the update. The manifest variant's `lora_joint` says where each base part lies.
+# over the second) adds the update. Their layout records' `base` says where each base part lies.
 JOINT_DOWNS = ("o_proj", "down_proj")
 JOINT_CODES, JOINT_SCALES, UP_CODES, UP_SCALES = "joint_codes", "joint_scales", "up_codes", "up_scales"
 # the groups whose projections the adapted step form packs into one MatMulNBits (lora_form.packed_updates): their
-# ups are one input, `lora.{i}.{group}.up`, the members' ups side by side in DOWN_GROUPS order (runtime/lora.js),
-# and their down is 4-bit (FUSED_DOWNS)
+# ups are one input, `lora.{i}.{group}.up`, the members' ups side by side in DOWN_GROUPS order, and their down is
+# 4-bit (FUSED_DOWNS)
 PACKED_UPS = ("qkv_proj",)
 # the groups whose updates the adapted step form reads merged (lora_form.merged_deltas): each member's update
 # down @ up as one 4-bit MatMulNBits of `lora.{i}.{proj}.delta_codes` / `.delta_scales`, riding in the fused kernel of
@@ -208,7 +211,4 @@ def runs_on(variant: str, provider: str) -> bool:
 def runtime_names() -> dict:
     """runtime.json's keys for the names above (webbuild.pipeline.assemble.runtime_config)."""
     return {"files": {"tokens": TOKENS_FILE, "ort_module": f"{ORT_DIR}/{ORT_MODULE}", "ort_wasm": ORT_WASM},
-            "roles": FILE_ROLES, "io": IO.names(), "variants": VARIANTS,
-            "lora_packed_ups": {group: list(DOWN_GROUPS[group]) for group in PACKED_UPS},
-            "lora_down_bits": DOWN_BITS,
-            "lora_delta_groups": {group: list(DOWN_GROUPS[group]) for group in DELTA_GROUPS}}
+            "roles": FILE_ROLES, "io": IO.names(), "variants": VARIANTS}

@@ -8,5 +8,5 @@ export type Ort = typeof ort;
 export type OrtSession = ort.InferenceSession;
 export type OrtTensor = ort.Tensor;
 export type OrtSessionOptions = ort.InferenceSession.SessionOptions;
-export type { LoraJoint, Manifest, Variant as ManifestVariant, WasmFit } from './schemas/manifest';
+export type { LoraInput, Manifest, Variant as ManifestVariant, WasmFit } from './schemas/manifest';
 export type { Runtime, VariantPolicy } from './schemas/runtime';

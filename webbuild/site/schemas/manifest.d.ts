@@ -9,31 +9,42 @@ export type Variant = {
   requires: string[];
   providers: ("webgpu" | "wasm")[];
   wasm?: WasmFit;
-  /** the adapted step form's joined groups by `lora.{i}.{group}` (webbuild.pipeline.lora_form.joint_downs): the projection's width (out), rows and rank of the joint weights, its bits, block size, blocks and inputs (in), and where its codes and scales lie in the weights file */
-  lora_joint?: {
-    [k: string]: LoraJoint;
+  /** the adapted step form's lora inputs by name (webbuild.pipeline.lora_form.step_layout): how each is made from the adapter's tensors */
+  lora_layout?: {
+    [k: string]: LoraInput;
   };
   [k: string]: string | string[] | "float16" | "float32" | ("webgpu" | "wasm")[] | WasmFit | {
-    [k: string]: LoraJoint;
+    [k: string]: LoraInput;
   } | undefined;
 };
 
-export type LoraJoint = {
-  out: number;
-  rows: number;
-  rank: number;
-  bits: 4 | 8;
-  block: number;
-  blocks: number;
-  in: number;
-  /** the weights file, as the graph names it */
-  location: string;
-  codes: Span;
-  scales: Span;
+/** one adapted step input: `kind` says how it is made from the adapter's tensors `from` (float: the tensor itself; down: a down in MatMulNBits blocks; packed_up: ups side by side; joint_down: a down's rows after the projection's `rows` base rows; joint_up: an 8-bit identity over `rows` rows with the up below; delta: down @ up in blocks, made by the delta graph), `part` which of its codes, scales or values it is */
+export type LoraInput = {
+  kind: "float" | "down" | "packed_up" | "joint_down" | "joint_up" | "delta";
+  part: "values" | "codes" | "scales";
+  dims: number[];
+  /** the adapter's tensors it is made from */
+  from: string[];
+  bits?: 4 | 8;
+  block?: number;
+  /** joint_down: the row where the down's rows start; joint_up: the identity's rows */
+  rows?: number;
+  base?: Span;
+  /** its run of the delta graph (webbuild.pipeline.lora_delta): which run (a layer), the graph's names of `from` and of this input */
+  delta?: {
+    run: number;
+    from: string[];
+    to: string;
+  };
 };
 
-/** [offset, length] in bytes */
-export type Span = number[];
+/** joint_down: where the projection's own rows lie in the decoder's weights file, in bytes */
+export type Span = {
+  /** the weights file, as the graph names it */
+  location: string;
+  offset: number;
+  length: number;
+};
 
 /** the wasm EP's memory estimate (webbuild.pipeline.wasm_budget) */
 export type WasmFit = {

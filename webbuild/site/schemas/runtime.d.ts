@@ -118,16 +118,4 @@ export type Runtime = {
   variants: {
     [k: string]: VariantPolicy;
   };
-  /** per group, the projections whose ups an adapted step form reads side by side as the group's up (webbuild.site.contract.PACKED_UPS) */
-  lora_packed_ups: {
-    [k: string]: string[];
-  };
-  /** per group, the bits of its down's codes in an adapted step form: 4 where the down rides in a norm's fused kernel, else 8 (webbuild.site.contract.DOWN_BITS) */
-  lora_down_bits: {
-    [k: string]: 4 | 8;
-  };
-  /** per group, the projections whose updates an adapted step form reads merged, made at a switch by the delta graph (webbuild.site.contract.DELTA_GROUPS) */
-  lora_delta_groups: {
-    [k: string]: string[];
-  };
 };

@@ -16,7 +16,7 @@ import { kvNames } from './contract.js';
 import { fixedChoice, measureForms } from './decode-form.js';
 import { lastRow, pickLast, toFloat32 } from './greedy.js';
 import { int8WeightsInWorkers, int8Workers, readInt8Plan } from './int8.js';
-import { LoraInputs } from './lora.js';
+import { LoraInputs } from './lora-inputs.js';
 import { BpeEncoder, checkContextLength } from './bpe.js';
 import { StreamingDecoder, TokenTable, answerLanguage, answerText } from './tokens.js';
 
@@ -33,7 +33,7 @@ import { StreamingDecoder, TokenTable, answerLanguage, answerText } from './toke
 /**
  * A variant's graphs as the recogniser takes them (site.js variantGraphs).
  * @typedef {{dtype?: 'float16' | 'float32', encoder: GraphFiles, decoder: GraphFiles, decoder_lora?: GraphFiles,
- *   lora?: Record<string, number[]> | null, loraJoint?: import('./lora.js').JointTable}} Graphs
+ *   lora?: Record<string, number[]> | null, loraLayout?: import('./lora-encode.js').LoraLayout}} Graphs
  */
 /** @typedef {Record<string, OrtTensor>} Feeds  tensors by input or output name */
 /** @typedef {(choice: import('./greedy.js').Pick) => boolean} Emit  takes a chosen token; whether to go on */
@@ -79,7 +79,7 @@ export class Recogniser {
     await r.loadDecoder(files, graphs.decoder, graphs.dtype);
     if (graphs.lora && graphs.decoder_lora?.graph) {
       await ready(used(graphs.decoder_lora));
-      await r.loadAdapted(files, graphs.decoder_lora, graphs.lora, graphs.loraJoint);
+      await r.loadAdapted(files, graphs.decoder_lora, graphs.lora, graphs.loraLayout);
     }
     await ready([runtime.files.tokens]);
     r.tokens = new TokenTable(/** @type {Uint8Array} */ (files.get(runtime.files.tokens)));
@@ -113,28 +113,25 @@ export class Recogniser {
   }
 
   // The adapted decoder (docs/adapters.md), loaded beside the base one: its lora.* inputs made once
-  // (lora.js LoraInputs: zeros, the base model, until an adapter is written into them). The base
+  // (lora-inputs.js LoraInputs: zeros, the base model, until an adapter is written into them). The base
   // sessions decode while no adapter is on, so a build's adapters cost the base decode nothing.
   /**
    * @param {Files} files
    * @param {GraphFiles} decoder
    * @param {Record<string, number[]>} shapes lora.js loraShapes
-   * @param {import('./lora.js').JointTable} [joint] the manifest variant's lora_joint: the step form's joined groups
+   * @param {import('./lora-encode.js').LoraLayout} [layout] the manifest variant's lora_layout: the step form's inputs
    */
-  async loadAdapted(files, decoder, shapes, joint = {}) {
+  async loadAdapted(files, decoder, shapes, layout = {}) {
     // a provider given by name has no device
     const device = await this.gpuDevice();
-    this.loraJoint = joint;
-    // the delta graph makes the step's merged updates at a switch (lora.js computeDeltas), on the sessions' GPU;
+    this.loraLayout = layout;
+    // the delta graph makes the step's merged updates at a switch (lora-inputs.js computeDeltas), on the sessions' GPU;
     // without it the adapted step cannot be fed, and the adapted decode runs plain steps (decodeMode says why)
     const delta = device && decoder.delta ? await this.ort.InferenceSession.create(
       /** @type {Uint8Array} */ (files.get(decoder.delta)), { ...this.sessionOptions(), executionProviders: [this.provider] })
       .catch((e) => { console.warn(`the adapter's delta graph: ${e?.message ?? e}`); return null; }) : null;
     // the joined groups' base rows are copied from the weights file when the step's inputs are made (loadSteps)
-    const lora = new LoraInputs(this.ort, shapes, this.dtype, device, {
-      packed: this.rt.lora_packed_ups, bits: this.rt.lora_down_bits, joint, file: (name) => files.get(name),
-      merged: this.rt.lora_delta_groups ?? {}, delta,
-    });
+    const lora = new LoraInputs(this.ort, shapes, this.dtype, device, { layout, file: (name) => files.get(name), delta });
     this.adapted = await this.decoderSet(files, decoder, lora);
     await lora.computeDeltas(); // on the zeros: its shaders compiled now, not at the first switch
   }
@@ -256,8 +253,8 @@ export class Recogniser {
     this.kv = kvNames(this.io, this.d?.num_layers ?? 0); // {past, present} per layer, key then value
     /** @type {DecoderSet | null} */
     this.adapted = null; // the adapted decoder's set, in a build with adapters (loadAdapted)
-    /** @type {import('./lora.js').JointTable} the adapted step's joined groups (switchLora makes their values by it) */
-    this.loraJoint = {};
+    /** @type {import('./lora-encode.js').LoraLayout} the adapted step's inputs (switchLora makes their values by it) */
+    this.loraLayout = {};
     /** @type {'float16' | 'float32'} */
     this.dtype = 'float32';
     /** @type {TokenTable | null} */

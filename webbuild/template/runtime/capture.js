@@ -41,7 +41,7 @@ export class CapturedSteps {
   // graphs' input and output names (webbuild/site/contract.py IO); positions: T.
   // shared: another CapturedSteps whose static buffers this one reads and writes too (the base steps, for
   // the adapted ones: one decodes at a time); extraFeeds: given the step graph's input names, GPU tensors bound
-  // once beside its own inputs (the adapted graph's lora.* inputs, runtime/lora.js stepFeedsFor).
+  // once beside its own inputs (the adapted graph's lora.* inputs, runtime/lora-inputs.js stepFeedsFor).
   /**
    * @param {Ort} ort
    * @param {string | {name: string, device?: GPUDevice}} provider

@@ -190,7 +190,7 @@ export function variantGraphs(entry, roles, manifest = null) {
     const names = /** @type {GraphFiles} */ (Object.fromEntries(Object.entries(table).map(([kind, role]) => [kind, entry[role]])));
     if (graph !== 'decoder_lora' || names.graph) /** @type {Record<string, GraphFiles>} */ (/** @type {unknown} */ (graphs))[graph] = names; // the adapted decoder: builds with adapters
   }
-  if (graphs.decoder_lora) Object.assign(graphs, { lora: loraShapes(manifest), loraJoint: entry.lora_joint ?? {} });
+  if (graphs.decoder_lora) Object.assign(graphs, { lora: loraShapes(manifest), loraLayout: entry.lora_layout ?? {} });
   return graphs;
 }
 
