@@ -52,8 +52,10 @@ def test_the_wheel_holds_what_a_build_reads(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     folder = "webbuild/site/onnxruntime-web"
     ort = {f"{folder}/{name}" for name in lock()["files"]}
-    assert ort | {"webbuild/site/ort.lock.json", "webbuild/train/vocabulary.txt", "webbuild/tools/pages.yml",
-                  "webbuild/template/index.html.j2", "webbuild/tools/bench/bench.mjs"} <= names
+    vocabularies = {f"webbuild/train/vocabulary/{p.name}" for p in (REPO / "webbuild/train/vocabulary").glob("*.txt")}
+    assert "webbuild/train/vocabulary/en-us.txt" in vocabularies and len(vocabularies) >= 5  # training's word lists
+    assert ort | vocabularies | {"webbuild/site/ort.lock.json", "webbuild/tools/pages.yml",
+                                 "webbuild/template/index.html.j2", "webbuild/tools/bench/bench.mjs"} <= names
     for name, digest in lock()["files"].items():
         assert hashlib.sha256(zipfile.ZipFile(wheel).read(f"{folder}/{name}")).hexdigest() == digest
 

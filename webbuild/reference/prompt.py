@@ -83,9 +83,9 @@ def build_prompt(tok: Tokenizer, audio_tokens: int, language: str | None = None,
     return Prompt(prefix + [pad] * audio_tokens + suffix + forced, len(prefix), audio_tokens)
 
 
-def answer_text(text: str) -> str:
-    """The assistant's full answer for transcript `text` (training target)."""
-    return f"{ANSWER_PREFIX}{text}{ANSWER_END}"
+def answer_text(text: str, language: str = "English") -> str:
+    """The assistant's full answer for transcript `text` spoken in `language` (training target)."""
+    return f"{answer_prefix(language)}{text}{ANSWER_END}"
 
 
 def parse_answer(decoded: str) -> str:

@@ -22,19 +22,23 @@ class ClipStore:
     offsets: torch.Tensor  # int64 [clips]
     lengths: torch.Tensor  # int64 [clips]
     texts: list[str]
-    answers: list[list[int]]
+    answers: list[list[int]]  # `language <Name><asr_text>text<|im_end|>`, the clip's language named
     words: list[list[int]]  # transcript tokens alone (the CTC target)
+    languages: list[str]  # each clip's language name
 
     @classmethod
     def build(cls, clips: Clips, tok: Tokenizer, device: str) -> ClipStore:
-        answers = [tok.encode(answer_text(t), add_special_tokens=False).ids for t in clips.texts]
+        answers = [tok.encode(answer_text(t, lang), add_special_tokens=False).ids
+                   for t, lang in zip(clips.texts, clips.languages)]
         words = [tok.encode(t, add_special_tokens=False).ids for t in clips.texts]
         as_t = lambda a: torch.as_tensor(a).to(device)  # noqa: E731
-        return cls(as_t(clips.pcm), as_t(clips.offsets), as_t(clips.lengths), clips.texts, answers, words)
+        return cls(as_t(clips.pcm), as_t(clips.offsets), as_t(clips.lengths), clips.texts, answers, words,
+                   clips.languages)
 
     def head(self, n: int) -> ClipStore:
         """The first `n` clips (sharing the sample storage)."""
-        return ClipStore(self.pcm, self.offsets[:n], self.lengths[:n], self.texts[:n], self.answers[:n], self.words[:n])
+        return ClipStore(self.pcm, self.offsets[:n], self.lengths[:n], self.texts[:n], self.answers[:n], self.words[:n],
+                         self.languages[:n])
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -56,13 +60,16 @@ def features(store: ClipStore, idx: torch.Tensor, random_pad: bool = False, lead
     return feats, mask
 
 
-def token_batch(store: ClipStore, idx: torch.Tensor, mask: torch.Tensor, tok: Tokenizer, train: bool):
+def token_batch(store: ClipStore, idx: torch.Tensor, mask: torch.Tensor, tok: Tokenizer, train: bool,
+                forced: bool = False):
     """input_ids, attention_mask and labels. Training rows hold prompt + answer, right-padded;
-    eval rows hold the prompt only, left-padded for generation."""
+    eval rows hold the prompt only, left-padded for generation; `forced`: each eval prompt ends with its
+    clip's language's answer prefix (the forced language), so decoding starts at the text."""
     pad = tok.token_to_id("<|endoftext|>")
     rows, labels = [], []
     for i, frames in zip(idx.tolist(), mask.sum(1).tolist()):
-        prompt = build_prompt(tok, audio_token_count(int(frames))).ids
+        forced_language = store.languages[i] if forced and not train else None
+        prompt = build_prompt(tok, audio_token_count(int(frames)), forced_language).ids
         answer = store.answers[i] if train else []
         rows.append(prompt + answer)
         labels.append([IGNORE] * len(prompt) + answer)

@@ -1,7 +1,8 @@
 """Find words that espeak-ng pronounces identically (the model cannot tell them apart).
 
-Used once to clean `webbuild/train/vocabulary.txt`:
-`python -m webbuild.train.homophones webbuild/train/vocabulary.txt` prints each clash.
+Used once to clean `webbuild/train/vocabulary/en-us.txt`:
+`python -m webbuild.train.homophones webbuild/train/vocabulary/en-us.txt` prints each clash (in en-us and
+en-gb-x-rp; VOICE arguments after the file name others: `... vocabulary/ru.txt ru ru-lv`).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def clashes(words: list[str], voices=VOICES) -> list[list[str]]:
 
 
 if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
+    with open(sys.argv[1], encoding="utf-8") as f:
         vocab = [w.strip() for w in f if w.strip()]
-    for group in clashes(vocab):
+    for group in clashes(vocab, tuple(sys.argv[2:]) or VOICES):
         print(" ".join(group))

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from webbuild.train.languages import ENGLISH
+
 SAMPLE_RATE = 16000
-VOICES = ("en-us", "en", "en-gb-x-rp", "en-029", "en-gb-scotland")
+VOICES = ENGLISH.voices  # random_style's default: the English-only clips keep their voices
 VARIANTS = ("", "+m1", "+m2", "+m3", "+m4", "+m7", "+f1", "+f2", "+f3", "+f4")
 RATE_WPM = (130, 190)
 PITCH = (30, 70)
@@ -45,11 +47,11 @@ class Style:
     digital_silence: bool = False  # noise over the speech only; the silences are exact zeros
 
 
-def random_style(rng: np.random.Generator, augment: bool = False) -> Style:
-    """A random style; with `augment` (training), ONSET_SHARE of them with speech from the first
-    sample (lead 0 to -CUT_S) and DIGITAL_SILENCE_SHARE with silences of exact zeros. Without, no
+def random_style(rng: np.random.Generator, augment: bool = False, voices: tuple[str, ...] = VOICES) -> Style:
+    """A random style in one of `voices`; with `augment` (training), ONSET_SHARE of them with speech from
+    the first sample (lead 0 to -CUT_S) and DIGITAL_SILENCE_SHARE with silences of exact zeros. Without, no
     extra number is drawn (the held-out clips keep the styles they always had)."""
-    voice = str(rng.choice(VOICES)) + str(rng.choice(VARIANTS))
+    voice = str(rng.choice(voices)) + str(rng.choice(VARIANTS))
     rate = int(rng.integers(RATE_WPM[0], RATE_WPM[1] + 1))
     pitch = int(rng.integers(PITCH[0], PITCH[1] + 1))
     gain_db, snr_db = float(rng.uniform(*GAIN_DB)), float(rng.uniform(*SNR_DB))

@@ -1,6 +1,11 @@
 """Train the tiny Qwen3-ASR from scratch on espeak-ng speech.
 
 python -m webbuild.train --out DIR [--steps N --batch-size B --clips N --seed S --device cuda]
+                         [--languages English,German,French,Spanish,Russian,Greek]
+
+`--languages` (default English, the shipped example's one; `all`: every language of
+webbuild.train.languages) picks each training clip's language uniformly among them; the held-out set
+holds `--heldout` clips of each, and every evaluation prints a row per language.
 """
 
 from __future__ import annotations
@@ -22,23 +27,21 @@ from webbuild.reference.mel import DEFAULT_LEAD_MS, lead_samples
 from webbuild.reference.tokenizer import build_tokenizer, special_ids
 from webbuild.train.batches import ClipStore, features, token_batch
 from webbuild.train.dataset import build_shards, load_shards
-from webbuild.train.evaluate import heldout_wer
+from webbuild.train.evaluate import LanguageRow, format_rows, heldout_report, wer
 from webbuild.train.fastpath import ctc_loss, encode_audio, logits_and_loss
-from webbuild.train.sentences import HELDOUT_SEED, heldout_sentences, load_vocabulary, training_sentences
+from webbuild.train.languages import ENGLISH, Language, parse_languages
+from webbuild.train.sentences import HELDOUT_SEED, mixed_heldout, mixed_training, tokenizer_size, tokenizer_texts
 from webbuild.train.speech import DIGITAL_SILENCE_SHARE, ONSET_SHARE
 from webbuild.zoo.presets import get_preset, make_config
 
-TOKENIZER_SENTENCES = 20000
-TOKENIZER_SEED = 0  # the tokenizer does not depend on the run's seed or clip count
-PROMPT_WORDS = ["system", "user", "assistant", "language English"]
+EVAL_CLIPS = 100  # per language, in the periodic evaluations (the final one takes all held-out clips)
 # training clips seen behind the front-end's leading silence; the others behind none, so the model
 # serves a build with model.yaml encoder.lead_ms at its default or at 0
 LEAD_SHARE = 0.5
 
 
-def make_tokenizer(vocab: list[str], bpe_vocab_size: int):
-    texts = training_sentences(vocab, TOKENIZER_SENTENCES, TOKENIZER_SEED) + PROMPT_WORDS * 1000
-    return build_tokenizer(texts, bpe_vocab_size=bpe_vocab_size)
+def make_tokenizer(languages: tuple[Language, ...], bpe_vocab_size: int):
+    return build_tokenizer(tokenizer_texts(languages), bpe_vocab_size=bpe_vocab_size)
 
 
 def make_model(tok):
@@ -83,6 +86,18 @@ def train_step(model, opt, tok, store, idx, device, lr, ctc_weight, lead):
     return torch.stack([ce.detach(), ctc.detach()])
 
 
+def _languages(ctx, param, value: str) -> tuple[Language, ...]:
+    try:
+        return parse_languages(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def log_rows(rows: list[LanguageRow]) -> list[dict]:
+    return [dict(language=r.language, clips=r.clips, metric=r.metric, error_rate=round(r.error_rate, 5),
+                 language_right=round(r.language_right, 5)) for r in rows]
+
+
 @click.command()
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help="checkpoint folder")
 @click.option("--steps", default=4000, show_default=True)
@@ -96,7 +111,7 @@ def train_step(model, opt, tok, store, idx, device, lr, ctc_weight, lead):
 @click.option("--lr", default=2e-3, show_default=True)
 @click.option("--warmup", default=300, show_default=True)
 @click.option("--ctc-weight", default=0.5, show_default=True, help="auxiliary CTC loss on the audio embeddings")
-@click.option("--heldout", default=500, show_default=True, help="held-out clips for the final WER")
+@click.option("--heldout", default=500, show_default=True, help="held-out clips per language, for the final evaluation")
 @click.option("--eval-every", default=1000, show_default=True)
 @click.option("--max-minutes", default=0.0,
               help="training time budget: the schedule follows whichever of steps or time runs out first; 0 = off")
@@ -106,27 +121,33 @@ def train_step(model, opt, tok, store, idx, device, lr, ctc_weight, lead):
 @click.option("--lead-ms", default=DEFAULT_LEAD_MS, show_default=True,
               help="the mel front-end's leading silence (model.yaml encoder.lead_ms), on half the training clips "
                    "and in every evaluation")
+@click.option("--languages", "languages", default=ENGLISH.name, show_default=True, callback=_languages,
+              help="comma-separated languages of the training and held-out clips (Qwen3-ASR's names), or 'all'")
+@click.option("--data-only", is_flag=True,
+              help="synthesize the shards and stop (a later run with the same data options reuses them)")
 def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr, warmup, ctc_weight, heldout,
-         eval_every, max_minutes, init_dir, shard_size, lead_ms):
+         eval_every, max_minutes, init_dir, shard_size, lead_ms, languages, data_only):
     t0 = time.time()
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     torch.backends.cuda.matmul.allow_tf32 = True
+    texts, names = mixed_training(languages, clips, seed)
+    train_paths = build_shards(data_dir / f"seed{seed}", texts, seed, workers, augment=True, languages=names)
+    held_texts, held_names = mixed_heldout(languages, heldout)
+    held_paths = build_shards(data_dir / "heldout", held_texts, HELDOUT_SEED, workers, prefix="heldout",
+                              languages=held_names)
+    if data_only:
+        print(f"data: {len(texts)} train clips, {len(held_texts)} held-out, {time.time() - t0:.0f} s", flush=True)
+        return
     preset = get_preset("tiny")
-    vocab = load_vocabulary()
     if init_dir:
         tok = Tokenizer.from_file(str(init_dir / "tokenizer.json"))
     else:
-        tok = make_tokenizer(vocab, preset.bpe_vocab_size)
-
-    texts = training_sentences(vocab, clips, seed)
-    train_paths = build_shards(data_dir / f"seed{seed}", texts, seed, workers, augment=True)
-    held_paths = build_shards(data_dir / "heldout", heldout_sentences(vocab, heldout), HELDOUT_SEED, workers,
-                              prefix="heldout")
+        tok = make_tokenizer(languages, tokenizer_size(languages, preset.bpe_vocab_size))
     store = ClipStore.build(load_shards(train_paths), tok, device)
     held = ClipStore.build(load_shards(held_paths), tok, device)
     synth_s = time.time() - t0
-    print(f"data: {len(store)} train clips, {len(held)} held-out, {store.pcm.numel() / 16000 / 3600:.1f} h, "
-          f"{synth_s:.0f} s", flush=True)
+    print(f"data: {len(store)} train clips, {len(held)} held-out ({', '.join(lang.name for lang in languages)}), "
+          f"{store.pcm.numel() / 16000 / 3600:.1f} h, {synth_s:.0f} s", flush=True)
 
     model = (load_model(init_dir) if init_dir else make_model(tok)).to(device)
     print(f"params: {sum(p.numel() for p in model.parameters()):,}", flush=True)
@@ -149,20 +170,29 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
             print(f"step {step + 1} loss {ce:.4f} ctc {ctc:.4f} lr {rate:.2e} "
                   f"{(time.time() - t_train) / (step + 1) * 1000:.0f} ms/step", flush=True)
         if eval_every and (step + 1) % eval_every == 0:
-            evals.append((step + 1, heldout_wer(model, tok, held.head(200), lead=lead)[0]))
-            print(f"step {step + 1} held-out WER (200 clips) {evals[-1][1]:.4f}", flush=True)
+            # the held-out clips take the languages in turn; 200: the English-only run's
+            part = held.head(max(200, EVAL_CLIPS * len(languages)))
+            rows, hyps = heldout_report(model, tok, part, lead=lead)
+            evals.append((step + 1, wer(part.texts, hyps), log_rows(rows)))
+            print(f"step {step + 1} held-out WER ({len(part)} clips) {evals[-1][1]:.4f}", flush=True)
+            print(format_rows(rows, f"step {step + 1}, language detected"), flush=True)
     else:
         step += 1
     train_s = time.time() - t_train
-    final_wer, hyps = heldout_wer(model, tok, held, lead=lead)
+    rows, hyps = heldout_report(model, tok, held, lead=lead)
+    forced_rows, _ = heldout_report(model, tok, held, lead=lead, forced=True)
+    final_wer = wer(held.texts, hyps)
     print(f"final held-out WER ({len(held)} clips) {final_wer:.4f}", flush=True)
+    print(format_rows(rows, "final, language detected"), flush=True)
+    print(format_rows(forced_rows, "final, language forced"), flush=True)
     for ref, hyp in list(zip(held.texts, hyps))[:5]:
         print(f"  ref: {ref}\n  hyp: {hyp}")
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.to("cpu").float().save_pretrained(out_dir, max_shard_size=shard_size)
     tok.save(str(out_dir / "tokenizer.json"))
-    log = dict(init=str(init_dir) if init_dir else None, seed=seed, steps=step, planned_steps=steps,
+    log = dict(init=str(init_dir) if init_dir else None, languages=[lang.name for lang in languages],
+               seed=seed, steps=step, planned_steps=steps,
                batch_size=batch_size, clips=len(store), heldout_clips=len(held), lr=lr, warmup=warmup,
                lead_ms=lead_ms, lead_share=LEAD_SHARE, onset_share=ONSET_SHARE,
                digital_silence_share=DIGITAL_SILENCE_SHARE,
@@ -171,7 +201,9 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
                wall_seconds=round(time.time() - t0, 1),
                final_loss=round(torch.stack(losses[-100:]).mean(0)[0].item(), 5),
                final_ctc_loss=round(torch.stack(losses[-100:]).mean(0)[1].item(), 5), ctc_weight=ctc_weight,
-               heldout_wer=round(final_wer, 5), evals=evals,
-               errors=[dict(ref=r, hyp=h) for r, h in zip(held.texts, hyps) if r != h][:50])
+               heldout_wer=round(final_wer, 5), heldout_languages=log_rows(rows),
+               heldout_forced=log_rows(forced_rows), evals=evals,
+               errors=[dict(language=n, ref=r, hyp=h) for n, r, h in zip(held.languages, held.texts, hyps)
+                       if r != h][:50])
     (out_dir / "train_log.json").write_text(json.dumps(log, indent=1))
     print(json.dumps({k: v for k, v in log.items() if k != "errors"}), flush=True)
