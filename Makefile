@@ -20,7 +20,7 @@ TEST_EXTRAS ?= zoo,test
 
 # The main job (build a site from an export, serve, verify, bench) needs no torch, and of npm's packages only
 # onnxruntime-web (package.json's dependencies; its devDependencies are the tests' and tsc's: setup-check)
-$(STAMP): pyproject.toml setup.py package.json package-lock.json webbuild/site/ort.lock.json
+$(STAMP): pyproject.toml setup.py package.json package-lock.json webbuild/site/ort.lock.json webbuild/site/vad.lock.json
 	@echo "== [1/3] python venv in $(VENV)"
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
@@ -33,8 +33,9 @@ $(STAMP): pyproject.toml setup.py package.json package-lock.json webbuild/site/o
 
 setup: $(STAMP)
 
-# The onnxruntime-web files a site ships, package data in webbuild/site/onnxruntime-web/: setup.py puts them there at
-# install; this checks them (a second or less) and copies them again from node_modules where they are missing
+# The onnxruntime-web files a site ships, package data in webbuild/site/onnxruntime-web/ (and Silero VAD's model in
+# webbuild/site/silero-vad/): setup.py puts them there at install; this checks them (a second or less) and copies
+# them again from node_modules where they are missing
 ort: setup
 	$(PY) -m webbuild.site.ort_files
 

@@ -50,8 +50,10 @@ os.environ.setdefault(ARGS_ENV, "--js-flags=--liftoff-only")
 # onnxruntime-web's site files, package data that an install puts into webbuild/site/onnxruntime-web/ (setup.py,
 # `make ort`): a checkout installed before they were package data gets them here, from its node_modules (each
 # file written in one rename, so the xdist workers may both do it)
-if ort_files.problems(ort_files.ORT_FILES_DIR):
-    ort_files.vendor(Path(__file__).resolve().parents[1] / "node_modules" / ort_files.lock()["package"])
+for _lock, _dest in ort_files.VENDORED:  # and Silero VAD's model, into webbuild/site/silero-vad/
+    if ort_files.problems(_dest, _lock):
+        ort_files.vendor(Path(__file__).resolve().parents[1] / "node_modules" / ort_files.lock(_lock)["package"],
+                         _dest, _lock)
 
 LANES = ("torch", "browser", "webgpu", "install")
 FIXTURE_MARKS = {"tiny_model": "torch", "zoo": "torch", "playwright": "browser", "webgpu_bench": "webgpu"}

@@ -16,6 +16,12 @@ chunk where it has no such pause and is at most `join_seconds` long, or at most 
 pause; audio without any pause is cut in the middle of its quietest stretch between `min_seconds` and
 `max_seconds`.
 
+Where speech detection is on (webbuild.reference.vad, runtime.json `vad`), the chunks are then folded onto its
+speech segments (`to_speech`): segments less than the VAD policy's `merge_seconds` apart are one stretch of speech
+(`stretches`: a sentence's pauses stay in), and a chunk keeps only its parts within a stretch, `keep_seconds`
+wider (within the chunk); a chunk without speech is not transcribed, one with two stretches becomes two. Audio
+without speech has no chunk: an empty transcript without a decode.
+
 No context carries across: each chunk is transcribed on its own (behind the front-end's lead,
 webbuild.reference.mel) and the texts are joined with a space. A cut depends only on the audio from the
 chunk's start to `max_seconds` + `floor_seconds` + 100 ms after it, so `Chunker` cuts a stream (a file
@@ -240,14 +246,40 @@ class Chunker:
         return start, piece
 
 
-def chunks_of(blocks: Iterable[np.ndarray], rate: int, policy: ChunkPolicy = DEFAULT_POLICY) -> Iterator[np.ndarray]:
-    """The chunks of a stream of blocks."""
+def chunks_of(blocks: Iterable[np.ndarray], rate: int, policy: ChunkPolicy = DEFAULT_POLICY,
+              speech: list[tuple[int, int]] | None = None) -> Iterator[np.ndarray]:
+    """The chunks of a stream of blocks; with `speech` (stretches of speech), their parts within them."""
     chunker = Chunker(rate, policy)
-    for block in blocks:
-        for _, piece in chunker.feed(block):
+    keep = Sizes.of(policy, rate).keep
+    for start, piece in _fed(chunker, blocks):
+        if speech is None:
             yield piece
-    for _, piece in chunker.finish():
-        yield piece
+            continue
+        for a, b in to_speech(start, start + len(piece), speech, keep):
+            yield piece[a - start:b - start]
+
+
+def _fed(chunker: Chunker, blocks: Iterable[np.ndarray]) -> Iterator[tuple[int, np.ndarray]]:
+    for block in blocks:
+        yield from chunker.feed(block)
+    yield from chunker.finish()
+
+
+def stretches(segments: list[tuple[int, int]], gap: int) -> list[tuple[int, int]]:
+    """Speech segments joined where less than `gap` samples apart: stretches of speech."""
+    out: list[tuple[int, int]] = []
+    for a, b in segments:
+        if out and a - out[-1][1] < gap:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def to_speech(start: int, end: int, speech: list[tuple[int, int]], keep: int) -> list[tuple[int, int]]:
+    """The parts of the chunk [start, end) within stretches of speech, `keep` samples wider (within the chunk); none
+    where it holds no speech."""
+    return [(max(start, a - keep), min(end, b + keep)) for a, b in speech if a < end and b > start]
 
 
 class LiveChunker:

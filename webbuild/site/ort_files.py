@@ -9,6 +9,9 @@ by setup.py when a wheel or an editable install is built, or by `python -m webbu
 fetched by the installed tool: a wheel then works offline and on a machine without Node, and its bytes are
 checked once, where they are made.
 
+Silero VAD's ONNX model (speech detection, webbuild.reference.vad and runtime/vad.js) is vendored the same way
+from npm's pinned @ricky0123/vad-web into webbuild/site/silero-vad/ (vad.lock.json): VENDORED lists both.
+
 Standard library only: setup.py loads this file by path inside pip's build environment, before webbuild's
 dependencies exist.
 """
@@ -27,6 +30,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 LOCK = HERE / "ort.lock.json"
 ORT_FILES_DIR = HERE / "onnxruntime-web"  # package data (pyproject.toml), ignored by git
+VAD_LOCK = HERE / "vad.lock.json"
+VAD_FILES_DIR = HERE / "silero-vad"  # package data (pyproject.toml), ignored by git
+VENDORED = ((LOCK, ORT_FILES_DIR), (VAD_LOCK, VAD_FILES_DIR))  # (lock, package data folder) of each npm package
 FIX = "run `make ort` (or `python -m webbuild.site.ort_files` after `npm ci --omit=dev`) in the webbuild checkout"
 
 
@@ -34,9 +40,9 @@ class OrtFilesError(Exception):
     """The shipped onnxruntime-web files are missing or not the pinned ones; the message says what to run."""
 
 
-def lock() -> dict:
-    """{"package", "version", "files": {name: sha256}} of ort.lock.json."""
-    return json.loads(LOCK.read_text())
+def lock(path: Path = LOCK) -> dict:
+    """{"package", "version", "files": {name: sha256}} of ort.lock.json (or another lock)."""
+    return json.loads(path.read_text())
 
 
 def sha256(path: Path) -> str:
@@ -47,15 +53,16 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def problems(folder: Path) -> list[str]:
+def problems(folder: Path, lock_path: Path = LOCK) -> list[str]:
     """What differs between `folder` and the lock: each file missing or of other bytes (empty: all good)."""
     out = []
-    for name, digest in lock()["files"].items():
+    pin = lock(lock_path)
+    for name, digest in pin["files"].items():
         path = folder / name
         if not path.is_file():
             out.append(f"{path} is missing")
         elif sha256(path) != digest:
-            out.append(f"{path} is not {lock()['package']} {lock()['version']}'s file (sha256 differs)")
+            out.append(f"{path} is not {pin['package']} {pin['version']}'s file (sha256 differs)")
     return out
 
 
@@ -67,11 +74,20 @@ def ort_dir() -> Path:
     return ORT_FILES_DIR
 
 
-def vendor(npm_package: Path, dest: Path = ORT_FILES_DIR) -> list[str]:
+@cache
+def vad_dir() -> Path:
+    """webbuild/site/silero-vad/ (Silero VAD's model), checked against vad.lock.json once a process."""
+    if found := problems(VAD_FILES_DIR, VAD_LOCK):
+        raise OrtFilesError(f"{found[0]}; {FIX}")
+    return VAD_FILES_DIR
+
+
+def vendor(npm_package: Path, dest: Path = ORT_FILES_DIR, lock_path: Path = LOCK) -> list[str]:
     """Copy the locked files from an installed npm package (node_modules/onnxruntime-web) into `dest`,
     each checked by version and sha256; returns the names copied (none when `dest` already holds them)."""
-    pin = lock()
-    if not problems(dest):
+    pin = lock(lock_path)
+    lock_name = f"webbuild/site/{lock_path.name}"
+    if not problems(dest, lock_path):
         return []
     try:
         have = json.loads((npm_package / "package.json").read_text())["version"]
@@ -79,7 +95,7 @@ def vendor(npm_package: Path, dest: Path = ORT_FILES_DIR) -> list[str]:
         raise OrtFilesError(f"{npm_package} is missing: run `npm ci --omit=dev` in the webbuild checkout "
                             f"(package-lock.json pins {pin['package']} {pin['version']})") from None
     if have != pin["version"]:
-        raise OrtFilesError(f"{npm_package} is version {have}, webbuild/site/ort.lock.json pins "
+        raise OrtFilesError(f"{npm_package} is version {have}, {lock_name} pins "
                             f"{pin['version']}; run `npm ci --omit=dev`")
     dest.mkdir(parents=True, exist_ok=True)
     for name, digest in pin["files"].items():
@@ -87,26 +103,28 @@ def vendor(npm_package: Path, dest: Path = ORT_FILES_DIR) -> list[str]:
         shutil.copyfile(npm_package / "dist" / name, tmp)
         if sha256(tmp) != digest:
             tmp.unlink()
-            raise OrtFilesError(f"{npm_package / 'dist' / name}: sha256 is not the one webbuild/site/ort.lock.json "
+            raise OrtFilesError(f"{npm_package / 'dist' / name}: sha256 is not the one {lock_name} "
                                 f"records for {pin['version']}; reinstall it with `npm ci --omit=dev`")
         os.replace(tmp, dest / name)  # one step: a concurrent reader sees the old file or the new one
     return list(pin["files"])
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Copy the pinned onnxruntime-web files a site ships from npm's "
-                                             "node_modules into the package (webbuild/site/onnxruntime-web/).")
-    ap.add_argument("--from", dest="npm_package", type=Path, default=Path("node_modules") / lock()["package"],
-                    help="the installed npm package (default: %(default)s)")
+    ap = argparse.ArgumentParser(description="Copy the pinned onnxruntime-web files and Silero VAD's model a site "
+                                             "ships from npm's node_modules into the package "
+                                             "(webbuild/site/onnxruntime-web/, webbuild/site/silero-vad/).")
+    ap.add_argument("--node-modules", type=Path, default=Path("node_modules"),
+                    help="npm's installed packages (default: %(default)s)")
     args = ap.parse_args(argv)
-    try:
-        copied = vendor(args.npm_package)
-    except OrtFilesError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    pin = lock()
-    print(f"{pin['package']} {pin['version']}: {len(copied)} files copied into {ORT_FILES_DIR}" if copied
-          else f"{ORT_FILES_DIR} holds {pin['package']} {pin['version']}'s files")
+    for lock_path, dest in VENDORED:
+        pin = lock(lock_path)
+        try:
+            copied = vendor(args.node_modules / pin["package"], dest, lock_path)
+        except OrtFilesError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(f"{pin['package']} {pin['version']}: {len(copied)} files copied into {dest}" if copied
+              else f"{dest} holds {pin['package']} {pin['version']}'s files")
     return 0
 
 

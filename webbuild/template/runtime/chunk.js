@@ -285,3 +285,25 @@ export class LiveChunker {
     return [start, piece, speech];
   }
 }
+
+// Speech segments joined where less than `gap` samples apart: stretches of speech (chunk.py stretches).
+/** @param {Array<[number, number]>} segments @param {number} gap @returns {Array<[number, number]>} */
+export function stretches(segments, gap) {
+  /** @type {Array<[number, number]>} */
+  const out = [];
+  for (const [a, b] of segments) {
+    if (out.length && a - out[out.length - 1][1] < gap) out[out.length - 1] = [out[out.length - 1][0], b];
+    else out.push([a, b]);
+  }
+  return out;
+}
+
+// Chunks [start, end) folded onto stretches of speech (chunk.py to_speech): each chunk's parts within a stretch,
+// `keep_seconds` wider within it; a chunk without speech gives none.
+/** @param {Array<[number, number]>} chunks @param {Array<[number, number]>} speech @param {number} rate @param {ChunkPolicy} policy
+ *  @returns {Array<[number, number]>} */
+export function toSpeech(chunks, speech, rate, policy) {
+  const keep = sizes(policy, rate).keep;
+  return chunks.flatMap(([start, end]) => speech.filter(([a, b]) => a < end && b > start)
+    .map(([a, b]) => /** @type {[number, number]} */ ([Math.max(start, a - keep), Math.min(end, b + keep)])));
+}
