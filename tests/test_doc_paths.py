@@ -2,7 +2,7 @@
 (`webbuild/pipeline/stages.py`, `scripts/gpu_bench.sh`), one relative to a package (`runtime/site.js`,
 `pipeline/wasm_budget.py`, a test helper `fusion/partial.py`), and a dotted module name (`webbuild.pipeline.check`,
 with at most one name defined in it after). A file that is gone is named with the commit that has it,
-`REV:scripts/x.py` (`git show REV:scripts/x.py` gives it back), or run "in a checkout of REV" (said on its line,
+`REV:PATH` (`git show REV:PATH` gives it back), or run "in a checkout of REV" (said on its line,
 or in the code block, or just above it): history stays readable, and a rename cannot leave a reference behind."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_the_rules_catch_what_they_should():
                                                                            "runtime/nope.js"]
     assert missing("`webbuild.pipeline.nope`, webbuild.pipeline.check.no_such_name") == [
         "webbuild.pipeline.nope", "webbuild.pipeline.check.no_such_name"]
-    assert missing("`webbuild.pipeline.stages`, runtime/site.js, fusion/partial.py, f7a0ad4:scripts/gone.py, "
+    assert missing("`webbuild.pipeline.stages`, runtime/site.js, fusion/partial.py, f7a0ad4:webbuild/gone.py, "
                    "the metadata key webbuild.accuracy_level") == []
-    lines = ["# in a checkout of f7a0ad4:", "```sh", "python scripts/gone.py", "```", "scripts/gone.py"]
+    lines = ["# in a checkout of f7a0ad4:", "```sh", "python webbuild/gone.py", "```", "webbuild/gone.py"]
     assert historical(lines) == {0, 1, 2}
