@@ -35,7 +35,7 @@ LIVE = {"live: the page transcribes from the microphone", "live: partial text sh
         "live: final texts never change", "live: delays measured",
         "live: final texts equal the Python reference's (transcribe --live on the page's capture)"}
 SAMPLE_RUNS = ["samples", "samples, adapter klatt", "samples, adapter none again",
-               "samples, language English"]  # 4 samples each
+               "samples, language English", "samples, context"]  # 4 samples each
 FLOOR = "decode speed on wasm at or above the floor"
 pytestmark = [pytest.mark.browser]
 
@@ -91,10 +91,17 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
         "heldout-000.wav", "heldout-001.wav", "heldout-002.wav", "heldout-000.wav"]  # webgpu:1: the first only
     # every transcript equals the Python reference on the build's own graphs (with the adapter on where it is
     # picked), and the true text
-    assert report["reference"] and report["reference_equal"] == 21
-    assert all(r["got"] == r["reference"] and r["wer"] == 0 for r in report["clips"])
+    assert report["reference"] and report["reference_equal"] == 25
+    assert all(r["got"] == r["reference"] for r in report["clips"])
+    assert all(r["wer"] == 0 for r in report["clips"] if r["run"] != "samples, context")
     assert all(r["max_wer"] is None for r in report["clips"] if r["run"] in ("samples, adapter klatt",
-                                                                                  "samples, language English"))
+                                                                                  "samples, language English",
+                                                                                  "samples, context"))
+    # a context given (the first sample's words), the page tokenises it as the reference does: the same prompt,
+    # token for token; the example, never trained with context, reads it (the third sample's answer changes)
+    given = [r for r in report["clips"] if r["run"] == "samples, context"]
+    assert all(r["tokens"] == r["reference_tokens"] for r in given)
+    assert [r["tokens"] for r in given] != [r["tokens"] for r in report["clips"] if r["run"] == "samples"]
     # English forced: the tokens after `language English<asr_text>` that the model said itself, the same text
     forced = [r for r in report["clips"] if r["run"] == "samples, language English"]
     assert [r["got"] for r in forced] == [r["got"] for r in report["clips"] if r["run"] == "samples"]
@@ -106,7 +113,7 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
     for (tokens, margins), (on_tokens, on_margins) in zip(runs["samples"], runs["samples, adapter klatt"]):
         assert on_tokens == tokens and max(abs(a - b) for a, b in zip(margins, on_margins)) > 0.3
     # ... token for token, each token with the margin the reference gives it, to float32 noise on both EPs
-    assert (report["tokens_compared"], report["reference_tokens_equal"], report["passed_under_margin"]) == (21, 21, 0)
+    assert (report["tokens_compared"], report["reference_tokens_equal"], report["passed_under_margin"]) == (25, 25, 0)
     for r in report["clips"]:
         assert r["tokens"] == r["reference_tokens"] and r["difference"] is None and len(r["tokens"]) > 3
         assert len(r["margins"]) == len(r["tokens"]) and min(r["reference_margins"]) > MAX_TIE_MARGIN
@@ -120,22 +127,22 @@ def test_verify_green_on_the_example(dist, clips, tmp_path):
     assert report["load_ms"]["cold"] > 0 and report["load_ms"]["warm"] > 0
     assert "harmony emerge surprise" in run.stdout
     assert run.stdout.rstrip().splitlines()[-2:] == [  # a line per source rate of the clips (all 16 kHz), the verdict
-        "RATE 16000 Hz: wasm 20/20 tokens equal, margin drift "
+        "RATE 16000 Hz: wasm 24/24 tokens equal, margin drift "
         f"{max(r['margin_drift'] for r in report['clips'] if r['ep'] == 'wasm'):.4f}; webgpu 1/1 tokens equal, "
         f"margin drift {report['margin_drift']['webgpu']:.4f}",
-        "PASS: 21/21 clips (0 passed under the margin), 24/24 checks"]
+        "PASS: 25/25 clips (0 passed under the margin), 24/24 checks"]
     assert all(r["max_wer"] is None for r in report["clips"] if r["run"] == "clips")  # judged as a corpus
     # the floors of the example's model.yaml reached the site (samples.json) and were checked on every clip
     floors = yaml.safe_load((EXAMPLE / "model.yaml").read_text())["verify"]["min_decode_tokens_per_s"]
-    for ep, count in (("wasm", 20), ("webgpu", 1)):
+    for ep, count in (("wasm", 24), ("webgpu", 1)):
         speed = report["decode_speed"][ep]
         assert speed["clips"] == count and speed["floor"] == floors[ep] and speed["floor_from"].startswith("model.yaml")
         assert speed["decode_tokens_per_s"] >= floors[ep]
 
 
 def test_verify_fails_below_the_decode_speed_floor(example_dist_without_adapters, tmp_path):
-    # the build without the adapter: its 4 samples, then again with a language forced (the adapter's runs are the
-    # green test's)
+    # the build without the adapter: its 4 samples, then again with a language forced and with a context given (the
+    # adapter's runs are the green test's)
     # --live off: the live check's own figures are test_live's and the green test's
     run = webbuild("verify", example_dist_without_adapters, "--ep", "wasm", "--min-decode-tokens-per-s", "1e9",
                    "--live", "off", "--json", tmp_path / "r.json", "--junit", tmp_path / "junit.xml")
@@ -145,8 +152,8 @@ def test_verify_fails_below_the_decode_speed_floor(example_dist_without_adapters
     [check] = [c for c in report["checks"] if not c["ok"]]
     rate = report["decode_speed"]["wasm"]["decode_tokens_per_s"]
     assert check["name"] == FLOOR and check["detail"] == (
-        f"measured {rate:.1f} tokens/s on wasm over 9 clips, below the floor of 1e+09 (--min-decode-tokens-per-s)")
-    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 9/9 clips (0 passed under the margin), 11/12 checks",
+        f"measured {rate:.1f} tokens/s on wasm over 13 clips, below the floor of 1e+09 (--min-decode-tokens-per-s)")
+    assert run.stdout.rstrip().splitlines()[-2:] == ["FAIL: 13/13 clips (0 passed under the margin), 11/12 checks",
                                                      f"FAIL check {FLOOR}: {check['detail']}"]
     assert junit_failures(tmp_path / "junit.xml", report) == {FLOOR: check["detail"]}
 
@@ -156,8 +163,8 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(example_dist_with
     wrong.mkdir()
     shutil.copy(clips / "heldout-001.wav", wrong / "clip.wav")
     (wrong / "clip.txt").write_text("this is not what the clip says\n")
-    # a "deployed" site, built without the adapter (its 4 samples, twice: the second with a language forced): verify
-    # gets only its URL
+    # a "deployed" site, built without the adapter (its 4 samples, three times: the second with a language forced,
+    # the third with a context given): verify gets only its URL
     srv = start(example_dist_without_adapters, quiet=True, base_path="/")
     try:
         run = webbuild("verify", srv.url, "--ep", "wasm", "--live", "off", "--clips", wrong,
@@ -179,10 +186,10 @@ def test_verify_fails_on_a_wrong_transcript_of_a_deployed_site(example_dist_with
     assert bad[0]["reason"] == reason
     corpus = "100.00% over 1 clip, bound 0.00%"
     assert run.stdout.rstrip().splitlines()[-4:] == [
-        "FAIL: 9/10 clips, 11/13 checks",  # a deployed URL: no reference, no token comparison
+        "FAIL: 13/14 clips, 11/13 checks",  # a deployed URL: no reference, no token comparison
         f"FAIL clip clip.wav (clips, wasm): {reason}",
         f"FAIL check {failed[0]}: {corpus}",
-        f"FAIL check {failed[1]}: 9/10 clips; first failure clip.wav (clips): {reason}"]
+        f"FAIL check {failed[1]}: 13/14 clips; first failure clip.wav (clips): {reason}"]
     details = [c["detail"] for c in report["checks"] if not c["ok"]]
     assert junit_failures(tmp_path / "junit.xml", report) == {
         "clip.wav [wasm]": reason, failed[0]: details[0], failed[1]: details[1]}

@@ -26,6 +26,9 @@ LORA_PICKER = "lora"
 # the id of the page's language picker (a <select>: '' for automatic, else one of runtime.json's prompt.languages),
 # which `webbuild verify` drives; window.webbuild.language is the language the last answer named
 LANGUAGE_PICKER = "language"
+# the id of the page's context field (an <input>: text for the prompt's system message, runtime/bpe.js), which
+# `webbuild verify` fills; disabled where the page cannot tokenise text for the model (runtime.json prompt.context)
+CONTEXT_FIELD = "context"
 # The adapted step form's lora inputs, by the graph passes that make them (webbuild.pipeline.lora_form); each pass
 # gives each input it makes a layout record, which the manifest variant's `lora_layout` carries to the page
 # (lora_form.step_layout, docs/adapters.md). The names and choices below are the build's alone.

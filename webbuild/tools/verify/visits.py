@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from webbuild.errors import VerifyInputError, require_extra
 from webbuild.reference.wer import corpus_wer, wer
-from webbuild.site.contract import LANGUAGE_PICKER, LORA_PICKER, SAMPLES_FILE
+from webbuild.site.contract import CONTEXT_FIELD, LANGUAGE_PICKER, LORA_PICKER, SAMPLES_FILE
 from webbuild.text import one_line, plural
 from webbuild.tools import browser as br
 from webbuild.tools.verify.tokens import MAX_TIE_MARGIN, first_difference, flatten, margin_drift, token_summary
@@ -204,18 +204,22 @@ class Reference:
 
     def transcribe(self, clip: Clip, variant: str, lora: str | None = None,
                    max_new_tokens: int | None = None, ep: str = "webgpu",
-                   language: str | None = None) -> Expected | None:
+                   language: str | None = None, context: str | None = None) -> Expected | None:
         """max_new_tokens: per chunk, as the page's ?max_new_tokens= bounds it (None: the reference's default);
-        language: the one the page's picker forced (None: automatic)."""
+        language: the one the page's picker forced (None: automatic); context: the page's context field (None:
+        the site's default, model.yaml's)."""
         t = self.transcriber(variant, lora, ep)
         if t is None or clip.local is None:
             return None
         bound = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
+        default = t.context
         t.force_language(language)
         try:
+            t.give_context(default if context is None else context)
             chunks = t.decode_file(clip.local, **bound)  # cut into chunks as the page cuts them
         finally:
             t.force_language(None)  # the transcriber is shared (the live check's too)
+            t.context = default
         cut = max_new_tokens is not None and any(len(c.tokens) >= max_new_tokens for c in chunks)
         return Expected(t.file_text(chunks), [x for c in chunks for x in c.tokens],
                         [m for c in chunks for m in c.margins], cut)
@@ -255,6 +259,12 @@ def transcribe(page, clip: Clip, timeout_s: float) -> dict:
 def picked_language(page) -> str | None:
     """The language the page's picker forces (None: automatic, or a page without the picker)."""
     return page.evaluate(f"() => document.getElementById({json.dumps(LANGUAGE_PICKER)})?.value || null")
+
+
+def given_context(page) -> str | None:
+    """The text in the page's context field, as the page sends it (None: a page without the field)."""
+    return page.evaluate(f"() => {{ const f = document.getElementById({json.dumps(CONTEXT_FIELD)}); "
+                         "return f && !f.disabled ? f.value.trim() : null; }")
 
 
 def switch_lora(page, name: str | None, timeout_s: float) -> str | None:
@@ -355,14 +365,14 @@ class Verifier:
         """max_new_tokens: the bound the page was opened with (?max_new_tokens=), which the reference decodes
         under too; a clip whose reference it cut has its tokens compared but not its WER judged."""
         variant = state["info"]["variant"]
-        language = picked_language(page)
+        language, context = picked_language(page), given_context(page)
         for clip in clips:
             try:
                 result = transcribe(page, clip, self.opts.timeout_s)
             except TimeoutError as exc:
                 result = {**state, "status": "timeout", "text": "", "metrics": None, "error": str(exc)}
             ref = self.reference.transcribe(clip, variant, lora, max_new_tokens, state["info"].get("ep") or "webgpu",
-                                            language)
+                                            language, context)
             self.rows.append(row(clip, result, ref, None if ref and ref.cut else max_wer, run, lora))
             r = self.rows[-1]
             log.info(f"  {clip.name}: {'ok' if r['ok'] else 'FAIL'} {r['got']!r} (WER {r['wer']:.2f})")
@@ -394,6 +404,7 @@ class Verifier:
             self.run_clips(page, samples, state, max_wer, "samples")
             self.lora_runs(page, samples, state, max_wer)
             self.language_run(page, samples, state)
+            self.context_run(page, samples, state)
             if clips and not self.opts.clips_eps:
                 self.run_clips(page, clips, state, self.opts.clips_max_clip_wer, "clips")
             with contextlib.suppress(TimeoutError):  # the cache writes go on after ready; the second visit reads them
@@ -437,6 +448,17 @@ class Verifier:
         named = page.evaluate("() => window.webbuild.language")
         page.select_option(f"#{LANGUAGE_PICKER}", default if default in languages else "")
         self.check(f"language {forced} forced: the page names it", named == forced, f"the page names {named!r}")
+
+    def context_run(self, page, samples: list[Clip], state: dict) -> None:
+        """The samples with a context given in the page's context field: the first sample's words (names the
+        model should expect), against the Python reference with the same context (the WER not judged: a model
+        not trained with context may go astray); then the field back on its default (model.yaml's)."""
+        info = state.get("info") or {}
+        if not info.get("takesContext") or not samples:
+            return
+        page.fill(f"#{CONTEXT_FIELD}", samples[0].text)
+        self.run_clips(page, samples, state, None, "samples, context")
+        page.fill(f"#{CONTEXT_FIELD}", info.get("context") or "")
 
     def second_visit(self, context, url, clips, max_wer) -> None:
         runs = self.opts.clips_eps if clips else ()
