@@ -8,10 +8,15 @@
 # .cache/device goes into the checkout the device tool sends, and `prepare` ends with what a call
 # carrying it weighs (scripts/gpu_bench.sh: root, payload).
 #
-# `run` unpacks espeak-ng into /tmp, checks the Python modules training needs, runs the documented
-# recipe, then puts the checkpoint under $OUT as its two weight shards plus rest.tar.gz (config,
-# tokenizer, train_log.json), and evaluates the first-word sets (webbuild.train.onset) on the GPU with
-# the front-end's lead and without. $OUT takes 8 files of at most 16 MiB: 15 MB shards keep it at 7.
+# `run` unpacks espeak-ng into /tmp, checks that every training language's voices speak, checks the
+# Python modules training needs, runs the documented recipe (the multilingual one of issue 50: RUN_LANGUAGES,
+# RUN_CLIPS clips in all, each clip's language uniform among them), then puts the checkpoint under $OUT
+# as its two weight shards plus rest.tar.gz (config, tokenizer, train_log.json), and evaluates the
+# first-word sets (webbuild.train.onset, English) on the GPU with the front-end's lead and without.
+# The clips are synthesized first (`--data-only`); the training's time budget is then what is left of
+# RUN_DEADLINE_S less RUN_RESERVE_S for loading, the final evaluation (every language, detected and
+# forced) and the first-word sets, at most RUN_MINUTES, so the command ends within the machine's
+# 10-minute limit. $OUT takes 8 files of at most 16 MiB: 15 MB shards keep it at 7.
 #
 # `adapter` unpacks espeak-ng and checks python as `run` does, rebuilds the base checkpoint from the
 # repository's export (examples/tiny-asr/model, webbuild.train.from_export), synthesizes the target's
@@ -29,6 +34,13 @@ cd "$HERE/.."
 CARRY=.cache/device
 DEBS="espeak-ng espeak-ng-data libespeak-ng1 libpcaudio0 libsonic0"
 TRANSFORMERS=5.24.0  # the version the shipped run used; Qwen3-ASR is in transformers from 5.24 on
+# the multilingual example (examples/tiny-asr/TRAINING.md): 15,000 clips a language in one 10-minute call
+RUN_LANGUAGES=${RUN_LANGUAGES:-English,German,French,Spanish,Russian,Greek}
+RUN_CLIPS=${RUN_CLIPS:-90000}
+RUN_HELDOUT=${RUN_HELDOUT:-300}  # per language
+RUN_MINUTES=${RUN_MINUTES:-5.0}
+RUN_DEADLINE_S=${RUN_DEADLINE_S:-570}
+RUN_RESERVE_S=${RUN_RESERVE_S:-150}
 
 usage() {
   cat <<'USAGE'
@@ -40,6 +52,12 @@ usage: scripts/train_on_device.sh prepare|run|adapter
             examples/tiny-asr/TRAINING.md; $OUT gets train.log, the checkpoint's weight shards,
             rest.tar.gz, onset-lead300.json, onset-lead0.json and onset.log
   adapter   there, likewise: the LoRA adapter sweep; $OUT gets adapter.log, wer.md, adapters.tar.gz
+
+Environment (run): RUN_LANGUAGES (English,German,French,Spanish,Russian,Greek; English alone: the
+English-only recipe), RUN_CLIPS (90000 in all), RUN_HELDOUT (300 a language), RUN_MINUTES (5.0: the most
+training time), RUN_DEADLINE_S (570), RUN_RESERVE_S (150), RUN_WORKERS (nproc), RUN_CPU=1 (the same path on
+the CPU with small counts, e.g. RUN_CLIPS=600 RUN_HELDOUT=4 RUN_MINUTES=0.5 RUN_EXTRA="--batch-size 8"
+RUN_ONSET_COUNT=4; RUN_ONSET_COUNT: the first-word sets' clips, 200).
 
 Environment (adapter): ADAPTER_STEPS (2500), ADAPTER_DEADLINE_S (500), ADAPTER_CLIPS, ADAPTER_GENERAL,
 ADAPTER_COUNT, ADAPTER_WORKERS, ADAPTER_JOBS, ADAPTER_WORK (/tmp/adapter), ADAPTER_CPU=1 (the same path
@@ -83,8 +101,21 @@ EOF
     || { echo "the carried espeak-ng does not run here" >&2; exit 2; }
 }
 
+check_voices() {
+  # every voice of every training language, from the carried espeak-ng-data (webbuild.train.languages)
+  local voices
+  voices=$(python3 -c "from webbuild.train.languages import parse_languages as p
+print(' '.join(v for lang in p('$RUN_LANGUAGES') for v in lang.voices))") \
+    || { echo "RUN_LANGUAGES=$RUN_LANGUAGES: not languages webbuild.train has word lists for" >&2; exit 2; }
+  for voice in $voices; do
+    [ "$(espeak-ng --stdout -v "$voice+m3" test | head -c 4)" = RIFF ] \
+      || { echo "espeak-ng has no voice $voice here (is espeak-ng-data carried?)" >&2; exit 2; }
+  done
+  echo "voices: $voices"
+}
+
 python_env() {
-  if [ "${ADAPTER_CPU:-0}" != 1 ]; then
+  if [ "${ADAPTER_CPU:-0}" != 1 ] && [ "${RUN_CPU:-0}" != 1 ]; then
     python3 -c 'import torch; assert torch.cuda.is_available(), "no GPU"' \
       || { echo "python3 has no torch with CUDA: run this on the GPU machine" >&2; exit 2; }
   fi
@@ -102,20 +133,34 @@ print("torch", torch.__version__, "transformers", transformers.__version__,
     || { echo "a module training needs is missing (above)" >&2; exit 2; }
 }
 
-run() {
-  : "${OUT:?run is for the GPU machine, where OUT names the folder that comes back}"
+run_recipe() {
+  local ckpt=/tmp/ckpt device=cuda minutes
+  if [ "${RUN_CPU:-0}" = 1 ]; then device=cpu; fi
   espeak_env
   python_env
-  local ckpt=/tmp/ckpt
-  python3 -m webbuild.train --out "$ckpt" --steps 100000 --max-minutes 5.0 --batch-size 256 \
-    --clips 54000 --seed 1 --heldout 500 --eval-every 750 --shard-size 15MB --workers 16 \
-    --data-dir /tmp/speech 2>&1 | tee "$OUT/train.log"
+  check_voices
+  # the same data options in both calls: the second reuses the first's shards
+  local data=(--languages "$RUN_LANGUAGES" --clips "$RUN_CLIPS" --seed 1 --heldout "$RUN_HELDOUT"
+              --workers "${RUN_WORKERS:-$(nproc)}" --data-dir /tmp/speech)
+  python3 -m webbuild.train --out "$ckpt" "${data[@]}" --data-only
+  minutes=$(python3 -c "print(round(min($RUN_MINUTES, max(0.5, ($RUN_DEADLINE_S - $SECONDS - $RUN_RESERVE_S) / 60)), 2))")
+  echo "$SECONDS s so far; training capped at $minutes min"
+  # shellcheck disable=SC2086  # RUN_EXTRA: more options, word-split on purpose
+  python3 -m webbuild.train --out "$ckpt" "${data[@]}" --device "$device" --steps 100000 --max-minutes "$minutes" \
+    --batch-size 256 --eval-every 750 --shard-size 15MB ${RUN_EXTRA:-}
   cp "$ckpt"/*.safetensors "$OUT/"
   (cd "$ckpt" && tar czf "$OUT/rest.tar.gz" --exclude='*.safetensors' .)
   for lead in 300 0; do  # 300: the front-end's default lead (model.yaml encoder.lead_ms); 0: none
-    python3 -m webbuild.train.onset "$ckpt" --device cuda --lead-ms "$lead" --json "$OUT/onset-lead$lead.json"
+    python3 -m webbuild.train.onset "$ckpt" --device "$device" --lead-ms "$lead" --json "$OUT/onset-lead$lead.json" \
+      --count "${RUN_ONSET_COUNT:-200}"
   done 2>&1 | tee "$OUT/onset.log"
+  echo "run: $SECONDS s in all"
   ls -l "$OUT"
+}
+
+run() {
+  : "${OUT:?run is for the GPU machine, where OUT names the folder that comes back}"
+  run_recipe 2>&1 | tee "$OUT/train.log"
 }
 
 adapter_sweep() {
