@@ -26,7 +26,6 @@ from tests.test_resample import wav_bytes
 from tests.test_site import NO_GPU
 from webbuild.config import load_config
 from webbuild.reference.audio import read_wav, write_wav
-from webbuild.reference.chunk import split_at_quiet
 from webbuild.reference.transcribe import load_transcriber
 from webbuild.site.contract import RUNTIME_FILE, SAMPLES_FILE
 from webbuild.site.manifest import load_manifest
@@ -189,7 +188,7 @@ def test_transcript_downloads_as_text_and_subtitles(page, example_dist, two_sent
     wait_for(page, DONE, 180)
     state = page.evaluate("() => window.webbuild")
     reference = load_transcriber(example_dist)
-    cuts = split_at_quiet(read_wav(two_sentences), 16000, reference.policy)
+    cuts = reference.chunk_ranges(read_wav(two_sentences))  # the chunk policy's, folded onto speech
     assert len(cuts) == 2 and state["chunks"] == [list(c) for c in cuts], (state["chunks"], cuts)
     texts = [reference.text(d.tokens) for d in reference.decode_file(two_sentences)]
     assert state["texts"] == texts and all(texts)
@@ -264,7 +263,7 @@ def test_a_long_file_shows_its_chunks_and_cancel_keeps_the_text_so_far(page, exa
     transcript so far stays (the chunks done as the reference decodes them) and the status says it was cancelled."""
     long = joined_samples(example_dist, tmp_path / "long.wav", 3)
     reference = load_transcriber(example_dist)
-    cuts = split_at_quiet(read_wav(long), 16000, reference.policy)
+    cuts = reference.chunk_ranges(read_wav(long))
     page.evaluate(PROGRESS_LOG)
     page.set_input_files("#file", str(long))
     wait_for(page, f"() => (window.webbuild.chunk?.index ?? 0) >= 1 || {DONE.removeprefix('() => ')}", 120)

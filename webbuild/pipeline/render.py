@@ -19,7 +19,7 @@ from webbuild.config import BuildConfig
 from webbuild.errors import BuildError
 from webbuild.pipeline.build_report import REPORT_NAME
 from webbuild.site.contract import ISOLATION_WORKER, ORT_DIR, ORT_MODULES, SAMPLES_FILE
-from webbuild.site.ort_files import OrtFilesError, ort_dir
+from webbuild.site.ort_files import OrtFilesError, ort_dir, vad_dir
 
 TEMPLATE_DIR = Path(__file__).resolve().parents[1] / "template"
 SKIP = {"tests", "__init__.py", "__pycache__", "_headers.j2"}
@@ -29,6 +29,14 @@ def ort_dist() -> Path:
     """The onnxruntime-web files a site ships, package data at the locked version (webbuild.site.ort_files)."""
     try:
         return ort_dir()
+    except OrtFilesError as e:
+        raise BuildError(str(e)) from None
+
+
+def vad_dist() -> Path:
+    """Silero VAD's model, package data at the locked version (webbuild.site.ort_files)."""
+    try:
+        return vad_dir()
     except OrtFilesError as e:
         raise BuildError(str(e)) from None
 

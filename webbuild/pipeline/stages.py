@@ -15,7 +15,7 @@ from webbuild.pipeline.adapter_files import pack_adapters
 from webbuild.pipeline.assemble import assemble_model, chunk_positions, present_files
 from webbuild.pipeline.build_report import census
 from webbuild.pipeline.forms import variant_forms
-from webbuild.pipeline.render import copy_static, ort_dist, render_site
+from webbuild.pipeline.render import copy_static, ort_dist, render_site, vad_dist
 from webbuild.pipeline.sample_wer import report_wer, sample_wer
 from webbuild.pipeline.shard import shard_files
 from webbuild.pipeline.state import BuildContext, Variant
@@ -23,6 +23,7 @@ from webbuild.reference import source_v2
 from webbuild.reference.chunk import ChunkPolicy
 from webbuild.reference.mel import lead_samples
 from webbuild.reference.source_files import check_source
+from webbuild.reference.vad import DEFAULT_VAD, VAD_FILE
 from webbuild.site.contract import ORT_WASM, RUNTIME_FILE, TOKENS_FILE
 from webbuild.site.manifest import dist_file_stats
 
@@ -89,11 +90,19 @@ def stage_assemble(ctx: BuildContext) -> None:
                           encoder=state.model.encoder, lead=lead_samples(ctx.cfg.encoder.lead_ms),
                           chunking=chunk_policy(ctx.cfg.chunking), languages=tuple(ctx.cfg.languages),
                           language=ctx.cfg.language, context=ctx.cfg.context)
+    if ctx.cfg.speech_detection:
+        add_speech_detection(state.assembled)
     state.variants = {fp32.name: fp32}
     missing = [v for v in ctx.cfg.variants if v not in state.variants]
     if missing and ctx.cfg.quantize.method == "none":  # only the quantize stage makes fp16
         log.warning(f"variants {', '.join(missing)} need quantization (quantize.method is 'none'); "
                     f"site gets {', '.join(state.variants)}")
+
+
+def add_speech_detection(assembled: Path) -> None:
+    """runtime.json's `vad` (webbuild.reference.vad's policy); the model file joins the shards (stage_shard)."""
+    path = assembled / RUNTIME_FILE
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"vad": DEFAULT_VAD.as_json()}, indent=1) + "\n")
 
 
 def stage_quantize(ctx: BuildContext) -> None:
@@ -186,6 +195,8 @@ def stage_shard(ctx: BuildContext) -> None:
     files = {name: v.dir / name for v in variants.values() for name in v.files.values()}
     files |= {RUNTIME_FILE: assembled / RUNTIME_FILE, TOKENS_FILE: assembled / TOKENS_FILE,
               ORT_WASM: ort_dist() / ORT_WASM}
+    if ctx.cfg.speech_detection:  # Silero VAD's model, package data at its locked version (ort_files.vad_dir)
+        files[VAD_FILE] = vad_dist() / VAD_FILE
     # the runtime finds each file by role (encoder, decoder_data, ...: webbuild.site.contract.FILE_ROLES)
     entries: dict[str, dict] = {
         name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files,

@@ -24,7 +24,15 @@ from webbuild.graph.load import FIX, load_onnx
 from webbuild.layouts import Decoder, Table
 from webbuild.reference import site_bpe, source_v2
 from webbuild.reference.audio import stream_wav
-from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy, chunks_of, live_chunks
+from webbuild.reference.chunk import (
+    DEFAULT_POLICY,
+    ChunkPolicy,
+    Sizes,
+    chunks_of,
+    live_chunks,
+    split_at_quiet,
+    to_speech,
+)
 from webbuild.reference.mel import LEAD_METADATA, SAMPLE_RATE, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import (
     PROMPT_PREFIX,
@@ -38,6 +46,7 @@ from webbuild.reference.prompt import (
     prefix_ids,
 )
 from webbuild.reference.source_files import check_source, read_json
+from webbuild.reference.vad import Vad, VadPolicy, speech_segments, window_speech
 from webbuild.site.contract import IO
 
 DEFAULT_MAX_NEW_TOKENS = 200
@@ -347,6 +356,7 @@ class Transcriber:
     live_policy: ChunkPolicy = DEFAULT_POLICY.live()  # how live audio is cut (runtime.json `chunking_live`)
     language: str | None = None  # forced (its answer prefix after the prompt), or None: the model names it
     context: str = ""  # the context text in the system message (a built site's: model.yaml's, load_site)
+    vad: Vad | None = None  # speech detection (a built site's runtime.json `vad`, load_site); None: all is speech
 
     def force_language(self, language: str | None) -> None:
         """Force `language` on every decode from now on (None: automatic); an unknown one fails here, once."""
@@ -407,16 +417,38 @@ class Transcriber:
 
     def decode_file(self, path: Path, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[Decoded]:
         """Each chunk's decoding of a WAV file of any length, cut as the page cuts it (webbuild.reference.chunk),
-        the file read and resampled as the chunks are decoded: memory bounded by the chunk length."""
-        return [self.decode(chunk, max_new_tokens) for chunk in chunks_of(stream_wav(path), SAMPLE_RATE, self.policy)]
+        the file read and resampled as the chunks are decoded: memory bounded by the chunk length. With speech
+        detection the file is read twice: its stretches of speech first, then the chunks' parts within them
+        (chunk.py to_speech); a file without speech has no chunk."""
+        speech = None
+        if self.vad is not None:
+            probs, samples = self.vad.probabilities(stream_wav(path))
+            speech = self.vad.stretches(speech_segments(probs, samples, self.vad.policy))
+        return [self.decode(chunk, max_new_tokens)
+                for chunk in chunks_of(stream_wav(path), SAMPLE_RATE, self.policy, speech)]
+
+    def chunk_ranges(self, pcm: np.ndarray) -> list[tuple[int, int]]:
+        """[start, end) of each chunk of `pcm` that decode_file (and the page) transcribes: the chunk policy's cuts,
+        with speech detection their parts within stretches of speech."""
+        cuts = split_at_quiet(pcm, SAMPLE_RATE, self.policy)
+        if self.vad is None:
+            return cuts
+        speech, keep = self.vad.stretches(self.vad.segments(pcm)), Sizes.of(self.policy, SAMPLE_RATE).keep
+        return [span for s, e in cuts for span in to_speech(s, e, speech, keep)]
 
     def decode_live(self, path: Path, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> list[LiveChunk]:
         """Each chunk of a WAV file as the page's live mode cuts it when fed the file's frames (the live
         policy, chunk.py LiveChunker), with its final decoding: the page's finalized text, chunk by chunk (a chunk
-        without speech is not transcribed, as in the page)."""
-        policy = self.live_policy
+        without speech is not transcribed, as in the page; with speech detection, nor one whose own windows hold
+        no speech segment: vad.py window_speech)."""
+        policy, vad = self.live_policy, self.vad
+        probs = None if vad is None else vad.probabilities(stream_wav(path))[0]
+
+        def spoken(start: int, end: int, speech: bool) -> bool:
+            return speech and (vad is None or probs is None or window_speech(probs, start, end, vad.policy))
         return [LiveChunk(start, start + len(chunk), self.decode(chunk, policy.token_budget(
-                    len(chunk), SAMPLE_RATE, max_new_tokens)) if speech else Decoded([], []))
+                    len(chunk), SAMPLE_RATE, max_new_tokens)) if spoken(start, start + len(chunk), speech)
+                    else Decoded([], []))
                 for start, chunk, speech in live_chunks(stream_wav(path), SAMPLE_RATE, policy)]
 
     def file_text(self, chunks: list[Decoded]) -> str:
@@ -553,4 +585,14 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None, ep:
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io,
                        policy=ChunkPolicy.of(runtime), live_policy=ChunkPolicy.of_live(runtime),
-                       context=codec.default_context)
+                       context=codec.default_context, vad=site_vad(site, manifest, runtime, out))
+
+
+def site_vad(site: Path, manifest: dict, runtime: dict, out: Path) -> Vad | None:
+    """The site's speech detection: its own copy of the model (a manifest file) under runtime.json's `vad`."""
+    from webbuild.site.manifest import reassemble
+
+    if (policy := VadPolicy.of(runtime)) is None:
+        return None
+    reassemble(site, manifest, policy.file, out / policy.file)
+    return Vad(out / policy.file, policy)

@@ -8,7 +8,7 @@ import { wasmHeapBytes } from './runtime/heap.js';
 import { FROM_WORKER, TO_WORKER } from './runtime/contract.js';
 import { clearCache } from './runtime/loader.js';
 import { loadSite } from './runtime/site.js';
-import { DEFAULT_CHUNKING, splitAtQuiet } from './runtime/chunk.js';
+import { DEFAULT_CHUNKING, splitAtQuiet, stretches, toSpeech } from './runtime/chunk.js';
 import { loraAbout, loraNames, switchLora } from './runtime/lora.js';
 import { LiveSession } from './runtime/live.js';
 import { loadErrorMessage, warningMessage } from './runtime/explain.js';
@@ -183,8 +183,14 @@ async function setLora({ id, name }) {
 // current chunk or decode step, with the chunks so far (the last perhaps cut short).
 /** @param {import('./runtime/contract.js').TranscribeMessage} msg */
 async function transcribe({ id, pcm, maxNewTokens, chunkSeconds, language = null, context = '' }) {
-  const { runtime } = await current();
-  const chunks = splitAtQuiet(pcm, runtime.sample_rate, chunkPolicy(runtime, chunkSeconds));
+  const { runtime, vad } = await current();
+  const policy = chunkPolicy(runtime, chunkSeconds);
+  const tVad = performance.now();
+  // with speech detection, the chunks' parts within stretches of speech (chunk.js toSpeech): none without speech
+  const chunks = vad ? toSpeech(splitAtQuiet(pcm, runtime.sample_rate, policy),
+    stretches(await vad.segments(pcm), Math.round(vad.policy.merge_seconds * vad.policy.sample_rate)), runtime.sample_rate, policy)
+    : splitAtQuiet(pcm, runtime.sample_rate, policy);
+  const vadMs = vad ? performance.now() - tVad : null;
   /** @type {string[]} */
   const texts = [];
   /** @type {Transcript[]} */
@@ -205,7 +211,7 @@ async function transcribe({ id, pcm, maxNewTokens, chunkSeconds, language = null
     results.push(r);
   }
   post({ type: FROM_WORKER.done, id, text: texts.filter(Boolean).join(' '), texts, chunks: chunks.slice(0, results.length),
-    tokens: results.map((r) => r.tokens), margins: results.map((r) => r.margins), metrics: summarise(results), lora,
+    tokens: results.map((r) => r.tokens), margins: results.map((r) => r.margins), metrics: summarise(results, pcm.length, runtime.sample_rate, vadMs), lora,
     cancelled: stop(), audioChunks: chunks.length, language: results.map((r) => r.language).find(Boolean) ?? null });
 }
 
@@ -239,7 +245,7 @@ async function liveStart({ id, rate, context = '' }) {
   const site = await current();
   site.recogniser.contextPrefix(context); // a context too long fails here, before the microphone's audio comes
   const session = new LiveSession(site.recogniser, site.runtime, {
-    rate, ep: site.ep, context, onUpdate: (update) => post({ type: FROM_WORKER.liveUpdate, id, update }),
+    rate, ep: site.ep, context, vad: site.vad, onUpdate: (update) => post({ type: FROM_WORKER.liveUpdate, id, update }),
   });
   live = { id, session };
 }
@@ -269,27 +275,31 @@ function chunkPolicy(runtime, chunkSeconds) {
   return { ...policy, max_seconds: chunkSeconds, min_seconds: chunkSeconds / 2, join_seconds: Math.min(policy.join_seconds, chunkSeconds) };
 }
 
-// Per-transcription metrics over all chunks: TTFT is the first chunk's; rates are totals.
+// Per-transcription metrics over all chunks: TTFT is the first chunk's; rates are totals, over the whole audio
+// (with speech detection the chunks may leave parts out; audio without speech has no chunk at all).
 /**
  * @param {Transcript[]} results
+ * @param {number} samples @param {number} rate @param {number | null} vadMs the speech detection's time (null: off)
  * @returns {import('./runtime/contract.js').TranscriptionMetrics}
  */
-function summarise(results) {
+function summarise(results, samples, rate, vadMs) {
   const sum = (/** @type {keyof Transcript['timings']} */ k) => results.reduce((n, r) => n + r.timings[k], 0);
-  const t = results[0].timings;
+  const t = results[0]?.timings ?? { ttft_ms: 0 };
+  const audioMs = (samples / rate) * 1000; // the whole audio's, the parts not transcribed too
   return {
     chunks: results.length,
     encoder_ms: sum('encoder_ms'),
     ttft_ms: t.ttft_ms,
     prompt_tokens: sum('prompt_tokens'),
-    prefill_tokens_per_s: (sum('prompt_tokens') / sum('prefill_ms')) * 1000,
+    prefill_tokens_per_s: results.length ? (sum('prompt_tokens') / sum('prefill_ms')) * 1000 : 0,
     decode_tokens: sum('decode_tokens'), // with decode_ms: webbuild verify's rate over many clips
     decode_ms: sum('decode_ms'),
     decode_tokens_per_s: sum('decode_tokens') ? (sum('decode_tokens') / sum('decode_ms')) * 1000 : null,
     generated_tokens: results.reduce((n, r) => n + r.tokens.length, 0),
     total_ms: sum('total_ms'),
-    audio_ms: sum('audio_ms'),
-    rtf: sum('total_ms') / sum('audio_ms'),
+    audio_ms: audioMs,
+    rtf: sum('total_ms') / audioMs,
+    vad_ms: vadMs,
     wasm_heap_bytes: wasmHeapBytes(), // the peak so far: a wasm memory only grows
   };
 }

@@ -80,6 +80,22 @@ export type Runtime = {
   chunking: Chunking;
   /** the live mode's cuts (ChunkPolicy.live(): every pause ends a chunk as soon as it is heard; LiveChunker) */
   chunking_live: Chunking;
+  /** speech detection (webbuild.reference.vad VadPolicy, runtime/vad.js): Silero VAD's model file (a manifest file) and its settings; absent where model.yaml speech_detection is off */
+  vad?: {
+    file: string;
+    sample_rate: number;
+    /** samples per window the model judges */
+    window: number;
+    /** samples of the audio before a window given with it */
+    context: number;
+    threshold: number;
+    neg_threshold: number;
+    min_speech_seconds: number;
+    min_silence_seconds: number;
+    pad_seconds: number;
+    /** speech segments closer are one stretch: a file's chunks keep only their parts within stretches (chunk.js toSpeech) */
+    merge_seconds: number;
+  };
   /** the captured decode's static KV cache length */
   max_positions: number;
   /** 0: the whole prompt in one run */

@@ -144,9 +144,9 @@ export const TO_WORKER = Object.freeze({
  *   One generated token of transcription `id`; text: the transcript so far.
  * @typedef {{chunks: number, encoder_ms: number, ttft_ms: number, prompt_tokens: number, prefill_tokens_per_s: number,
  *   decode_tokens: number, decode_ms: number, decode_tokens_per_s: number | null, generated_tokens: number,
- *   total_ms: number, audio_ms: number, rtf: number, wasm_heap_bytes: number}} TranscriptionMetrics
- *   worker.js summarise(): one transcription's, over all its chunks; wasm_heap_bytes: onnxruntime-web's wasm memory
- *   at its end (runtime/heap.js), the peak so far.
+ *   total_ms: number, audio_ms: number, rtf: number, vad_ms: number | null, wasm_heap_bytes: number}} TranscriptionMetrics
+ *   worker.js summarise(): one transcription's, over all its chunks; vad_ms: the speech detection's time (null: the
+ *   site has none); wasm_heap_bytes: onnxruntime-web's wasm memory at its end (runtime/heap.js), the peak so far.
  * @typedef {{type: 'done', id: number, text: string, texts: string[], chunks: Array<[number, number]>, tokens: number[][],
  *   margins: number[][], metrics: TranscriptionMetrics, lora: string | null, cancelled: boolean, audioChunks: number,
  *   language: string | null}} DoneMessage

@@ -12,6 +12,7 @@
 
 import { DEFAULT_CHUNKING, LiveChunker, livePolicy, tokenBudget } from './chunk.js';
 import { Resampler } from './resample.js';
+import { windowSpeech } from './vad.js';
 
 export const BASE_INTERVAL_MS = { webgpu: 300, wasm: 1000 };
 export const wallClock = () => performance.timeOrigin + performance.now();
@@ -24,11 +25,13 @@ export class LiveSession {
   /**
    * @param {Recogniser} recogniser
    * @param {import('webbuild-types').Runtime} runtime
-   * @param {{rate: number, ep: string, maxNewTokens?: number, context?: string, onUpdate: (u: LiveUpdate) => void}} options
-   *   rate: the frames' sample rate; context: the context text of every chunk's prompt (asr.js); onUpdate: each
-   *   partial or final text as it is made
+   * @param {{rate: number, ep: string, maxNewTokens?: number, context?: string, vad?: import('./vad.js').Vad | null,
+   *   onUpdate: (u: LiveUpdate) => void}} options
+   *   rate: the frames' sample rate; context: the context text of every chunk's prompt (asr.js); vad: speech
+   *   detection (a chunk whose own windows hold no speech segment is not transcribed, vad.js windowSpeech);
+   *   onUpdate: each partial or final text as it is made
    */
-  constructor(recogniser, runtime, { rate, ep, maxNewTokens, context = '', onUpdate }) {
+  constructor(recogniser, runtime, { rate, ep, maxNewTokens, context = '', vad = null, onUpdate }) {
     this.recogniser = recogniser;
     this.context = context;
     this.sampleRate = runtime.sample_rate;
@@ -37,6 +40,7 @@ export class LiveSession {
     this.resampler = new Resampler(rate, this.sampleRate);
     this.policy = runtime.chunking_live ?? livePolicy(runtime.chunking ?? DEFAULT_CHUNKING);
     this.chunker = new LiveChunker(this.sampleRate, this.policy);
+    this.vad = vad && vad.stream(); // each window's speech probability, from the session's first sample
     this.baseMs = ep === 'webgpu' ? BASE_INTERVAL_MS.webgpu : BASE_INTERVAL_MS.wasm;
     this.intervalMs = this.baseMs;
     /** @type {{index: number, start: number, pcm: Float32Array, speech: boolean, decidedAt: number, byPause: boolean}[]} */
@@ -82,6 +86,7 @@ export class LiveSession {
   take(pcm16, at, last) {
     this.heard += pcm16.length;
     this.arrivals.push([this.heard, at]);
+    this.vad?.push(Float32Array.from(pcm16)); // judged in pump(), before any chunk it ends is finalised
     const ended = [...this.chunker.feed(Float32Array.from(pcm16)), ...(last ? this.chunker.finish() : [])];
     for (const [start, pcm, speech] of ended) this.finals.push({ index: this.ended++, start, pcm, speech, decidedAt: at, byPause: !last });
   }
@@ -98,6 +103,7 @@ export class LiveSession {
     this.busy = true;
     try {
       for (;;) {
+        await this.vad?.advance();
         const final = this.finals.shift();
         if (final) await this.finalize(final);
         else if (this.partialDue()) await this.partial();
@@ -114,7 +120,13 @@ export class LiveSession {
   partialDue() {
     const c = this.chunker;
     return !this.stopped && c.spoke && c.start + c.buf.length > this.lastPartial.samples
-      && wallClock() - this.lastPartial.at >= this.intervalMs;
+      && wallClock() - this.lastPartial.at >= this.intervalMs && this.speechIn(c.start, c.start + c.buf.length);
+  }
+
+  // Whether [start, end) holds speech by the speech detection's windows so far (true without speech detection).
+  /** @param {number} start @param {number} end */
+  speechIn(start, end) {
+    return !this.vad || windowSpeech(this.vad.probs, start, end, this.vad.vad.policy);
   }
 
   schedule() {
@@ -141,12 +153,13 @@ export class LiveSession {
   /** @param {{index: number, start: number, pcm: Float32Array, speech: boolean, decidedAt: number, byPause: boolean}} f */
   async finalize(f) {
     const t0 = wallClock();
-    const r = f.speech ? await this.recogniser.transcribe(f.pcm, { maxNewTokens: this.budget(f.pcm.length), context: this.context }) : { text: '', tokens: [], margins: [] };
+    const speech = f.speech && this.speechIn(f.start, f.start + f.pcm.length);
+    const r = speech ? await this.recogniser.transcribe(f.pcm, { maxNewTokens: this.budget(f.pcm.length), context: this.context }) : { text: '', tokens: [], margins: [] };
     const shownAt = wallClock();
     this.computeMs += shownAt - t0;
     this.emit({ chunk: f.index, final: true, text: r.text, tokens: r.tokens, margins: r.margins, start: f.start,
       end: f.start + f.pcm.length, audioAt: f.decidedAt, shownAt, computeMs: shownAt - t0, intervalMs: this.intervalMs,
-      byPause: f.byPause && f.speech });
+      byPause: f.byPause && speech });
   }
 
   // The tokens a chunk of `samples` may decode (the live policy's tokens_per_second; the reference's the same).

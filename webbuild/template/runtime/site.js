@@ -9,6 +9,7 @@ import { chooseVariant, probeWebGPU, webgpuProvider } from './probe.js';
 import { Recogniser } from './asr.js';
 import { decodeRequest } from './decode-form.js';
 import { loraShapes } from './lora.js';
+import { createVad } from './vad.js';
 
 /** @typedef {import('webbuild-types').Ort} Ort */
 /** @typedef {import('webbuild-types').Runtime} Runtime */
@@ -66,7 +67,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   const threads = wasmThreads(opts.threads);
   const variant = opts.variant ?? pick.variant;
   if (pick.ep === 'wasm') refuseUnfit(manifest, variant);
-  const shared = [runtime.files.tokens, runtime.files.ort_wasm];
+  const shared = [runtime.files.tokens, runtime.files.ort_wasm, ...(runtime.vad ? [runtime.vad.file] : [])];
   const tLoad = performance.now();
   // a software GPU compiles and runs every shape class on the CPU (about 30 s more per load for the example on
   // SwiftShader): there a first clip of a new class pays for its own pipelines instead
@@ -95,6 +96,8 @@ export async function loadSite(manifestUrl, opts = {}) {
   } finally {
     load.flushCache(); // the sessions are made (or failed): the cache writes go on meanwhile
   }
+  // speech detection (runtime/vad.js), on wasm whatever the model's EP: a session of 2.3 MB, made in milliseconds
+  const vad = runtime.vad ? await createVad(ort, await load.ready(runtime.vad.file), runtime.vad) : null;
   const tSession = performance.now();
   opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1, ep: made.ep });
   made.recogniser.formRequest = decodeRequest({ graphCapture: opts.graphCapture, decodeForm: opts.decodeForm,
@@ -103,7 +106,7 @@ export async function loadSite(manifestUrl, opts = {}) {
   const tWarm = performance.now();
   const { stats } = load;
   return {
-    ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu, loading: site.loading,
+    ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu, loading: site.loading, vad,
     warmShapes: shapes, // whether the warm-up warmed every shape class (a later warm-up does as this one)
     threadsWhy: threads.why,
     // whether the model is kept in the browser's cache for the next visit (false: no cache, or storage full)
