@@ -367,8 +367,8 @@ def test_the_step_form_gives_gate_and_up_their_merged_updates_as_biases(sites, t
     norm + gate/up + SiLU x up kernel takes biases. Each bias is a 4-bit MatMulNBits of the merged update's inputs
     (`lora.{i}.{proj}.delta_codes` / `.delta_scales`, lora_form.merged_deltas) on the norm's copy, beside one
     narrow spare: onnxruntime-web's norm + Q/K/V kernel for the three. The group's down and ups are no step inputs.
-    Decoded on onnxruntime CPU with the adapter on (the build's check feeds a zero adapter only), the step form
-    gives the plain adapted decoder's tokens."""
+    Decoded on onnxruntime CPU with the example's adapter on (a real one; the build's check feeds a random one), the
+    step form gives the plain adapted decoder's tokens."""
     from webbuild.pipeline.check import StepForm
     from webbuild.train.target import heldout_target
 
@@ -539,3 +539,41 @@ def test_wasm_plan_counts_the_adapted_session(sites):
     assert need["with"]["forms"] == need["without"]["forms"]
     assert need["with"]["tensor_bytes"] > need["without"]["tensor_bytes"]
     assert need["with"]["need_bytes"] > need["without"]["need_bytes"]
+
+
+@pytest.mark.parametrize("sabotage", ["packed_up", "delta"])
+def test_the_check_fails_a_wrong_adapter_packing(sites, tmp_path, sabotage):
+    """The check stage's random adapter (check.RoleCheck.adapter_values): the adapted step form as built gives the
+    plain adapted decoder's logits with it, within the tolerance; with its layout wrong (a packing bug: q/k/v's packed
+    up made of their ups in another order, or gate's merged update made from up's up) it does not, and says so."""
+    from webbuild.pipeline.check import RoleCheck
+    from webbuild.pipeline.state import Variant
+
+    manifest = load_manifest(sites["with"] / "model")
+    entry = manifest["variants"]["fp32"]
+    folder = tmp_path / "fp32"
+    folder.mkdir()
+    for name in entry["files"]:
+        reassemble(sites["with"] / "model", manifest, name, folder / name)
+    reassemble(sites["with"] / "model", manifest, "runtime.json", tmp_path / "runtime.json")
+    roles = {role: name for role, name in entry.items() if isinstance(name, str) and name in entry["files"]}
+    layout = json.loads(json.dumps(entry["lora_layout"]))
+    clips = {p.name: read_wav(p) for p in SAMPLES[:2]}
+    max_positions = json.loads((tmp_path / "runtime.json").read_text())["max_positions"]
+
+    def check(layout: dict) -> dict:
+        v = Variant("fp32", folder, roles, lora_layout=layout)
+        scratch = tmp_path / f"scratch{len(list(tmp_path.glob('scratch*')))}"
+        return RoleCheck(v, EXAMPLE / "model", scratch, clips, None, max_positions,
+                         manifest["adapters"]["klatt"]["rank"]).adapter_values("decoder_lora_step")
+
+    good = check(layout)
+    assert good["values_equal"] and not good["problems"]
+    assert good["random_adapter"]["difference"] < 0.25 * good["random_adapter"]["effect"]
+    for record in layout.values():
+        if sabotage == "packed_up" and record["kind"] == "packed_up":
+            record["from"] = record["from"][::-1]
+        if sabotage == "delta" and record["kind"] == "delta" and record["from"][1].endswith(".gate_proj.up"):
+            record["from"][1] = record["from"][1].replace(".gate_proj.", ".up_proj.")
+    bad = check(layout)
+    assert not bad["values_equal"] and "a random adapter: logits" in bad["problems"][0]

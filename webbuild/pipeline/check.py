@@ -9,7 +9,11 @@ back out of GroupQueryAttention, webbuild.reference.transcribe.cpu_form; everyth
 - `decoder_step`: the captured decode's graph, as runtime/capture.js drives it: the plain decoder's prefill,
   then the step form on a static KV cache of runtime.json's `max_positions`, feeding each `next_token` back;
 - `decoder_lora*`: the adapted forms fed a zero adapter of the adapters' rank, whose tokens must equal
-  the base form's; the delta graph (`decoder_lora_delta`) on a random adapter against adapter_pack.delta_inputs.
+  the base form's; the adapted step and wasm forms also fed a non-zero random adapter (the step's inputs made by
+  the manifest variant's `lora_layout`, adapter_pack.step_inputs, as the page makes them), whose logits along the
+  Python reference's tokens (the plain adapted decoder with that adapter, as `webbuild transcribe --adapter` runs
+  it) must stay within ADAPTER_TOLERANCE of the adapter's own effect on them: a wrong packing moves them by about
+  that effect; the delta graph (`decoder_lora_delta`) on a random adapter against adapter_pack.delta_inputs.
 
 `webbuild.reference.transcribe.IdsDecoder` drives the built decoder interface (input_ids + audio splice,
 webbuild.quantize.embeddings), so one greedy loop (`Transcriber`) serves built graphs and the unfused
@@ -46,7 +50,15 @@ from webbuild.site.adapter_pack import delta_inputs, step_inputs
 from webbuild.site.contract import DELTA_GROUPS, FILE_ROLES, IO
 
 DEFAULT_MAX_NEW_TOKENS = 64
+# the random adapter's check (RoleCheck.adapter_values): each up's values N(0, ADAPTER_SCALE / sqrt(rank)) and each
+# down's N(0, 1 / sqrt(in)), so an update is about ADAPTER_SCALE x its input's RMS; compared over ADAPTER_STEPS
+# decode steps of the first ADAPTER_CLIPS clips. The step form quantizes the adapter (4- and 8-bit blocks): on the
+# example its logits stay within 0.11 of the adapter's effect, while a packed up or a merged update made from the
+# wrong ups moves them by more than half of it (tests/test_adapter_build.py)
+ADAPTER_SCALE, ADAPTER_TOLERANCE, ADAPTER_STEPS, ADAPTER_CLIPS = 0.2, 0.25, 16, 2
 DELTA_ROLE = FILE_ROLES["decoder_lora"]["delta"]  # a graph no decoder run reads: its own row (RoleCheck._delta_row)
+# the adapted forms checked with a random adapter against the plain adapted decoder (RoleCheck.adapter_values)
+ADAPTER_CHECKED = (FILE_ROLES["decoder_lora"]["step"], FILE_ROLES["decoder_lora"]["wasm"])
 
 
 def variant_transcriber(out_dir: Path, variant: str, side_dir: Path) -> Transcriber:
@@ -67,11 +79,42 @@ def role_transcriber(encoder: Path, decoder: Path, side_dir: Path, rank: int | N
                        frozenset(cfg["special_tokens"]["eos_token_ids"]))
 
 
+def random_adapter(decoder: IdsDecoder, rank: int, seed: int = 0,
+                   scale: float = ADAPTER_SCALE) -> dict[str, np.ndarray]:
+    """A non-zero random adapter of `rank` for every lora.* input of the adapted `decoder`, in
+    adapter_pack.graph_inputs' form: each group's down [in, R] N(0, 1 / sqrt(in)), each up [R, out] N(0, scale /
+    sqrt(rank)) in its projection's own rows of the group's R (zeros elsewhere)."""
+    rng, out = np.random.default_rng(seed), {}
+    for i in decoder.sess.get_inputs():
+        if (parts := IO.lora_parts(i.name)) is None:
+            continue
+        _, owner, factor = parts
+        group = next(g for g, projs in DOWN_GROUPS.items() if owner == g or owner in projs)
+        shared = shared_rank(group, rank)
+        if factor == "down":
+            out[i.name] = rng.normal(0, 1 / np.sqrt(i.shape[0]), (i.shape[0], shared)).astype(decoder.dtype)
+            continue
+        at = DOWN_GROUPS[group].index(owner) * rank
+        up = out[i.name] = np.zeros((shared, i.shape[1]), decoder.dtype)
+        up[at:at + rank] = rng.normal(0, scale / np.sqrt(rank), (rank, i.shape[1]))
+    return out
+
+
 def zero_adapter(decoder: IdsDecoder, rank: int) -> dict[str, np.ndarray]:
     """Zeros for every lora.* input of `decoder` ([in, r] and [r, out], r = `rank` times the group's members)."""
     inputs = [(i, parts) for i in decoder.sess.get_inputs() if (parts := IO.lora_parts(i.name))]
     return {i.name: np.zeros([d if isinstance(d, int) else shared_rank(owner, rank) for d in i.shape], decoder.dtype)
             for i, (_, owner, _) in inputs}
+
+
+def forced_logits(decoder: IdsDecoder, prompt: Prompt, audio: np.ndarray, tokens: list[int]) -> np.ndarray:
+    """`decoder`'s logits [len(tokens), vocab] after each of `tokens` (teacher forcing), after the prompt and audio."""
+    _, state = decoder.prefill(prompt, audio)
+    rows = []
+    for token in tokens:
+        logits, state = decoder.step(token, state)
+        rows.append(logits)
+    return np.array(rows)
 
 
 def reference_tokens(reference_dir: Path, clips: dict[str, np.ndarray],
@@ -161,14 +204,53 @@ class RoleCheck:
         role's tokens, which a zero adapter must give exactly)."""
         run = self._run(role)
         tokens = self._decode(run)
-        row = {"file": self.v.files[role], "ran": "cpu form" if self._cpu(role) != self.v.path(role) else "as shipped",
-               "with": [r for r in run if r and r != role]}
+        row: dict = {"file": self.v.files[role],
+                     "ran": "cpu form" if self._cpu(role) != self.v.path(role) else "as shipped",
+                     "with": [r for r in run if r and r != role]}
         if role.startswith("decoder_lora"):
             base = tuple(r.replace("decoder_lora", "decoder") if r else r for r in run)
-            return row | {"against": f"{role.replace('decoder_lora', 'decoder')} (zero adapter)",
-                          "tokens_equal": tokens == self._decode(base)}
+            against = f"{role.replace('decoder_lora', 'decoder')} (zero adapter)"
+            row |= {"against": against, "tokens_equal": tokens == self._decode(base)}
+            if role in ADAPTER_CHECKED:
+                row |= self.adapter_values(role) | {"against": f"{against} and decoder_lora (a random adapter)"}
+            return row
         return row | {"against": "source" if self.reference is not None else "none (no sample clips)"} \
             | agreement(tokens, self.codec, self.reference)
+
+    def adapter_values(self, role: str) -> dict:
+        """The adapted `role` fed a random adapter (random_adapter) against the Python reference, the plain adapted
+        decoder with it: their logits along the reference's greedy tokens of the first clips (teacher forcing),
+        whose largest difference must stay within ADAPTER_TOLERANCE of the largest difference the adapter makes
+        (the reference's logits against its own with a zero adapter)."""
+        t = role_transcriber(self.v.path("encoder"), self._cpu("decoder_lora"), self.side_dir, self.rank or RANK)
+        assert isinstance(t.decoder, IdsDecoder), "a built site's decoder takes input_ids"
+        reference, zero = t.decoder, t.decoder.adapter
+        reference.adapter = random_adapter(reference, self.rank or RANK)
+        inputs = []
+        for pcm in list(self.clips.values())[:ADAPTER_CLIPS]:
+            audio = t.audio_features(pcm)
+            inputs.append((t.codec.prompt(audio.shape[1]), audio, t.generate(pcm, ADAPTER_STEPS)))
+        want = [forced_logits(reference, *clip) for clip in inputs]
+        got = [self._forced_role(role, reference, *clip) for clip in inputs]
+        reference.adapter = zero
+        effect = max(float(np.abs(w - forced_logits(reference, *clip)).max()) for w, clip in zip(want, inputs))
+        difference = max(float(np.abs(g - w).max()) for g, w in zip(got, want))
+        equal = effect > 0 and difference <= ADAPTER_TOLERANCE * effect
+        problems = [] if equal else [f"a random adapter: logits {difference:.3g} from the reference's, its effect "
+                                     f"{effect:.3g} (at most {ADAPTER_TOLERANCE} of it)"]
+        return {"random_adapter": {"difference": difference, "effect": effect}, "values_equal": equal,
+                "problems": problems}
+
+    def _forced_role(self, role: str, reference: IdsDecoder, prompt: Prompt, audio: np.ndarray,
+                     tokens: list[int]) -> np.ndarray:
+        """`role`'s logits after each of `tokens`, fed the reference's adapter (the step form: made by the
+        manifest variant's lora_layout, its prefill the reference's, as runtime/capture.js runs it)."""
+        if role.endswith("_step"):
+            form = StepForm(self._cpu(role), self.max_positions, reference, self.v.lora_layout,
+                            logits_copy=self.scratch / f"{self.v.files[role]}.logits.onnx")
+            return form.forced_logits(prompt, audio, tokens)
+        cfg = json.loads((Path(self.side_dir) / "config.json").read_text())
+        return forced_logits(IdsDecoder(self._cpu(role), cfg["decoder"], reference.adapter), prompt, audio, tokens)
 
     def _decode(self, run: tuple) -> dict[str, list[int]]:
         """Greedy tokens of every clip through the roles of `run`, once per run; its sessions are released
@@ -208,8 +290,16 @@ class StepForm:
     lora inputs are made from the plain decoder's adapter as `layout` says (the manifest variant's `lora_layout`,
     adapter_pack.step_inputs), as the page makes them."""
 
-    def __init__(self, path: Path, max_positions: int, plain: IdsDecoder, layout: dict[str, dict] | None = None):
-        self.sess = cpu_session(path)
+    def __init__(self, path: Path, max_positions: int, plain: IdsDecoder, layout: dict[str, dict] | None = None,
+                 logits_copy: Path | None = None):
+        """logits_copy: where to write a copy of the graph that also answers its logits (forced_logits), beside
+        its weights file."""
+        if logits_copy is not None:
+            model = onnx.load(str(path), load_external_data=False)
+            dtype = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(plain.dtype))
+            model.graph.output.append(onnx.helper.make_tensor_value_info(IO.logits, dtype, None))
+            onnx.save(model, str(logits_copy))
+        self.sess = cpu_session(logits_copy or path)
         self.max_positions, self.plain = max_positions, plain
         inputs = {i.name: i for i in self.sess.get_inputs()}
         self.present_of = IO.present_of_past(list(inputs))  # {past input: the present output it becomes}
@@ -228,14 +318,29 @@ class StepForm:
         tokens: list[int] = []
         while token not in t.eos_ids and len(tokens) < max_new_tokens and total < self.max_positions:
             tokens.append(token)
-            mask = np.zeros((1, self.max_positions), self.mask_dtype)
-            mask[0, :total + 1] = 1
-            out = self.sess.run(None, {IO.input_ids: np.array([[token]], np.int32), IO.attention_mask: mask,
-                                       **cache, **self.adapter})
-            named = dict(zip([o.name for o in self.sess.get_outputs()], out))
-            cache = {past: named[present] for past, present in self.present_of.items()}
+            named, cache = self._step(token, cache, total)
             token, total = int(named[IO.next_token][0, 0]), total + 1
         return tokens
+
+    def forced_logits(self, prompt: Prompt, audio: np.ndarray, tokens: list[int]) -> np.ndarray:
+        """The logits [len(tokens), vocab] after each of `tokens` (teacher forcing), float32; the graph must answer
+        them (logits_copy)."""
+        _, (past, total) = self.plain.prefill(prompt, audio)
+        cache, rows = {n: self._static(past[n]) for n in self.present_of}, []
+        for token in tokens:
+            named, cache = self._step(token, cache, total)
+            rows.append(named[IO.logits].reshape(-1).astype(np.float32))
+            total += 1
+        return np.array(rows)
+
+    def _step(self, token: int, cache: dict, total: int) -> tuple[dict, dict]:
+        """One step's outputs by name, and the next step's cache."""
+        mask = np.zeros((1, self.max_positions), self.mask_dtype)
+        mask[0, :total + 1] = 1
+        out = self.sess.run(None, {IO.input_ids: np.array([[token]], np.int32), IO.attention_mask: mask,
+                                   **cache, **self.adapter})
+        named = dict(zip([o.name for o in self.sess.get_outputs()], out))
+        return named, {past: named[present] for past, present in self.present_of.items()}
 
     def _static(self, present: np.ndarray) -> np.ndarray:
         cache = np.zeros(present.shape[:2] + (self.max_positions,) + present.shape[3:], present.dtype)

@@ -181,7 +181,7 @@ def stage_check(ctx: BuildContext) -> None:
 
 def _check_text(role: str, row: dict) -> str:
     if "tokens_equal" in row or "values_equal" in row:
-        equal = row.get("tokens_equal", row.get("values_equal"))
+        equal = False not in (row.get("tokens_equal"), row.get("values_equal"))
         return f"{role} {'equal to' if equal else 'DIFFERS from'} {row['against']}" \
             + "".join(f" ({p})" for p in row.get("problems", [])[:2])
     agreement = row.get("mean_token_agreement")
