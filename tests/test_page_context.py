@@ -1,14 +1,19 @@
 """The page's context field on the trained example, in Chromium on the wasm EP: the worker tokenises the visitor's
 text itself (runtime/bpe.js) into the system message, and the page's tokens equal the Python reference's with the
-same context; a context over the prompt's budget is one clear error, and the page transcribes after it."""
+same context; a context over the prompt's budget is one clear error, and the page transcribes after it. A build
+whose model.yaml sets a context starts the field on it, and the page and `webbuild transcribe` use it."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from tests.example_config import EXAMPLE
+from tests.conftest import built_once
+from tests.example_config import EXAMPLE, write_example_config
 from webbuild.config import load_config
-from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import load_transcriber
 from webbuild.tools.browser import choose, hide_webgpu, launch, open_page, wait_for, watch
 from webbuild.tools.serve import start
@@ -19,7 +24,18 @@ CONTEXT = "harmony emerge surprise"  # the first sample's words: the example, ne
 
 @pytest.fixture(scope="module")
 def page(playwright, example_dist):
-    srv = start(example_dist, quiet=True)
+    yield from open_site(playwright, example_dist)
+
+
+@pytest.fixture(scope="module")
+def dist_with_context(tmp_path_factory) -> Path:
+    """The example built with model.yaml `context: CONTEXT` (without its adapter: fewer files)."""
+    return built_once(tmp_path_factory, "example-with-context",
+                      lambda folder: (write_example_config(folder, adapters=[], context=CONTEXT),)).dist
+
+
+def open_site(playwright, dist: Path):
+    srv = start(dist, quiet=True)
     browser = launch(playwright, choose(), webgpu=False)
     ctx = browser.new_context()
     hide_webgpu(ctx)  # the CPU path: wasm
@@ -46,18 +62,17 @@ def test_the_field_is_shown_on_model_yamls_default(page):
 def test_a_context_gives_the_references_tokens(page, example_dist):
     sample = load_config(EXAMPLE / "model.yaml").site.samples[2]
     reference = load_transcriber(example_dist, ep="wasm")  # the graphs the wasm EP runs
-    pcm = read_wav(sample.audio)
-    plain = reference.decode(pcm).tokens
+    plain = [c.tokens for c in reference.decode_file(sample.audio)]  # cut into chunks as the page cuts them
     reference.give_context(CONTEXT)
-    with_context = reference.decode(pcm)
-    assert with_context.tokens != plain  # the context reached the prompt: this sample's answer changes
+    with_context = reference.decode_file(sample.audio)
+    assert [c.tokens for c in with_context] != plain  # the context reached the prompt: this sample's answer changes
 
     state = transcribe_on_the_page(page, sample.audio, CONTEXT)
     assert state["error"] is None, state["error"]
-    assert state["tokens"] == [with_context.tokens] and state["text"] == reference.text(with_context.tokens)
+    assert state["tokens"] == [c.tokens for c in with_context] and state["text"] == reference.file_text(with_context)
 
     state = transcribe_on_the_page(page, sample.audio, "")  # cleared: the plain prompt again
-    assert state["error"] is None and state["tokens"] == [plain]
+    assert state["error"] is None and state["tokens"] == plain
 
 
 def test_a_context_over_the_budget_is_one_clear_error(page, example_dist):
@@ -71,3 +86,24 @@ def test_a_context_over_the_budget_is_one_clear_error(page, example_dist):
     assert page.inner_text("#error") == f"Error: {state['error']}"
     state = transcribe_on_the_page(page, sample.audio, "")
     assert state["error"] is None and state["text"] == sample.text
+
+
+def test_model_yamls_context_is_the_fields_default_and_the_clis(playwright, dist_with_context):
+    sample = load_config(EXAMPLE / "model.yaml").site.samples[2]
+    reference = load_transcriber(dist_with_context, ep="wasm")
+    assert reference.context == CONTEXT  # the site's default
+    chunks = reference.decode_file(sample.audio)
+    expected = [c.tokens for c in chunks]
+    reference.give_context("")
+    assert [c.tokens for c in reference.decode_file(sample.audio)] != expected  # the default is in the prompt
+    for page in open_site(playwright, dist_with_context):
+        assert page.input_value("#context") == CONTEXT
+        page.set_input_files("#file", str(sample.audio))
+        wait_for(page, DONE, 180)
+        state = page.evaluate("() => window.webbuild")
+        assert state["error"] is None and state["tokens"] == expected
+    run = subprocess.run([str(Path(".venv/bin/webbuild").resolve()), "transcribe", str(dist_with_context),
+                          str(sample.audio), "--json"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    row = json.loads(run.stdout)
+    assert row["context"] == CONTEXT and row["text"] == reference.file_text(chunks)
