@@ -63,10 +63,19 @@ def test_forced_eval_prompt_ends_with_the_language_prefix():
     assert tok.decode(answer, skip_special_tokens=False) == "language Russian<asr_text>дом<|im_end|>"
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread: on a shared 2-core box two spinning threads made this test 6 minutes."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @needs_espeak
-def test_heldout_report_has_a_row_per_language():
+def test_heldout_report_has_a_row_per_language(one_thread):
     """A random tiny model over one held-out clip of each language: a row each, and forced, the tag
-    right on every clip by construction."""
+    right on every clip by construction (a few tokens of answer suffice)."""
     langs = tuple(LANGUAGES[n] for n in MULTILINGUAL)
     tok = build_tokenizer(tokenizer_texts(langs), 1024)
     texts = [language_heldout(lang, 1)[0] for lang in langs]
@@ -74,8 +83,8 @@ def test_heldout_report_has_a_row_per_language():
     store = ClipStore.build(clips, tok, "cpu")
     torch.manual_seed(0)
     model = make_model(tok).eval()
-    rows, hyps = heldout_report(model, tok, store)
+    rows, hyps = heldout_report(model, tok, store, max_new_tokens=4)
     assert [r.language for r in rows] == list(MULTILINGUAL) and len(hyps) == len(texts)
     assert all(r.clips == 1 and r.metric == "WER" and r.error_rate > 0 for r in rows)
-    forced, _ = heldout_report(model, tok, store, forced=True)
+    forced, _ = heldout_report(model, tok, store, forced=True, max_new_tokens=4)
     assert [r.language_right for r in forced] == [1.0] * len(langs)

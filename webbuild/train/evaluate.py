@@ -56,7 +56,7 @@ class LanguageRow:
 
 @torch.no_grad()
 def decode(model, tok: Tokenizer, store: ClipStore, idx: torch.Tensor, lead: int = 0,
-           forced: bool = False) -> list[str]:
+           forced: bool = False, max_new_tokens: int = MAX_NEW_TOKENS) -> list[str]:
     """Greedy decoding of clips `idx` in one left-padded batch, each behind `lead` samples of lead: the
     answers as decoded text, special tokens kept (`forced`: after each clip's language's answer prefix)."""
     device = store.pcm.device
@@ -65,7 +65,7 @@ def decode(model, tok: Tokenizer, store: ClipStore, idx: torch.Tensor, lead: int
     end = [tok.token_to_id("<|im_end|>"), tok.token_to_id("<|endoftext|>")]
     out = model.generate(
         input_ids=ids.to(device), attention_mask=att.to(device), input_features=feats,
-        input_features_mask=mask, max_new_tokens=MAX_NEW_TOKENS, do_sample=False,
+        input_features_mask=mask, max_new_tokens=max_new_tokens, do_sample=False,
         eos_token_id=end, pad_token_id=end[1],
     )
     return [tok.decode(row, skip_special_tokens=False) for row in out[:, ids.shape[1]:].tolist()]
@@ -77,13 +77,13 @@ def transcribe(model, tok: Tokenizer, store: ClipStore, idx: torch.Tensor, lead:
 
 
 def decode_all(model, tok: Tokenizer, store: ClipStore, batch_size: int = 128, lead: int = 0,
-               forced: bool = False) -> list[str]:
+               forced: bool = False, max_new_tokens: int = MAX_NEW_TOKENS) -> list[str]:
     was_training = model.training
     model.eval()
     answers = []
     for start in range(0, len(store), batch_size):
         idx = torch.arange(start, min(start + batch_size, len(store)), device=store.pcm.device)
-        answers += decode(model, tok, store, idx, lead, forced)
+        answers += decode(model, tok, store, idx, lead, forced, max_new_tokens)
     model.train(was_training)
     return answers
 
@@ -110,9 +110,9 @@ def language_rows(texts: list[str], languages: list[str], answers: list[str],
 
 
 def heldout_report(model, tok: Tokenizer, store: ClipStore, batch_size: int = 128, lead: int = 0,
-                   forced: bool = False) -> tuple[list[LanguageRow], list[str]]:
+                   forced: bool = False, max_new_tokens: int = MAX_NEW_TOKENS) -> tuple[list[LanguageRow], list[str]]:
     """(the rows per language, each clip's transcript)."""
-    answers = decode_all(model, tok, store, batch_size, lead, forced)
+    answers = decode_all(model, tok, store, batch_size, lead, forced, max_new_tokens)
     return language_rows(store.texts, store.languages, answers, forced), [parse_answer(a) for a in answers]
 
 
