@@ -75,6 +75,23 @@ def test_a_context_gives_the_references_tokens(page, example_dist):
     assert state["error"] is None and state["tokens"] == plain
 
 
+def test_a_context_with_a_forced_language_gives_the_references_tokens(page, example_dist):
+    """Both in one prompt: the context in the system message, the language's answer prefix after the suffix."""
+    sample = load_config(EXAMPLE / "model.yaml").site.samples[2]  # the sample whose answer the context changes
+    reference = load_transcriber(example_dist, ep="wasm")
+    reference.force_language("English")
+    forced = [c.tokens for c in reference.decode_file(sample.audio)]
+    reference.give_context(CONTEXT)
+    both = [c.tokens for c in reference.decode_file(sample.audio)]
+    assert both != forced
+    page.select_option("#language", "English")
+    try:
+        state = transcribe_on_the_page(page, sample.audio, CONTEXT)
+    finally:
+        page.select_option("#language", "")
+    assert state["error"] is None and state["tokens"] == both and state["language"] == "English"
+
+
 def test_a_context_over_the_budget_is_one_clear_error(page, example_dist):
     sample = load_config(EXAMPLE / "model.yaml").site.samples[0]
     codec = load_transcriber(example_dist, ep="wasm").codec
