@@ -1,12 +1,15 @@
-"""The multilingual training data: each language's word list, held-out set, answer format and the
+"""The multilingual training data: each language's word list, held-out set, answer format, shards and the
 tokenizer's coverage of every script (no torch)."""
 
+import shutil
 import unicodedata
 
+import numpy as np
 import pytest
 
 from webbuild.reference.prompt import answer_text, parse_answer, parse_language
 from webbuild.reference.tokenizer import build_tokenizer
+from webbuild.train.dataset import build_shards, load_shards
 from webbuild.train.languages import ENGLISH, LANGUAGES, MULTILINGUAL, VOCABULARY_DIR, parse_languages
 from webbuild.train.sentences import (
     HELDOUT_SEED,
@@ -28,6 +31,7 @@ SCRIPTS = {"English": "LATIN", "German": "LATIN", "French": "LATIN", "Spanish": 
 # 4.09 and Greek 4.22) with headroom; spelled byte by byte, a Cyrillic or Greek word of 7 letters takes 14
 MAX_TOKENS_PER_WORD = {"English": 2.9, "German": 3.1, "French": 3.1, "Spanish": 3.1, "Russian": 3.5, "Greek": 3.7}
 MAX_ANSWER_TOKENS = 64  # webbuild.train.evaluate.MAX_NEW_TOKENS and the example's max_new_tokens
+needs_espeak = pytest.mark.skipif(shutil.which("espeak-ng") is None, reason="espeak-ng not installed")
 
 
 def test_five_languages_and_a_non_latin_script():
@@ -131,3 +135,23 @@ def test_tokenizer_covers_every_script(multilingual_tokenizer, name):
     sentence = language_heldout(lang, 1)[0]
     assert tok.decode(tok.encode(answer_text(sentence, name)).ids, skip_special_tokens=False) == answer_text(
         sentence, name)
+
+
+def test_an_adapter_shard_without_languages_loads_as_english(tmp_path):
+    """webbuild.train.adapter_data writes shards without `languages`: they are English."""
+    path = tmp_path / "general-00000.npz"
+    np.savez(path, pcm=np.zeros(10, np.int16), lengths=np.array([4, 6]), texts=np.array(["a", "b"]),
+             recipe=np.array("2 augmented 5"))
+    assert load_shards([path]).languages == ["English", "English"]
+
+
+@needs_espeak
+def test_shards_record_their_languages_and_another_mix_is_made_again(tmp_path):
+    texts = ["hallo welt", "guten tag"]
+    (path,) = build_shards(tmp_path, texts, seed=1, workers=1)
+    english = load_shards([path])
+    assert english.languages == ["English", "English"] and str(np.load(path)["recipe"]).endswith(" English")
+    build_shards(tmp_path, texts, seed=1, workers=1, languages=["German", "German"])
+    german = load_shards([path])
+    assert german.languages == ["German", "German"] and str(np.load(path)["recipe"]).endswith(" German")
+    assert not np.array_equal(german.pcm, english.pcm)  # spoken again, in German's voice

@@ -116,7 +116,9 @@ def load_shards(paths: list[Path]) -> Clips:
         with np.load(path) as shard:
             lengths.append(shard["lengths"])
             texts += [str(t) for t in shard["texts"]]
-            languages += [str(n) for n in shard["languages"]]
+            # an adapter's shards (webbuild.train.adapter_data) are English and name no language
+            names = shard["languages"] if "languages" in shard.files else [ENGLISH.name] * len(shard["texts"])
+            languages += [str(n) for n in names]
     all_lengths = np.concatenate(lengths).astype(np.int64)
     pcm, pos = np.empty(int(all_lengths.sum()), np.int16), 0
     for path in paths:
