@@ -123,10 +123,12 @@ def log_rows(rows: list[LanguageRow]) -> list[dict]:
                    "and in every evaluation")
 @click.option("--languages", "languages", default=ENGLISH.name, show_default=True, callback=_languages,
               help="comma-separated languages of the training and held-out clips (Qwen3-ASR's names), or 'all'")
+@click.option("--log-every", default=100, show_default=True,
+              help="steps between loss lines (each the mean since the last)")
 @click.option("--data-only", is_flag=True,
               help="synthesize the shards and stop (a later run with the same data options reuses them)")
 def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr, warmup, ctc_weight, heldout,
-         eval_every, max_minutes, init_dir, shard_size, lead_ms, languages, data_only):
+         eval_every, max_minutes, init_dir, shard_size, lead_ms, languages, log_every, data_only):
     t0 = time.time()
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -165,8 +167,8 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
         rate = lr_at(step, progress, lr, warmup)
         idx = torch.randint(0, len(store), (batch_size,), device=device, generator=gen)
         losses.append(train_step(model, opt, tok, store, idx, device, rate, ctc_weight, lead))
-        if (step + 1) % 100 == 0:
-            ce, ctc = torch.stack(losses[-100:]).mean(0).tolist()
+        if (step + 1) % log_every == 0:
+            ce, ctc = torch.stack(losses[-log_every:]).mean(0).tolist()
             print(f"step {step + 1} loss {ce:.4f} ctc {ctc:.4f} lr {rate:.2e} "
                   f"{(time.time() - t_train) / (step + 1) * 1000:.0f} ms/step", flush=True)
         if eval_every and (step + 1) % eval_every == 0:
