@@ -16,6 +16,7 @@ from webbuild.pipeline.render import TEMPLATE_DIR
 from webbuild.reference.chunk import DEFAULT_POLICY, chunks_of, split_at_quiet, to_speech
 from webbuild.reference.vad import DEFAULT_VAD, Vad, speech_segments, vad_model_path, window_speech
 from webbuild.site.ort_files import ORT_FILES_DIR
+from webbuild.tools.bench import node_args  # --liftoff-only under the tests: Node waits minutes at exit otherwise
 
 pytestmark = pytest.mark.skipif(not shutil.which("node"), reason="no node")
 
@@ -50,7 +51,7 @@ def js_vad(clips: dict[str, np.ndarray]) -> dict:
       }}
       console.log(JSON.stringify(out));
     """
-    run = subprocess.run(["node", "--input-type=module", "-e", script], input=json.dumps(
+    run = subprocess.run(["node", *node_args(), "--input-type=module", "-e", script], input=json.dumps(
         {k: v.tolist() for k, v in clips.items()}), cwd=TEMPLATE_DIR, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout)
