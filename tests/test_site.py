@@ -34,6 +34,7 @@ def build_site(root: Path, source: Path, fusion: bool) -> Path:
         "name": "tiny-test", "source": {"layout": "merged", "dir": str(source)},
         "shard": {"max_bytes": MAX_BYTES}, "fusion": {"enabled": fusion},
         "site": {"title": "Tiny test", "base_path": "/demo/", "samples": [{"audio": "clip.wav", "text": "a tone"}]},
+        "speech_detection": False,  # the clip is a tone, no speech: the runtime's path, every chunk decoded
     }))
     cfg = load_config(root / "model.yaml")
     run_build(cfg, root / "dist")

@@ -25,7 +25,7 @@ import pytest
 from tests.checkout import copy_tracked
 from tests.example_config import EXAMPLE, REPO
 from webbuild.site.contract import ORT_MODULES
-from webbuild.site.ort_files import lock
+from webbuild.site.ort_files import VAD_LOCK, lock
 
 pytestmark = [pytest.mark.install, pytest.mark.browser, pytest.mark.slow]
 
@@ -58,6 +58,8 @@ def test_the_wheel_holds_what_a_build_reads(wheel):
                                  "webbuild/template/index.html.j2", "webbuild/tools/bench/bench.mjs"} <= names
     for name, digest in lock()["files"].items():
         assert hashlib.sha256(zipfile.ZipFile(wheel).read(f"{folder}/{name}")).hexdigest() == digest
+    for name, digest in lock(VAD_LOCK)["files"].items():  # Silero VAD's model, vendored the same way
+        assert hashlib.sha256(zipfile.ZipFile(wheel).read(f"webbuild/site/silero-vad/{name}")).hexdigest() == digest
 
 
 def test_the_installed_wheel_inits_builds_and_verifies_outside_the_checkout(wheel, tmp_path):
