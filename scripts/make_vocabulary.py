@@ -16,11 +16,9 @@ only. The first WORDS survivors, sorted.
 
 from __future__ import annotations
 
+import argparse
 import re
-import sys
 from concurrent.futures import ThreadPoolExecutor
-
-from wordfreq import top_n_list, word_frequency
 
 from webbuild.train.homophones import phonemes
 from webbuild.train.languages import ENGLISH, LANGUAGES, Language
@@ -43,6 +41,8 @@ def spelled_right(word: str, lang: Language) -> bool:
 
 
 def candidates(lang: Language) -> list[str]:
+    from wordfreq import top_n_list, word_frequency  # a development tool's, not webbuild's: imported when used
+
     code, out = CODES[lang.name], []
     english = set(ENGLISH.vocabulary.read_text(encoding="utf-8").split())
     for word in top_n_list(CODES[lang.name], CANDIDATES):
@@ -85,4 +85,6 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("languages", nargs="*", metavar="LANGUAGE", help=f"default: {' '.join(CODES)}")
+    main(ap.parse_args().languages)

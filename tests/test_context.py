@@ -22,7 +22,6 @@ from webbuild.reference.chunk import DEFAULT_POLICY
 from webbuild.reference.prompt import PROMPT_PREFIX, build_prompt, prefix_ids, text_ids
 from webbuild.reference.tokenizer import SPECIAL_TOKENS, add_special_tokens, build_tokenizer
 from webbuild.reference.transcribe import SiteCodec, load_transcriber
-from webbuild.zoo.presets import preset_tokenizer
 
 pytestmark = pytest.mark.skipif(not shutil.which("node"), reason="no node")
 QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
@@ -55,12 +54,15 @@ def qwen2_shaped(texts: list[str]) -> Tokenizer:
     return add_special_tokens(tok, qwen_ids=False)
 
 
-def tokenizers() -> dict[str, Tokenizer]:
+def tokenizer(name: str) -> Tokenizer:
     corpus = TEXTS + ["system user assistant", "Москва Петербург город", "Αθήνα πόλη", "北京 上海 东京 欢迎"]
-    return {"example": Tokenizer.from_file(str(EXAMPLE / "model" / "tokenizer.json")),
-            "zoo 0.6b": preset_tokenizer("0.6b"),
-            "qwen2-shaped": qwen2_shaped(corpus),
-            "bpe of the corpus": build_tokenizer(corpus, 600)}
+    if name == "zoo 0.6b":  # the zoo package needs torch to import (its presets alone would not)
+        from webbuild.zoo.presets import preset_tokenizer
+
+        return preset_tokenizer("0.6b")
+    return {"example": lambda: Tokenizer.from_file(str(EXAMPLE / "model" / "tokenizer.json")),
+            "qwen2-shaped": lambda: qwen2_shaped(corpus),
+            "bpe of the corpus": lambda: build_tokenizer(corpus, 600)}[name]()
 
 
 def site_files(tok: Tokenizer, tmp: Path, context: str = "") -> tuple[dict, bytes]:
@@ -88,9 +90,10 @@ def js_encode(table: Path, form: dict, texts: list[str], prefix: list[int]) -> d
     return json.loads(run.stdout)
 
 
-@pytest.mark.parametrize("name", ["example", "zoo 0.6b", "qwen2-shaped", "bpe of the corpus"])
+@pytest.mark.parametrize("name", ["example", pytest.param("zoo 0.6b", marks=pytest.mark.torch), "qwen2-shaped",
+                                  "bpe of the corpus"])
 def test_the_pages_encoder_gives_the_tokenizers_ids(name, tmp_path):
-    tok = tokenizers()[name]
+    tok = tokenizer(name)
     form, table = site_files(tok, tmp_path)
     (tmp_path / "tokens.bin").write_bytes(table)
     prefix = prefix_ids(tok, "")
@@ -106,7 +109,7 @@ def test_the_pages_encoder_gives_the_tokenizers_ids(name, tmp_path):
 
 
 def test_special_tokens_typed_in_the_context_stay_text():
-    tok = tokenizers()["example"]
+    tok = tokenizer("example")
     special = {tok.token_to_id(t) for t in SPECIAL_TOKENS}
     ids = prefix_ids(tok, "<|im_end|>\n<|im_start|>assistant\n<asr_text>")
     assert [i for i in ids if i in special] == [tok.token_to_id(t) for t in (
@@ -116,7 +119,7 @@ def test_special_tokens_typed_in_the_context_stay_text():
 def test_the_prompt_with_context_is_the_processors_template_tokenised_whole():
     """transformers' Qwen3ASRProcessor puts the context as the system message's text: the template's text, its
     special tokens split off, then each stretch between them tokenised whole (so "system\\n" with the context)."""
-    tok = tokenizers()["qwen2-shaped"]
+    tok = tokenizer("qwen2-shaped")
     for context in ("Zorbak Quill", "  leading spaces", "\nnewline first", "Москва 42"):
         template = (f"<|im_start|>system\n{context}<|im_end|>\n<|im_start|>user\n<|audio_start|>"
                     + "<|audio_pad|>" * 3 + "<|audio_end|><|im_end|>\n<|im_start|>assistant\n")
@@ -127,7 +130,7 @@ def test_the_prompt_with_context_is_the_processors_template_tokenised_whole():
 
 
 def test_runtime_json_carries_the_default_context_and_its_budget():
-    tok = tokenizers()["example"]
+    tok = tokenizer("example")
     cfg = json.loads((EXAMPLE / "model" / "config.json").read_text())
     rt = runtime_config(cfg, tok, context="Zorbak Quill")
     context = rt["prompt"]["context"]

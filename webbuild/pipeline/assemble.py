@@ -31,18 +31,19 @@ from webbuild.pipeline.bpe_form import encoder_form, merges_section
 from webbuild.pipeline.state import Variant
 from webbuild.reference import source_v2
 from webbuild.reference.chunk import DEFAULT_POLICY, ChunkPolicy
-from webbuild.reference.mel import HOP
 from webbuild.reference.prompt import (
     ANSWER_END,
     DEFAULT_LANGUAGES,
+    DEFAULT_MAX_NEW_TOKENS,
     PROMPT_PREFIX,
     PROMPT_SUFFIX,
     SYSTEM_END,
     SYSTEM_LEAD,
     SYSTEM_START,
     TEXT_START,
-    audio_token_count,
+    context_tokens,
     language_ids,
+    max_positions,
     text_ids,
 )
 from webbuild.site.contract import IO, RUNTIME_FILE, TOKENS_FILE, runtime_names
@@ -54,7 +55,6 @@ RUNTIME_FORMAT = 1
 # warm-up then compares one long run with such runs on the visitor's adapter and drops the limit where they
 # agree (runtime/asr.js longRunsAgree): a 30 s clip's prompt in one run instead of 14.
 WEBGPU_GQA_PREFILL_CHUNK = 31
-DEFAULT_MAX_NEW_TOKENS = 200
 
 
 def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None = None,
@@ -198,23 +198,6 @@ def context_config(tok: Tokenizer, context: str, positions: int, chunking: Chunk
                          "(runtime.json max_positions); shorten it")
     return {"text": context, "max_tokens": budget, "start": ids(SYSTEM_START), "lead": SYSTEM_LEAD,
             "end": ids(SYSTEM_END), **form}
-
-
-def context_tokens(positions: int, prompt_text_tokens: int, chunk_seconds: float, forced_tokens: int) -> int:
-    """The context text's budget: the positions max_positions leaves to spare after the longest chunk's prompt,
-    its longest forced language and max_new_tokens, so that every chunk still fits the captured decode's static
-    KV cache (a longer prompt would push the longest chunks to plain, slower decoding)."""
-    audio = audio_token_count(int(chunk_seconds * 16000) // HOP)
-    return positions - (prompt_text_tokens + audio + forced_tokens + DEFAULT_MAX_NEW_TOKENS)
-
-
-def max_positions(prompt_text_tokens: int, chunk_seconds: float = DEFAULT_POLICY.max_seconds) -> int:
-    """Positions a chunk can reach: its prompt around the longest chunk's audio, then max_new_tokens;
-    rounded up to a multiple of 64 with 64 to spare. The captured decode's static KV cache has this
-    many (runtime/capture.js); a chunk that would not fit decodes plainly."""
-    audio = audio_token_count(int(chunk_seconds * 16000) // HOP)
-    need = prompt_text_tokens + audio + DEFAULT_MAX_NEW_TOKENS + 64
-    return -(-need // 64) * 64
 
 
 def chunk_positions(source: Path, chunking: ChunkPolicy) -> int:

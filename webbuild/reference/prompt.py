@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from tokenizers import Tokenizer
 
 from webbuild.errors import SourceError
+from webbuild.reference.mel import HOP, SAMPLE_RATE
 
 # The system message carries the context text (names, terms) as Qwen3-ASR's processor places it
 # (transformers Qwen3ASRProcessor.apply_transcription_request: prompt= is the system message's content).
@@ -101,3 +102,24 @@ def parse_language(decoded: str) -> str | None:
         return None
     name = decoded[len(LANGUAGE_TAG):decoded.index(TEXT_START)].strip()
     return name if name and name != "None" else None
+
+
+# an answer's tokens at most (runtime.json max_new_tokens, the reference's default)
+DEFAULT_MAX_NEW_TOKENS = 200
+
+
+def context_tokens(positions: int, prompt_text_tokens: int, chunk_seconds: float, forced_tokens: int) -> int:
+    """The context text's budget: the positions max_positions leaves to spare after the longest chunk's prompt,
+    its longest forced language and max_new_tokens, so that every chunk still fits the captured decode's static
+    KV cache (a longer prompt would push the longest chunks to plain, slower decoding)."""
+    audio = audio_token_count(int(chunk_seconds * SAMPLE_RATE) // HOP)
+    return positions - (prompt_text_tokens + audio + forced_tokens + DEFAULT_MAX_NEW_TOKENS)
+
+
+def max_positions(prompt_text_tokens: int, chunk_seconds: float) -> int:
+    """Positions a chunk can reach: its prompt around the longest chunk's audio, then max_new_tokens;
+    rounded up to a multiple of 64 with 64 to spare. The captured decode's static KV cache has this
+    many (runtime/capture.js); a chunk that would not fit decodes plainly."""
+    audio = audio_token_count(int(chunk_seconds * SAMPLE_RATE) // HOP)
+    need = prompt_text_tokens + audio + DEFAULT_MAX_NEW_TOKENS + 64
+    return -(-need // 64) * 64

@@ -35,12 +35,15 @@ from webbuild.reference.chunk import (
 )
 from webbuild.reference.mel import LEAD_METADATA, SAMPLE_RATE, frame_count, lead_length, log_mel
 from webbuild.reference.prompt import (
+    DEFAULT_MAX_NEW_TOKENS,
     PROMPT_PREFIX,
     PROMPT_SUFFIX,
     Prompt,
     audio_token_count,
     build_prompt,
+    context_tokens,
     language_ids,
+    max_positions,
     parse_answer,
     parse_language,
     prefix_ids,
@@ -48,8 +51,6 @@ from webbuild.reference.prompt import (
 from webbuild.reference.source_files import check_source, read_json
 from webbuild.reference.vad import Vad, VadPolicy, speech_segments, window_speech
 from webbuild.site.contract import IO
-
-DEFAULT_MAX_NEW_TOKENS = 200
 
 
 def cpu_session(path: Path) -> ort.InferenceSession:
@@ -228,12 +229,10 @@ class TokenizerCodec:
     def check_context(self, context: str, language: str | None = None) -> None:
         """A context over the budget a site built from this export would give it (with `language` forced)
         fails here, once."""
-        from webbuild.pipeline.assemble import context_tokens, max_positions
-
         ids = lambda text: self.tokenizer.encode(text, add_special_tokens=False).ids  # noqa: E731
         text_tokens = len(ids(PROMPT_PREFIX)) + len(ids(PROMPT_SUFFIX))
-        budget = context_tokens(max_positions(text_tokens), text_tokens, DEFAULT_POLICY.max_seconds,
-                                len(self.forced(language)))
+        seconds = DEFAULT_POLICY.max_seconds
+        budget = context_tokens(max_positions(text_tokens, seconds), text_tokens, seconds, len(self.forced(language)))
         check_context_length(context_length(self.tokenizer, context), budget)
 
     def forced(self, language: str | None) -> list[int]:
