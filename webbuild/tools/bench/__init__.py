@@ -189,7 +189,8 @@ def table(r: dict) -> str:
         lines.append(f"wasm heap   {size(r['wasm_heap_bytes']['loaded'])} after loading, {size(heap)} at the end"
                      + estimate)
     if tab := r.get("tab_peak_rss_bytes"):
-        lines.append(f"tab memory  {size(tab)} at most (the renderer process's peak resident memory)")
+        now = f", {size(r['tab_rss_bytes'])} at the end" if r.get("tab_rss_bytes") else ""
+        lines.append(f"tab memory  {size(tab)} at most{now} (the renderer process's resident memory)")
     return "\n".join(lines + counter_lines(r) + timing_lines(r))
 
 

@@ -71,20 +71,20 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
                 synth = counted_decodes(worker, decode_tokens)
                 memory = {"wasm_heap_bytes": {"loaded": state["info"].get("wasmHeapBytes"),
                                               "peak": worker.evaluate("() => self.__wbHeap()")},
-                          "tab_peak_rss_bytes": renderer_peak_rss()}
+                          "tab_peak_rss_bytes": renderer_rss("VmHWM"), "tab_rss_bytes": renderer_rss("VmRSS")}
             finally:
                 browser.close()
     memory["wasm_estimate_bytes"] = wasm_estimate(dist, state["info"]["variant"])
     return {**report(state["info"], clips, choice.describe(), synth), **memory, "lora": adapter}
 
 
-def renderer_peak_rss() -> int | None:
-    """The peak resident memory (VmHWM) of the largest Chromium renderer started from this process: the tab's
-    process, which runs the page and its workers (the GPU and browser processes are not the tab's). None where
-    /proc does not say (not Linux)."""
-    peaks = [rss for pid, cmd in _descendants(os.getpid()) if "--type=renderer" in cmd
-             if (rss := _vm_hwm(pid)) is not None]
-    return max(peaks, default=None)
+def renderer_rss(field: str) -> int | None:
+    """The largest Chromium renderer's resident memory, started from this process: the tab's process, which runs
+    the page and its workers (the GPU and browser processes are not the tab's); `field` VmHWM: its peak, VmRSS:
+    now. None where /proc does not say (not Linux)."""
+    sizes = [rss for pid, cmd in _descendants(os.getpid()) if "--type=renderer" in cmd
+             if (rss := _status_bytes(pid, field)) is not None]
+    return max(sizes, default=None)
 
 
 def _descendants(root: int) -> list[tuple[int, str]]:
@@ -105,9 +105,9 @@ def _descendants(root: int) -> list[tuple[int, str]]:
     return [(p, cmd.get(p, "")) for p in below]
 
 
-def _vm_hwm(pid: int) -> int | None:
+def _status_bytes(pid: int, field: str) -> int | None:
     try:
-        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith("VmHWM:"))
+        line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if x.startswith(f"{field}:"))
     except (OSError, StopIteration):
         return None
     return int(line.split()[1]) * 1024
