@@ -55,19 +55,14 @@ def reference_rows(site: Path, paths: dict[str, Path]) -> list[dict]:
 def page_rows(site: Path, paths: dict[str, Path]) -> list[dict]:
     from playwright.sync_api import sync_playwright
 
-    from webbuild.tools.browser import choose, hide_webgpu, launch, open_page, wait_for, watch
+    from webbuild.tools.browser import open_site, wait_for
     from webbuild.tools.serve import start
 
     done = "() => window.webbuild.status === 'done' || window.webbuild.error"
     srv, rows = start(site, quiet=True), []
     try:
         with sync_playwright() as pw:
-            browser = launch(pw, choose(), webgpu=False)
-            ctx = browser.new_context()
-            hide_webgpu(ctx)  # the CPU path: wasm
-            page = ctx.new_page()
-            watch(page)
-            open_page(page, srv.url)
+            browser, page, _ = open_site(pw, srv, "", webgpu=False)  # the CPU path: wasm
             for name, path in [*paths.items(), *paths.items()]:
                 page.set_input_files("#file", str(path))
                 wait_for(page, done, 900)

@@ -15,7 +15,7 @@ from tests.conftest import built_once
 from tests.example_config import EXAMPLE, write_example_config
 from webbuild.config import load_config
 from webbuild.reference.transcribe import load_transcriber
-from webbuild.tools.browser import choose, hide_webgpu, launch, open_page, wait_for, watch
+from webbuild.tools.browser import open_site, wait_for
 from webbuild.tools.serve import start
 
 DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
@@ -24,7 +24,7 @@ CONTEXT = "harmony emerge surprise"  # the first sample's words: the example, ne
 
 @pytest.fixture(scope="module")
 def page(playwright, example_dist):
-    yield from open_site(playwright, example_dist)
+    yield from wasm_page(playwright, example_dist)
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +34,10 @@ def dist_with_context(tmp_path_factory) -> Path:
                       lambda folder: (write_example_config(folder, adapters=[], context=CONTEXT),)).dist
 
 
-def open_site(playwright, dist: Path):
+def wasm_page(playwright, dist: Path):
+    """The site's page on the CPU path (wasm), its model ready; closed after."""
     srv = start(dist, quiet=True)
-    browser = launch(playwright, choose(), webgpu=False)
-    ctx = browser.new_context()
-    hide_webgpu(ctx)  # the CPU path: wasm
-    page = ctx.new_page()
-    watch(page)
-    open_page(page, srv.url)
+    browser, page, _ = open_site(playwright, srv, "", webgpu=False)
     yield page
     browser.close()
     srv.shutdown()
@@ -113,7 +109,7 @@ def test_model_yamls_context_is_the_fields_default_and_the_clis(playwright, dist
     expected = [c.tokens for c in chunks]
     reference.give_context("")
     assert [c.tokens for c in reference.decode_file(sample.audio)] != expected  # the default is in the prompt
-    for page in open_site(playwright, dist_with_context):
+    for page in wasm_page(playwright, dist_with_context):
         assert page.input_value("#context") == CONTEXT
         page.set_input_files("#file", str(sample.audio))
         wait_for(page, DONE, 180)

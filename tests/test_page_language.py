@@ -13,7 +13,7 @@ from tests.example_config import EXAMPLE
 from webbuild.config import load_config
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import load_transcriber
-from webbuild.tools.browser import choose, hide_webgpu, launch, open_page, wait_for, watch
+from webbuild.tools.browser import open_site, wait_for
 from webbuild.tools.serve import start
 
 DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
@@ -22,12 +22,7 @@ DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
 @pytest.fixture(scope="module")
 def page(playwright, example_dist):
     srv = start(example_dist, quiet=True)
-    browser = launch(playwright, choose(), webgpu=False)
-    ctx = browser.new_context(accept_downloads=True)
-    hide_webgpu(ctx)  # the CPU path: wasm
-    page = ctx.new_page()
-    watch(page)
-    open_page(page, srv.url)
+    browser, page, _ = open_site(playwright, srv, "", webgpu=False, accept_downloads=True)  # the CPU path: wasm
     yield page
     browser.close()
     srv.shutdown()

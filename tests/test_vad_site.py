@@ -18,7 +18,7 @@ from webbuild.reference.transcribe import load_transcriber
 from webbuild.reference.vad import DEFAULT_VAD, VAD_FILE
 from webbuild.site.contract import RUNTIME_FILE
 from webbuild.site.manifest import load_manifest, reassemble
-from webbuild.tools.browser import choose, hide_webgpu, launch, open_page, wait_for, watch
+from webbuild.tools.browser import choose, open_site, wait_for
 from webbuild.tools.serve import start
 from webbuild.tools.verify import live as live_check
 
@@ -65,12 +65,7 @@ def test_without_speech_detection_noise_and_tones_give_text(example_dist, clips)
 @pytest.fixture(scope="module")
 def page(playwright, example_dist):
     srv = start(example_dist, quiet=True)
-    browser = launch(playwright, choose(), webgpu=False)
-    ctx = browser.new_context()
-    hide_webgpu(ctx)  # the CPU path: wasm
-    page = ctx.new_page()
-    watch(page)
-    open_page(page, srv.url)
+    browser, page, _ = open_site(playwright, srv, "", webgpu=False)  # the CPU path: wasm
     yield page
     browser.close()
     srv.shutdown()

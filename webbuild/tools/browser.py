@@ -160,13 +160,14 @@ def open_page(page, url: str, timeout_s: float = 400):
     wait_for(page, "() => ['ready', 'error'].includes(window.webbuild?.status)", timeout_s)
 
 
-def open_site(playwright, srv, query: str, webgpu: bool, viewport=None, choice: BrowserChoice | None = None):
+def open_site(playwright, srv, query: str, webgpu: bool, choice: BrowserChoice | None = None, **context_options):
     """(browser, page, log) with the page loaded and its model ready (or failed).
 
-    webgpu=False: a browser without WebGPU (launched without its flags, navigator.gpu hidden)."""
+    webgpu=False: a browser without WebGPU (launched without its flags, navigator.gpu hidden); context_options:
+    Playwright's new_context options (viewport, accept_downloads)."""
     choice = choice or choose()
     browser = launch(playwright, choice, webgpu)
-    context = browser.new_context(viewport=viewport)
+    context = browser.new_context(**context_options)
     if not webgpu:
         hide_webgpu(context)
     page = context.new_page()
