@@ -71,20 +71,23 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
                 synth = counted_decodes(worker, decode_tokens)
                 memory = {"wasm_heap_bytes": {"loaded": state["info"].get("wasmHeapBytes"),
                                               "peak": worker.evaluate("() => self.__wbHeap()")},
-                          "tab_peak_rss_bytes": renderer_rss("VmHWM"), "tab_rss_bytes": renderer_rss("VmRSS")}
+                          **renderer_memory()}
             finally:
                 browser.close()
     memory["wasm_estimate_bytes"] = wasm_estimate(dist, state["info"]["variant"])
     return {**report(state["info"], clips, choice.describe(), synth), **memory, "lora": adapter}
 
 
-def renderer_rss(field: str) -> int | None:
-    """The largest Chromium renderer's resident memory, started from this process: the tab's process, which runs
-    the page and its workers (the GPU and browser processes are not the tab's); `field` VmHWM: its peak, VmRSS:
-    now. None where /proc does not say (not Linux)."""
-    sizes = [rss for pid, cmd in _descendants(os.getpid()) if "--type=renderer" in cmd
-             if (rss := _status_bytes(pid, field)) is not None]
-    return max(sizes, default=None)
+def renderer_memory() -> dict:
+    """The tab's resident memory: the largest Chromium renderer started from this process (it runs the page and
+    its workers; the GPU and browser processes are not the tab's), its peak (VmHWM) and now (VmRSS); None where
+    /proc does not say (not Linux)."""
+    renderers = [pid for pid, cmd in _descendants(os.getpid()) if "--type=renderer" in cmd]
+
+    def largest(field: str) -> int | None:
+        return max((n for pid in renderers if (n := _status_bytes(pid, field)) is not None), default=None)
+
+    return {"tab_peak_rss_bytes": largest("VmHWM"), "tab_rss_bytes": largest("VmRSS")}
 
 
 def _descendants(root: int) -> list[tuple[int, str]]:
