@@ -151,8 +151,10 @@ def test_the_hosts_headers_isolate_the_page_without_the_worker(browser, example_
 @pytest.mark.browser
 def test_bench_runs_the_threads_asked_for(example_dist, tmp_path):
     out = tmp_path / "bench.json"
+    # gc() exposed: the tab's memory once V8 has collected its garbage too
+    env = {**os.environ, "WEBBUILD_BROWSER_ARGS": "--js-flags=--expose-gc --liftoff-only"}
     run = webbuild("bench", example_dist, "--runtime", "browser", "--ep", "wasm", "--threads", "1", "--max-clips", "1",
-                   "--decode-tokens", "2", "--max-new-tokens", "3", "--json", out)
+                   "--decode-tokens", "2", "--max-new-tokens", "3", "--json", out, env=env)
     assert run.returncode == 0, run.stderr
     r = json.loads(out.read_text())
     # 3 new tokens: the answer's language tag and its first text token, short of the whole sentence
@@ -162,6 +164,7 @@ def test_bench_runs_the_threads_asked_for(example_dist, tmp_path):
     heap = r["wasm_heap_bytes"]
     assert 16 * 2**20 < heap["loaded"] <= heap["peak"] < r["tab_peak_rss_bytes"], r
     assert heap["peak"] <= r["wasm_estimate_bytes"], r
+    assert heap["peak"] < r["tab_rss_after_gc_bytes"] <= r["tab_peak_rss_bytes"] and r["tab_rss_bytes"], r
     assert "wasm heap" in run.stdout and "tab memory" in run.stdout, run.stdout
     node = webbuild("bench", example_dist, "--ep", "wasm", "--threads", "2")
     assert node.returncode == 2 and node.stderr.strip().endswith(

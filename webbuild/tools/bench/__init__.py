@@ -190,6 +190,7 @@ def table(r: dict) -> str:
                      + estimate)
     if tab := r.get("tab_peak_rss_bytes"):
         now = f", {size(r['tab_rss_bytes'])} at the end" if r.get("tab_rss_bytes") else ""
+        now += f", {size(r['tab_rss_after_gc_bytes'])} after gc()" if r.get("tab_rss_after_gc_bytes") else ""
         lines.append(f"tab memory  {size(tab)} at most{now} (the renderer process's resident memory)")
     return "\n".join(lines + counter_lines(r) + timing_lines(r))
 

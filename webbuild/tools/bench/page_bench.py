@@ -71,7 +71,9 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
                 synth = counted_decodes(worker, decode_tokens)
                 memory = {"wasm_heap_bytes": {"loaded": state["info"].get("wasmHeapBytes"),
                                               "peak": worker.evaluate("() => self.__wbHeap()")},
-                          **renderer_memory()}
+                          "tab_rss_bytes": renderer_memory()["tab_rss_bytes"],
+                          "tab_rss_after_gc_bytes": rss_after_gc(page, worker)}
+                memory["tab_peak_rss_bytes"] = renderer_memory()["tab_peak_rss_bytes"]  # a collection's included
             finally:
                 browser.close()
     memory["wasm_estimate_bytes"] = wasm_estimate(dist, state["info"]["variant"])
@@ -88,6 +90,19 @@ def renderer_memory() -> dict:
         return max((n for pid in renderers if (n := _status_bytes(pid, field)) is not None), default=None)
 
     return {"tab_peak_rss_bytes": largest("VmHWM"), "tab_rss_bytes": largest("VmRSS")}
+
+
+def rss_after_gc(page, worker) -> int | None:
+    """The tab's resident memory after full collections in the worker and the page, where the browser exposes
+    gc() (WEBBUILD_BROWSER_ARGS=--js-flags=--expose-gc): what of the tab is garbage V8 had not yet collected.
+    None where it does not."""
+    if not worker.evaluate("() => typeof gc === 'function'"):
+        return None
+    for _ in range(2):
+        worker.evaluate("() => { gc(); }")
+        page.evaluate("() => { gc(); }")
+        time.sleep(1)  # the freed pages leave the process's resident set
+    return renderer_memory()["tab_rss_bytes"]
 
 
 def _descendants(root: int) -> list[tuple[int, str]]:
