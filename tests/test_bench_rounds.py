@@ -41,7 +41,7 @@ def test_an_adapter_the_site_lacks_is_one_line(example_dist, tmp_path):
     assert run.stderr.strip().splitlines()[-1] == "error: no adapter 'nope'; the site has klatt"
 
 
-def test_rows_that_need_a_peer_or_do_not_exist_are_one_line(tmp_path):
+def test_rows_that_need_a_peer_or_do_not_exist_and_bad_lengths_are_one_line(tmp_path):
     """Refused before any browser starts."""
     run = webbuild("bench", tmp_path, "--rounds", "1", "--row", "chromium-peer")
     assert run.returncode == 2 and run.stderr.strip().splitlines()[-1] == (
@@ -49,3 +49,7 @@ def test_rows_that_need_a_peer_or_do_not_exist_are_one_line(tmp_path):
     run = webbuild("bench", tmp_path, "--rounds", "1", "--row", "chromium-nope")
     assert run.returncode == 2 and run.stderr.strip().splitlines()[-1] == (
         "error: unknown --row chromium-nope: chromium-webbuild[:QUERY], chromium-peer, node-webbuild, node-peer")
+    run = webbuild("bench", tmp_path, "--first-use", "1,abc")
+    assert run.returncode == 2 and run.stderr.strip().splitlines()[-1] == (
+        "error: --first-use '1,abc': clip lengths in seconds, each above 0 and at most 600, comma-separated, "
+        "e.g. 1,2.5,5")

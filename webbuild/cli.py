@@ -614,7 +614,7 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
     if rounds or first_use:
         from webbuild.tools.bench.rounds import RoundsOptions, run_rounds
 
-        lengths = [float(x) for x in first_use.split(",")] if first_use else []
+        lengths = _seconds_list(first_use) if first_use else []
         default_rows = ["chromium-webbuild", *(["chromium-peer"] if peer else []), "node-webbuild"]
         result = run_rounds(RoundsOptions(
             dir, list(rows) or (default_rows if rounds else []), rounds or 0, peer, short_decode, decode_tokens,
@@ -633,6 +633,18 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
     if report:
         report.write_text(json.dumps(result, indent=1) + "\n")
         click.echo(f"report: {report}")
+
+
+def _seconds_list(text: str) -> list[float]:
+    """--first-use's clip lengths: positive seconds, comma-separated."""
+    try:
+        lengths = [float(x) for x in text.split(",")]
+    except ValueError:
+        lengths = []
+    if not lengths or any(not 0 < s <= 600 for s in lengths):
+        raise BenchError(f"--first-use {text!r}: clip lengths in seconds, each above 0 and at most 600, "
+                         "comma-separated, e.g. 1,2.5,5")
+    return lengths
 
 
 def _bench_run(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
