@@ -6,7 +6,7 @@ import { rmSync } from 'node:fs';
 import path from 'node:path';
 
 import {
-  LoadError, MemoryStore, loadFiles, loadManifest, loadVariant, openModelCache, startLoad,
+  LoadError, MemoryStore, detachBuffer, loadFiles, loadManifest, loadVariant, openModelCache, startLoad,
 } from '../../webbuild/template/runtime/loader.js';
 import { buildFixture, tempDir } from './fixture.mjs';
 import { startServer } from '../../webbuild/tools/bench/server.mjs';
@@ -86,6 +86,31 @@ describe('startLoad', () => {
     const check = (e) => e instanceof LoadError && e.code === 'corrupt' && e.message.startsWith(`${victim.slice(1)}: sha256 mismatch`);
     await assert.rejects(l.ready('decoder.fp16.onnx.data'), check);
     await assert.rejects(l.done, check);
+  });
+});
+
+describe('release', () => {
+  it('drops a file from the load once released, and its cache write still holds the bytes', async () => {
+    const store = new MemoryStore();
+    const l = startLoad(await loadManifest(srv.url), ['encoder.onnx'], { cache: store, deferCache: true, ...FAST });
+    await l.ready('encoder.onnx');
+    l.release('encoder.onnx');
+    assert.equal(l.files.has('encoder.onnx'), false);
+    await assert.rejects(l.ready('encoder.onnx'), (e) => e.code === 'unknown-file');
+    l.flushCache();
+    await l.done;
+    const cached = [...store.entries.values()].reduce((n, b) => n + b.length, 0);
+    assert.equal(cached, v1.sources['encoder.onnx'].length); // the held writes read the released file's bytes
+  });
+
+  it('frees a whole buffer now and leaves a part of one alone', () => {
+    const whole = new Uint8Array(1024), part = new Uint8Array(new ArrayBuffer(64)).subarray(8, 16);
+    detachBuffer(whole);
+    detachBuffer(part);
+    detachBuffer(undefined);
+    assert.equal(whole.length, 0);
+    assert.equal(whole.buffer.byteLength, 0);
+    assert.equal(part.length, 8);
   });
 });
 

@@ -16,6 +16,7 @@ import { kvNames } from './contract.js';
 import { fixedChoice, measureForms } from './decode-form.js';
 import { lastRow, pickLast, toFloat32 } from './greedy.js';
 import { int8WeightsInWorkers, int8Workers, readInt8Plan } from './int8.js';
+import { detachBuffer } from './loader.js';
 import { LoraInputs } from './lora-inputs.js';
 import { BpeEncoder, checkContextLength } from './bpe.js';
 import { StreamingDecoder, TokenTable, answerLanguage, answerText } from './tokens.js';
@@ -61,25 +62,37 @@ export class Recogniser {
    * @param {Provider} ep
    * @param {(names: string[]) => Promise<unknown>} [ready] resolves once those files' bytes are all in `files`
    *   (loader.js startLoad): each session is made as soon as its own are, while the others download
-   * @param {{warmShapes?: boolean}} [opts] warmShapes: warmUp will warm every shape class (site.js), so the
-   *   encoder's part of it runs here, while the decoder's files still download
+   * @param {{warmShapes?: boolean, release?: (name: string) => void}} [opts] warmShapes: warmUp will warm every
+   *   shape class (site.js), so the encoder's part of it runs here, while the decoder's files still download;
+   *   release: a file no later session reads (loader.js Load.release), on wasm, where nothing falls back to them
    */
-  static async create(ort, files, graphs, runtime, ep, ready = async () => {}, { warmShapes = false } = {}) {
+  static async create(ort, files, graphs, runtime, ep, ready = async () => {}, { warmShapes = false, release } = {}) {
     const r = new Recogniser(ort, runtime, ep);
     /** @param {GraphFiles} g */
     const used = (g) => [r.graphFile(g), g.data, g.embed, r.ep === 'webgpu' && g.step, r.ep === 'webgpu' && g.delta,
       r.ep === 'wasm' && g.wasm && g.int8]
       .filter((n) => typeof n === 'string');
+    // on wasm, each session's files go once it is made: the next session's weights are copied into the heap
+    // beside them otherwise (the tab's peak), and the collector may not have freed them yet
+    const done = (/** @type {GraphFiles} */ g, /** @type {(GraphFiles | undefined)[]} */ later) => {
+      if (r.ep !== 'wasm' || !release) return;
+      const kept = new Set([runtime.files.tokens, g.embed, ...later.flatMap((l) => (l ? used(l) : []))]);
+      for (const name of used(g)) if (!kept.has(name)) release(name);
+    };
+    const adapted = graphs.lora && graphs.decoder_lora?.graph ? graphs.decoder_lora : undefined;
     await ready(used(graphs.encoder));
     await r.loadEncoder(files, graphs.encoder);
+    done(graphs.encoder, [graphs.decoder, adapted]);
     // one call into onnxruntime-web at a time (its asyncify build suspends one call stack), so the decoder's
     // session waits for this: the files it needs are rarely all there before the encoder's warm-up ends
     if (warmShapes && r.ep === 'webgpu') await r.warmEncoder();
     await ready(used(graphs.decoder));
     await r.loadDecoder(files, graphs.decoder, graphs.dtype);
-    if (graphs.lora && graphs.decoder_lora?.graph) {
-      await ready(used(graphs.decoder_lora));
-      await r.loadAdapted(files, graphs.decoder_lora, graphs.lora, graphs.loraLayout);
+    done(graphs.decoder, [adapted]);
+    if (adapted && graphs.lora) {
+      await ready(used(adapted));
+      await r.loadAdapted(files, adapted, graphs.lora, graphs.loraLayout);
+      done(adapted, []);
     }
     await ready([runtime.files.tokens]);
     r.tokens = new TokenTable(/** @type {Uint8Array} */ (files.get(runtime.files.tokens)));
@@ -89,9 +102,24 @@ export class Recogniser {
   // The encoder session as the site runs it (tests/test_encoder_webgpu.py drives it alone).
   /** @param {Files} files @param {GraphFiles} encoder */
   async loadEncoder(files, encoder) {
-    this.encoder = await this.ort.InferenceSession.create(/** @type {Uint8Array} */ (files.get(this.graphFile(encoder))), {
-      ...this.sessionOptions(), executionProviders: [this.provider], externalData: await this.external(files, encoder),
-    });
+    this.encoder = await this.session(files, encoder);
+  }
+
+  // A session of the graph this EP runs (graphFile) with its external data (external), and `extra` options.
+  /**
+   * @param {Files} files
+   * @param {GraphFiles} names
+   * @param {object} [extra]
+   */
+  async session(files, names, extra = {}) {
+    const { list, derived } = await this.external(files, names);
+    try {
+      return await this.ort.InferenceSession.create(/** @type {Uint8Array} */ (files.get(this.graphFile(names))), {
+        ...this.sessionOptions(), executionProviders: [this.provider], externalData: list.length ? list : undefined, ...extra,
+      });
+    } finally {
+      derived.forEach(detachBuffer); // the session holds its copy: freed now, not at the collector's next run
+    }
   }
 
   // The decoder session as the site runs it (tests/test_decoder_webgpu.py drives it alone); dtype: of
@@ -144,13 +172,9 @@ export class Recogniser {
    * @returns {Promise<DecoderSet>}
    */
   async decoderSet(files, decoder, lora = null) {
-    const session = await this.ort.InferenceSession.create(/** @type {Uint8Array} */ (files.get(this.graphFile(decoder))), {
-      ...this.sessionOptions(),
-      executionProviders: [this.provider],
-      externalData: await this.external(files, decoder),
-      // present.* stay on the GPU and come back as the next step's past: no round trip per token
-      ...(this.ep === 'webgpu' && { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) }),
-    });
+    // present.* stay on the GPU and come back as the next step's past: no round trip per token
+    const session = await this.session(files, decoder,
+      this.ep === 'webgpu' ? { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) } : {});
     /** @type {DecoderSet} */
     const set = { decoder: session, steps: null, decodeMode: 'plain', lora };
     await this.loadSteps(set, files, decoder);
@@ -214,22 +238,21 @@ export class Recogniser {
     return (this.ep === 'wasm' && names.wasm) || names.graph;
   }
 
-  // The external data of the graph this EP runs: its weights file and, for an int8 twin on wasm, the uint8
-  // weights derived from it now (int8.js: in workers on a page with cores to spare), dropped once the session
-  // holds them.
+  // The external data of the graph this EP runs (list): its weights file and, for an int8 twin on wasm, the
+  // uint8 weights derived from it now (int8.js: in workers on a page with cores to spare), which are `derived`
+  // too: this thread's own, freed once the session holds them.
   /**
    * @param {Files} files
    * @param {GraphFiles} names
+   * @returns {Promise<{list: {path: string, data: Uint8Array}[], derived: Uint8Array[]}>}
    */
   async external(files, names) {
     const list = names.data ? [{ path: names.data, data: /** @type {Uint8Array} */ (files.get(names.data)) }] : [];
-    if (this.ep === 'wasm' && names.wasm && names.int8) {
-      const plan = readInt8Plan(/** @type {Uint8Array} */ (files.get(names.int8)));
-      const { bytes, ms } = await int8WeightsInWorkers(plan, /** @type {Uint8Array} */ (files.get(plan.source)), int8Workers());
-      list.push({ path: plan.file, data: bytes });
-      this.int8Ms += ms;
-    }
-    return list.length ? list : undefined;
+    if (this.ep !== 'wasm' || !names.wasm || !names.int8) return { list, derived: [] };
+    const plan = readInt8Plan(/** @type {Uint8Array} */ (files.get(names.int8)));
+    const { bytes, ms } = await int8WeightsInWorkers(plan, /** @type {Uint8Array} */ (files.get(plan.source)), int8Workers());
+    this.int8Ms += ms;
+    return { list: [...list, { path: plan.file, data: bytes }], derived: [bytes] };
   }
 
   // ep: 'webgpu' | 'wasm', or a provider entry such as {name: 'webgpu', device} (probe.js webgpuProvider)

@@ -64,10 +64,13 @@ export const MAX_HELD_BYTES = 512 * 2 ** 20;
 /**
  * A load under way (startLoad): the files' buffers (complete once ready(name) or verified resolves); verified: every
  * shard checked; done: that and every cache write made (what loadFiles returns); flushCache(): lets the writes held
- * by deferCache go; what the load took (filled as it goes; final once verified resolves).
+ * by deferCache go; release(name): the file is no longer needed (a session holds what it took): it leaves `files`,
+ * and its memory is freed now where this thread holds the only copy (the loader's worker sent it; in this thread a
+ * held cache write may still read it, so the collector frees it later); what the load took (filled as it goes;
+ * final once verified resolves).
  * @typedef {{files: Map<string, Uint8Array<ArrayBuffer>>, ready: (name: string) => Promise<Uint8Array<ArrayBuffer>>,
  *   verified: Promise<Map<string, Uint8Array<ArrayBuffer>>>, done: Promise<Map<string, Uint8Array<ArrayBuffer>>>,
- *   flushCache: () => void, stats: LoadStats}} Load
+ *   flushCache: () => void, release: (name: string) => void, stats: LoadStats}} Load
  */
 /**
  * @typedef {object} LoadStats  ms
@@ -274,6 +277,7 @@ export function startLoad(manifest, names, opts = {}) {
   done.catch((e) => { verified.reject(e); for (const w of waits.values()) w.reject(e); });
   return {
     files: outputs, stats, done, verified: verified.promise, flushCache: () => flushCache(),
+    release: (name) => { outputs.delete(name); waits.delete(name); },
     ready: (name) => waits.get(name)?.promise ?? Promise.reject(new LoadError(`${name}: not a file of this load`, { code: 'unknown-file' })),
   };
 }
@@ -308,12 +312,15 @@ export function startLoadInWorker(manifest, names, opts = {}) {
   const load = {
     files, stats, verified: verified.promise, done: done.promise,
     flushCache: () => { if (up) worker?.postMessage({ type: 'flush' }); else flushed = true; },
+    // the worker transferred each file here: this thread's copy is the only one
+    release: (name) => { detachBuffer(files.get(name)); files.delete(name); waits.delete(name); },
     ready: (name) => waits.get(name)?.promise ?? Promise.reject(new LoadError(`${name}: not a file of this load`, { code: 'unknown-file' })),
   };
   const t0 = performance.timeOrigin + performance.now();
   /** @param {Load} inner a load in this thread, instead: its results become this one's */
   const adopt = (inner) => {
     load.flushCache = inner.flushCache;
+    load.release = (name) => { files.delete(name); waits.delete(name); inner.release(name); };
     if (flushed) inner.flushCache();
     for (const [name, w] of waits) inner.ready(name).then((b) => { files.set(name, b); w.resolve(b); }, w.reject);
     inner.verified.then(verified.resolve, verified.reject);
@@ -376,6 +383,18 @@ export function startLoadInWorker(manifest, names, opts = {}) {
   if (o.signal.aborted) abort();
   else o.signal.addEventListener('abort', abort, { once: true });
   return load;
+}
+
+// Frees a buffer's memory now rather than at the collector's next full run (which may come after the tab's peak):
+// ArrayBuffer.prototype.transfer(0) detaches it, and every view of it then reads as empty (where there is no
+// transfer(), as in Node 20, a structured clone's transfer detaches it and the collector frees the memory, which
+// no forgotten view then holds). Only a view of a whole buffer: a part of a larger one leaves it alone.
+/** @param {Uint8Array | undefined} bytes */
+export function detachBuffer(bytes) {
+  const buf = /** @type {ArrayBuffer & {transfer?: (n: number) => ArrayBuffer}} */ (bytes?.buffer);
+  if (!bytes || !(buf instanceof ArrayBuffer) || bytes.byteOffset !== 0 || bytes.byteLength !== buf.byteLength) return;
+  if (buf.transfer) buf.transfer(0);
+  else structuredClone(buf, { transfer: [buf] });
 }
 
 /** @returns {LoadStats} */

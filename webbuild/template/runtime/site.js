@@ -247,6 +247,8 @@ function configureOrt(ort, wasmBinary, threads) {
  */
 async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, warmShapes, validation }, fallback) {
   const { ort, manifest, runtime, loading } = site;
+  // the load's files, each once the sessions that read it are made (on wasm: asr.js)
+  const release = (/** @type {string} */ name) => load.release(name);
   /**
    * @param {string} v the variant
    * @param {import('./asr.js').Files} vFiles
@@ -262,7 +264,7 @@ async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, wa
         delete graphs.decoder_lora.delta; // what makes the step's merged updates
       }
     }
-    return Recogniser.create(ort, vFiles, graphs, runtime, provider, ready, { warmShapes });
+    return Recogniser.create(ort, vFiles, graphs, runtime, provider, ready, { warmShapes, release });
   };
   try {
     const provider = ep === 'webgpu' ? await webgpuProvider(gpu.gpuAdapter, validation ?? undefined) : ep;
