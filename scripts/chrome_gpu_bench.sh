@@ -318,7 +318,7 @@ wasm_threads() {
   for r in $(seq 1 "${WASM_ROUNDS:-3}"); do
     for b in webbuild webbuild-base; do
       python3 -m webbuild.cli bench "$WORK/$b" --runtime browser --ep wasm --threads "${WASM_AB_THREADS:-8}" \
-        --decode-tokens 16 --max-clips 1 --json "$OUT/wasm-$b-r$r.json" | grep -E "^(decode|load|wasm heap|tab memory)" || echo "$b $r failed"
+        --decode-tokens 16 --max-clips 1 ${WASM_MAX_NEW:+--max-new-tokens $WASM_MAX_NEW} --json "$OUT/wasm-$b-r$r.json" | grep -E "^(decode|load|wasm heap|tab memory)" || echo "$b $r failed"
     done
   done
   echo '{}' > "$WORK/wasm-threads.json.part"
