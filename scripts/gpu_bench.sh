@@ -94,7 +94,8 @@ prepare() {
   cp "$(command -v node)" "$tmp/node" && strip "$tmp/node" && xz -9 -T0 -c "$tmp/node" > "$root/.gpu/node.xz"
   mkdir -p "$tmp/nm" && cp -r --parents node_modules/onnxruntime-web/package.json \
     node_modules/onnxruntime-web/dist/ort.webgpu.min.mjs node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify.{mjs,wasm} \
-    node_modules/webgpu/{package.json,index.js} node_modules/webgpu/dist/linux-x64/dawn.node "$tmp/nm/"
+    node_modules/webgpu/{package.json,index.js} node_modules/webgpu/dist/linux-x64/dawn.node \
+    node_modules/@ricky0123/vad-web/package.json node_modules/@ricky0123/vad-web/dist/silero_vad_v5.onnx "$tmp/nm/"
   strip "$tmp/nm/node_modules/webgpu/dist/linux-x64/dawn.node"
   tar -C "$tmp/nm" -cJf "$root/.gpu/node_modules.tar.xz" node_modules
   # transformers with only the model families the zoo and the genai builder import (and what those
@@ -168,7 +169,8 @@ setup() {
     mkdir -p /tmp/bin && xz -dc "$CARRIED/.gpu/node.xz" > /tmp/bin/node.part && chmod +x /tmp/bin/node.part
     mv /tmp/bin/node.part /tmp/bin/node
   fi
-  [ -d "$code/node_modules/onnxruntime-web" ] || tar -C "$code" -xJf "$CARRIED/.gpu/node_modules.tar.xz"
+  [ -d "$code/node_modules/onnxruntime-web" ] && [ -d "$code/node_modules/@ricky0123/vad-web" ] \
+    || tar -C "$code" -xJf "$CARRIED/.gpu/node_modules.tar.xz"
   (cd "$code" && python3 webbuild/site/ort_files.py)  # the package's copy a build ships (webbuild/site/onnxruntime-web/)
 }
 
