@@ -25,8 +25,9 @@ self.__wbSynth = async (n) => {
 // Node: the long one's result, and counters_per_token (null on the wasm EP or below 2 tokens).
 self.__wbCountedSynth = (nLong) => gpuCountedDecodes(self.__wbSynth, nLong, site?.ep === 'webgpu', self);
 
-// onnxruntime-web's wasm memory now (worker.js imports runtime/heap.js first): the peak, as it only grows
-self.__wbHeap = () => wasmHeapBytes();
+// onnxruntime-web's wasm memory now (worker.js imports runtime/heap.js first): the peak, as it only grows; null on
+// a site built before runtime/heap.js (an older build in an A/B), whose worker has no wasmHeapBytes
+self.__wbHeap = () => (typeof wasmHeapBytes === 'function' ? wasmHeapBytes() : null);
 
 // Where a decode token's time goes in this browser (timing.mjs, as bench.mjs's timing_per_token under Node):
 // an n-step decode with the WebGPU calls timed, then a GPU-timed one. The timing wrap is on only here.
