@@ -162,3 +162,41 @@ def test_int8_weights_derived_by_the_page_equal_the_python_reference(tmp_path, n
     assert np.array_equal(np.fromfile(out, np.uint8), want)
     weight = want[:80 * n]  # then zeros to the next 64 bytes
     assert weight.min() >= 1 and weight.max() <= 255 and len(set(weight.tolist())) > 100  # -127..127 around 128
+
+
+def test_int8_twin_reads_only_its_kept_ranges_of_the_shipped_file(tmp_path):
+    """The twin names no int4 weight it replaced, and its plan's `keep` ranges are all of the shipped file it
+    reads: with every other byte zeroed (what the page holds of the file on wasm once the uint8 weights are
+    derived) it gives the same output."""
+    from onnx import helper
+
+    from webbuild.reference.transcribe import cpu_session
+
+    src, _ = int4_projection(tmp_path)
+    model = onnx.load(str(src))
+    bias = np.random.default_rng(2).standard_normal(40).astype(np.float32)
+    model.graph.node[0].output[0] = "mm"
+    model.graph.node.append(helper.make_node("Add", ["mm", "bias"], ["y"]))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(bias, "bias"))
+    (tmp_path / "g.onnx.data").unlink()
+    onnx.save(model, str(src), save_as_external_data=True, location="g.onnx.data", size_threshold=0)
+    twin = tmp_path / "w" / "g.wasm.onnx"
+    twin.parent.mkdir()
+    for f in ("g.onnx", "g.onnx.data"):
+        (tmp_path / "w" / f).write_bytes((tmp_path / f).read_bytes())
+    assert wasm_graph(tmp_path / "w" / "g.onnx", twin, form="int8")
+    names = {t.name for t in onnx.load(str(twin), load_external_data=False).graph.initializer}
+    assert "B" not in names and "S" not in names and "bias" in names
+    plan = json.loads((twin.parent / "g.wasm.int8.json").read_text())
+    data = np.fromfile(twin.parent / "g.onnx.data", np.uint8)
+    assert plan["keep"] and sum(n for _, n in plan["keep"]) == bias.nbytes < data.size
+    x = np.random.default_rng(1).standard_normal((1, 5, 96)).astype(np.float32)
+    want = cpu_session(twin).run(None, {"x": x})[0]  # the uint8 weights derived from the whole file
+    # as the page runs it: the derived file beside the twin, the shipped one zeroed outside `keep`
+    (twin.parent / plan["file"]).write_bytes(int8_weights(plan, data).tobytes())
+    sparse = np.zeros_like(data)
+    for off, n in plan["keep"]:
+        sparse[off:off + n] = data[off:off + n]
+    sparse.tofile(twin.parent / "g.onnx.data")
+    plain = ort.InferenceSession(str(twin), providers=["CPUExecutionProvider"])
+    assert np.array_equal(plain.run(None, {"x": x})[0], want)

@@ -58,12 +58,15 @@ class Int8Plan:
     """How the uint8 weights an `int8` twin names are derived from the shipped int4 ones: `file`, the name
     the twin's weights point into (made at load, never shipped), `bytes` long; `source`, the weights file
     the int4 codes and scales are read from; per weight its int4 `codes` and float32 `scales` as
-    [offset, length] in `source`, its `k` x `n`, `block` size, and where its [K, N] uint8 goes (`at`)."""
+    [offset, length] in `source`, its `k` x `n`, `block` size, and where its [K, N] uint8 goes (`at`); `keep`,
+    the [offset, length] ranges of `source` the twin itself still reads (its other weights): on wasm the page
+    keeps only those of the file once the uint8 weights are derived (runtime/asr.js)."""
 
     file: str
     source: str
     bytes: int = 0
     tensors: list[dict] = field(default_factory=list)
+    keep: list[list[int]] = field(default_factory=list)
 
 
 def wasm_graph(src: Path, dest: Path, form: str = "float") -> bool:
@@ -101,10 +104,43 @@ def wasm_graph(src: Path, dest: Path, form: str = "float") -> bool:
         shared.append(("int8_zero", INT8_ZERO, np.uint8))
     model.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(v, dtype), _C + name)
                                     for name, v, dtype in shared] + extra)
+    _drop_unread(model)
     onnx.save(model, str(dest))
     if plan.tensors:
+        plan.keep = _ranges_read(model, plan.source)
         (dest.parent / int8_plan_name(dest.name)).write_text(json.dumps(asdict(plan)))
     return True
+
+
+def _drop_unread(model: onnx.ModelProto) -> None:
+    """Removes the initializers no node reads (the int4 codes and scales the twin's rewrites replaced; subgraphs'
+    reads count), so that the twin names only the weights it uses."""
+    read = {i for n in _all_nodes(model.graph) for i in n.input} | {o.name for o in model.graph.output}
+    kept = [t for t in model.graph.initializer if t.name in read]
+    if len(kept) < len(model.graph.initializer):
+        model.graph.ClearField("initializer")
+        model.graph.initializer.extend(kept)
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    for n in graph.node:
+        yield n
+        for a in n.attribute:
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                yield from _all_nodes(g)
+
+
+def _ranges_read(model: onnx.ModelProto, file: str) -> list[list[int]]:
+    """[offset, length] of every initializer `model` reads from weights file `file`, in file order, adjacent ones
+    joined."""
+    spans = sorted(p[1:] for t in model.graph.initializer if (p := _external(t)) and p[0] == file)
+    joined: list[list[int]] = []
+    for off, length in spans:
+        if joined and off <= joined[-1][0] + joined[-1][1]:
+            joined[-1][1] = max(joined[-1][1], off + length - joined[-1][0])
+        else:
+            joined.append([off, length])
+    return joined
 
 
 def foldable(model: onnx.ModelProto) -> bool:

@@ -15,7 +15,7 @@ import { CapturedSteps } from './capture.js';
 import { kvNames } from './contract.js';
 import { fixedChoice, measureForms } from './decode-form.js';
 import { lastRow, pickLast, toFloat32 } from './greedy.js';
-import { int8WeightsInWorkers, int8Workers, readInt8Plan } from './int8.js';
+import { int8WeightsInWorkers, int8Workers, keptRanges, readInt8Plan } from './int8.js';
 import { detachBuffer } from './loader.js';
 import { LoraInputs } from './lora-inputs.js';
 import { BpeEncoder, checkContextLength } from './bpe.js';
@@ -74,26 +74,33 @@ export class Recogniser {
       .filter((n) => typeof n === 'string');
     // on wasm, each session's files go once it is made: the next session's weights are copied into the heap
     // beside them otherwise (the tab's peak), and the collector may not have freed them yet
-    const done = (/** @type {GraphFiles} */ g, /** @type {(GraphFiles | undefined)[]} */ later) => {
-      if (r.ep !== 'wasm' || !release) return;
-      const kept = new Set([runtime.files.tokens, g.embed, ...later.flatMap((l) => (l ? used(l) : []))]);
-      for (const name of used(g)) if (!kept.has(name)) release(name);
+    /** @type {Set<string>} */
+    let kept = new Set();
+    // the files graph g reads that no later graph does: releasable as soon as g's session no longer needs them
+    const upNext = (/** @type {GraphFiles} */ g, /** @type {(GraphFiles | undefined)[]} */ later) => {
+      kept = new Set([runtime.files.tokens, g.embed ?? '', ...later.flatMap((l) => (l ? used(l) : []))]);
+      r.release = r.ep === 'wasm' && release ? (name) => { if (!kept.has(name)) release(name); } : null;
     };
+    const done = (/** @type {GraphFiles} */ g) => used(g).forEach((name) => r.release?.(name));
     const adapted = graphs.lora && graphs.decoder_lora?.graph ? graphs.decoder_lora : undefined;
+    upNext(graphs.encoder, [graphs.decoder, adapted]);
     await ready(used(graphs.encoder));
     await r.loadEncoder(files, graphs.encoder);
-    done(graphs.encoder, [graphs.decoder, adapted]);
+    done(graphs.encoder);
     // one call into onnxruntime-web at a time (its asyncify build suspends one call stack), so the decoder's
     // session waits for this: the files it needs are rarely all there before the encoder's warm-up ends
     if (warmShapes && r.ep === 'webgpu') await r.warmEncoder();
+    upNext(graphs.decoder, [adapted]);
     await ready(used(graphs.decoder));
     await r.loadDecoder(files, graphs.decoder, graphs.dtype);
-    done(graphs.decoder, [adapted]);
+    done(graphs.decoder);
     if (adapted && graphs.lora) {
+      upNext(adapted, []);
       await ready(used(adapted));
       await r.loadAdapted(files, adapted, graphs.lora, graphs.loraLayout);
-      done(adapted, []);
+      done(adapted);
     }
+    r.release = null;
     await ready([runtime.files.tokens]);
     r.tokens = new TokenTable(/** @type {Uint8Array} */ (files.get(runtime.files.tokens)));
     return r;
@@ -250,9 +257,19 @@ export class Recogniser {
     const list = names.data ? [{ path: names.data, data: /** @type {Uint8Array} */ (files.get(names.data)) }] : [];
     if (this.ep !== 'wasm' || !names.wasm || !names.int8) return { list, derived: [] };
     const plan = readInt8Plan(/** @type {Uint8Array} */ (files.get(names.int8)));
-    const { bytes, ms } = await int8WeightsInWorkers(plan, /** @type {Uint8Array} */ (files.get(plan.source)), int8Workers());
+    const source = /** @type {Uint8Array} */ (files.get(plan.source));
+    const { bytes, ms } = await int8WeightsInWorkers(plan, source, int8Workers());
     this.int8Ms += ms;
-    return { list: [...list, { path: plan.file, data: bytes }], derived: [bytes] };
+    const derived = [bytes];
+    // where no later session reads the source file, only what the twin reads of it stays (the int4 weights just
+    // turned into uint8 ones are most of it): the file goes before the session copies its weights in
+    const entry = list.find((e) => e.path === plan.source);
+    if (entry && plan.keep && this.release) {
+      entry.data = keptRanges(source, plan.keep);
+      derived.push(entry.data);
+      this.release(plan.source);
+    }
+    return { list: [...list, { path: plan.file, data: bytes }], derived };
   }
 
   // ep: 'webgpu' | 'wasm', or a provider entry such as {name: 'webgpu', device} (probe.js webgpuProvider)
@@ -292,6 +309,9 @@ export class Recogniser {
     this.warmAudio = null; // warmEncoder's outputs until warmUp takes them
     this.encoderWarmMs = 0; // warmEncoder's time
     this.int8Ms = 0; // deriving int8 twins' weights at load (int8.js)
+    /** @type {((name: string) => void) | null} while create() makes a session on wasm: lets a file go that no later
+     * session reads (create's `release`); null otherwise */
+    this.release = null;
     /** @type {import('./decode-form.js').DecodeRequest} which decode form to run (site.js): 'auto' measures both */
     this.formRequest = { form: 'auto', why: null, measure: true, gpu: '', model: '' };
     /** @type {import('./decode-form.js').DecodeChoice | null} the form the base decode runs and why (chooseDecodeForm) */

@@ -6,11 +6,24 @@
 
 /**
  * @typedef {{codes: [number, number], scales: [number, number], k: number, n: number, block: number, at: number}} Int8Tensor
- * @typedef {{file: string, source: string, bytes: number, tensors: Int8Tensor[]}} Int8Plan
+ * @typedef {{file: string, source: string, bytes: number, tensors: Int8Tensor[], keep?: [number, number][]}} Int8Plan
  */
 
 /** @param {Uint8Array} bytes the plan file, JSON */
 export const readInt8Plan = (bytes) => /** @type {Int8Plan} */ (JSON.parse(new TextDecoder().decode(bytes)));
+
+// What the twin itself reads of its source file (the plan's `keep` ranges), at the same offsets in a buffer of the
+// file's length: the rest stays zero, pages the system never backs with memory, so the int4 weights the uint8 ones
+// replace need not stay resident while the session copies its weights in.
+/**
+ * @param {Uint8Array} source
+ * @param {[number, number][]} keep
+ */
+export function keptRanges(source, keep) {
+  const out = new Uint8Array(source.length);
+  for (const [at, length] of keep) out.set(source.subarray(at, at + length), at);
+  return out;
+}
 
 // The plan's weights file, from its source file's bytes.
 /**
