@@ -56,9 +56,10 @@ export const MAX_HELD_BYTES = 512 * 2 ** 20;
  * @property {boolean} [deferCache] hold the cache writes until load.flushCache() (or a failure)
  * @property {boolean} [handOff] the files leave this thread once ready (load-worker.js transfers them): each
  *   cache write takes a copy of its shard when it verifies; the writes held by deferCache go once their copies
- *   pass MAX_HELD_BYTES
+ *   pass maxHeldBytes
+ * @property {number} [maxHeldBytes] handOff with deferCache: the most bytes of copies held (MAX_HELD_BYTES)
  */
-/** @typedef {Required<Omit<LoadOptions, 'cache' | 'deferCache' | 'handOff'>>} Options  LoadOptions with the defaults filled in */
+/** @typedef {Required<Omit<LoadOptions, 'cache' | 'deferCache' | 'handOff' | 'maxHeldBytes'>>} Options  LoadOptions with the defaults filled in */
 /** @typedef {{dest: Uint8Array<ArrayBuffer>, at: number, offset: number, length: number}} Target  a part: shard bytes [offset, offset+length) go to dest[at] */
 /** @typedef {{shard: Shard, url: string, targets: Target[], file: string, files: string[]}} Job  files: every file it holds parts of */
 /**
@@ -222,7 +223,7 @@ export function startLoad(manifest, names, opts = {}) {
         if (!store || state.cacheOff) return;
         const body = opts.handOff ? cacheEntry(buf) : buf;
         writes = writes.then(() => cachePut(job, body, state));
-        if (opts.handOff && (held += buf.length) > MAX_HELD_BYTES) flushCache();
+        if (opts.handOff && (held += buf.length) > (opts.maxHeldBytes ?? MAX_HELD_BYTES)) flushCache();
       },
     };
     // An internal controller so that one failed shard stops the others promptly.
@@ -360,7 +361,7 @@ export function startLoadInWorker(manifest, names, opts = {}) {
       up = true;
       worker.postMessage({ type: 'start', manifest, names: list, cache: cache ? cache.modelId : cache === undefined ? manifest.model_id : null,
         options: { concurrency: o.concurrency, retries: o.retries, retryDelayMs: o.retryDelayMs, maxRetryDelayMs: o.maxRetryDelayMs,
-          cacheTimeoutMs: o.cacheTimeoutMs,
+          cacheTimeoutMs: o.cacheTimeoutMs, maxHeldBytes: opts.maxHeldBytes,
           deferCache: Boolean(opts.deferCache) && !flushed } });
     } else if (data.type === 'progress') o.onProgress(data.progress);
     else if (data.type === 'warning') o.onWarning(data.warning);

@@ -80,8 +80,10 @@ export async function loadSite(manifestUrl, opts = {}) {
   // Chromium while a session was being made in their thread.
   const entry = manifest.variants[variant];
   const first = Object.values(variantGraphs(entry, runtime.roles).encoder).filter((n) => typeof n === 'string');
+  // On wasm the sessions' weights sit in the tab beside the files (the tab's peak, BENCHMARKS.md "0.6b on the wasm
+  // EP: memory"): the held writes' copies go sooner there.
   const load = startLoadInWorker(manifest, [runtime.files.ort_wasm, ...first, ...entry.files, ...shared],
-    { ...site.loading, deferCache: true });
+    { ...site.loading, deferCache: true, ...(pick.ep === 'wasm' && { maxHeldBytes: WASM_MAX_HELD_BYTES }) });
   load.done.catch(() => {}); // its failure is verified's, awaited below
   load.verified.then(() => opts.onProgress?.({ phase: 'session', loaded: 0, total: 1, ep: pick.ep }), () => {});
   const ort = await site.ortModule;
@@ -221,6 +223,8 @@ export function wasmThreads(requested) {
 export function threadsFor(cores) {
   return Math.max(1, Math.min(cores, Math.max(2, Math.min(8, Math.ceil(cores / 2)))));
 }
+
+const WASM_MAX_HELD_BYTES = 64 * 2 ** 20; // the loader's held cache copies on wasm (loader.js MAX_HELD_BYTES: 512 MiB)
 
 /**
  * @param {Ort} ort
