@@ -1,7 +1,8 @@
 """The page's language picker on the trained example, in Chromium on the wasm EP: "automatic" and the model's
 languages (runtime.json), the default model.yaml sets; with English forced, the page's tokens equal the Python
 reference's with English forced (the same prompt ids: the forced answer prefix after the prompt), and the language
-is shown beside the transcript, kept in window.webbuild and named in the .vtt download."""
+is shown beside the transcript, kept in window.webbuild and named in the .vtt download; live, through Chromium's fake
+microphone, the forced language reaches every chunk (finals equal to `transcribe --live` with it forced)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from tests.example_config import EXAMPLE
 from webbuild.config import load_config
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import load_transcriber
-from webbuild.tools.browser import open_site, wait_for
+from webbuild.tools.browser import choose, open_site, wait_for
 from webbuild.tools.serve import start
+from webbuild.tools.verify import live as live_check
 
 DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
 
@@ -65,3 +67,21 @@ def test_forced_english_gives_the_references_tokens_and_shows_the_language(page,
     assert state["tokens"] == [automatic]
     assert (state["text"], state["language"]) == (sample.text, "English")
     assert page.inner_text("#language-shown") == "Language: English"
+
+
+def test_live_with_a_forced_language_gives_the_references_tokens(playwright, example_dist, tmp_path):
+    sample = load_config(EXAMPLE / "model.yaml").site.samples[0]
+    wav, played, _ = live_check.make_audio([sample.audio], tmp_path)
+    srv = start(example_dist, quiet=True)
+    try:
+        run = live_check.drive(playwright, choose(), f"{srv.url}?ep=wasm", wav, len(played) / 16000, 300,
+                               language="English")
+    finally:
+        srv.shutdown()
+    assert run.error is None, run.error
+    reference = load_transcriber(example_dist, ep="wasm")
+    reference.force_language("English")
+    want = [c.decoded.tokens for c in reference.decode_live(live_check.capture_wav(run, tmp_path))]
+    finals = [u["tokens"] for u in run.state["updates"] if u["final"]]
+    assert finals == want and any(want)
+    assert " ".join(run.state["finals"]).split() == sample.text.split()

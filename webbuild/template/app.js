@@ -207,7 +207,7 @@ async function startLive() {
   living = { id, mic, view: new LiveView() };
   setEnabled(false);
   try {
-    await mic.start((rate) => worker.postMessage({ type: TO_WORKER.liveStart, id, rate, context: contextText() }),
+    await mic.start((rate) => worker.postMessage({ type: TO_WORKER.liveStart, id, rate, context: contextText(), language: pickedLanguage() }),
       (frames, capturedAt) => worker.postMessage({ type: TO_WORKER.liveAudio, id, frames, capturedAt }, [frames.buffer]));
   } catch (e) {
     living = null;
@@ -405,7 +405,7 @@ async function run(what, getPcm, keepExpected = false) {
       pending = { id: nextId++, resolve, reject, seconds: pcm.length / SAMPLE_RATE };
       const maxNewTokens = Number(params.get('max_new_tokens')) || undefined;
       const chunkSeconds = Number(params.get('chunk_seconds')) || undefined; // models trained on short clips
-      const language = /** @type {HTMLSelectElement} */ ($('language')).value || null; // '': automatic
+      const language = pickedLanguage();
       const context = contextText();
       worker.postMessage({ type: TO_WORKER.transcribe, id: pending.id, pcm, maxNewTokens, chunkSeconds, language, context }, [pcm.buffer]);
       Object.assign($('cancel'), { hidden: false, disabled: false });
@@ -543,6 +543,11 @@ function showContextField(takes, text) {
 function contextText() {
   const field = /** @type {HTMLInputElement} */ ($('context'));
   return field.disabled ? '' : field.value.trim();
+}
+
+// The language the picker forces, null for automatic ('': the model names the language it hears).
+function pickedLanguage() {
+  return /** @type {HTMLSelectElement} */ ($('language')).value || null;
 }
 
 // The language the transcript's answer named, beside it (null: none to show).

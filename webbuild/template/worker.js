@@ -241,11 +241,13 @@ const LOSS_WAIT_MS = 1000;
 
 // A live session (runtime/live.js): the frames go in as they come; its texts go to the page as they are made.
 /** @param {import('./runtime/contract.js').LiveStartMessage} msg */
-async function liveStart({ id, rate, context = '' }) {
+async function liveStart({ id, rate, context = '', language = null }) {
   const site = await current();
-  site.recogniser.contextPrefix(context); // a context too long fails here, before the microphone's audio comes
+  // a context too long or a language the model lacks fails here, before the microphone's audio comes
+  site.recogniser.contextPrefix(context);
+  site.recogniser.forcedPrefix(language);
   const session = new LiveSession(site.recogniser, site.runtime, {
-    rate, ep: site.ep, context, vad: site.vad, onUpdate: (update) => post({ type: FROM_WORKER.liveUpdate, id, update }),
+    rate, ep: site.ep, context, language, vad: site.vad, onUpdate: (update) => post({ type: FROM_WORKER.liveUpdate, id, update }),
   });
   live = { id, session };
 }

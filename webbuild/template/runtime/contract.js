@@ -66,7 +66,7 @@ export function kvNames(io, layers) {
  *   Switch to the LoRA adapter `name` (ReadyInfo.loraAdapters; docs/adapters.md), or back to the base model
  *   (null). The worker handles messages one at a time, so a transcription under way finishes as it began
  *   and the next one runs with the choice.
- * @typedef {{type: 'live-start', id: number, rate: number, context?: string}} LiveStartMessage
+ * @typedef {{type: 'live-start', id: number, rate: number, context?: string, language?: string | null}} LiveStartMessage
  *   Begin live transcription `id` of frames at `rate` Hz (runtime/live.js LiveSession: the project's resampler,
  *   runtime.json's `chunking_live`); answered by live-update messages as texts are made; context: as a
  *   TranscribeMessage's, for every chunk (a context too long fails the start).

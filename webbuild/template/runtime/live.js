@@ -25,15 +25,16 @@ export class LiveSession {
   /**
    * @param {Recogniser} recogniser
    * @param {import('webbuild-types').Runtime} runtime
-   * @param {{rate: number, ep: string, maxNewTokens?: number, context?: string, vad?: import('./vad.js').Vad | null,
-   *   onUpdate: (u: LiveUpdate) => void}} options
-   *   rate: the frames' sample rate; context: the context text of every chunk's prompt (asr.js); vad: speech
+   * @param {{rate: number, ep: string, maxNewTokens?: number, context?: string, language?: string | null,
+   *   vad?: import('./vad.js').Vad | null, onUpdate: (u: LiveUpdate) => void}} options
+   *   rate: the frames' sample rate; context: the context text of every chunk's prompt, language: the answer's
+   *   language forced in every chunk (null: the model names it; asr.js transcribe); vad: speech
    *   detection (a chunk whose own windows hold no speech segment is not transcribed, vad.js windowSpeech);
    *   onUpdate: each partial or final text as it is made
    */
-  constructor(recogniser, runtime, { rate, ep, maxNewTokens, context = '', vad = null, onUpdate }) {
+  constructor(recogniser, runtime, { rate, ep, maxNewTokens, context = '', language = null, vad = null, onUpdate }) {
     this.recogniser = recogniser;
-    this.context = context;
+    this.prompt = { context, language }; // every chunk's, partial and final
     this.sampleRate = runtime.sample_rate;
     this.maxNewTokens = maxNewTokens ?? runtime.max_new_tokens;
     this.onUpdate = onUpdate;
@@ -140,7 +141,7 @@ export class LiveSession {
     const t0 = wallClock();
     this.lastPartial = { at: t0, samples: end };
     // a chunk that ends meanwhile stops the partial at its next token: its final is what is shown next
-    const r = await this.recogniser.transcribe(c.buf, { maxNewTokens: this.budget(c.buf.length), stop: () => this.ended !== index, context: this.context });
+    const r = await this.recogniser.transcribe(c.buf, { maxNewTokens: this.budget(c.buf.length), stop: () => this.ended !== index, ...this.prompt });
     const shownAt = wallClock();
     this.computeMs += shownAt - t0;
     if (this.ended !== index) return; // the chunk ended meanwhile: its final comes next
@@ -154,7 +155,7 @@ export class LiveSession {
   async finalize(f) {
     const t0 = wallClock();
     const speech = f.speech && this.speechIn(f.start, f.start + f.pcm.length);
-    const r = speech ? await this.recogniser.transcribe(f.pcm, { maxNewTokens: this.budget(f.pcm.length), context: this.context }) : { text: '', tokens: [], margins: [] };
+    const r = speech ? await this.recogniser.transcribe(f.pcm, { maxNewTokens: this.budget(f.pcm.length), ...this.prompt }) : { text: '', tokens: [], margins: [] };
     const shownAt = wallClock();
     this.computeMs += shownAt - t0;
     this.emit({ chunk: f.index, final: true, text: r.text, tokens: r.tokens, margins: r.margins, start: f.start,

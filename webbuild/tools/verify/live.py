@@ -66,10 +66,11 @@ def make_audio(clips: list[Path], folder: Path) -> tuple[Path, np.ndarray, list[
     return path, read_wav(path), spans  # as written (16-bit)
 
 
-def drive(playwright, choice, url: str, wav: Path, seconds: float, timeout_s: float, page_log: dict | None = None
-          ) -> LiveRun:
-    """Opens `url` (its query keeps the audio) with `wav` as the microphone, presses Live transcription, listens
-    for `seconds` + TAIL_SECONDS while polling the finals, presses it again and waits for the last final."""
+def drive(playwright, choice, url: str, wav: Path, seconds: float, timeout_s: float, page_log: dict | None = None,
+          language: str | None = None) -> LiveRun:
+    """Opens `url` (its query keeps the audio) with `wav` as the microphone, presses Live transcription (with
+    `language` chosen in the page's picker first, where given), listens for `seconds` + TAIL_SECONDS while polling
+    the finals, presses it again and waits for the last final."""
     sep = "&" if "?" in url else "?"
     browser = br.launch(playwright, choice, extra=fake_microphone(wav))
     try:
@@ -78,6 +79,8 @@ def drive(playwright, choice, url: str, wav: Path, seconds: float, timeout_s: fl
         br.open_page(page, f"{url}{sep}{KEEP_AUDIO}=1", timeout_s)
         if (error := page.evaluate("() => window.webbuild.error")) is not None:
             return LiveRun({}, None, np.zeros(0, np.float32), SR, False, 0, error)
+        if language is not None:
+            page.select_option("#language", language)
         page.click(f"#{LIVE_BUTTON}")
         br.wait_for(page, "() => window.webbuild.live?.status === 'listening' || window.webbuild.error", 30)
         kept, polls, shown = True, 0, list[str]()
