@@ -155,3 +155,29 @@ def test_shards_record_their_languages_and_another_mix_is_made_again(tmp_path):
     german = load_shards([path])
     assert german.languages == ["German", "German"] and str(np.load(path)["recipe"]).endswith(" German")
     assert not np.array_equal(german.pcm, english.pcm)  # spoken again, in German's voice
+
+
+@needs_espeak
+def test_fresh_clips_of_a_language_are_new_sentences_of_its_vocabulary(tmp_path):
+    """`python -m webbuild.train.clips --language Russian --fresh 7`: new Russian sentences (none of the held-out
+    set, every word from its published list), spoken; without --fresh, English's held-out clips as always."""
+    from click.testing import CliRunner
+
+    from webbuild.reference.audio import read_wav
+    from webbuild.train.clips import main
+
+    russian = LANGUAGES["Russian"]
+    run = CliRunner().invoke(main, [str(tmp_path / "ru"), "--language", "Russian", "--fresh", "7", "--count", "3"])
+    assert run.exit_code == 0, run.output
+    texts = [(tmp_path / "ru" / f"heldout-{i:03d}.txt").read_text().strip() for i in range(3)]
+    words = set(load_vocabulary(russian.vocabulary))
+    assert all(set(t.split()) <= words for t in texts) and not set(texts) & set(language_heldout(russian))
+    assert all(len(read_wav(tmp_path / "ru" / f"heldout-{i:03d}.wav")) > 8000 for i in range(3))
+    again = CliRunner().invoke(main, [str(tmp_path / "ru2"), "--language", "Russian", "--fresh", "8", "--count", "3"])
+    assert again.exit_code == 0 and (tmp_path / "ru2" / "heldout-000.txt").read_text().strip() != texts[0]
+
+    run = CliRunner().invoke(main, [str(tmp_path / "en"), "--count", "2"])
+    assert run.exit_code == 0, run.output
+    assert (tmp_path / "en" / "heldout-001.txt").read_text().strip() == heldout_sentences(load_vocabulary())[1]
+    bad = CliRunner().invoke(main, [str(tmp_path / "xx"), "--language", "Klingon"])
+    assert bad.exit_code == 2 and "--language" in bad.output and "Russian" in bad.output
