@@ -200,3 +200,50 @@ def test_int8_twin_reads_only_its_kept_ranges_of_the_shipped_file(tmp_path):
     sparse.tofile(twin.parent / "g.onnx.data")
     plain = ort.InferenceSession(str(twin), providers=["CPUExecutionProvider"])
     assert np.array_equal(plain.run(None, {"x": x})[0], want)
+
+
+def test_the_page_runs_the_int8_twin_on_its_kept_ranges_as_on_the_whole_file(tmp_path):
+    """onnxruntime-web's wasm EP (in Node, the site's own build) on the twin: with the shipped file reduced to its
+    `keep` ranges (runtime/int8.js keptRanges, as the page hands it over) the output is the whole file's, bit for
+    bit, and the Python reference's within float rounding."""
+    from webbuild.reference.transcribe import cpu_session
+    from webbuild.site.ort_files import ORT_FILES_DIR
+
+    src, _ = int4_projection(tmp_path)
+    model = onnx.load(str(src))
+    model.graph.node[0].output[0] = "mm"
+    model.graph.node.append(onnx.helper.make_node("Add", ["mm", "bias"], ["y"]))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.arange(40, dtype=np.float32), "bias"))
+    model.ir_version = 10  # what onnxruntime-web 1.30 reads (onnx's helper writes a newer one)
+    (tmp_path / "g.onnx.data").unlink()
+    onnx.save(model, str(src), save_as_external_data=True, location="g.onnx.data", size_threshold=0)
+    twin = tmp_path / "g.wasm.onnx"
+    assert wasm_graph(src, twin, form="int8")
+    x = np.random.default_rng(1).standard_normal((1, 5, 96)).astype(np.float32)
+    (tmp_path / "x.bin").write_bytes(x.tobytes())
+    script = f"""
+import {{ readFile, writeFile }} from 'node:fs/promises';
+import * as ort from '{ORT_FILES_DIR / 'ort.webgpu.min.mjs'}';
+import {{ int8Weights, keptRanges, readInt8Plan }} from '{RUNTIME / 'int8.js'}';
+ort.env.wasm.numThreads = 1;
+ort.env.wasm.wasmPaths = '{ORT_FILES_DIR}/';
+const plan = readInt8Plan(await readFile('{tmp_path / 'g.wasm.int8.json'}'));
+const data = new Uint8Array(await readFile('{tmp_path / 'g.onnx.data'}'));
+const graph = new Uint8Array(await readFile('{twin}'));
+const xs = await readFile('{tmp_path / 'x.bin'}');
+const floats = new Float32Array(xs.buffer.slice(xs.byteOffset, xs.byteOffset + xs.length));
+const x = new ort.Tensor('float32', floats, [1, 5, 96]);
+const run = async (weights) => {{
+  const s = await ort.InferenceSession.create(graph, {{ executionProviders: ['wasm'],
+    externalData: [{{ path: plan.source, data: weights }}, {{ path: plan.file, data: int8Weights(plan, data) }}] }});
+  return (await s.run({{ x }})).y.data;
+}};
+const whole = await run(data), kept = await run(keptRanges(data, plan.keep));
+await writeFile('{tmp_path / 'whole.bin'}', whole);
+await writeFile('{tmp_path / 'kept.bin'}', kept);
+"""
+    subprocess.run(["node", "--input-type=module", "-e", script], check=True, timeout=120)
+    whole, kept = (np.fromfile(tmp_path / f"{n}.bin", np.float32) for n in ("whole", "kept"))
+    assert np.array_equal(whole, kept)
+    want = cpu_session(twin).run(None, {"x": x})[0].ravel()
+    assert np.allclose(kept, want, rtol=1e-4, atol=1e-4), np.abs(kept - want).max()
