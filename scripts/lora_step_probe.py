@@ -1,7 +1,7 @@
 """A copy of a built site whose adapted step graphs (decoder.*.lora.step.onnx) run other forms of the LoRA branch,
 one adapter's values baked in as constants: a probe of the branch's forms in the browser without changing the
-runtime (BENCHMARKS.md, "In Chromium": where the adapter's time goes). The page still feeds the step its lora.*
-inputs; those the probe's nodes no longer read stay as unused inputs.
+runtime (docs/benchmarks-archive-2026-12.md, "In Chromium": where the adapter's time goes). The page still feeds
+the step its lora.* inputs; those the probe's nodes no longer read stay as unused inputs.
 
   --ups   each up of the step (and the Add of the base output after it) as one 8-bit MatMulNBits whose bias
           is the base output (gate's and up's: their bias, as before; the packed q/k/v's: the packed output), the

@@ -49,7 +49,7 @@ MatMulNBits of an identity over the first and the up over the second adds the up
 the projection, the down and the Gemm were three. A down left over (a projection that is not plain MatMulNBits of
 external weights) is an 8-bit MatMulNBits reading the down's codes and scales as inputs (quantized_downs), since
 a one-row float MatMul leaves most of the GPU idle: 9.27 -> 8.79 ms of GPU time a token in Chromium
-(BENCHMARKS.md, "In Chromium").
+(docs/benchmarks-archive-2026-12.md, "In Chromium").
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
