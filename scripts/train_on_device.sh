@@ -41,6 +41,8 @@ RUN_HELDOUT=${RUN_HELDOUT:-300}  # per language
 RUN_MINUTES=${RUN_MINUTES:-5.0}
 RUN_DEADLINE_S=${RUN_DEADLINE_S:-570}
 RUN_RESERVE_S=${RUN_RESERVE_S:-150}
+RUN_NAME_SHARE=${RUN_NAME_SHARE:-0.2}  # clips with a rare name given in their context (webbuild.train.names)
+RUN_INIT=${RUN_INIT:-}  # a checkpoint folder to continue from (webbuild.train --init), e.g. a carried earlier run
 
 usage() {
   cat <<'USAGE'
@@ -53,8 +55,10 @@ usage: scripts/train_on_device.sh prepare|run|adapter
             rest.tar.gz, onset-lead300.json, onset-lead0.json and onset.log
   adapter   there, likewise: the LoRA adapter sweep; $OUT gets adapter.log, wer.md, adapters.tar.gz
 
-Environment (run): RUN_LANGUAGES (English,German,French,Spanish,Russian,Greek; English alone: the
-English-only recipe), RUN_CLIPS (90000 in all), RUN_HELDOUT (300 a language), RUN_MINUTES (5.0: the most
+Environment (run): RUN_LANGUAGES (English,German,French,Spanish,Russian,Greek; English alone with
+RUN_NAME_SHARE=0: the English-only recipe), RUN_CLIPS (90000 in all), RUN_HELDOUT (300 a language),
+RUN_NAME_SHARE (0.2: clips with a rare name in their context), RUN_INIT (a checkpoint folder to continue from),
+RUN_SEED (1: a continued run draws other clips with another), RUN_MINUTES (5.0: the most
 training time), RUN_DEADLINE_S (570), RUN_RESERVE_S (150), RUN_WORKERS (nproc), RUN_CPU=1 (the same path on
 the CPU with small counts, e.g. RUN_CLIPS=600 RUN_HELDOUT=4 RUN_MINUTES=0.5 RUN_EXTRA="--batch-size 8"
 RUN_ONSET_COUNT=4; RUN_ONSET_COUNT: the first-word sets' clips, 200).
@@ -140,14 +144,14 @@ run_recipe() {
   python_env
   check_voices
   # the same data options in both calls: the second reuses the first's shards
-  local data=(--languages "$RUN_LANGUAGES" --clips "$RUN_CLIPS" --seed 1 --heldout "$RUN_HELDOUT"
-              --workers "${RUN_WORKERS:-$(nproc)}" --data-dir /tmp/speech)
+  local data=(--languages "$RUN_LANGUAGES" --clips "$RUN_CLIPS" --seed "${RUN_SEED:-1}" --heldout "$RUN_HELDOUT"
+              --name-share "$RUN_NAME_SHARE" --workers "${RUN_WORKERS:-$(nproc)}" --data-dir /tmp/speech)
   python3 -m webbuild.train --out "$ckpt" "${data[@]}" --data-only
   minutes=$(python3 -c "print(round(min($RUN_MINUTES, max(0.5, ($RUN_DEADLINE_S - $SECONDS - $RUN_RESERVE_S) / 60)), 2))")
   echo "$SECONDS s so far; training capped at $minutes min"
   # shellcheck disable=SC2086  # RUN_EXTRA: more options, word-split on purpose
   python3 -m webbuild.train --out "$ckpt" "${data[@]}" --device "$device" --steps 100000 --max-minutes "$minutes" \
-    --batch-size 256 --eval-every 750 --shard-size 15MB ${RUN_EXTRA:-}
+    --batch-size 256 --eval-every 750 --shard-size 15MB ${RUN_INIT:+--init "$RUN_INIT"} ${RUN_EXTRA:-}
   cp "$ckpt"/*.safetensors "$OUT/"
   (cd "$ckpt" && tar czf "$OUT/rest.tar.gz" --exclude='*.safetensors' .)
   for lead in 300 0; do  # 300: the front-end's default lead (model.yaml encoder.lead_ms); 0: none

@@ -25,20 +25,26 @@ class ClipStore:
     answers: list[list[int]]  # `language <Name><asr_text>text<|im_end|>`, the clip's language named
     words: list[list[int]]  # transcript tokens alone (the CTC target)
     languages: list[str]  # each clip's language name
+    contexts: list[str]  # each clip's context text for its prompt's system message ('': none; train.names)
 
     @classmethod
-    def build(cls, clips: Clips, tok: Tokenizer, device: str) -> ClipStore:
+    def build(cls, clips: Clips, tok: Tokenizer, device: str, contexts: list[str] | None = None) -> ClipStore:
         answers = [tok.encode(answer_text(t, lang), add_special_tokens=False).ids
                    for t, lang in zip(clips.texts, clips.languages)]
         words = [tok.encode(t, add_special_tokens=False).ids for t in clips.texts]
         as_t = lambda a: torch.as_tensor(a).to(device)  # noqa: E731
         return cls(as_t(clips.pcm), as_t(clips.offsets), as_t(clips.lengths), clips.texts, answers, words,
-                   clips.languages)
+                   clips.languages, list(contexts) if contexts is not None else [""] * len(clips.texts))
 
     def head(self, n: int) -> ClipStore:
         """The first `n` clips (sharing the sample storage)."""
         return ClipStore(self.pcm, self.offsets[:n], self.lengths[:n], self.texts[:n], self.answers[:n], self.words[:n],
-                         self.languages[:n])
+                         self.languages[:n], self.contexts[:n])
+
+    def without_contexts(self) -> ClipStore:
+        """The same clips with no context text."""
+        return ClipStore(self.pcm, self.offsets, self.lengths, self.texts, self.answers, self.words, self.languages,
+                         [""] * len(self.texts))
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -64,12 +70,13 @@ def token_batch(store: ClipStore, idx: torch.Tensor, mask: torch.Tensor, tok: To
                 forced: bool = False):
     """input_ids, attention_mask and labels. Training rows hold prompt + answer, right-padded;
     eval rows hold the prompt only, left-padded for generation; `forced`: each eval prompt ends with its
-    clip's language's answer prefix (the forced language), so decoding starts at the text."""
+    clip's language's answer prefix (the forced language), so decoding starts at the text. Each prompt's system
+    message holds its clip's context text."""
     pad = tok.token_to_id("<|endoftext|>")
     rows, labels = [], []
     for i, frames in zip(idx.tolist(), mask.sum(1).tolist()):
         forced_language = store.languages[i] if forced and not train else None
-        prompt = build_prompt(tok, audio_token_count(int(frames)), forced_language).ids
+        prompt = build_prompt(tok, audio_token_count(int(frames)), forced_language, store.contexts[i]).ids
         answer = store.answers[i] if train else []
         rows.append(prompt + answer)
         labels.append([IGNORE] * len(prompt) + answer)

@@ -24,6 +24,7 @@ from webbuild.text import plural
 from webbuild.train.batches import ClipStore, features, token_batch
 from webbuild.train.dataset import synthesize_sharded
 from webbuild.train.languages import ENGLISH, LANGUAGES, parse_languages
+from webbuild.train.names import names_in
 from webbuild.train.sentences import HELDOUT_SEED, mixed_heldout
 
 MAX_NEW_TOKENS = 64
@@ -114,6 +115,39 @@ def heldout_report(model, tok: Tokenizer, store: ClipStore, batch_size: int = 12
     """(the rows per language, each clip's transcript)."""
     answers = decode_all(model, tok, store, batch_size, lead, forced, max_new_tokens)
     return language_rows(store.texts, store.languages, answers, forced), [parse_answer(a) for a in answers]
+
+
+@dataclass
+class NamesRow:
+    context: str  # "with context" or "without"
+    language: str
+    clips: int
+    error_rate: float  # WER over the clips
+    names_right: float  # share of the clips' names written exactly in their transcripts
+
+    def line(self) -> str:
+        return (f"| {self.context} | {self.language} | {self.clips} | WER {100 * self.error_rate:.2f}% "
+                f"| {100 * self.names_right:.1f}% |")
+
+
+def names_report(model, tok: Tokenizer, store: ClipStore, batch_size: int = 128, lead: int = 0) -> list[NamesRow]:
+    """The held-out names set (train.names) transcribed with each clip's context text and without it: per
+    language the WER and how many of the names come out exactly, the measure of a model that reads its context."""
+    rows = []
+    for label, clips in (("with context", store), ("without", store.without_contexts())):
+        hyps = [parse_answer(a) for a in decode_all(model, tok, clips, batch_size, lead)]
+        for language in dict.fromkeys(store.languages):
+            at = [i for i, name in enumerate(store.languages) if name == language]
+            names = [(n, hyps[i].split()) for i in at for n in names_in(store.texts[i], language)]
+            right = sum(n in words for n, words in names) / max(1, len(names))
+            rows.append(NamesRow(label, language, len(at), wer([store.texts[i] for i in at], [hyps[i] for i in at]),
+                                 right))
+    return rows
+
+
+def format_names(rows: list[NamesRow], title: str) -> str:
+    head = f"{title}\n| context | language | clips | error rate | names right |\n| --- | --- | --- | --- | --- |"
+    return "\n".join([head] + [row.line() for row in rows])
 
 
 def format_rows(rows: list[LanguageRow], title: str) -> str:

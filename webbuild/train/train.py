@@ -16,6 +16,7 @@ import os
 import platform
 import random
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -27,9 +28,11 @@ from webbuild.reference.mel import DEFAULT_LEAD_MS, lead_samples
 from webbuild.reference.tokenizer import build_tokenizer, special_ids
 from webbuild.train.batches import ClipStore, features, token_batch
 from webbuild.train.dataset import build_shards, load_shards
-from webbuild.train.evaluate import LanguageRow, format_rows, heldout_report, wer
+from webbuild.train.evaluate import LanguageRow, format_names, format_rows, heldout_report, names_report, wer
 from webbuild.train.fastpath import ctc_loss, encode_audio, logits_and_loss
 from webbuild.train.languages import ENGLISH, Language, parse_languages
+from webbuild.train.names import NAMES_HELDOUT, contexts, with_names
+from webbuild.train.names import names_heldout as names_set
 from webbuild.train.sentences import HELDOUT_SEED, mixed_heldout, mixed_training, tokenizer_size, tokenizer_texts
 from webbuild.train.speech import DIGITAL_SILENCE_SHARE, ONSET_SHARE
 from webbuild.zoo.presets import get_preset, make_config
@@ -125,18 +128,28 @@ def log_rows(rows: list[LanguageRow]) -> list[dict]:
               help="comma-separated languages of the training and held-out clips (Qwen3-ASR's names), or 'all'")
 @click.option("--log-every", default=100, show_default=True,
               help="steps between loss lines (each the mean since the last)")
+@click.option("--name-share", default=0.0, show_default=True,
+              help="share of training clips with a rare name in their sentence, given in their context text "
+                   "(webbuild.train.names): a model that reads its context; > 0 also scores the held-out names set")
+@click.option("--names-heldout", default=NAMES_HELDOUT, show_default=True,
+              help="clips per language in the held-out names set (with --name-share)")
 @click.option("--data-only", is_flag=True,
               help="synthesize the shards and stop (a later run with the same data options reuses them)")
 def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr, warmup, ctc_weight, heldout,
-         eval_every, max_minutes, init_dir, shard_size, lead_ms, languages, log_every, data_only):
+         eval_every, max_minutes, init_dir, shard_size, lead_ms, languages, log_every, name_share, names_heldout,
+         data_only):
     t0 = time.time()
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     torch.backends.cuda.matmul.allow_tf32 = True
     texts, names = mixed_training(languages, clips, seed)
+    texts = with_names(texts, names, name_share, seed)
     train_paths = build_shards(data_dir / f"seed{seed}", texts, seed, workers, augment=True, languages=names)
     held_texts, held_names = mixed_heldout(languages, heldout)
     held_paths = build_shards(data_dir / "heldout", held_texts, HELDOUT_SEED, workers, prefix="heldout",
                               languages=held_names)
+    name_texts, name_languages = names_set(languages, names_heldout) if name_share > 0 else ([], [])
+    name_paths = build_shards(data_dir / "names", name_texts, HELDOUT_SEED, workers, prefix="names",
+                              languages=name_languages) if name_texts else []
     if data_only:
         print(f"data: {len(texts)} train clips, {len(held_texts)} held-out, {time.time() - t0:.0f} s", flush=True)
         return
@@ -145,8 +158,10 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
         tok = Tokenizer.from_file(str(init_dir / "tokenizer.json"))
     else:
         tok = make_tokenizer(languages, tokenizer_size(languages, preset.bpe_vocab_size))
-    store = ClipStore.build(load_shards(train_paths), tok, device)
+    store = ClipStore.build(load_shards(train_paths), tok, device, contexts(texts, names, seed))
     held = ClipStore.build(load_shards(held_paths), tok, device)
+    named = ClipStore.build(load_shards(name_paths), tok, device,
+                            contexts(name_texts, name_languages, HELDOUT_SEED)) if name_paths else None
     synth_s = time.time() - t0
     print(f"data: {len(store)} train clips, {len(held)} held-out ({', '.join(lang.name for lang in languages)}), "
           f"{store.pcm.numel() / 16000 / 3600:.1f} h, {synth_s:.0f} s", flush=True)
@@ -189,6 +204,9 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     print(format_rows(forced_rows, "final, language forced"), flush=True)
     for ref, hyp in list(zip(held.texts, hyps))[:5]:
         print(f"  ref: {ref}\n  hyp: {hyp}")
+    names_rows = names_report(model, tok, named, lead=lead) if named is not None else []
+    if names_rows:
+        print(format_names(names_rows, "held-out names set"), flush=True)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     model.to("cpu").float().save_pretrained(out_dir, max_shard_size=shard_size)
@@ -204,7 +222,8 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
                final_loss=round(torch.stack(losses[-100:]).mean(0)[0].item(), 5),
                final_ctc_loss=round(torch.stack(losses[-100:]).mean(0)[1].item(), 5), ctc_weight=ctc_weight,
                heldout_wer=round(final_wer, 5), heldout_languages=log_rows(rows),
-               heldout_forced=log_rows(forced_rows), evals=evals,
+               heldout_forced=log_rows(forced_rows), evals=evals, name_share=name_share,
+               heldout_names=[asdict(r) for r in names_rows],
                errors=[dict(language=n, ref=r, hyp=h) for n, r, h in zip(held.languages, held.texts, hyps)
                        if r != h][:50])
     (out_dir / "train_log.json").write_text(json.dumps(log, indent=1))
