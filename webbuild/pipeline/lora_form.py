@@ -9,47 +9,23 @@ up; o; down), and each of q, k, v, o, gate, up and down becomes
 
 (names: webbuild.site.contract.IO.lora) with `down` [in, R] and `up` [R, out] graph inputs without defaults, R
 the group's rank (the adapter's rank times the group's members) and each up zero outside its projection's rows:
-onnxruntime-web lists only the inputs that have no initializer and refuses any other feed ("invalid input"), so
-an input with a default could never be set in the browser. Fed empty ([in, 0] and [0, out]) or zeros, the graph
-computes the base model exactly. The base graph is left as it is: the runtime decodes with it while no adapter
-is on (onnxruntime-web 1.30 would still run the branch's nodes that have non-empty outputs, fed empty inputs),
-and with this form while one is (docs/adapters.md).
+onnxruntime-web refuses a feed for an input that has an initializer, so an input with a default could never be set
+in the browser. Fed empty ([in, 0] and [0, out]) or zeros, the graph computes the base model exactly. The base
+graph is left as it is: the runtime decodes with it while no adapter is on, and with this form while one is.
 
-Why shared downs. A down MatMul of M = 1 leaves most of the GPU idle (onnxruntime-web gives each thread four of
-its few outputs and loops over all of `in`), so three downs of 32 columns cost about what one of 96 does: on the
-H200 the 0.6b went from 775 to 691 dispatches a token and its down MatMuls from 8.1 to 5.5 ms of GPU time
-(BENCHMARKS.md, "LoRA adapters").
-
-Why 2-D rows. On [1, S, H] activations the branch is three dispatches per projection (two MatMuls and the
-Add): on the H200 the 0.6b with an adapter on ran 1027 dispatches per token against the base's 243, 1.93x
-its time per token, most of it the float MatMuls of M = 1. onnxruntime's MatMulAddFusion makes a MatMul
-and the Add after it one Gemm, but only where A and B are 2-D and the Add's other input is [M, N] (or
-broadcast to it) with the same M: the branch measured alone on [1, H] ran in 0.80x the time of the
-[1, 1, H] form (BENCHMARKS.md, "LoRA adapters"). So x and y are flattened to rows (Reshape is a view on
-the WebGPU EP, no dispatch) and the branch's values are declared [lora_rows, ...] with one symbolic row
-count: a Reshape to [-1, in] of a dynamic [batch, sequence, in] infers an unknown first dimension, and
-the fusion does not take two unknown dimensions for equal. The way back is a constant [1, -1, out]: every
-runtime decodes one sequence (the step form's input_ids are [1, 1]), and constants keep the captured step
-free of Shape nodes, which onnxruntime runs on its CPU EP; a batch of 2 stops at GroupQueryAttention's
-batch check. The shape constants are initializers shared by every projection of the same width.
-
-Why copies of the norms. onnxruntime-web fuses a norm with the Q, K and V MatMulNBits that read it into one
-kernel, and a norm with gate and up and the SiLU x up after them into another, but only where those projections
-are the norm's only readers; q, k and v's shared down and gate and up's therefore read their own copy of the
-norm (_branch_norm): one dispatch more a layer each, three fewer for Q/K/V (831 -> 775 a token for the 0.6b on
-the H200, BENCHMARKS.md). The MLP's kernel also needs gate's and up's outputs to go straight into the SiLU, which
-the Adds of the updates stop; in the one-token step form their updates are the MatMulNBits' bias instead, which
-that kernel takes (mlp_updates_as_biases): 691 -> 607 dispatches a token for the 0.6b. Q/K/V's kernel takes no
-bias, so q, k and v keep their Adds (Gemms once optimized) in the plain forms; the step form packs them into one
-MatMulNBits and makes their down a 4-bit MatMulNBits beside it, which with a spare reader (spare_readers) the
-norm + Q/K/V kernel takes in (packed_updates); gate and up's 4-bit down rides in one such kernel with its copy of
-the norm and two spares (spare_readers). o's and down's downs join their projections' weights instead
-(joint_downs): one MatMulNBits gives the projection's output and the down's side by side, and an 8-bit
-MatMulNBits of an identity over the first and the up over the second adds the update, two dispatches where
-the projection, the down and the Gemm were three. A down left over (a projection that is not plain MatMulNBits of
-external weights) is an 8-bit MatMulNBits reading the down's codes and scales as inputs (quantized_downs), since
-a one-row float MatMul leaves most of the GPU idle: 9.27 -> 8.79 ms of GPU time a token in Chromium
-(docs/benchmarks-archive-2026-12.md, "In Chromium").
+Choices that shape the graph, each for onnxruntime-web's kernels (docs/adapters.md gives the measurements):
+- shared downs: a one-row MatMul leaves most of the GPU idle, so a group's projections share one down;
+- 2-D rows: x and y are flattened to [rows, width] (a view on WebGPU) so that onnxruntime's MatMulAddFusion makes
+  the up MatMul and its Add one Gemm; the rows are one symbolic count, and the way back is a constant [1, -1, out]
+  (no Shape node, which would run on the CPU EP, in the captured step);
+- copies of the norms: onnxruntime-web fuses a norm with the Q/K/V MatMulNBits, or with gate/up and the SiLU,
+  only where those are the norm's only readers, so each shared down reads a copy of the norm (_branch_norm);
+- in the one-token step form, gate's and up's updates are their MatMulNBits' bias (mlp_updates_as_biases), which
+  the fused MLP kernel takes; q, k and v are packed into one MatMulNBits with their 4-bit down beside it, taken
+  into the fused norm + Q/K/V kernel through a spare reader (packed_updates, spare_readers); gate and up's 4-bit
+  down rides in one such kernel with its copy of the norm; o's and down's downs join their projections' weights
+  (joint_downs: one MatMulNBits gives both outputs, an 8-bit one adds the update); a down left over is an 8-bit
+  MatMulNBits reading the down's codes and scales as inputs (quantized_downs).
 
 The projections are found by the layer's structure, not by names (exporters name nodes differently):
 GroupQueryAttention's query, key and value inputs lead back to q, k and v; o reads its output; the
