@@ -21,7 +21,7 @@ import pytest
 
 from tests.command import webbuild
 from tests.example_config import EXAMPLE, example_config, write_example_config
-from webbuild.pipeline.wasm_budget import BUDGET, BUDGET_ENV, GIB, form_parts, shapes_need
+from webbuild.pipeline.wasm_budget import BUDGET, BUDGET_ENV, GIB, TAB_ALLOWANCE, form_parts, shapes_need
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import load_transcriber
 from webbuild.site.manifest import load_manifest, reassemble
@@ -78,7 +78,10 @@ def test_the_tiny_example_fits_within_a_factor_of_its_measured_wasm_heap(dist):
     out, run = dist
     fit = wasm_plan(out)
     manifest = json.loads((out / "model" / "manifest.json").read_text())
-    assert manifest["variants"]["fp32"]["wasm"] == {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
+    assert manifest["variants"]["fp32"]["wasm"] == {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits",
+                                                                          "tab_bytes")}
+    # the tab: the heap's need, the largest session's model bytes in JavaScript beside it, and the renderer's own
+    assert fit["tab_bytes"] == fit["need_bytes"] + fit["model_bytes"] + TAB_ALLOWANCE
     assert fit["fits"] and fit["budget_bytes"] == BUDGET and "why" not in fit
     # every option fits: of the fast ones (no MatMulNBits left) the float twins are the fastest; every option listed
     assert fit["forms"] == FOLDED and fit["folded_bytes"] > 0 and fit["slow_bytes"] == fit["int8_bytes"] == 0

@@ -202,7 +202,7 @@ def stage_shard(ctx: BuildContext) -> None:
         name: {"files": list(v.files.values()), "requires": v.requires, "dtype": v.dtype, **v.files,
                "providers": v.providers} for name, v in variants.items()}
     for name, fit in ctx.state.wasm_plans.items():
-        entries[name]["wasm"] = {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits")}
+        entries[name]["wasm"] = {k: fit[k] for k in ("need_bytes", "budget_bytes", "fits", "tab_bytes")}
     for name, v in variants.items():
         if v.lora_layout:
             entries[name]["lora_layout"] = v.lora_layout
@@ -231,7 +231,8 @@ def _wasm_plans(ctx: BuildContext) -> dict[str, dict]:
             derived = f"; {fit['int8_bytes'] / GIB:.2f} GiB of int8 weights derived at load from the int4 ones, " \
                 "nothing more to download" if fit["int8_bytes"] else ""
             log.info(f"{name}: wasm fallback needs about {fit['need_bytes'] / GIB:.2f} GiB of "
-                     f"{fit['budget_bytes'] / GIB:.2f} GiB ({_forms_text(fit['forms'])}{derived}; options: {options})")
+                     f"{fit['budget_bytes'] / GIB:.2f} GiB, the tab at most {fit['tab_bytes'] / GIB:.2f} GiB "
+                     f"({_forms_text(fit['forms'])}{derived}; options: {options})")
         else:
             log.warning(f"{name}: no wasm fallback: needs {fit['need_bytes'] / GIB:.1f} GiB of the "
                         f"{fit['budget_bytes'] / GIB:.1f} GiB a wasm page gets; visitors without WebGPU "

@@ -80,7 +80,7 @@ ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
 # adapted decoder (webbuild.pipeline.lora_form, docs/adapters.md) with the same kinds of forms, reading the
 # base decoder's weights file; the runtime loads it beside the base one (runtime/lora.js), and on WebGPU the
 # delta graph (DELTA_GROUPS) that makes its step form's merged updates at a switch.
-# An fp32 entry also carries `wasm`: {need_bytes, budget_bytes, fits} (webbuild.pipeline.wasm_budget); where
+# An fp32 entry also carries `wasm`: {need_bytes, budget_bytes, fits, tab_bytes} (webbuild.pipeline.wasm_budget); where
 # fits is false (no form of the graphs fits) the runtime (runtime/site.js refuseUnfit) says the model needs
 # WebGPU instead of loading.
 FILE_ROLES = {

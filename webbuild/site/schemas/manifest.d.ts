@@ -51,6 +51,8 @@ export type WasmFit = {
   need_bytes: number;
   budget_bytes: number;
   fits: boolean;
+  /** the tab's peak, bounded from above */
+  tab_bytes?: number;
 };
 
 /** webbuild shard manifest, format version 1 */

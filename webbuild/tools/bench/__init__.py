@@ -95,13 +95,14 @@ def run_node(
     return report
 
 
-def wasm_estimate(dist: Path, variant: str) -> int | None:
-    """The build's estimate of the wasm memory `variant` needs (build-report.json, pipeline/wasm_budget.py)."""
+def wasm_estimate(dist: Path, variant: str, key: str = "need_bytes") -> int | None:
+    """The build's estimate of the wasm memory `variant` needs (build-report.json, pipeline/wasm_budget.py): the
+    heap's (need_bytes) or the tab's (tab_bytes)."""
     try:
         report = json.loads((dist / "build-report.json").read_text())
     except (OSError, ValueError):
         return None
-    return ((report.get("variants") or {}).get(variant) or {}).get("wasm", {}).get("need_bytes")
+    return ((report.get("variants") or {}).get(variant) or {}).get("wasm", {}).get(key)
 
 
 def _run_telling_progress(cmd: list[str], env: dict, timeout: float | None) -> tuple[int, str, list[str]]:
@@ -191,6 +192,7 @@ def table(r: dict) -> str:
     if tab := r.get("tab_peak_rss_bytes"):
         now = f", {size(r['tab_rss_bytes'])} at the end" if r.get("tab_rss_bytes") else ""
         now += f", {size(r['tab_rss_after_gc_bytes'])} after gc()" if r.get("tab_rss_after_gc_bytes") else ""
+        now += f"; the build's estimate {size(r['tab_estimate_bytes'])}" if r.get("tab_estimate_bytes") else ""
         lines.append(f"tab memory  {size(tab)} at most{now} (the renderer process's resident memory)")
     return "\n".join(lines + counter_lines(r) + timing_lines(r))
 

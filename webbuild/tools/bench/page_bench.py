@@ -77,6 +77,7 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
             finally:
                 browser.close()
     memory["wasm_estimate_bytes"] = wasm_estimate(dist, state["info"]["variant"])
+    memory["tab_estimate_bytes"] = wasm_estimate(dist, state["info"]["variant"], "tab_bytes")
     return {**report(state["info"], clips, choice.describe(), synth), **memory, "lora": adapter}
 
 
