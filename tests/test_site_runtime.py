@@ -101,6 +101,17 @@ def test_software_adapter_gets_wasm_unless_webgpu_is_forced():
         None, "This browser can't use the GPU here, so the model runs on the CPU (slower).", None]
 
 
+def test_a_device_with_less_memory_than_the_tab_needs_is_told():
+    r = node("""
+      import { memoryNotice } from './runtime/site.js';
+      const fit = { need_bytes: 2 ** 30, budget_bytes: 4 * 2 ** 30, fits: true, tab_bytes: 3 * 2 ** 30 };
+      console.log(JSON.stringify([memoryNotice(fit, 2), memoryNotice(fit, 4), memoryNotice(fit, undefined),
+                                  memoryNotice({ ...fit, tab_bytes: undefined }, 2), memoryNotice(undefined, 2)]));
+    """)
+    assert r == ["This model needs up to 3.0 GiB of memory on the CPU; this device reports about 2 GiB, so the page "
+                 "may run out of memory.", None, None, None, None]
+
+
 def test_js_contract_names_equal_the_python_ones():
     from webbuild.pipeline.render import TEMPLATE_DIR
     from webbuild.site.contract import (

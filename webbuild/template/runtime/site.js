@@ -108,7 +108,10 @@ export async function loadSite(manifestUrl, opts = {}) {
   const tWarm = performance.now();
   const { stats } = load;
   return {
-    ...made, notice: made.notice ?? choiceNotice(pick, gpu, opts.forceEp), ort, manifest, runtime, gpu, loading: site.loading, vad,
+    ...made, ort, manifest, runtime, gpu, loading: site.loading, vad,
+    notice: [made.notice ?? choiceNotice(pick, gpu, opts.forceEp),
+      made.ep === 'wasm' ? memoryNotice(manifest.variants[made.variant]?.wasm, deviceMemory()) : null]
+      .filter(Boolean).join(' ') || null,
     warmShapes: shapes, // whether the warm-up warmed every shape class (a later warm-up does as this one)
     threadsWhy: threads.why,
     // whether the model is kept in the browser's cache for the next visit (false: no cache, or storage full)
@@ -141,6 +144,22 @@ export function choiceNotice(pick, gpu, forceEp) {
       'so the model runs on the CPU. To try it anyway, add ?ep=webgpu to the address.';
   }
   return "This browser can't use the GPU here, so the model runs on the CPU (slower).";
+}
+
+// navigator.deviceMemory (GiB) where the browser gives it (Chromium's; not in TypeScript's DOM types)
+const deviceMemory = () => /** @type {{deviceMemory?: number} | undefined} */ (globalThis.navigator)?.deviceMemory;
+
+// Where the device says it has less memory than the build estimates the tab needs on wasm (the manifest entry's
+// tab_bytes; navigator.deviceMemory, GiB, which browsers round and cap at 8), say so: the tab may run out of memory.
+/**
+ * @param {import('webbuild-types').WasmFit | undefined} wasm
+ * @param {number | undefined} deviceGiB
+ * @returns {string | null}
+ */
+export function memoryNotice(wasm, deviceGiB) {
+  if (!wasm?.tab_bytes || !deviceGiB || deviceGiB * 2 ** 30 >= wasm.tab_bytes) return null;
+  return `This model needs up to ${(wasm.tab_bytes / 2 ** 30).toFixed(1)} GiB of memory on the CPU; this device ` +
+    `reports about ${deviceGiB} GiB, so the page may run out of memory.`;
 }
 
 // The build's estimate of a variant's wasm memory (manifest entry `wasm`, webbuild/pipeline/wasm_budget.py):
