@@ -80,8 +80,10 @@ def test_live_with_a_forced_language_gives_the_references_tokens(playwright, exa
         srv.shutdown()
     assert run.error is None, run.error
     reference = load_transcriber(example_dist, ep="wasm")
+    captured = live_check.capture_wav(run, tmp_path)
+    automatic = [c.decoded.tokens for c in reference.decode_live(captured)]
     reference.force_language("English")
-    want = [c.decoded.tokens for c in reference.decode_live(live_check.capture_wav(run, tmp_path))]
+    want = [c.decoded.tokens for c in reference.decode_live(captured)]
     finals = [u["tokens"] for u in run.state["updates"] if u["final"]]
-    assert finals == want and any(want)
-    assert " ".join(run.state["finals"]).split() == sample.text.split()
+    # the page's capture, not the file played (a loaded machine may drop frames): forced, its tokens, not automatic's
+    assert finals == want and any(want) and want != automatic
