@@ -33,6 +33,8 @@ Here, once (folders go into the checkout the device tool sends, ignored by git):
   browser                               $STAGE (default .chrome-stage): this machine's Chromium and the
                                         libraries it links, in 4 xz parts + parts.sha256
   parts                                 .cp0 .. .cp3: one part each, for one call each
+  ortalt                                ORT_VERSION=X.Y.Z: that onnxruntime-web's shipped files in .ortalt (carry it
+                                        in a stash call) for the ort_build and ort_ab steps
 There, device calls back to back while the machine is warm:
   1. carry .gpu .whl .gl .wb2:  bash .wb2/scripts/chrome_gpu_bench.sh gen
        setup, then zoo 0.6b + webbuild build + genai peer in a process of its own (~3 min)
@@ -52,6 +54,7 @@ LORA=1 (gen builds with a random rank-32 adapter `rand`: give it its own WORK), 
 steps timed one by one, webbuild bench --step-trace), base_build (BASE_REF's code, carried as .wbbase from
 `basecode` in a stash call, builds the same model.yaml), wasm_threads (WASM_THREADS 1,2,4,8,16; then WASM_AB_THREADS
 against base_build's site, WASM_ROUNDS; WASM_MAX_NEW caps each clip's decode, for the 1.7b),
+ort_build then ort_ab (.ortalt's onnxruntime-web against the pinned one, ROUNDS alternated benches of each build),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), PEER=0 (gen skips the genai peer), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
 USAGE
@@ -144,7 +147,21 @@ stash() {
   mkdir -p /tmp/chrome-parts
   for f in .cp*/chrome.tar.xz.* .cp*/parts.sha256; do [ -e "$f" ] && mv "$f" /tmp/chrome-parts/; done
   if [ -d .wbbase ] && [ ! -d /tmp/wbbase ]; then mkdir -p /tmp/wbbase && tar -C /tmp/wbbase -xzf .wbbase/code.tar.gz; fi
+  if [ -d .ortalt ] && [ ! -d /tmp/ortalt ]; then mkdir -p /tmp/ortalt && tar -C /tmp/ortalt -xJf .ortalt/ort.tar.xz; fi
   ls -la /tmp/chrome-parts
+}
+
+# here: onnxruntime-web ORT_VERSION's three shipped files from npm in .ortalt (about 4 MB of xz), for `ort_build`
+ortalt() {
+  local root tmp; root=$(bash "$WRAPPER" root); tmp=$(mktemp -d)
+  : "${ORT_VERSION:?ORT_VERSION=X.Y.Z: the onnxruntime-web version to measure against the pinned one}"
+  bash "$WRAPPER" ignore .ortalt
+  (cd "$tmp" && npm pack -q "onnxruntime-web@$ORT_VERSION" >/dev/null && tar xzf onnxruntime-web-*.tgz \
+     package/dist/ort.webgpu.min.mjs package/dist/ort-wasm-simd-threaded.asyncify.{mjs,wasm})
+  rm -rf "$root/.ortalt" && mkdir -p "$root/.ortalt"
+  echo "$ORT_VERSION" > "$tmp/package/dist/VERSION"
+  tar -C "$tmp/package/dist" -cf - . | xz -9 -T2 > "$root/.ortalt/ort.tar.xz"
+  rm -rf "$tmp"; du -sh "$root/.ortalt"
 }
 
 # here: BASE_REF's webbuild package (default main at the start of the change) in .wbbase, for `base_build`
@@ -306,6 +323,36 @@ base_build() {
   PYTHONPATH=/tmp/site:/tmp/wbbase python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/base-build.json.part.d" 2>&1 | tail -5
   mv "$WORK/base-build.json.part.d" "$WORK/webbuild-base" && echo '{}' > "$WORK/base-build.json.part"
 }
+# the same model.yaml built by this branch's code with the onnxruntime-web of .ortalt (stash put it in /tmp/ortalt):
+# its files and a lock of their sha256 in place of the pinned ones; $WORK/webbuild-ortalt
+ort_build() {
+  rm -rf /tmp/wbalt && mkdir -p /tmp/wbalt && cp -a $WB/webbuild /tmp/wbalt/
+  cp /tmp/ortalt/*.mjs /tmp/ortalt/*.wasm /tmp/wbalt/webbuild/site/onnxruntime-web/
+  python3 - /tmp/wbalt/webbuild/site "$(cat /tmp/ortalt/VERSION)" <<'PY'
+import hashlib, json, pathlib, sys
+site, version = pathlib.Path(sys.argv[1]), sys.argv[2]
+lock = json.loads((site / "ort.lock.json").read_text())
+lock["version"] = version
+lock["files"] = {n: hashlib.sha256((site / "onnxruntime-web" / n).read_bytes()).hexdigest() for n in lock["files"]}
+(site / "ort.lock.json").write_text(json.dumps(lock, indent=2))
+PY
+  # PYTHONSAFEPATH: the copy's package, not the one of the working folder
+  PYTHONSAFEPATH=1 PYTHONPATH=/tmp/site:/tmp/wbalt python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/ort-build.json.part.d" \
+    2>&1 | tail -3
+  mv "$WORK/ort-build.json.part.d" "$WORK/webbuild-ortalt" && echo '{}' > "$WORK/ort-build.json.part"
+}
+# the pinned onnxruntime-web against .ortalt's on the same model (issue 48): `webbuild bench --runtime browser --ep
+# webgpu` of each build alternated ROUNDS times (decode, prefill, load, transcripts); ort-webbuild-rN.json, ort-webbuild-ortalt-rN.json
+ort_ab() {
+  local r b
+  for r in $(seq 1 "$ROUNDS"); do
+    for b in webbuild webbuild-ortalt; do
+      python3 -m webbuild.cli bench "$WORK/$b" --runtime browser --ep webgpu --json "$OUT/ort-$b-r$r.json" \
+        | grep -E "^(decode|prefill|load|runtime|clips)" || echo "$b $r failed"
+    done
+  done
+  echo '{}' > "$WORK/ort-ab.json.part"
+}
 # the wasm EP's threads (issue 49) in Chromium on the host CPU: WASM_THREADS (1,2,4,8,16) on this branch's build,
 # then WASM_AB_THREADS on it and on base_build's, alternated WASM_ROUNDS (3) times; wasm-*.json
 wasm_threads() {
@@ -354,6 +401,6 @@ run() {
 
 case ${1:-run} in
   -h|--help|help) usage ;;
-  prepare|browser|parts|basecode|gen|_gen|pw|stash|run) "$@" ;;
+  prepare|browser|parts|basecode|ortalt|gen|_gen|pw|stash|run) "$@" ;;
   *) usage >&2; exit 2 ;;
 esac
