@@ -609,8 +609,10 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
       webbuild bench dist --rounds 3 --peer genai-out --json rounds.json   # on the GPU machine
       webbuild bench dist --first-use 1,5,30 --allow-software
     """
-    from webbuild.tools.bench import gpu_clock, table
+    from webbuild.tools.bench import gpu_clock, require_adapter, site_adapters, table
 
+    if adapter and (names := site_adapters(dir)) is not None:
+        require_adapter(names, adapter)  # before a browser or Node starts
     if rounds or first_use:
         from webbuild.tools.bench.rounds import RoundsOptions, run_rounds
 

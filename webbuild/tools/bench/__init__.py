@@ -95,6 +95,21 @@ def run_node(
     return report
 
 
+def require_adapter(names: list[str], name: str) -> None:
+    """A clear error where adapter `name` is not among the site's `names`."""
+    if name not in names:
+        has = ", ".join(names) or "none (model.yaml adapters: adds them)"
+        raise BenchError(f"no adapter {name!r}; the site has {has}")
+
+
+def site_adapters(dist: Path) -> list[str] | None:
+    """The adapters a built site ships (its manifest), or None where its manifest cannot be read (the load says why)."""
+    try:
+        return list(json.loads((dist / "model" / "manifest.json").read_text()).get("adapters") or {})
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def wasm_estimate(dist: Path, variant: str, key: str = "need_bytes") -> int | None:
     """The build's estimate of the wasm memory `variant` needs (build-report.json, pipeline/wasm_budget.py): the
     heap's (need_bytes) or the tab's (tab_bytes)."""

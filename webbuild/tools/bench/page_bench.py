@@ -21,7 +21,7 @@ from pathlib import Path
 
 from webbuild.errors import BenchError, require_extra
 from webbuild.tools import browser as br
-from webbuild.tools.bench import wasm_estimate
+from webbuild.tools.bench import require_adapter, wasm_estimate
 from webbuild.tools.bench.instrument import counted_site, counted_site_parent
 from webbuild.tools.verify.visits import Clip, site_data, site_url, switch_lora, transcribe
 
@@ -134,10 +134,7 @@ def _status_bytes(pid: int, field: str) -> int | None:
 
 def pick_adapter(page, info: dict, name: str, timeout_s: float) -> None:
     """The page's picker set to adapter `name`, the switch waited for; a clear error for a site without it."""
-    names = info.get("loraAdapters") or []
-    if name not in names:
-        has = ", ".join(names) or "none (model.yaml adapters: adds them)"
-        raise BenchError(f"no adapter {name!r}; the site has {has}")
+    require_adapter(info.get("loraAdapters") or [], name)
     log.info(f"adapter {name} on")
     if error := switch_lora(page, name, timeout_s):
         raise BenchError(f"switching to adapter {name!r} failed: {error}")
