@@ -362,6 +362,18 @@ describe('cache, resume, stale builds', () => {
     assert.match(warnings[0].message, /^the browser's cache did not answer in 0\.05 s; the model is downloaded instead$/);
     assert.ok(performance.now() - t0 < 5000);
   });
+
+  it('downloads without the cache where listing it for stale entries never answers', async () => {
+    const store = new MemoryStore();
+    let reads = 0;
+    store.keys = () => new Promise(() => {}); // a storage that stalls before any shard is asked for
+    const match = store.match.bind(store);
+    store.match = (k) => { reads++; return match(k); };
+    const warnings = [];
+    assertSame(await load({ cache: store, cacheTimeoutMs: 50, onWarning: (w) => warnings.push(w) }), v1);
+    assert.equal(reads, 0); // the cache was left alone for the rest of the load
+    assert.deepEqual(warnings.map((w) => w.code), ['cache-unavailable']);
+  });
 });
 
 describe('limits', () => {

@@ -66,9 +66,15 @@ let living = null;
 let nextId = 1;
 
 // each message to its type's handler (the cast: TypeScript cannot pair the union's members with their handlers)
-worker.onmessage = (/** @type {MessageEvent<FromWorkerMessage>} */ { data }) =>
+worker.onmessage = (/** @type {MessageEvent<FromWorkerMessage>} */ { data }) => {
+  clearTimeout(silent); // the worker runs: it says at once what a load is doing
   /** @type {(msg: FromWorkerMessage) => void} */ (handlers[data.type])?.(data);
+};
 worker.onerror = (/** @type {ErrorEvent} */ e) => fail(`the model worker failed to start (${e.message || 'script error'})`);
+// A worker that never runs (its module never loads, without an error) would leave the page loading for good.
+const WORKER_SILENT_MS = 60000;
+const silent = setTimeout(() => fail('the model worker did not start in 60 s; reload the page to try again'),
+  WORKER_SILENT_MS);
 /** @type {string | undefined} */
 let noticeCode; // the code of the warning the notice shows ('retry': stale once the load has ended)
 const warn = (/** @type {string} */ message, /** @type {string} */ code = '', /** @type {string | null} */ shard = null) => {
@@ -475,6 +481,8 @@ function progressLabel(e) {
   const gpu = e.ep === 'webgpu';
   /** @type {Record<string, [number, string]>} */
   const steps = {
+    manifest: [0, "Reading the model's list of files"], // before the three steps, unnumbered
+    gpu: [0, 'Checking what this device can run'],
     download: [1, 'downloading the model'],
     verify: [1, 'downloading the model'],
     session: [2, gpu ? 'preparing the model for the GPU' : 'preparing the model for the CPU'],

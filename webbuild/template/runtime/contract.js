@@ -86,8 +86,9 @@ export const TO_WORKER = Object.freeze({
 // ---------------------------------------------------------------- worker -> page
 
 /**
- * @typedef {{type: 'progress', phase: 'download' | 'verify' | 'session' | 'warmup', loaded: number,
+ * @typedef {{type: 'progress', phase: 'manifest' | 'gpu' | 'download' | 'verify' | 'session' | 'warmup', loaded: number,
  *   total: number, file?: string, shard?: string, lora?: string, ep?: 'webgpu' | 'wasm'}} ProgressMessage
+ *   manifest / gpu: the model's file list and settings being read, the GPU being asked (0 of 1, before the download);
  *   download / verify: bytes of the model's shards (loader.js), or with `lora` of that adapter's file;
  *   session / warmup: 0 of 1, no fraction; ep: the processor they prepare the model for (the page names the step by it).
  * @typedef {{type: 'warning', message: string, code?: string, shard?: string}} WarningMessage

@@ -39,7 +39,9 @@ export const MAX_HELD_BYTES = 512 * 2 ** 20;
  *   delete(key: string): Promise<boolean>,
  *   keys(): Promise<string[]>,
  *   modelId?: string,
- * }} Store  modelId: set on the Cache API's store of that model (openCacheStore), which the loader worker opens too
+ *   stalled?: boolean,
+ * }} Store  modelId: set on the Cache API's store of that model (openCacheStore), which the loader worker opens too;
+ *   stalled: set once it stopped answering (later loads of the page go on without it)
  */
 /**
  * @typedef {object} LoadOptions
@@ -210,9 +212,9 @@ export function startLoad(manifest, names, opts = {}) {
   };
   const done = (async () => {
     if (o.signal.aborted) throw o.signal.reason;
-    const store = await resolveStore(opts.cache, manifest.model_id, o);
     const keys = new Set(manifest.shards.map((s) => shardUrl(manifest, s.path)));
-    if (store) await pruneStale(store, keys, o);
+    const opened = await resolveStore(opts.cache, manifest.model_id, o);
+    const store = opened && await pruneStale(opened, keys, o) ? opened : null;
     /** @type {LoadState} */
     const state = {
       store, o, manifest, stats, t0: performance.now(),
@@ -359,7 +361,8 @@ export function startLoadInWorker(manifest, names, opts = {}) {
     if (data.type === 'up') {
       clearTimeout(startTimer);
       up = true;
-      worker.postMessage({ type: 'start', manifest, names: list, cache: cache ? cache.modelId : cache === undefined ? manifest.model_id : null,
+      worker.postMessage({ type: 'start', manifest, names: list,
+        cache: cache ? (cache.stalled ? null : cache.modelId) : cache === undefined ? manifest.model_id : null,
         options: { concurrency: o.concurrency, retries: o.retries, retryDelayMs: o.retryDelayMs, maxRetryDelayMs: o.maxRetryDelayMs,
           cacheTimeoutMs: o.cacheTimeoutMs, maxHeldBytes: opts.maxHeldBytes,
           deferCache: Boolean(opts.deferCache) && !flushed } });
@@ -484,7 +487,7 @@ export async function openModelCache(modelId, opts = {}) {
  */
 async function resolveStore(cache, modelId, o) {
   if (cache === null || cache === false) return null;
-  if (cache) return cache;
+  if (cache) return cache.stalled ? null : cache; // a store that stopped answering is not asked again
   if (!globalThis.caches) return null; // Node, or an insecure (http://non-localhost) page
   try {
     // bounded: a browser whose storage never answers must not hold up the download (it goes on uncached)
@@ -496,18 +499,28 @@ async function resolveStore(cache, modelId, o) {
 }
 
 // Stale-cache handling: entries of other builds of this model are dropped, so storage does not
-// grow per deploy. Shards unchanged between builds keep their key (same hash) and stay cached.
+// grow per deploy. Shards unchanged between builds keep their key (same hash) and stay cached. Bounded like every
+// other cache call: false where the storage stopped answering (the load then goes on without the cache, as where it
+// could not be opened).
 /**
  * @param {Store} store
  * @param {Set<string>} keep shard URLs of this build
  * @param {Options} o
+ * @returns {Promise<boolean>} whether the store answered
  */
 async function pruneStale(store, keep, o) {
   try {
-    for (const key of await store.keys()) if (!keep.has(key)) await store.delete(key);
+    const keys = await within(store.keys(), o.cacheTimeoutMs, "the browser's cache");
+    for (const key of keys) if (!keep.has(key)) await within(store.delete(key), o.cacheTimeoutMs, "the browser's cache");
   } catch (e) {
-    o.onWarning({ code: 'cache-error', message: `could not prune old cached shards: ${e.message}` });
+    if (/** @type {Error} */ (e).name === 'TimeoutError') {
+      store.stalled = true;
+      o.onWarning({ code: 'cache-unavailable', message: `${/** @type {Error} */ (e).message}; the model is downloaded instead` });
+      return false;
+    }
+    o.onWarning({ code: 'cache-error', message: `could not prune old cached shards: ${/** @type {Error} */ (e).message}` });
   }
+  return true;
 }
 
 // ---------------------------------------------------------------- planning

@@ -2,6 +2,10 @@
 // Runs in the worker (navigator.gpu exists in dedicated workers). "GPU" here is WebGPU's GPUAdapter
 // (the API's name for it); "adapter" elsewhere in the runtime is a LoRA adapter (lora.js).
 
+import { within } from './within.js';
+
+const ADAPTER_WAIT_MS = 10000; // how long requestAdapter() may take before the page takes the CPU path
+
 /**
  * What probeWebGPU found: gpuAdapter null and why, or the adapter and what it offers.
  * @typedef {object} GpuProbe
@@ -21,7 +25,9 @@ export async function probeWebGPU() {
   if (!globalThis.navigator?.gpu) return { gpuAdapter: null, reason: 'this browser has no WebGPU (navigator.gpu is missing)' };
   let gpuAdapter;
   try {
-    gpuAdapter = await navigator.gpu.requestAdapter({ powerPreference: 'high-performance' });
+    // bounded: a browser whose request never answers gets the CPU path, not a load that waits for good
+    gpuAdapter = await within(navigator.gpu.requestAdapter({ powerPreference: 'high-performance' }), ADAPTER_WAIT_MS,
+      'the WebGPU adapter request');
   } catch (e) {
     return { gpuAdapter: null, reason: `WebGPU adapter request failed: ${e.message}` };
   }

@@ -20,7 +20,8 @@ import { createVad } from './vad.js';
 /** @typedef {import('./asr.js').GraphFiles} GraphFiles */
 /**
  * loader.js's progress, or a step after the download (ep: the processor it prepares the model for).
- * @typedef {import('./loader.js').Progress | {phase: 'session' | 'warmup', loaded: number, total: number, ep: 'webgpu' | 'wasm'}} SiteProgress
+ * @typedef {import('./loader.js').Progress | {phase: 'session' | 'warmup', loaded: number, total: number, ep: 'webgpu' | 'wasm'}
+ *   | {phase: 'manifest' | 'gpu', loaded: number, total: number}} SiteProgress
  */
 /**
  * loadSite's options (see there).
@@ -60,8 +61,10 @@ import { createVad } from './vad.js';
  */
 export async function loadSite(manifestUrl, opts = {}) {
   const t0 = performance.now();
+  opts.onProgress?.({ phase: 'manifest', loaded: 0, total: 1 }); // the steps before the download, named: a stall shows where
   const site = await openSite(manifestUrl, opts);
   const { manifest, runtime } = site;
+  opts.onProgress?.({ phase: 'gpu', loaded: 0, total: 1 });
   const gpu = await probeWebGPU();
   const pick = chooseVariant(manifest, gpu, opts.forceEp, Object.keys(runtime.variants));
   const threads = wasmThreads(opts.threads);
