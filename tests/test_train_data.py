@@ -9,8 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from webbuild.reference.mel import lead_length, lead_samples, log_mel  # noqa: E402
-from webbuild.reference.prompt import answer_text, parse_answer  # noqa: E402
+from webbuild.reference.prompt import answer_text, build_prompt, parse_answer, prefix_ids  # noqa: E402
 from webbuild.reference.tokenizer import build_tokenizer  # noqa: E402
+from webbuild.train.batches import ClipStore, token_batch  # noqa: E402
 from webbuild.train.dataset import Clips, synthesize_clips  # noqa: E402
 from webbuild.train.features import log_mel_batch  # noqa: E402
 from webbuild.train.sentences import heldout_sentences, load_vocabulary, training_sentences  # noqa: E402
@@ -158,3 +159,18 @@ def test_cut_into_the_speech():
     cut = synthesize("brain", dataclasses.replace(style, lead_s=-0.005), np.random.default_rng(0))
     assert len(whole) - len(cut) == 80
     assert np.abs(whole[:80]).max() > 0.01  # speech from the first sample: espeak-ng's silence is gone
+
+
+def test_a_batch_prompt_carries_its_clips_context():
+    tok = build_tokenizer(["harmony emerge surprise", "language English"] * 50, 300)
+    clips = Clips(np.zeros(32000, np.int16), np.array([16000, 16000]), ["harmony kavo", "emerge"],
+                  ["English", "English"])
+    store = ClipStore.build(clips, tok, "cpu", ["kavo, lime", ""])
+    mask = torch.ones((2, 100), dtype=torch.long)
+    ids, _, labels = token_batch(store, torch.arange(2), mask, tok, train=True)
+    with_context = build_prompt(tok, 13, context="kavo, lime").ids
+    assert ids[0, :len(with_context)].tolist() == with_context
+    assert ids[1, :len(prefix_ids(tok))].tolist() == prefix_ids(tok)
+    assert (labels[0, :len(with_context)] == -100).all()
+    ids_plain, _, _ = token_batch(store.without_contexts(), torch.arange(2), mask, tok, train=True)
+    assert ids_plain[0, :len(prefix_ids(tok))].tolist() == prefix_ids(tok)

@@ -1,10 +1,6 @@
-"""The rare names and their context texts the training data can carry (webbuild.train.names), and that a batch's
-prompt holds a clip's context in its system message (torch: webbuild.train.batches)."""
+"""The rare names and their context texts the training data can carry (webbuild.train.names; no torch: a batch's
+prompt with its clip's context is tests/test_train_data.py's)."""
 
-from webbuild.reference.prompt import build_prompt, prefix_ids
-from webbuild.reference.tokenizer import build_tokenizer
-from webbuild.train.batches import ClipStore, token_batch
-from webbuild.train.dataset import Clips
 from webbuild.train.languages import LANGUAGES, MULTILINGUAL
 from webbuild.train.names import SYLLABLES, contexts, names_heldout, names_in, pseudo_name, with_names
 from webbuild.train.sentences import language_heldout, load_vocabulary, mixed_training
@@ -51,21 +47,3 @@ def test_the_names_set_is_held_out_sentences_each_with_a_name():
     assert all(any(len(set(t.split()) & set(b.split())) >= len(b.split()) - 1 for b in base)
                for t, lang in zip(texts, languages) if lang == "English")
 
-
-def test_a_batch_prompt_carries_its_clips_context():
-    import numpy as np
-
-    tok = build_tokenizer(["harmony emerge surprise", "language English"] * 50, 300)
-    clips = Clips(np.zeros(32000, np.int16), np.array([16000, 16000]), ["harmony kavo", "emerge"],
-                  ["English", "English"])
-    store = ClipStore.build(clips, tok, "cpu", ["kavo, lime", ""])
-    import torch
-
-    mask = torch.ones((2, 100), dtype=torch.long)
-    ids, _, labels = token_batch(store, torch.arange(2), mask, tok, train=True)
-    with_context = build_prompt(tok, 13, context="kavo, lime").ids
-    assert ids[0, :len(with_context)].tolist() == with_context
-    assert ids[1, :len(prefix_ids(tok))].tolist() == prefix_ids(tok)
-    assert (labels[0, :len(with_context)] == -100).all()
-    ids_plain, _, _ = token_batch(store.without_contexts(), torch.arange(2), mask, tok, train=True)
-    assert ids_plain[0, :len(prefix_ids(tok))].tolist() == prefix_ids(tok)
