@@ -515,12 +515,18 @@ async function pruneStale(store, keep, o) {
   } catch (e) {
     if (/** @type {Error} */ (e).name === 'TimeoutError') {
       store.stalled = true;
-      o.onWarning({ code: 'cache-unavailable', message: `${/** @type {Error} */ (e).message}; the model is downloaded instead` });
+      warnStalled(e, o);
       return false;
     }
     o.onWarning({ code: 'cache-error', message: `could not prune old cached shards: ${/** @type {Error} */ (e).message}` });
   }
   return true;
+}
+
+// The one warning of a cache that stopped answering (within's TimeoutError): the load goes on from the network.
+/** @param {unknown} e @param {Options} o */
+function warnStalled(e, o) {
+  o.onWarning({ code: 'cache-unavailable', message: `${/** @type {Error} */ (e).message}; the model is downloaded instead` });
 }
 
 // ---------------------------------------------------------------- planning
@@ -628,7 +634,7 @@ async function fromCache(job, buf, state, signal) {
   } catch (e) {
     if (/** @type {Error} */ (e).name === 'TimeoutError' && !state.cacheOff) {
       state.cacheOff = true; // a storage that stalls once is not asked again: every shard comes from the network
-      state.o.onWarning({ code: 'cache-unavailable', message: `${/** @type {Error} */ (e).message}; the model is downloaded instead` });
+      warnStalled(e, state.o);
     }
     return false;
   }

@@ -273,7 +273,8 @@ function configureOrt(ort, wasmBinary, threads) {
  */
 async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, warmShapes, validation }, fallback) {
   const { ort, manifest, runtime, loading } = site;
-  // the load's files, each once the sessions that read it are made (on wasm: asr.js)
+  // the load's files, each once the sessions that read it are made (on wasm: asr.js); looked up at each call, as a
+  // load that moves into this thread replaces its release
   const release = (/** @type {string} */ name) => load.release(name);
   /**
    * @param {string} v the variant

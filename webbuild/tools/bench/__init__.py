@@ -104,9 +104,12 @@ def require_adapter(names: list[str], name: str) -> None:
 
 def site_adapters(dist: Path) -> list[str] | None:
     """The adapters a built site ships (its manifest), or None where its manifest cannot be read (the load says why)."""
+    from webbuild.errors import SourceError
+    from webbuild.site.manifest import load_manifest
+
     try:
-        return list(json.loads((dist / "model" / "manifest.json").read_text()).get("adapters") or {})
-    except (OSError, ValueError, AttributeError):
+        return list(load_manifest(dist / "model").get("adapters") or {})
+    except SourceError:
         return None
 
 
