@@ -174,3 +174,12 @@ def test_a_batch_prompt_carries_its_clips_context():
     assert (labels[0, :len(with_context)] == -100).all()
     ids_plain, _, _ = token_batch(store.without_contexts(), torch.arange(2), mask, tok, train=True)
     assert ids_plain[0, :len(prefix_ids(tok))].tolist() == prefix_ids(tok)
+
+
+def test_a_name_share_outside_0_to_1_is_one_line_and_exit_2(tmp_path):
+    from click.testing import CliRunner
+
+    from webbuild.train.train import main
+
+    run = CliRunner().invoke(main, ["--out", str(tmp_path / "ckpt"), "--name-share", "1.5"])
+    assert run.exit_code == 2 and "--name-share" in run.output and not (tmp_path / "ckpt").exists()

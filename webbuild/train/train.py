@@ -128,10 +128,10 @@ def log_rows(rows: list[LanguageRow]) -> list[dict]:
               help="comma-separated languages of the training and held-out clips (Qwen3-ASR's names), or 'all'")
 @click.option("--log-every", default=100, show_default=True,
               help="steps between loss lines (each the mean since the last)")
-@click.option("--name-share", default=0.0, show_default=True,
+@click.option("--name-share", type=click.FloatRange(0, 1), default=0.0, show_default=True,
               help="share of training clips with a rare name in their sentence, given in their context text "
                    "(webbuild.train.names): a model that reads its context; > 0 also scores the held-out names set")
-@click.option("--names-heldout", default=NAMES_HELDOUT, show_default=True,
+@click.option("--names-heldout", type=click.IntRange(min=1), default=NAMES_HELDOUT, show_default=True,
               help="clips per language in the held-out names set (with --name-share)")
 @click.option("--data-only", is_flag=True,
               help="synthesize the shards and stop (a later run with the same data options reuses them)")
