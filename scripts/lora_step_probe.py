@@ -8,7 +8,7 @@ the step its lora.* inputs; those the probe's nodes no longer read stay as unuse
           up's codes from the adapter file (a packed up's: its members' codes back to back)
 
 (The packed q/k/v form was first probed here, as `--packed-qkv`, at 8751352; it is now the step form's own,
-webbuild.pipeline.lora_form.packed_updates.)
+webbuild.forms.lora.packed_updates.)
 
 The site's manifest gets the new files (sha256 and size) and a new version; the shards are hard links.
 On the GPU machine, after `chrome_gpu_bench.sh gen` with LORA=1:

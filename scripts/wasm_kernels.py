@@ -3,7 +3,7 @@ Node on onnxruntime-web's wasm build (the site's own copy) at 1 and 2 threads, w
 against the float32 MatMul of the int4 weight (BENCHMARKS.md "wasm kernels").
 
 Forms: MatMulNBits at accuracy levels 0 and 4 (and 8-bit codes), the float MatMul, DynamicQuantizeMatMul
-over uint8 (zero point 128: what webbuild.quantize.wasm_twin's int8 form ships) and int8 weights, and
+over uint8 (zero point 128: what webbuild.forms.wasm_twin's int8 form ships) and int8 weights, and
 DynamicQuantizeLinear + MatMulIntegerToFloat; the 8-bit weights requantized per output column.
 
     python scripts/wasm_kernels.py [--k 1024] [--n 3072] [--tokens 1] [--threads 1,2] [--seconds 3]
@@ -22,9 +22,8 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from webbuild.graph.packing import dequantize
+from webbuild.graph.packing import dequantize, int8_codes
 from webbuild.quantize.requantize import block_quantize
-from webbuild.quantize.wasm_twin import int8_codes
 from webbuild.site.ort_files import ORT_FILES_DIR
 
 MS = "com.microsoft"

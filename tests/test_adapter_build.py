@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from tests.example_config import EXAMPLE
 from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES, shared_rank
 from webbuild.cli import main
-from webbuild.pipeline.lora_form import QKV, NoProjections, find_projections
+from webbuild.forms.lora import QKV, NoProjections, find_projections
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import IdsDecoder, cpu_form, load_transcriber
 from webbuild.site.adapter_pack import (
@@ -217,8 +217,8 @@ def test_the_attention_norm_feeds_q_k_v_alone(sites, tmp_path):
 
 
 def test_the_step_form_packs_q_k_v(sites, tmp_path):
-    """The step form's q, k and v (lora_form.packed_updates): one MatMulNBits whose weights are a Concat of theirs
-    (folded by onnxruntime), their down a 4-bit MatMulNBits, and a spare of it (lora_form.spare_readers) reading
+    """The step form's q, k and v (lora.packed_updates): one MatMulNBits whose weights are a Concat of theirs
+    (folded by onnxruntime), their down a 4-bit MatMulNBits, and a spare of it (lora.spare_readers) reading
     zero scales, the three the layer's norm's only readers, as onnxruntime-web's fused Q/K/V kernel needs them:
     4-bit, blocks of 32, one accuracy level, no bias, two of one width. Then low @ `lora.{i}.qkv_proj.up` (their
     ups side by side, the members' own ups gone) + the packed output, and a Split into GroupQueryAttention's query,
@@ -255,7 +255,7 @@ def test_the_step_form_packs_q_k_v(sites, tmp_path):
 
 
 def test_the_step_form_joins_o_and_down_to_their_downs(sites, tmp_path):
-    """The step form's o and down (lora_form.joint_downs) in the example's build: one MatMulNBits of
+    """The step form's o and down (lora.joint_downs) in the example's build: one MatMulNBits of
     `lora.{i}.{group}.joint_codes` and `.joint_scales` (the projection's quantization, its width rounded up to 32 plus
     the rank) gives y and x @ down side by side, and an 8-bit MatMulNBits of `lora.{i}.{proj}.up_codes` /
     `.up_scales` at accuracy level 0 reads it alone and gives what read y; the manifest's lora_layout holds their
@@ -290,8 +290,8 @@ def test_q_k_v_left_unpacked_keep_the_pages_4_bit_down(sites, tmp_path):
     """Where q, k and v cannot be packed (here layer 0's k quantized at another accuracy level), the step form keeps
     their Gemms, and their down is still read as the page writes it (4-bit codes, as its layout record
     says), on its copy of the norm, with the two spares that make that copy and the down one fused kernel."""
+    from webbuild.forms.step import write_step
     from webbuild.pipeline.check import StepForm
-    from webbuild.pipeline.forms import step_decoder
     from webbuild.train.target import heldout_target
 
     graphs = adapted_graphs(sites["with"], tmp_path)
@@ -303,7 +303,7 @@ def test_q_k_v_left_unpacked_keep_the_pages_4_bit_down(sites, tmp_path):
     name = Path(roles["decoder_lora"]).stem + ".unpacked.onnx"
     ir.save(model, tmp_path / name)
     layout: dict[str, dict] = {}
-    step = ir.load(tmp_path / step_decoder(tmp_path, name, layout))
+    step = ir.load(tmp_path / write_step(tmp_path, name, layout).file)
     inputs = {v.name: v for v in step.graph.inputs}
     assert all(IO.lora_input(0, p, "up") in inputs for p in DOWN_GROUPS["qkv_proj"])
     assert IO.lora_input(0, "qkv_proj", "up") not in inputs and IO.lora_input(1, "qkv_proj", "up") in inputs
@@ -315,14 +315,14 @@ def test_q_k_v_left_unpacked_keep_the_pages_4_bit_down(sites, tmp_path):
     manifest = load_manifest(sites["with"] / "model")
     reassemble(sites["with"] / "model", manifest, "runtime.json", tmp_path / "runtime.json")
     klatt = load_transcriber(sites["with"], adapter="klatt")
-    form = StepForm(cpu_form(tmp_path / step_decoder(tmp_path, name)),
+    form = StepForm(cpu_form(tmp_path / write_step(tmp_path, name).file),
                     json.loads((tmp_path / "runtime.json").read_text())["max_positions"], klatt.decoder, layout)
     clip = heldout_target("klatt", 1).clip(0)
     assert form.generate(klatt, clip, 40) == klatt.generate(clip, 40)  # fed as the page feeds it
 
 
 def assert_alone_with_two_spares(low: ir.Node) -> None:
-    """`low`, a 4-bit down, reads a copy of a norm with two spares (lora_form.spare_readers) and nothing else:
+    """`low`, a 4-bit down, reads a copy of a norm with two spares (lora.spare_readers) and nothing else:
     MatMulNBits of the same quantization, narrower than the down and of one width, with zero codes and scales
     that are initializers of their own (onnxruntime's CSE would merge equal spares), read by nothing."""
     norm = low.inputs[0].producer()
@@ -340,7 +340,7 @@ def assert_alone_with_two_spares(low: ir.Node) -> None:
 
 
 def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool, bits: int = 8) -> ir.Node:
-    """The node giving x @ down of a group: a MatMul by the down input, or in the step form (lora_form.quantized_downs)
+    """The node giving x @ down of a group: a MatMul by the down input, or in the step form (lora.quantized_downs)
     a `bits`-bit MatMulNBits of its codes and scales inputs, the down's float input gone."""
     if not step:
         down = inputs[IO.lora_input(layer, group, "down")]
@@ -363,9 +363,9 @@ def low_of(inputs: dict[str, ir.Value], layer: int, group: str, step: bool, bits
 @needs_espeak
 def test_the_step_form_gives_gate_and_up_their_merged_updates_as_biases(sites, tmp_path):
     """One token a step, so the step form adds gate's and up's updates as their MatMulNBits' bias
-    (lora_form.mlp_updates_as_biases) and the post-attention norm feeds the two alone: onnxruntime-web's
+    (lora.mlp_updates_as_biases) and the post-attention norm feeds the two alone: onnxruntime-web's
     norm + gate/up + SiLU x up kernel takes biases. Each bias is a 4-bit MatMulNBits of the merged update's inputs
-    (`lora.{i}.{proj}.delta_codes` / `.delta_scales`, lora_form.merged_deltas) on the norm's copy, beside one
+    (`lora.{i}.{proj}.delta_codes` / `.delta_scales`, lora.merged_deltas) on the norm's copy, beside one
     narrow spare: onnxruntime-web's norm + Q/K/V kernel for the three. The group's down and ups are no step inputs.
     Decoded on onnxruntime CPU with the example's adapter on (a real one; the build's check feeds a random one), the
     step form gives the plain adapted decoder's tokens."""

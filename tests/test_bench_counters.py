@@ -184,10 +184,10 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     """Off: the same calls per token as the build without adapters, another process (so two runs count the
     same) on another build whose base decoder is the same graph. `--adapter klatt` switches it on, off and
     on again: each switch on is one writeBuffer per lora.* input (float32 values: 4 bytes each, of the rows its
-    file stores), two per down for the step form's codes and scales (lora_form.quantized_downs; q/k/v's 4-bit),
-    four per joined group (lora_form.joint_downs: the down's rows of the joint weights and scales, the whole 8-bit
+    file stores), two per down for the step form's codes and scales (lora.quantized_downs; q/k/v's 4-bit),
+    four per joined group (lora.joint_downs: the down's rows of the joint weights and scales, the whole 8-bit
     up and its scales) and one per layer for its packed q/k/v up (all its values), then the delta graph run once
-    per layer (lora_form.merged_deltas: gate's and up's merged updates, computed into the step's buffers): its
+    per layer (lora.merged_deltas: gate's and up's merged updates, computed into the step's buffers): its
     dispatches, a multiple of the layers, each with its bind group and its uniforms' writeBuffer, and no read-back,
     GPU buffer or pipeline (all made at load). With it on the decode replays the adapted step graph (still no
     bind group and one 8-byte mask write per token): a Gemm more for q/k/v at once (the 2-D form's up MatMul and
@@ -195,7 +195,7 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     to the joint MatMulNBits that replaces each projection (no down of their own), a fused norm + Q/K/V kernel for
     gate/up's copy of the norm with their merged updates (spare_readers; no MatMul left), and a Split after the
     layer's fused norm + Q/K/V kernel, which now computes q, k and v packed and their 4-bit down
-    (lora_form.packed_updates); the base's fused norm + gate/up + SiLU kernel stays."""
+    (lora.packed_updates); the base's fused norm + gate/up + SiLU kernel stays."""
     off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
     on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
@@ -240,9 +240,9 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     biases = sum(n.endswith((".gate_proj.up", ".up_proj.up")) for n in tensors)  # the step's MLP updates, merged
     kinds = ("MatMul", "MatMulNBits", "Gemm", "Add", "Split", "MatMulNBitsQkvDecode", "SkipLayerNorm")
     added = {k: c["kernels"].get(k, 0) - base["kernels"].get(k, 0) for k in kinds}
-    # o's and down's updates: an 8-bit MatMulNBits each, their projection joined to the down (lora_form.joint_downs);
+    # o's and down's updates: an 8-bit MatMulNBits each, their projection joined to the down (lora.joint_downs);
     # q/k/v's down inside the fused kernel with them packed, gate/up's merged updates in one of its own with its copy
-    # of the norm (lora_form.merged_deltas, spare_readers)
+    # of the norm (lora.merged_deltas, spare_readers)
     joints = sum(r["kind"] == "joint_up" and r["part"] == "codes" for r in layout.values())
     packed = sum(len(r["from"]) for r in layout.values() if r["kind"] == "packed_up")  # q/k/v's ups, one Gemm
     assert joints == 2 * layers and packed == 3 * layers  # o's and down's groups (contract.JOINT_DOWNS), q/k/v's

@@ -1,4 +1,4 @@
-"""webbuild.pipeline.forms: the WebGPU form and its wasm twin written once into the forms folder, both
+"""webbuild.forms.decoder: the WebGPU form and its wasm twin written once into the forms folder, both
 reading the same weights file, and the CPU form the Python reference runs."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import onnx
 import pytest
 
 from webbuild.config import Quantize
+from webbuild.forms.decoder import decoder_forms
+from webbuild.forms.webgpu import norms_out_of_gqa
 from webbuild.fusion.fuse_decoder import fuse_decoder, save
 from webbuild.fusion.parity import MergedRunner, compare, embed_table
-from webbuild.pipeline.forms import decoder_forms, norms_out_of_gqa
 from webbuild.quantize.quantize_matmuls import quantize_matmuls
 from webbuild.reference.transcribe import cpu_form
 

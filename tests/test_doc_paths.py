@@ -15,7 +15,7 @@ SUFFIXES = r"(?:py|js|mjs|sh|md|html|j2|json|yaml|toml|txt)"
 # not preceded by a path character or a `REV:` (history: the file at that commit)
 FREE = r"(?<![\w./:-])"
 ROOTED = re.compile(FREE + rf"((?:webbuild|scripts|tests|docs|examples)/[\w/.-]*\.{SUFFIXES})\b")
-PACKAGES = "runtime|app|pipeline|fusion|quantize|graph|site|reference|tools|zoo|train|bench|verify"
+PACKAGES = "runtime|app|pipeline|forms|fusion|quantize|graph|site|reference|tools|zoo|train|bench|verify"
 RELATIVE = re.compile(FREE + rf"((?:{PACKAGES})/[\w/.-]*\.(?:py|js|mjs))\b")
 DOTTED = re.compile(FREE + r"(webbuild(?:\.[a-z_]\w*)+)")
 BASES = [REPO / "webbuild", REPO / "webbuild" / "template", REPO / "webbuild" / "tools", REPO / "tests"]

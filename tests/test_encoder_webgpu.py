@@ -18,9 +18,9 @@ import pytest
 
 from tests.example_config import EXAMPLE
 from tests.runtime_page import ORT_URL, runtime_page
+from webbuild.forms.mel_frontend import add_mel_frontend
 from webbuild.fusion.fuse_decoder import save
 from webbuild.fusion.fuse_encoder import fuse_encoder
-from webbuild.pipeline.frontend import add_mel_frontend
 from webbuild.reference.audio import read_wav
 from webbuild.reference.mel import DEFAULT_LEAD_MS, lead_samples
 from webbuild.site.contract import IO

@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 
 from webbuild.errors import BuildError
-from webbuild.pipeline.frontend import add_mel_frontend, mel_graph
+from webbuild.forms.mel_frontend import add_mel_frontend, mel_graph
 from webbuild.reference.mel import DEFAULT_LEAD_MS, LEAD_METADATA, lead_length, lead_samples, log_mel
 from webbuild.reference.transcribe import Transcriber
 

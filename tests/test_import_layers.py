@@ -14,6 +14,7 @@ LAYERS = [
     {"cli", "config_reference"},
     {"tools", "train"},
     {"pipeline", "zoo"},
+    {"forms"},
     {"reference"},
     {"fusion", "quantize"},
     {"site", "graph", "config"},

@@ -1,6 +1,6 @@
-"""Each adapter pass of webbuild.pipeline.lora_form on a small hand-built decoder layer, by what it computes: the
+"""Each adapter pass of webbuild.forms.lora on a small hand-built decoder layer, by what it computes: the
 adapted graph fed a non-zero random adapter (its step inputs made by adapter_pack.step_inputs from the layout the
-passes record, lora_form.step_layout) gives numpy's layer with every projection's weights W + down @ up, where W are
+passes record, lora.step_layout) gives numpy's layer with every projection's weights W + down @ up, where W are
 the 4-bit weights the graph holds and down and up are the adapter's as the pass reads them (float, or in the blocks
 it quantizes them to). Run on onnxruntime CPU.
 
@@ -21,8 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from webbuild.adapters import DOWN_GROUPS, RANK
-from webbuild.graph.ir import dead_code_elimination
-from webbuild.pipeline.lora_form import (
+from webbuild.forms.lora import (
     drop_unread_inputs,
     joint_downs,
     lora_form,
@@ -33,6 +32,7 @@ from webbuild.pipeline.lora_form import (
     spare_readers,
     step_layout,
 )
+from webbuild.graph.ir import dead_code_elimination
 from webbuild.site.adapter_pack import down_bits, quantize_blocks, step_inputs, update
 from webbuild.site.contract import IO
 

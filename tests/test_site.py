@@ -141,7 +141,7 @@ def test_runtime_json_carries_the_contract_names(site, fused_site):
 
 def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):
     """The WebGPU decoder has the Q/K norms inside GroupQueryAttention; the wasm fallback's graph has
-    them explicit and GatherBlockQuantized / MatMulNBits spelt in standard ops (webbuild.quantize.wasm_twin).
+    them explicit and GatherBlockQuantized / MatMulNBits spelt in standard ops (webbuild.forms.wasm_twin).
     On onnxruntime CPU the WebGPU graph with its norms taken back out (the Python reference's form)
     gives the twin's greedy token, and its logits within the int8 rounding of the activations that
     CPU's MatMulNBits (accuracy level 4) does and the twin's float weights do not."""
@@ -170,7 +170,7 @@ def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):
 
 
 def test_wasm_twin_encoder_matches_the_int4_encoder(fused_site, tmp_path):
-    """The int4 encoder's wasm twin (webbuild.quantize.wasm_twin): no MatMulNBits, the same weights file, and
+    """The int4 encoder's wasm twin (webbuild.forms.wasm_twin): no MatMulNBits, the same weights file, and
     the same features on onnxruntime CPU up to float rounding (the encoder's int4 is accuracy level
     0: CPU computes it in float too)."""
     import onnxruntime as ort

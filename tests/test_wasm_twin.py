@@ -1,4 +1,4 @@
-"""webbuild.quantize.wasm_twin on the example's quantized decoder: no int4 operator left, every weight
+"""webbuild.forms.wasm_twin on the example's quantized decoder: no int4 operator left, every weight
 folded to float32 by onnxruntime at session creation, and the logits of the int4 graph; the int8 form on
 one projection: within a percent of the float MatMul, its weights derived by the page (runtime/int8.js,
 in Node) byte for byte as the Python reference derives them."""
@@ -15,8 +15,9 @@ import onnxruntime as ort
 import pytest
 
 from webbuild.errors import BuildError
+from webbuild.forms.wasm_twin import foldable, wasm_graph
+from webbuild.graph.packing import int8_weights
 from webbuild.pipeline.fuse import run_fuse
-from webbuild.quantize.wasm_twin import foldable, int8_weights, wasm_graph
 
 EXAMPLE_MODEL = Path(__file__).resolve().parents[1] / "examples" / "tiny-asr" / "model"
 RUNTIME = Path(__file__).resolve().parents[1] / "webbuild" / "template" / "runtime"

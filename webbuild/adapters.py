@@ -22,7 +22,7 @@ RANK = 32
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 BLOCK = {"q_proj": "self_attn", "k_proj": "self_attn", "v_proj": "self_attn", "o_proj": "self_attn",
          "gate_proj": "mlp", "up_proj": "mlp", "down_proj": "mlp"}
-# The adapted graph's down matrices (webbuild.pipeline.lora_form): the projections that read the same input share
+# The adapted graph's down matrices (webbuild.forms.lora): the projections that read the same input share
 # one, their A matrices side by side, so a layer runs four down MatMuls instead of seven; each projection's up
 # then has the shared rank's rows, zero outside its own (docs/adapters.md).
 DOWN_GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "o_proj": ("o_proj",),

@@ -31,9 +31,9 @@ band[32:64] = rng.normal(0, 0.5, (32, 24))  # an up of a shared down: its own ro
 inputs |= {"lora.0.k_proj.up": band, "lora.2.o_proj.up": np.zeros((32, 8)),
            "lora.0.qkv_proj.down": rng.normal(0, 0.05, (40, 96)),  # 4-bit step codes (a fused norm's reader)
            "lora.1.gate_up_proj.down": rng.normal(0, 0.05, (40, 64)),
-           # a joined group (lora_form.joint_downs): its down in the projection's 4 bits and blocks of 16, its up 8-bit
+           # a joined group (lora.joint_downs): its down in the projection's 4 bits and blocks of 16, its up 8-bit
            "lora.3.down_proj.down": rng.normal(0, 0.05, (40, 32)), "lora.3.down_proj.up": rng.normal(0, 0.5, (32, 24)),
-           # a packed group's ups (lora_form.packed_updates)
+           # a packed group's ups (lora.packed_updates)
            "lora.4.q_proj.up": rng.normal(0, 0.5, (96, 8)), "lora.4.k_proj.up": rng.normal(0, 0.5, (96, 4)),
            "lora.4.v_proj.up": rng.normal(0, 0.5, (96, 4))}
 inputs = {k: v.astype(np.float32) for k, v in inputs.items()}
@@ -256,7 +256,7 @@ describe('adapter inputs on the GPU', () => {
 
   it('makes the merged updates with the delta graph, one run per layer, from the adapted inputs into the step\'s', async () => {
     const shapes = {};
-    /** the layout records of the merged updates (lora_form.merged_deltas) */
+    /** the layout records of the merged updates (lora.merged_deltas) */
     const layout = {};
     const delta = { inputNames: ['gate_up_proj.down', 'gate_proj.up', 'up_proj.up'],
       outputNames: ['gate_proj.delta_codes', 'gate_proj.delta_scales', 'up_proj.delta_codes', 'up_proj.delta_scales'],

@@ -21,7 +21,7 @@ under a flag of the source or the options), in order:
   merge_split    split layout's prefill graph -> the single decoder interface
   packed_qkv     Q/K/V projections -> one MatMul(NBits) (+ Split when Q/K norms sit between)
   qk_norm_in_gqa opt-in, WebGPU/CUDA only: Q/K norms into GQA (and back out: take_out); the build
-                 applies it to its WebGPU decoders after quantization (webbuild/pipeline/forms.py)
+                 applies it to its WebGPU decoders after quantization (webbuild/forms/webgpu.py)
   prune_lm_head  lm_head on the last position only
   static_reshape computed Reshape targets -> constants
 

@@ -4,7 +4,7 @@ k_norm_weight, inputs 14/15, attribute qk_norm_epsilon), as the genai builder em
 Removes 2 SimplifiedLayerNormalization + 4 Reshape per layer. onnxruntime's CPU GQA (and so
 onnxruntime-web's wasm EP) rejects these inputs at run time; `take_out` is the exact inverse, for
 those runtimes. fuse_decoder keeps the norms explicit by default (checkable on CPU); the build moves
-them into GQA for the WebGPU decoders only (webbuild/pipeline/forms.py).
+them into GQA for the WebGPU decoders only (webbuild/forms/webgpu.py).
 """
 
 from __future__ import annotations

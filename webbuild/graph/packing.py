@@ -24,6 +24,7 @@ import onnx_ir as ir
 
 # GatherBlockQuantized on data [V, n_blocks, blob]; Any: spread into make_node's keywords, whose named ones are str
 LOOKUP_ATTRS: dict[str, Any] = {"gather_axis": 0, "quantize_axis": 2}
+INT8_ZERO = 128  # the zero point of the uint8 weights an `int8` wasm twin reads (webbuild.forms.wasm_twin)
 
 
 def n_blocks(k: int, block_size: int) -> int:
@@ -109,3 +110,33 @@ def dequantize(packed: np.ndarray, scales: np.ndarray, zp: np.ndarray | None, k:
     scale = np.asarray(scales, np.float32).reshape(n, blocks)
     w = (codes - zero[..., None]) * scale[..., None]
     return np.ascontiguousarray(w.reshape(n, -1)[:, :k].T, dtype=np.float32)
+
+
+def int8_codes(packed: np.ndarray, scales: np.ndarray, k: int, n: int, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """int4 codes [N, blocks, block/2] and float32 scales [N * blocks] -> (uint8 weight [K, N] with zero
+    point 128, float32 column scales [N]). Per column the int4 block values c * s are mapped onto
+    -127..127 by the column's largest scale m: q = floor(c * 15.875 * (s / m) + 0.5) (15.875 = 127 / 8,
+    |c| <= 8), in float64, as runtime/int8.js computes it; the column's scale is 8 m / 127."""
+    blocks = -(-k // block)
+    s = np.asarray(scales, np.float32).reshape(n, blocks).astype(np.float64)
+    m = np.abs(s).max(axis=1, keepdims=True)
+    ratio = np.divide(s, m, out=np.zeros_like(s), where=m > 0)  # [N, blocks]
+    codes = np.arange(16, dtype=np.float64) - 8  # every code value, for a table per block
+    table = np.floor(codes * 15.875 * ratio[..., None] + 0.5) + INT8_ZERO  # [N, blocks, 16]
+    b = np.asarray(packed, np.uint8).reshape(n, blocks, block // 2)
+    pairs = np.stack([b & 15, b >> 4], axis=-1).reshape(n, blocks, block)  # low nibble first
+    q = np.take_along_axis(table, pairs.astype(np.intp), axis=2).reshape(n, blocks * block)[:, :k]
+    col = (m[:, 0] * 8 / 127).astype(np.float32)
+    return np.ascontiguousarray(q.T.astype(np.uint8)), col
+
+
+def int8_weights(plan: dict, weights: np.ndarray) -> np.ndarray:
+    """The bytes of `plan`'s derived weights file (webbuild.forms.wasm_twin.Int8Plan as written), from its source's
+    bytes: what the page derives at load (runtime/int8.js) and the Python reference's session reads."""
+    out = np.zeros(plan["bytes"], np.uint8)
+    for t in plan["tensors"]:
+        (co, cl), (so, sl) = t["codes"], t["scales"]
+        scales = np.frombuffer(np.asarray(weights[so:so + sl]).tobytes(), "<f4")
+        q, _ = int8_codes(weights[co:co + cl], scales, t["k"], t["n"], t["block"])
+        out[t["at"]:t["at"] + q.size] = q.reshape(-1)
+    return out

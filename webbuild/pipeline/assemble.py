@@ -24,6 +24,8 @@ from tokenizers import Tokenizer
 
 from webbuild.config import AUTO
 from webbuild.errors import BuildError
+from webbuild.forms.form import Report as FormsReport
+from webbuild.forms.mel_frontend import MEL_FRONTEND
 from webbuild.graph.census import op_census
 from webbuild.graph.load import load_onnx
 from webbuild.layouts import Layout, Table
@@ -59,7 +61,8 @@ WEBGPU_GQA_PREFILL_CHUNK = 31
 
 def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None = None,
                    encoder: Path | None = None, lead: int = 0, chunking: ChunkPolicy = DEFAULT_POLICY,
-                   languages: tuple[str, ...] = DEFAULT_LANGUAGES, language: str = AUTO, context: str = "") -> Variant:
+                   languages: tuple[str, ...] = DEFAULT_LANGUAGES, language: str = AUTO, context: str = "",
+                   forms: FormsReport | None = None) -> Variant:
     """Write the runtime's fp32 model files into `out`; return them as the fp32 variant, roles encoder,
     encoder_data, decoder, decoder_data, embed (embed only for decoders that take inputs_embeds).
 
@@ -68,7 +71,8 @@ def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None
     `encoder`: the fuse stage's encoder, else the source's. `lead`: samples of lead the mel front-end
     puts before the audio. `chunking`: how the runtime cuts long audio (runtime.json `chunking`).
     `languages`, `language`: the model's languages and the page's default (runtime.json `prompt`); `context`:
-    the page's default context text (runtime.json `prompt.context`).
+    the page's default context text (runtime.json `prompt.context`). `forms`: where the mel front-end, a graph
+    form, is recorded.
     """
     out.mkdir(parents=True, exist_ok=True)
     if decoder is None:
@@ -76,7 +80,7 @@ def assemble_model(source: Path, layout: Layout, out: Path, decoder: Path | None
             raise BuildError(f"{source}: a {layout.name} source needs the fuse stage to make one decoder graph")
         decoder = source / layout.prefill
     save_graph(decoder, out / "decoder.onnx")
-    _encoder(encoder or source / "encoder.onnx", out / "encoder.onnx", lead)
+    _encoder(encoder or source / "encoder.onnx", out / "encoder.onnx", lead, forms or FormsReport())
     _table_files(source, layout, out)
     cfg = json.loads((source / "config.json").read_text())
     tok = Tokenizer.from_file(str(source / "tokenizer.json"))
@@ -137,14 +141,14 @@ def _external_tensors(model: onnx.ModelProto):
     return [t for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
-def _encoder(src: Path, dest: Path, lead: int) -> None:
+def _encoder(src: Path, dest: Path, lead: int, forms: FormsReport) -> None:
+    """The encoder taking 16 kHz PCM: the source's, or one taking `mel` with the mel front-end (a graph form,
+    recorded in `forms`) in front: the one mel implementation, in the graph."""
     inputs = [i.name for i in load_onnx(src).graph.input]
     if inputs == [IO.pcm]:
         save_graph(src, dest)
     elif inputs == [IO.mel]:
-        from webbuild.pipeline.frontend import add_mel_frontend  # the one mel implementation, in the graph
-
-        add_mel_frontend(src, dest, lead)
+        forms.make(MEL_FRONTEND, "encoder", src, dest, lead)
     else:
         raise BuildError(f"{src}: expected one encoder input named {IO.pcm!r} or {IO.mel!r}, found {inputs}")
 

@@ -12,6 +12,7 @@ import resource
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from webbuild.forms.form import summary as forms_summary
 from webbuild.fusion.rule_report import summary as fusion_summary
 from webbuild.text import size
 
@@ -34,6 +35,8 @@ class BuildReport:
     variants: dict[str, dict] = field(default_factory=dict)  # variant -> {"decoder", "encoder", "check", "files"}
     quantize: dict = field(default_factory=dict)
     adapters: dict[str, dict] = field(default_factory=dict)  # name -> {"bytes", "parameters", "int8_ratio"}
+    # the graph forms (webbuild.forms.form.Report): made {form, graph, file}, not_made {form, graph, why, loses}
+    forms: dict[str, list[dict]] = field(default_factory=lambda: {"made": [], "not_made": []})
     files: dict = field(default_factory=dict)
     stages: list[dict] = field(default_factory=list)
 
@@ -63,4 +66,4 @@ class BuildReport:
                  for name, v in self.variants.items() if (samples := v.get("check", {}).get("samples"))]
         fused = {name: {"not_fused": g["not_fused"], "ops": g["fused"]["ops"]}
                  for name, g in self.graphs.items() if "not_fused" in g}
-        return "\n".join(rows + fusion_summary(fused))
+        return "\n".join(rows + fusion_summary(fused) + forms_summary(self.forms))

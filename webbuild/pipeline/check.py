@@ -32,7 +32,7 @@ import onnx
 from tokenizers import Tokenizer
 
 from webbuild.adapters import DOWN_GROUPS, RANK, shared_rank
-from webbuild.pipeline.lora_delta import differences, random_layer, run_layer
+from webbuild.forms.lora_delta import differences, random_layer, run_layer
 from webbuild.pipeline.state import Variant
 from webbuild.reference.prompt import Prompt
 from webbuild.reference.transcribe import (
@@ -176,7 +176,7 @@ class RoleCheck:
                 for role, name in self.v.files.items() if name.endswith(".onnx")}
 
     def _delta_row(self) -> dict:
-        """The delta graph (webbuild.pipeline.lora_delta), which no decoder run reads: run on a random adapter of the
+        """The delta graph (webbuild.forms.lora_delta), which no decoder run reads: run on a random adapter of the
         adapters' rank for the adapted decoder's layer 0 against adapter_pack.delta_inputs."""
         graph = onnx.load(str(self.v.path("decoder_lora")), load_external_data=False).graph
         dims = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in graph.input}
@@ -284,7 +284,7 @@ class RoleCheck:
 
 
 class StepForm:
-    """The step form (webbuild.pipeline.step_form) decoding after a plain prefill, as runtime/capture.js
+    """The step form (webbuild.forms.step) decoding after a plain prefill, as runtime/capture.js
     does: past and present are one static [1, kv, max_positions, hd] cache per layer, the mask has ones up
     to the current position, and each step's `next_token` is the next step's `input_ids`. An adapted step's
     lora inputs are made from the plain decoder's adapter as `layout` says (the manifest variant's `lora_layout`,

@@ -8,7 +8,10 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from webbuild.errors import BuildError
+from webbuild.errors import BuildError, FusionIncomplete
+from webbuild.forms.form import Report as FormsReport
+from webbuild.forms.form import strict_failures as forms_strict_failures
+from webbuild.forms.form import summary as forms_summary
 from webbuild.graph.census import op_census
 from webbuild.layouts import Table
 from webbuild.pipeline.adapter_files import pack_adapters
@@ -86,10 +89,12 @@ def stage_assemble(ctx: BuildContext) -> None:
     """The runtime's model files (webbuild.pipeline.assemble), from the fuse stage's graphs where it ran."""
     state = ctx.state
     state.assembled = ctx.work_dir / "model"
+    forms = FormsReport()
     fp32 = assemble_model(state.model.dir, state.model.layout, state.assembled, decoder=state.model.decoder,
                           encoder=state.model.encoder, lead=lead_samples(ctx.cfg.encoder.lead_ms),
                           chunking=chunk_policy(ctx.cfg.chunking), languages=tuple(ctx.cfg.languages),
-                          language=ctx.cfg.language, context=ctx.cfg.context)
+                          language=ctx.cfg.language, context=ctx.cfg.context, forms=forms)
+    record_forms(ctx, forms)
     if ctx.cfg.speech_detection:
         add_speech_detection(state.assembled)
     state.variants = {fp32.name: fp32}
@@ -139,15 +144,29 @@ def stage_forms(ctx: BuildContext) -> None:
     level = ctx.cfg.quantize.webgpu_accuracy_level if ctx.cfg.quantize.method != "none" else None
     dest = ctx.work_dir / "forms"
     dest.mkdir()
+    forms = FormsReport()
     for name, v in list(ctx.state.variants.items()):
         wasm_forms = plans[name]["forms"] if name in plans else None  # none: the wasm EP never runs it
-        shipped = ctx.state.variants[name] = variant_forms(v, dest, wasm_forms, level, bool(ctx.cfg.adapters))
+        shipped = ctx.state.variants[name] = variant_forms(v, dest, wasm_forms, level, bool(ctx.cfg.adapters),
+                                                           forms)
         log.debug(f"variant {name} ({shipped.dtype}): " + ", ".join(f"{r} {f}" for r, f in shipped.files.items()))
         if "decoder" in shipped.files and name in ctx.report.variants:
             ctx.report.variants[name]["decoder"] |= census(op_census(shipped.path("decoder")))
+    record_forms(ctx, forms)
     ctx.state.wasm_plans = plans
     ctx.state.adapter_files, ctx.state.adapters = pack_adapters(ctx.cfg.adapters, ctx.state.assembled_dir,
                                                                 ctx.work_dir / "adapters", ctx.report)
+
+
+def record_forms(ctx: BuildContext, forms: FormsReport) -> None:
+    """A stage's graph forms into the report's `forms`; with fusion.strict a form lost stops the build here
+    (FusionIncomplete, exit code 1, every form not made listed), as an attention left unfused does."""
+    ctx.report.forms["made"] += forms.made
+    ctx.report.forms["not_made"] += forms.missed
+    failures = forms_strict_failures(forms.as_dict())
+    if failures and ctx.cfg.fusion.strict:
+        raise FusionIncomplete("\n".join([f"{failures[0]} (fusion.strict)", *failures[1:],
+                                           *forms_summary(forms.as_dict())]))
 
 
 def stage_check(ctx: BuildContext) -> None:

@@ -36,7 +36,7 @@ class Variant:
     dir: Path
     files: dict[str, str] = field(default_factory=dict)
     # the adapted step form's lora inputs: how each is made from an adapter's tensors
-    # (webbuild.pipeline.lora_form.step_layout); the manifest entry's `lora_layout`
+    # (webbuild.forms.lora.step_layout); the manifest entry's `lora_layout`
     lora_layout: dict[str, dict] = field(default_factory=dict)
 
     @property

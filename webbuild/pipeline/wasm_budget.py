@@ -4,7 +4,7 @@ choice of the form each graph ships in for the wasm EP.
 onnxruntime-web's wasm build is wasm32: one linear memory of at most 4 GiB holds everything the two
 sessions (encoder and decoder) keep. A variant whose wasm graphs need more fails at session creation
 with `std::bad_alloc` (issue 17). Each int4 graph can run on the wasm EP in three forms
-(webbuild.quantize.wasm_twin):
+(webbuild.forms.wasm_twin):
 
 - `int8`: its twin runs each MatMulNBits as DynamicQuantizeMatMul over uint8 weights [K, N] derived at
   load from the shipped int4 ones (nothing more to download). The heap holds the uint8 weights (K x N
@@ -14,7 +14,7 @@ with `std::bad_alloc` (issue 17). Each int4 graph can run on the wasm EP in thre
   tensor in). Measured in Node: a session of eight such 1024 x 3072 weights (24 MiB) grew the heap by
   24 MiB, and a run by nothing;
 
-- `float`: its wasm twin (webbuild.quantize.wasm_twin) spells every MatMulNBits in standard ops that
+- `float`: its wasm twin (webbuild.forms.wasm_twin) spells every MatMulNBits in standard ops that
   onnxruntime folds to float32 weights at session creation: fast float MatMuls, but the folding costs
   far more than the float weights: every step of the dequantization (int32 nibbles, their pairs, the
   float codes, the scaled blocks, the transposed weight) is folded into a constant of its own, kept as
@@ -67,8 +67,8 @@ from pathlib import Path
 
 import onnx
 
+from webbuild.forms.wasm_twin import foldable, int8_ready
 from webbuild.graph.load import load_onnx
-from webbuild.quantize.wasm_twin import foldable, int8_ready
 
 GIB = 1 << 30
 WASM_MEMORY = 4 * GIB  # wasm32's address space: all a wasm page gets

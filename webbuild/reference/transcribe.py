@@ -54,7 +54,7 @@ from webbuild.site.contract import IO
 
 
 def cpu_session(path: Path) -> ort.InferenceSession:
-    """An onnxruntime CPU session that logs only errors. An `int8` wasm twin (webbuild.quantize.wasm_twin)
+    """An onnxruntime CPU session that logs only errors. An `int8` wasm twin (webbuild.forms.wasm_twin)
     gets the uint8 weights its plan derives from the int4 ones, as the page derives them at load."""
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
@@ -67,7 +67,7 @@ def cpu_session(path: Path) -> ort.InferenceSession:
 
 def _int8_initializers(opts: ort.SessionOptions, path: Path, plan: dict) -> list:
     """The int8 twin's derived weights, handed to onnxruntime in place of the file no server has."""
-    from webbuild.quantize.wasm_twin import int8_weights
+    from webbuild.graph.packing import int8_weights
 
     derived = int8_weights(plan, np.memmap(path.parent / plan["source"], np.uint8, mode="r"))
     model = onnx.load(str(path), load_external_data=False)  # not load_onnx: the derived file is on no disk
@@ -529,7 +529,7 @@ def _source_decoder(model_dir: Path, cfg: dict) -> SplitDecoder | V2Decoder | Me
 
 def cpu_form(decoder: Path) -> Path:
     """`decoder`, or a copy beside it with the Q/K norms taken back out of GroupQueryAttention: the
-    site's WebGPU form, which onnxruntime CPU refuses (webbuild.pipeline.forms)."""
+    site's WebGPU form, which onnxruntime CPU refuses (webbuild.forms.webgpu)."""
     from webbuild.fusion import qk_norm_in_gqa
     from webbuild.graph.files import rewrite_file
 

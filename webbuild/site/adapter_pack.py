@@ -94,7 +94,7 @@ def step_inputs(inputs: dict[str, np.ndarray], layout: dict[str, dict],
                 weights: Callable[[str], np.ndarray] | None = None, dtype=np.float32) -> dict[str, np.ndarray]:
     """{input: value} of an adapted step graph's lora inputs, each made from the adapter tensors of `inputs`
     (graph_inputs' form; a tensor absent: zeros, no adapter) as its record of `layout` says (the manifest variant's
-    `lora_layout`, webbuild.pipeline.lora_form.step_layout): codes uint8, scales and values in `dtype` (the graph's
+    `lora_layout`, webbuild.forms.lora.step_layout): codes uint8, scales and values in `dtype` (the graph's
     float type). `weights(location)`: a weights file's bytes as uint8, for a joint's base rows (`base`).
     runtime/lora.js makes the same, bit for bit (a `delta` kind up to the order of its product's sums)."""
     out = {}
@@ -184,10 +184,10 @@ ENCODERS = {"float": _float, "down": _down, "packed_up": _packed_up, "joint_down
 
 
 def delta_inputs(inputs: dict[str, np.ndarray], dtype=np.float32) -> dict[str, np.ndarray]:
-    """{input: value} of the merged updates the adapted step form reads (webbuild.pipeline.lora_form.merged_deltas):
+    """{input: value} of the merged updates the adapted step form reads (webbuild.forms.lora.merged_deltas):
     each DELTA_GROUPS member's down @ up of `inputs` (graph_inputs' form, no adapter: empty) in `dtype` (the graph's
     float type, as the page holds them), multiplied in float32, quantize_blocks' 4-bit codes and scales in `dtype`.
-    The page computes the same with the delta graph (webbuild.pipeline.lora_delta), up to the order of the sums."""
+    The page computes the same with the delta graph (webbuild.forms.lora_delta), up to the order of the sums."""
     out = {}
     for name, down in inputs.items():
         parts = IO.lora_parts(name)

@@ -29,31 +29,31 @@ LANGUAGE_PICKER = "language"
 # the id of the page's context field (an <input>: text for the prompt's system message, runtime/bpe.js), which
 # `webbuild verify` fills; disabled where the page cannot tokenise text for the model (runtime.json prompt.context)
 CONTEXT_FIELD = "context"
-# The adapted step form's lora inputs, by the graph passes that make them (webbuild.pipeline.lora_form); each pass
+# The adapted step form's lora inputs, by the graph passes that make them (webbuild.forms.lora); each pass
 # gives each input it makes a layout record, which the manifest variant's `lora_layout` carries to the page
-# (lora_form.step_layout, docs/adapters.md). The names and choices below are the build's alone.
-# the step form's down factors (webbuild.pipeline.lora_form.quantized_downs): a group's down in MatMulNBits' 8-bit
+# (lora.step_layout, docs/adapters.md). The names and choices below are the build's alone.
+# the step form's down factors (webbuild.forms.lora.quantized_downs): a group's down in MatMulNBits' 8-bit
 # layout, codes and scales (a FUSED_DOWNS group's 4-bit: adapter_pack.down_bits)
 DOWN_CODES, DOWN_SCALES = "down_codes", "down_scales"
-# the groups whose down rides in a norm's fused kernel in the adapted step form (lora_form.spare_readers): 4-bit
+# the groups whose down rides in a norm's fused kernel in the adapted step form (lora.spare_readers): 4-bit
 # codes, the only kind that kernel reads
 FUSED_DOWNS = ("qkv_proj", "gate_up_proj")
 DOWN_BITS = {group: 4 if group in FUSED_DOWNS else 8 for group in DOWN_GROUPS}
-# the groups whose down the adapted step form joins to its projection's weights (lora_form.joint_downs): one 4-bit
+# the groups whose down the adapted step form joins to its projection's weights (lora.joint_downs): one 4-bit
 # MatMulNBits of `lora.{i}.{group}.joint_codes` / `.joint_scales` (the base projection's rows, which the page copies
 # from the decoder's weights file at load, then the down's) gives the projection's output and the down's side by
 # side, and one 8-bit MatMulNBits of `lora.{i}.{proj}.up_codes` / `.up_scales` (an identity over the first, the up
 # over the second) adds the update. Their layout records' `base` says where each base part lies.
 JOINT_DOWNS = ("o_proj", "down_proj")
 JOINT_CODES, JOINT_SCALES, UP_CODES, UP_SCALES = "joint_codes", "joint_scales", "up_codes", "up_scales"
-# the groups whose projections the adapted step form packs into one MatMulNBits (lora_form.packed_updates): their
+# the groups whose projections the adapted step form packs into one MatMulNBits (lora.packed_updates): their
 # ups are one input, `lora.{i}.{group}.up`, the members' ups side by side in DOWN_GROUPS order, and their down is
 # 4-bit (FUSED_DOWNS)
 PACKED_UPS = ("qkv_proj",)
-# the groups whose updates the adapted step form reads merged (lora_form.merged_deltas): each member's update
+# the groups whose updates the adapted step form reads merged (lora.merged_deltas): each member's update
 # down @ up as one 4-bit MatMulNBits of `lora.{i}.{proj}.delta_codes` / `.delta_scales`, riding in the fused kernel of
 # the group's norm copy. The page makes them at a switch with the delta graph (role `decoder_lora_delta`,
-# webbuild.pipeline.lora_delta), which reads the adapted graph's `lora.{i}.{group}.down` and `lora.{i}.{proj}.up`
+# webbuild.forms.lora_delta), which reads the adapted graph's `lora.{i}.{group}.down` and `lora.{i}.{proj}.up`
 DELTA_GROUPS = ("gate_up_proj",)
 DELTA_CODES, DELTA_SCALES = "delta_codes", "delta_scales"
 DELTA_BITS = 4
@@ -74,10 +74,10 @@ ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
 
 # A manifest variant entry names its files by role ({"encoder": "encoder.fp16.onnx", "decoder_data": ...});
 # the runtime finds each graph's files through this table: the graph, its external weights, its wasm
-# twin (webbuild.quantize.wasm_twin) and, for an int8 twin, the plan of the uint8 weights the runtime derives
-# from the int4 ones at load (runtime/int8.js), the decoder's step form for graph capture (webbuild.pipeline.step_form)
+# twin (webbuild.forms.wasm_twin) and, for an int8 twin, the plan of the uint8 weights the runtime derives
+# from the int4 ones at load (runtime/int8.js), the decoder's step form for graph capture (webbuild.forms.step)
 # and, for decoders that take inputs_embeds, the embedding table. A build with LoRA adapters adds the
-# adapted decoder (webbuild.pipeline.lora_form, docs/adapters.md) with the same kinds of forms, reading the
+# adapted decoder (webbuild.forms.lora, docs/adapters.md) with the same kinds of forms, reading the
 # base decoder's weights file; the runtime loads it beside the base one (runtime/lora.js), and on WebGPU the
 # delta graph (DELTA_GROUPS) that makes its step form's merged updates at a switch.
 # An fp32 entry also carries `wasm`: {need_bytes, budget_bytes, fits, tab_bytes} (webbuild.pipeline.wasm_budget); where
@@ -100,8 +100,8 @@ class IO:
     audio_features [1, A, H]. The decoder: inputs_embeds [B, S, H], or input_ids [B, S] int64 with
     audio_features [B, A, H] and audio_offset [1] int64 (webbuild.quantize.embeddings); attention_mask
     [B, T] int64, past_key / past_value per layer -> logits and present_key / present_value per layer.
-    Its step form (webbuild.pipeline.step_form) answers next_token and margin instead of logits; the
-    adapted decoder (webbuild.pipeline.lora_form) takes one lora input per layer, projection and factor.
+    Its step form (webbuild.forms.step) answers next_token and margin instead of logits; the
+    adapted decoder (webbuild.forms.lora) takes one lora input per layer, projection and factor.
     Optimum's merged decoders (the merged source layout, webbuild.zoo.export's too) share the decoder's
     names; the split and v2 source layouts have their own, which the fuse stage replaces by these.
     Read at call time (IO.next_token, not a copy), so a test can rename one name for a whole build."""

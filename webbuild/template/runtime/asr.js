@@ -238,7 +238,7 @@ export class Recogniser {
   }
 
   // Which graph file of `names` ({graph, wasm, ...}) this EP runs. Quantized builds carry wasm twins
-  // (webbuild/quantize/wasm_twin.py): the same weights with the int4 ops the wasm build lacks
+  // (webbuild/forms/wasm_twin.py): the same weights with the int4 ops the wasm build lacks
   // (GatherBlockQuantized) or runs slowly (MatMulNBits) in standard ops.
   /** @param {GraphFiles} names */
   graphFile(names) {

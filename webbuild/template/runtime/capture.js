@@ -1,5 +1,5 @@
 // Captured decode steps: onnxruntime-web records one decode step of the decoder's step form
-// (webbuild/pipeline/step_form.py) and replays it for every later token, without the per-kernel bind
+// (webbuild/forms/step.py) and replays it for every later token, without the per-kernel bind
 // groups, uniform writes and dispatch calls of a plain run (docs/graph-capture.md). The prompt still
 // runs in the plain decoder session; its KV cache is then copied into static buffers of T positions
 // that the step session reads and writes in place.

@@ -1,8 +1,8 @@
-// The uint8 weights of an int8 wasm twin (webbuild/quantize/wasm_twin.py), derived at load from the int4
+// The uint8 weights of an int8 wasm twin (webbuild/forms/wasm_twin.py), derived at load from the int4
 // codes and scales the site ships: nothing more to download. The twin's plan (role `<graph>_wasm_int8`)
 // names the weights file this makes, the shipped file it reads, and per weight where its codes and float32
 // scales lie there, its K x N and block size, and where its [K, N] uint8 (zero point 128) goes. The
-// arithmetic is wasm_twin.int8_codes', in float64 both: the same bytes as the Python reference's.
+// arithmetic is webbuild/graph/packing.py int8_codes', in float64 both: the same bytes as the Python reference's.
 
 /**
  * @typedef {{codes: [number, number], scales: [number, number], k: number, n: number, block: number, at: number}} Int8Tensor

@@ -1,4 +1,4 @@
-// The delta graph's runs (webbuild/pipeline/lora_delta.py): at a switch the page makes the adapted step form's
+// The delta graph's runs (webbuild/forms/lora_delta.py): at a switch the page makes the adapted step form's
 // merged updates (layout kind `delta`: down @ up in 4-bit blocks) on the GPU, one run per layer, reading the adapted
 // graph's down and ups (already on the GPU) and writing into the step's input buffers (onnxruntime-web's
 // pre-allocated GPU outputs: no copy, no read-back). Each record's `delta` names its run, the graph's names of its

@@ -1,5 +1,5 @@
 // Each kind of the adapted step form's lora inputs, made from an adapter's tensors as its layout record says (the
-// manifest variant's `lora_layout`: webbuild/pipeline/lora_form.py step_layout, docs/adapters.md "The step
+// manifest variant's `lora_layout`: webbuild/forms/lora.py step_layout, docs/adapters.md "The step
 // layout"), bit for bit as webbuild/site/adapter_pack.py step_inputs makes them. A record names its input's kind,
 // part (codes, scales or values), dims, bits, block and the adapter tensors it is made from (`from`); nothing here
 // reads an input's name.

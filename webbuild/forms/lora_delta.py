@@ -1,7 +1,7 @@
 """The delta graph: what the page runs at an adapter switch to make the adapted step form's merged updates.
 
 The step form reads each DELTA_GROUPS member's update as one 4-bit MatMulNBits of `lora.{i}.{proj}.delta_codes`
-and `.delta_scales` (webbuild.pipeline.lora_form.merged_deltas): down @ up in MatMulNBits' symmetric 4-bit blocks of
+and `.delta_scales` (webbuild.forms.lora.merged_deltas): down @ up in MatMulNBits' symmetric 4-bit blocks of
 32 along `in`, as webbuild.site.adapter_pack.quantize_blocks makes them. For the 0.6b that product is 11 G
 multiply-adds an adapter, too many for JavaScript at a switch, so the build ships this graph and the page runs it
 on the GPU once per layer (runtime/lora-delta.js), reading the adapted graph's down and ups (already on the
@@ -26,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from webbuild.adapters import DOWN_GROUPS, shared_rank
+from webbuild.forms.form import Form, Made, Miss
 from webbuild.site.adapter_pack import BLOCK
 from webbuild.site.contract import DELTA_BITS, DELTA_CODES, DELTA_GROUPS, DELTA_SCALES, IO
 
@@ -109,16 +110,20 @@ def _quantized_product(down: str, up: str, proj: str, dtype: int) -> list[onnx.N
     return nodes
 
 
-def write_delta_graph(step: Path, dest: Path) -> bool:
-    """The delta graph for the adapted step graph `step`, written to `dest`; False (nothing written) where the step
-    reads no merged update."""
+def write_delta_graph(step: Path, dest: Path) -> Made | Miss:
+    """The delta graph for the adapted step graph `step`, written to `dest`; a Miss (nothing written, nothing lost:
+    the step form has no merged update to make) where the step reads none."""
     model = onnx.load(str(step), load_external_data=False)
     types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
     scales = [t for name, t in types.items() if (parts := IO.lora_parts(name)) and parts[2] == DELTA_SCALES]
     if not scales:
-        return False
+        return Miss("the adapted step form reads no merged update", loses=False)
     onnx.save(delta_graph(scales[0]), str(dest))
-    return True
+    return Made(dest.name)
+
+
+DELTA = Form("lora_delta", "an adapted step form reading merged updates: the graph the page runs at an adapter "
+             "switch to make them", write_delta_graph)
 
 
 def differences(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> list[str]:

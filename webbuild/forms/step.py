@@ -18,17 +18,17 @@ its CPU EP; the step form has none:
   Both reductions run in two stages over the vocabulary as [rows, 128] (padded with -inf), since a
   one-stage reduction over ~150k logits is one slow workgroup on WebGPU;
 - the last-position Slice before lm_head goes: a decode step has one position.
-- in an adapted decoder (webbuild.pipeline.lora_form), gate's and up's updates become their
-  MatMulNBits' bias: one row, so onnxruntime-web fuses the MLP again (lora_form.mlp_updates_as_biases);
+- in an adapted decoder (webbuild.forms.lora), gate's and up's updates become their
+  MatMulNBits' bias: one row, so onnxruntime-web fuses the MLP again (lora.mlp_updates_as_biases);
   q, k and v become one packed MatMulNBits beside their down as a 4-bit MatMulNBits, both reading the layer's
-  norm, then one update for the three and a Split (lora_form.packed_updates; lora_form.spare_readers, after the
+  norm, then one update for the three and a Split (lora.packed_updates; lora.spare_readers, after the
   last dead-code elimination, makes the norm's readers the three that onnxruntime-web fuses into one kernel);
   o's and down's projections read their weights with their down's rows after them (one MatMulNBits), and an
   8-bit MatMulNBits of an identity over the projection's part and the up over the down's adds the update
-  (lora_form.joint_downs); gate's and up's biases become 4-bit MatMulNBits of their merged updates (down @ up,
-  which the page makes at a switch: lora_form.merged_deltas, webbuild.pipeline.lora_delta) on their norm copy,
+  (lora.joint_downs); gate's and up's biases become 4-bit MatMulNBits of their merged updates (down @ up,
+  which the page makes at a switch: lora.merged_deltas, webbuild.forms.lora_delta) on their norm copy,
   which spare_readers makes one fused kernel too; each other down MatMul becomes an 8-bit MatMulNBits reading the
-  down's codes and scales as inputs (lora_form.quantized_downs).
+  down's codes and scales as inputs (lora.quantized_downs).
 
 The runtime feeds it a static KV cache: `attention_mask` [1, T_max] with ones up to the current
 position, and every `past_key_values.*` bound to the same [1, kv, T_max, hd] buffer as its `present.*`
@@ -38,35 +38,77 @@ Every input and output name is webbuild.site.contract.IO's.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.fusion.attention_mask import lengths_from_values
-from webbuild.graph.ir import dead_code_elimination, prod, shared_const
-from webbuild.pipeline.lora_form import (
+from webbuild.forms.form import Form, Made, Miss, NotApplicable
+from webbuild.forms.lora import (
     drop_unread_inputs,
     joint_downs,
     merged_deltas,
     mlp_updates_as_biases,
     packed_updates,
     quantized_downs,
+    spare_readers,
+    step_layout,
 )
+from webbuild.fusion.attention_mask import lengths_from_values
+from webbuild.graph.files import rewrite_file
+from webbuild.graph.ir import dead_code_elimination, prod, shared_const
 from webbuild.site.contract import IO
 
 _SEQLENS, _TOTAL = 5, 6  # GroupQueryAttention's inputs
 _ROW = 128  # the vocabulary as [rows, _ROW] for the two-stage reductions
 
 
-def step_form(model: ir.Model) -> bool:
-    """Rewrite `model` in place; False when it is not a decoder this form applies to (no
-    GroupQueryAttention, no attention_mask input, or embeddings in rather than token ids)."""
+def write_step(folder: Path, name: str, layout: dict[str, dict] | None = None) -> Made | Miss:
+    """Write the step form of the WebGPU decoder `folder/name` beside it as `<stem>.step.onnx` (same weights file),
+    or say why not (`step_miss`). Its lora inputs' layout (an adapted decoder's: lora.step_layout) goes into
+    `layout`."""
+    dest = folder / f"{Path(name).stem}.step.onnx"
+    why: list[Miss] = []
+
+    def rewrite(model: ir.Model) -> bool:
+        if miss := step_miss(model):
+            why.append(miss)
+            return False
+        step_form(model)
+        return True
+
+    def finish(model: ir.Model) -> int:
+        if layout is not None:
+            layout.update(step_layout(model))
+        return spare_readers(model)
+
+    return Made(dest.name) if rewrite_file(folder / name, dest, rewrite, finish=finish) else why[0]
+
+
+def step_miss(model: ir.Model) -> Miss | None:
+    """Why `model` has no step form, or None when it has one. A decoder without GroupQueryAttention (fusion left
+    its attention: fusion reports that) or taking embeddings rather than token ids (quantize.method none: the page
+    looks the tokens up itself) has none by design; one with GroupQueryAttention but no attention_mask input or
+    no logits output loses it."""
+    graph = model.graph
+    names = {v.name for v in graph.inputs}
+    if not any(n.op_type == "GroupQueryAttention" for n in graph.all_nodes()):
+        return Miss("no GroupQueryAttention", loses=False)
+    if IO.input_ids not in names:
+        return Miss(f"no {IO.input_ids} input (the decoder takes embeddings)", loses=False)
+    if IO.attention_mask not in names or not any(v.name == IO.logits for v in graph.outputs):
+        return Miss(f"no {IO.attention_mask} input or no {IO.logits} output")
+    return None
+
+
+def step_form(model: ir.Model) -> None:
+    """Rewrite `model`, a decoder `step_miss` passes, in place; NotApplicable where its audio inputs are used
+    outside the splice or its logits have no static vocabulary size."""
     graph = model.graph
     gqa = [n for n in graph.all_nodes() if n.op_type == "GroupQueryAttention"]
     names = {v.name: v for v in graph.inputs}
-    mask = names.get(IO.attention_mask)
-    logits = next((v for v in graph.outputs if v.name == IO.logits), None)
-    if not gqa or mask is None or IO.input_ids not in names or logits is None:
-        return False
+    mask = names[IO.attention_mask]
+    logits = next(v for v in graph.outputs if v.name == IO.logits)
     _drop_audio_splice(model)
     seqlens, total = lengths_from_values(graph, mask, "step")
     for node in gqa:
@@ -84,7 +126,6 @@ def step_form(model: ir.Model) -> bool:
         dead_code_elimination(model)
         drop_unread_inputs(graph)
     quantized_downs(graph)  # and its other downs MatMulNBits' one-row decode kernel
-    return True
 
 
 def _drop_audio_splice(model: ir.Model) -> None:
@@ -99,7 +140,7 @@ def _drop_audio_splice(model: ir.Model) -> None:
     for v in audio:
         graph.inputs.remove(v)
         if v.uses():  # a use other than a splice: the graph needs the audio after all
-            raise ValueError(f"the decoder uses input {v.name!r} outside its audio splice")
+            raise NotApplicable(f"the decoder uses input {v.name!r} outside its audio splice")
 
 
 def _drop_last_position_slice(logits: ir.Value) -> None:
@@ -121,7 +162,7 @@ def _greedy_on_gpu(graph: ir.Graph, logits: ir.Value, opset: int) -> None:
     """Replace the `logits` output with `next_token` and `margin` (see the module docstring)."""
     vocab = logits.shape[-1] if logits.shape is not None else None
     if not isinstance(vocab, int):
-        raise ValueError("the decoder's logits have no static vocabulary size")
+        raise NotApplicable("the decoder's logits have no static vocabulary size")
     rows = -(-vocab // _ROW)
     b = _Builder(graph, "greedy", opset)
     x = b.op("Reshape", [b.cast(logits, ir.DataType.FLOAT), b.const("flat", np.array([-1], np.int64))], (vocab,))
@@ -144,6 +185,10 @@ def _greedy_on_gpu(graph: ir.Graph, logits: ir.Value, opset: int) -> None:
     b.commit()
     graph.outputs.remove(logits)
     graph.outputs.extend([token, margin])
+
+
+STEP = Form("step", "a WebGPU decoder with GroupQueryAttention taking token ids: one token a step, every node on "
+            "the GPU, for graph capture", write_step)
 
 
 class _Builder:

@@ -11,8 +11,8 @@ runs fast. Each graph's twin has one of three forms (`FORMS`; webbuild.pipeline.
   DynamicQuantizeMatMul (com.microsoft: the activations quantized to uint8 per tensor, then MLAS's
   WebAssembly SIMD integer GEMM: 0.8 ms for that weight, the float MatMul 0.34 ms) over a uint8
   weight [K, N] with zero point 128 and one float32 scale per output column. The uint8 weights are not
-  shipped: they are derived at load from the int4 codes and scales (`int8_weights` here, runtime/int8.js
-  on the page, both by the same float64 arithmetic, so byte for byte the same) into a weights file of
+  shipped: they are derived at load from the int4 codes and scales (webbuild.graph.packing.int8_weights,
+  runtime/int8.js on the page, both by the same float64 arithmetic, so byte for byte the same) into a weights file of
   their own that the twin names (`Int8Plan.file`) and that no server has; the plan of that derivation is
   a small JSON file beside the twin (`int8_plan_name`). Requantizing block-32 int4 to per-column 8 bits
   costs about 0.7% of the weight's size in error (rms); the uint8 form (not int8) keeps x86's AVX2
@@ -36,11 +36,12 @@ import onnx
 import onnx.numpy_helper
 
 from webbuild.errors import BuildError
+from webbuild.forms.form import Form, Made, Miss
 from webbuild.graph.load import load_onnx
+from webbuild.graph.packing import INT8_ZERO, int8_codes
 
 _C = "wasm_twin/"  # shared constants
 FORMS = ("float", "int8", "matmul_nbits")
-INT8_ZERO = 128  # the uint8 weights' zero point
 
 
 def twin_name(name: str) -> str:
@@ -112,6 +113,28 @@ def wasm_graph(src: Path, dest: Path, form: str = "float") -> bool:
     return True
 
 
+def twin(src: Path, dest: Path, form: str) -> Made | Miss | None:
+    """The wasm twin of `src` in its plan's `form` as a graph form (WASM_TWIN). None where nothing needs spelling
+    (no lookup, and no MatMulNBits the form rewrites: `matmul_nbits`, or a graph without any). Where `form` is
+    `int8`, a MatMulNBits it cannot take stays (the wasm plan counted it as slow): reported, not lost; where it
+    takes none of them, the plan's form is lost."""
+    graph = load_onnx(src).graph
+    matmuls = sum(n.op_type == "MatMulNBits" for n in graph.node) if form != "matmul_nbits" else 0
+    inits = {t.name: t for t in graph.initializer}
+    ready = sum(n.op_type == "MatMulNBits" and int8_ready(n, inits) for n in graph.node) if form == "int8" \
+        else matmuls
+    if not wasm_graph(src, dest, form):
+        return Miss(f"the wasm plan's {form} form takes none of its {matmuls} MatMulNBits (codes and float32 "
+                    "scales in one weights file)") if matmuls else None
+    left = (Miss(f"{matmuls - ready} of {matmuls} MatMulNBits stay MatMulNBits (the int8 form takes only 4-bit "
+                 "symmetric ones with codes and float32 scales in one weights file)", loses=ready == 0),)
+    return Made(dest.name, left if ready < matmuls else ())
+
+
+WASM_TWIN = Form("wasm_twin", "a quantized graph the wasm EP runs: its int4 lookups in standard ops, its "
+                 "MatMulNBits in the wasm plan's form", twin)
+
+
 def _drop_unread(model: onnx.ModelProto) -> None:
     """Removes the initializers no node reads (the int4 codes and scales the twin's rewrites replaced; subgraphs'
     reads count), so that the twin names only the weights it uses."""
@@ -169,35 +192,6 @@ def int8_ready(mm: onnx.NodeProto, inits: dict[str, onnx.TensorProto]) -> bool:
         return False
     places = [_external(codes), _external(scales)]
     return None not in places and places[0][0] == places[1][0]  # type: ignore[index]
-
-
-def int8_codes(packed: np.ndarray, scales: np.ndarray, k: int, n: int, block: int) -> tuple[np.ndarray, np.ndarray]:
-    """int4 codes [N, blocks, block/2] and float32 scales [N * blocks] -> (uint8 weight [K, N] with zero
-    point 128, float32 column scales [N]). Per column the int4 block values c * s are mapped onto
-    -127..127 by the column's largest scale m: q = floor(c * 15.875 * (s / m) + 0.5) (15.875 = 127 / 8,
-    |c| <= 8), in float64, as runtime/int8.js computes it; the column's scale is 8 m / 127."""
-    blocks = -(-k // block)
-    s = np.asarray(scales, np.float32).reshape(n, blocks).astype(np.float64)
-    m = np.abs(s).max(axis=1, keepdims=True)
-    ratio = np.divide(s, m, out=np.zeros_like(s), where=m > 0)  # [N, blocks]
-    codes = np.arange(16, dtype=np.float64) - 8  # every code value, for a table per block
-    table = np.floor(codes * 15.875 * ratio[..., None] + 0.5) + INT8_ZERO  # [N, blocks, 16]
-    b = np.asarray(packed, np.uint8).reshape(n, blocks, block // 2)
-    pairs = np.stack([b & 15, b >> 4], axis=-1).reshape(n, blocks, block)  # low nibble first
-    q = np.take_along_axis(table, pairs.astype(np.intp), axis=2).reshape(n, blocks * block)[:, :k]
-    col = (m[:, 0] * 8 / 127).astype(np.float32)
-    return np.ascontiguousarray(q.T.astype(np.uint8)), col
-
-
-def int8_weights(plan: dict, weights: np.ndarray) -> np.ndarray:
-    """The bytes of `plan`'s derived weights file (Int8Plan as written), from its source's bytes."""
-    out = np.zeros(plan["bytes"], np.uint8)
-    for t in plan["tensors"]:
-        (co, cl), (so, sl) = t["codes"], t["scales"]
-        scales = np.frombuffer(np.asarray(weights[so:so + sl]).tobytes(), "<f4")
-        q, _ = int8_codes(weights[co:co + cl], scales, t["k"], t["n"], t["block"])
-        out[t["at"]:t["at"] + q.size] = q.reshape(-1)
-    return out
 
 
 def _attrs(node: onnx.NodeProto) -> dict:

@@ -24,6 +24,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from webbuild.errors import BuildError
+from webbuild.forms.form import Form, Made
 from webbuild.graph.load import load_onnx
 from webbuild.reference.mel import (
     HOP,
@@ -167,6 +168,16 @@ def add_mel_frontend(encoder_in: Path, encoder_out: Path, lead: int = 0) -> None
     _move_external_data(encoder, Path(encoder_in), Path(encoder_out))
     onnx.save(encoder, str(encoder_out))
     onnx.checker.check_model(str(encoder_out))  # by path: external data is looked up beside the file
+
+
+def write_mel_frontend(encoder_in: Path, encoder_out: Path, lead: int = 0) -> Made:
+    """add_mel_frontend as a graph form (MEL_FRONTEND); what it cannot do is a BuildError, never a fallback."""
+    add_mel_frontend(encoder_in, encoder_out, lead)
+    return Made(encoder_out.name)
+
+
+MEL_FRONTEND = Form("mel_frontend", "an encoder taking `mel`: the log-mel front-end put in front, so that it takes "
+                    "16 kHz `pcm`", write_mel_frontend)
 
 
 def _names(g: onnx.GraphProto) -> set[str]:

@@ -35,12 +35,16 @@ the product of both.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import onnx_ir as ir
 
 from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES, shared_rank
+from webbuild.forms.form import Form, Made, NotApplicable
+from webbuild.forms.lora_delta import delta_name
+from webbuild.graph.files import rewrite_file
 from webbuild.graph.ir import shared_const
-from webbuild.pipeline.lora_delta import delta_name
 from webbuild.site.adapter_pack import BLOCK as INT8_BLOCK
 from webbuild.site.adapter_pack import down_bits
 from webbuild.site.contract import (
@@ -71,8 +75,20 @@ _THROUGH = ("Reshape", "Transpose", "Cast", "SimplifiedLayerNormalization", "Lay
             "Unsqueeze")  # what may sit between a projection and GroupQueryAttention (q/k norms, head split)
 
 
-class NoProjections(ValueError):
+class NoProjections(NotApplicable):
     """The decoder's layers do not show the seven projections an adapter needs."""
+
+
+def write_adapted(folder: Path, name: str) -> Made:
+    """Write the adapted form of the decoder `folder/name` beside it as `<stem>.lora.onnx` (same weights file).
+    Raises NoProjections for a decoder whose projections cannot be found (the driver's Miss)."""
+    dest = folder / f"{Path(name).stem}.lora.onnx"
+    rewrite_file(folder / name, dest, lora_form)
+    return Made(dest.name)
+
+
+ADAPTED = Form("adapted", "a quantized decoder with GroupQueryAttention, in a build with adapters: every "
+               "projection given a LoRA update from graph inputs", write_adapted)
 
 
 def lora_form(model: ir.Model) -> bool:
@@ -536,7 +552,7 @@ def drop_unread_inputs(graph: ir.Graph) -> None:
 
 
 def mlp_updates_as_biases(graph: ir.Graph) -> int:
-    """In a one-token step graph (webbuild.pipeline.step_form), gate's and up's updates become their MatMulNBits'
+    """In a one-token step graph (webbuild.forms.step), gate's and up's updates become their MatMulNBits'
     bias input: delta [1, out] is a bias [out] when there is one row, and onnxruntime-web fuses norm + gate + up
     with biases + SiLU x up into one kernel (MatMulNBitsMlpFusion), where the Adds of the 2-D form stop it:
     three dispatches fewer a layer. q, k and v keep their Adds: MatMulNBitsQkvFusion takes no bias. Returns
@@ -572,7 +588,7 @@ def merged_deltas(graph: ir.Graph) -> int:
     becomes one 4-bit MatMulNBits of the group's norm copy and the update's merged weights, graph inputs
     `lora.{i}.{proj}.delta_codes` uint8 [out, blocks, 16] and `.delta_scales` [out, blocks] (blocks of 32 along
     `in`: adapter_pack.quantize_blocks of down @ up, which the page computes at a switch with the delta graph,
-    webbuild.pipeline.lora_delta). Gate's and up's are of one width, so with one spare of another width
+    webbuild.forms.lora_delta). Gate's and up's are of one width, so with one spare of another width
     (spare_readers) the norm copy and both are one fused kernel (MatMulNBitsQkvFusion): one dispatch a layer where
     the norm with the 4-bit down and the two up MatMuls were three. The price is bandwidth: the merged weights are
     as many as the projections' own (4-bit), read every token. The down, its ups and the nodes left unread go with
@@ -648,7 +664,7 @@ def _input(graph: ir.Graph, name: str, dtype: ir.DataType, dims: list, record: d
 
 
 def _delta_part(record: dict, name: str) -> dict:
-    """A merged update's input's name in the delta graph (webbuild.pipeline.lora_delta), in its record's `delta`."""
+    """A merged update's input's name in the delta graph (webbuild.forms.lora_delta), in its record's `delta`."""
     if "delta" not in record:
         return {}
     layer, proj, factor = IO.lora_parts(name) or (0, "", "")
