@@ -2,7 +2,8 @@
 
 The packages, by role (docs/architecture.md draws the house): `cli` wires the commands; `pipeline`
 runs the stages from model.yaml to dist/; `fusion` and `quantize` rewrite graphs on the helpers
-of `graph`, and `forms` derives the shipped forms of each (step, adapted, wasm twin, WebGPU, mel front-end); `site` is the built site's formats; `reference` is the Python runtime the browser is
+of `graph`, and `forms` derives the shipped forms of them (step, adapted, wasm twin, WebGPU, mel
+front-end); `site` is the built site's formats; `reference` is the Python runtime the browser is
 checked against; `tools` serve, bench and verify a built site; `zoo` and `train` make models.
 """
 
