@@ -43,8 +43,8 @@ import onnx_ir as ir
 from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES, shared_rank
 from webbuild.forms.form import Form, Made, NotApplicable
 from webbuild.forms.lora_delta import delta_name
+from webbuild.graph.builder import Builder, value
 from webbuild.graph.files import rewrite_file
-from webbuild.graph.ir import shared_const
 from webbuild.site.adapter_pack import BLOCK as INT8_BLOCK
 from webbuild.site.adapter_pack import down_bits
 from webbuild.site.contract import (
@@ -64,6 +64,7 @@ from webbuild.site.contract import (
     UP_SCALES,
 )
 
+PREFIX = "lora/"  # the adapted graph's nodes and constants are named under it
 RANK_DIM = "lora_rank"
 LAYOUT = "lora_layout"  # a graph input's `meta` key: its layout record (step_layout), set by the pass that makes it
 ROW_ALIGN = 32  # a joint's parts start on whole blocks of the up's K (joint_downs)
@@ -134,8 +135,8 @@ def _branch_norm(graph: ir.Graph, first: ir.Node, name: str) -> ir.Value | None:
         op, inputs = NORMS[0], [_residual_sum(norm, name), norm.inputs[2]]
     else:
         op, inputs = NORMS[1], [norm.inputs[1], norm.inputs[0], *norm.inputs[2:]]
-    copy = _op(op, inputs, name, x.type.dtype if x.type else ir.DataType.FLOAT,
-               list(shape) if shape is not None else None, domain=norm.domain if op == norm.op_type else "")
+    copy = Builder(graph, PREFIX).named(op, inputs, name, x.type.dtype if x.type else ir.DataType.FLOAT, shape,
+                                        domain=norm.domain if op == norm.op_type else "")
     for key in ("epsilon", "axis", "stash_type"):
         if key in norm.attributes:
             copy.attributes[key] = norm.attributes[key]
@@ -220,15 +221,16 @@ def _adapt(graph: ir.Graph, nodes: list[ir.Node], layer: int, group: str, source
     dtype = x.type.dtype if x.type is not None else ir.DataType.FLOAT
     n_in = _dims(nodes[0])[0]
     rank = RANK_DIM if len(nodes) == 1 else f"{RANK_DIM}_{group}"
-    down = _input(graph, IO.lora_input(layer, group, "down"), dtype, [n_in, rank])
+    b = Builder(graph, PREFIX)
+    down = b.input(IO.lora_input(layer, group, "down"), dtype, [n_in, rank])
     prefix = f"lora/{layer}/{group}"
-    rows = _reshape(graph, x, [-1, n_in], f"{prefix}/x2", dtype, [ROWS_DIM, n_in])
-    low = _op("MatMul", [rows.outputs[0], down], f"{prefix}/low", dtype, [ROWS_DIM, rank])
+    rows = b.reshape(x, [-1, n_in], f"{prefix}/x2", dtype, [ROWS_DIM, n_in])
+    low = b.named("MatMul", [rows.outputs[0], down], f"{prefix}/low", dtype, [ROWS_DIM, rank])
     order = {id(n): i for i, n in enumerate(graph)}
     graph.insert_before(min(nodes, key=lambda n: order[id(n)]), [rows, low])  # x is there, no update is yet
     for node, proj in zip(nodes, DOWN_GROUPS[group]):
         _add_update(graph, node, f"lora/{layer}/{proj}", low.outputs[0],
-                    _input(graph, IO.lora_input(layer, proj, "up"), dtype, [rank, _dims(node)[1]]))
+                    b.input(IO.lora_input(layer, proj, "up"), dtype, [rank, _dims(node)[1]]))
 
 
 def _add_update(graph: ir.Graph, node: ir.Node, prefix: str, low: ir.Value, up: ir.Value) -> None:
@@ -237,10 +239,11 @@ def _add_update(graph: ir.Graph, node: ir.Node, prefix: str, low: ir.Value, up: 
     dtype = y.type.dtype if y.type is not None else ir.DataType.FLOAT
     n_out = _dims(node)[1]
     users = list(y.uses())
-    base = _reshape(graph, y, [-1, n_out], f"{prefix}/y2", dtype, [ROWS_DIM, n_out])
-    delta = _op("MatMul", [low, up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
-    add = _op("Add", [delta.outputs[0], base.outputs[0]], f"{prefix}/out2", dtype, [ROWS_DIM, n_out])
-    back = _reshape(graph, add.outputs[0], _back_shape(y, n_out), f"{prefix}/out", dtype, y.shape)
+    b = Builder(graph, PREFIX)
+    base = b.reshape(y, [-1, n_out], f"{prefix}/y2", dtype, [ROWS_DIM, n_out])
+    delta = b.named("MatMul", [low, up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
+    add = b.named("Add", [delta.outputs[0], base.outputs[0]], f"{prefix}/out2", dtype, [ROWS_DIM, n_out])
+    back = b.reshape(add.outputs[0], _back_shape(y, n_out), f"{prefix}/out", dtype, y.shape)
     for user, index in users:
         user.replace_input_with(index, back.outputs[0])
     for i, graph_out in enumerate(graph.outputs):
@@ -282,7 +285,8 @@ def _as_quantized(graph: ir.Graph, low: ir.Node) -> bool:
         norm = rows.inputs[0]
         dims = [*norm.shape[:-1], rank] if norm.shape is not None else None
         node = _quantized_down(graph, norm, int(layer), group, down.shape[0], name, dims, 0)
-        new = [node, _reshape(graph, node.outputs[0], [-1, rank], f"{name}/rows", _dtype(x), [ROWS_DIM, rank])]
+        new = [node, Builder(graph, PREFIX).reshape(node.outputs[0], [-1, rank], f"{name}/rows", _dtype(x),
+                                                    [ROWS_DIM, rank])]
     else:  # accuracy level 0: one dispatch (level 4's DP4A path is two)
         new = [_quantized_down(graph, x, int(layer), group, down.shape[0], name, [ROWS_DIM, rank], 0)]
     graph.insert_before(low, new)
@@ -321,29 +325,27 @@ def _pack(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) 
         return False
     first, widths, dtype = projs[0], [_dims(p)[1] for p in projs], _dtype(low.outputs[0])
     (n_in, _), n_out, rank = _dims(first), sum(widths), shared_rank(group)
-    weights, scales = (_op("Concat", [p.inputs[i] for p in projs], f"{prefix}/{part}", _dtype(first.inputs[i]), None)
-                       for i, part in ((1, "weights"), (2, "scales")))
-    for concat in (weights, scales):
-        concat.attributes["axis"] = ir.AttrInt64("axis", 0)
-    packed = _nbits([x, weights.outputs[0], scales.outputs[0]], f"{prefix}/packed", first, n_out, dtype)
+    b = Builder(graph, PREFIX)
+    weights, scales = (b.named("Concat", [p.inputs[i] for p in projs], f"{prefix}/{part}", _dtype(first.inputs[i]),
+                               None, axis=0) for i, part in ((1, "weights"), (2, "scales")))
+    packed = _nbits(graph, [x, weights.outputs[0], scales.outputs[0]], f"{prefix}/packed", first, n_out, dtype)
     # the fused kernel's condition: the accuracy level of the projections beside it (and 4 bits, blocks of 32)
     down = _quantized_down(graph, x, layer, group, n_in, f"{prefix}/low4", None,
                            first.attributes.get_int("accuracy_level", 0))
-    low2 = _reshape(graph, down.outputs[0], [-1, rank], f"{prefix}/low2", dtype, [ROWS_DIM, rank])
-    y2 = _reshape(graph, packed.outputs[0], [-1, n_out], f"{prefix}/y2", dtype, [ROWS_DIM, n_out])
-    up = _input(graph, IO.lora_input(layer, group, "up"), dtype, [low.outputs[0].shape[1], n_out],  # as before
+    low2 = b.reshape(down.outputs[0], [-1, rank], f"{prefix}/low2", dtype, [ROWS_DIM, rank])
+    y2 = b.reshape(packed.outputs[0], [-1, n_out], f"{prefix}/y2", dtype, [ROWS_DIM, n_out])
+    up = _layout_input(graph, IO.lora_input(layer, group, "up"), dtype, [low.outputs[0].shape[1], n_out],  # as before
                 {"kind": "packed_up", "part": "values", "dims": [rank, n_out],
                  "from": [IO.lora_input(layer, proj, "up") for proj in DOWN_GROUPS[group]]})
-    delta = _op("MatMul", [low2.outputs[0], up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
-    add = _op("Add", [delta.outputs[0], y2.outputs[0]], f"{prefix}/out2", dtype, [ROWS_DIM, n_out])
-    parts = [ir.Value(name=f"{prefix}/{proj}2", type=ir.TensorType(dtype), shape=ir.Shape([ROWS_DIM, w]))
-             for proj, w in zip(DOWN_GROUPS[group], widths)]
-    sizes = shared_const(graph, f"lora/split_{'_'.join(map(str, widths))}", np.array(widths, np.int64))
-    split = ir.node("Split", [add.outputs[0], sizes], {"axis": -1}, name=f"{prefix}/split", outputs=parts)
+    delta = b.named("MatMul", [low2.outputs[0], up], f"{prefix}/delta", dtype, [ROWS_DIM, n_out])
+    add = b.named("Add", [delta.outputs[0], y2.outputs[0]], f"{prefix}/out2", dtype, [ROWS_DIM, n_out])
+    parts = [value(f"{prefix}/{proj}2", dtype, [ROWS_DIM, w]) for proj, w in zip(DOWN_GROUPS[group], widths)]
+    sizes = b.const(f"split_{'_'.join(map(str, widths))}", np.array(widths, np.int64))
+    split = b.node("Split", [add.outputs[0], sizes], f"{prefix}/split", parts, axis=-1)
     new = [weights, scales, packed, down, low2, y2, delta, add, split]
     for proj, back, part, w in zip(DOWN_GROUPS[group], backs, parts, widths):
         out = back.outputs[0]
-        new.append(_reshape(graph, part, _back_shape(out, w), f"{prefix}/{proj}", dtype, out.shape))
+        new.append(b.reshape(part, _back_shape(out, w), f"{prefix}/{proj}", dtype, out.shape))
         ir.convenience.replace_all_uses_with(out, new[-1].outputs[0])
     graph.insert_before(first, new)
     return True
@@ -389,11 +391,11 @@ def _join(graph: ir.Graph, nodes: dict[str, ir.Node], low: ir.Node, group: str) 
     prefix, total = f"lora/{layer}/{group}", rows + rank
     down = {"kind": "joint_down", "bits": bits, "block": block, "rows": rows,
             "from": [IO.lora_input(layer, group, "down")]}
-    joint_codes = _input(graph, IO.lora_input(layer, group, JOINT_CODES), ir.DataType.UINT8,
+    joint_codes = _layout_input(graph, IO.lora_input(layer, group, JOINT_CODES), ir.DataType.UINT8,
                          [total, blocks, block * bits // 8], down | {"part": "codes", "base": code_base})
-    joint_scales = _input(graph, IO.lora_input(layer, group, JOINT_SCALES), dtype, [total, blocks],
+    joint_scales = _layout_input(graph, IO.lora_input(layer, group, JOINT_SCALES), dtype, [total, blocks],
                           down | {"part": "scales", "base": scale_base})
-    joint = _nbits([x, joint_codes, joint_scales], f"{prefix}/joint", proj, total, dtype)
+    joint = _nbits(graph, [x, joint_codes, joint_scales], f"{prefix}/joint", proj, total, dtype)
     out = back[0].outputs[0]
     up = _nbits_of_inputs(graph, joint.outputs[0], _factor_inputs(layer, proj_name, UP_CODES, UP_SCALES), total, n_out,
                           8, f"lora/{layer}/{proj_name}/up8", list(out.shape) if out.shape is not None else None,
@@ -417,9 +419,9 @@ def _external(v: ir.Value | None) -> dict | None:
     return {"location": str(t.location), "offset": int(t.offset or 0), "length": int(t.length)}
 
 
-def _nbits(inputs: list, name: str, like: ir.Node, n_out: int, dtype: ir.DataType) -> ir.Node:
+def _nbits(graph: ir.Graph, inputs: list, name: str, like: ir.Node, n_out: int, dtype: ir.DataType) -> ir.Node:
     """A MatMulNBits of `n_out` outputs quantized as `like` is."""
-    node = _op("MatMulNBits", inputs, name, dtype, None, domain=like.domain)
+    node = Builder(graph, PREFIX).named("MatMulNBits", inputs, name, dtype, None, domain=like.domain)
     node.attributes.update(like.attributes)
     node.attributes["N"] = ir.AttrInt64("N", n_out)
     return node
@@ -448,14 +450,12 @@ def _nbits_of_inputs(graph: ir.Graph, x: ir.Value, names: tuple[str, str], n_in:
     scales part of it: step_layout). Accuracy level 0 by default: one dispatch (level 4's DP4A path is two)."""
     blocks, dtype = -(-n_in // INT8_BLOCK), _dtype(x)
     kind = (record or {}) | {"bits": bits, "block": INT8_BLOCK}
-    codes = _input(graph, names[0], ir.DataType.UINT8, [n_out, blocks, INT8_BLOCK * bits // 8],
-                   kind | {"part": "codes"} | _delta_part(kind, names[0]))
-    scales = _input(graph, names[1], dtype, [n_out, blocks], kind | {"part": "scales"} | _delta_part(kind, names[1]))
-    node = _op("MatMulNBits", [x, codes, scales], name, dtype, dims, domain=domain)
-    for key, value in (("K", n_in), ("N", n_out), ("bits", bits), ("block_size", INT8_BLOCK),
-                       ("accuracy_level", accuracy_level)):
-        node.attributes[key] = ir.AttrInt64(key, value)
-    return node
+    codes = _layout_input(graph, names[0], ir.DataType.UINT8, [n_out, blocks, INT8_BLOCK * bits // 8],
+                          kind | {"part": "codes"} | _delta_part(kind, names[0]))
+    scales = _layout_input(graph, names[1], dtype, [n_out, blocks],
+                           kind | {"part": "scales"} | _delta_part(kind, names[1]))
+    return Builder(graph, PREFIX).named("MatMulNBits", [x, codes, scales], name, dtype, dims, domain=domain, K=n_in,
+                                        N=n_out, bits=bits, block_size=INT8_BLOCK, accuracy_level=accuracy_level)
 
 
 def spare_readers(model: ir.Model) -> int:
@@ -508,13 +508,13 @@ def _spare(graph: ir.Graph, down: ir.Node, name: str, codes: ir.Value | None, wi
     blocks, width = -(-n_in // INT8_BLOCK), width or n_out
     # each spare its own initializers: onnxruntime's common subexpression elimination would merge equal spares
     tag = "" if name == "spare" else f"_{name}"
+    b = Builder(graph, PREFIX)
     if codes is None:
         code_dims = (width, blocks, INT8_BLOCK * down.attributes.get_int("bits", 4) // 8)
-        codes = shared_const(graph, f"lora/zero_codes_{'_'.join(map(str, code_dims))}{tag}",
-                             np.zeros(code_dims, np.uint8))
-    zeros = shared_const(graph, f"lora/zero_scales_{width}_{blocks}{tag}", np.zeros((width, blocks), dtype.numpy()))
-    spare = _op("MatMulNBits", [down.inputs[0], codes, zeros], f"{down.name}/{name}", dtype, None,
-                domain=down.domain)
+        codes = b.const(f"zero_codes_{'_'.join(map(str, code_dims))}{tag}", np.zeros(code_dims, np.uint8))
+    zeros = b.const(f"zero_scales_{width}_{blocks}{tag}", np.zeros((width, blocks), dtype.numpy()))
+    spare = b.named("MatMulNBits", [down.inputs[0], codes, zeros], f"{down.name}/{name}", dtype, None,
+                    domain=down.domain)
     spare.attributes.update(down.attributes)
     spare.attributes["N"] = ir.AttrInt64("N", width)
     return spare
@@ -573,7 +573,7 @@ def _as_bias(graph: ir.Graph, add: ir.Node) -> bool:
     n_out = _dims(proj)[1]
     dtype = add.outputs[0].type.dtype if add.outputs[0].type is not None else ir.DataType.FLOAT
     name = f"{(delta.name or 'lora').removesuffix('/delta')}/bias"
-    bias = _reshape(graph, delta.outputs[0], [n_out], name, dtype, [n_out])
+    bias = Builder(graph, PREFIX).reshape(delta.outputs[0], [n_out], name, dtype, [n_out])
     graph.remove(delta)
     graph.insert_before(proj, [delta, bias])  # after the down it reads, before the projection
     proj.resize_inputs(6)
@@ -631,18 +631,6 @@ def _back_shape(y: ir.Value, n_out: int) -> list[int]:
     return [1] * (rank - 2) + [-1, n_out]
 
 
-def _op(op: str, inputs: list, name: str, dtype: ir.DataType, dims: list | None, domain: str = "") -> ir.Node:
-    """One node named `name` whose output (named `name` too) is declared as `dims` of `dtype`."""
-    out = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(dims) if dims is not None else None)
-    return ir.node(op, inputs, name=name, outputs=[out], domain=domain)
-
-
-def _reshape(graph: ir.Graph, v: ir.Value, shape: list[int], name: str, dtype: ir.DataType, dims) -> ir.Node:
-    """Reshape `v` to the constant `shape` (an initializer shared by every Reshape to the same shape)."""
-    const = shared_const(graph, f"lora/shape_{'_'.join(str(d) for d in shape)}", np.array(shape, np.int64))
-    return _op("Reshape", [v, const], name, dtype, list(dims) if dims is not None else None)
-
-
 def _dims(node: ir.Node) -> tuple[int, int]:
     """(in, out) features of a projection."""
     if node.op_type == "MatMulNBits":
@@ -653,14 +641,12 @@ def _dims(node: ir.Node) -> tuple[int, int]:
     return int(k), int(n)
 
 
-def _input(graph: ir.Graph, name: str, dtype: ir.DataType, dims: list, record: dict | None = None) -> ir.Value:
+def _layout_input(graph: ir.Graph, name: str, dtype: ir.DataType, dims: list,
+                  record: dict | None = None) -> ir.Value:
     """A graph input of shape `dims`, with no default (see the module's docstring); `record`: its layout record
     (step_layout), of these dims unless it names its own."""
-    value = ir.Value(name=name, type=ir.TensorType(dtype), shape=ir.Shape(dims))
-    if record is not None:
-        value.meta[LAYOUT] = {"dims": dims} | record
-    graph.inputs.append(value)
-    return value
+    meta = {LAYOUT: {"dims": dims} | record} if record is not None else None
+    return Builder(graph, PREFIX).input(name, dtype, dims, meta)
 
 
 def _delta_part(record: dict, name: str) -> dict:

@@ -39,6 +39,7 @@ Every input and output name is webbuild.site.contract.IO's.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx_ir as ir
@@ -55,8 +56,9 @@ from webbuild.forms.lora import (
     step_layout,
 )
 from webbuild.fusion.attention_mask import lengths_from_values
+from webbuild.graph.builder import Builder
 from webbuild.graph.files import rewrite_file
-from webbuild.graph.ir import dead_code_elimination, prod, shared_const
+from webbuild.graph.ir import dead_code_elimination, prod
 from webbuild.site.contract import IO
 
 _SEQLENS, _TOTAL = 5, 6  # GroupQueryAttention's inputs
@@ -164,71 +166,43 @@ def _greedy_on_gpu(graph: ir.Graph, logits: ir.Value, opset: int) -> None:
     if not isinstance(vocab, int):
         raise NotApplicable("the decoder's logits have no static vocabulary size")
     rows = -(-vocab // _ROW)
-    b = _Builder(graph, "greedy", opset)
-    x = b.op("Reshape", [b.cast(logits, ir.DataType.FLOAT), b.const("flat", np.array([-1], np.int64))], (vocab,))
+    b, f32 = Builder(graph, "greedy/"), ir.DataType.FLOAT
+    cast = logits if logits.dtype == f32 else b.op("Cast", [logits], f32, logits.shape, to=f32)
+    x = b.op("Reshape", [cast, b.const("flat", np.array([-1], np.int64))], f32, (vocab,))
     size, grid, flag = rows * _ROW, (rows, _ROW), ir.DataType.BOOL
     neg = b.const("neg", np.array(-np.inf, np.float32))
     if size > vocab:
-        x = b.op("Pad", [x, b.const("pads", np.array([0, size - vocab], np.int64)), neg], (size,))
+        x = b.op("Pad", [x, b.const("pads", np.array([0, size - vocab], np.int64)), neg], f32, (size,))
     shape = b.const("grid", np.array(grid, np.int64))
-    x = b.op("Reshape", [x, shape], grid)
+    x = b.op("Reshape", [x, shape], f32, grid)
     # 0..size-1 from constants (onnxruntime folds it when the session is made: nothing to download)
     count = [b.const(name, np.array(v, np.float32)) for name, v in (("zero", 0), ("size", size), ("one", 1))]
-    index = b.op("Reshape", [b.op("Range", count, (size,)), shape], grid)
-    best = b.reduce("ReduceMax", x)
-    first = b.reduce("ReduceMin", b.op("Where", [b.op("Equal", [x, best], grid, flag), index, count[1]], grid))
-    others = b.op("Where", [b.op("Equal", [index, first], grid, flag), neg, x], grid)  # all but the chosen one
-    margin = b.op("Sub", [best, b.reduce("ReduceMax", others)], (1, 1), name=IO.margin)
+    index = b.op("Reshape", [b.op("Range", count, f32, (size,)), shape], f32, grid)
+    best = _reduce(b, "ReduceMax", x, opset)
+    first = _reduce(b, "ReduceMin", b.op("Where", [b.op("Equal", [x, best], flag, grid), index, count[1]], f32, grid),
+                    opset)
+    others = b.op("Where", [b.op("Equal", [index, first], flag, grid), neg, x], f32, grid)  # all but the chosen one
+    margin = b.op("Sub", [best, _reduce(b, "ReduceMax", others, opset)], f32, (1, 1), output=IO.margin)
     # [1, 1] as computed, never reshaped: a Reshape output aliases its input, and graph capture would not
     # copy it into the buffer bound to next_token (input_ids' own)
-    token = b.op("Cast", [first], (1, 1), ir.DataType.INT32, name=IO.next_token, to=ir.DataType.INT32)
-    b.commit()
+    token = b.op("Cast", [first], ir.DataType.INT32, (1, 1), output=IO.next_token, to=ir.DataType.INT32)
+    b.place()
     graph.outputs.remove(logits)
     graph.outputs.extend([token, margin])
+
+
+def _reduce(b: Builder, op: str, x: ir.Value, opset: int) -> ir.Value:
+    """[rows, cols] -> [1, 1]: per row, then across the rows, each over the last axis (onnxruntime's WebGPU
+    reductions transpose first over any other axis: one more dispatch). ReduceMax / ReduceMin take their axes as an
+    input from opset 18, as an attribute before."""
+    assert x.shape is not None and x.dtype is not None, "the builder's values are declared"
+    attrs: dict[str, Any] = {} if opset >= 18 else {"axes": [1]}
+    axes = [b.const("axis1", np.array([1], np.int64))] if opset >= 18 else []
+    per_row = b.op(op, [x, *axes], x.dtype, (x.shape[0],), keepdims=0, **attrs)
+    row = b.op("Reshape", [per_row, b.const("as_row", np.array([1, -1], np.int64))], x.dtype, (1, x.shape[0]))
+    return b.op(op, [row, *axes], x.dtype, (1, 1), keepdims=1, **attrs)
 
 
 STEP = Form("step", "a WebGPU decoder with GroupQueryAttention taking token ids: one token a step, every node on "
             "the GPU, for graph capture", write_step)
 
-
-class _Builder:
-    """Nodes appended at the end of `graph`, named under `prefix`, with their output types and shapes."""
-
-    def __init__(self, graph: ir.Graph, prefix: str, opset: int):
-        self.graph, self.prefix, self.opset = graph, prefix, opset
-        self.nodes: list[ir.Node] = []
-
-    def const(self, name: str, array: np.ndarray) -> ir.Value:
-        return shared_const(self.graph, f"{self.prefix}/{name}", array)
-
-    def op(self, op_type: str, inputs: list, shape: tuple, dtype=ir.DataType.FLOAT, name: str | None = None,
-           **attrs) -> ir.Value:
-        node = ir.node(op_type, inputs, attrs, name=f"{self.prefix}/{name or op_type}_{len(self.nodes)}")
-        out = node.outputs[0]
-        out.type, out.shape = ir.TensorType(dtype), ir.Shape(list(shape))
-        if name:
-            out.name = name
-        self.nodes.append(node)
-        return out
-
-    def cast(self, v: ir.Value, dtype: ir.DataType) -> ir.Value:
-        assert v.shape is not None, "the logits' shape is checked, the builder's own are set"
-        return v if v.dtype == dtype else self.op("Cast", [v], tuple(v.shape), dtype, to=dtype)
-
-    def reduce(self, op_type: str, x: ir.Value) -> ir.Value:
-        """[rows, cols] -> [1, 1]: per row, then across the rows, each over the last axis (onnxruntime's
-        WebGPU reductions transpose first over any other axis: one more dispatch)."""
-        assert x.shape is not None, "the logits' shape is checked, the builder's own are set"
-        per_row = self.op(op_type, [x, *self.axes(1)], (x.shape[0],), x.dtype, keepdims=0, **self.axes_attr(1))
-        row = self.op("Reshape", [per_row, self.const("as_row", np.array([1, -1], np.int64))], (1, x.shape[0]), x.dtype)
-        return self.op(op_type, [row, *self.axes(1)], (1, 1), x.dtype, keepdims=1, **self.axes_attr(1))
-
-    # ReduceMax / ReduceMin take their axes as an input from opset 18, as an attribute before
-    def axes(self, axis: int) -> list[ir.Value]:
-        return [self.const(f"axis{axis}", np.array([axis], np.int64))] if self.opset >= 18 else []
-
-    def axes_attr(self, axis: int) -> dict:
-        return {} if self.opset >= 18 else {"axes": [axis]}
-
-    def commit(self) -> None:
-        self.graph.extend(self.nodes)
