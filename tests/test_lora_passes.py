@@ -21,7 +21,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from webbuild.adapters import DOWN_GROUPS, RANK
+from webbuild.forms.form import Report, strict_failures
 from webbuild.forms.lora import (
+    ADAPTED,
+    adapted_step,
     drop_unread_inputs,
     joint_downs,
     lora_form,
@@ -32,6 +35,7 @@ from webbuild.forms.lora import (
     spare_readers,
     step_layout,
 )
+from webbuild.forms.step import STEP
 from webbuild.graph.ir import dead_code_elimination
 from webbuild.site.adapter_pack import down_bits, quantize_blocks, step_inputs, update
 from webbuild.site.contract import IO
@@ -40,6 +44,7 @@ H, HEADS, HEAD, INTER, PAST = 64, 2, 32, 128, 2  # hidden, query heads (one key/
 WIDTHS = {"q_proj": (H, HEADS * HEAD), "k_proj": (H, HEAD), "v_proj": (H, HEAD), "o_proj": (H, H),
           "gate_proj": (H, INTER), "up_proj": (H, INTER), "down_proj": (INTER, H)}
 EPS = 1e-6
+VOCAB = 40  # the decoder's (as_decoder)
 MS = "com.microsoft"
 
 
@@ -272,3 +277,56 @@ def test_the_whole_step_chain_with_spares_gives_the_same_layer(layer):
     updates |= {p: as_read(adapter, p, down=four, up=eight) for p in ("o_proj", "down_proj")}
     updates |= {p: as_read(adapter, p, merged=four) for p in DOWN_GROUPS["gate_up_proj"]}
     check(layer, model, adapter, updates)
+
+
+def as_decoder(layer: Layer, path: Path, external: bool) -> None:
+    """The layer as a decoder the step form takes: token ids through an embedding, an attention mask (the step
+    form's lengths come from it), logits out; its weights saved as external data or inside the graph."""
+    rng = np.random.default_rng(7)
+    model = layer.graph()
+    graph, f = model.graph, TensorProto.FLOAT
+    graph.initializer.extend([numpy_helper.from_array(rng.normal(0, 1, (VOCAB, H)).astype(np.float32), "embed"),
+                              numpy_helper.from_array(rng.normal(0, 1, (H, VOCAB)).astype(np.float32), "lm_head")])
+    graph.node.insert(0, helper.make_node("Gather", ["embed", IO.input_ids], ["x"], name="embed"))
+    graph.node.append(helper.make_node("MatMul", ["y", "lm_head"], [IO.logits], name="lm_head"))
+    inputs = [i for i in graph.input if i.name != "x"]
+    del graph.input[:]
+    graph.input.extend([helper.make_tensor_value_info(IO.input_ids, TensorProto.INT64, [1, 1]),
+                        helper.make_tensor_value_info(IO.attention_mask, TensorProto.INT64, [1, PAST + 1]), *inputs])
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info(IO.logits, f, [1, 1, VOCAB]))
+    onnx.save(model, str(path), save_as_external_data=external, location=f"{path.name}.data", size_threshold=0)
+
+
+@pytest.mark.parametrize("external", [True, False])
+def test_a_step_pass_that_takes_nothing_is_a_lost_part_in_the_forms_report(layer, external):
+    """Through the forms driver: the adapted decoder's step form made, and a pass that finds none of the places its
+    layout expects (joint_downs joins only projections whose weights are external data) a Miss that names it and
+    loses (--strict fails); with the weights external every pass takes every place, and nothing is reported."""
+    folder = layer.folder / ("external" if external else "inline")
+    folder.mkdir()
+    as_decoder(layer, folder / "decoder.onnx", external)
+    report = Report()
+    adapted_file = report.make(ADAPTED, "fp32/decoder", folder, "decoder.onnx")
+    assert adapted_file and report.make(STEP, "fp32/decoder_lora", folder, adapted_file) == "decoder.lora.step.onnx"
+    if external:
+        assert report.missed == []
+        return
+    assert report.missed == [{"form": "step", "graph": "fp32/decoder_lora", "loses": True,
+                              "why": "joint_downs took 0 of 2: o's and down's downs stay beside their projections "
+                                     "(not plain MatMulNBits of external weights)"}]
+    assert strict_failures(report.as_dict())[1].startswith("fp32/decoder_lora: step: joint_downs took 0 of 2")
+
+
+def test_adapted_step_reports_only_what_a_pass_left(layer):
+    """adapted_step on the adapted layer: every pass takes all its places (no Miss); a graph whose q, k and v read
+    different inputs has nothing packed, a losing Miss, and the other passes still run (quantized_downs takes the
+    group's down instead)."""
+    model = adapted(layer)
+    assert adapted_step(model) == []
+    model = adapted(layer)
+    k = next(n for n in model.graph if n.name == "k_proj")
+    k.replace_input_with(0, model.graph.inputs[0])  # x rather than its norm: three projections packed into one no more
+    misses = adapted_step(model)
+    assert [(m.reason.split(":")[0], m.loses) for m in misses] == [("packed_updates took 0 of 1", True)]
+    assert not any(n.op_type == "MatMul" and (n.name or "").endswith("/low") for n in model.graph)

@@ -35,16 +35,19 @@ the product of both.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import onnx_ir as ir
 
 from webbuild.adapters import DOWN_GROUPS, TARGET_MODULES, shared_rank
-from webbuild.forms.form import Form, Made, NotApplicable
+from webbuild.forms.form import Form, Made, Miss, NotApplicable
 from webbuild.forms.lora_delta import delta_name
 from webbuild.graph.builder import Builder, value
 from webbuild.graph.files import rewrite_file
+from webbuild.graph.ir import dead_code_elimination
 from webbuild.site.adapter_pack import BLOCK as INT8_BLOCK
 from webbuild.site.adapter_pack import down_bits
 from webbuild.site.contract import (
@@ -250,6 +253,43 @@ def _add_update(graph: ir.Graph, node: ir.Node, prefix: str, low: ir.Value, up: 
         if graph_out is y:
             graph.outputs[i] = back.outputs[0]
     graph.insert_after(node, [base, delta, add, back])
+
+
+@dataclass(frozen=True)
+class StepPass:
+    """One pass of the adapted step form: `run` rewrites the graph and says how many places it took, `expects`
+    counts the places the layout (webbuild.site.contract's groups) has for it beforehand, `left` says what a place
+    not taken stays as. The nodes and inputs that passes `leaves_unread` go before a pass that `reads_tidy`."""
+    name: str
+    expects: Callable[[ir.Graph], int]
+    run: Callable[[ir.Model], int]
+    left: str
+    leaves_unread: bool = False
+    reads_tidy: bool = False
+
+
+def _branches(graph: ir.Graph, part: str, owners: tuple[str, ...]) -> int:
+    """How many of the graph's branch nodes (`lora/{i}/{owner}/{part}`) are `part` of one of `owners`."""
+    return sum(_branch_part(n.name, owners) == part for n in graph)
+
+
+def adapted_step(model: ir.Model) -> list[Miss]:
+    """The adapted passes in the step form's order (STEP_PASSES: quantized_downs last, after the nodes and inputs
+    the others left unread go); a pass that takes fewer places than its layout expects is a Miss that says how many
+    and what they stay as, losing where it takes none (the step form ships without that part of its layout), as
+    the int8 twin's MatMulNBits left are (webbuild.forms.wasm_twin). A base decoder has no branch: nothing is
+    expected of any pass."""
+    misses, unread = [], False
+    for step in STEP_PASSES:
+        if step.reads_tidy and unread:
+            dead_code_elimination(model)
+            drop_unread_inputs(model.graph)
+        expected = step.expects(model.graph)
+        took = step.run(model)
+        unread |= step.leaves_unread and took > 0
+        if took < expected:
+            misses.append(Miss(f"{step.name} took {took} of {expected}: {step.left}", loses=took == 0))
+    return misses
 
 
 def quantized_downs(graph: ir.Graph) -> int:
@@ -676,3 +716,20 @@ def _float_record(v: ir.Value, parts: tuple[int, str, str]) -> dict:
     group = next((g for g, projs in DOWN_GROUPS.items() if owner in projs or owner == g), owner)
     dims = [d if isinstance(d, int) else shared_rank(group) for d in (v.shape or [])]
     return {"kind": "float", "part": "values", "dims": dims, "from": [v.name or ""]}
+
+
+_MLP = DOWN_GROUPS["gate_up_proj"]
+_DELTA_MEMBERS = tuple(p for g in DELTA_GROUPS for p in DOWN_GROUPS[g])
+STEP_PASSES = (
+    StepPass("mlp_updates_as_biases", lambda g: _branches(g, "out2", _MLP), lambda m: mlp_updates_as_biases(m.graph),
+             "gate's and up's updates stay Adds after their projections (no fused MLP kernel)"),
+    StepPass("packed_updates", lambda g: _branches(g, "low", PACKED_UPS), lambda m: packed_updates(m.graph),
+             "q, k and v stay three projections with their updates beside them", leaves_unread=True),
+    StepPass("joint_downs", lambda g: _branches(g, "low", JOINT_DOWNS), joint_downs,
+             "o's and down's downs stay beside their projections (not plain MatMulNBits of external weights)",
+             leaves_unread=True),
+    StepPass("merged_deltas", lambda g: _branches(g, "bias", _DELTA_MEMBERS), lambda m: merged_deltas(m.graph),
+             "gate's and up's updates stay down @ up each step", leaves_unread=True),
+    StepPass("quantized_downs", lambda g: _branches(g, "low", tuple(DOWN_GROUPS)), lambda m: quantized_downs(m.graph),
+             "the downs stay float MatMuls of one row", reads_tidy=True),
+)

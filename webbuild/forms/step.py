@@ -45,16 +45,7 @@ import numpy as np
 import onnx_ir as ir
 
 from webbuild.forms.form import Form, Made, Miss, NotApplicable
-from webbuild.forms.lora import (
-    drop_unread_inputs,
-    joint_downs,
-    merged_deltas,
-    mlp_updates_as_biases,
-    packed_updates,
-    quantized_downs,
-    spare_readers,
-    step_layout,
-)
+from webbuild.forms.lora import adapted_step, spare_readers, step_layout
 from webbuild.fusion.attention_mask import lengths_from_values
 from webbuild.graph.builder import Builder
 from webbuild.graph.files import rewrite_file
@@ -71,12 +62,13 @@ def write_step(folder: Path, name: str, layout: dict[str, dict] | None = None) -
     `layout`."""
     dest = folder / f"{Path(name).stem}.step.onnx"
     why: list[Miss] = []
+    left: list[Miss] = []
 
     def rewrite(model: ir.Model) -> bool:
         if miss := step_miss(model):
             why.append(miss)
             return False
-        step_form(model)
+        left.extend(step_form(model))
         return True
 
     def finish(model: ir.Model) -> int:
@@ -84,7 +76,7 @@ def write_step(folder: Path, name: str, layout: dict[str, dict] | None = None) -
             layout.update(step_layout(model))
         return spare_readers(model)
 
-    return Made(dest.name) if rewrite_file(folder / name, dest, rewrite, finish=finish) else why[0]
+    return Made(dest.name, tuple(left)) if rewrite_file(folder / name, dest, rewrite, finish=finish) else why[0]
 
 
 def step_miss(model: ir.Model) -> Miss | None:
@@ -103,9 +95,10 @@ def step_miss(model: ir.Model) -> Miss | None:
     return None
 
 
-def step_form(model: ir.Model) -> None:
+def step_form(model: ir.Model) -> list[Miss]:
     """Rewrite `model`, a decoder `step_miss` passes, in place; NotApplicable where its audio inputs are used
-    outside the splice or its logits have no static vocabulary size."""
+    outside the splice or its logits have no static vocabulary size. Returns the adapted passes' misses
+    (lora.adapted_step: none for a base decoder)."""
     graph = model.graph
     gqa = [n for n in graph.all_nodes() if n.op_type == "GroupQueryAttention"]
     names = {v.name: v for v in graph.inputs}
@@ -121,13 +114,10 @@ def step_form(model: ir.Model) -> None:
     ids = names[IO.input_ids]
     ids.type = ir.TensorType(ir.DataType.INT32)  # the embedding lookup takes int32 indices as well
     ids.shape = ir.Shape([1, 1])
-    mlp_updates_as_biases(graph)  # an adapted decoder's: one row, so gate's and up's updates can be biases,
-    # q, k and v's one packed projection with its 4-bit down beside it, o's and down's joined to their downs,
-    # gate's and up's biases their merged updates
-    if packed_updates(graph) + joint_downs(model) + merged_deltas(graph):
-        dead_code_elimination(model)
-        drop_unread_inputs(graph)
-    quantized_downs(graph)  # and its other downs MatMulNBits' one-row decode kernel
+    # an adapted decoder's passes: one row, so gate's and up's updates can be biases, q, k and v's one packed
+    # projection with its 4-bit down beside it, o's and down's joined to their downs, gate's and up's biases their
+    # merged updates, the other downs MatMulNBits' one-row decode kernel
+    return adapted_step(model)
 
 
 def _drop_audio_splice(model: ir.Model) -> None:
