@@ -23,10 +23,13 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+import onnx_ir as ir
+from onnx import TensorProto
 
 from webbuild.adapters import DOWN_GROUPS, shared_rank
 from webbuild.forms.form import Form, Made, Miss
+from webbuild.graph.builder import Builder, new_model, value
+from webbuild.graph.files import write_model
 from webbuild.site.adapter_pack import BLOCK
 from webbuild.site.contract import DELTA_BITS, DELTA_CODES, DELTA_GROUPS, DELTA_SCALES, IO
 
@@ -46,79 +49,76 @@ def layer_prefix(layer: int) -> str:
 
 
 def delta_graph(dtype: int = TensorProto.FLOAT) -> onnx.ModelProto:
-    """The delta graph of every DELTA_GROUPS group, for a variant of float type `dtype` (an onnx TensorProto type)."""
+    """The delta graph of every DELTA_GROUPS group, for a variant of float type `dtype` (an onnx TensorProto type),
+    checked by onnx's full check."""
+    return ir.serde.serialize_model(checked(delta_model(ir.DataType(dtype))))
+
+
+def checked(model: ir.Model) -> ir.Model:
+    """`model` once onnx's full check (types and shapes inferred) passes it."""
+    onnx.checker.check_model(ir.serde.serialize_model(model), full_check=True)
+    return model
+
+
+def delta_model(dtype: ir.DataType = ir.DataType.FLOAT) -> ir.Model:
+    """The delta graph (see delta_graph) as an onnx-ir model."""
+    model = new_model("lora_delta", OPSET, ir_version=9, producer="webbuild")
+    b = Builder(model.graph, typed_consts=False)
     top = 2 ** (DELTA_BITS - 1) - 1
     consts = {"top": np.float32(top), "zero": np.float32(0), "one": np.float32(1), "low": np.float32(-top),
               "point": np.float32(top + 1), "nibble": np.float32(16), "blocks": np.array([0, -1, BLOCK], np.int64),
               "pairs": np.array([0, -1, BLOCK // 2, 2], np.int64), "last": np.array([2], np.int64),
               "pair": np.array([3], np.int64), "halves": np.array([1, 1], np.int64),
               "magic": np.float32(1.5 * 2 ** 23)}
-    inits = [numpy_helper.from_array(np.asarray(v), f"c/{k}") for k, v in consts.items()]
-    inputs, outputs, nodes = [], [], []
+    c = {k: b.const(f"c/{k}", np.asarray(v)) for k, v in consts.items()}
     for group in DELTA_GROUPS:
-        down = delta_name(group, "down")
-        inputs.append(helper.make_tensor_value_info(down, dtype, ["in", "rank"]))
-        nodes.append(helper.make_node("Cast", [down], [f"{group}/down32"], to=TensorProto.FLOAT))
+        down = b.input(delta_name(group, "down"), dtype, ["in", "rank"])
+        down32 = b.op("Cast", [down], name="", output=f"{group}/down32", to=ir.DataType.FLOAT)
         for proj in DOWN_GROUPS[group]:
-            up = delta_name(proj, "up")
-            inputs.append(helper.make_tensor_value_info(up, dtype, ["rank", f"{proj}_out"]))
-            nodes += _quantized_product(f"{group}/down32", up, proj, dtype)
-            outputs += [helper.make_tensor_value_info(delta_name(proj, DELTA_CODES), TensorProto.UINT8,
-                                                      [f"{proj}_out", "blocks", BLOCK * DELTA_BITS // 8]),
-                        helper.make_tensor_value_info(delta_name(proj, DELTA_SCALES), dtype,
-                                                      [f"{proj}_out", "blocks"])]
-    graph = helper.make_graph(nodes, "lora_delta", inputs, outputs, inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="webbuild")
-    model.ir_version = 9
-    onnx.checker.check_model(model, full_check=True)
+            up = b.input(delta_name(proj, "up"), dtype, ["rank", f"{proj}_out"])
+            model.graph.outputs.extend(_quantized_product(b, c, down32, up, proj, dtype))
+    b.place()
     return model
 
 
-def _quantized_product(down: str, up: str, proj: str, dtype: int) -> list[onnx.NodeProto]:
+def _quantized_product(b: Builder, c: dict[str, ir.Value], down: ir.Value, up: ir.Value, proj: str,
+                       dtype: ir.DataType) -> list[ir.Value]:
     """down @ up as quantize_blocks(., DELTA_BITS): scale = a block's largest magnitude / 7, code = value / scale
-    rounded half to even, clipped to +-7, + 8, two codes a byte, the lower nibble first."""
-    p, c = f"{proj}/", "c/"
-    step: list[tuple[str, list[str], str | tuple[str, ...], dict[str, Any]]] = [
-        ("Cast", [up], "up32", {"to": TensorProto.FLOAT}),
-        ("MatMul", [down, p + "up32"], "product", {}),
-        ("Transpose", [p + "product"], "columns", {"perm": [1, 0]}),  # [out, in]: MatMulNBits' weight order
-        ("Reshape", [p + "columns", c + "blocks"], "blocked", {}),
-        ("Abs", [p + "blocked"], "magnitude", {}),
-        ("ReduceMax", [p + "magnitude", c + "last"], "largest", {"keepdims": 0}),
-        ("Div", [p + "largest", c + "top"], "scales", {}),
-        ("Greater", [p + "scales", c + "zero"], "nonzero", {}),
-        ("Where", [p + "nonzero", p + "scales", c + "one"], "divisor", {}),  # a block of zeros: codes of 0
-        ("Unsqueeze", [p + "divisor", c + "last"], "divisor3", {}),
-        ("Div", [p + "blocked", p + "divisor3"], "ratio", {}),
-        # rounded half to even by float32 arithmetic: onnxruntime-web's WebGPU EP has no Round (it would run on the
-        # CPU, a read-back and an upload a run); |ratio| <= 7, where adding 1.5 * 2^23 leaves whole numbers
-        ("Add", [p + "ratio", c + "magic"], "shifted", {}),
-        ("Sub", [p + "shifted", c + "magic"], "rounded", {}),
-        ("Clip", [p + "rounded", c + "low", c + "top"], "clipped", {}),
-        ("Add", [p + "clipped", c + "point"], "codes", {}),
-        ("Reshape", [p + "codes", c + "pairs"], "paired", {}),
-        ("Split", [p + "paired", c + "halves"], ("lower", "upper"), {"axis": 3}),
-        ("Mul", [p + "upper", c + "nibble"], "upper16", {}),
-        ("Add", [p + "lower", p + "upper16"], "bytes", {}),
-        ("Squeeze", [p + "bytes", c + "pair"], "bytes3", {}),
-        ("Cast", [p + "bytes3"], delta_name(proj, DELTA_CODES), {"to": TensorProto.UINT8}),
-        ("Cast", [p + "scales"], delta_name(proj, DELTA_SCALES), {"to": dtype})]
-    nodes = []
-    for op, ins, outs, attrs in step:
-        names = [o if o.startswith(proj + ".") else p + o for o in ((outs,) if isinstance(outs, str) else outs)]
-        nodes.append(helper.make_node(op, ins, names, name=names[0], **attrs))
-    return nodes
+    rounded half to even, clipped to +-7, + 8, two codes a byte, the lower nibble first. Returns the codes
+    [out, blocks, 16] and the scales [out, blocks], named as the step's inputs less the layer's prefix."""
+    def op(op: str, inputs: list[ir.Value], out: str, **attrs: Any) -> ir.Value:
+        return b.op(op, inputs, name=f"{proj}/{out}", output=f"{proj}/{out}", **attrs)
+    f32 = ir.DataType.FLOAT
+    columns = op("Transpose", [op("MatMul", [down, op("Cast", [up], "up32", to=f32)], "product")], "columns",
+                 perm=[1, 0])  # [out, in]: MatMulNBits' weight order
+    blocked = op("Reshape", [columns, c["blocks"]], "blocked")
+    scales = op("Div", [op("ReduceMax", [op("Abs", [blocked], "magnitude"), c["last"]], "largest", keepdims=0),
+                        c["top"]], "scales")
+    divisor = op("Where", [op("Greater", [scales, c["zero"]], "nonzero"), scales, c["one"]], "divisor")  # zeros: 0
+    ratio = op("Div", [blocked, op("Unsqueeze", [divisor, c["last"]], "divisor3")], "ratio")
+    # rounded half to even by float32 arithmetic: onnxruntime-web's WebGPU EP has no Round (it would run on the
+    # CPU, a read-back and an upload a run); |ratio| <= 7, where adding 1.5 * 2^23 leaves whole numbers
+    rounded = op("Sub", [op("Add", [ratio, c["magic"]], "shifted"), c["magic"]], "rounded")
+    codes = op("Add", [op("Clip", [rounded, c["low"], c["top"]], "clipped"), c["point"]], "codes")
+    halves = [value(f"{proj}/{half}") for half in ("lower", "upper")]
+    lower, upper = b.node("Split", [op("Reshape", [codes, c["pairs"]], "paired"), c["halves"]], halves[0].name,
+                          halves, axis=3).outputs
+    paired = op("Add", [lower, op("Mul", [upper, c["nibble"]], "upper16")], "bytes")
+    packed = op("Squeeze", [paired, c["pair"]], "bytes3")
+    shape = [f"{proj}_out", "blocks"]
+    return [b.named("Cast", [packed], delta_name(proj, DELTA_CODES), ir.DataType.UINT8,
+                    [*shape, BLOCK * DELTA_BITS // 8], to=ir.DataType.UINT8).outputs[0],
+            b.named("Cast", [scales], delta_name(proj, DELTA_SCALES), dtype, shape, to=dtype).outputs[0]]
 
 
 def write_delta_graph(step: Path, dest: Path) -> Made | Miss:
     """The delta graph for the adapted step graph `step`, written to `dest`; a Miss (nothing written, nothing lost:
     the step form has no merged update to make) where the step reads none."""
-    model = onnx.load(str(step), load_external_data=False)
-    types = {i.name: i.type.tensor_type.elem_type for i in model.graph.input}
-    scales = [t for name, t in types.items() if (parts := IO.lora_parts(name)) and parts[2] == DELTA_SCALES]
-    if not scales:
+    graph = ir.load(step).graph  # the weights stay in their file: only the inputs are read
+    scales = [v.dtype for v in graph.inputs if (parts := IO.lora_parts(v.name or "")) and parts[2] == DELTA_SCALES]
+    if not scales or scales[0] is None:
         return Miss("the adapted step form reads no merged update", loses=False)
-    onnx.save(delta_graph(scales[0]), str(dest))
+    write_model(checked(delta_model(scales[0])), dest)
     return Made(dest.name)
 
 
