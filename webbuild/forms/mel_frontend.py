@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+import onnx_ir as ir
+from onnx import TensorProto
 
 from webbuild.errors import BuildError
 from webbuild.forms.form import Form, Made
+from webbuild.graph.builder import Builder, new_model, value
 from webbuild.graph.load import load_onnx
 from webbuild.reference.mel import (
     HOP,
@@ -50,102 +53,95 @@ def dft_basis() -> np.ndarray:
     return basis[:, None, :].astype(np.float32)
 
 
-def _const(name: str, value) -> onnx.TensorProto:
-    return numpy_helper.from_array(np.asarray(value), name)
-
-
 def mel_graph(opset: int, lead: int = 0) -> onnx.ModelProto:
     """pcm [1, N] float32 -> mel [1, 128, (lead_length(pcm, lead) + N) // 160], equal to
     `webbuild.reference.mel.log_mel(pcm, lead)`."""
+    return ir.serde.serialize_model(mel_model(opset, lead))
+
+
+def mel_model(opset: int, lead: int = 0) -> ir.Model:
+    """The front-end of mel_graph as an onnx-ir model: unnamed nodes, constants `fe_*`, values named."""
     if lead < 0:
         raise ValueError(f"lead must be 0 or more samples, got {lead}")
-    inits = [
-        _const("fe_pads", np.array([0, 0, N_FFT // 2, 0, 0, N_FFT // 2], np.int64)),
-        _const("fe_basis", dft_basis()),
-        _const("fe_filters", mel_filters().T.copy()),  # [128, 201]
-        _const("fe_split", np.array([N_BINS, N_BINS], np.int64)),
-        _const("fe_start", np.array([0], np.int64)),
-        _const("fe_minus1", np.array([-1], np.int64)),
-        _const("fe_axis2", np.array([2], np.int64)),
-        _const("fe_floor", np.array(1e-10, np.float32)),
-        _const("fe_inv_ln10", np.array(1 / np.log(10), np.float32)),
-        _const("fe_range", np.array(8.0, np.float32)),
-        _const("fe_four", np.array(4.0, np.float32)),
-        _const("fe_quarter", np.array(0.25, np.float32)),
-        _const("fe_axis1", np.array([1], np.int64)),
-    ]
-    signal, lead_nodes = "fe_pcm3", []
-    if lead:  # without a lead the graph is the upstream front-end's, node for node
-        signal = "fe_led"
-        inits += [
-            _const("fe_window_ones", np.ones((1, 1, QUIET_WINDOW), np.float32)),
-            _const("fe_inv_window", np.array(1 / QUIET_WINDOW, np.float32)),
-            _const("fe_quiet_ratio", np.array(QUIET_RATIO, np.float32)),
-            _const("fe_sentinel", np.ones((1, 1, 1), np.float32)),
-            _const("fe_window_len", np.array([QUIET_WINDOW], np.int64)),
-            _const("fe_lead_len", np.array([lead], np.int64)),
-            _const("fe_zero", np.array([0], np.int64)),
-            _const("fe_shape1", np.array([1], np.int64)),
-            _const("fe_lead_noise", lead_noise(lead)[None, None, :]),  # [1, 1, lead]
-        ]
-        lead_nodes = [
-            helper.make_node("Mul", ["fe_pcm3", "fe_pcm3"], ["fe_sq"]),
-            helper.make_node("Conv", ["fe_sq", "fe_window_ones"], ["fe_energy"], strides=[QUIET_WINDOW]),  # [1, 1, W]
-            helper.make_node("ReduceMin", ["fe_energy"], ["fe_quiet_energy"], keepdims=1),  # [1, 1, 1]
-            # how many windows the chunk starts with that are background: the first loud one's index
-            helper.make_node("Mul", ["fe_quiet_energy", "fe_quiet_ratio"], ["fe_loud_above"]),
-            helper.make_node("Greater", ["fe_energy", "fe_loud_above"], ["fe_loud"]),
-            helper.make_node("Cast", ["fe_loud"], ["fe_loud_f"], to=TensorProto.FLOAT),
-            helper.make_node("Concat", ["fe_loud_f", "fe_sentinel"], ["fe_loud_s"], axis=2),  # all quiet: W
-            helper.make_node("ArgMax", ["fe_loud_s"], ["fe_first_loud"], axis=2, keepdims=0),  # [1, 1]
-            helper.make_node("Reshape", ["fe_first_loud", "fe_shape1"], ["fe_first_loud1"]),  # [1]
-            helper.make_node("Mul", ["fe_first_loud1", "fe_window_len"], ["fe_have"]),
-            helper.make_node("Sub", ["fe_lead_len", "fe_have"], ["fe_need"]),
-            helper.make_node("Max", ["fe_need", "fe_zero"], ["fe_lead_n"]),
-            helper.make_node("Slice", ["fe_lead_noise", "fe_zero", "fe_lead_n", "fe_axis2"], ["fe_noise"]),
-            helper.make_node("Mul", ["fe_quiet_energy", "fe_inv_window"], ["fe_quiet_power"]),
-            helper.make_node("Sqrt", ["fe_quiet_power"], ["fe_quiet"]),
-            helper.make_node("Mul", ["fe_noise", "fe_quiet"], ["fe_lead"]),
-            helper.make_node("Concat", ["fe_lead", "fe_pcm3"], [signal], axis=2),  # [1, 1, lead_n + N]
-        ]
-    nodes = [
-        helper.make_node("Unsqueeze", [IO.pcm, "fe_axis1"], ["fe_pcm3"]),  # [1, 1, N]
-        *lead_nodes,
-        helper.make_node("Pad", [signal, "fe_pads"], ["fe_padded"], mode="reflect"),
-        helper.make_node("Conv", ["fe_padded", "fe_basis"], ["fe_spec"], strides=[HOP]),  # [1, 402, F]
-        helper.make_node("Split", ["fe_spec", "fe_split"], ["fe_re", "fe_im"], axis=1),
-        helper.make_node("Mul", ["fe_re", "fe_re"], ["fe_re2"]),
-        helper.make_node("Mul", ["fe_im", "fe_im"], ["fe_im2"]),
-        helper.make_node("Add", ["fe_re2", "fe_im2"], ["fe_power_all"]),
-        # the last frame is dropped, as the reference does
-        helper.make_node("Slice", ["fe_power_all", "fe_start", "fe_minus1", "fe_axis2"], ["fe_power"]),
-        helper.make_node("MatMul", ["fe_filters", "fe_power"], ["fe_mel"]),  # [1, 128, T]
-        helper.make_node("Max", ["fe_mel", "fe_floor"], ["fe_clamped"]),
-        helper.make_node("Log", ["fe_clamped"], ["fe_ln"]),
-        helper.make_node("Mul", ["fe_ln", "fe_inv_ln10"], ["fe_log10"]),
-        helper.make_node("ReduceMax", ["fe_log10"], ["fe_peak"], keepdims=0),
-        helper.make_node("Sub", ["fe_peak", "fe_range"], ["fe_low"]),
-        helper.make_node("Max", ["fe_log10", "fe_low"], ["fe_floored"]),
-        helper.make_node("Add", ["fe_floored", "fe_four"], ["fe_shift"]),
-        helper.make_node("Mul", ["fe_shift", "fe_quarter"], [IO.mel]),
-    ]
-    graph = helper.make_graph(
-        nodes, "mel_frontend",
-        [helper.make_tensor_value_info(IO.pcm, TensorProto.FLOAT, [1, "samples"])],
-        [helper.make_tensor_value_info(IO.mel, TensorProto.FLOAT, [1, 128, "frames"])],
-        initializer=inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model = new_model("mel_frontend", opset, onnx.IR_VERSION)
+    b = Builder(model.graph, "fe_", typed_consts=False)
+    consts = {
+        "pads": np.array([0, 0, N_FFT // 2, 0, 0, N_FFT // 2], np.int64), "basis": dft_basis(),
+        "filters": mel_filters().T.copy(),  # [128, 201]
+        "split": np.array([N_BINS, N_BINS], np.int64), "start": np.array([0], np.int64),
+        "minus1": np.array([-1], np.int64), "axis2": np.array([2], np.int64), "floor": np.array(1e-10, np.float32),
+        "inv_ln10": np.array(1 / np.log(10), np.float32), "range": np.array(8.0, np.float32),
+        "four": np.array(4.0, np.float32), "quarter": np.array(0.25, np.float32), "axis1": np.array([1], np.int64)}
+    if lead:
+        consts |= {
+            "window_ones": np.ones((1, 1, QUIET_WINDOW), np.float32),
+            "inv_window": np.array(1 / QUIET_WINDOW, np.float32),
+            "quiet_ratio": np.array(QUIET_RATIO, np.float32), "sentinel": np.ones((1, 1, 1), np.float32),
+            "window_len": np.array([QUIET_WINDOW], np.int64), "lead_len": np.array([lead], np.int64),
+            "zero": np.array([0], np.int64), "shape1": np.array([1], np.int64),
+            "lead_noise": lead_noise(lead)[None, None, :]}  # [1, 1, lead]
+    values = {f"fe_{k}": b.const(k, v) for k, v in consts.items()}
+    values[IO.pcm] = b.input(IO.pcm, ir.DataType.FLOAT, [1, "samples"])
+    mel = value(IO.mel, ir.DataType.FLOAT, [1, 128, "frames"])
+
+    def n(op: str, inputs: list[str], outputs: list[str], **attrs: Any) -> None:
+        made = [mel if name == IO.mel else value(name) for name in outputs]
+        b.node(op, [values[i] for i in inputs], "", made, **attrs)
+        values.update(zip(outputs, made))
+
+    n("Unsqueeze", [IO.pcm, "fe_axis1"], ["fe_pcm3"])  # [1, 1, N]
+    signal = "fe_led" if lead else "fe_pcm3"  # without a lead the graph is the upstream front-end's, node for node
+    if lead:
+        n("Mul", ["fe_pcm3", "fe_pcm3"], ["fe_sq"])
+        n("Conv", ["fe_sq", "fe_window_ones"], ["fe_energy"], strides=[QUIET_WINDOW])  # [1, 1, W]
+        n("ReduceMin", ["fe_energy"], ["fe_quiet_energy"], keepdims=1)  # [1, 1, 1]
+        # how many windows the chunk starts with that are background: the first loud one's index
+        n("Mul", ["fe_quiet_energy", "fe_quiet_ratio"], ["fe_loud_above"])
+        n("Greater", ["fe_energy", "fe_loud_above"], ["fe_loud"])
+        n("Cast", ["fe_loud"], ["fe_loud_f"], to=ir.DataType.FLOAT)
+        n("Concat", ["fe_loud_f", "fe_sentinel"], ["fe_loud_s"], axis=2)  # all quiet: W
+        n("ArgMax", ["fe_loud_s"], ["fe_first_loud"], axis=2, keepdims=0)  # [1, 1]
+        n("Reshape", ["fe_first_loud", "fe_shape1"], ["fe_first_loud1"])  # [1]
+        n("Mul", ["fe_first_loud1", "fe_window_len"], ["fe_have"])
+        n("Sub", ["fe_lead_len", "fe_have"], ["fe_need"])
+        n("Max", ["fe_need", "fe_zero"], ["fe_lead_n"])
+        n("Slice", ["fe_lead_noise", "fe_zero", "fe_lead_n", "fe_axis2"], ["fe_noise"])
+        n("Mul", ["fe_quiet_energy", "fe_inv_window"], ["fe_quiet_power"])
+        n("Sqrt", ["fe_quiet_power"], ["fe_quiet"])
+        n("Mul", ["fe_noise", "fe_quiet"], ["fe_lead"])
+        n("Concat", ["fe_lead", "fe_pcm3"], [signal], axis=2)  # [1, 1, lead_n + N]
+    n("Pad", [signal, "fe_pads"], ["fe_padded"], mode="reflect")
+    n("Conv", ["fe_padded", "fe_basis"], ["fe_spec"], strides=[HOP])  # [1, 402, F]
+    n("Split", ["fe_spec", "fe_split"], ["fe_re", "fe_im"], axis=1)
+    n("Mul", ["fe_re", "fe_re"], ["fe_re2"])
+    n("Mul", ["fe_im", "fe_im"], ["fe_im2"])
+    n("Add", ["fe_re2", "fe_im2"], ["fe_power_all"])
+    # the last frame is dropped, as the reference does
+    n("Slice", ["fe_power_all", "fe_start", "fe_minus1", "fe_axis2"], ["fe_power"])
+    n("MatMul", ["fe_filters", "fe_power"], ["fe_mel"])  # [1, 128, T]
+    n("Max", ["fe_mel", "fe_floor"], ["fe_clamped"])
+    n("Log", ["fe_clamped"], ["fe_ln"])
+    n("Mul", ["fe_ln", "fe_inv_ln10"], ["fe_log10"])
+    n("ReduceMax", ["fe_log10"], ["fe_peak"], keepdims=0)
+    n("Sub", ["fe_peak", "fe_range"], ["fe_low"])
+    n("Max", ["fe_log10", "fe_low"], ["fe_floored"])
+    n("Add", ["fe_floored", "fe_four"], ["fe_shift"])
+    n("Mul", ["fe_shift", "fe_quarter"], [IO.mel])
+    b.place()
+    model.graph.outputs.append(mel)
+    return model
 
 
 def add_mel_frontend(encoder_in: Path, encoder_out: Path, lead: int = 0) -> None:
     """Write `encoder_out`: `encoder_in` (input `mel`) with the front-end in front (input `pcm`),
     putting a lead of up to `lead` samples before the audio (`webbuild.reference.mel.with_lead`).
 
-    The front-end's nodes and constants are spliced in ahead of the encoder's, whose `mel` input they
-    produce. Only the graph is rewritten: weights in an external data file are not read (a 1.3 GB
-    encoder would otherwise be copied several times over); the file is copied beside `encoder_out`
-    as `<name>.data`. An inline encoder stays inline."""
+    The front-end's nodes and constants (mel_model, built with webbuild.graph.builder) are spliced in ahead of
+    the encoder's, whose `mel` input they produce. The splice works on the encoder's protobuf: an onnx-ir round
+    trip would write a value_info for each of its initializers, changing the shipped encoder's bytes. Only the
+    graph is rewritten: weights in an external data file are not read (a 1.3 GB encoder would otherwise be copied
+    several times over); the file is copied beside `encoder_out` as `<name>.data`. An inline encoder stays
+    inline."""
     encoder = load_onnx(encoder_in)
     g = encoder.graph
     names = [i.name for i in g.input]
