@@ -22,7 +22,8 @@ runs fast. Each graph's twin has one of three forms (`FORMS`; webbuild.pipeline.
   creation. The folding costs wasm memory many times the float32 weights (webbuild.pipeline.wasm_budget).
 
 Nibbles are unpacked low first with the symmetric zero point 8 (128 for 8-bit codes), as the quantize
-stage packs them.
+stage packs them. The twin is rewritten on the quantized graph's protobuf, not built with webbuild.graph.builder:
+an onnx-ir round trip writes a value_info for each initializer, and the shipped twins' bytes would change.
 """
 
 from __future__ import annotations
