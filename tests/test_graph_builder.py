@@ -88,3 +88,16 @@ def test_value_leaves_unknown_parts_unset():
     v = value("v")
     assert (v.name, v.type, v.shape) == ("v", None, None)
     assert value(None, F, ["n", 2]).shape == ir.Shape(["n", 2])
+
+
+def test_builders_of_one_graph_share_constants_under_const_prefix():
+    """Two builders naming their nodes apart share one constant under a common `const_prefix` (how the decomposition
+    names each fused node's primitives after it, its constants once for the graph); a list is a constant too."""
+    graph = ir.Graph([], [], nodes=[], opset_imports={"": 17})
+    a, b = (Builder(graph, f"{p}/", const_prefix="shared/") for p in ("a", "b"))
+    x = a.input("x", F, [3])
+    a.op("Add", [x, a.const("axes", [-1])])
+    b.op("Add", [x, b.const("axes", [-1])])
+    assert [n.name for n in a.nodes + b.nodes] == ["a/Add_0", "b/Add_0"]
+    assert list(graph.initializers) == ["shared/axes"]
+    assert graph.initializers["shared/axes"].const_value.numpy().tolist() == [-1]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx_ir as ir
 
-from webbuild.graph.ir import shared_const
+from webbuild.graph.builder import Builder
 from webbuild.site.contract import IO
 
 _SEQLENS, _TOTAL = "attn_mask/seqlens_k", "attn_mask/total_sequence_length"
@@ -149,19 +149,15 @@ def gqa_lengths(graph: ir.Graph, static: bool = False) -> tuple[ir.Value, ir.Val
     mask = mask_input(graph)
     if static:
         return lengths_from_values(graph, mask, _STATIC)
-    one = shared_const(graph, "attn_mask/one", np.array([1], np.int64))
-    nodes = [ir.node("ReduceSum", [mask, one], {"keepdims": 0}, name="attn_mask/ReduceSum")]
-    nodes.append(ir.node("Sub", [nodes[-1].outputs[0], one], name="attn_mask/Sub"))
-    nodes.append(ir.node("Cast", [nodes[-1].outputs[0]], {"to": ir.DataType.INT32}, name="attn_mask/CastSeqlens"))
-    seqlens = nodes[-1].outputs[0]
-    nodes.append(ir.node("Shape", [mask], {"start": 1, "end": 2}, name="attn_mask/Shape"))
-    nodes.append(ir.node("Squeeze", [nodes[-1].outputs[0]], name="attn_mask/Squeeze"))
-    nodes.append(ir.node("Cast", [nodes[-1].outputs[0]], {"to": ir.DataType.INT32}, name="attn_mask/CastTotal"))
-    total = nodes[-1].outputs[0]
-    seqlens.name, total.name = _SEQLENS, _TOTAL
-    seqlens.type = total.type = ir.TensorType(ir.DataType.INT32)
-    seqlens.shape, total.shape = ir.Shape(["batch_size"]), ir.Shape([])
-    graph.insert_before(graph.node(0), nodes) if len(graph) else graph.extend(nodes)
+    b, i32 = Builder(graph, "attn_mask/"), ir.DataType.INT32
+    one = b.const("one", np.array([1], np.int64))
+    count = b.op("ReduceSum", [mask, one], name="attn_mask/ReduceSum", keepdims=0)
+    less = b.op("Sub", [count, one], name="attn_mask/Sub")
+    seqlens = b.op("Cast", [less], i32, ["batch_size"], name="attn_mask/CastSeqlens", output=_SEQLENS, to=i32)
+    length = b.op("Shape", [mask], name="attn_mask/Shape", start=1, end=2)
+    squeezed = b.op("Squeeze", [length], name="attn_mask/Squeeze")
+    total = b.op("Cast", [squeezed], i32, [], name="attn_mask/CastTotal", output=_TOTAL, to=i32)
+    graph.insert_before(graph.node(0), b.nodes) if len(graph) else b.place()
     return seqlens, total
 
 
@@ -169,16 +165,11 @@ def lengths_from_values(graph: ir.Graph, mask: ir.Value, prefix: str) -> tuple[i
     """(seqlens_k [B] int32, total_sequence_length [] int32) from the mask's values: its ones counted (Cast
     int32 -> ReduceSum), less one, and the largest count, as the genai builder's graph-capture form does. No
     Shape of the mask: right for a mask spanning a static buffer, and all on the GPU (the step form's)."""
-    axis = shared_const(graph, f"{prefix}/axis1", np.array([1], np.int64))
-    one = shared_const(graph, f"{prefix}/one_i32", np.array([1], np.int32))
-    cast = ir.node("Cast", [mask], {"to": ir.DataType.INT32}, name=f"{prefix}/mask_i32")
-    count = ir.node("ReduceSum", [cast.outputs[0], axis], {"keepdims": 0}, name=f"{prefix}/count")
-    seqlens = ir.node("Sub", [count.outputs[0], one], name=f"{prefix}/seqlens_k")
-    total = ir.node("ReduceMax", [count.outputs[0]], {"keepdims": 0}, name=f"{prefix}/total_sequence_length")
-    for node, shape in ((cast, mask.shape), (count, ir.Shape(["batch_size"])), (seqlens, ir.Shape(["batch_size"])),
-                        (total, ir.Shape([]))):
-        node.outputs[0].type = ir.TensorType(ir.DataType.INT32)
-        node.outputs[0].shape = shape
-    seqlens.outputs[0].name, total.outputs[0].name = f"{prefix}/seqlens_k", f"{prefix}/total_sequence_length"
-    graph.insert_before(graph.node(0), [cast, count, seqlens, total])
+    b, i32 = Builder(graph, f"{prefix}/"), ir.DataType.INT32
+    axis, one = b.const("axis1", np.array([1], np.int64)), b.const("one_i32", np.array([1], np.int32))
+    cast = b.op("Cast", [mask], i32, mask.shape, name=f"{prefix}/mask_i32", to=i32)
+    count = b.op("ReduceSum", [cast, axis], i32, ["batch_size"], name=f"{prefix}/count", keepdims=0)
+    seqlens = b.named("Sub", [count, one], f"{prefix}/seqlens_k", i32, ["batch_size"])
+    total = b.named("ReduceMax", [count], f"{prefix}/total_sequence_length", i32, [], keepdims=0)
+    graph.insert_before(graph.node(0), b.nodes)
     return seqlens.outputs[0], total.outputs[0]

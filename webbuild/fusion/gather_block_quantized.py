@@ -19,6 +19,7 @@ import onnx_ir as ir
 
 from webbuild.fusion import dequant
 from webbuild.fusion.rule import Miss, Rule
+from webbuild.graph.builder import Builder
 from webbuild.graph.ir import MS, attr, import_ms_domain, new_const, replace
 from webbuild.graph.packing import LOOKUP_ATTRS, lookup_scales_shape
 
@@ -49,32 +50,27 @@ def _rewrite(g: ir.Graph, m: _Match) -> None:
     import_ms_domain(g)
     b, gather = m.table, m.gather
     p = dequant.pack(g, b)
+    at = Builder(g, f"{gather.name or 'Gather'}/")  # the nodes go before the Gather they replace
     shape = lookup_scales_shape(p.rows, p.k, p.block_size)
     if dequant.shared(b):  # tied: lm_head's MatMulNBits takes the same scales, [V, H/bs]
         scales, target = dequant.matmul_scales(g, p), new_const(g, "lookup_scales_shape", np.array(shape))
-        scales = _op(g, gather, "ScalesReshape", "Reshape", [scales, target])
+        scales = at.op("Reshape", [scales, target], name=f"{at.prefix}ScalesReshape")
     else:
         scales = new_const(g, f"{p.data.name}.lookup_scales", p.scale.reshape(shape))
     inputs = [p.data, gather.inputs[1], scales]
     if p.zero is not None:
         inputs.append(new_const(g, f"{p.data.name}.lookup_zero_points", p.zero.reshape(shape)))
-    blocks = _op(g, gather, "Lookup", "GatherBlockQuantized", inputs, domain=MS, bits=p.bits, block_size=p.block_size,
-                 **LOOKUP_ATTRS)
+    blocks = at.op("GatherBlockQuantized", inputs, name=f"{at.prefix}Lookup", domain=MS, bits=p.bits,
+                   block_size=p.block_size, **LOOKUP_ATTRS)
     blocks.type = gather.outputs[0].type
     indices = gather.inputs[1]
     assert indices is not None and indices.shape is not None, "match checked the indices' rank"
     rank = len(indices.shape)
     target = new_const(g, "lookup_shape", np.array([0] * rank + [p.k]))
-    out = _op(g, gather, "LookupReshape", "Reshape", [blocks, target])
+    out = at.op("Reshape", [blocks, target], name=f"{at.prefix}LookupReshape")
+    g.insert_before(gather, at.nodes)
     out.type, out.shape = gather.outputs[0].type, gather.outputs[0].shape
     replace(gather.outputs[0], out)
-
-
-def _op(g: ir.Graph, at: ir.Node, role: str, op: str, inputs: list, domain: str = "", **attrs) -> ir.Value:
-    """A new node before `at` (its inputs are graph constants or `at`'s); returns its output."""
-    node = ir.node(op, inputs, attrs or None, domain=domain, name=f"{at.name or 'Gather'}/{role}")
-    g.insert_before(at, node)
-    return node.outputs[0]
 
 
 RULE = Rule("gather_block_quantized", ("Gather",), match, _rewrite)

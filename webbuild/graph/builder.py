@@ -1,12 +1,12 @@
-"""The one way the graph forms build graph pieces: nodes, constants and inputs on an onnx-ir graph.
+"""The one way graph pieces are built (by the graph forms, the fusion rules' helpers and the decomposition): nodes,
+constants and inputs on an onnx-ir graph.
 
 A `Builder` makes nodes for one graph: each node named (explicitly, empty, or `<prefix><op>_<n>`: n counts the
-builder's nodes), each output
-named or left for the graph to name, and declared with its element type and shape where the caller knows them;
-constants are initializers named under the builder's `prefix`, shared between equal ones; inputs are graph inputs
-with their type, shape and any `meta` a later pass reads. The nodes are not placed: a rewrite inserts them where
-they belong (`graph.insert_before`, `insert_after`), or `place()` appends all it made. `new_model` starts a model
-from nothing, whose graph a Builder then fills.
+builder's nodes), each output named or left for the graph to name, and declared with its element type and shape where
+the caller knows them; constants are initializers named under the builder's `const_prefix` (its `prefix` unless
+given), shared between equal ones; inputs are graph inputs with their type, shape and any `meta` a later pass reads.
+The nodes are not placed: a rewrite inserts them where they belong (`graph.insert_before`, `insert_after`), or
+`place()` appends all it made. `new_model` starts a model from nothing, whose graph a Builder then fills.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
+from numpy.typing import ArrayLike
 
 from webbuild.graph.ir import shared_const
 
@@ -23,11 +24,13 @@ Dims = Sequence[int | str | ir.SymbolicDim | None] | ir.Shape
 
 
 class Builder:
-    """Nodes, constants and inputs for `graph`, named under `prefix`. `typed_consts` False leaves the constants'
-    type and shape to their tensors (no value_info for them in the file, as onnx.helper writes a model)."""
+    """Nodes, constants and inputs for `graph`, named under `prefix`; constants under `const_prefix` where given
+    (several builders sharing the graph's constants). `typed_consts` False leaves the constants' type and shape to
+    their tensors (no value_info for them in the file, as onnx.helper writes a model)."""
 
-    def __init__(self, graph: ir.Graph, prefix: str = "", typed_consts: bool = True):
+    def __init__(self, graph: ir.Graph, prefix: str = "", typed_consts: bool = True, const_prefix: str | None = None):
         self.graph, self.prefix, self.typed_consts = graph, prefix, typed_consts
+        self.const_prefix = prefix if const_prefix is None else const_prefix
         self.nodes: list[ir.Node] = []
 
     def node(self, op: str, inputs: Sequence[ir.Value | None], name: str | None = None,
@@ -54,9 +57,9 @@ class Builder:
         """A node named `name` whose one output is named `name` too, declared as `dims` of `dtype`."""
         return self.node(op, inputs, name, [value(name, dtype, dims)], domain, **attrs)
 
-    def const(self, name: str, array: np.ndarray) -> ir.Value:
-        """An initializer `<prefix><name>` holding `array`, shared with an equal one of that name."""
-        full = f"{self.prefix}{name}"
+    def const(self, name: str, array: ArrayLike) -> ir.Value:
+        """An initializer `<const_prefix><name>` holding `array`, shared with an equal one of that name."""
+        full, array = f"{self.const_prefix}{name}", np.asarray(array)
         if self.typed_consts:
             return shared_const(self.graph, full, array)
         v = ir.Value(name=full, const_value=ir.tensor(np.asarray(array), name=full))
@@ -72,8 +75,8 @@ class Builder:
 
     def reshape(self, x: ir.Value, shape: Sequence[int], name: str, dtype: ir.DataType | None,
                 dims: Dims | None) -> ir.Node:
-        """Reshape `x` to the constant `shape` (one initializer `<prefix>shape_<dims>` for every such Reshape), the
-        node and its output both named `name`."""
+        """Reshape `x` to the constant `shape` (one initializer `<const_prefix>shape_<dims>` for every such
+        Reshape), the node and its output both named `name`."""
         to = self.const(f"shape_{'_'.join(str(d) for d in shape)}", np.array(shape, np.int64))
         return self.named("Reshape", [x, to], name, dtype, dims)
 
