@@ -8,6 +8,7 @@ import { LiveView, MicFrames, intervalNote } from './app/live.js';
 import { BASE_INTERVAL_MS } from './runtime/live.js';
 import { renderLiveMetrics, renderMetrics, renderInfo } from './app/metrics.js';
 import { isolatePage } from './app/isolation.js';
+import { watchedWorker } from './app/watched-worker.js';
 import { keepDecodeChoice, keptDecodeChoice } from './app/decode-choice.js';
 import { clock, cues, download, showSegments, transcriptFile } from './app/transcript.js';
 import { FROM_WORKER, KEEP_AUDIO, LIVE_BUTTON, LORA_PICKER, SAMPLES_FILE, TO_WORKER } from './runtime/contract.js';
@@ -53,7 +54,12 @@ const state = { status: 'loading', cached: false, kept: null, info: null, metric
   clip: null, stages: [], cancelled: false, chunk: null, recovered: false, language: null };
 /** @type {Window & {webbuild?: typeof state}} */ (window).webbuild = state;
 await isolatePage(); // cross-origin isolation (wasm threads) first: the first visit may reload for it
-const worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module' });
+const worker = watchedWorker(new URL('./worker.js', import.meta.url), {
+  onMessage: (/** @type {FromWorkerMessage} */ data) => /** @type {(msg: FromWorkerMessage) => void} */ (handlers[data.type])?.(data),
+  onError: (e) => fail(`the model worker failed to start (${e.message || 'script error'})`),
+  onStall: stalled,
+  stallMs: Number(params.get('stall_s')) * 1000, // ?stall_s=S: how long a loading worker may say nothing
+});
 /** @type {{id: number, resolve: (msg: DoneMessage) => void, reject: (e: Error) => void, seconds: number} | null} */
 let pending = null; // the transcription in flight (seconds: its audio's length)
 /** @type {{id: number, name: string | null} | null} */
@@ -65,16 +71,6 @@ let switching = null; // the adapter switch in flight
 let living = null;
 let nextId = 1;
 
-// each message to its type's handler (the cast: TypeScript cannot pair the union's members with their handlers)
-worker.onmessage = (/** @type {MessageEvent<FromWorkerMessage>} */ { data }) => {
-  clearTimeout(silent); // the worker runs: it says at once what a load is doing
-  /** @type {(msg: FromWorkerMessage) => void} */ (handlers[data.type])?.(data);
-};
-worker.onerror = (/** @type {ErrorEvent} */ e) => fail(`the model worker failed to start (${e.message || 'script error'})`);
-// A worker that never runs (its module never loads, without an error) would leave the page loading for good.
-const WORKER_SILENT_MS = 60000;
-const silent = setTimeout(() => fail('the model worker did not start in 60 s; reload the page to try again'),
-  WORKER_SILENT_MS);
 /** @type {string | undefined} */
 let noticeCode; // the code of the warning the notice shows ('retry': stale once the load has ended)
 const warn = (/** @type {string} */ message, /** @type {string} */ code = '', /** @type {string | null} */ shard = null) => {
@@ -87,8 +83,10 @@ const samplesShown = showSamples().catch((e) => warn(`the sample clips could not
 /** @type {Handlers} */
 const handlers = {
   [FROM_WORKER.progress]: showProgress,
+  [FROM_WORKER.alive]: () => {}, // the watch's sign of life (app/watched-worker.js): heard is enough
   [FROM_WORKER.warning]: (w) => warn(w.message, w.code, w.shard),
   [FROM_WORKER.ready]: async ({ info }) => {
+    worker.loaded();
     await samplesShown; // their buttons exist before the page says it is ready
     Object.assign(state, { status: 'ready', info });
     hideProgress();
@@ -135,11 +133,20 @@ function loadModel() {
   // ?capture=0: every decode step plain, without graph capture (runtime/capture.js); ?decode=captured|plain: that
   // decode form, else the one this profile measured on an earlier visit, else measured now (runtime/decode-form.js)
   // ?threads=N: the wasm EP's threads (the bench's --threads), else runtime/site.js wasmThreads' rule
-  worker.postMessage({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep'),
+  worker.load({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep'),
     threads: Number(params.get('threads')) || undefined, graphCapture: params.get('capture') !== '0',
     warmShapes: params.get('warm') === 'shapes', decodeForm: params.get('decode'), knownDecode: keptDecodeChoice(),
     gpuValidation: /** @type {import('./runtime/probe.js').GpuValidation | null} */ (params.get('gpu_validation')) });
   setStatus('Loading the model…');
+}
+
+// The worker said nothing for a while during the load (app/watched-worker.js): a fresh one loads again, or, where
+// the fresh one stalls too, the load fails; both name the step the page last showed.
+/** @param {{restarted: boolean, silentMs: number}} stall */
+function stalled({ restarted, silentMs }) {
+  const where = `nothing for ${Math.round(silentMs / 1000)} s after "${state.stages.at(-1) ?? 'the start'}"`;
+  if (restarted) warn(`The model's worker stopped answering (${where}); it was started again.`, 'worker-restarted');
+  else fail(`the model's worker stopped answering (${where}), again after a restart; reload the page to try again`);
 }
 
 function retryLoad() {
@@ -631,6 +638,7 @@ function hideProgress() {
 }
 /** @param {string} message */
 function fail(message) {
+  worker.loaded();
   Object.assign(state, { status: 'error', error: message });
   showError(message);
   clearRetryNotice();

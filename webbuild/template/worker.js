@@ -76,10 +76,20 @@ function postError(e, id) {
   post({ type: FROM_WORKER.error, id, message: loadErrorMessage(e, manifest), detail });
 }
 
+// While a load runs: a sign that this thread runs, for the page's watch (app/watched-worker.js), which tells a
+// blocked thread from a long step.
+const ALIVE_MS = 2000;
+
 /** @param {import('./runtime/contract.js').LoadMessage} msg */
 async function load(msg) {
   loadMessage = msg;
-  const loaded = site = await startSite(msg, msg.forceEp);
+  const alive = setInterval(() => post({ type: FROM_WORKER.alive }), ALIVE_MS);
+  let loaded;
+  try {
+    loaded = site = await startSite(msg, msg.forceEp);
+  } finally {
+    clearInterval(alive);
+  }
   post({ type: FROM_WORKER.ready, info: readyInfo(loaded) });
   loaded.cached.then((kept) => post({ type: FROM_WORKER.cached, kept })); // not awaited: transcriptions need not wait for it
 }

@@ -179,13 +179,17 @@ export const TO_WORKER = Object.freeze({
  * @typedef {{type: 'live-done', id: number, text: string, tokens: number[][], margins: number[][],
  *   chunks: Array<[number, number]>, metrics: LiveMetrics}} LiveDoneMessage
  *   The session's final texts joined, its finals' tokens and margins and [start, end) per chunk.
+ * @typedef {{type: 'alive'}} AliveMessage
+ *   While the worker loads, every few seconds: its thread runs (the page's watch, app/watched-worker.js).
  * @typedef {ProgressMessage | WarningMessage | ReadyMessage | CachedMessage | RecoveredMessage | ChunkMessage | TokenMessage
- *   | DoneMessage | CacheClearedMessage | LoraSetMessage | ErrorMessage | LiveUpdateMessage | LiveDoneMessage} FromWorkerMessage
+ *   | DoneMessage | CacheClearedMessage | LoraSetMessage | ErrorMessage | LiveUpdateMessage | LiveDoneMessage
+ *   | AliveMessage} FromWorkerMessage
  */
 export const FROM_WORKER = Object.freeze({
   progress: 'progress', warning: 'warning', ready: 'ready', cached: 'cached', recovered: 'recovered', chunk: 'chunk',
   token: 'token', done: 'done',
   cacheCleared: 'cache-cleared', loraSet: 'lora-set', error: 'error', liveUpdate: 'live-update', liveDone: 'live-done',
+  alive: 'alive',
 });
 
 // The id of the page's adapter picker, the <select> webbuild verify drives (webbuild/site/contract.py
