@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 DRIVER = REPO / "tests" / "js" / "firefox-site.mjs"
 PUPPETEER = REPO / "node_modules" / "puppeteer-core"
 FIREFOX = shutil.which("firefox-esr")
-TIMEOUT_S = 180  # the driver's run takes 14-22 s on the 2-core box
+TIMEOUT_S = 300  # the driver's run takes 14-22 s on the 2-core box; a stalled worker costs the page's 90 s watch more
 
 pytestmark = [
     pytest.mark.browser,
@@ -62,7 +63,12 @@ def test_firefox_loads_the_example_on_wasm(firefox_run):
     ready = firefox_run["ready"]
     assert firefox_run["firefox"].startswith("firefox/")
     assert ready["status"] == "ready", ready["error"]
-    assert ready["info"]["ep"] == "wasm" and ready["warnings"] == []
+    assert ready["info"]["ep"] == "wasm"
+    # a worker the page's watch replaced (app/watched-worker.js): the one warning allowed, said in the run's output
+    restarted = [w for w, c in zip(ready["warnings"], ready["warningCodes"]) if c["code"] == "worker-restarted"]
+    assert len(ready["warnings"]) == len(restarted) <= 1, ready["warnings"]
+    for warning in restarted:
+        warnings.warn(f"Firefox: {warning}", stacklevel=1)
 
 
 def test_firefox_transcribes_every_sample_with_the_reference_tokens(firefox_run, example_dist):
