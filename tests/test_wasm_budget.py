@@ -32,7 +32,11 @@ INT8 = {"encoder": "int8", "decoder": "int8"}
 KEPT = {"encoder": "matmul_nbits", "decoder": "matmul_nbits"}
 
 
-def build(out: Path, budget: int | None = None, config: Path = EXAMPLE / "model.yaml") -> subprocess.CompletedProcess:
+def build(out: Path, budget: int | None = None, config: Path | None = None) -> subprocess.CompletedProcess:
+    """The example built into `out` under `budget`; by default without its adapter, whose forms the wasm plan
+    does not weigh (a build of the check lane's minutes saved)."""
+    if config is None:
+        config = write_example_config(out.parent, adapters=[])
     env = dict(os.environ, **({BUDGET_ENV: str(budget)} if budget else {}))
     run = webbuild(config, "-o", out, env=env)
     assert run.returncode == 0, run.stderr
@@ -140,7 +144,8 @@ def test_twins_over_budget_give_way_to_matmul_nbits_and_wasm_transcribes_as_the_
     kept = next(o for o in options if o["forms"] == KEPT)
     assert all(o["need_bytes"] > kept["need_bytes"] for o in options if o is not kept)  # the smallest
     small = tmp_path / "dist"
-    run = build(small, budget=kept["need_bytes"])  # room for that option only
+    # room for that option only (of the adapted example's plan, whose options the adapter's forms weigh into)
+    run = build(small, budget=kept["need_bytes"], config=EXAMPLE / "model.yaml")
     fit = wasm_plan(small)
     assert fit["fits"] and fit["forms"] == KEPT and fit["need_bytes"] == kept["need_bytes"]
     assert [o["fits"] for o in fit["options"]] == [o is kept for o in options]
@@ -151,7 +156,7 @@ def test_twins_over_budget_give_way_to_matmul_nbits_and_wasm_transcribes_as_the_
     twin = onnx.load(str(tmp_path / "twin.onnx"), load_external_data=False)
     ops = {n.op_type for n in twin.graph.node}
     assert "MatMulNBits" in ops and "GatherBlockQuantized" not in ops  # only the lookup wasm lacks is rewritten
-    wasm_transcribes_as_the_reference(small, max_clips=2)
+    wasm_transcribes_as_the_reference(small, max_clips=1)
 
 
 def test_under_a_budget_too_small_for_float_twins_the_int8_twins_ship_and_wasm_transcribes_as_the_reference(
@@ -169,12 +174,12 @@ def test_under_a_budget_too_small_for_float_twins_the_int8_twins_ship_and_wasm_t
     assert {"encoder_wasm_int8", "decoder_wasm_int8"} <= set(entry)
     assert all(files[entry[role]] < 64 << 10 for role in ("encoder_wasm_int8", "decoder_wasm_int8"))
     assert not [name for name in files if name.endswith(".int8.bin")]
-    bench = wasm_transcribes_as_the_reference(small, max_clips=2)
+    bench = wasm_transcribes_as_the_reference(small, max_clips=1)
     assert 0 < bench["load"]["int8_ms"] < bench["load"]["session_ms"]  # the page derived them, and says how long
 
 
 def test_an_8_bit_build_keeps_its_decoder_matmul_nbits_and_wasm_transcribes_as_the_reference(tmp_path):
-    write_example_config(tmp_path, quantize={"bits": 8})
+    write_example_config(tmp_path, quantize={"bits": 8}, adapters=[])
     out = tmp_path / "dist"
     run = webbuild(tmp_path / "model.yaml", "-o", out)
     assert run.returncode == 0, run.stderr
@@ -182,7 +187,7 @@ def test_an_8_bit_build_keeps_its_decoder_matmul_nbits_and_wasm_transcribes_as_t
     # the twins take 4-bit weights only: the int4 encoder folds, the 8-bit decoder keeps its MatMulNBits
     assert fit["fits"] and fit["forms"] == {"encoder": "float", "decoder": "matmul_nbits"}
     assert [o["forms"]["decoder"] for o in fit["options"]] == ["matmul_nbits"] * 3
-    wasm_transcribes_as_the_reference(out, max_clips=2)
+    wasm_transcribes_as_the_reference(out, max_clips=1)
 
 
 def wasm_transcribes_as_the_reference(site: Path, max_clips: int) -> dict:
