@@ -135,9 +135,10 @@ def build(config: Path, output: Path | None, fail_on_wer: bool):
       webbuild build examples/tiny-asr/model.yaml -o dist
     """
     from webbuild.config import load_config
+
+    cfg = load_config(config)  # before the pipeline's imports (onnx, onnx-ir: a second): a bad model.yaml fails at once
     from webbuild.pipeline.runner import run_build
 
-    cfg = load_config(config)
     if fail_on_wer:
         cfg = cfg.model_copy(update={"verify": cfg.verify.model_copy(update={"build_fails_on_wer": True})})
     click.echo(run_build(cfg, output or cfg.output).table())
