@@ -5,7 +5,7 @@ thread once it has posted its first progress message (the thread busy for good, 
 
 from __future__ import annotations
 
-from webbuild.tools.browser import WORKER, choose, launch, open_page, watch
+from webbuild.tools.browser import WORKER, choose, launch, open_page, wait_for, watch
 from webbuild.tools.serve import start
 
 STALL_S = 10  # the page's watch; the example's worker, when it runs, speaks every 2 s at most
@@ -22,8 +22,9 @@ BLOCK = """
 """
 
 
-def load_with_blocked_workers(playwright, dist, blocked: int) -> tuple[dict, int]:
-    """The page's state once loaded (or failed) where the first `blocked` workers block, and how many it started."""
+def load_with_blocked_workers(playwright, dist, blocked: int, retry: bool = False) -> tuple[dict, int]:
+    """The page's state once loaded (or failed) where the first `blocked` workers block, and how many it started;
+    `retry`: then the page's "Try loading again" is pressed, and the state is the one after it."""
     srv = start(dist, quiet=True)
     browser = launch(playwright, choose(), False)
     started = []
@@ -40,6 +41,9 @@ def load_with_blocked_workers(playwright, dist, blocked: int) -> tuple[dict, int
         page = context.new_page()
         watch(page)
         open_page(page, f"{srv.url}?ep=wasm&stall_s={STALL_S}", timeout_s=180)
+        if retry:
+            page.click("#retry")
+            wait_for(page, "() => ['ready', 'error'].includes(window.webbuild?.status)", 180)
         return page.evaluate("window.webbuild"), len(started)
     finally:
         browser.close()
@@ -60,3 +64,9 @@ def test_a_second_stall_fails_the_load_with_one_line(playwright, example_dist):
     assert workers == 2
     assert state["status"] == "error"
     assert "stopped answering" in state["error"] and "again after a restart" in state["error"], state["error"]
+
+
+def test_try_loading_again_after_two_stalls_starts_a_fresh_worker_at_once(playwright, example_dist):
+    state, workers = load_with_blocked_workers(playwright, example_dist, blocked=2, retry=True)
+    assert workers == 3
+    assert state["status"] == "ready", state["error"]

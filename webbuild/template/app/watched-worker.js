@@ -28,6 +28,7 @@ export function watchedWorker(url, hooks) {
   /** @type {unknown} */
   let loadMsg = null;
   let restarts = 0;
+  let ended = false; // the restarts were spent: the next load starts a fresh worker at once
   /** @type {ReturnType<typeof setInterval> | undefined} */
   let timer;
   const start = () => {
@@ -42,6 +43,7 @@ export function watchedWorker(url, hooks) {
     if (silentMs < (hooks.stallMs || STALL_MS)) return;
     worker.terminate();
     if (restarts >= RESTARTS) {
+      ended = true;
       stop();
       hooks.onStall({ restarted: false, silentMs });
       return;
@@ -58,7 +60,15 @@ export function watchedWorker(url, hooks) {
     /** @param {unknown} msg @param {Transferable[]} [transfer] */
     postMessage: (msg, transfer = []) => worker.postMessage(msg, transfer),
     /** @param {unknown} msg the load message: sent now, and again to a fresh worker */
-    load(msg) { loadMsg = msg; heard = performance.now(); restarts = 0; worker.postMessage(msg); watch(); },
+    load(msg) {
+      if (ended) start(); // the page's Retry after a load that stalled twice
+      ended = false;
+      loadMsg = msg;
+      heard = performance.now();
+      restarts = 0;
+      worker.postMessage(msg);
+      watch();
+    },
     /** the load has ended (ready or failed): no more watching */
     loaded() { loadMsg = null; stop(); },
   };
