@@ -74,11 +74,6 @@ class Report:
     def as_dict(self) -> dict:
         return {"made": list(self.made), "not_made": list(self.missed)}
 
-    def extend(self, other: dict) -> None:
-        """Add the records of another report's `as_dict` (a stage's own report into the build's)."""
-        self.made += other.get("made", [])
-        self.missed += other.get("not_made", [])
-
 
 def strict_failures(forms: dict) -> list[str]:
     """One line per losing miss of a `Report.as_dict` (what --strict and fusion.strict turn into exit code 1)."""
