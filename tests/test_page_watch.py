@@ -22,7 +22,8 @@ BLOCK = """
 """
 
 
-def load_with_blocked_workers(playwright, dist, blocked: int, retry: bool = False) -> tuple[dict, int]:
+def load_with_blocked_workers(playwright, dist, blocked: int, retry: bool = False,
+                              stall: str = str(STALL_S)) -> tuple[dict, int]:
     """The page's state once loaded (or failed) where the first `blocked` workers block, and how many it started;
     `retry`: then the page's "Try loading again" is pressed, and the state is the one after it."""
     srv = start(dist, quiet=True)
@@ -40,7 +41,7 @@ def load_with_blocked_workers(playwright, dist, blocked: int, retry: bool = Fals
         context.route(WORKER, serve_worker)
         page = context.new_page()
         watch(page)
-        open_page(page, f"{srv.url}?ep=wasm&stall_s={STALL_S}", timeout_s=180)
+        open_page(page, f"{srv.url}?ep=wasm&stall_s={stall}", timeout_s=180)
         if retry:
             page.click("#retry")
             wait_for(page, "() => ['ready', 'error'].includes(window.webbuild?.status)", 180)
@@ -70,3 +71,8 @@ def test_try_loading_again_after_two_stalls_starts_a_fresh_worker_at_once(playwr
     state, workers = load_with_blocked_workers(playwright, example_dist, blocked=2, retry=True)
     assert workers == 3
     assert state["status"] == "ready", state["error"]
+
+
+def test_a_stall_bound_that_is_no_positive_number_is_the_default(playwright, example_dist):
+    state, workers = load_with_blocked_workers(playwright, example_dist, blocked=0, stall="-1")
+    assert workers == 1 and state["status"] == "ready" and state["warnings"] == [], state

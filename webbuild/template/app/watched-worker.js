@@ -14,7 +14,7 @@ const CHECK_MS = 1000;
  * @property {(e: ErrorEvent) => void} onError the current worker's error event
  * @property {(stall: {restarted: boolean, silentMs: number}) => void} onStall restarted: a fresh worker got the load
  *   again; false: the restarts are spent (the load has failed)
- * @property {number} [stallMs] STALL_MS unless given
+ * @property {number} [stallMs] STALL_MS unless a positive number is given
  */
 
 /**
@@ -27,6 +27,7 @@ export function watchedWorker(url, hooks) {
   let heard = performance.now();
   /** @type {unknown} */
   let loadMsg = null;
+  const stallMs = Number(hooks.stallMs) > 0 ? Number(hooks.stallMs) : STALL_MS; // ?stall_s=-1, =abc: the default
   let restarts = 0;
   let ended = false; // the restarts were spent: the next load starts a fresh worker at once
   /** @type {ReturnType<typeof setInterval> | undefined} */
@@ -40,7 +41,7 @@ export function watchedWorker(url, hooks) {
   const stop = () => { clearInterval(timer); timer = undefined; };
   const check = () => {
     const silentMs = performance.now() - heard;
-    if (silentMs < (hooks.stallMs || STALL_MS)) return;
+    if (silentMs < stallMs) return;
     worker.terminate();
     if (restarts >= RESTARTS) {
       ended = true;
