@@ -113,8 +113,9 @@ def words(text: str) -> list[str]:
 
 
 def clip_delays(run: LiveRun, played: np.ndarray, spans: list[Span], captured16k: np.ndarray) -> list[dict]:
-    """Per clip: where its speech ends in the page's audio, the chunk holding it, whether a partial text of it was
-    shown before the clip ended, and the delay from its last word's end to that word's first appearance."""
+    """Per clip: where its speech ends in the page's audio, the chunk holding it, whether a partial text of its
+    speech (any of its chunks) was shown before the clip ended, and the delay from its last word's end to that word's
+    first appearance."""
     offset = capture_offset(captured16k, played)
     updates = run.state["updates"]
     partials = [u for u in updates if not u["final"]] or updates
@@ -126,9 +127,13 @@ def clip_delays(run: LiveRun, played: np.ndarray, spans: list[Span], captured16k
         spoken, ended = span.speech_end - offset, span.end - offset
         chunk = next((c for c, u in finals.items() if u["start"] < spoken <= u["end"]), None)
         row = {"clip": k, "speech_end": spoken, "chunk": chunk, "partial_before_end": False, "word_delay_ms": None}
+        # the chunks of the clip's speech: a clip with pauses inside (words apart) is cut into several, and its
+        # last may be too short for a partial of its own; a partial of any of them shows text while it is spoken
+        spoken_in = {c for c, u in finals.items() if u["end"] > span.start - offset and u["start"] < spoken}
+        row["partial_before_end"] = any(not u["final"] and u["text"] and u["shownAt"] < at(ended)
+                                        for u in updates if u["chunk"] in spoken_in)
         if chunk is not None:
             mine = [u for u in updates if u["chunk"] == chunk]
-            row["partial_before_end"] = any(not u["final"] and u["text"] and u["shownAt"] < at(ended) for u in mine)
             last = words(finals[chunk]["text"])
             first = next((u for u in mine if len(words(u["text"])) >= len(last) and last
                           and words(u["text"])[len(last) - 1] == last[-1]), None)
