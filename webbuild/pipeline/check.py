@@ -12,8 +12,9 @@ back out of GroupQueryAttention, webbuild.reference.transcribe.cpu_form; everyth
   the base form's; the adapted step and wasm forms also fed a non-zero random adapter (the step's inputs made by
   the manifest variant's `lora_layout`, adapter_pack.step_inputs, as the page makes them), whose logits along the
   Python reference's tokens (the plain adapted decoder with that adapter, as `webbuild transcribe --adapter` runs
-  it) must stay within ADAPTER_TOLERANCE of the adapter's own effect on them: a wrong packing moves them by about
-  that effect; the delta graph (`decoder_lora_delta`) on a random adapter against adapter_pack.delta_inputs.
+  it) must stay within ADAPTER_TOLERANCE of the adapter's own effect on them, beyond the form's own distance from
+  the reference with a zero adapter (an int8 twin's): a wrong packing moves them by about that effect; the delta
+  graph (`decoder_lora_delta`) on a random adapter against adapter_pack.delta_inputs.
 
 `webbuild.reference.transcribe.IdsDecoder` drives the built decoder interface (input_ids + audio splice,
 webbuild.quantize.embeddings), so one greedy loop (`Transcriber`) serves built graphs and the unfused
@@ -235,11 +236,15 @@ class RoleCheck:
         got = [self._forced_role(role, reference, *clip) for clip in inputs]
         reference.adapter = zero
         base = [forced_logits(reference, *clip) for clip in inputs]
-        # the form's own distance from the reference without an adapter (an int8 twin's quantized activations):
-        # the adapter's part of the difference is what lies beyond it
-        floor = max(float(np.abs(self._forced_role(role, reference, *clip) - b).max()) for b, clip in zip(base, inputs))
         effect = max(float(np.abs(w - b).max()) for w, b in zip(want, base))
         difference = max(float(np.abs(g - w).max()) for g, w in zip(got, want))
+        floor = 0.0
+        if difference > ADAPTER_TOLERANCE * effect:
+            # the form's own distance from the reference without an adapter (an int8 twin's quantized activations):
+            # the adapter's part of the difference is what lies beyond it (measured only where it matters: its
+            # sessions are made again)
+            floor = max(float(np.abs(self._forced_role(role, reference, *clip) - b).max())
+                        for b, clip in zip(base, inputs))
         equal = effect > 0 and difference <= ADAPTER_TOLERANCE * effect + floor
         problems = [] if equal else [f"a random adapter: logits {difference:.3g} from the reference's, its effect "
                                      f"{effect:.3g} (at most {ADAPTER_TOLERANCE} of it beyond the form's own "
