@@ -43,6 +43,9 @@ RUN_DEADLINE_S=${RUN_DEADLINE_S:-570}
 RUN_RESERVE_S=${RUN_RESERVE_S:-150}
 RUN_NAME_SHARE=${RUN_NAME_SHARE:-0.2}  # clips with a rare name given in their context (webbuild.train.names)
 RUN_INIT=${RUN_INIT:-}  # a checkpoint folder to continue from (webbuild.train --init), e.g. a carried earlier run
+# a split export whose encoder and decoder layers start the new model (webbuild.train --warm-start; the
+# embedding and lm_head start fresh): the English example's, so that six languages learn from a trained ear
+RUN_WARM=${RUN_WARM-examples/tiny-asr/model}
 
 usage() {
   cat <<'USAGE'
@@ -58,12 +61,15 @@ usage: scripts/train_on_device.sh prepare|run|adapter
 Environment (run): RUN_LANGUAGES (English,German,French,Spanish,Russian,Greek; English alone with
 RUN_NAME_SHARE=0: the English-only recipe), RUN_CLIPS (90000 in all), RUN_HELDOUT (300 a language),
 RUN_NAME_SHARE (0.2: clips with a rare name in their context), RUN_INIT (a checkpoint folder to continue from),
-RUN_SEED (1: a continued run draws other clips with another), RUN_MINUTES (5.0: the most
+RUN_SEED (1: a continued run draws other clips with another), RUN_WARM (examples/tiny-asr/model: the split
+export rebuilt and given to --warm-start; empty: from scratch; ignored with RUN_INIT), RUN_EVAL_EVERY (750), RUN_MINUTES (5.0: the most
 training time), RUN_DEADLINE_S (570), RUN_RESERVE_S (150), RUN_WORKERS (nproc), RUN_CPU=1 (the same path on
 the CPU with small counts, e.g. RUN_CLIPS=600 RUN_HELDOUT=4 RUN_MINUTES=0.5 RUN_EXTRA="--batch-size 8"
 RUN_ONSET_COUNT=4; RUN_ONSET_COUNT: the first-word sets' clips, 200).
 
-Environment (adapter): ADAPTER_STEPS (2500), ADAPTER_DEADLINE_S (500), ADAPTER_CLIPS, ADAPTER_GENERAL,
+Environment (adapter): ADAPTER_BASE (the base: examples/tiny-asr/model, or a checkpoint folder such as
+`run`'s /tmp/ckpt), ADAPTER_STEP (all; data: the clips alone, e.g. while `run` trains; sweep: the runs on clips
+made before), ADAPTER_RUNS (NAME=OPTIONS;... instead of runs a-d), ADAPTER_STEPS (2500), ADAPTER_DEADLINE_S (500), ADAPTER_CLIPS, ADAPTER_GENERAL,
 ADAPTER_COUNT, ADAPTER_WORKERS, ADAPTER_JOBS, ADAPTER_WORK (/tmp/adapter), ADAPTER_CPU=1 (the same path
 on the CPU, a test before the device call).
 USAGE
@@ -147,11 +153,17 @@ run_recipe() {
   local data=(--languages "$RUN_LANGUAGES" --clips "$RUN_CLIPS" --seed "${RUN_SEED:-1}" --heldout "$RUN_HELDOUT"
               --name-share "$RUN_NAME_SHARE" --workers "${RUN_WORKERS:-$(nproc)}" --data-dir /tmp/speech)
   python3 -m webbuild.train --out "$ckpt" "${data[@]}" --data-only
+  local warm=()
+  if [ -n "$RUN_WARM" ] && [ -z "$RUN_INIT" ]; then
+    python3 -m webbuild.train.from_export "$RUN_WARM" /tmp/warm-start
+    warm=(--warm-start /tmp/warm-start)
+  fi
   minutes=$(python3 -c "print(round(min($RUN_MINUTES, max(0.5, ($RUN_DEADLINE_S - $SECONDS - $RUN_RESERVE_S) / 60)), 2))")
   echo "$SECONDS s so far; training capped at $minutes min"
   # shellcheck disable=SC2086  # RUN_EXTRA: more options, word-split on purpose
   python3 -m webbuild.train --out "$ckpt" "${data[@]}" --device "$device" --steps 100000 --max-minutes "$minutes" \
-    --batch-size 256 --eval-every 750 --shard-size 15MB ${RUN_INIT:+--init "$RUN_INIT"} ${RUN_EXTRA:-}
+    --batch-size 256 --eval-every "${RUN_EVAL_EVERY:-750}" --shard-size 15MB ${RUN_INIT:+--init "$RUN_INIT"} \
+    "${warm[@]}" ${RUN_EXTRA:-}
   cp "$ckpt"/*.safetensors "$OUT/"
   (cd "$ckpt" && tar czf "$OUT/rest.tar.gz" --exclude='*.safetensors' .)
   for lead in 300 0; do  # 300: the front-end's default lead (model.yaml encoder.lead_ms); 0: none
@@ -169,29 +181,38 @@ run() {
 
 adapter_sweep() {
   local work=${ADAPTER_WORK:-/tmp/adapter} device=cuda steps=${ADAPTER_STEPS:-2500}
-  local deadline=${ADAPTER_DEADLINE_S:-500}
+  local deadline=${ADAPTER_DEADLINE_S:-500} base=${ADAPTER_BASE:-examples/tiny-asr/model} step=${ADAPTER_STEP:-all}
   if [ "${ADAPTER_CPU:-0}" = 1 ]; then device=cpu deadline=${ADAPTER_DEADLINE_S:-3600}; fi
   espeak_env
   python_env
-  rm -rf "$work" && mkdir -p "$work"
-  # the base from the repository alone (fails here, not after the synthesis, if it cannot be rebuilt)
-  python3 -m webbuild.train.from_export examples/tiny-asr/model "$work/base"
-  python3 -m webbuild.train.adapt data --target klatt --clips "${ADAPTER_CLIPS:-40000}" \
-    --general "${ADAPTER_GENERAL:-40000}" --count "${ADAPTER_COUNT:-200}" --workers "${ADAPTER_WORKERS:-$(nproc)}" \
-    --out "$work/data"
+  if [ "$step" != sweep ]; then
+    rm -rf "$work" && mkdir -p "$work"
+    # the base from the repository alone (fails here, not after the synthesis, if it cannot be rebuilt)
+    [ "$step" = data ] || python3 -m webbuild.train.from_export examples/tiny-asr/model "$work/base"
+    python3 -m webbuild.train.adapt data --target klatt --clips "${ADAPTER_CLIPS:-40000}" \
+      --general "${ADAPTER_GENERAL:-40000}" --count "${ADAPTER_COUNT:-200}" --workers "${ADAPTER_WORKERS:-$(nproc)}" \
+      --out "$work/data"
+    if [ "$step" = data ]; then echo "adapter data: $SECONDS s"; return 0; fi
+  fi
   # what is left of the deadline, less about 2 minutes for each run's loading, audio embeddings and
   # five WER measurements, is the runs' training time (the cosine schedule follows it)
   local minutes cap
-  minutes=$(python3 -c "print(round(min(4.0, max(0.5, ($deadline - $SECONDS - 120) / 60)), 2))")
+  minutes=$(python3 -c "print(round(min(${ADAPTER_MINUTES:-4.0}, max(0.5, ($deadline - $SECONDS - 120) / 60)), 2))")
   echo "$SECONDS s so far; training capped at $minutes min a run"
   cap="--max-minutes $minutes"
+  local runs=() spec
+  if [ -n "${ADAPTER_RUNS:-}" ]; then
+    IFS=';' read -ra specs <<<"$ADAPTER_RUNS"
+    for spec in "${specs[@]}"; do runs+=(--run "$spec $cap"); done
+  else
+    runs=(--run "a=--steps $steps --lr 5e-4 --general-share 0.5 $cap"
+          --run "b=--steps $steps --lr 5e-4 --general-share 0.65 $cap"
+          --run "c=--steps $steps --lr 5e-4 --general-share 0.5 --alpha 16 $cap"
+          --run "d=--steps $steps --lr 2.5e-4 --general-share 0.5 $cap")
+  fi
   local status=0
-  python3 -m webbuild.train.adapt --device "$device" sweep examples/tiny-asr/model --data "$work/data" \
-    --out "$work/sweep" --scales 0.75,0.5 --jobs "${ADAPTER_JOBS:-0}" \
-    --run "a=--steps $steps --lr 5e-4 --general-share 0.5 $cap" \
-    --run "b=--steps $steps --lr 5e-4 --general-share 0.65 $cap" \
-    --run "c=--steps $steps --lr 5e-4 --general-share 0.5 --alpha 16 $cap" \
-    --run "d=--steps $steps --lr 2.5e-4 --general-share 0.5 $cap" || status=$?
+  python3 -m webbuild.train.adapt --device "$device" sweep "$base" --data "$work/data" \
+    --out "$work/sweep" --scales 0.75,0.5 --jobs "${ADAPTER_JOBS:-0}" "${runs[@]}" || status=$?
   cp "$work/data/data.json" "$work/sweep/" || true
   cp "$work/sweep/wer.md" "$OUT/" || true
   tar czf "$OUT/adapters.tar.gz" -C "$work/sweep" .

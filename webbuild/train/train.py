@@ -60,6 +60,22 @@ def load_model(path: Path):
     return Qwen3ASRForConditionalGeneration.from_pretrained(path)
 
 
+def warm_start(model, path: Path) -> list[str]:
+    """Copy into `model` every weight of the checkpoint at `path` with the same name and shape.
+
+    The audio encoder and the decoder's layers carry over from a model trained on another vocabulary
+    (the English example into a multilingual one); the embedding and lm_head, sized by the vocabulary,
+    start fresh. Returns the names left as initialised; raises when nothing matched (not this family)."""
+    source = load_model(path).state_dict()
+    target = model.state_dict()
+    taken = {name: tensor for name, tensor in source.items()
+             if name in target and target[name].shape == tensor.shape}
+    if not taken:
+        raise click.UsageError(f"--warm-start {path}: no weight of that checkpoint fits this model")
+    model.load_state_dict(taken, strict=False)
+    return sorted(set(target) - set(taken))
+
+
 def lr_at(step: int, progress: float, peak: float, warmup: int) -> float:
     """Linear warmup over `warmup` steps, then cosine to 5% of `peak` as `progress` goes 0 -> 1."""
     if step < warmup:
@@ -120,6 +136,9 @@ def log_rows(rows: list[LanguageRow]) -> list[dict]:
               help="training time budget: the schedule follows whichever of steps or time runs out first; 0 = off")
 @click.option("--init", "init_dir", type=click.Path(path_type=Path), default=None,
               help="continue from this checkpoint (its model and tokenizer) instead of starting from scratch")
+@click.option("--warm-start", "warm_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              default=None, help="a checkpoint whose weights of the same name and shape start this model (the "
+                                 "English example's encoder and layers for a multilingual run); not with --init")
 @click.option("--shard-size", default="10MB", show_default=True, help="max_shard_size for save_pretrained")
 @click.option("--lead-ms", default=DEFAULT_LEAD_MS, show_default=True,
               help="the mel front-end's leading silence (model.yaml encoder.lead_ms), on half the training clips "
@@ -136,7 +155,7 @@ def log_rows(rows: list[LanguageRow]) -> list[dict]:
 @click.option("--data-only", is_flag=True,
               help="synthesize the shards and stop (a later run with the same data options reuses them)")
 def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr, warmup, ctc_weight, heldout,
-         eval_every, max_minutes, init_dir, shard_size, lead_ms, languages, log_every, name_share, names_heldout,
+         eval_every, max_minutes, init_dir, warm_dir, shard_size, lead_ms, languages, log_every, name_share, names_heldout,
          data_only):
     t0 = time.time()
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
@@ -166,7 +185,13 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     print(f"data: {len(store)} train clips, {len(held)} held-out ({', '.join(lang.name for lang in languages)}), "
           f"{store.pcm.numel() / 16000 / 3600:.1f} h, {synth_s:.0f} s", flush=True)
 
-    model = (load_model(init_dir) if init_dir else make_model(tok)).to(device)
+    if init_dir and warm_dir:
+        raise click.UsageError("--init continues a checkpoint, --warm-start starts a new one: give one of them")
+    model = load_model(init_dir) if init_dir else make_model(tok)
+    if warm_dir:
+        fresh = warm_start(model, warm_dir)
+        print(f"warm start from {warm_dir}: {len(fresh)} tensors fresh ({', '.join(fresh[:4])})", flush=True)
+    model = model.to(device)
     print(f"params: {sum(p.numel() for p in model.parameters()):,}", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01,
                             fused=device.startswith("cuda"))
@@ -211,7 +236,7 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     out_dir.mkdir(parents=True, exist_ok=True)
     model.to("cpu").float().save_pretrained(out_dir, max_shard_size=shard_size)
     tok.save(str(out_dir / "tokenizer.json"))
-    log = dict(init=str(init_dir) if init_dir else None, languages=[lang.name for lang in languages],
+    log = dict(init=str(init_dir) if init_dir else None, warm_start=str(warm_dir) if warm_dir else None, languages=[lang.name for lang in languages],
                seed=seed, steps=step, planned_steps=steps,
                batch_size=batch_size, clips=len(store), heldout_clips=len(held), lr=lr, warmup=warmup,
                lead_ms=lead_ms, lead_share=LEAD_SHARE, onset_share=ONSET_SHARE,
