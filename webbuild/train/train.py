@@ -155,8 +155,8 @@ def log_rows(rows: list[LanguageRow]) -> list[dict]:
 @click.option("--data-only", is_flag=True,
               help="synthesize the shards and stop (a later run with the same data options reuses them)")
 def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr, warmup, ctc_weight, heldout,
-         eval_every, max_minutes, init_dir, warm_dir, shard_size, lead_ms, languages, log_every, name_share, names_heldout,
-         data_only):
+         eval_every, max_minutes, init_dir, warm_dir, shard_size, lead_ms, languages, log_every, name_share,
+         names_heldout, data_only):
     t0 = time.time()
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -236,7 +236,8 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     out_dir.mkdir(parents=True, exist_ok=True)
     model.to("cpu").float().save_pretrained(out_dir, max_shard_size=shard_size)
     tok.save(str(out_dir / "tokenizer.json"))
-    log = dict(init=str(init_dir) if init_dir else None, warm_start=str(warm_dir) if warm_dir else None, languages=[lang.name for lang in languages],
+    log = dict(init=str(init_dir) if init_dir else None, warm_start=str(warm_dir) if warm_dir else None,
+               languages=[lang.name for lang in languages],
                seed=seed, steps=step, planned_steps=steps,
                batch_size=batch_size, clips=len(store), heldout_clips=len(held), lr=lr, warmup=warmup,
                lead_ms=lead_ms, lead_share=LEAD_SHARE, onset_share=ONSET_SHARE,
