@@ -69,6 +69,8 @@ HEAD = "name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\n"
     ("languages: [english]\n", "languages: language name 'english' is not a name like 'English'"),
     ("languages: [English, English]\n", "languages: language 'English' is listed twice"),
     ("languages: []\n", "languages: List should have at least 1 item"),
+    ("site: {samples: [{audio: a.wav, text: hi, language: German}]}\n",
+     "site.samples[0].language 'German' is not among languages (English); add it there or write one of them"),
 ])
 def test_model_yaml_languages_are_checked(tmp_path, text, expected):
     (tmp_path / "model").mkdir()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
 from webbuild import layouts
@@ -120,6 +120,10 @@ class Shard(_Strict):
 class Sample(_Strict):
     audio: Path = Field(description="WAV file, relative to model.yaml")
     text: str = Field(min_length=1, description="its expected transcript")
+    language: str | None = Field(None, description="the language it speaks, one of `languages`: `webbuild verify` "
+                                                   "forces it on this sample (tokens and text against the "
+                                                   "reference); unset: the sample is forced to `language` (or "
+                                                   "the first of `languages`) with its text not judged")
 
 
 class Theme(_Strict):
@@ -282,6 +286,14 @@ class BuildConfig(_Strict):
                              "or one of them")
         return language
 
+    @model_validator(mode="after")
+    def _sample_languages(self) -> BuildConfig:
+        for i, sample in enumerate(self.site.samples):
+            if sample.language is not None and sample.language not in self.languages:
+                raise ValueError(f"site.samples[{i}].language {sample.language!r} is not among languages "
+                                 f"({', '.join(self.languages)}); add it there or write one of them")
+        return self
+
     @field_validator("adapters")
     @classmethod
     def _unique_adapter_names(cls, adapters: list[Adapter]) -> list[Adapter]:
@@ -303,7 +315,9 @@ def load_config(path: Path) -> BuildConfig:
     try:
         cfg = BuildConfig.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError([f"{path}: {_loc(e['loc'])}: {_message(e)}" for e in exc.errors()]) from None
+        # a check across fields (a model validator) names its fields itself and has no input to quote
+        raise ConfigError([f"{path}: {_loc(e['loc'])}: {_message(e)}" if e["loc"] else
+                           f"{path}: {e['msg'].removeprefix('Value error, ')}" for e in exc.errors()]) from None
     cfg = _resolve_paths(cfg, path.parent.resolve())
     problems = _check_files(cfg, path)
     if problems:

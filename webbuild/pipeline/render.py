@@ -99,7 +99,8 @@ def _write_samples_file(cfg: BuildConfig, dest: Path) -> None:
     the tests transcribe them; with their expected texts, the WER bound and the decode speed floors verify
     checks (read from the site, so that verify of a deployed URL checks them too)."""
     samples = [{"id": f"sample-{i}", "src": f"samples/{_sample_name(i, s.audio)}", "text": s.text,
-                "label": s.audio.stem.replace("_", " ").replace("-", " ")}
+                "label": s.audio.stem.replace("_", " ").replace("-", " "),
+                **({"language": s.language} if s.language else {})}
                for i, s in enumerate(cfg.site.samples)]
     dest.write_text(json.dumps({"name": cfg.name, "base_path": cfg.site.base_path,
                                 "max_wer": cfg.verify.max_wer,

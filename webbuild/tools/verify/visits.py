@@ -73,6 +73,7 @@ class Clip:
     button: str | None = None  # ... or a sample button of the page
     local: Path | None = None  # the audio on this machine, for the Python reference
     src: str | None = None  # a sample's URL path in the site (samples.json)
+    language: str | None = None  # the language a sample speaks (samples.json, model.yaml's samples)
 
 
 def read_clips(folder: Path) -> list[Clip]:
@@ -403,7 +404,7 @@ class Verifier:
         if ready:
             self.run_clips(page, samples, state, max_wer, "samples")
             self.lora_runs(page, samples, state, max_wer)
-            self.language_run(page, samples, state)
+            self.language_run(page, samples, state, max_wer)
             self.context_run(page, samples, state)
             if clips and not self.opts.clips_eps:
                 self.run_clips(page, clips, state, self.opts.clips_max_clip_wer, "clips")
@@ -434,20 +435,26 @@ class Verifier:
                    f"{plural(len(samples), 'sample')} after {', '.join(names)}; the adapters changed the tokens "
                    f"of {plural(changed, 'run')}")
 
-    def language_run(self, page, samples: list[Clip], state: dict) -> None:
-        """The samples with a language forced in the page's picker (model.yaml's default where it names one, else
-        the model's first), against the Python reference with it forced (the WER not judged: a sample may speak
-        another); then the picker back on its default."""
+    def language_run(self, page, samples: list[Clip], state: dict, max_wer: float) -> None:
+        """The samples with a language forced in the page's picker, against the Python reference with it forced:
+        each sample that names its language (model.yaml) with that one, its text judged; the others with
+        model.yaml's default where it names one, else the model's first, their text not judged (a sample may
+        speak another). Then the picker back on its default."""
         info = state.get("info") or {}
         languages, default = info.get("languages") or [], info.get("language") or "auto"
         if not languages or not samples:
             return
-        forced = default if default in languages else languages[0]
-        page.select_option(f"#{LANGUAGE_PICKER}", forced)
-        self.run_clips(page, samples, state, None, f"samples, language {forced}")
-        named = page.evaluate("() => window.webbuild.language")
+        fallback = default if default in languages else languages[0]
+        for forced in dict.fromkeys(s.language or fallback for s in samples):
+            own = [s for s in samples if s.language == forced]
+            page.select_option(f"#{LANGUAGE_PICKER}", forced)
+            if own:
+                self.run_clips(page, own, state, max_wer, f"samples, language {forced}")
+            if rest := [s for s in samples if s.language is None] if forced == fallback else []:
+                self.run_clips(page, rest, state, None, f"samples, language {forced}")
+            named = page.evaluate("() => window.webbuild.language")
+            self.check(f"language {forced} forced: the page names it", named == forced, f"the page names {named!r}")
         page.select_option(f"#{LANGUAGE_PICKER}", default if default in languages else "")
-        self.check(f"language {forced} forced: the page names it", named == forced, f"the page names {named!r}")
 
     def context_run(self, page, samples: list[Clip], state: dict) -> None:
         """The samples with a context given in the page's context field: the first sample's words (names the
@@ -580,8 +587,8 @@ class Verifier:
                 context = browser.new_context()
                 data = site_data(context, url)
                 max_wer = float(data.get("max_wer", 0.0))
-                samples = [Clip(Path(s["src"]).name, s["text"], button=s["id"],
-                                local=dist / s["src"] if dist else None, src=s["src"]) for s in data["samples"]]
+                samples = [Clip(Path(s["src"]).name, s["text"], button=s["id"], local=dist / s["src"] if dist else None,
+                                src=s["src"], language=s.get("language")) for s in data["samples"]]
                 if self.opts.live != "only" and self.first_visit(context, url, samples, clips, max_wer):
                     self.second_visit(context, url, clips, max_wer)
             finally:
