@@ -75,9 +75,10 @@ def test_a_dropped_decoder_output(source, tmp_path):
 def test_a_truncated_embedding_table(source, tmp_path):
     config, model = source
     replace(model / "embed_tokens.bin", (EXAMPLE / "model" / "embed_tokens.bin").read_bytes()[:1000])
+    vocab, hidden = json.loads((EXAMPLE / "model" / "config.json").read_text())["embed_tokens_shape"]
     assert invoke(config, "-o", tmp_path / "out").error_line() == (
-        f"error: stage source: {model / 'embed_tokens.bin'}: 1000 bytes, expected 1055744 (1031 x 256 float32 "
-        f"from config.json); {FIX}")
+        f"error: stage source: {model / 'embed_tokens.bin'}: 1000 bytes, expected {vocab * hidden * 4} "
+        f"({vocab} x {hidden} float32 from config.json); {FIX}")
     _nothing_left(tmp_path)
 
 

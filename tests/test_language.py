@@ -83,42 +83,52 @@ def test_model_yaml_languages_are_checked(tmp_path, text, expected):
     assert not (tmp_path / "out").exists()
 
 
-def test_the_example_names_english_by_default():
+def test_the_example_starts_on_automatic_and_its_samples_name_languages_it_lists():
     cfg = load_config(EXAMPLE / "model.yaml")
-    assert (cfg.languages, cfg.language) == (["English"], "auto")
+    assert cfg.language == "auto" and "English" in cfg.languages
+    assert {s.language or "English" for s in cfg.site.samples} <= set(cfg.languages)
 
 
-def test_forced_english_decodes_the_rest_of_the_detected_answer():
-    """The example speaks English only: forced, decoding goes on from the text marker with the tokens that
+def sample_language(sample) -> str:
+    return sample.language or "English"
+
+
+def test_a_forced_language_decodes_the_rest_of_the_detected_answer():
+    """Each sample forced to the language it speaks: decoding goes on from the text marker with the tokens that
     followed it when the model named the language itself, and the transcript is the same."""
     cfg = load_config(EXAMPLE / "model.yaml")
     runner = load_transcriber(cfg.source.dir, lead=lead_samples(cfg.encoder.lead_ms))
     for sample in cfg.site.samples:
+        language = sample_language(sample)
         pcm = read_wav(sample.audio)
         detected = runner.decode(pcm).tokens
-        assert runner.language_of(detected) == "English"
-        runner.force_language("English")
+        assert runner.language_of(detected) == language
+        runner.force_language(language)
         forced = runner.decode(pcm).tokens
         runner.force_language(None)
-        prefix = runner.codec.forced("English")
+        prefix = runner.codec.forced(language)
         assert detected[:len(prefix)] == prefix and forced == detected[len(prefix):]
-        runner.force_language("English")
-        assert runner.text(forced) == sample.text and runner.language_of(forced) == "English"
+        runner.force_language(language)
+        assert runner.text(forced) == sample.text and runner.language_of(forced) == language
         runner.force_language(None)
 
 
 def test_transcribe_json_gives_the_language_detected_or_forced(example_dist):
     sample = load_config(EXAMPLE / "model.yaml").site.samples[0]
+    language = sample_language(sample)
     rows = []
-    for extra in ([], ["--language", "English"]):
+    for extra in ([], ["--language", language]):
         result = CliRunner().invoke(main, ["transcribe", str(example_dist), str(sample.audio), "--json", *extra])
         assert result.exit_code == 0, result.output
         rows.append(json.loads(result.stdout))
-    assert [(r["text"], r["language"]) for r in rows] == [(sample.text, "English")] * 2
+    assert [(r["text"], r["language"]) for r in rows] == [(sample.text, language)] * 2
 
 
 def test_transcribe_refuses_a_language_the_site_lacks_in_one_line(example_dist):
-    sample = load_config(EXAMPLE / "model.yaml").site.samples[0]
-    result = CliRunner().invoke(main, ["transcribe", str(example_dist), str(sample.audio), "--language", "German"])
+    cfg = load_config(EXAMPLE / "model.yaml")
+    lacking = next(name for name in ("Chinese", "Japanese", "Korean", "German") if name not in cfg.languages)
+    result = CliRunner().invoke(main, ["transcribe", str(example_dist), str(cfg.site.samples[0].audio),
+                                       "--language", lacking])
     assert result.exit_code == 2
-    assert result.output.strip().splitlines() == ["error: no language 'German' in this site; it has English"]
+    assert result.output.strip().splitlines() == [
+        f"error: no language '{lacking}' in this site; it has {', '.join(cfg.languages)}"]

@@ -20,7 +20,9 @@ from webbuild.reference import source_v2 as v2
 from webbuild.reference.audio import read_wav
 from webbuild.reference.transcribe import cpu_session, load_transcriber
 
-LAYERS, KV, HEAD_DIM, HIDDEN, VOCAB = 4, 2, 64, 256, 1031  # the example's config.json decoder block
+_DECODER = json.loads((EXAMPLE / "model" / "config.json").read_text())["decoder"]  # the example's decoder block
+LAYERS, KV, HEAD_DIM, HIDDEN, VOCAB = (_DECODER[k] for k in ("num_layers", "num_key_value_heads", "head_dim",
+                                                             "hidden_size", "vocab_size"))
 pytestmark = [pytest.mark.torch]  # the v2 export is the zoo's (webbuild.zoo needs the zoo extra)
 
 
