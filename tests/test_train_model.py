@@ -32,3 +32,22 @@ def test_fastpath_matches_upstream():
         ours, _ = logits_and_loss(model, ids, att, feats, mask)
     real = att.bool()
     assert torch.allclose(ours[real], ref[real], atol=1e-4), (ours[real] - ref[real]).abs().max()
+
+
+def test_warm_start_takes_every_weight_that_fits_and_leaves_the_vocabulary_sized_ones(tmp_path):
+    from click import UsageError
+
+    from webbuild.train.train import warm_start
+
+    words = load_vocabulary()[:200]
+    source = make_model(build_tokenizer(training_sentences(words, 500, seed=0), 400))
+    source.save_pretrained(tmp_path / "source")
+    model = make_model(build_tokenizer(training_sentences(words, 500, seed=1), 300))  # another vocabulary
+    fresh = warm_start(model, tmp_path / "source")
+    assert fresh == ["lm_head.weight", "model.language_model.embed_tokens.weight"]
+    ours, theirs = model.state_dict(), source.state_dict()
+    assert all(torch.equal(ours[name], theirs[name]) for name in ours if name not in fresh)
+    assert not torch.equal(ours[fresh[1]][:10], theirs[fresh[1]][:10])
+    other = torch.nn.Linear(3, 3)  # nothing of the checkpoint fits: one line, not a silent fresh start
+    with pytest.raises(UsageError, match="no weight of that checkpoint fits this model"):
+        warm_start(other, tmp_path / "source")
