@@ -3,7 +3,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { relativeDiff } from '../../webbuild/template/runtime/asr.js';
+import { Recogniser, relativeDiff } from '../../webbuild/template/runtime/asr.js';
 
 const f32 = (/** @type {number[]} */ v) => Float32Array.from(v);
 
@@ -18,5 +18,26 @@ describe('relativeDiff', () => {
     assert.equal(relativeDiff(f32([1, 2]), f32([1, NaN])), Infinity);
     assert.equal(relativeDiff(f32([NaN, 2]), f32([1, 2])), Infinity);
     assert.equal(relativeDiff(f32([1, 2]), f32([1])), Infinity);
+  });
+});
+
+describe('Recogniser.warmEncoder', () => {
+  // a runtime with what warmEncoder reads, and an encoder that returns the samples it was given
+  const runtime = /** @type {any} */ ({ sample_rate: 16000, max_chunk_seconds: 30, decoder: {}, io: {},
+    webgpu_prefill_chunk: 0 });
+  const made = async (/** @type {boolean} */ warmLong) => {
+    const r = new Recogniser(/** @type {any} */ ({}), runtime, 'webgpu');
+    r.warmLong = warmLong;
+    r.encode = async (/** @type {Float32Array} */ pcm) => /** @type {any} */ (pcm.length);
+    await r.warmEncoder();
+    return r.warmAudio;
+  };
+
+  it('encodes a loud 2-s clip and the longest chunk in whole tiles', async () => {
+    assert.deepEqual(await made(true), { short: 32000, long: Math.floor(30 * 16000 / 160 / 128) * 128 * 160 });
+  });
+
+  it('leaves the longest chunk out where warmLong is false (webbuild bench --no-long-warm-up)', async () => {
+    assert.deepEqual(await made(false), { short: 32000, long: null });
   });
 });

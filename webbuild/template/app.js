@@ -135,7 +135,9 @@ function loadModel() {
   // ?threads=N: the wasm EP's threads (the bench's --threads), else runtime/site.js wasmThreads' rule
   worker.load({ type: TO_WORKER.load, manifestUrl, forceEp: params.get('ep'),
     threads: Number(params.get('threads')) || undefined, graphCapture: params.get('capture') !== '0',
-    warmShapes: params.get('warm') === 'shapes', decodeForm: params.get('decode'), knownDecode: keptDecodeChoice(),
+    // ?warm=shapes: every shape class warmed on a software GPU too; ?warm=decode: all but the longest chunk's
+    warmShapes: ['shapes', 'decode'].includes(params.get('warm') ?? ''), warmLong: params.get('warm') !== 'decode',
+    decodeForm: params.get('decode'), knownDecode: keptDecodeChoice(),
     gpuValidation: /** @type {import('./runtime/probe.js').GpuValidation | null} */ (params.get('gpu_validation')) });
   setStatus('Loading the model…');
 }

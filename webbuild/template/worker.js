@@ -97,12 +97,14 @@ async function load(msg) {
 // loadSite with the page's options, its progress and warnings posted (a warning in the visitor's words, or only
 // in the console); the lost GPU device of a WebGPU site watched.
 /** @param {import('./runtime/contract.js').LoadMessage} msg @param {string | null | undefined} forceEp */
-async function startSite({ manifestUrl, graphCapture, warmShapes, decodeForm, knownDecode, gpuValidation, threads }, forceEp) {
+async function startSite({ manifestUrl, graphCapture, warmShapes, warmLong, decodeForm, knownDecode, gpuValidation, threads },
+  forceEp) {
   const said = new Set(); // the warnings said once a load (a full storage fails every write)
   const loaded = await loadSite(manifestUrl, {
     forceEp,
     graphCapture,
     warmShapes,
+    warmLong,
     decodeForm,
     knownDecode,
     gpuValidation,

@@ -62,12 +62,15 @@ export class Recogniser {
    * @param {Provider} ep
    * @param {(names: string[]) => Promise<unknown>} [ready] resolves once those files' bytes are all in `files`
    *   (loader.js startLoad): each session is made as soon as its own are, while the others download
-   * @param {{warmShapes?: boolean, release?: (name: string) => void}} [opts] warmShapes: warmUp will warm every
-   *   shape class (site.js), so the encoder's part of it runs here, while the decoder's files still download;
+   * @param {{warmShapes?: boolean, warmLong?: boolean, release?: (name: string) => void}} [opts] warmShapes: warmUp
+   *   will warm every shape class (site.js), so the encoder's part of it runs here, while the decoder's files still
+   *   download; warmLong false: not the longest chunk's (site.js SiteOptions);
    *   release: a file no later session reads (loader.js Load.release), on wasm, where nothing falls back to them
    */
-  static async create(ort, files, graphs, runtime, ep, ready = async () => {}, { warmShapes = false, release } = {}) {
+  static async create(ort, files, graphs, runtime, ep, ready = async () => {}, { warmShapes = false, warmLong = true,
+    release } = {}) {
     const r = new Recogniser(ort, runtime, ep);
+    r.warmLong = warmLong;
     /** @param {GraphFiles} g */
     const used = (g) => [r.graphFile(g), g.data, g.embed, r.ep === 'webgpu' && g.step, r.ep === 'webgpu' && g.delta,
       r.ep === 'wasm' && g.wasm && g.int8]
@@ -308,6 +311,7 @@ export class Recogniser {
     /** @type {{short: OrtTensor, long: OrtTensor | null} | null} */
     this.warmAudio = null; // warmEncoder's outputs until warmUp takes them
     this.encoderWarmMs = 0; // warmEncoder's time
+    this.warmLong = true; // warmEncoder encodes the longest chunk too (create: false for a bench of the decode alone)
     this.int8Ms = 0; // deriving int8 twins' weights at load (int8.js)
     /** @type {((name: string) => void) | null} while create() makes a session on wasm: lets a file go that no later
      * session reads (create's `release`); null otherwise */
@@ -417,7 +421,7 @@ export class Recogniser {
     const rate = this.rt.sample_rate;
     const frames = Math.floor((this.rt.max_chunk_seconds * rate) / HOP / WARM_FRAMES) * WARM_FRAMES;
     const short = await this.encode(loudStart(2 * rate));
-    this.warmAudio = { short, long: frames ? await this.encode(new Float32Array(frames * HOP)) : null };
+    this.warmAudio = { short, long: frames && this.warmLong ? await this.encode(new Float32Array(frames * HOP)) : null };
     this.encoderWarmMs += performance.now() - t0;
   }
 

@@ -39,13 +39,14 @@ export function kvNames(io, layers) {
 
 /**
  * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, threads?: number, graphCapture?: boolean,
- *   warmShapes?: boolean, decodeForm?: string | null, knownDecode?: import('./decode-form.js').DecodeChoice | null,
+ *   warmShapes?: boolean, warmLong?: boolean, decodeForm?: string | null, knownDecode?: import('./decode-form.js').DecodeChoice | null,
  *   gpuValidation?: import('./probe.js').GpuValidation | null}} LoadMessage
  *   Load the model once (forceEp: the page's ?ep=; threads: its ?threads=, the wasm EP's threads, else site.js
  *   wasmThreads' rule). 'wasm' runs the CPU variant whatever the device offers;
  *   'webgpu' takes WebGPU even on a software GPU (SwiftShader), where the page otherwise takes wasm.
  *   graphCapture false decodes every step plainly (the page's ?capture=0); warmShapes true warms every shape class
- *   even on a software GPU (the page's ?warm=shapes; runtime/asr.js warmUp). decodeForm 'captured' or 'plain': that
+ *   even on a software GPU (the page's ?warm=shapes; runtime/asr.js warmUp), warmLong false all but the longest
+ *   chunk's (?warm=decode: a bench of the decode alone). decodeForm 'captured' or 'plain': that
  *   decode form (the page's ?decode=; 'measure' measures both even on a software GPU); else knownDecode's, the choice this browser profile measured before
  *   (app/decode-choice.js), where made on the same GPU for the same model; else the warm-up measures both
  *   (runtime/decode-form.js). gpuValidation: onnxruntime-web's validationMode on WebGPU (the page's ?gpu_validation=;

@@ -37,6 +37,8 @@ import { createVad } from './vad.js';
  * @property {import('./decode-form.js').DecodeChoice | null} [knownDecode] a choice measured before (app/decode-choice.js)
  * @property {import('./probe.js').GpuValidation | null} [gpuValidation] onnxruntime-web's validationMode (probe.js)
  * @property {boolean} [warmShapes] true: warm every shape class on a software GPU too (Recogniser.warmUp)
+ * @property {boolean} [warmLong] false: the warm-up leaves out the longest chunk (its encoder run and prompt), which a
+ *   first clip that long then compiles; a decode's calls and times are the same (a bench of the decode alone)
  * @property {(manifest: LoadedManifest) => void} [onManifest]
  * @property {(p: SiteProgress) => void} [onProgress]
  * @property {(w: import('./loader.js').LoadWarning) => void} [onWarning]
@@ -96,7 +98,8 @@ export async function loadSite(manifestUrl, opts = {}) {
     configureOrt(ort, await load.ready(runtime.files.ort_wasm), threads.count);
     tSession0 = performance.now();
     made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, load, gpu,
-      graphCapture: opts.graphCapture ?? true, warmShapes: shapes, validation: opts.gpuValidation }, opts.fallback ?? true);
+      graphCapture: opts.graphCapture ?? true, warmShapes: shapes, warmLong: opts.warmLong ?? true,
+      validation: opts.gpuValidation }, opts.fallback ?? true);
     await load.verified; // every shard verified (the sessions may not have needed them all)
   } finally {
     load.flushCache(); // the sessions are made (or failed): the cache writes go on meanwhile
@@ -265,13 +268,14 @@ function configureOrt(ort, wasmBinary, threads) {
 /**
  * @param {OpenSite & {ort: Ort}} site
  * @param {{ep: 'webgpu' | 'wasm', variant: string, load: import('./loader.js').Load, gpu: GpuProbe, graphCapture: boolean,
- *   warmShapes: boolean, validation?: import('./probe.js').GpuValidation | null}} choice warmShapes: the warm-up will
- *   warm every shape class (its encoder part then runs as soon as the encoder's session is made); validation: the
+ *   warmShapes: boolean, warmLong: boolean, validation?: import('./probe.js').GpuValidation | null}} choice warmShapes:
+ *   the warm-up will warm every shape class (its encoder part then runs as soon as the encoder's session is made),
+ *   the longest chunk's with warmLong; validation: the
  *   WebGPU sessions' validationMode (probe.js webgpuProvider)
  * @param {boolean} fallback
  * @returns {Promise<EpChoice & {recogniser: Recogniser, notice?: string}>}
  */
-async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, warmShapes, validation }, fallback) {
+async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, warmShapes, warmLong, validation }, fallback) {
   const { ort, manifest, runtime, loading } = site;
   // the load's files, each once the sessions that read it are made (on wasm: asr.js); looked up at each call, as a
   // load that moves into this thread replaces its release
@@ -291,7 +295,7 @@ async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, wa
         delete graphs.decoder_lora.delta; // what makes the step's merged updates
       }
     }
-    return Recogniser.create(ort, vFiles, graphs, runtime, provider, ready, { warmShapes, release });
+    return Recogniser.create(ort, vFiles, graphs, runtime, provider, ready, { warmShapes, warmLong, release });
   };
   try {
     const provider = ep === 'webgpu' ? await webgpuProvider(gpu.gpuAdapter, validation ?? undefined) : ep;

@@ -46,6 +46,7 @@ def run_node(
     graph_capture: bool = True,
     max_new_tokens: int | None = None,
     adapter: str | None = None,
+    long_warm_up: bool = True,
 ) -> dict:
     """Runs the Node harness on `dist` and returns its report.
 
@@ -53,7 +54,8 @@ def run_node(
     which the site runtime does not take) through split.mjs, and a merged decoder (a peer such as
     the onnxruntime-genai builder's graph) through merged.mjs, both on synthetic inputs of the
     site's shapes. `adapter`: a built site's LoRA adapter switched on (on, off and on again, each
-    switch's WebGPU calls counted) before the clips and the synthetic decode run with it.
+    switch's WebGPU calls counted) before the clips and the synthetic decode run with it. `long_warm_up` False:
+    the warm-up leaves out the longest chunk (its encoder run and prompt), the bulk of a software GPU's load.
     """
     _check_inputs(dist)
     if (dist / "model" / "manifest.json").is_file():
@@ -62,7 +64,7 @@ def run_node(
             extra += ["--max-clips", str(max_clips)]
         if max_new_tokens is not None:
             extra += ["--max-new-tokens", str(max_new_tokens)]
-        extra += ["--graph-capture", str(int(graph_capture))]
+        extra += ["--graph-capture", str(int(graph_capture)), "--long-warm-up", str(int(long_warm_up))]
         if adapter:
             extra += ["--adapter", adapter]
     elif (dist / "decoder_init.onnx").is_file():

@@ -33,7 +33,7 @@ import { parseArgs, tryDawn } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
 import { gpuTimingPerToken } from './timing.mjs';
 
-const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--max-new-tokens N] [--session-config K=V]... [--adapter NAME]';
+const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--max-new-tokens N] [--session-config K=V]... [--adapter NAME] [--long-warm-up 0|1]';
 /** @typedef {import('../../template/runtime/site.js').Site} Site */
 /** @typedef {import('../../template/runtime/asr.js').Recogniser} Recogniser */
 /** @typedef {import('./timing.mjs').GpuScope} GpuScope */
@@ -43,8 +43,10 @@ const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--rep
  *   asr: typeof import('../../template/runtime/asr.js'), lora: typeof import('../../template/runtime/lora.js'),
  *   audio: typeof import('../../template/app/audio.js')}} SiteModules
  */
-/** @type {{repeat: number, threads: number, variant: string | null, maxClips: number, maxNewTokens: number, graphCapture: number, adapter: string}} */
-const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity, maxNewTokens: 0, graphCapture: 1, adapter: '' };
+/** @type {{repeat: number, threads: number, variant: string | null, maxClips: number, maxNewTokens: number, graphCapture: number, adapter: string,
+ *   longWarmUp: number}} */
+const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity, maxNewTokens: 0, graphCapture: 1, adapter: '',
+  longWarmUp: 1 };
 
 // The site's modules, from the built folder (asr.js: the same module instance site.js runs).
 /**
@@ -87,6 +89,7 @@ async function loadModel(m, srv, o) {
     // every shape class warmed as on a hardware GPU, also on a software one: the counts per token are the
     // steady decode's, never a first use's compiles
     warmShapes: true,
+    warmLong: Boolean(o.longWarmUp), // 0: not the longest chunk's (`webbuild bench --no-long-warm-up`)
     fallback: false, onWarning: () => {},
   });
   const { gpu } = site;
