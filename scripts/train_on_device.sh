@@ -49,7 +49,7 @@ RUN_WARM=${RUN_WARM-examples/tiny-asr/model}
 
 usage() {
   cat <<'USAGE'
-usage: scripts/train_on_device.sh prepare|run|adapter
+usage: scripts/train_on_device.sh prepare|run|adapter|both
 
   prepare   here: espeak-ng, the libraries it links and a transformers wheel into .cache/device
             of the checkout the device tool sends (prints the payload of a call that carries it)
@@ -57,6 +57,10 @@ usage: scripts/train_on_device.sh prepare|run|adapter
             examples/tiny-asr/TRAINING.md; $OUT gets train.log, the checkpoint's weight shards,
             rest.tar.gz, onset-lead300.json, onset-lead0.json and onset.log
   adapter   there, likewise: the LoRA adapter sweep; $OUT gets adapter.log, wer.md, adapters.tar.gz
+  both      there, likewise: run, its adapter clips synthesized while it trains (ADAPTER_STEP=data), then
+            the sweep on run's checkpoint (ADAPTER_BASE=/tmp/ckpt); $OUT gets run's files, adapter.log, wer.md
+            and adapters.tar.gz. Longer than one call: start it in the background (setsid nohup, OUT
+            outside the checkout) and copy $OUT back in a later call.
 
 Environment (run): RUN_LANGUAGES (English,German,French,Spanish,Russian,Greek; English alone with
 RUN_NAME_SHARE=0: the English-only recipe), RUN_CLIPS (90000 in all), RUN_HELDOUT (300 a language),
@@ -226,10 +230,28 @@ adapter() {
   adapter_sweep 2>&1 | tee "$OUT/adapter.log"
 }
 
+both() {
+  : "${OUT:?both is for the GPU machine, where OUT names the folder that comes back}"
+  local trainer
+  run & trainer=$!
+  # the adapter's clips on the CPU while the model trains on the GPU, once run's own clips are made
+  until grep -q "training capped" "$OUT/train.log" 2>/dev/null; do
+    kill -0 "$trainer" 2>/dev/null || break
+    sleep 5
+  done
+  # two cores left to the training's own process
+  (ADAPTER_STEP=data ADAPTER_WORKERS=${ADAPTER_WORKERS:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))} adapter_sweep \
+    >"$OUT/adapter-data.log" 2>&1) || echo "the adapter's clips failed (adapter-data.log)"
+  wait "$trainer"
+  # the sweep's deadline counts from its own start, not the training's
+  ADAPTER_STEP=sweep ADAPTER_BASE=/tmp/ckpt ADAPTER_DEADLINE_S=$(( SECONDS + ${ADAPTER_DEADLINE_S:-500} )) adapter
+}
+
 case "${1:-}" in
   prepare) prepare ;;
   run) run ;;
   adapter) adapter ;;
+  both) both ;;
   -h|--help|help) usage ;;
   *) usage >&2; exit 2 ;;
 esac
