@@ -100,6 +100,12 @@ espeak_env() {
   # a wrapper gives espeak-ng alone the carried libraries: exported for all, they would shadow the
   # machine's own (liblzma, libzstd, ...) in python3 and torch
   local root=${ESPEAK_ROOT:-/tmp/espeak}
+  if [ -x "$root/bin/espeak-ng" ] && "$root/bin/espeak-ng" --version >/dev/null 2>&1; then
+    # unpacked already (both: the adapter's clips start while run's still speak): unpacking again would pull
+    # the files from under those processes
+    export PATH="$root/bin:$PATH"
+    return 0
+  fi
   rm -rf "$root" && mkdir -p "$root/bin"
   for deb in "$CARRY"/debs/*.deb; do dpkg -x "$deb" "$root"; done
   cat >"$root/bin/espeak-ng" <<EOF
