@@ -46,6 +46,7 @@ RUN_INIT=${RUN_INIT:-}  # a checkpoint folder to continue from (webbuild.train -
 # a split export whose encoder and decoder layers start the new model (webbuild.train --warm-start; the
 # embedding and lm_head start fresh): the English example's, so that six languages learn from a trained ear
 RUN_WARM=${RUN_WARM-examples/tiny-asr/model}
+CKPT=/tmp/ckpt  # run's checkpoint, both's adapter base
 
 usage() {
   cat <<'USAGE'
@@ -154,7 +155,7 @@ print("torch", torch.__version__, "transformers", transformers.__version__,
 }
 
 run_recipe() {
-  local ckpt=/tmp/ckpt device=cuda minutes
+  local ckpt=$CKPT device=cuda minutes
   if [ "${RUN_CPU:-0}" = 1 ]; then device=cpu; fi
   espeak_env
   python_env
@@ -250,7 +251,7 @@ both() {
     >"$OUT/adapter-data.log" 2>&1) || echo "the adapter's clips failed (adapter-data.log)"
   wait "$trainer"
   # the sweep's deadline counts from its own start, not the training's
-  ADAPTER_STEP=sweep ADAPTER_BASE=/tmp/ckpt ADAPTER_DEADLINE_S=$(( SECONDS + ${ADAPTER_DEADLINE_S:-500} )) adapter
+  ADAPTER_STEP=sweep ADAPTER_BASE=$CKPT ADAPTER_DEADLINE_S=$(( SECONDS + ${ADAPTER_DEADLINE_S:-500} )) adapter
 }
 
 case "${1:-}" in

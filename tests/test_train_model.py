@@ -51,3 +51,6 @@ def test_warm_start_takes_every_weight_that_fits_and_leaves_the_vocabulary_sized
     other = torch.nn.Linear(3, 3)  # nothing of the checkpoint fits: one line, not a silent fresh start
     with pytest.raises(UsageError, match="no weight of that checkpoint fits this model"):
         warm_start(other, tmp_path / "source")
+    (tmp_path / "empty").mkdir()  # a folder with no checkpoint (an export not rebuilt, say): one line
+    with pytest.raises(UsageError, match="not a checkpoint folder .*webbuild.train.from_export"):
+        warm_start(model, tmp_path / "empty")

@@ -66,7 +66,11 @@ def warm_start(model, path: Path) -> list[str]:
     The audio encoder and the decoder's layers carry over from a model trained on another vocabulary
     (the English example into a multilingual one); the embedding and lm_head, sized by the vocabulary,
     start fresh. Returns the names left as initialised; raises when nothing matched (not this family)."""
-    source = load_model(path).state_dict()
+    try:
+        source = load_model(path).state_dict()
+    except (OSError, ValueError) as exc:  # transformers' words for a folder that holds no checkpoint
+        raise click.UsageError(f"--warm-start {path}: not a checkpoint folder ({str(exc).splitlines()[0]}); a split "
+                               "export becomes one with python -m webbuild.train.from_export EXPORT OUT") from None
     target = model.state_dict()
     taken = {name: tensor for name, tensor in source.items()
              if name in target and target[name].shape == tensor.shape}
@@ -157,6 +161,8 @@ def log_rows(rows: list[LanguageRow]) -> list[dict]:
 def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr, warmup, ctc_weight, heldout,
          eval_every, max_minutes, init_dir, warm_dir, shard_size, lead_ms, languages, log_every, name_share,
          names_heldout, data_only):
+    if init_dir and warm_dir:  # before minutes of synthesis
+        raise click.UsageError("--init continues a checkpoint, --warm-start starts a new one: give one of them")
     t0 = time.time()
     random.seed(seed), np.random.seed(seed), torch.manual_seed(seed)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -185,8 +191,6 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
     print(f"data: {len(store)} train clips, {len(held)} held-out ({', '.join(lang.name for lang in languages)}), "
           f"{store.pcm.numel() / 16000 / 3600:.1f} h, {synth_s:.0f} s", flush=True)
 
-    if init_dir and warm_dir:
-        raise click.UsageError("--init continues a checkpoint, --warm-start starts a new one: give one of them")
     model = load_model(init_dir) if init_dir else make_model(tok)
     if warm_dir:
         fresh = warm_start(model, warm_dir)

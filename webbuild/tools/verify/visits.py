@@ -446,12 +446,11 @@ class Verifier:
             return
         fallback = default if default in languages else languages[0]
         for forced in dict.fromkeys(s.language or fallback for s in samples):
-            own = [s for s in samples if s.language == forced]
             page.select_option(f"#{LANGUAGE_PICKER}", forced)
-            if own:
-                self.run_clips(page, own, state, max_wer, f"samples, language {forced}")
-            if rest := [s for s in samples if s.language is None] if forced == fallback else []:
-                self.run_clips(page, rest, state, None, f"samples, language {forced}")
+            forced_here = [s for s in samples if (s.language or fallback) == forced]
+            for judged in (True, False):  # the samples that name this language, then those merely forced to it
+                if group := [s for s in forced_here if (s.language is not None) == judged]:
+                    self.run_clips(page, group, state, max_wer if judged else None, f"samples, language {forced}")
             named = page.evaluate("() => window.webbuild.language")
             self.check(f"language {forced} forced: the page names it", named == forced, f"the page names {named!r}")
         page.select_option(f"#{LANGUAGE_PICKER}", default if default in languages else "")
