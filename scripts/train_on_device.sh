@@ -187,6 +187,7 @@ run_recipe() {
 
 run() {
   : "${OUT:?run is for the GPU machine, where OUT names the folder that comes back}"
+  mkdir -p "$OUT"
   run_recipe 2>&1 | tee "$OUT/train.log"
 }
 
@@ -234,11 +235,13 @@ adapter_sweep() {
 
 adapter() {
   : "${OUT:?adapter is for the GPU machine, where OUT names the folder that comes back}"
+  mkdir -p "$OUT"
   adapter_sweep 2>&1 | tee "$OUT/adapter.log"
 }
 
 both() {
   : "${OUT:?both is for the GPU machine, where OUT names the folder that comes back}"
+  mkdir -p "$OUT"  # a folder of /tmp, as docs/gpu-machine.md's calls name it, is not there on a fresh machine
   local trainer
   run & trainer=$!
   # the adapter's clips on the CPU while the model trains on the GPU, once run's own clips are made

@@ -26,3 +26,8 @@ def write_example_config(folder: Path, **changes) -> Path:
     path = folder / "model.yaml"
     path.write_text(yaml.safe_dump(example_config() | changes))
     return path
+
+
+def sample_text(index: int = 0) -> str:
+    """What the example's sample `index` (model.yaml site.samples) says."""
+    return example_config()["site"]["samples"][index]["text"]

@@ -15,9 +15,11 @@ import pytest
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 
 from tests.example_config import EXAMPLE
+from tests.vad_audio import SR, speech
 from webbuild.pipeline.assemble import context_config, runtime_config, token_table
 from webbuild.pipeline.bpe_form import merges_section
 from webbuild.pipeline.render import TEMPLATE_DIR
+from webbuild.reference.audio import write_wav
 from webbuild.reference.chunk import DEFAULT_POLICY
 from webbuild.reference.prompt import PROMPT_PREFIX, build_prompt, prefix_ids, text_ids
 from webbuild.reference.tokenizer import SPECIAL_TOKENS, add_special_tokens, build_tokenizer
@@ -148,9 +150,15 @@ def webbuild(*args) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def test_cli_context_in_json_and_over_its_budget(example_dist):
-    sample = EXAMPLE / "samples" / "sample-1.wav"
-    context = "Zorbak, Quill — Москва"  # the example was never trained with context: it reads it, and goes astray
+# A rare name (webbuild.train.names: a pseudo-word of the language's plain syllables) the example spells only when
+# its context gives it: it was trained with such names in a fifth of its clips' contexts (TRAINING.md)
+NAME_SENTENCE, NAME = "the letter from Tabunisa arrived", "Tabunisa"
+
+
+def test_cli_context_in_json_and_over_its_budget(example_dist, tmp_path):
+    sample = tmp_path / "name.wav"
+    write_wav(sample, speech(NAME_SENTENCE), SR)
+    context = f"{NAME}, Quill — Москва"  # the name among distractors, as in training
     run = webbuild("transcribe", example_dist, sample, "--json", "--context", context)
     assert run.returncode == 0, run.stderr
     row = json.loads(run.stdout)
@@ -158,9 +166,11 @@ def test_cli_context_in_json_and_over_its_budget(example_dist):
     plain = reference.file_text(reference.decode_file(sample))  # cut into chunks as the CLI cuts them
     reference.give_context(context)
     assert row["context"] == context and row["text"] == reference.file_text(reference.decode_file(sample)) != plain
+    # the model reads its context: the name is spelled with it, and not without
+    assert NAME.lower() in row["text"].split() and NAME.lower() not in plain.split()
     run = webbuild("transcribe", example_dist, sample, "--json")  # the site's default (model.yaml: none)
     assert run.returncode == 0 and json.loads(run.stdout)["context"] == ""
-    assert json.loads(run.stdout)["text"] == plain == "harmony emerge surprise"
+    assert json.loads(run.stdout)["text"] == plain
     long = "word " * 200
     tokens = len(reference.codec.context_prefix(long)) - len(reference.codec.prefix)  # type: ignore[union-attr]
     run = webbuild("transcribe", example_dist, sample, "--context", long)

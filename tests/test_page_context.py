@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import built_once
-from tests.example_config import EXAMPLE, write_example_config
+from tests.example_config import EXAMPLE, sample_text, write_example_config
 from webbuild.config import load_config
 from webbuild.reference.transcribe import load_transcriber
 from webbuild.tools.browser import open_site, wait_for
 from webbuild.tools.serve import start
 
 DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
-CONTEXT = "harmony emerge surprise"  # the first sample's words: the example, never trained with context, reads them
+CONTEXT = sample_text(0)  # the first sample's words: a context that names what the clip says
 
 
 @pytest.fixture(scope="module")

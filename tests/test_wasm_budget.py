@@ -29,7 +29,6 @@ from webbuild.tools.bench import run_node
 
 FOLDED = {"encoder": "float", "decoder": "float"}
 INT8 = {"encoder": "int8", "decoder": "int8"}
-KEPT = {"encoder": "matmul_nbits", "decoder": "matmul_nbits"}
 
 
 def build(out: Path, budget: int | None = None, config: Path | None = None) -> subprocess.CompletedProcess:
@@ -141,21 +140,28 @@ def test_a_budget_below_every_option_leaves_no_wasm_path(dist, monkeypatch):
 def test_twins_over_budget_give_way_to_matmul_nbits_and_wasm_transcribes_as_the_reference(dist, tmp_path):
     out, _ = dist
     options = wasm_plan(out)["options"]
-    kept = next(o for o in options if o["forms"] == KEPT)
-    assert all(o["need_bytes"] > kept["need_bytes"] for o in options if o is not kept)  # the smallest
+    # the smallest option keeps a graph's MatMulNBits (which of the two depends on the model: a large vocabulary's
+    # float lookup can outweigh the int8 twin's savings)
+    kept = min(options, key=lambda o: o["need_bytes"])
+    assert "matmul_nbits" in kept["forms"].values() and kept["forms"] != INT8
+    assert all(o["need_bytes"] > kept["need_bytes"] for o in options if o is not kept)
     small = tmp_path / "dist"
     # room for that option only (of the adapted example's plan, whose options the adapter's forms weigh into)
     run = build(small, budget=kept["need_bytes"], config=EXAMPLE / "model.yaml")
     fit = wasm_plan(small)
-    assert fit["fits"] and fit["forms"] == KEPT and fit["need_bytes"] == kept["need_bytes"]
+    assert fit["fits"] and fit["forms"] == kept["forms"] and fit["need_bytes"] == kept["need_bytes"]
     assert [o["fits"] for o in fit["options"]] == [o is kept for o in options]
-    assert "encoder matmul_nbits, decoder matmul_nbits;" in run.stderr
+    assert f"encoder {kept['forms']['encoder']}, decoder {kept['forms']['decoder']};" in run.stderr
     entry = json.loads((small / "model" / "manifest.json").read_text())["variants"]["fp32"]
-    assert entry["wasm"]["fits"] and "encoder_wasm" not in entry  # the int4 encoder itself runs on wasm
-    reassemble(small / "model", load_manifest(small / "model"), entry["decoder_wasm"], tmp_path / "twin.onnx")
-    twin = onnx.load(str(tmp_path / "twin.onnx"), load_external_data=False)
-    ops = {n.op_type for n in twin.graph.node}
-    assert "MatMulNBits" in ops and "GatherBlockQuantized" not in ops  # only the lookup wasm lacks is rewritten
+    assert entry["wasm"]["fits"]
+    for graph, role in (("encoder", "encoder_wasm"), ("decoder", "decoder_wasm")):
+        if kept["forms"][graph] != "matmul_nbits":
+            continue
+        assert graph == "decoder" or role not in entry  # the int4 encoder itself runs on wasm
+        if role in entry:  # a decoder twin: only the lookup wasm lacks is rewritten
+            reassemble(small / "model", load_manifest(small / "model"), entry[role], tmp_path / "twin.onnx")
+            ops = {n.op_type for n in onnx.load(str(tmp_path / "twin.onnx"), load_external_data=False).graph.node}
+            assert "MatMulNBits" in ops and "GatherBlockQuantized" not in ops
     wasm_transcribes_as_the_reference(small, max_clips=1)
 
 

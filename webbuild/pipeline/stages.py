@@ -150,8 +150,9 @@ def stage_forms(ctx: BuildContext) -> None:
         shipped = ctx.state.variants[name] = variant_forms(v, dest, wasm_forms, level, bool(ctx.cfg.adapters),
                                                            forms)
         log.debug(f"variant {name} ({shipped.dtype}): " + ", ".join(f"{r} {f}" for r, f in shipped.files.items()))
-        if "decoder" in shipped.files and name in ctx.report.variants:
-            ctx.report.variants[name]["decoder"] |= census(op_census(shipped.path("decoder")))
+        if "decoder" in shipped.files:  # a float build (quantize.method none) has no quantize stage's row
+            ctx.report.variants.setdefault(name, {}).setdefault("decoder", {}).update(
+                census(op_census(shipped.path("decoder"))))
     record_forms(ctx, forms)
     ctx.state.wasm_plans = plans
     ctx.state.adapter_files, ctx.state.adapters = pack_adapters(ctx.cfg.adapters, ctx.state.assembled_dir,
