@@ -18,7 +18,7 @@ from webbuild.train.languages import ENGLISH, LANGUAGES
 from webbuild.train.speech import random_style, synthesize
 
 SHARD_CLIPS = 500
-RECIPE = 2  # bump when synthesis changes; 2: espeak-ng's leading silence trimmed, augmented styles
+RECIPE = 3  # bump when synthesis changes; 2: espeak-ng's leading silence trimmed, augmented styles; 3: tail cuts
 
 
 @dataclass

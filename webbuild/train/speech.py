@@ -31,6 +31,11 @@ SILENCE_S = (0.05, 0.4)  # leading and trailing, each
 ONSET_SHARE = 0.35  # training clips whose speech starts at the first sample or up to CUT_S into it
 CUT_S = 0.01
 DIGITAL_SILENCE_SHARE = 0.15  # training clips whose silences are exact zeros
+# training clips that end as speech detection cuts a chunk (webbuild.reference.vad's 30 ms pad and the chunk
+# policy's keep_seconds, 100 ms): espeak-ng's trailing silence trimmed, then at most TAIL_CUT_S of it; a model that
+# heard only long pauses after the speech makes up a tail after such a cut (TRAINING.md)
+TAIL_CUT_SHARE = 0.25
+TAIL_CUT_S = 0.13
 TRIM_LEVEL = 0.01  # espeak-ng's leading silence is digital zero; speech starts above 1% of the peak
 PEAK = 0.6
 
@@ -45,12 +50,14 @@ class Style:
     lead_s: float  # silence before the speech; negative: that much of the speech's start is cut
     trail_s: float
     digital_silence: bool = False  # noise over the speech only; the silences are exact zeros
+    trim_tail: bool = False  # espeak-ng's trailing silence cut off first: trail_s is all there is after the speech
 
 
 def random_style(rng: np.random.Generator, augment: bool = False, voices: tuple[str, ...] = VOICES) -> Style:
     """A random style in one of `voices`; with `augment` (training), ONSET_SHARE of them with speech from
-    the first sample (lead 0 to -CUT_S) and DIGITAL_SILENCE_SHARE with silences of exact zeros. Without, no
-    extra number is drawn (the held-out clips keep the styles they always had)."""
+    the first sample (lead 0 to -CUT_S), DIGITAL_SILENCE_SHARE with silences of exact zeros and TAIL_CUT_SHARE
+    ending 0 to TAIL_CUT_S after the speech. Without, no extra number is drawn (the held-out clips keep the
+    styles they always had)."""
     voice = str(rng.choice(voices)) + str(rng.choice(VARIANTS))
     rate = int(rng.integers(RATE_WPM[0], RATE_WPM[1] + 1))
     pitch = int(rng.integers(PITCH[0], PITCH[1] + 1))
@@ -59,7 +66,10 @@ def random_style(rng: np.random.Generator, augment: bool = False, voices: tuple[
     lead_s = -float(rng.uniform(0.0, CUT_S)) if at_onset else float(rng.uniform(*SILENCE_S))
     trail_s = float(rng.uniform(*SILENCE_S))
     digital = augment and bool(rng.random() < DIGITAL_SILENCE_SHARE)
-    return Style(voice, rate, pitch, gain_db, snr_db, lead_s, trail_s, digital)
+    trim_tail = augment and bool(rng.random() < TAIL_CUT_SHARE)
+    if trim_tail:
+        trail_s = float(rng.uniform(0.0, TAIL_CUT_S))
+    return Style(voice, rate, pitch, gain_db, snr_db, lead_s, trail_s, digital, trim_tail)
 
 
 def espeak_wav(text: str, voice: str, rate: int, pitch: int) -> bytes:
@@ -95,12 +105,20 @@ def trim_leading_silence(pcm: np.ndarray, level: float = TRIM_LEVEL) -> np.ndarr
     return pcm[int(np.argmax(loud)):] if loud.any() else pcm
 
 
+def trim_trailing_silence(pcm: np.ndarray, level: float = TRIM_LEVEL) -> np.ndarray:
+    """`pcm` up to its last sample above `level` times its peak."""
+    loud = np.flatnonzero(np.abs(pcm) > level * np.abs(pcm).max())
+    return pcm[:int(loud[-1]) + 1] if len(loud) else pcm
+
+
 def degrade(pcm: np.ndarray, style: Style, rng: np.random.Generator) -> np.ndarray:
     """Peak normalisation, silence padding (or a cut into the speech's start), gain and white noise
     at the style's SNR (relative to the speech power). espeak-ng peaks near full scale, so it is
     brought to PEAK before the gain."""
     pcm = pcm * (PEAK / (np.abs(pcm).max() + 1e-9))
     pcm = pcm[int(-style.lead_s * SAMPLE_RATE):] if style.lead_s < 0 else pcm
+    if style.trim_tail:
+        pcm = trim_trailing_silence(pcm)
     lead, trail = (np.zeros(int(max(s, 0.0) * SAMPLE_RATE), np.float32) for s in (style.lead_s, style.trail_s))
     power = float(np.mean(pcm**2)) + 1e-12
     out = np.concatenate([lead, pcm, trail]) * 10 ** (style.gain_db / 20)
