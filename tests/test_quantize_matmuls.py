@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnxruntime.quantization.matmul_nbits_quantizer import HQQWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
 from tests.quantize_graphs import attrs, initializer, matmul_model, model, nbits_weight, nodes_of, run
 from webbuild.config import Quantize
+from webbuild.quantize.lazy import load_lazily
 from webbuild.quantize.quantize_matmuls import quantize_matmuls
 
 K, N = 128, 96
@@ -114,3 +116,17 @@ def test_hqq_zero_points_rounded_to_uint8_move_weights_by_at_most_half_a_step():
     half_step = 0.5 * np.repeat(initializer(m, node.input[2]).reshape(32, 2), 32, axis=1).T + 1e-6
     assert np.all(np.abs(w_u8 - w_hqq) <= half_step)
     assert np.abs(w_u8 - w).max() <= np.abs(w_hqq - w).max() + half_step.max()
+
+
+@pytest.mark.parametrize("method", ["rtn", "hqq"])
+def test_weights_left_on_disk_by_the_lazy_loader_are_quantized_by_either_method(tmp_path, method):
+    """A build's decoder is loaded with its MatMul weights left in the data file (webbuild.quantize.lazy); HQQ reads
+    them with onnx's own reader, which refuses the absolute locations they then have."""
+    w = np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32)
+    onnx.save(matmul_model(w), tmp_path / "m.onnx", save_as_external_data=True, location="m.onnx.data",
+              size_threshold=0)
+    lazy = quantize_matmuls(load_lazily(tmp_path / "m.onnx"), Quantize(method=method))
+    in_memory = quantize_matmuls(matmul_model(w), Quantize(method=method))
+    assert len(nodes_of(lazy, "MatMulNBits")) == 1 and not nodes_of(lazy, "MatMul")
+    x = np.random.default_rng(1).standard_normal((1, 2, 64)).astype(np.float32)
+    np.testing.assert_array_equal(run(lazy, {"x": x})[0], run(in_memory, {"x": x})[0])

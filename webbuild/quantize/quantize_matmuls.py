@@ -24,6 +24,7 @@ from onnxruntime.quantization.matmul_nbits_quantizer import (
 
 from webbuild.config import Quantize
 from webbuild.graph.packing import n_blocks, pack_codes
+from webbuild.quantize.lazy import load_deferred
 
 MS_DOMAIN = "com.microsoft"
 
@@ -70,6 +71,8 @@ def quantize_matmuls(model: onnx.ModelProto, s: Quantize) -> onnx.ModelProto:
         return model
     gemm_to_matmul(model)
     if s.method == "hqq":
+        # HQQ reads weights with onnx's own reader, which refuses the lazy loader's absolute locations
+        load_deferred(model)
         algo = HQQWeightOnlyQuantConfig(block_size=s.block_size, bits=s.bits)
     else:
         algo = DefaultWeightOnlyQuantConfig(block_size=s.block_size, is_symmetric=True,
