@@ -51,6 +51,12 @@ def test_warm_start_takes_every_weight_that_fits_and_leaves_the_vocabulary_sized
     other = torch.nn.Linear(3, 3)  # nothing of the checkpoint fits: one line, not a silent fresh start
     with pytest.raises(UsageError, match="no weight of that checkpoint fits this model"):
         warm_start(other, tmp_path / "source")
+    # the same number of tokens but other ids (another tokenizer's): the rows would mean other tokens
+    tok, other_tok = (build_tokenizer(training_sentences(words, 500, seed=s), 400) for s in (0, 2))
+    tok.save(str(tmp_path / "source" / "tokenizer.json"))
+    assert other_tok.get_vocab_size() == tok.get_vocab_size() and other_tok.get_vocab() != tok.get_vocab()
+    assert warm_start(make_model(other_tok), tmp_path / "source", other_tok) == fresh
+    assert warm_start(make_model(tok), tmp_path / "source", tok) == []  # the same ids: all of it carries over
     (tmp_path / "empty").mkdir()  # a folder with no checkpoint (an export not rebuilt, say): one line
     with pytest.raises(UsageError, match="not a checkpoint folder .*webbuild.train.from_export"):
         warm_start(model, tmp_path / "empty")

@@ -60,24 +60,36 @@ def load_model(path: Path):
     return Qwen3ASRForConditionalGeneration.from_pretrained(path)
 
 
-def warm_start(model, path: Path) -> list[str]:
+VOCABULARY_WEIGHTS = ("embed_tokens.weight", "lm_head.weight")  # a row per token id
+
+
+def warm_start(model, path: Path, tok: Tokenizer | None = None) -> list[str]:
     """Copy into `model` every weight of the checkpoint at `path` with the same name and shape.
 
     The audio encoder and the decoder's layers carry over from a model trained on another vocabulary
     (the English example into a multilingual one); the embedding and lm_head, sized by the vocabulary,
-    start fresh. Returns the names left as initialised; raises when nothing matched (not this family)."""
+    start fresh, and so do they when `tok` gives the same number of tokens other ids than the checkpoint's
+    tokenizer. Returns the names left as initialised; raises when nothing matched (not this family)."""
     try:
         source = load_model(path).state_dict()
     except (OSError, ValueError) as exc:  # transformers' words for a folder that holds no checkpoint
         raise click.UsageError(f"--warm-start {path}: not a checkpoint folder ({str(exc).splitlines()[0]}); a split "
                                "export becomes one with python -m webbuild.train.from_export EXPORT OUT") from None
     target = model.state_dict()
+    same_ids = tok is None or _token_ids(path) == tok.get_vocab()
     taken = {name: tensor for name, tensor in source.items()
-             if name in target and target[name].shape == tensor.shape}
+             if name in target and target[name].shape == tensor.shape
+             and (same_ids or not name.endswith(VOCABULARY_WEIGHTS))}
     if not taken:
         raise click.UsageError(f"--warm-start {path}: no weight of that checkpoint fits this model")
     model.load_state_dict(taken, strict=False)
     return sorted(set(target) - set(taken))
+
+
+def _token_ids(path: Path) -> dict[str, int] | None:
+    """The checkpoint's token ids (its tokenizer.json), or None where it has none."""
+    file = path / "tokenizer.json"
+    return Tokenizer.from_file(str(file)).get_vocab() if file.is_file() else None
 
 
 def lr_at(step: int, progress: float, peak: float, warmup: int) -> float:
@@ -193,7 +205,7 @@ def main(out_dir, steps, batch_size, clips, seed, device, data_dir, workers, lr,
 
     model = load_model(init_dir) if init_dir else make_model(tok)
     if warm_dir:
-        fresh = warm_start(model, warm_dir)
+        fresh = warm_start(model, warm_dir, tok)
         print(f"warm start from {warm_dir}: {len(fresh)} tensors fresh ({', '.join(fresh[:4])})", flush=True)
     model = model.to(device)
     print(f"params: {sum(p.numel() for p in model.parameters()):,}", flush=True)
