@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from tests.example_config import EXAMPLE
+from tests.command import webbuild
+from tests.example_config import EXAMPLE, example_config, write_example_config
 from webbuild.config import load_config
 from webbuild.reference.audio import read_wav
 from webbuild.reference.mel import lead_samples
@@ -137,3 +138,19 @@ def test_build_report_names_every_graph_census_the_same_way(built_example):
     assert set(report["graphs"]["decoder"]["fused"]) == {"nodes", "ops"}
     for variant in report["variants"].values():
         assert set(variant["decoder"]) == {"bytes", "nodes", "ops"} and set(variant["encoder"]) == {"bytes"}
+
+
+@pytest.mark.parametrize("method", ["none", "hqq"])
+def test_every_quantize_method_builds_a_site_the_cli_transcribes(method, tmp_path):
+    """quantize.method none (float weights, the decoder taking embeddings: the page and the reference look the
+    tokens up in the shipped table) and hqq, each built and its samples transcribed by the CLI on the site."""
+    config = write_example_config(tmp_path, adapters=[], quantize={"method": method},
+                                  encoder={"precision": "fp32" if method == "none" else "int4"})
+    run = webbuild(config, "-o", tmp_path / "dist")
+    assert run.returncode == 0, run.stderr
+    manifest = json.loads((tmp_path / "dist" / "model" / "manifest.json").read_text())
+    assert ("embed" in manifest["variants"]["fp32"]) == (method == "none")
+    run = webbuild("transcribe", tmp_path / "dist", EXAMPLE / "samples", "--json")
+    assert run.returncode == 0, run.stderr
+    rows = [json.loads(line) for line in run.stdout.splitlines()]
+    assert [r["text"] for r in rows] == [s["text"] for s in example_config()["site"]["samples"]]

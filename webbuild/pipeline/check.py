@@ -38,11 +38,13 @@ from webbuild.pipeline.state import Variant
 from webbuild.reference.prompt import Prompt
 from webbuild.reference.transcribe import (
     IdsDecoder,
+    MergedDecoder,
     SiteCodec,
     TokenizerCodec,
     Transcriber,
     cpu_form,
     cpu_session,
+    embed_table,
     load_transcriber,
     pick,
 )
@@ -68,13 +70,22 @@ def variant_transcriber(out_dir: Path, variant: str, side_dir: Path) -> Transcri
                             side_dir)
 
 
+def takes_token_ids(decoder: Path) -> bool:
+    """Whether the decoder graph takes input_ids (with its own lookup) rather than inputs_embeds."""
+    return IO.input_ids in {i.name for i in onnx.load(str(decoder), load_external_data=False).graph.input}
+
+
 def role_transcriber(encoder: Path, decoder: Path, side_dir: Path, rank: int | None = None) -> Transcriber:
     """Transcriber over the graphs `encoder` and `decoder` (taking input_ids); tokenizer/config from side_dir.
     With `rank`, an adapted decoder's lora.* inputs are zeros of that rank (a zero adapter)."""
     cfg = json.loads((Path(side_dir) / "config.json").read_text())
-    decoder_runner = IdsDecoder(decoder, cfg["decoder"])
-    if rank is not None:
-        decoder_runner.adapter = zero_adapter(decoder_runner, rank)
+    decoder_runner: IdsDecoder | MergedDecoder
+    if takes_token_ids(decoder):
+        decoder_runner = IdsDecoder(decoder, cfg["decoder"])
+        if rank is not None:
+            decoder_runner.adapter = zero_adapter(decoder_runner, rank)
+    else:  # a float build's (quantize.method none): the page looks the tokens up in embed_tokens.bin, so does this
+        decoder_runner = MergedDecoder(decoder.parent, (decoder.name,), embed_table(Path(side_dir), cfg), cfg)
     return Transcriber(cpu_session(encoder), decoder_runner,
                        TokenizerCodec(Tokenizer.from_file(str(Path(side_dir) / "tokenizer.json"))),
                        frozenset(cfg["special_tokens"]["eos_token_ids"]))

@@ -95,7 +95,8 @@ def source_session(path: Path) -> ort.InferenceSession:
         raise SourceError(f"{path}: onnxruntime cannot load it ({reason}); {FIX}") from None
 
 
-def _embed_table(model_dir: Path, cfg: dict) -> np.ndarray:
+def embed_table(model_dir: Path, cfg: dict) -> np.ndarray:
+    """The float token embeddings of a split export or a float build (embed_tokens.bin; dtype and shape from cfg)."""
     dtype = np.dtype(cfg.get("embed_tokens_dtype", "float32"))
     shape = cfg.get("embed_tokens_shape") or [cfg["decoder"]["vocab_size"], cfg["decoder"]["hidden_size"]]
     return np.memmap(model_dir / "embed_tokens.bin", dtype=dtype, mode="r", shape=tuple(shape))
@@ -513,7 +514,7 @@ def load_transcriber(model_dir: Path, variant: str | None = None, lead: int = 0,
 # how each layout's decoder is called and its table read (webbuild.layouts' Decoder and Table)
 DECODERS: dict[Decoder, type[SplitDecoder] | type[MergedDecoder]] = {
     Decoder.SPLIT: SplitDecoder, Decoder.SPLIT_EMBEDS: V2Decoder, Decoder.MERGED: MergedDecoder}
-TABLES = {Table.FLOAT32: _embed_table, Table.INT8_ROWS: source_v2.embed_table}
+TABLES = {Table.FLOAT32: embed_table, Table.INT8_ROWS: source_v2.embed_table}
 BUILT_DECODER = "decoder.onnx"  # a build's fused decoder, MergedDecoder's interface
 
 
@@ -523,7 +524,7 @@ def _source_decoder(model_dir: Path, cfg: dict) -> SplitDecoder | V2Decoder | Me
     if layout is not None:
         return DECODERS[layout.decoder](model_dir, layout.graphs, TABLES[layout.table](model_dir, cfg), cfg)
     if (model_dir / BUILT_DECODER).is_file():
-        return MergedDecoder(model_dir, (BUILT_DECODER,), _embed_table(model_dir, cfg), cfg)
+        return MergedDecoder(model_dir, (BUILT_DECODER,), embed_table(model_dir, cfg), cfg)
     raise SourceError(f"{model_dir}: found none of {layouts.detect_hint()}, {BUILT_DECODER} (built model)")
 
 
@@ -580,7 +581,12 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None, ep:
     weights = None if adapter is None else site_adapter(site, manifest, adapter, out)
     role = "decoder" if adapter is None else "decoder_lora"
     graph = out / roles[f"{role}_wasm"] if ep == "wasm" and f"{role}_wasm" in roles else cpu_form(out / roles[role])
-    decoder = IdsDecoder(graph, runtime["decoder"], weights, io=io)
+    decoder: IdsDecoder | MergedDecoder
+    if "embed" in roles:  # a float build's decoder takes embeddings: the page looks the tokens up in this table
+        cfg = {"decoder": runtime["decoder"], "embed_tokens_dtype": roles.get("dtype", "float32")}
+        decoder = MergedDecoder(graph.parent, (graph.name,), embed_table(out, cfg), cfg)
+    else:
+        decoder = IdsDecoder(graph, runtime["decoder"], weights, io=io)
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io,
                        policy=ChunkPolicy.of(runtime), live_policy=ChunkPolicy.of_live(runtime),
