@@ -140,12 +140,12 @@ def test_build_report_names_every_graph_census_the_same_way(built_example):
         assert set(variant["decoder"]) == {"bytes", "nodes", "ops"} and set(variant["encoder"]) == {"bytes"}
 
 
-@pytest.mark.parametrize("method", ["none", "hqq"])
-def test_every_quantize_method_builds_a_site_the_cli_transcribes(method, tmp_path):
-    """quantize.method none (float weights, the decoder taking embeddings: the page and the reference look the
-    tokens up in the shipped table) and hqq, each built and its samples transcribed by the CLI on the site."""
-    config = write_example_config(tmp_path, adapters=[], quantize={"method": method},
-                                  encoder={"precision": "fp32" if method == "none" else "int4"})
+def test_a_float_build_is_one_the_cli_transcribes(tmp_path):
+    """quantize.method none: float weights, the decoder taking embeddings (the page and the reference look the
+    tokens up in the shipped table), built and its samples transcribed by the CLI on the site. (hqq's build
+    path: tests/test_quantize_matmuls.py, weights left on disk.)"""
+    method = "none"
+    config = write_example_config(tmp_path, adapters=[], quantize={"method": method}, encoder={"precision": "fp32"})
     run = webbuild(config, "-o", tmp_path / "dist")
     assert run.returncode == 0, run.stderr
     manifest = json.loads((tmp_path / "dist" / "model" / "manifest.json").read_text())
