@@ -15,7 +15,7 @@ import pytest
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 
 from tests.example_config import EXAMPLE
-from tests.vad_audio import SR, speech
+from tests.vad_audio import NAME, NAME_CONTEXT, NAME_SENTENCE, SR, speech
 from webbuild.pipeline.assemble import context_config, runtime_config, token_table
 from webbuild.pipeline.bpe_form import merges_section
 from webbuild.pipeline.render import TEMPLATE_DIR
@@ -150,15 +150,10 @@ def webbuild(*args) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-# A rare name (webbuild.train.names: a pseudo-word of the language's plain syllables) the example spells only when
-# its context gives it: it was trained with such names in a fifth of its clips' contexts (TRAINING.md)
-NAME_SENTENCE, NAME = "the letter from Tabunisa arrived", "Tabunisa"
-
-
 def test_cli_context_in_json_and_over_its_budget(example_dist, tmp_path):
     sample = tmp_path / "name.wav"
     write_wav(sample, speech(NAME_SENTENCE), SR)
-    context = f"{NAME}, Quill — Москва"  # the name among distractors, as in training
+    context = NAME_CONTEXT
     run = webbuild("transcribe", example_dist, sample, "--json", "--context", context)
     assert run.returncode == 0, run.stderr
     row = json.loads(run.stdout)

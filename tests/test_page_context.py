@@ -12,14 +12,24 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import built_once
-from tests.example_config import EXAMPLE, sample_text, write_example_config
+from tests.example_config import EXAMPLE, write_example_config
+from tests.vad_audio import NAME_CONTEXT, NAME_SENTENCE, SR, speech
 from webbuild.config import load_config
+from webbuild.reference.audio import write_wav
 from webbuild.reference.transcribe import load_transcriber
 from webbuild.tools.browser import open_site, wait_for
 from webbuild.tools.serve import start
 
 DONE = "() => window.webbuild.status === 'done' || window.webbuild.error"
-CONTEXT = sample_text(0)  # the first sample's words: a context that names what the clip says
+CONTEXT = NAME_CONTEXT  # a rare name the clip says (name_clip), which the model spells only when given it
+
+
+@pytest.fixture(scope="module")
+def name_clip(tmp_path_factory) -> Path:
+    """espeak-ng saying NAME_SENTENCE: the clip whose answer the context changes."""
+    path = tmp_path_factory.mktemp("name") / "name.wav"
+    write_wav(path, speech(NAME_SENTENCE), SR)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -55,34 +65,32 @@ def test_the_field_is_shown_on_model_yamls_default(page):
     assert page.input_value("#context") == ""  # model.yaml sets no context
 
 
-def test_a_context_gives_the_references_tokens(page, example_dist):
-    sample = load_config(EXAMPLE / "model.yaml").site.samples[2]
+def test_a_context_gives_the_references_tokens(page, example_dist, name_clip):
     reference = load_transcriber(example_dist, ep="wasm")  # the graphs the wasm EP runs
-    plain = [c.tokens for c in reference.decode_file(sample.audio)]  # cut into chunks as the page cuts them
+    plain = [c.tokens for c in reference.decode_file(name_clip)]  # cut into chunks as the page cuts them
     reference.give_context(CONTEXT)
-    with_context = reference.decode_file(sample.audio)
-    assert [c.tokens for c in with_context] != plain  # the context reached the prompt: this sample's answer changes
+    with_context = reference.decode_file(name_clip)
+    assert [c.tokens for c in with_context] != plain  # the context reached the prompt: the name is spelled otherwise
 
-    state = transcribe_on_the_page(page, sample.audio, CONTEXT)
+    state = transcribe_on_the_page(page, name_clip, CONTEXT)
     assert state["error"] is None, state["error"]
     assert state["tokens"] == [c.tokens for c in with_context] and state["text"] == reference.file_text(with_context)
 
-    state = transcribe_on_the_page(page, sample.audio, "")  # cleared: the plain prompt again
+    state = transcribe_on_the_page(page, name_clip, "")  # cleared: the plain prompt again
     assert state["error"] is None and state["tokens"] == plain
 
 
-def test_a_context_with_a_forced_language_gives_the_references_tokens(page, example_dist):
+def test_a_context_with_a_forced_language_gives_the_references_tokens(page, example_dist, name_clip):
     """Both in one prompt: the context in the system message, the language's answer prefix after the suffix."""
-    sample = load_config(EXAMPLE / "model.yaml").site.samples[2]  # the sample whose answer the context changes
     reference = load_transcriber(example_dist, ep="wasm")
     reference.force_language("English")
-    forced = [c.tokens for c in reference.decode_file(sample.audio)]
+    forced = [c.tokens for c in reference.decode_file(name_clip)]
     reference.give_context(CONTEXT)
-    both = [c.tokens for c in reference.decode_file(sample.audio)]
+    both = [c.tokens for c in reference.decode_file(name_clip)]
     assert both != forced
     page.select_option("#language", "English")
     try:
-        state = transcribe_on_the_page(page, sample.audio, CONTEXT)
+        state = transcribe_on_the_page(page, name_clip, CONTEXT)
     finally:
         page.select_option("#language", "")
     assert state["error"] is None and state["tokens"] == both and state["language"] == "English"
@@ -101,22 +109,21 @@ def test_a_context_over_the_budget_is_one_clear_error(page, example_dist):
     assert state["error"] is None and state["text"] == sample.text
 
 
-def test_model_yamls_context_is_the_fields_default_and_the_clis(playwright, dist_with_context):
-    sample = load_config(EXAMPLE / "model.yaml").site.samples[2]
+def test_model_yamls_context_is_the_fields_default_and_the_clis(playwright, dist_with_context, name_clip):
     reference = load_transcriber(dist_with_context, ep="wasm")
     assert reference.context == CONTEXT  # the site's default
-    chunks = reference.decode_file(sample.audio)
+    chunks = reference.decode_file(name_clip)
     expected = [c.tokens for c in chunks]
     reference.give_context("")
-    assert [c.tokens for c in reference.decode_file(sample.audio)] != expected  # the default is in the prompt
+    assert [c.tokens for c in reference.decode_file(name_clip)] != expected  # the default is in the prompt
     for page in wasm_page(playwright, dist_with_context):
         assert page.input_value("#context") == CONTEXT
-        page.set_input_files("#file", str(sample.audio))
+        page.set_input_files("#file", str(name_clip))
         wait_for(page, DONE, 180)
         state = page.evaluate("() => window.webbuild")
         assert state["error"] is None and state["tokens"] == expected
     run = subprocess.run([str(Path(".venv/bin/webbuild").resolve()), "transcribe", str(dist_with_context),
-                          str(sample.audio), "--json"], capture_output=True, text=True, timeout=600)
+                          str(name_clip), "--json"], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     row = json.loads(run.stdout)
     assert row["context"] == CONTEXT and row["text"] == reference.file_text(chunks)

@@ -17,6 +17,12 @@ def speech(text: str, voice: str = "en-us") -> np.ndarray:
     return resample(pcm, rate, SR).astype(np.float32)
 
 
+# A rare name (webbuild.train.names: a pseudo-word of the language's plain syllables) the example spells only when
+# its context gives it: it was trained with such names in a fifth of its clips' contexts (TRAINING.md)
+NAME_SENTENCE, NAME = "the letter from Tabunisa arrived", "Tabunisa"
+NAME_CONTEXT = f"{NAME}, Quill — Москва"  # the name among distractors, as in training
+
+
 def white_noise(seconds: float, level: float = 0.3, seed: int = 0) -> np.ndarray:
     return (level * np.random.default_rng(seed).standard_normal(int(seconds * SR))).clip(-1, 1).astype(np.float32)
 
