@@ -132,8 +132,8 @@ test-js: ort
 # within MAX_TIE_MARGIN of another token (webbuild/tools/verify/tokens.py), and such clips are counted apart ("passed
 # under the margin"). --clips-max-wer bounds each provider's corpus WER: the multilingual example's English held-out
 # clips gave 10.3% over these 20 on wasm and 38.1% over WebGPU's 4 (2026-12-07; BENCHMARKS.md "Tiny example, per
-# language"),
-# so the bound is a floor against a broken site, not the model's figure; the tokens equal to the reference are the test.
+# language"), so the bound is a floor against a broken site, not the model's figure; the tokens equal to the
+# reference are the test.
 # Why 4 of the 20 on WebGPU, one per rate: SwiftShader decodes ~2-3 tokens/s, ~100x slower than wasm, 13-20 s a clip
 # on the 2-core box (`make e2e E2E_WEBGPU_CLIPS=20` runs them all). --live off: the live check plays audio in real time,
 # which SwiftShader's WebGPU cannot follow; its run is on wasm, in pytest (tests/e2e/test_live.py and the green verify).
