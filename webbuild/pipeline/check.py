@@ -47,6 +47,7 @@ from webbuild.reference.transcribe import (
     embed_table,
     load_transcriber,
     pick,
+    takes_token_ids,
 )
 from webbuild.reference.wer import edit_distance
 from webbuild.site.adapter_pack import delta_inputs, step_inputs
@@ -68,11 +69,6 @@ def variant_transcriber(out_dir: Path, variant: str, side_dir: Path) -> Transcri
     """Transcriber over encoder.<variant>.onnx + decoder.<variant>.onnx; tokenizer/config from side_dir."""
     return role_transcriber(Path(out_dir) / f"encoder.{variant}.onnx", Path(out_dir) / f"decoder.{variant}.onnx",
                             side_dir)
-
-
-def takes_token_ids(decoder: Path) -> bool:
-    """Whether the decoder graph takes input_ids (with its own lookup) rather than inputs_embeds."""
-    return IO.input_ids in {i.name for i in onnx.load(str(decoder), load_external_data=False).graph.input}
 
 
 def role_transcriber(encoder: Path, decoder: Path, side_dir: Path, rank: int | None = None) -> Transcriber:

@@ -95,6 +95,12 @@ def source_session(path: Path) -> ort.InferenceSession:
         raise SourceError(f"{path}: onnxruntime cannot load it ({reason}); {FIX}") from None
 
 
+def takes_token_ids(decoder: Path, io: type[IO] = IO) -> bool:
+    """Whether a built decoder graph takes input_ids (its own lookup) rather than inputs_embeds (a float build's,
+    quantize.method none, whose tokens are looked up in the shipped embed_tokens.bin)."""
+    return io.input_ids in {i.name for i in onnx.load(str(decoder), load_external_data=False).graph.input}
+
+
 def embed_table(model_dir: Path, cfg: dict) -> np.ndarray:
     """The float token embeddings of a split export or a float build (embed_tokens.bin; dtype and shape from cfg)."""
     dtype = np.dtype(cfg.get("embed_tokens_dtype", "float32"))
@@ -582,11 +588,11 @@ def load_site(site: Path, variant: str = "fp32", adapter: str | None = None, ep:
     role = "decoder" if adapter is None else "decoder_lora"
     graph = out / roles[f"{role}_wasm"] if ep == "wasm" and f"{role}_wasm" in roles else cpu_form(out / roles[role])
     decoder: IdsDecoder | MergedDecoder
-    if "embed" in roles:  # a float build's decoder takes embeddings: the page looks the tokens up in this table
+    if takes_token_ids(graph, io):
+        decoder = IdsDecoder(graph, runtime["decoder"], weights, io=io)
+    else:  # a float build's decoder takes embeddings: the page looks the tokens up in the shipped table
         cfg = {"decoder": runtime["decoder"], "embed_tokens_dtype": roles.get("dtype", "float32")}
         decoder = MergedDecoder(graph.parent, (graph.name,), embed_table(out, cfg), cfg)
-    else:
-        decoder = IdsDecoder(graph, runtime["decoder"], weights, io=io)
     codec = SiteCodec(runtime, (out / TOKENS_FILE).read_bytes())
     return Transcriber(encoder, decoder, codec, frozenset(runtime["eos_token_ids"]), keep=tmp, io=io,
                        policy=ChunkPolicy.of(runtime), live_policy=ChunkPolicy.of_live(runtime),
