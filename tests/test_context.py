@@ -15,11 +15,10 @@ import pytest
 from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers
 
 from tests.example_config import EXAMPLE
-from tests.vad_audio import NAME, NAME_CONTEXT, NAME_SENTENCE, SR, speech
+from tests.vad_audio import NAME, NAME_CONTEXT, name_clip
 from webbuild.pipeline.assemble import context_config, runtime_config, token_table
 from webbuild.pipeline.bpe_form import merges_section
 from webbuild.pipeline.render import TEMPLATE_DIR
-from webbuild.reference.audio import write_wav
 from webbuild.reference.chunk import DEFAULT_POLICY
 from webbuild.reference.prompt import PROMPT_PREFIX, build_prompt, prefix_ids, text_ids
 from webbuild.reference.tokenizer import SPECIAL_TOKENS, add_special_tokens, build_tokenizer
@@ -151,8 +150,7 @@ def webbuild(*args) -> subprocess.CompletedProcess:
 
 
 def test_cli_context_in_json_and_over_its_budget(example_dist, tmp_path):
-    sample = tmp_path / "name.wav"
-    write_wav(sample, speech(NAME_SENTENCE), SR)
+    sample = name_clip(tmp_path / "name.wav")
     context = NAME_CONTEXT
     run = webbuild("transcribe", example_dist, sample, "--json", "--context", context)
     assert run.returncode == 0, run.stderr

@@ -13,9 +13,9 @@ import pytest
 
 from tests.conftest import built_once
 from tests.example_config import EXAMPLE, write_example_config
-from tests.vad_audio import NAME_CONTEXT, NAME_SENTENCE, SR, speech
+from tests.vad_audio import NAME_CONTEXT
+from tests.vad_audio import name_clip as write_name_clip
 from webbuild.config import load_config
-from webbuild.reference.audio import write_wav
 from webbuild.reference.transcribe import load_transcriber
 from webbuild.tools.browser import open_site, wait_for
 from webbuild.tools.serve import start
@@ -26,10 +26,7 @@ CONTEXT = NAME_CONTEXT  # a rare name the clip says (name_clip), which the model
 
 @pytest.fixture(scope="module")
 def name_clip(tmp_path_factory) -> Path:
-    """espeak-ng saying NAME_SENTENCE: the clip whose answer the context changes."""
-    path = tmp_path_factory.mktemp("name") / "name.wav"
-    write_wav(path, speech(NAME_SENTENCE), SR)
-    return path
+    return write_name_clip(tmp_path_factory.mktemp("name") / "name.wav")
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,11 @@ white noise, silence (zeros and low noise) and music-like tones (sine notes unde
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
+from webbuild.reference.audio import write_wav
 from webbuild.reference.resample import resample
 from webbuild.train.speech import espeak_wav, parse_wav
 
@@ -21,6 +24,12 @@ def speech(text: str, voice: str = "en-us") -> np.ndarray:
 # its context gives it: it was trained with such names in a fifth of its clips' contexts (TRAINING.md)
 NAME_SENTENCE, NAME = "the letter from Tabunisa arrived", "Tabunisa"
 NAME_CONTEXT = f"{NAME}, Quill — Москва"  # the name among distractors, as in training
+
+
+def name_clip(path: Path) -> Path:
+    """espeak-ng saying NAME_SENTENCE, written to `path` (16 kHz WAV): the clip whose answer the context changes."""
+    write_wav(path, speech(NAME_SENTENCE), SR)
+    return path
 
 
 def white_noise(seconds: float, level: float = 0.3, seed: int = 0) -> np.ndarray:
