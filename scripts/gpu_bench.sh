@@ -48,7 +48,9 @@ Here, on this machine:
   payload [DIR...] MiB a device call carrying DIR... sends, against the $LIMIT_MIB MiB limit (exit 1 when over)
   root             print the checkout the device tool sends (where carried folders go)
   ignore DIR...    add DIR... of that checkout to its .git/info/exclude (sent only when carried)
-There, in a device call with carry [".gpu", ".whl", ".whlx", ".gl"] (.whlx: huggingface-hub, see prepare):
+There, after a call carrying [".gpu/node.xz"] that parks it (mkdir -p /tmp/gpucarry && cp -a .gpu/. /tmp/gpucarry/:
+the tree and all of .gpu pass the limit), in a call carrying the rest of .gpu with [".whl", ".whlx", ".gl"] that
+begins with cp -a .gpu/. /tmp/gpucarry/ && rm -rf .gpu && cp -a /tmp/gpucarry .gpu (docs/gpu-machine.md):
   setup [CODE]     unpack them outside the tree; node_modules into CODE (default: this checkout)
   env [CODE]       print the exports that run Python (PYTHONPATH=/tmp/site:CODE), Node and Vulkan
   run              setup, then zoo $PRESET, the builds BENCHES needs and their benches:
@@ -147,7 +149,9 @@ EOF
   local o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
   mkdir -p /tmp/amd64/partial && apt-get $o update -q >/dev/null && (cd "$root/.gl" && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
   rm -rf "$tmp"
-  payload .gpu .whl .whlx .gl
+  # what the two calls that bring .gpu carry (see usage): each must fit
+  payload .gpu/node.xz
+  payload .gpu/genai.tar.xz .gpu/node_modules.tar.xz .gpu/transformers.tar.xz .whl .whlx .gl
 }
 
 # install_extra_wheels DIR: .whlx's wheels into /tmp/site, where a call carried them
