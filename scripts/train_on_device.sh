@@ -72,7 +72,7 @@ training time), RUN_DEADLINE_S (570), RUN_RESERVE_S (150), RUN_WORKERS (nproc), 
 the CPU with small counts, e.g. RUN_CLIPS=600 RUN_HELDOUT=4 RUN_MINUTES=0.5 RUN_EXTRA="--batch-size 8"
 RUN_ONSET_COUNT=4; RUN_ONSET_COUNT: the first-word sets' clips, 200).
 
-Environment (adapter): ADAPTER_BASE (the base: examples/tiny-asr/model, or a checkpoint folder such as
+Environment (adapter; its general clips speak RUN_LANGUAGES, the base's): ADAPTER_BASE (the base: examples/tiny-asr/model, or a checkpoint folder such as
 `run`'s /tmp/ckpt), ADAPTER_STEP (all; data: the clips alone, e.g. while `run` trains; sweep: the runs on clips
 made before), ADAPTER_RUNS (NAME=OPTIONS;... instead of runs a-d), ADAPTER_STEPS (2500), ADAPTER_DEADLINE_S (500), ADAPTER_CLIPS, ADAPTER_GENERAL,
 ADAPTER_COUNT, ADAPTER_WORKERS, ADAPTER_JOBS, ADAPTER_WORK (/tmp/adapter), ADAPTER_CPU=1 (the same path
@@ -203,7 +203,7 @@ adapter_sweep() {
     [ "$step" = data ] || python3 -m webbuild.train.from_export examples/tiny-asr/model "$work/base"
     python3 -m webbuild.train.adapt data --target klatt --clips "${ADAPTER_CLIPS:-40000}" \
       --general "${ADAPTER_GENERAL:-40000}" --count "${ADAPTER_COUNT:-200}" --workers "${ADAPTER_WORKERS:-$(nproc)}" \
-      --out "$work/data"
+      --languages "$RUN_LANGUAGES" --out "$work/data"
     if [ "$step" = data ]; then echo "adapter data: $SECONDS s"; return 0; fi
   fi
   # what is left of the deadline, less about 2 minutes for each run's loading, audio embeddings and

@@ -41,6 +41,21 @@ def test_data_folder(tmp_path, monkeypatch):
     assert adapter_data.load(tmp_path / "one", training=False).train is None
 
 
+@needs_espeak
+def test_general_clips_speak_the_bases_languages(tmp_path):
+    """On a multilingual base the general clips, training and held-out, speak its languages (the target stays
+    English); the plan, languages included, is read back from the folder."""
+    from webbuild.train.adapt import general_heldout
+
+    plan = Plan("klatt", clips=1, general=6, count=2, languages=("German", "Greek"))
+    data = adapter_data.load(adapter_data.build(tmp_path / "de-el", plan, workers=1))
+    assert data.plan == plan
+    assert data.train.languages[0] == "English" and set(data.train.languages[1:]) == {"German", "Greek"}
+    held = data.sets["general held-out"]
+    assert held.languages == ["German", "Greek"] and _same(held, general_heldout(2, ("German", "Greek")))
+    assert not set(data.train.texts) & set(held.texts)
+
+
 def test_batches_take_the_general_share():
     from webbuild.train.adapt import batch_indices
 

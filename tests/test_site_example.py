@@ -194,9 +194,9 @@ def test_adapter_picker_on_and_off_gives_the_references_tokens(playwright, examp
                 assert tokens == ref.tokens, (run, c["text"])
                 # the captured step's downs are quantized (4-bit, in the fused kernels and joined to o and down; 8-bit
                 # o and down ups: docs/adapters.md), the reference's float: on WebGPU with the adapter on, margins move
-                # by up to 0.12 (measured 0.115 with the multilingual base's adapter at scale 1.0; the English base's at
-                # 0.75 moved them 0.066, 0.047 with 8-bit o and down downs and float ups)
-                noise = 0.15 if webgpu and name else 0.01
+                # (measured 0.342 on margins of 4.9-16 with the third multilingual base's adapter at scale 1.0, 0.115
+                # with the second's, 0.066 with the English base's at 0.75); wasm runs the float adapter
+                noise = 0.4 if webgpu and name else 0.01
                 assert margins == pytest.approx(ref.margins, abs=noise), (run, c["text"])
         assert [t for t, _ in runs["off again"]] == [t for t, _ in runs["off"]]
     finally:

@@ -2,6 +2,7 @@
 
     python -m webbuild.train.adapt survey BASE [--count 100]
     python -m webbuild.train.adapt data --target klatt --clips 40000 --general 40000 --out DATA [--workers 16]
+        [--languages English,German,French,Spanish,Russian,Greek]
     python -m webbuild.train.adapt train BASE --target klatt --out DIR [--data DATA] [--steps 600 ...]
     python -m webbuild.train.adapt sweep BASE --data DATA --out DIR --run "a=--steps 2500 --lr 5e-4" ...
     python -m webbuild.train.adapt evaluate BASE ADAPTER --target klatt [--count 200]
@@ -10,7 +11,9 @@ BASE is a transformers checkpoint folder or a split export such as examples/tiny
 with decoder_init.onnx), rebuilt into a temporary checkpoint first (webbuild.train.from_export).
 
 `survey` prints the base's WER on every target's held-out clips (the worst one is worth an adapter).
-`data` synthesizes a run's clips once, over worker processes (webbuild.train.adapter_data).
+`data` synthesizes a run's clips once, over worker processes (webbuild.train.adapter_data). The target speaks
+English; the general clips (training and held-out) speak the base's `--languages`, so that an adapter on a
+multilingual base learns to leave its other languages as they were.
 `train` fits the adapter on the target's training clips mixed with general training clips (so the
 general held-out WER does not drift), then reports WER with and without it on the target's held-out
 clips and on the general held-out set, and writes the folder plus `train_log.json`; without `--data`
@@ -50,8 +53,9 @@ from webbuild.train.dataset import Clips, synthesize_sharded
 from webbuild.train.evaluate import heldout_wer
 from webbuild.train.fastpath import encode_audio, logits_and_loss
 from webbuild.train.from_export import is_export, rebuild
+from webbuild.train.languages import ENGLISH, parse_languages
 from webbuild.train.lora import adapted, attach, load_adapter, save_adapter
-from webbuild.train.sentences import HELDOUT_SEED, heldout_sentences, load_vocabulary
+from webbuild.train.sentences import HELDOUT_SEED
 from webbuild.train.target import TARGETS, heldout_target
 from webbuild.train.train import LEAD_SHARE, hardware, lr_at
 
@@ -82,9 +86,10 @@ def load_base(base: Path, device: str = "cpu"):
     return Qwen3ASRForConditionalGeneration.from_pretrained(ckpt).to(device).eval(), tok
 
 
-def general_heldout(count: int) -> Clips:
-    """The general held-out set: the first `count` clips the base's training evaluated on."""
-    return synthesize_sharded(heldout_sentences(load_vocabulary(), count), HELDOUT_SEED)
+def general_heldout(count: int, languages: tuple[str, ...] = (ENGLISH.name,)) -> Clips:
+    """The general held-out set: `count` of the base's held-out sentences in its `languages`, in turn."""
+    texts, names = adapter_data.general_heldout_sentences(languages, count)
+    return synthesize_sharded(texts, HELDOUT_SEED, languages=names)
 
 
 @torch.no_grad()
@@ -166,8 +171,8 @@ def wer_table(model, tok, sets: dict[str, Clips], lead: int) -> dict[str, float]
     return {name: round(score(model, tok, clips, lead)[0], 5) for name, clips in sets.items()}
 
 
-def eval_sets(target: str, count: int) -> dict[str, Clips]:
-    return {f"{target} held-out": heldout_target(target, count), "general held-out": general_heldout(count)}
+def eval_sets(target: str, count: int, languages: tuple[str, ...]) -> dict[str, Clips]:
+    return {f"{target} held-out": heldout_target(target, count), "general held-out": general_heldout(count, languages)}
 
 
 def train_adapter(device: str, base: Path, out_dir: Path, data: adapter_data.AdapterData, *, steps: int = 600,
@@ -206,7 +211,8 @@ def train_adapter(device: str, base: Path, out_dir: Path, data: adapter_data.Ada
         scaled[f"{scale:g}"] = wer_table(fresh, tok, data.sets, lead)
         click.echo(f"adapter at scale {scale:g}: {scaled[f'{scale:g}']}")
     log = dict(base=str(base), target=plan.target, rank=rank, lora_alpha=alpha, clips=plan.clips,
-               general_clips=plan.general, general_share=general_share, steps=steps, steps_run=steps_run,
+               general_clips=plan.general, general_languages=list(plan.languages), general_share=general_share,
+               steps=steps, steps_run=steps_run,
                max_minutes=max_minutes, batch_size=batch_size, lr=lr, warmup=warmup, lead_ms=lead_ms, seed=seed,
                eval_clips=plan.count, wer_base=base_wer, wer_adapter=scaled["1"],
                wer_scaled={k: v for k, v in scaled.items() if k != "1"}, losses=losses,
@@ -262,16 +268,29 @@ def main(ctx, threads: int, device: str):
 BASE = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
+def _language_names(ctx, param, value: str) -> tuple[str, ...]:
+    try:
+        return tuple(lang.name for lang in parse_languages(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
+languages_option = click.option(
+    "--languages", default=ENGLISH.name, show_default=True, callback=_language_names,
+    help="the base's languages, comma-separated, or 'all': the general clips, training and held-out, speak them")
+
+
 @main.command()
 @click.argument("base", type=BASE)
 @click.option("--count", default=100, show_default=True, help="held-out clips per target")
 @click.option("--lead-ms", default=DEFAULT_LEAD_MS, show_default=True, help="front-end lead in evaluation")
+@languages_option
 @click.pass_obj
-def survey(device: str, base: Path, count: int, lead_ms: int):
+def survey(device: str, base: Path, count: int, lead_ms: int, languages: tuple[str, ...]):
     """The base's WER on each target's held-out clips."""
     model, tok = load_base(base, device)
     for name in ["general"] + list(TARGETS):
-        clips = general_heldout(count) if name == "general" else heldout_target(name, count)
+        clips = general_heldout(count, languages) if name == "general" else heldout_target(name, count)
         click.echo(f"{name}\tWER {100 * score(model, tok, clips, lead_samples(lead_ms))[0]:.2f}% "
                    f"over {plural(count, 'clip')}")
 
@@ -284,12 +303,14 @@ def survey(device: str, base: Path, count: int, lead_ms: int):
 @click.option("--general", default=500, show_default=True, help="general training clips mixed in")
 @click.option("--count", default=200, show_default=True, help="held-out clips per evaluation set")
 @click.option("--workers", default=os.cpu_count(), show_default=True, help="synthesis processes")
-def data(target, out_dir, clips, general, count, workers):
+@languages_option
+def data(target, out_dir, clips, general, count, workers, languages):
     """Synthesize an adapter run's training and held-out clips into a folder."""
     t0 = time.time()
-    adapter_data.build(out_dir, adapter_data.Plan(target, clips, general, count), workers)
+    adapter_data.build(out_dir, adapter_data.Plan(target, clips, general, count, languages), workers)
     click.echo(f"{out_dir}: {plural(clips + general + 2 * count, 'clip')} ({target}: {clips} training, "
-               f"general: {general} training, {count} + {count} held-out) in {time.time() - t0:.0f} s")
+               f"general in {', '.join(languages)}: {general} training, {count} + {count} held-out) "
+               f"in {time.time() - t0:.0f} s")
 
 
 @main.command()
@@ -315,9 +336,10 @@ def data(target, out_dir, clips, general, count, workers):
 @click.option("--lead-ms", default=DEFAULT_LEAD_MS, show_default=True, help="front-end lead (training and evaluation)")
 @click.option("--seed", default=1, show_default=True)
 @click.option("--workers", default=1, show_default=True, help="synthesis processes (without --data)")
+@languages_option
 @click.pass_obj
 def train(device, base, target, out_dir, data_dir, clips, general, general_share, steps, max_minutes, batch_size, lr,
-          warmup, rank, alpha, count, scales, lead_ms, seed, workers):
+          warmup, rank, alpha, count, scales, lead_ms, seed, workers, languages):
     """Fit a rank-RANK adapter for TARGET on the frozen BASE and measure it."""
     if data_dir is None and target is None:
         raise click.UsageError("give --target (or --data)")
@@ -328,7 +350,8 @@ def train(device, base, target, out_dir, data_dir, clips, general, general_share
     with tempfile.TemporaryDirectory(prefix="adapter-data-") as tmp:
         if data_dir is None:
             t0 = time.time()
-            data_dir = adapter_data.build(Path(tmp), adapter_data.Plan(target, clips, general, count), workers)
+            data_dir = adapter_data.build(Path(tmp), adapter_data.Plan(target, clips, general, count, languages),
+                                          workers)
             click.echo(f"data: {plural(clips + general + 2 * count, 'clip')}, {time.time() - t0:.0f} s")
         loaded = adapter_data.load(data_dir)
     train_adapter(device, base, out_dir, loaded, steps=steps, batch_size=batch_size, lr=lr, warmup=warmup, rank=rank,
@@ -406,11 +429,12 @@ def sweep(device, base, data_dir, out_dir, runs, jobs, scales):
 @click.option("--count", default=200, show_default=True, help="held-out clips per evaluation set")
 @click.option("--lead-ms", default=DEFAULT_LEAD_MS, show_default=True, help="front-end lead in evaluation")
 @click.option("--scale", default=1.0, show_default=True, help="the adapter's update times this (model.yaml scale)")
+@languages_option
 @click.pass_obj
-def evaluate(device, base, adapter, target, count, lead_ms, scale):
+def evaluate(device, base, adapter, target, count, lead_ms, scale, languages):
     """WER of BASE without and with ADAPTER on TARGET's held-out clips and the general held-out set."""
     model, tok = load_base(base, device)
-    sets, lead = eval_sets(target, count), lead_samples(lead_ms)
+    sets, lead = eval_sets(target, count, languages), lead_samples(lead_ms)
     base_wer = wer_table(model, tok, sets, lead)
     load_adapter(model, adapter, scale)
     adapter_wer = wer_table(model, tok, sets, lead)

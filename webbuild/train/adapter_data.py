@@ -6,12 +6,12 @@ recipe that made them), each shard with its own seed, so the clips do not depend
 workers:
 - `target`: the target's training clips, training sentences of seed TRAIN_SEED (never a held-out
   sentence) in the target's style;
-- `general`: general training clips in the base's own augmented styles, on the training draws after
-  the target's;
+- `general`: general training clips in the base's own augmented styles, each in one of the base's
+  languages (`Plan.languages`, uniform among them as the base trained), drawn apart from the target's;
 - `heldout-target`: the target's held-out clips, exactly `target.heldout_target(target, count)`
   (one shard: its styles come from one random stream);
-- `heldout-general`: the general held-out set, exactly `adapt.general_heldout(count)` (the base's
-  held-out clips).
+- `heldout-general`: the general held-out set, exactly `adapt.general_heldout(count, languages)` (the base's
+  held-out sentences, `count` in all, the languages in turn).
 """
 
 from __future__ import annotations
@@ -24,7 +24,15 @@ from pathlib import Path
 import numpy as np
 
 from webbuild.train.dataset import RECIPE, SHARD_CLIPS, Clips, load_shards, shard_seed, synthesize_clips
-from webbuild.train.sentences import HELDOUT_SEED, heldout_sentences, load_vocabulary, training_sentences
+from webbuild.train.languages import ENGLISH, parse_languages
+from webbuild.train.sentences import (
+    HELDOUT_SEED,
+    heldout_sentences,
+    load_vocabulary,
+    mixed_heldout,
+    mixed_training,
+    training_sentences,
+)
 from webbuild.train.target import TARGET_SEED, TARGETS, TRAIN_SEED, target_clips
 
 GENERAL_SEED = 11  # styles and noise of the general clips mixed into an adapter's training
@@ -37,6 +45,7 @@ class Plan:
     clips: int  # target training clips
     general: int  # general training clips
     count: int  # held-out clips per evaluation set
+    languages: tuple[str, ...] = (ENGLISH.name,)  # the base's: the general clips' languages
 
 
 @dataclass
@@ -46,34 +55,51 @@ class AdapterData:
     sets: dict[str, Clips]  # "{target} held-out", "general held-out"
 
 
-# (shard file, kind, texts, seed); kind: "plain" / "augmented" (dataset.synthesize_clips) or a target
-Job = tuple[Path, str, list[str], int]
+# (shard file, kind, texts, seed, each clip's language); kind: "plain" / "augmented" (dataset.synthesize_clips)
+# or a target
+Job = tuple[Path, str, list[str], int, list[str]]
 
 
-def _shards(texts: list[str]) -> list[list[str]]:
-    return [texts[i : i + SHARD_CLIPS] for i in range(0, len(texts), SHARD_CLIPS)]
+def _shards(items: list[str]) -> list[list[str]]:
+    return [items[i : i + SHARD_CLIPS] for i in range(0, len(items), SHARD_CLIPS)]
+
+
+def general_sentences(languages: tuple[str, ...], count: int) -> tuple[list[str], list[str]]:
+    """(sentences, their languages) of the general training clips: each clip's language uniform among the
+    base's, as its training drew them, from a stream of their own (GENERAL_SEED)."""
+    return mixed_training(parse_languages(",".join(languages)), count, GENERAL_SEED)
+
+
+def general_heldout_sentences(languages: tuple[str, ...], count: int) -> tuple[list[str], list[str]]:
+    """(sentences, their languages) of the general held-out set: the base's held-out sentences, `count` in all
+    (at least one a language), the languages in turn."""
+    langs = parse_languages(",".join(languages))
+    return mixed_heldout(langs, max(1, count // len(langs))) if count else ([], [])
 
 
 def jobs(folder: Path, plan: Plan) -> dict[str, list[Job]]:
     """Every shard of the plan, by part."""
-    vocab = load_vocabulary()
-    train = training_sentences(vocab, plan.clips + plan.general, TRAIN_SEED)
-    held = heldout_sentences(vocab, plan.count)
+    train = training_sentences(load_vocabulary(), plan.clips, TRAIN_SEED)  # the target speaks English
+    general, general_languages = general_sentences(plan.languages, plan.general)
+    held = heldout_sentences(load_vocabulary(), plan.count)  # the target's held-out set: English sentences
+    held_general, held_languages = general_heldout_sentences(plan.languages, plan.count)
+    english = [ENGLISH.name] * len(held)
     return {
-        "target": [(folder / f"target-{k:05d}.npz", plan.target, t, shard_seed(TARGET_SEED + TRAIN_SEED, k))
-                   for k, t in enumerate(_shards(train[: plan.clips]))],
-        "general": [(folder / f"general-{k:05d}.npz", "augmented", t, shard_seed(GENERAL_SEED, k))
-                    for k, t in enumerate(_shards(train[plan.clips :]))],
-        "heldout-target": [(folder / "heldout-target.npz", plan.target, held, TARGET_SEED)] if held else [],
-        "heldout-general": [(folder / f"heldout-general-{k:05d}.npz", "plain", t, shard_seed(HELDOUT_SEED, k))
-                            for k, t in enumerate(_shards(held))],
+        "target": [(folder / f"target-{k:05d}.npz", plan.target, t, shard_seed(TARGET_SEED + TRAIN_SEED, k),
+                    [ENGLISH.name] * len(t)) for k, t in enumerate(_shards(train))],
+        "general": [(folder / f"general-{k:05d}.npz", "augmented", t, shard_seed(GENERAL_SEED, k), n)
+                    for k, (t, n) in enumerate(zip(_shards(general), _shards(general_languages), strict=True))],
+        "heldout-target": [(folder / "heldout-target.npz", plan.target, held, TARGET_SEED, english)] if held else [],
+        "heldout-general": [(folder / f"heldout-general-{k:05d}.npz", "plain", t, shard_seed(HELDOUT_SEED, k), n)
+                            for k, (t, n) in enumerate(zip(_shards(held_general), _shards(held_languages),
+                                                           strict=True))],
     }
 
 
-def synthesize(kind: str, texts: list[str], seed: int) -> Clips:
+def synthesize(kind: str, texts: list[str], seed: int, languages: list[str]) -> Clips:
     if kind in TARGETS:
         return target_clips(kind, texts, seed)
-    return synthesize_clips(texts, seed, augment={"plain": False, "augmented": True}[kind])
+    return synthesize_clips(texts, seed, augment={"plain": False, "augmented": True}[kind], languages=languages)
 
 
 def _recipe(kind: str, seed: int) -> str:
@@ -81,19 +107,21 @@ def _recipe(kind: str, seed: int) -> str:
 
 
 def _complete(job: Job) -> bool:
-    path, kind, texts, seed = job
+    path, kind, texts, seed, languages = job
     if not path.exists():
         return False
     with np.load(path) as shard:
-        return str(shard["recipe"]) == _recipe(kind, seed) and [str(t) for t in shard["texts"]] == list(texts)
+        named = [str(n) for n in shard["languages"]] if "languages" in shard.files else None
+        return (str(shard["recipe"]) == _recipe(kind, seed) and [str(t) for t in shard["texts"]] == list(texts)
+                and named == list(languages))
 
 
 def _write(job: Job) -> Path:
-    path, kind, texts, seed = job
-    clips = synthesize(kind, texts, seed)
+    path, kind, texts, seed, languages = job
+    clips = synthesize(kind, texts, seed, languages)
     tmp = path.with_suffix(".tmp.npz")
     np.savez(tmp, pcm=clips.pcm, lengths=clips.lengths, texts=np.array(clips.texts),
-             recipe=np.array(_recipe(kind, seed)))
+             languages=np.array(clips.languages), recipe=np.array(_recipe(kind, seed)))
     tmp.rename(path)  # only complete shards carry the final name
     return path
 
@@ -122,7 +150,8 @@ def read_plan(folder: Path) -> Plan:
     path = Path(folder) / PLAN
     if not path.is_file():
         raise FileNotFoundError(f"{path}: missing; make the folder with `python -m webbuild.train.adapt data`")
-    return Plan(**json.loads(path.read_text()))
+    fields = json.loads(path.read_text())
+    return Plan(**fields | {"languages": tuple(fields.get("languages", [ENGLISH.name]))})
 
 
 def load(folder: Path, training: bool = True) -> AdapterData:
