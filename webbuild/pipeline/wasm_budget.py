@@ -1,62 +1,35 @@
 """Does a variant's wasm path fit a browser tab? An estimate of onnxruntime-web's wasm memory, and the
 choice of the form each graph ships in for the wasm EP.
 
-onnxruntime-web's wasm build is wasm32: one linear memory of at most 4 GiB holds everything the two
-sessions (encoder and decoder) keep. A variant whose wasm graphs need more fails at session creation
-with `std::bad_alloc` (issue 17). Each int4 graph can run on the wasm EP in three forms
-(webbuild.forms.wasm_twin):
+onnxruntime-web's wasm build is wasm32: one linear memory of at most 4 GiB holds everything the encoder and
+decoder sessions keep, and a variant whose wasm graphs need more fails at session creation with
+`std::bad_alloc`. Each int4 graph can run on the wasm EP in three forms (webbuild.forms.wasm_twin):
 
-- `int8`: its twin runs each MatMulNBits as DynamicQuantizeMatMul over uint8 weights [K, N] derived at
-  load from the shipped int4 ones (nothing more to download). The heap holds the uint8 weights (K x N
-  bytes each, twice the int4 codes, in place of the codes and scales the twin no longer reads) and,
-  while the session is created, the derived weights file beside the model bytes (`int8_bytes`: counted
-  in `model_bytes`, though onnxruntime-web keeps external data in JavaScript memory and copies each
-  tensor in). Measured in Node: a session of eight such 1024 x 3072 weights (24 MiB) grew the heap by
-  24 MiB, and a run by nothing;
+- `int8`: the twin runs each MatMulNBits as DynamicQuantizeMatMul over uint8 weights derived at load from the
+  shipped int4 ones: the heap holds K x N bytes a weight, and the derived file while the session is made
+  (`int8_bytes`, counted in `model_bytes`);
+- `float`: the twin spells every MatMulNBits in standard ops that onnxruntime folds to float32 at session
+  creation; every folded step of the dequantization stays as a constant of its own, so the heap grows by about
+  FOLD_FACTOR times the float32 size;
+- `matmul_nbits`: kept as it is; each run dequantizes the weight into a float32 buffer that the session's arena
+  keeps (`scratch_bytes`), and runs slowly.
 
-- `float`: its wasm twin (webbuild.forms.wasm_twin) spells every MatMulNBits in standard ops that
-  onnxruntime folds to float32 weights at session creation: fast float MatMuls, but the folding costs
-  far more than the float weights: every step of the dequantization (int32 nibbles, their pairs, the
-  float codes, the scaled blocks, the transposed weight) is folded into a constant of its own, kept as
-  the graph's initializer and as onnxruntime's tensor. Measured in Node (onnxruntime-web 1.30 wasm, one
-  thread): twins of 1, 2, 4, 8 int4 1024 x 3072 weights (12 MiB each as float32) grow the heap to 184,
-  318, 756, 1410 MiB, and 32 of them (384 MiB as float32) end in std::bad_alloc: about FOLD_FACTOR
-  times the float32 size, cumulative;
-- `matmul_nbits`: the MatMulNBits kept (only the int4 lookup the wasm build lacks is rewritten). Small,
-  but onnxruntime-web's wasm MatMulNBits has no packed int4 kernel: every run dequantizes the weight
-  into a float32 buffer and runs a float GEMM (about 15 ns per weight on the CPU box: slow), and the
-  session's arena keeps the largest such buffer (measured: a 1024 x 32768 MatMulNBits session grew by
-  exactly its 128 MiB of float32 at its first run): `scratch_bytes`.
+The estimate reads initializer sizes from the int4 graphs' protos, never the weights. Sessions are created one
+after the other and onnxruntime-web frees a session's model bytes once it is made, so the heap peaks either at a
+session's creation (the largest graph's model bytes beside every initializer and what the twins fold) or while
+transcribing (those tensors, each session's scratch, the KV cache at runtime.json's `max_positions` with past and
+present alive together, and an activation allowance); `need_bytes` is the larger (`peak` says which). `plan` tries
+every combination of the graphs' forms and takes, among those within the budget (4 GiB less a margin), the one
+that leaves the fewest weights to MatMulNBits (`slow_bytes`), then the one that folds the most to float, then the
+one needing the least memory; the report lists every option. Where no option fits, the manifest entry's
+`wasm.fits` is false and the page says the model needs WebGPU (webbuild/template/runtime/site.js).
 
-The estimate reads initializer sizes from the int4 graphs' protos, never the weights. The sessions are
-created one after the other, and onnxruntime-web frees a session's model bytes (proto and external data,
-copied into the heap) once it is created, so the heap peaks either at a session's creation (the largest
-graph's model bytes beside every initializer as onnxruntime's tensors and what the twins fold) or
-while transcribing (those tensors, each session's dequantization scratch, the decoder's KV cache at
-runtime.json's `max_positions`, past and present alive together, float32, and an activation allowance:
-a fixed arena plus, per position of a full-length prefill, the hidden states, MLP and attention
-scores of one layer, several times over); `need_bytes` is the larger (`peak` says which). Measured
-for the 0.6b (both graphs `matmul_nbits`): 1.22 GiB after loading, 1.38 GiB after a 29.5 s clip,
-against an estimate of 1.83 GiB. `plan` tries every combination of the graphs' forms and takes, among
-those within the budget (4 GiB less a margin), the one that leaves the fewest weights to MatMulNBits
-(`slow_bytes`: their float32 bytes; 10-23 ms for a 1024 x 3072 weight at one token), then the one that
-folds the most to float (0.34 ms, against 0.8 for int8: small models fold, the 0.6b runs int8), then
-the one needing the least memory; the report lists every option's figures. Only where no option fits
-does the variant get no wasm path: the manifest entry's `wasm.fits` is false and the page says the
-model needs WebGPU (webbuild/template/runtime/site.js).
-
-It is an estimate, deliberately generous (copies onnxruntime may free after session creation are
-counted as kept), not a measurement: tests/test_wasm_budget.py compares it with the heap of a real
-onnxruntime-web wasm session in Node.
-
-The tab holds more than the heap: while a session is made, onnxruntime-web reads its external data from
-JavaScript buffers (the page's copy of the weights files and the derived int8 weights) and copies each tensor
-into the heap, so at that moment the page holds the model bytes a second time; and the renderer has its own
-memory, the page's, the loader's held cache copies and onnxruntime-web's binary beside them. `tab_bytes`
-bounds the tab's peak from above: the heap's need (which the heap never exceeds, and it only grows), plus the
-largest session's model bytes in JavaScript, plus TAB_ALLOWANCE for the rest. Measured for the 0.6b in
-Chromium (webbuild bench --runtime browser, BENCHMARKS.md "0.6b on the wasm EP: memory"): a peak of 2.13-2.49
-GiB, the renderer 0.17-0.26 GiB above the heap once its garbage is collected.
+The estimate is deliberately generous (copies onnxruntime may free after session creation count as kept);
+tests/test_wasm_budget.py holds it against the heap of a real onnxruntime-web wasm session in Node. `tab_bytes`
+bounds the tab's peak: the heap's need, plus the largest session's model bytes in JavaScript (onnxruntime-web
+copies external data into the heap from them), plus TAB_ALLOWANCE for the renderer and the page. The measured
+figures behind FOLD_FACTOR, the scratch and the allowances: BENCHMARKS.md "wasm memory: does the fallback fit a
+tab?" and "0.6b on the wasm EP: memory beside the speed".
 """
 
 from __future__ import annotations
