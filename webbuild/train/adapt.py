@@ -53,11 +53,11 @@ from webbuild.train.dataset import Clips, synthesize_sharded
 from webbuild.train.evaluate import heldout_wer
 from webbuild.train.fastpath import encode_audio, logits_and_loss
 from webbuild.train.from_export import is_export, rebuild
-from webbuild.train.languages import ENGLISH, parse_languages
+from webbuild.train.languages import ENGLISH
 from webbuild.train.lora import adapted, attach, load_adapter, save_adapter
 from webbuild.train.sentences import HELDOUT_SEED
 from webbuild.train.target import TARGETS, heldout_target
-from webbuild.train.train import LEAD_SHARE, hardware, lr_at
+from webbuild.train.train import LEAD_SHARE, hardware, languages_callback, lr_at
 
 BOUND = 0.01  # issue 18: an adapter may cost at most 1 point of general held-out WER
 _REBUILT: dict[Path, Path] = {}
@@ -268,15 +268,9 @@ def main(ctx, threads: int, device: str):
 BASE = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
-def _language_names(ctx, param, value: str) -> tuple[str, ...]:
-    try:
-        return tuple(lang.name for lang in parse_languages(value))
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from exc
-
-
 languages_option = click.option(
-    "--languages", default=ENGLISH.name, show_default=True, callback=_language_names,
+    "--languages", default=ENGLISH.name, show_default=True,
+    callback=lambda ctx, param, value: tuple(lang.name for lang in languages_callback(ctx, param, value)),
     help="the base's languages, comma-separated, or 'all': the general clips, training and held-out, speak them")
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from webbuild.train.dataset import RECIPE, SHARD_CLIPS, Clips, load_shards, shard_seed, synthesize_clips
-from webbuild.train.languages import ENGLISH, parse_languages
+from webbuild.train.languages import ENGLISH, Language, parse_languages
 from webbuild.train.sentences import (
     HELDOUT_SEED,
     heldout_sentences,
@@ -64,35 +64,44 @@ def _shards(items: list[str]) -> list[list[str]]:
     return [items[i : i + SHARD_CLIPS] for i in range(0, len(items), SHARD_CLIPS)]
 
 
+def _part(folder: Path, name: str, kind: str, texts: list[str], languages: list[str], seed: int) -> list[Job]:
+    """One part's shards: SHARD_CLIPS clips each, shard k seeded by shard_seed(seed, k)."""
+    return [(folder / f"{name}-{k:05d}.npz", kind, t, shard_seed(seed, k), n)
+            for k, (t, n) in enumerate(zip(_shards(texts), _shards(languages), strict=True))]
+
+
+def _parsed(languages: tuple[str, ...]) -> tuple[Language, ...]:
+    """The plan's language names as languages (a name webbuild.train has no words for: its one-line error)."""
+    return parse_languages(",".join(languages))
+
+
 def general_sentences(languages: tuple[str, ...], count: int) -> tuple[list[str], list[str]]:
     """(sentences, their languages) of the general training clips: each clip's language uniform among the
     base's, as its training drew them, from a stream of their own (GENERAL_SEED)."""
-    return mixed_training(parse_languages(",".join(languages)), count, GENERAL_SEED)
+    return mixed_training(_parsed(languages), count, GENERAL_SEED)
 
 
 def general_heldout_sentences(languages: tuple[str, ...], count: int) -> tuple[list[str], list[str]]:
     """(sentences, their languages) of the general held-out set: the base's held-out sentences, `count` in all
     (at least one a language), the languages in turn."""
-    langs = parse_languages(",".join(languages))
+    langs = _parsed(languages)
     return mixed_heldout(langs, max(1, count // len(langs))) if count else ([], [])
 
 
 def jobs(folder: Path, plan: Plan) -> dict[str, list[Job]]:
-    """Every shard of the plan, by part."""
-    train = training_sentences(load_vocabulary(), plan.clips, TRAIN_SEED)  # the target speaks English
-    general, general_languages = general_sentences(plan.languages, plan.general)
-    held = heldout_sentences(load_vocabulary(), plan.count)  # the target's held-out set: English sentences
-    held_general, held_languages = general_heldout_sentences(plan.languages, plan.count)
+    """Every shard of the plan, by part. The target speaks English sentences; the general clips the plan's
+    languages."""
+    train = training_sentences(load_vocabulary(), plan.clips, TRAIN_SEED)
+    held = heldout_sentences(load_vocabulary(), plan.count)
     english = [ENGLISH.name] * len(held)
     return {
-        "target": [(folder / f"target-{k:05d}.npz", plan.target, t, shard_seed(TARGET_SEED + TRAIN_SEED, k),
-                    [ENGLISH.name] * len(t)) for k, t in enumerate(_shards(train))],
-        "general": [(folder / f"general-{k:05d}.npz", "augmented", t, shard_seed(GENERAL_SEED, k), n)
-                    for k, (t, n) in enumerate(zip(_shards(general), _shards(general_languages), strict=True))],
+        "target": _part(folder, "target", plan.target, train, [ENGLISH.name] * len(train), TARGET_SEED + TRAIN_SEED),
+        "general": _part(folder, "general", "augmented", *general_sentences(plan.languages, plan.general),
+                         GENERAL_SEED),
+        # one shard: the target's held-out styles come from one random stream
         "heldout-target": [(folder / "heldout-target.npz", plan.target, held, TARGET_SEED, english)] if held else [],
-        "heldout-general": [(folder / f"heldout-general-{k:05d}.npz", "plain", t, shard_seed(HELDOUT_SEED, k), n)
-                            for k, (t, n) in enumerate(zip(_shards(held_general), _shards(held_languages),
-                                                           strict=True))],
+        "heldout-general": _part(folder, "heldout-general", "plain",
+                                 *general_heldout_sentences(plan.languages, plan.count), HELDOUT_SEED),
     }
 
 

@@ -121,7 +121,8 @@ def train_step(model, opt, tok, store, idx, device, lr, ctc_weight, lead):
     return torch.stack([ce.detach(), ctc.detach()])
 
 
-def _languages(ctx, param, value: str) -> tuple[Language, ...]:
+def languages_callback(ctx, param, value: str) -> tuple[Language, ...]:
+    """A click callback: --languages parsed (webbuild.train.languages.parse_languages), its error click's."""
     try:
         return parse_languages(value)
     except ValueError as e:
@@ -159,7 +160,7 @@ def log_rows(rows: list[LanguageRow]) -> list[dict]:
 @click.option("--lead-ms", default=DEFAULT_LEAD_MS, show_default=True,
               help="the mel front-end's leading silence (model.yaml encoder.lead_ms), on half the training clips "
                    "and in every evaluation")
-@click.option("--languages", "languages", default=ENGLISH.name, show_default=True, callback=_languages,
+@click.option("--languages", "languages", default=ENGLISH.name, show_default=True, callback=languages_callback,
               help="comma-separated languages of the training and held-out clips (Qwen3-ASR's names), or 'all'")
 @click.option("--log-every", default=100, show_default=True,
               help="steps between loss lines (each the mean since the last)")
