@@ -72,8 +72,8 @@ training time), RUN_DEADLINE_S (570), RUN_RESERVE_S (150), RUN_WORKERS (nproc), 
 the CPU with small counts, e.g. RUN_CLIPS=600 RUN_HELDOUT=4 RUN_MINUTES=0.5 RUN_EXTRA="--batch-size 8"
 RUN_ONSET_COUNT=4; RUN_ONSET_COUNT: the first-word sets' clips, 200).
 
-Environment (adapter; its general clips speak RUN_LANGUAGES, the base's): ADAPTER_BASE (the base: examples/tiny-asr/model, or a checkpoint folder such as
-`run`'s /tmp/ckpt), ADAPTER_STEP (all; data: the clips alone, e.g. while `run` trains; sweep: the runs on clips
+Environment (adapter; its general clips speak RUN_LANGUAGES, the base's): ADAPTER_BASE (the base:
+examples/tiny-asr/model, or a checkpoint folder such as `run`'s /tmp/ckpt), ADAPTER_STEP (all; data: the clips alone, e.g. while `run` trains; sweep: the runs on clips
 made before), ADAPTER_RUNS (NAME=OPTIONS;... instead of runs a-d), ADAPTER_STEPS (2500), ADAPTER_DEADLINE_S (500), ADAPTER_CLIPS, ADAPTER_GENERAL,
 ADAPTER_COUNT, ADAPTER_WORKERS, ADAPTER_JOBS, ADAPTER_WORK (/tmp/adapter), ADAPTER_CPU=1 (the same path
 on the CPU, a test before the device call).
