@@ -132,7 +132,8 @@ parts() {
 
 # the code snapshot into $WB, then what scripts/gpu_bench.sh prepare packed (node_modules into $WB)
 setup() {
-  mkdir -p $WB && cp -a "$HERE/../." $WB/  # the code; node_modules stays
+  # the code (node_modules stays); a second gen (the 1.7b beside the 0.6b) runs from $WB itself
+  mkdir -p $WB && { [ "$(cd "$HERE/.." && pwd)" = "$WB" ] || cp -a "$HERE/../." $WB/; }
   bash "$WRAPPER" setup $WB
 }
 

@@ -1,6 +1,7 @@
 """`webbuild bench --rounds --adapter` on the embedded example in Chromium on SwiftShader (--allow-software):
 the adapter on and off alternated on one page, both counted and, with --timing, both cut into GPU kernel times
-(the decode replays another captured step once the picker switches, and both must be watched)."""
+(the decode replays another captured step once the picker switches, and both must be watched); --step-trace's
+captured steps and replay bursts."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def test_adapter_rounds_count_and_time_both_decodes_on_one_page(example_dist, tm
     out = tmp_path / "rounds.json"
     run = webbuild("bench", example_dist, "--rounds", "1", "--row", "chromium-webbuild", "--short-decode", "1",
                    "--decode-tokens", "3", "--max-clips", "0", "--allow-software", "--adapter", "klatt", "--timing",
-                   "--json", out, timeout=900)
+                   "--step-trace", "2", "--json", out, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-2000:]
     result = json.loads(out.read_text())
     rounds = {r["row"]: r for r in result["rounds"]}
@@ -30,6 +31,15 @@ def test_adapter_rounds_count_and_time_both_decodes_on_one_page(example_dist, tm
     assert "Gemm" in timing["chromium-webbuild-lora"]["kernels_gpu_ms"]  # the ups' kernels, the adapter's alone
     assert "Gemm" not in timing["chromium-webbuild"]["kernels_gpu_ms"]
     assert "| chromium-webbuild-lora |" in run.stdout
+    # --step-trace: the captured steps one by one in each form, then the replay alone in each burst form, twice
+    assert [(t["in_flight"], t["yield_each"]) for t in result["step_trace"]] == [(3, False), (12, False), (3, True),
+                                                                                 (12, True)] * 2
+    bursts = result["replay_bursts"]
+    assert [b["form"] for b in bursts] == ["runs", "map", "done"] * 2
+    assert all(b["n"] == 2 and len(b["runs"]) == 2 and b["wall_ms"] >= b["issued_ms"] > 0 for b in bursts)
+    assert all(len(b["mapped"]) == (2 if b["form"] == "map" else 0) for b in bursts)
+    # 'done' waits for each step's GPU work before the next run: its issue takes the whole burst
+    assert all(b["issued_ms"] > 0.5 * b["wall_ms"] for b in bursts if b["form"] == "done")
 
 
 @pytest.mark.browser

@@ -581,7 +581,8 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
               help="With --rounds: after them, one decode of each Chromium page cut into phases and GPU kernel times.")
 @click.option("--step-trace", type=click.IntRange(0), default=0, metavar="N",
               help="With --rounds: after them, N captured steps timed one by one (3 and 12 in flight, with and "
-                   "without a macrotask after each; needs a row decoding captured steps).")
+                   "without a macrotask after each), then N replays alone back to back (no read-back, one "
+                   "mapAsync each, each waited for); needs a row decoding captured steps.")
 @click.option("--first-use", metavar="SECONDS,...",
               help="A fresh page per clip length (e.g. 1,2.5,5,8,15,30): its load and its first clip's TTFT and "
                    "new GPU pipelines (after --rounds' rows, or alone); --ep wasm runs those pages on wasm.")

@@ -250,6 +250,9 @@ class SitePage:
         return self.worker.evaluate("([n, o]) => self.__wbStepTrace(n, o)",
                                     [n, {"inFlight": in_flight, "yieldEach": yield_each}])
 
+    def replay_burst(self, n: int, form: str) -> dict:
+        return self.worker.evaluate("([n, form]) => self.__wbReplayBurst(n, form)", [n, form])
+
     def use(self, lora: str | None) -> None:
         """The page's picker on adapter `lora` (None: the base model), where it is not already."""
         if self.page.evaluate("() => window.webbuild.lora ?? null") == lora:
@@ -366,6 +369,7 @@ def after_rounds(browser, url: str, pages: dict, o: RoundsOptions, result: dict,
             raise BenchError("--step-trace needs a page decoding captured steps "
                              f"(add --row {SITE_ROW}:decode=captured)")
         result["step_trace"] = step_traces(captured, o.step_trace, clocks)
+        result["replay_bursts"] = replay_bursts(captured, o.step_trace, clocks)
         save()
     if o.timing:
         result["timing_per_token"] = timed_decodes(pages, o)
@@ -415,6 +419,23 @@ def step_traces(page: SitePage, n: int, clocks, rounds: int = 2) -> list[dict]:
                 f"{s['decode']['median']:.2f} ms, issue {s['issue_ms']['median']:.2f}, read-back wait "
                 f"{s['readback_wait_ms']['median']:.2f}, interval {s['issue_interval_ms']['median']:.2f}, "
                 f"GPU {gpu_clock.describe(s['clock'])}")
+    return out
+
+
+REPLAY_FORMS = ("runs", "map", "done")  # synth_hook.js __wbReplayBurst's forms
+
+
+def replay_bursts(page: SitePage, n: int, clocks, rounds: int = 2) -> list[dict]:
+    """The captured step replayed n times back to back in each of REPLAY_FORMS, alternated over `rounds`: the wall
+    time per step with no read-back, with one mapAsync a step, and with each step waited for."""
+    out = []
+    for rnd in range(1, rounds + 1):
+        for form in REPLAY_FORMS:
+            wall0 = gpu_clock.now()
+            b = page.replay_burst(n, form)
+            out.append({"round": rnd, **b, "clock": clocks.window(wall0, gpu_clock.now())})
+            say(f"replay burst {rnd} {form}: {b['per_step_ms']:.2f} ms a step ({n} steps issued in "
+                f"{b['issued_ms']:.1f} ms, done in {b['wall_ms']:.1f}), GPU {gpu_clock.describe(out[-1]['clock'])}")
     return out
 
 

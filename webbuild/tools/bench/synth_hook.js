@@ -105,3 +105,39 @@ self.__wbStepTrace = async (n, { inFlight = 0, yieldEach = false } = {}) => {
     steps.inFlight = before;
   }
 };
+
+// The captured step's replay alone, n times back to back (`webbuild bench --rounds --step-trace`), in three forms:
+// 'runs' (session.run after session.run, one wait for the GPU at the end), 'map' (each run followed by the
+// read-back's copy and a mapAsync nobody waits for until the end, as issue() does) and 'done' (each run waited
+// for with onSubmittedWorkDone). Per step: the wall time over n, and each form's first and last run returns.
+// Tells a slow replay from a slow read-back. The tokens are not used: the static buffers hold the last decode's.
+self.__wbReplayBurst = async (n, form) => {
+  const steps = site?.recogniser?.steps;
+  if (!steps?.recorded) throw new Error('no recorded captured step (run a captured decode first)');
+  const { device, session, feeds, fetches } = steps;
+  const staging = form === 'map'
+    ? Array.from({ length: n }, () => device.createBuffer({ size: 16, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST }))
+    : [];
+  const maps = [];
+  const runs = [];
+  await device.queue.onSubmittedWorkDone();
+  const t0 = performance.now();
+  for (let i = 0; i < n; i++) {
+    await session.run(feeds, fetches);
+    runs.push(performance.now() - t0);
+    if (form === 'map') {
+      const enc = device.createCommandEncoder();
+      enc.copyBufferToBuffer(steps.ids.gpuBuffer, 0, staging[i], 0, 4);
+      device.queue.submit([enc.finish()]);
+      maps.push(staging[i].mapAsync(GPUMapMode.READ).then(() => performance.now() - t0));
+    } else if (form === 'done') {
+      await device.queue.onSubmittedWorkDone();
+    }
+  }
+  const issued = performance.now() - t0;
+  const mapped = await Promise.all(maps);
+  await device.queue.onSubmittedWorkDone();
+  const wall = performance.now() - t0;
+  for (const b of staging) b.destroy();
+  return { form, n, per_step_ms: wall / n, issued_ms: issued, wall_ms: wall, runs, mapped };
+};
