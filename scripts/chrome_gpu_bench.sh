@@ -56,6 +56,8 @@ steps timed one by one, webbuild bench --step-trace), base_build (BASE_REF's cod
 `basecode` in a stash call, builds the same model.yaml), wasm_threads (WASM_THREADS 1,2,4,8,16; then WASM_AB_THREADS
 against base_build's site, WASM_ROUNDS; WASM_MAX_NEW caps each clip's decode, for the 1.7b),
 ort_build then ort_ab (.ortalt's onnxruntime-web against the pinned one, ROUNDS alternated benches of each build),
+direct_build then direct_ab (the step form's attention written out, fusion.step_attention: direct, against the
+default, likewise),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), PEER=0 (gen skips the genai peer), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
 USAGE
@@ -345,15 +347,26 @@ PY
 }
 # the pinned onnxruntime-web against .ortalt's on the same model (issue 48): `webbuild bench --runtime browser --ep
 # webgpu` of each build alternated ROUNDS times (decode, prefill, load, transcripts); ort-webbuild-rN.json, ort-webbuild-ortalt-rN.json
-ort_ab() {
-  local r b
+ort_ab() { alternate ort webbuild webbuild-ortalt; }
+# the same model.yaml with the step form's attention written out (fusion.step_attention: direct: no indirect
+# dispatch, docs/graph-capture.md), in $WORK/webbuild-direct
+direct_build() {
+  { cat "$WORK/model.yaml"; echo "fusion: {step_attention: direct}"; } > "$WORK/model-direct.yaml"
+  python3 -m webbuild.cli "$WORK/model-direct.yaml" -o "$WORK/direct-build.json.part.d" 2>&1 | tail -3
+  mv "$WORK/direct-build.json.part.d" "$WORK/webbuild-direct" && echo '{}' > "$WORK/direct-build.json.part"
+}
+direct_ab() { alternate direct webbuild webbuild-direct; }
+# alternate PREFIX BUILD...: ROUNDS rounds of `webbuild bench --runtime browser` on each build in turn (each page
+# measures both decode forms at load and says so), $OUT/PREFIX-BUILD-rN.json
+alternate() {
+  local prefix=$1 r b; shift
   for r in $(seq 1 "$ROUNDS"); do
-    for b in webbuild webbuild-ortalt; do
-      python3 -m webbuild.cli bench "$WORK/$b" --runtime browser --ep webgpu --json "$OUT/ort-$b-r$r.json" \
-        | grep -E "^(decode|prefill|load|runtime|clips)" || echo "$b $r failed"
+    for b in "$@"; do
+      python3 -m webbuild.cli bench "$WORK/$b" --runtime browser --ep webgpu --json "$OUT/$prefix-$b-r$r.json" \
+        | grep -E "^(decode|prefill|load|runtime|clips|per token)" || echo "$b $r failed"
     done
   done
-  echo '{}' > "$WORK/ort-ab.json.part"
+  echo '{}' > "$WORK/$prefix-ab.json.part"
 }
 # the wasm EP's threads (issue 49) in Chromium on the host CPU: WASM_THREADS (1,2,4,8,16) on this branch's build,
 # then WASM_AB_THREADS on it and on base_build's, alternated WASM_ROUNDS (3) times; wasm-*.json

@@ -57,6 +57,11 @@ class Fusion(_Strict):
     pack_qkv: bool = Field(False, description="one packed Q/K/V projection + Split; left apart (false), "
                                               "onnxruntime-web's WebGPU EP fuses them with the norm before them "
                                               "into one MatMulNBitsQkv dispatch")
+    step_attention: Literal["gqa", "direct"] = Field(
+        "gqa", description="the captured decode step's attention: gqa, onnxruntime's GroupQueryAttention (under "
+                           "graph capture its decode kernels dispatch indirectly, which Chromium validates at about "
+                           "0.4 ms each); direct, the attention written out over the static KV cache, every kernel "
+                           "dispatched directly (docs/graph-capture.md)")
 
 
 class Quantize(_Strict):

@@ -22,11 +22,12 @@ from webbuild.forms.webgpu import WEBGPU
 
 def decoder_forms(src: Path, dest: Path, name: str, wasm_twin: bool, accuracy_level: int | None,
                   wasm_form: str, layout: dict[str, dict] | None = None, report: Report | None = None,
-                  graph: str | None = None) -> dict[str, str]:
+                  graph: str | None = None, step_attention: str = "gqa") -> dict[str, str]:
     """The shipped forms of the decoder graph `src`, each written once into `dest` (which holds its weights
     file): the WebGPU form as `name`, its wasm twin (in `wasm_form`, wasm_twin.FORMS) and its step form
     beside it, whose lora inputs' layout (lora.step_layout) goes into `layout`. Each form made or missed goes
-    into `report` under `graph` (default `name`). Returns the written files by kind: `graph`, and `wasm`,
+    into `report` under `graph` (default `name`); the step form's attention is `step_attention` (webbuild.forms.step).
+    Returns the written files by kind: `graph`, and `wasm`,
     `wasm_int8` (the int8 twin's plan) and `step` where they apply."""
     report = report if report is not None else Report()
     label = graph or name
@@ -37,7 +38,7 @@ def decoder_forms(src: Path, dest: Path, name: str, wasm_twin: bool, accuracy_le
     forms = {"graph": name} | ({"wasm": twin} if twin else {})
     if twin and (dest / int8_plan_name(twin)).exists():
         forms["wasm_int8"] = int8_plan_name(twin)
-    if step := report.make(STEP, label, dest, name, layout):
+    if step := report.make(STEP, label, dest, name, layout, step_attention):
         forms["step"] = step
     return forms
 

@@ -46,6 +46,7 @@ import onnx_ir as ir
 
 from webbuild.forms.form import Form, Made, Miss, NotApplicable
 from webbuild.forms.lora import adapted_step, spare_readers, step_layout
+from webbuild.forms.step_attention import direct_attention
 from webbuild.fusion.attention_mask import lengths_from_values
 from webbuild.graph.builder import Builder
 from webbuild.graph.files import rewrite_file
@@ -53,13 +54,16 @@ from webbuild.graph.ir import dead_code_elimination, prod
 from webbuild.site.contract import IO
 
 _SEQLENS, _TOTAL = 5, 6  # GroupQueryAttention's inputs
+# the step's attention (model.yaml fusion.step_attention): onnxruntime's GroupQueryAttention, or written out with
+# every kernel dispatched directly (webbuild.forms.step_attention)
+ATTENTIONS = ("gqa", "direct")
 _ROW = 128  # the vocabulary as [rows, _ROW] for the two-stage reductions
 
 
-def write_step(folder: Path, name: str, layout: dict[str, dict] | None = None) -> Made | Miss:
+def write_step(folder: Path, name: str, layout: dict[str, dict] | None = None, attention: str = "gqa") -> Made | Miss:
     """Write the step form of the WebGPU decoder `folder/name` beside it as `<stem>.step.onnx` (same weights file),
     or say why not (`step_miss`). Its lora inputs' layout (an adapted decoder's: lora.step_layout) goes into
-    `layout`."""
+    `layout`; `attention` is ATTENTIONS' key."""
     dest = folder / f"{Path(name).stem}.step.onnx"
     why: list[Miss] = []
     left: list[Miss] = []
@@ -68,7 +72,7 @@ def write_step(folder: Path, name: str, layout: dict[str, dict] | None = None) -
         if miss := step_miss(model):
             why.append(miss)
             return False
-        left.extend(step_form(model))
+        left.extend(step_form(model, attention))
         return True
 
     def finish(model: ir.Model) -> int:
@@ -95,10 +99,12 @@ def step_miss(model: ir.Model) -> Miss | None:
     return None
 
 
-def step_form(model: ir.Model) -> list[Miss]:
-    """Rewrite `model`, a decoder `step_miss` passes, in place; NotApplicable where its audio inputs are used
-    outside the splice or its logits have no static vocabulary size. Returns the adapted passes' misses
-    (lora.adapted_step: none for a base decoder)."""
+def step_form(model: ir.Model, attention: str = "gqa") -> list[Miss]:
+    """Rewrite `model`, a decoder `step_miss` passes, in place, its attention as `attention` says (ATTENTIONS);
+    NotApplicable where its audio inputs are used outside the splice or its logits have no static vocabulary size.
+    Returns the adapted passes' misses (lora.adapted_step: none for a base decoder)."""
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, not {attention!r}")
     graph = model.graph
     gqa = [n for n in graph.all_nodes() if n.op_type == "GroupQueryAttention"]
     names = {v.name: v for v in graph.inputs}
@@ -117,7 +123,10 @@ def step_form(model: ir.Model) -> list[Miss]:
     # an adapted decoder's passes: one row, so gate's and up's updates can be biases, q, k and v's one packed
     # projection with its 4-bit down beside it, o's and down's joined to their downs, gate's and up's biases their
     # merged updates, the other downs MatMulNBits' one-row decode kernel
-    return adapted_step(model)
+    left = adapted_step(model)
+    if attention == "direct":
+        direct_attention(graph, mask, seqlens)
+    return left
 
 
 def _drop_audio_splice(model: ir.Model) -> None:

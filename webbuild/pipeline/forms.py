@@ -16,13 +16,14 @@ from webbuild.pipeline.state import Variant
 
 
 def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, accuracy_level: int | None,
-                  adapted: bool, report: Report | None = None) -> Variant:
+                  adapted: bool, report: Report | None = None, step_attention: str = "gqa") -> Variant:
     """Every file of variant `v` as it ships, written once into `dest`: weights files and the encoder copied,
     the encoder's wasm twin where the wasm plan folds its MatMulNBits (`wasm_forms`: the plan's form of
     each graph; None for a variant the wasm EP never runs), the decoder's forms (`decoder_forms`) and, for
     a build with adapters (`adapted`), the adapted decoder's (made from the quantized decoder first, as
     `decoder_lora`, with `decoder_lora_delta` where its step form merges updates). Roles keep the order the
-    manifest lists them in. Every form made or missed goes into `report`, under `<variant>/<role>`."""
+    manifest lists them in. Every form made or missed goes into `report`, under `<variant>/<role>`; the step forms'
+    attention is `step_attention` (webbuild.forms.step)."""
     report = report if report is not None else Report()
     shipped = Variant(v.name, dest, dict(v.files))
     for role, name in v.files.items():
@@ -38,7 +39,7 @@ def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, acc
     for role, src in roles:
         layout: dict[str, dict] = {}
         made = decoder_forms(src, dest, src.name, wasm_twin, accuracy_level, forms.get("decoder", "matmul_nbits"),
-                             layout, report, f"{v.name}/{role}")
+                             layout, report, f"{v.name}/{role}", step_attention)
         shipped.files |= {role: made["graph"]} | {f"{role}_{kind}": made[kind] for kind in ("wasm", "wasm_int8", "step")
                                                   if kind in made}
         if role == "decoder_lora" and "step" in made:

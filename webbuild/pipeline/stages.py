@@ -148,7 +148,7 @@ def stage_forms(ctx: BuildContext) -> None:
     for name, v in list(ctx.state.variants.items()):
         wasm_forms = plans[name]["forms"] if name in plans else None  # none: the wasm EP never runs it
         shipped = ctx.state.variants[name] = variant_forms(v, dest, wasm_forms, level, bool(ctx.cfg.adapters),
-                                                           forms)
+                                                           forms, ctx.cfg.fusion.step_attention)
         log.debug(f"variant {name} ({shipped.dtype}): " + ", ".join(f"{r} {f}" for r, f in shipped.files.items()))
         if "decoder" in shipped.files:  # a float build (quantize.method none) has no quantize stage's row
             ctx.report.variants.setdefault(name, {}).setdefault("decoder", {}).update(

@@ -245,7 +245,8 @@ def counter_lines(r: dict) -> list[str]:
     top = ", ".join(f"{k} {_count(v)}" for k, v in list(c["kernels"].items())[:12])
     more = len(c["kernels"]) - 12
     return [
-        f"per token   {_count(c['dispatches'])} dispatches, {_count(c['submits'])} submits, {_count(c['readbacks'])} "
+        f"per token   {_count(c['dispatches'])} dispatches ({_count(c.get('indirect', 0))} indirect), "
+        f"{_count(c['submits'])} submits, {_count(c['readbacks'])} "
         f"read-backs, {_count(c['write_buffers'])} writeBuffer ({_count(c['write_bytes'])} B), "
         f"{_count(c['bind_groups'])} bind groups, {_count(c['buffers'])} buffers ({long} - {short} token decodes)",
         f"kernels     {top}" + (f" (+{more} more in the JSON)" if more > 0 else ""),

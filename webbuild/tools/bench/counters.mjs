@@ -12,8 +12,11 @@
 /**
  * WebGPU calls counted since install; kernels: dispatches per pipeline name; pipelines: compute pipelines
  * created (each one a shader compile: what a new input shape can cost, tools/bench/first_use.py).
- * @typedef {{dispatches: number, submits: number, readbacks: number, write_buffers: number, write_bytes: number,
- *   bind_groups: number, buffers: number, buffer_bytes: number, pipelines: number, kernels: Record<string, number>}} GpuCounts
+ * indirect: the dispatches made with dispatchWorkgroupsIndirect (counted in dispatches too: Chromium's Dawn validates
+ * each with a pass of its own, docs/graph-capture.md).
+ * @typedef {{dispatches: number, indirect: number, submits: number, readbacks: number, write_buffers: number,
+ *   write_bytes: number, bind_groups: number, buffers: number, buffer_bytes: number, pipelines: number,
+ *   kernels: Record<string, number>}} GpuCounts
  */
 /**
  * The counters' state (scope.__gpuCounters).
@@ -38,7 +41,7 @@ export function installGpuCounters(scope = globalThis) {
   if (scope.__gpuCounters) return scope.__gpuCounters;
   /** @type {GpuCounts} */
   const counts = {
-    dispatches: 0, submits: 0, readbacks: 0, write_buffers: 0, write_bytes: 0, bind_groups: 0, buffers: 0, buffer_bytes: 0,
+    dispatches: 0, indirect: 0, submits: 0, readbacks: 0, write_buffers: 0, write_bytes: 0, bind_groups: 0, buffers: 0, buffer_bytes: 0,
     pipelines: 0, kernels: {},
   };
   /** @type {{name: string, at: number}[]} */
@@ -86,7 +89,10 @@ export function installGpuCounters(scope = globalThis) {
     counts.kernels[k] = (counts.kernels[k] ?? 0) + 1;
   };
   wrap(pass, 'dispatchWorkgroups', dispatched);
-  wrap(pass, 'dispatchWorkgroupsIndirect', dispatched);
+  wrap(pass, 'dispatchWorkgroupsIndirect', /** @this {GPUComputePassEncoder} */ function () {
+    dispatched.call(this);
+    counts.indirect++;
+  });
   const queue = scope.GPUQueue?.prototype;
   wrap(queue, 'submit', () => { counts.submits++; });
   wrap(queue, 'writeBuffer', ([, , data, dataOffset, size]) => {

@@ -61,7 +61,8 @@ ADAPTER_JS = """async () => {
 }"""
 
 PEER_PAGE = Path(__file__).resolve().with_name("merged_page.html")
-COUNT_KEYS = ("dispatches", "submits", "readbacks", "write_buffers", "write_bytes", "bind_groups", "buffers")
+COUNT_KEYS = ("dispatches", "indirect", "submits", "readbacks", "write_buffers", "write_bytes", "bind_groups",
+              "buffers")
 SITE_ROW, PEER_ROW, LORA_ROW = "chromium-webbuild", "chromium-peer", "chromium-webbuild-lora"
 NODE_ROWS = ("node-webbuild", "node-peer")
 STEP_TRACE_FORMS = ((3, False), (12, False), (3, True), (12, True))  # (steps in flight, a macrotask after each)
@@ -511,11 +512,17 @@ def md_table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['row']} | {r['decode_median_of_rounds']} ({', '.join(map(str, r['decode_round_medians']))}) | "
             f"{d['p10']} / {d['p90']} | "
-            f"{pt.get('dispatches')} / {pt.get('submits')} / {pt.get('readbacks')} / {pt.get('write_buffers')} | "
+            f"{_dispatches(pt)} / {pt.get('submits')} / {pt.get('readbacks')} / {pt.get('write_buffers')} | "
             f"{pf} ms ({r['prompt_tokens']} tokens) | {'-' if ttft is None else f'{ttft:.0f} ms'} | "
             f"{load.get('total_ms', 0) / 1000:.1f} s ({(load.get('session_ms') or 0) / 1000:.1f} s) | "
             f"{gpu_clock.describe(r.get('clock'))} |")
     return "\n".join(lines)
+
+
+def _dispatches(per_token: dict) -> str:
+    """A row's dispatches per token, with how many of them are indirect where any are."""
+    indirect = per_token.get("indirect")
+    return f"{per_token.get('dispatches')}" + (f" ({indirect} indirect)" if indirect else "")
 
 
 def first_use_table(rows: list[dict]) -> str:
