@@ -46,7 +46,7 @@ There, device calls back to back while the machine is warm:
        unpacks the browser, waits for the builds, then the STEPS; $OUT gets verify.json,
        bench-browser.json, rounds.json (a step cut off: NAME.json.partial) and gen.log
 
-Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b), WB_TREE (1: prepare sends the working tree, not HEAD), STAGE, STEPS ("verify bench_browser rounds"; also first_use:
+Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b; 1.7b; example: the embedded example, no zoo or peer), WB_TREE (1: prepare sends the working tree, not HEAD), STAGE, STEPS ("verify bench_browser rounds"; also first_use:
 a fresh page per first-clip length, first-use-N.json, and the same build with BASE_REF's page runtime,
 first-use-base-N.json; live: `webbuild verify --live only`, live.json; lora_browser: adapter on and off alternated, lora-on-N.json
 and lora-off-N.json, on a LORA=1 build; lora_rounds: on and off alternated on one page, with TIMING=1 their GPU kernel
@@ -218,6 +218,10 @@ EOF
   fi
   python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/webbuild.part" 2>&1 | tail -15
 }
+example_build() { python3 -m webbuild.cli "$(build_yaml)" -o "$WORK/webbuild.part" 2>&1 | tail -3; }
+# the model.yaml gen built (base_build, ort_build and direct_build build it again): the zoo's, or the example's own
+# (its paths are relative to it, so it stays in its folder)
+build_yaml() { if [ "$PRESET" = example ]; then echo "$WORK/example/model.yaml"; else echo "$WORK/model.yaml"; fi; }
 # the peer at its better MatMulNBits accuracy level on the H200 (0: BENCHMARKS.md, issue 14's rounds)
 peer() {
   python3 -m onnxruntime_genai.models.builder -i "$WORK/zoo/hf" -o "$WORK/peer.part" -p int4 -e webgpu \
@@ -229,6 +233,8 @@ peer() {
 gen() {
   setup
   mkdir -p "$WORK/samples" && cp examples/tiny-asr/samples/sample-[12].{wav,txt} "$WORK/samples/"
+  # PRESET=example: the embedded example as it is (seconds to build, no zoo, no peer): a quick probe of the page
+  [ "$PRESET" != example ] || { rm -rf "$WORK/example" && cp -a examples/tiny-asr "$WORK/example"; }
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nproc
   WORK=$WORK setsid nohup bash -c "bash $WB/scripts/chrome_gpu_bench.sh _gen || echo 'gen failed'" > "$WORK/gen.log" 2>&1 < /dev/null &
   sleep 2; cat "$WORK/gen.log"
@@ -237,10 +243,14 @@ _gen() {
   env_there
   # the zoo's transformers needs the huggingface-hub of .whlx (call 1 carries it; once, call 2 did): 3 minutes at most
   local t0=$SECONDS
-  until python3 -c "import transformers.models.auto" 2>/dev/null || (( SECONDS - t0 > 180 )); do sleep 3; done
-  step zoo zoo
-  step webbuild webbuild
-  [ "${PEER:-1}" = 0 ] || step peer peer  # PEER=0: no genai build (verify and first_use need none)
+  if [ "$PRESET" = example ]; then
+    step webbuild example_build
+  else
+    until python3 -c "import transformers.models.auto" 2>/dev/null || (( SECONDS - t0 > 180 )); do sleep 3; done
+    step zoo zoo
+    step webbuild webbuild
+    [ "${PEER:-1}" = 0 ] || step peer peer  # PEER=0: no genai build (verify and first_use need none)
+  fi
   du -sb "$WORK"/{webbuild/model,peer} || true
   echo "gen done"
 }
@@ -324,7 +334,7 @@ rounds() {
 # the same model.yaml built by BASE_REF's code (stash put it in /tmp/wbbase): today's site against this branch's
 base_build() {
   mkdir -p /tmp/wbbase/webbuild/site/onnxruntime-web && cp $WB/webbuild/site/onnxruntime-web/* /tmp/wbbase/webbuild/site/onnxruntime-web/
-  PYTHONPATH=/tmp/site:/tmp/wbbase python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/base-build.json.part.d" 2>&1 | tail -5
+  PYTHONPATH=/tmp/site:/tmp/wbbase python3 -m webbuild.cli "$(build_yaml)" -o "$WORK/base-build.json.part.d" 2>&1 | tail -5
   mv "$WORK/base-build.json.part.d" "$WORK/webbuild-base" && echo '{}' > "$WORK/base-build.json.part"
 }
 # the same model.yaml built by this branch's code with the onnxruntime-web of .ortalt (stash put it in /tmp/ortalt):
@@ -341,7 +351,7 @@ lock["files"] = {n: hashlib.sha256((site / "onnxruntime-web" / n).read_bytes()).
 (site / "ort.lock.json").write_text(json.dumps(lock, indent=2))
 PY
   # PYTHONSAFEPATH: the copy's package, not the one of the working folder
-  PYTHONSAFEPATH=1 PYTHONPATH=/tmp/site:/tmp/wbalt python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/ort-build.json.part.d" \
+  PYTHONSAFEPATH=1 PYTHONPATH=/tmp/site:/tmp/wbalt python3 -m webbuild.cli "$(build_yaml)" -o "$WORK/ort-build.json.part.d" \
     2>&1 | tail -3
   mv "$WORK/ort-build.json.part.d" "$WORK/webbuild-ortalt" && echo '{}' > "$WORK/ort-build.json.part"
 }
@@ -351,8 +361,15 @@ ort_ab() { alternate ort webbuild webbuild-ortalt; }
 # the same model.yaml with the step form's attention written out (fusion.step_attention: direct: no indirect
 # dispatch, docs/graph-capture.md), in $WORK/webbuild-direct
 direct_build() {
-  { cat "$WORK/model.yaml"; echo "fusion: {step_attention: direct}"; } > "$WORK/model-direct.yaml"
-  python3 -m webbuild.cli "$WORK/model-direct.yaml" -o "$WORK/direct-build.json.part.d" 2>&1 | tail -3
+  local yaml; yaml=$(build_yaml)  # its copy beside it: the paths are relative to it
+  python3 - "$yaml" <<'PY'
+import sys, pathlib, yaml
+src = pathlib.Path(sys.argv[1])
+cfg = yaml.safe_load(src.read_text())
+cfg.setdefault("fusion", {})["step_attention"] = "direct"
+(src.parent / "model-direct.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False))
+PY
+  python3 -m webbuild.cli "$(dirname "$yaml")/model-direct.yaml" -o "$WORK/direct-build.json.part.d" 2>&1 | tail -3
   mv "$WORK/direct-build.json.part.d" "$WORK/webbuild-direct" && echo '{}' > "$WORK/direct-build.json.part"
 }
 direct_ab() { alternate direct webbuild webbuild-direct; }
