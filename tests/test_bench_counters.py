@@ -117,10 +117,11 @@ def test_captured_decode_gives_the_plain_decodes_tokens(level0, webgpu_bench):
              "Slice": -1}
     assert {k: c["kernels"].get(k, 0) - p["kernels"].get(k, 0) for k in extra} == extra
     assert c["dispatches"] == p["dispatches"] + sum(extra.values())
-    # under capture the decode attention's two kernels take their sizes from the GPU (dispatchWorkgroupsIndirect,
-    # which Chromium validates at ~0.4 ms each: docs/graph-capture.md); plain steps dispatch all directly
+    # under capture one decode attention kernel a layer takes its sizes from the GPU (dispatchWorkgroupsIndirect,
+    # which Chromium validates at 0.4 ms or more each: docs/graph-capture.md); plain steps dispatch all directly
     assert p["indirect"] == 0
-    assert c["indirect"] == c["kernels"]["FlashAttentionDecodeQKV"] + c["kernels"]["FlashAttentionDecodeVxReduce"] > 0
+    layers = sum(n.op_type == "GroupQueryAttention" for n in decoder_graph(level0, "decoder.fp32.step.onnx").graph.node)
+    assert c["indirect"] == c["kernels"]["FlashAttentionDecodeQKV"] == layers > 0
 
 
 def test_the_step_form_has_no_audio_inputs_and_no_shape_arithmetic(level0):

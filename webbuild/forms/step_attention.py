@@ -2,8 +2,8 @@
 `step.attention: direct`).
 
 Under graph capture, onnxruntime-web's GroupQueryAttention takes its decode kernels' workgroup counts from the GPU
-(`dispatchWorkgroupsIndirect`, two a layer), and Chromium's Dawn validates each indirect dispatch with a pass of its
-own: about 0.4 ms of GPU wait each, a fixed ~20 ms a token on a 28-layer model (docs/graph-capture.md). This rewrite
+(`dispatchWorkgroupsIndirect`, one a layer), and Chromium's Dawn validates each indirect dispatch with a pass of its
+own: 0.4 ms of GPU wait or more each, a fixed ~20 ms a token on a 28-layer model (docs/graph-capture.md). This rewrite
 replaces each GroupQueryAttention of the step form with ops whose sizes are all static:
 
 - the new key and value rows written into the static cache with ScatterND at the step's position (the runtime binds
