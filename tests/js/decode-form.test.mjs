@@ -11,11 +11,21 @@ describe('decode form', () => {
     const choice = await measureForms(async (form, tokens) => {
       order.push(form);
       return Array.from({ length: tokens }, (_, i) => perToken[form] + (i % 3)); // a little jitter per step
-    }, { tokens: 8, rounds: 4 });
+    }, { tokens: 8, rounds: 4, decisive: 3 });
     assert.deepEqual(order, ['captured', 'plain', 'plain', 'captured', 'captured', 'plain', 'plain', 'captured']);
     assert.equal(choice.form, 'plain');
     assert.deepEqual([choice.captured_ms, choice.plain_ms, choice.rounds, choice.tokens], [31, 16, 4, 8]);
     assert.equal(choice.why, 'measured at load');
+  });
+
+  it('stops after a round where one form is decisively faster, and measures on where they are close', async () => {
+    const times = (perToken) => async (form, tokens) => new Array(tokens).fill(perToken[form]);
+    const clear = await measureForms(times({ captured: 30, plain: 15 }), { tokens: 4, rounds: 2 }); // the H100's 2x
+    assert.deepEqual([clear.form, clear.rounds], ['plain', 1]);
+    const close = await measureForms(times({ captured: 10, plain: 11 }), { tokens: 4, rounds: 2 });
+    assert.deepEqual([close.form, close.rounds], ['captured', 2]);
+    const capture = await measureForms(times({ captured: 9.8, plain: 25.4 }), { tokens: 4, rounds: 2 }); // the H200's
+    assert.deepEqual([capture.form, capture.rounds], ['captured', 1]);
   });
 
   it('keeps capture where it is faster or as fast', async () => {

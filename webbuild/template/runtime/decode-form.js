@@ -3,7 +3,7 @@
 // each indirect dispatch with a pass of its own (0.4 ms of GPU wait or more each, one a layer: 28 a token on the 0.6b), so
 // on an H100 the captured steps took twice the plain steps' time per token, where on an H200 they had taken 0.4x it
 // (BENCHMARKS.md, "0.6b and 1.7b on the H100: the decode form"). So the warm-up measures both on the visitor's GPU,
-// alternated (A B A B), and the faster one decodes; the page keeps the choice per browser profile
+// alternated (A B, and B A unless the first round already told them apart), and the faster one decodes; the page keeps the choice per browser profile
 // (app/decode-choice.js) and hands it back on the next visit, which then measures nothing (decodeRequest).
 
 /** @typedef {'captured' | 'plain'} DecodeForm */
@@ -16,7 +16,10 @@
 
 export const FORMS = /** @type {const} */ (['captured', 'plain']);
 const MEASURE_TOKENS = 12; // steps per measured decode: past the first step's read-back, few enough for a load
-const MEASURE_ROUNDS = 2; // A B A B
+const MEASURE_ROUNDS = 2; // A B, B A
+// after a round, a form this many times faster than the other is chosen without the next rounds: on the H100 the
+// first round's ratio was 1.3-2.0 (captured against plain), and a round there costs about half a second of the load
+const DECISIVE = 1.3;
 
 /**
  * What the warm-up is asked for (site.js decodeRequest): a form or 'auto', why that form, whether 'auto' may be
@@ -59,22 +62,28 @@ export function fixedChoice(requested, capturable, why) {
   return { form: requested === 'auto' ? 'captured' : requested, requested, why };
 }
 
-// Decodes `tokens` steps in each form, alternated over `rounds`, through `decode(form, tokens)` (which resolves
-// to the gaps between its tokens, ms), and chooses the form with the lower median per token.
+// Decodes `tokens` steps in each form, alternated over up to `rounds` (fewer once one form is `decisive` times
+// faster), through `decode(form, tokens)` (which resolves to the gaps between its tokens, ms), and chooses the form
+// with the lower median per token.
 /**
  * @param {(form: DecodeForm, tokens: number) => Promise<number[]>} decode
- * @param {{tokens?: number, rounds?: number}} [opts]
+ * @param {{tokens?: number, rounds?: number, decisive?: number}} [opts]
  * @returns {Promise<DecodeChoice>}
  */
-export async function measureForms(decode, { tokens = MEASURE_TOKENS, rounds = MEASURE_ROUNDS } = {}) {
+export async function measureForms(decode, { tokens = MEASURE_TOKENS, rounds = MEASURE_ROUNDS, decisive = DECISIVE } = {}) {
   /** @type {Record<DecodeForm, number[]>} */
   const gaps = { captured: [], plain: [] };
-  for (let r = 0; r < rounds; r++) {
-    for (const form of r % 2 ? [...FORMS].reverse() : FORMS) gaps[form].push(...await decode(form, tokens));
+  let done = 0;
+  while (done < rounds) {
+    for (const form of done % 2 ? [...FORMS].reverse() : FORMS) gaps[form].push(...await decode(form, tokens));
+    done++;
+    const ratio = median(gaps.captured) / median(gaps.plain);
+    if (ratio >= decisive || ratio <= 1 / decisive) break;
   }
   const captured = median(gaps.captured), plain = median(gaps.plain);
   const form = plain < captured ? 'plain' : 'captured';
-  return { form, requested: 'auto', why: 'measured at load', captured_ms: round2(captured), plain_ms: round2(plain), rounds, tokens };
+  return { form, requested: 'auto', why: 'measured at load', captured_ms: round2(captured), plain_ms: round2(plain),
+    rounds: done, tokens };
 }
 
 /** @param {number[]} xs */
