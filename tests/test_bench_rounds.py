@@ -31,11 +31,12 @@ def test_adapter_rounds_count_and_time_both_decodes_on_one_page(example_dist, tm
     assert "Gemm" in timing["chromium-webbuild-lora"]["kernels_gpu_ms"]  # the ups' kernels, the adapter's alone
     assert "Gemm" not in timing["chromium-webbuild"]["kernels_gpu_ms"]
     assert "| chromium-webbuild-lora |" in run.stdout
-    # --step-trace: the captured steps one by one in each form, then the replay alone in each burst form, twice
+    # --step-trace: the captured steps one by one in each form, then the replay alone in each burst form (a round
+    # each, as the rows)
     assert [(t["in_flight"], t["yield_each"]) for t in result["step_trace"]] == [(3, False), (12, False), (3, True),
-                                                                                 (12, True)] * 2
+                                                                                 (12, True)]
     bursts = result["replay_bursts"]
-    assert [b["form"] for b in bursts] == ["runs", "map", "done"] * 2
+    assert [b["form"] for b in bursts] == ["runs", "map", "done"]
     assert all(b["n"] == 2 and len(b["runs"]) == 2 and b["wall_ms"] >= b["issued_ms"] > 0 for b in bursts)
     assert all(len(b["mapped"]) == (2 if b["form"] == "map" else 0) for b in bursts)
     # 'done' waits for each step's GPU work before the next run: its issue takes the whole burst

@@ -369,8 +369,9 @@ def after_rounds(browser, url: str, pages: dict, o: RoundsOptions, result: dict,
         if captured is None:
             raise BenchError("--step-trace needs a page decoding captured steps "
                              f"(add --row {SITE_ROW}:decode=captured)")
-        result["step_trace"] = step_traces(captured, o.step_trace, clocks)
-        result["replay_bursts"] = replay_bursts(captured, o.step_trace, clocks)
+        # alternated over as many rounds as the rows (at most 2: each form's figure is a median already)
+        result["step_trace"] = step_traces(captured, o.step_trace, clocks, min(o.rounds, 2))
+        result["replay_bursts"] = replay_bursts(captured, o.step_trace, clocks, min(o.rounds, 2))
         save()
     if o.timing:
         result["timing_per_token"] = timed_decodes(pages, o)
