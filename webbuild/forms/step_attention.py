@@ -1,5 +1,5 @@
 """The step form's attention written out for a static KV cache, every kernel dispatched directly (model.yaml
-`step.attention: direct`).
+`fusion.step_attention: direct`).
 
 Under graph capture, onnxruntime-web's GroupQueryAttention takes its decode kernels' workgroup counts from the GPU
 (`dispatchWorkgroupsIndirect`, one a layer), and Chromium's Dawn validates each indirect dispatch with a pass of its
@@ -25,7 +25,7 @@ import onnx_ir as ir
 
 from webbuild.forms.form import NotApplicable
 from webbuild.graph.builder import Builder
-from webbuild.graph.ir import attr
+from webbuild.graph.ir import attr, const, replace
 
 _Q, _K, _V, _PAST_K, _PAST_V, _SEQLENS, _TOTAL, _COS, _SIN = range(9)
 _Q_NORM, _K_NORM = 14, 15
@@ -128,7 +128,9 @@ def _heads(b: Builder, shared: _Shared, x: ir.Value, heads: int, hd: int, norm: 
     """x [1, 1, heads * hd] with its head norm (weight times `scale`) and rotary embedding, as GroupQueryAttention
     applies them, [1, 1, heads * hd]."""
     if norm is not None:
-        weight = const_input_value(norm) * np.asarray(scale, dtype.numpy())
+        if (array := const(norm)) is None:
+            raise NotApplicable(f"{norm.name}: a head norm weight that is no constant")
+        weight = array * np.asarray(scale, dtype.numpy())
         split = b.op("Reshape", [x, b.const(f"shape_heads_{heads}_{hd}", np.array([1, 1, heads, hd], np.int64))],
                      dtype, (1, 1, heads, hd))
         w = b.const(f"{norm.name}_x{scale:g}", weight.astype(dtype.numpy()))
@@ -147,19 +149,6 @@ def _write(b: Builder, shared: _Shared, present: ir.Value, past: ir.Value, rows:
     """The step's rows [1, 1, kv * hd] written at its position into `past` [1, kv, T, hd], as the graph output that
     `present` was (its name and its place among the outputs)."""
     updates = b.op("Reshape", [rows, b.const(f"shape_rows_{kv}_{hd}", np.array([kv, hd], np.int64))], dtype, (kv, hd))
-    name = present.name
-    present.name = f"{name}/gqa"
-    out = b.op("ScatterND", [past, shared.indices(kv), updates], dtype, past.shape, output=name)
-    graph = b.graph
-    for i, v in enumerate(graph.outputs):
-        if v is present:
-            graph.outputs[i] = out
-    ir.convenience.replace_all_uses_with(present, out)
+    out = b.op("ScatterND", [past, shared.indices(kv), updates], dtype, past.shape)
+    replace(present, out)  # the graph output keeps its name
     return out
-
-
-def const_input_value(v: ir.Value) -> np.ndarray:
-    """An initializer's array (a head norm's weight); NotApplicable where it is computed."""
-    if v.const_value is None:
-        raise NotApplicable(f"{v.name}: a head norm weight that is no initializer")
-    return v.const_value.numpy()
