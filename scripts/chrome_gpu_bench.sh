@@ -57,7 +57,7 @@ steps timed one by one, webbuild bench --step-trace), base_build (BASE_REF's cod
 against base_build's site, WASM_ROUNDS; WASM_MAX_NEW caps each clip's decode, for the 1.7b),
 ort_build then ort_ab (.ortalt's onnxruntime-web against the pinned one, ROUNDS alternated benches of each build),
 direct_build then direct_ab (the step form's attention written out, fusion.step_attention: direct, against the
-default, likewise),
+default, likewise; DIRECT=1: gen builds it too), direct_rounds (the rounds on that build),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), PEER=0 (gen skips the genai peer), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
 USAGE
@@ -245,10 +245,12 @@ _gen() {
   local t0=$SECONDS
   if [ "$PRESET" = example ]; then
     step webbuild example_build
+    [ "${DIRECT:-0}" = 0 ] || step direct-build.json direct_build  # DIRECT=1: the direct form's build too
   else
     until python3 -c "import transformers.models.auto" 2>/dev/null || (( SECONDS - t0 > 180 )); do sleep 3; done
     step zoo zoo
     step webbuild webbuild
+    [ "${DIRECT:-0}" = 0 ] || step direct-build.json direct_build
     [ "${PEER:-1}" = 0 ] || step peer peer  # PEER=0: no genai build (verify and first_use need none)
   fi
   du -sb "$WORK"/{webbuild/model,peer} || true
@@ -324,12 +326,16 @@ first_use() {
   done
   cp "$OUT/first-use-${FIRST_USE_ROUNDS:-2}.json" "$WORK/first-use.json.part"
 }
-rounds() {
+rounds() { rounds_of webbuild rounds; }
+# the rounds on the direct form's build (direct_build, or gen with DIRECT=1), its peer beside it
+direct_rounds() { rounds_of webbuild-direct direct-rounds; }
+# rounds_of SITE NAME: webbuild bench --rounds on $WORK/SITE, the peer beside it where gen built one; $WORK/NAME.json
+rounds_of() {
   local rows=() peer=()
   IFS=, read -ra rows <<< "${ROWS:-chromium-webbuild,chromium-peer,node-webbuild}"
   [ -d "$WORK/peer" ] && peer=(--peer "$WORK/peer")  # PEER=0 builds none
-  python3 -m webbuild.cli bench "$WORK/webbuild" "${peer[@]}" --rounds "$ROUNDS" \
-    "${rows[@]/#/--row=}" ${TIMING:+--timing} ${STEP_TRACE:+--step-trace $STEP_TRACE} --json "$WORK/rounds.json.part"
+  python3 -m webbuild.cli bench "$WORK/$1" "${peer[@]}" --rounds "$ROUNDS" \
+    "${rows[@]/#/--row=}" ${TIMING:+--timing} ${STEP_TRACE:+--step-trace $STEP_TRACE} --json "$WORK/$2.json.part"
 }
 # the same model.yaml built by BASE_REF's code (stash put it in /tmp/wbbase): today's site against this branch's
 base_build() {
