@@ -56,8 +56,8 @@ steps timed one by one, webbuild bench --step-trace), base_build (BASE_REF's cod
 `basecode` in a stash call, builds the same model.yaml), wasm_threads (WASM_THREADS 1,2,4,8,16; then WASM_AB_THREADS
 against base_build's site, WASM_ROUNDS; WASM_MAX_NEW caps each clip's decode, for the 1.7b),
 ort_build then ort_ab (.ortalt's onnxruntime-web against the pinned one, ROUNDS alternated benches of each build),
-direct_build then direct_ab (the step form's attention written out, fusion.step_attention: direct, against the
-default, likewise; DIRECT=1: gen builds it too), direct_rounds (the rounds on that build),
+gqa_build then gqa_ab (the step form's attention as onnxruntime's GroupQueryAttention, fusion.step_attention: gqa,
+against the default written out, likewise; GQA=1: gen builds it too),
 ROUNDS (3), ROWS (chromium-webbuild,chromium-peer,node-webbuild[,node-peer]), PEER=0 (gen skips the genai peer), TIMING=1 (GPU kernel
 times after the rounds), PEER_ACCURACY_LEVEL (0), GEN_WAIT_S (420), WEBBUILD_BROWSER_ARGS.
 USAGE
@@ -219,7 +219,7 @@ EOF
   python3 -m webbuild.cli "$WORK/model.yaml" -o "$WORK/webbuild.part" 2>&1 | tail -15
 }
 example_build() { python3 -m webbuild.cli "$(build_yaml)" -o "$WORK/webbuild.part" 2>&1 | tail -3; }
-# the model.yaml gen built (base_build, ort_build and direct_build build it again): the zoo's, or the example's own
+# the model.yaml gen built (base_build, ort_build and gqa_build build it again): the zoo's, or the example's own
 # (its paths are relative to it, so it stays in its folder)
 build_yaml() { if [ "$PRESET" = example ]; then echo "$WORK/example/model.yaml"; else echo "$WORK/model.yaml"; fi; }
 # the peer at its better MatMulNBits accuracy level on the H200 (0: BENCHMARKS.md, issue 14's rounds)
@@ -245,12 +245,12 @@ _gen() {
   local t0=$SECONDS
   if [ "$PRESET" = example ]; then
     step webbuild example_build
-    [ "${DIRECT:-0}" = 0 ] || step direct-build.json direct_build  # DIRECT=1: the direct form's build too
+    [ "${GQA:-0}" = 0 ] || step gqa-build.json gqa_build  # GQA=1: the GroupQueryAttention step's build too
   else
     until python3 -c "import transformers.models.auto" 2>/dev/null || (( SECONDS - t0 > 180 )); do sleep 3; done
     step zoo zoo
     step webbuild webbuild
-    [ "${DIRECT:-0}" = 0 ] || step direct-build.json direct_build
+    [ "${GQA:-0}" = 0 ] || step gqa-build.json gqa_build
     [ "${PEER:-1}" = 0 ] || step peer peer  # PEER=0: no genai build (verify and first_use need none)
   fi
   du -sb "$WORK"/{webbuild/model,peer} || true
@@ -327,8 +327,8 @@ first_use() {
   cp "$OUT/first-use-${FIRST_USE_ROUNDS:-2}.json" "$WORK/first-use.json.part"
 }
 rounds() { rounds_of webbuild rounds; }
-# the rounds on the direct form's build (direct_build, or gen with DIRECT=1), its peer beside it
-direct_rounds() { rounds_of webbuild-direct direct-rounds; }
+# the rounds on the GroupQueryAttention step's build (gqa_build, or gen with GQA=1), its peer beside it
+gqa_rounds() { rounds_of webbuild-gqa gqa-rounds; }
 # rounds_of SITE NAME: webbuild bench --rounds on $WORK/SITE, the peer beside it where gen built one; $WORK/NAME.json
 rounds_of() {
   local rows=() peer=()
@@ -364,21 +364,21 @@ PY
 # the pinned onnxruntime-web against .ortalt's on the same model (issue 48): `webbuild bench --runtime browser --ep
 # webgpu` of each build alternated ROUNDS times (decode, prefill, load, transcripts); ort-webbuild-rN.json, ort-webbuild-ortalt-rN.json
 ort_ab() { alternate ort webbuild webbuild-ortalt; }
-# the same model.yaml with the step form's attention written out (fusion.step_attention: direct: no indirect
-# dispatch, docs/graph-capture.md), in $WORK/webbuild-direct
-direct_build() {
+# the same model.yaml with the step form's attention as onnxruntime's GroupQueryAttention (fusion.step_attention: gqa:
+# its decode kernels dispatched indirectly, docs/graph-capture.md), in $WORK/webbuild-gqa
+gqa_build() {
   local yaml; yaml=$(build_yaml)  # its copy beside it: the paths are relative to it
   python3 - "$yaml" <<'PY'
 import sys, pathlib, yaml
 src = pathlib.Path(sys.argv[1])
 cfg = yaml.safe_load(src.read_text())
-cfg.setdefault("fusion", {})["step_attention"] = "direct"
-(src.parent / "model-direct.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False))
+cfg.setdefault("fusion", {})["step_attention"] = "gqa"
+(src.parent / "model-gqa.yaml").write_text(yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False))
 PY
-  python3 -m webbuild.cli "$(dirname "$yaml")/model-direct.yaml" -o "$WORK/direct-build.json.part.d" 2>&1 | tail -3
-  mv "$WORK/direct-build.json.part.d" "$WORK/webbuild-direct" && echo '{}' > "$WORK/direct-build.json.part"
+  python3 -m webbuild.cli "$(dirname "$yaml")/model-gqa.yaml" -o "$WORK/gqa-build.json.part.d" 2>&1 | tail -3
+  mv "$WORK/gqa-build.json.part.d" "$WORK/webbuild-gqa" && echo '{}' > "$WORK/gqa-build.json.part"
 }
-direct_ab() { alternate direct webbuild webbuild-direct; }
+gqa_ab() { alternate gqa webbuild webbuild-gqa; }
 # alternate PREFIX BUILD...: ROUNDS rounds of `webbuild bench --runtime browser` on each build in turn (each page
 # measures both decode forms at load and says so), $OUT/PREFIX-BUILD-rN.json
 alternate() {

@@ -48,7 +48,7 @@ HEAD = "name: t\nsource: {layout: qwen3-asr-split, dir: ./model}\n"
     (f"{HEAD}verify: {{min_decode_tokens_per_s: {{wasm: 0}}}}\n", "verify.min_decode_tokens_per_s.wasm",
      "greater than 0"),
     (f"{HEAD}fusion: {{step_attention: flash}}\n", "fusion.step_attention",
-     "expected one of 'gqa' or 'direct'; got 'flash'"),
+     "expected one of 'direct' or 'gqa'; got 'flash'"),
 ])
 def test_bad_model_yaml(tmp_path, text, where, expected):
     result = run_build(tmp_path, text)

@@ -57,11 +57,11 @@ class Fusion(_Strict):
     pack_qkv: bool = Field(False, description="one packed Q/K/V projection + Split; left apart (false), "
                                               "onnxruntime-web's WebGPU EP fuses them with the norm before them "
                                               "into one MatMulNBitsQkv dispatch")
-    step_attention: Literal["gqa", "direct"] = Field(
-        "gqa", description="the captured decode step's attention: gqa, onnxruntime's GroupQueryAttention (under "
-                           "graph capture its decode kernels dispatch indirectly, which Chromium validates at about "
-                           "0.4 ms each); direct, the attention written out over the static KV cache, every kernel "
-                           "dispatched directly (docs/graph-capture.md)")
+    step_attention: Literal["direct", "gqa"] = Field(
+        "direct", description="the captured decode step's attention: direct, written out over the static KV cache, "
+                              "every kernel dispatched directly; gqa, onnxruntime's GroupQueryAttention, whose decode "
+                              "kernels dispatch indirectly under graph capture, which Chromium validates at about "
+                              "0.4 ms each (docs/graph-capture.md)")
 
 
 class Quantize(_Strict):

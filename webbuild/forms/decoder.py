@@ -15,14 +15,14 @@ import shutil
 from pathlib import Path
 
 from webbuild.forms.form import Report
-from webbuild.forms.step import STEP
+from webbuild.forms.step import ATTENTIONS, STEP
 from webbuild.forms.wasm_twin import WASM_TWIN, int8_plan_name, twin_name
 from webbuild.forms.webgpu import WEBGPU
 
 
 def decoder_forms(src: Path, dest: Path, name: str, wasm_twin: bool, accuracy_level: int | None,
                   wasm_form: str, layout: dict[str, dict] | None = None, report: Report | None = None,
-                  graph: str | None = None, step_attention: str = "gqa") -> dict[str, str]:
+                  graph: str | None = None, step_attention: str = ATTENTIONS[0]) -> dict[str, str]:
     """The shipped forms of the decoder graph `src`, each written once into `dest` (which holds its weights
     file): the WebGPU form as `name`, its wasm twin (in `wasm_form`, wasm_twin.FORMS) and its step form
     beside it, whose lora inputs' layout (lora.step_layout) goes into `layout`. Each form made or missed goes

@@ -54,13 +54,14 @@ from webbuild.graph.ir import dead_code_elimination, prod
 from webbuild.site.contract import IO
 
 _SEQLENS, _TOTAL = 5, 6  # GroupQueryAttention's inputs
-# the step's attention (model.yaml fusion.step_attention): onnxruntime's GroupQueryAttention, or written out with
-# every kernel dispatched directly (webbuild.forms.step_attention)
-ATTENTIONS = ("gqa", "direct")
+# the step's attention (model.yaml fusion.step_attention), the default first: written out with every kernel dispatched
+# directly (webbuild.forms.step_attention), or onnxruntime's GroupQueryAttention
+ATTENTIONS = ("direct", "gqa")
 _ROW = 128  # the vocabulary as [rows, _ROW] for the two-stage reductions
 
 
-def write_step(folder: Path, name: str, layout: dict[str, dict] | None = None, attention: str = "gqa") -> Made | Miss:
+def write_step(folder: Path, name: str, layout: dict[str, dict] | None = None,
+               attention: str = ATTENTIONS[0]) -> Made | Miss:
     """Write the step form of the WebGPU decoder `folder/name` beside it as `<stem>.step.onnx` (same weights file),
     or say why not (`step_miss`). Its lora inputs' layout (an adapted decoder's: lora.step_layout) goes into
     `layout`; `attention` is ATTENTIONS' key."""
@@ -99,7 +100,7 @@ def step_miss(model: ir.Model) -> Miss | None:
     return None
 
 
-def step_form(model: ir.Model, attention: str = "gqa") -> list[Miss]:
+def step_form(model: ir.Model, attention: str = ATTENTIONS[0]) -> list[Miss]:
     """Rewrite `model`, a decoder `step_miss` passes, in place, its attention as `attention` says (ATTENTIONS);
     NotApplicable where its audio inputs are used outside the splice or its logits have no static vocabulary size.
     Returns the adapted passes' misses (lora.adapted_step: none for a base decoder)."""

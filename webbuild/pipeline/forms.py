@@ -11,12 +11,13 @@ from webbuild.forms.decoder import decoder_forms
 from webbuild.forms.form import Report
 from webbuild.forms.lora import ADAPTED
 from webbuild.forms.lora_delta import DELTA
+from webbuild.forms.step import ATTENTIONS
 from webbuild.forms.wasm_twin import WASM_TWIN, int8_plan_name, twin_name
 from webbuild.pipeline.state import Variant
 
 
 def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, accuracy_level: int | None,
-                  adapted: bool, report: Report | None = None, step_attention: str = "gqa") -> Variant:
+                  adapted: bool, report: Report | None = None, step_attention: str = ATTENTIONS[0]) -> Variant:
     """Every file of variant `v` as it ships, written once into `dest`: weights files and the encoder copied,
     the encoder's wasm twin where the wasm plan folds its MatMulNBits (`wasm_forms`: the plan's form of
     each graph; None for a variant the wasm EP never runs), the decoder's forms (`decoder_forms`) and, for
