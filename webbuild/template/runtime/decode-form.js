@@ -1,10 +1,12 @@
 // Which decode form runs on this GPU: the captured replay of the step form (capture.js) or plain steps.
-// Neither wins everywhere: a captured step's decode attention dispatches indirectly, and Chromium's Dawn validates
-// each indirect dispatch with a pass of its own (0.4 ms of GPU wait or more each, one a layer: 28 a token on the
-// 0.6b), so on an H100 the captured steps took twice the plain steps' time per token, where on an H200 they had taken
-// 0.4x it (BENCHMARKS.md, "0.6b and 1.7b on the H100: the decode form"). So the warm-up measures both on the
-// visitor's GPU, alternated (A B, and B A unless the first round already told them apart), and the faster one
-// decodes; the page keeps the choice per browser profile (app/decode-choice.js) and hands it back on the next visit, which then measures nothing (decodeRequest).
+// Neither wins everywhere: with onnxruntime's GroupQueryAttention in the step (model.yaml fusion.step_attention: gqa)
+// a captured step's decode attention dispatches indirectly, and Chromium's Dawn validates each indirect dispatch with
+// a pass of its own (0.4 ms of GPU wait or more each, one a layer), so on an H100 the captured steps took twice the
+// plain steps' time per token; with the default step attention (written out, every kernel dispatched directly) they
+// took 0.4x it there (BENCHMARKS.md, "0.6b on the H100 and the H200: the step attention written out"). So the warm-up
+// measures both on the visitor's GPU, alternated (A B, and B A unless the first round already told them apart), and
+// the faster one decodes; the page keeps the choice per browser profile (app/decode-choice.js) and hands it back on
+// the next visit, which then measures nothing (decodeRequest).
 
 /** @typedef {'captured' | 'plain'} DecodeForm */
 /**
