@@ -124,7 +124,7 @@ test-js: ort
 
 # `webbuild verify` on the embedded example, as a deployer would run it: the 4 samples on WebGPU (--ep webgpu:
 # SwiftShader here, where the page's own choice is wasm), 20 held-out clips on wasm, the first E2E_WEBGPU_CLIPS of them
-# on WebGPU too (a visit of their own), and the cache / corrupted shard / fallback / origin / console checks. The full
+# on WebGPU too (on the samples' page), and the cache / corrupted shard / fallback / origin / console checks. The full
 # report stays in e2e-report.json; a short summary (scripts/e2e_summary.py) ends the output, the last lines of
 # `make test`. The held-out clips come at four source rates, round robin (webbuild.train.clips --rates; x2: stereo):
 # the page resamples them with the project's resampler and must give the Python reference's tokens at every rate on

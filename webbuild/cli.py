@@ -468,8 +468,9 @@ class ClipsEp(click.ParamType):
 @click.option("--ep", type=click.Choice(["auto", "webgpu", "wasm"]), default="auto", show_default=True,
               help="Execution provider for the samples (auto: the page's own choice).")
 @click.option("--clips-ep", "clips_eps", type=ClipsEp(), multiple=True,
-              help="Run --clips on this provider (auto, webgpu, wasm), on a visit of its own; EP:N runs the "
-                   "first N clips only; repeatable, a visit per provider (default: with the samples).")
+              help="Run --clips on this provider (auto, webgpu, wasm), on a visit of its own (a later one on "
+                   "--ep's provider: on the samples' page); EP:N runs the first N clips only; repeatable, a visit "
+                   "per provider (default: with the samples).")
 @click.option("--clips-max-wer", type=Finite(0, 1),
               help="Bound on the --clips' corpus WER, per provider (default: the site's verify.max_wer).")
 @click.option("--clips-max-clip-wer", type=Finite(0, 1),
