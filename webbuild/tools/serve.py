@@ -22,6 +22,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import unquote, urlsplit
 
 from webbuild.errors import ServeError
@@ -180,14 +181,8 @@ class Handler(BaseHTTPRequestHandler):
         return headers | ISOLATION if self.server.coop_coep else headers
 
     def _copy(self, file: Path, start: int, end: int) -> None:
-        # socket.sendfile: the kernel copies the file into the socket (os.sendfile), several times the rate of a
-        # read/write loop through Python: the model's shards are most of a load's bytes
-        try:
-            self.wfile.flush()
-            with file.open("rb") as f:
-                self.connection.sendfile(f, start, end - start)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the browser went away mid-file (a cancelled load): nothing to do
+        with file.open("rb") as f:
+            send_file(self, f, start, end - start)
 
     def _redirect(self, location: str) -> None:
         self.send_response(HTTPStatus.MOVED_PERMANENTLY)
@@ -207,6 +202,17 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):
         if not self.server.quiet:
             sys.stderr.write(f"{self.address_string()} {format % args}\n")
+
+
+def send_file(handler: BaseHTTPRequestHandler, f: BinaryIO, start: int = 0, count: int | None = None) -> None:
+    """`count` bytes of the open file `f` from `start` (None: to its end) as the response body of `handler`, through
+    socket.sendfile: the kernel copies the file into the socket (os.sendfile), about twice the rate of a read/write
+    loop through Python; the model's shards are most of a load's bytes."""
+    try:
+        handler.wfile.flush()  # the headers first
+        handler.connection.sendfile(f, start, count)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the browser went away mid-file (a cancelled load): nothing to do
 
 
 def start(root: Path, host: str = "127.0.0.1", port: int = 0, **kw) -> SiteServer:
