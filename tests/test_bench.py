@@ -35,10 +35,12 @@ def test_bench_wasm_reports_the_metrics(site, tmp_path):
     # the load's parts, printed too: hashing and sessions overlap the download, so they are milestones and times
     load = r["load"]
     assert set(load) == {"download_ms", "hash_ms", "verified_ms", "session_ms", "warmup_ms", "total_ms",
-                         "encoder_warmup_ms", "int8_ms", "cache_ms", "cache_bytes", "network_bytes"}
+                         "encoder_warmup_ms", "int8_ms", "runs_check_ms", "decode_form_ms", "cache_ms", "cache_bytes",
+                         "network_bytes"}
     assert 0 < load["download_ms"] <= load["verified_ms"] <= load["total_ms"] and load["hash_ms"] > 0
     assert load["encoder_warmup_ms"] == 0  # wasm warms no shape classes, so nothing runs between the sessions
     assert load["int8_ms"] == 0  # the example's twins are float: no int8 weights to derive
+    assert load["runs_check_ms"] == 0 and load["decode_form_ms"] < load["warmup_ms"]  # wasm: neither runs
     assert next(line for line in run.stdout.splitlines() if line.startswith("load")).count(" hash ") == 1
     s = r["summary"]
     assert s["clips"] == 2 and s["clips_matching"] == 2  # the example transcribes its samples exactly

@@ -313,6 +313,8 @@ export class Recogniser {
     this.encoderWarmMs = 0; // warmEncoder's time
     this.warmLong = true; // warmEncoder encodes the longest chunk too (create: false for a bench of the decode alone)
     this.int8Ms = 0; // deriving int8 twins' weights at load (int8.js)
+    this.runsCheckMs = 0; // warmUp's check of one long prefill run against chunked runs (longRunsAgree)
+    this.formMs = 0; // warmUp's measurement of the decode forms (chooseDecodeForm)
     /** @type {((name: string) => void) | null} while create() makes a session on wasm: lets a file go that no later
      * session reads (create's `release`); null otherwise */
     this.release = null;
@@ -363,7 +365,11 @@ export class Recogniser {
     if (every && !this.warmAudio) await this.warmEncoder();
     const { short: shortAudio, long } = (every && this.warmAudio) || { short: undefined, long: null };
     this.warmAudio = null;
-    if (every && this.prefillRunLimit && await this.longRunsAgree()) this.prefillRunLimit = 0;
+    if (every && this.prefillRunLimit) {
+      const t0 = performance.now();
+      if (await this.longRunsAgree()) this.prefillRunLimit = 0;
+      this.runsCheckMs = performance.now() - t0;
+    }
     const active = this.active;
     // the adapted graphs on WebGPU always, shapes or not: their captured step must be recorded here, on zero
     // adapter inputs (recorded on the first adapted clip instead, the SwiftShader run gave other tokens)
@@ -377,7 +383,9 @@ export class Recogniser {
         this.active = active;
       }
     }
+    const tForm = performance.now();
     await this.chooseDecodeForm();
+    this.formMs = performance.now() - tForm;
   }
 
   // The decode form of the base sessions (decode-form.js): the one asked for, else on a GPU whose step graph was

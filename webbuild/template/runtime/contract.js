@@ -105,8 +105,8 @@ export const TO_WORKER = Object.freeze({
  *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null, languages: string[], language: string,
  *   context: string, takesContext: boolean,
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
- *     total_ms: number, encoder_warmup_ms: number, int8_ms: number, cache_ms: number, cache_bytes: number,
- *     network_bytes: number}}} ReadyInfo
+ *     total_ms: number, encoder_warmup_ms: number, int8_ms: number, runs_check_ms: number, decode_form_ms: number,
+ *     cache_ms: number, cache_bytes: number, network_bytes: number}}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   threads: the wasm EP's (onnxruntime's numThreads once loaded), threadsWhy: site.js wasmThreads' why (the page adds
  *   whether and how it is cross-origin isolated: app/isolation.js);
@@ -129,7 +129,8 @@ export const TO_WORKER = Object.freeze({
  *   while later files still download); warmup_ms; encoder_warmup_ms the encoder's part of an every-shape warm-up,
  *   run between the encoder's session and the decoder's (within session_ms, while the decoder's files download);
  *   int8_ms: deriving an int8 wasm twin's uint8 weights from the int4 ones (runtime/int8.js; within session_ms, 0
- *   where no twin is int8);
+ *   where no twin is int8); runs_check_ms and decode_form_ms, within warmup_ms: the check of one long prefill run
+ *   against runs of the build's chunk, and the measurement of the decode forms (0 where they did not run);
  *   cache_bytes and network_bytes: the model's bytes read from the browser's cache and downloaded, cache_ms from the
  *   start to the last shard read from the cache (0: none was there).
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage

@@ -132,6 +132,8 @@ export async function loadSite(manifestUrl, opts = {}) {
       session_ms: tSession - tSession0, warmup_ms: tWarm - tSession, total_ms: tWarm - t0,
       encoder_warmup_ms: made.recogniser.encoderWarmMs, // within session_ms: between the encoder's session and the decoder's
       int8_ms: made.recogniser.int8Ms, // within session_ms: deriving an int8 wasm twin's weights (runtime/int8.js)
+      // within warmup_ms: the check of a long prefill run, and the measurement of the decode forms
+      runs_check_ms: made.recogniser.runsCheckMs, decode_form_ms: made.recogniser.formMs,
     },
   };
 }

@@ -528,7 +528,7 @@ def _dispatches(per_token: dict) -> str:
 
 def first_use_table(rows: list[dict]) -> str:
     head = ("| first clip | TTFT | encoder | prefill (tokens) | new pipelines (names) | load | download "
-            "| sha256 (summed) | sessions (encoder warm-up within) | warm-up |\n"
+            "| sha256 (summed) | sessions (encoder warm-up within) | warm-up (decode forms, long-run check within) |\n"
             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     lines = [head]
     for r in rows:
@@ -536,7 +536,8 @@ def first_use_table(rows: list[dict]) -> str:
         lines.append(f"| {r['seconds']} s | {r['ttft_ms']:.0f} ms | {r['encoder_ms']:.0f} ms | "
                      f"{r['prefill_ms']:.0f} ms ({r['prompt_tokens']}) | {r['new_pipelines']} {names or ''} | "
                      f"{ld['total_ms']} ms | {ld['download_ms']} ms | {ld.get('hash_ms', '-')} ms | "
-                     f"{ld['session_ms']} ms ({ld.get('encoder_warmup_ms', '-')} ms) | {ld['warmup_ms']} ms |")
+                     f"{ld['session_ms']} ms ({ld.get('encoder_warmup_ms', '-')} ms) | {ld['warmup_ms']} ms "
+                     f"({ld.get('decode_form_ms', '-')}, {ld.get('runs_check_ms', '-')} ms) |")
     return "\n".join(lines)
 
 
