@@ -256,8 +256,10 @@ def test_decode_form_is_measured_kept_and_forced(playwright, example_site, expec
             page.close()
         measured, kept, plain = (i["decodeChoice"] for i in infos)
         ratio = measured["captured_ms"] / measured["plain_ms"]
-        decisive = ratio >= 1.3 or ratio <= 1 / 1.3  # runtime/decode-form.js DECISIVE: one round is enough
-        assert measured["why"] == "measured at load" and measured["rounds"] == (1 if decisive else 2), measured
+        # runtime/decode-form.js DECISIVE: one round is enough where it tells the forms apart by 1.3x; a second
+        # round's medians are over both rounds, so they may tell them apart where the first round's did not
+        assert measured["why"] == "measured at load" and measured["rounds"] in (1, 2), measured
+        assert measured["rounds"] == 2 or ratio >= 1.3 or ratio <= 1 / 1.3, measured
         faster = "plain" if measured["plain_ms"] < measured["captured_ms"] else "captured"
         assert measured["form"] == faster and measured["model"] and measured["gpu"] == infos[0]["gpu"]
         assert kept["why"] == "measured on an earlier visit" and kept["form"] == measured["form"], kept
