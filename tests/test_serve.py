@@ -20,6 +20,7 @@ def site(tmp_path):
     (root / "ort" / "x.wasm").write_bytes(b"\0asm" + bytes(100))
     (root / "ort" / "x.mjs").write_text("export {};")
     (root / "app.js").write_text("import './ort/x.mjs';")
+    (root / ".nojekyll").write_bytes(b"")  # an empty file, as the hosting extras write
     (root / "sub").mkdir()
     (root / "sub" / "index.html").write_text("sub")
     (root / "_headers").write_text("/*\n  X-Test: all\n  Cache-Control: no-cache\n"
@@ -132,6 +133,19 @@ def test_range_resume(server):
     assert status == 206 and headers["Content-Range"] == "bytes 4-103/104" and body == bytes(100)
     status, _, body = get(server, "/ort/x.wasm", method="HEAD")
     assert status == 200 and body == b""
+
+
+def test_an_empty_file_is_an_empty_body_and_the_connection_goes_on(server):
+    host, port = server.server_address[:2]
+    conn = http.client.HTTPConnection(host, port, timeout=10)  # one keep-alive connection for both files
+    try:
+        conn.request("GET", "/.nojekyll")
+        res = conn.getresponse()
+        assert (res.status, res.getheader("Content-Length"), res.read()) == (200, "0", b"")
+        conn.request("GET", "/ort/x.wasm")
+        assert conn.getresponse().read() == b"\0asm" + bytes(100)
+    finally:
+        conn.close()
 
 
 def test_loopback_by_default(server):

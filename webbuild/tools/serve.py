@@ -210,7 +210,8 @@ def send_file(handler: BaseHTTPRequestHandler, f: BinaryIO, start: int = 0, coun
     loop through Python; the model's shards are most of a load's bytes."""
     try:
         handler.wfile.flush()  # the headers first
-        handler.connection.sendfile(f, start, count)
+        if count != 0:  # socket.sendfile refuses a count of 0: an empty file (a host's .nojekyll) has no body
+            handler.connection.sendfile(f, start, count)
     except (BrokenPipeError, ConnectionResetError):
         pass  # the browser went away mid-file (a cancelled load): nothing to do
 
