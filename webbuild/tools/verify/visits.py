@@ -479,8 +479,8 @@ class Verifier:
         if ready and runs:
             self.run_clips(page, runs[0].pick(clips), state, self.opts.clips_max_clip_wer, "clips")
         page.close()
-        for run in [r for r in runs[1:] if r not in self.first_visit_clips()]:
-            # a visit per further provider, the model from the same cache
+        on_first = self.first_visit_clips()
+        for run in [r for r in runs[1:] if r not in on_first]:  # a visit per further provider, from the same cache
             page, state, _, ready = self.open(context, url + query(run.ep), f"clips on {run.ep}")
             if ready:
                 self.run_clips(page, run.pick(clips), state, self.opts.clips_max_clip_wer, "clips")
