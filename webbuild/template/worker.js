@@ -163,7 +163,7 @@ function readyInfo(loaded) {
     decodeChoice: recogniser.decodeChoice, // runtime/decode-form.js: the form and, where measured, both forms' ms per token
     // tokens per prefill run (0: the whole prompt) and what the warm-up's check of long runs measured
     prefillRuns: { limit: recogniser.prefillRunLimit, check: recogniser.longRunsCheck },
-    modelBytes: loaded.modelBytes, load: loaded.load, wasmHeapBytes: wasmHeapBytes(),
+    modelBytes: loaded.modelBytes, load: loaded.load, loadTimeline: loaded.loadTimeline, wasmHeapBytes: wasmHeapBytes(),
     // the adapters only where the recogniser loaded the adapted decoder (the variant has its graphs)
     loraAdapters: recogniser.adapted ? loraNames(m) : [], loraAbout: loraAbout(m), lora,
     languages: Object.keys(recogniser.rt.prompt.languages ?? {}), language: recogniser.rt.prompt.language ?? 'auto',

@@ -87,19 +87,19 @@ export class Recogniser {
     const done = (/** @type {GraphFiles} */ g) => used(g).forEach((name) => r.release?.(name));
     const adapted = graphs.lora && graphs.decoder_lora?.graph ? graphs.decoder_lora : undefined;
     upNext(graphs.encoder, [graphs.decoder, adapted]);
-    await ready(used(graphs.encoder));
-    await r.loadEncoder(files, graphs.encoder);
+    await r.timed('encoder files', () => ready(used(graphs.encoder)));
+    await r.timed('encoder session', () => r.loadEncoder(files, graphs.encoder));
     done(graphs.encoder);
     // one call into onnxruntime-web at a time (its asyncify build suspends one call stack), so the decoder's
     // session waits for this: the files it needs are rarely all there before the encoder's warm-up ends
-    if (warmShapes && r.ep === 'webgpu') await r.warmEncoder();
+    if (warmShapes && r.ep === 'webgpu') await r.timed('encoder warm-up', () => r.warmEncoder());
     upNext(graphs.decoder, [adapted]);
-    await ready(used(graphs.decoder));
+    await r.timed('decoder files', () => ready(used(graphs.decoder)));
     await r.loadDecoder(files, graphs.decoder, graphs.dtype);
     done(graphs.decoder);
     if (adapted && graphs.lora) {
       upNext(adapted, []);
-      await ready(used(adapted));
+      await r.timed('adapted files', () => ready(used(adapted)));
       await r.loadAdapted(files, adapted, graphs.lora, graphs.loraLayout);
       done(adapted);
     }
@@ -107,6 +107,22 @@ export class Recogniser {
     await ready([runtime.files.tokens]);
     r.tokens = new TokenTable(/** @type {Uint8Array} */ (files.get(runtime.files.tokens)));
     return r;
+  }
+
+  // `run()`'s result, its start and end kept in the load's timeline under `step`.
+  /**
+   * @template T
+   * @param {string} step
+   * @param {() => Promise<T>} run
+   * @returns {Promise<T>}
+   */
+  async timed(step, run) {
+    const start = performance.now();
+    try {
+      return await run();
+    } finally {
+      this.timeline.push({ step, start, end: performance.now() });
+    }
   }
 
   // The encoder session as the site runs it (tests/test_encoder_webgpu.py drives it alone).
@@ -183,11 +199,12 @@ export class Recogniser {
    */
   async decoderSet(files, decoder, lora = null) {
     // present.* stay on the GPU and come back as the next step's past: no round trip per token
-    const session = await this.session(files, decoder,
-      this.ep === 'webgpu' ? { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) } : {});
+    const which = lora ? 'adapted' : 'decoder';
+    const session = await this.timed(`${which} session`, () => this.session(files, decoder,
+      this.ep === 'webgpu' ? { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) } : {}));
     /** @type {DecoderSet} */
     const set = { decoder: session, steps: null, decodeMode: 'plain', lora };
-    await this.loadSteps(set, files, decoder);
+    await this.timed(`${which} step session`, () => this.loadSteps(set, files, decoder));
     return set;
   }
 
@@ -315,6 +332,8 @@ export class Recogniser {
     this.int8Ms = 0; // deriving int8 twins' weights at load (int8.js)
     this.runsCheckMs = 0; // warmUp's check of one long prefill run against chunked runs (longRunsAgree)
     this.formMs = 0; // warmUp's measurement of the decode forms (chooseDecodeForm)
+    /** @type {{step: string, start: number, end: number}[]} the load's steps in this class, performance.now() stamps */
+    this.timeline = [];
     /** @type {((name: string) => void) | null} while create() makes a session on wasm: lets a file go that no later
      * session reads (create's `release`); null otherwise */
     this.release = null;
@@ -367,7 +386,7 @@ export class Recogniser {
     this.warmAudio = null;
     if (every && this.prefillRunLimit) {
       const t0 = performance.now();
-      if (await this.longRunsAgree()) this.prefillRunLimit = 0;
+      if (await this.timed('long-run check', () => this.longRunsAgree())) this.prefillRunLimit = 0;
       this.runsCheckMs = performance.now() - t0;
     }
     const active = this.active;
@@ -375,16 +394,23 @@ export class Recogniser {
     // adapter inputs (recorded on the first adapted clip instead, the SwiftShader run gave other tokens)
     for (const set of this.ep === 'webgpu' && this.adapted ? [this.base, this.adapted] : [this.base]) {
       this.active = set;
+      const which = set === this.base ? 'decoder' : 'adapted';
       try {
-        await this.transcribe(short, { maxNewTokens: 2, forceSteps: true, audio: shortAudio });
-        if (long) await this.transcribe(short, { maxNewTokens: 2, forceSteps: true, captured: false, audio: long, tail: true });
-        if (every) await this.warmRuns(this.prefillRunLimit ? QUERY_TILE_RUNS : SHORT_PROMPT_RUNS, this.prefillRunLimit);
+        await this.timed(`${which} warm-up`, () => this.transcribe(short, { maxNewTokens: 2, forceSteps: true, audio: shortAudio }));
+        if (long) {
+          await this.timed(`${which} long prompt`, () => this.transcribe(short,
+            { maxNewTokens: 2, forceSteps: true, captured: false, audio: long, tail: true }));
+        }
+        if (every) {
+          await this.timed(`${which} prompt runs`,
+            () => this.warmRuns(this.prefillRunLimit ? QUERY_TILE_RUNS : SHORT_PROMPT_RUNS, this.prefillRunLimit));
+        }
       } finally {
         this.active = active;
       }
     }
     const tForm = performance.now();
-    await this.chooseDecodeForm();
+    await this.timed('decode forms', () => this.chooseDecodeForm());
     this.formMs = performance.now() - tForm;
   }
 

@@ -106,7 +106,8 @@ export const TO_WORKER = Object.freeze({
  *   context: string, takesContext: boolean,
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
  *     total_ms: number, encoder_warmup_ms: number, int8_ms: number, runs_check_ms: number, decode_form_ms: number,
- *     cache_ms: number, cache_bytes: number, network_bytes: number}}} ReadyInfo
+ *     cache_ms: number, cache_bytes: number, network_bytes: number},
+ *   loadTimeline: {step: string, start_ms: number, end_ms: number}[]}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   threads: the wasm EP's (onnxruntime's numThreads once loaded), threadsWhy: site.js wasmThreads' why (the page adds
  *   whether and how it is cross-origin isolated: app/isolation.js);
@@ -132,7 +133,8 @@ export const TO_WORKER = Object.freeze({
  *   where no twin is int8); runs_check_ms and decode_form_ms, within warmup_ms: the check of one long prefill run
  *   against runs of the build's chunk, and the measurement of the decode forms (0 where they did not run);
  *   cache_bytes and network_bytes: the model's bytes read from the browser's cache and downloaded, cache_ms from the
- *   start to the last shard read from the cache (0: none was there).
+ *   start to the last shard read from the cache (0: none was there); loadTimeline: the recogniser's steps in order
+ *   (a graph's files awaited, its session, the warm-up's runs), ms from the load's start.
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
  * @typedef {{type: 'cached', kept: boolean}} CachedMessage
  *   After ready: the model's cache writes are over (they go on after the sessions are made; a page closed before

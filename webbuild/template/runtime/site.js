@@ -135,6 +135,9 @@ export async function loadSite(manifestUrl, opts = {}) {
       // within warmup_ms: the check of a long prefill run, and the measurement of the decode forms
       runs_check_ms: made.recogniser.runsCheckMs, decode_form_ms: made.recogniser.formMs,
     },
+    // the recogniser's steps (files awaited, sessions, warm-up runs), ms from the start: where the load's time goes
+    loadTimeline: made.recogniser.timeline.map(({ step, start, end }) =>
+      ({ step, start_ms: Math.round(start - t0), end_ms: Math.round(end - t0) })),
   };
 }
 

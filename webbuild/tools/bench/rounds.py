@@ -464,7 +464,8 @@ def first_use_step(browser, url: str, o: RoundsOptions) -> list[dict]:
             load = {k: round(v) for k, v in state["info"]["load"].items()}
             for seconds in group:
                 r = fu.row(seconds, fu.first_use(worker, fu.clip_of(seconds, clips), o.clip_tokens))
-                rows.append({**r, "load": load, "load_wall_s": round(wall, 2), "pipelines_at_ready": ready})
+                rows.append({**r, "load": load, "load_wall_s": round(wall, 2), "pipelines_at_ready": ready,
+                             "load_timeline": state["info"].get("loadTimeline")})
                 say(f"first use {seconds} s: TTFT {r['ttft_ms']} ms (encoder {r['encoder_ms']}, prefill "
                     f"{r['prefill_ms']}), {r['new_pipelines']} new pipelines "
                     f"{r['encoder_pipelines'] + r['decoder_pipelines']}; load {load}, {ready} pipelines at ready")
