@@ -277,6 +277,13 @@ def check_metrics(page, state):
     # nor checks a long prefill run, nor measures the decode forms (runtime/decode-form.js: not on a software GPU)
     assert load.pop("runs_check_ms") == 0 and load.pop("decode_form_ms") < load["warmup_ms"]
     assert min(load.values()) > 0
+    # the load's steps in order: onnxruntime started (runtime/ort-start.js) before the encoder's session, which
+    # waited for the start and the encoder's files; each step's times within the load
+    steps = state["info"]["loadTimeline"]
+    names = [s["step"] for s in steps]
+    assert names[:3] == ["onnxruntime start", "encoder files", "encoder session"], names
+    assert steps[0]["end_ms"] <= steps[1]["end_ms"] <= steps[2]["start_ms"], steps
+    assert all(0 <= s["start_ms"] <= s["end_ms"] <= state["info"]["load"]["total_ms"] + 1 for s in steps), steps
     for key in ("gpu", "runtime", "load", "encoder", "ttft", "prefill", "decode", "rtf"):
         assert page.inner_text(f"#m-{key}") not in ("", "–"), key
 

@@ -17,7 +17,7 @@
  */
 
 export const FORMS = /** @type {const} */ (['captured', 'plain']);
-const MEASURE_TOKENS = 12; // steps per measured decode: past the first step's read-back, few enough for a load
+const MEASURE_TOKENS = 8; // steps per measured decode: past the first step's read-back, few enough for a load
 const MEASURE_ROUNDS = 2; // A B, B A
 // after a round, a form this many times faster than the other is chosen without the next rounds: on the H100 the
 // first round's ratio was 1.3-2.0 (captured against plain), and a round there costs about half a second of the load

@@ -8,6 +8,7 @@ import { loadFiles, loadManifest, openModelCache, startLoadInWorker } from './lo
 import { chooseVariant, probeWebGPU, webgpuProvider } from './probe.js';
 import { Recogniser } from './asr.js';
 import { decodeRequest } from './decode-form.js';
+import { startOrt } from './ort-start.js';
 import { loraShapes } from './lora.js';
 import { createVad } from './vad.js';
 
@@ -304,8 +305,12 @@ async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, wa
   };
   try {
     const provider = ep === 'webgpu' ? await webgpuProvider(gpu.gpuAdapter, validation ?? undefined) : ep;
-    const ready = (/** @type {string[]} */ names) => Promise.all(names.map((n) => load.ready(n)));
-    return { ep, variant, recogniser: await create(variant, load.files, provider, ready) };
+    const started = startOrt(ort, provider); // while the encoder's files download; the first session waits for it
+    const ready = (/** @type {string[]} */ names) => Promise.all([started, ...names.map((n) => load.ready(n))]);
+    const recogniser = await create(variant, load.files, provider, ready);
+    const { start, end, error } = await started;
+    recogniser.timeline.unshift({ step: error ? `onnxruntime start (failed: ${error})` : 'onnxruntime start', start, end });
+    return { ep, variant, recogniser };
   } catch (e) {
     const files = await load.verified; // a shard that failed is the error, not a reason to fall back
     if (ep !== 'webgpu' || !fallback) throw e;
