@@ -48,7 +48,8 @@ There, device calls back to back while the machine is warm:
 
 Environment: OUT, WORK (/tmp/cgb), PRESET (0.6b; 1.7b; example: the embedded example, no zoo or peer), WB_TREE (1: prepare sends the working tree, not HEAD), STAGE, STEPS ("verify bench_browser rounds"; also first_use:
 a fresh page per first-clip length, first-use-N.json, and the same build with BASE_REF's page runtime,
-first-use-base-N.json; live: `webbuild verify --live only`, live.json; lora_browser: adapter on and off alternated, lora-on-N.json
+first-use-base-N.json; first_use_query: those pages alternated with the same ones given FIRST_USE_QUERY (e.g.
+runs=whole), first-use-query-N.json; live: `webbuild verify --live only`, live.json; lora_browser: adapter on and off alternated, lora-on-N.json
 and lora-off-N.json, on a LORA=1 build; lora_rounds: on and off alternated on one page, with TIMING=1 their GPU kernel
 times, lora-rounds.json), FIRST_USE (1,2.5,5,8,15,30), FIRST_USE_ROUNDS (2), BASE_REF (main, at prepare),
 LORA=1 (gen builds with a random rank-32 adapter `rand`: give it its own WORK), STEP_TRACE=N (rounds: N captured
@@ -325,6 +326,18 @@ first_use() {
     python3 -m webbuild.cli bench "$WORK/webbuild" --first-use "$lengths" --json "$OUT/first-use-$r.json"
   done
   cp "$OUT/first-use-${FIRST_USE_ROUNDS:-2}.json" "$WORK/first-use.json.part"
+}
+# first_use_query: the same first-use pages as first_use, alternated with the same pages given FIRST_USE_QUERY
+# (e.g. runs=whole): this branch's runtime, without and with it (FIRST_USE_ROUNDS, 2); first-use-N.json,
+# first-use-query-N.json.
+first_use_query() {
+  local lengths=${FIRST_USE:-1,2.5,5,8,15,30}
+  for r in $(seq 1 "${FIRST_USE_ROUNDS:-2}"); do
+    python3 -m webbuild.cli bench "$WORK/webbuild" --first-use "$lengths" --json "$OUT/first-use-$r.json"
+    python3 -m webbuild.cli bench "$WORK/webbuild" --first-use "$lengths" --first-use-query "${FIRST_USE_QUERY:?}" \
+      --json "$OUT/first-use-query-$r.json"
+  done
+  cp "$OUT/first-use-query-${FIRST_USE_ROUNDS:-2}.json" "$WORK/first-use-query.json.part"
 }
 rounds() { rounds_of webbuild rounds; }
 # the rounds on the GroupQueryAttention step's build (gqa_build, or gen with GQA=1), its peer beside it

@@ -15,6 +15,7 @@ from webbuild.tools import browser as br
 from webbuild.tools.bench import first_use as fu
 from webbuild.tools.bench.instrument import counted_site
 from webbuild.tools.bench.page_bench import site_worker
+from webbuild.tools.bench.rounds import timeline_pipelines
 from webbuild.tools.serve import start
 
 
@@ -32,7 +33,12 @@ def test_no_new_pipeline_after_warm_up_at_any_clip_length(playwright, example_di
         # the encoder's part of the warm-up ran between its session and the decoder's
         assert 0 < state["info"]["load"]["encoder_warmup_ms"] < state["info"]["load"]["session_ms"], state["info"]
         worker = site_worker(page)
-        assert worker.evaluate("() => self.__gpuCounters.counts.pipelines") > 20  # the counter sees the compiles
+        made = worker.evaluate("() => self.__gpuCounters.counts.pipelines")
+        assert made > 20  # the counter sees the compiles
+        # the load's steps, each with the pipelines made within it: the warm-up's steps make them
+        steps = {s["step"]: s["pipelines"] for s in
+                 timeline_pipelines(state["info"], worker.evaluate("() => self.__gpuCounters.created"))}
+        assert steps["encoder warm-up"] > 0 and steps["decoder warm-up"] > 0 and sum(steps.values()) <= made, steps
         # two tokens a clip: the decode's steps replay the graph captured at load; the prompt is what varies
         rows = fu.sweep(worker, fu.FIRST_USE_SECONDS, clips, max_new_tokens=2)
     finally:

@@ -588,6 +588,8 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
               help="A fresh page per clip length (e.g. 1,2.5,5,8,15,30): its load and its first clip's TTFT and "
                    "new GPU pipelines (after --rounds' rows, or alone); --ep wasm runs those pages on wasm.")
 @click.option("--one-page", is_flag=True, help="--first-use's lengths in turn on one page instead of one page each.")
+@click.option("--first-use-query", default="", metavar="QUERY",
+              help="--first-use's pages with QUERY added to their address (e.g. runs=whole).")
 @click.option("--allow-software", is_flag=True,
               help="With --rounds or --first-use: go on where WebGPU is a software adapter (a CPU smoke test).")
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
@@ -595,7 +597,7 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
           max_new_tokens: int | None, swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool,
           long_warm_up: bool, adapter: str | None, threads: int | None, rounds: int | None, rows: tuple[str, ...],
           peer: Path | None, short_decode: int, prompt_tokens: int, timing: bool, step_trace: int,
-          first_use: str | None, one_page: bool, allow_software: bool, report: Path | None):
+          first_use: str | None, one_page: bool, first_use_query: str, allow_software: bool, report: Path | None):
     """Measure load time, encoder time, TTFT, prefill and decode speed of a built site's runtime.
 
     Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
@@ -629,7 +631,8 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
             dir, list(rows) or (default_rows if rounds else []), rounds or 0, peer, short_decode, decode_tokens,
             1 if max_clips is None else max_clips, max_new_tokens or 16, prompt_tokens,
             allow_software=allow_software, adapter=adapter, timing=timing, step_trace=step_trace,
-            first_use=lengths, first_use_ep="wasm" if ep == "wasm" else "webgpu", one_page=one_page, out=report))
+            first_use=lengths, first_use_ep="wasm" if ep == "wasm" else "webgpu", one_page=one_page,
+            first_use_query=first_use_query, out=report))
         click.echo("\n".join(m for m in (result["markdown"] if result["table"] else "",
                                           result.get("first_use", {}).get("markdown", "")) if m))
         return

@@ -138,6 +138,8 @@ function loadModel() {
     // ?warm=shapes: every shape class warmed on a software GPU too; ?warm=decode: all but the longest chunk's
     warmShapes: ['shapes', 'decode'].includes(params.get('warm') ?? ''), warmLong: params.get('warm') !== 'decode',
     decodeForm: params.get('decode'), knownDecode: keptDecodeChoice(),
+    // ?runs=whole|chunked: a WebGPU prompt in one prefill run, or in the build's runs, without the warm-up's check
+    prefillRuns: params.get('runs'),
     gpuValidation: /** @type {import('./runtime/probe.js').GpuValidation | null} */ (params.get('gpu_validation')) });
   setStatus('Loading the model…');
 }

@@ -97,7 +97,8 @@ async function load(msg) {
 // loadSite with the page's options, its progress and warnings posted (a warning in the visitor's words, or only
 // in the console); the lost GPU device of a WebGPU site watched.
 /** @param {import('./runtime/contract.js').LoadMessage} msg @param {string | null | undefined} forceEp */
-async function startSite({ manifestUrl, graphCapture, warmShapes, warmLong, decodeForm, knownDecode, gpuValidation, threads },
+async function startSite({ manifestUrl, graphCapture, warmShapes, warmLong, decodeForm, knownDecode, prefillRuns, gpuValidation,
+  threads },
   forceEp) {
   const said = new Set(); // the warnings said once a load (a full storage fails every write)
   const loaded = await loadSite(manifestUrl, {
@@ -107,6 +108,7 @@ async function startSite({ manifestUrl, graphCapture, warmShapes, warmLong, deco
     warmLong,
     decodeForm,
     knownDecode,
+    prefillRuns,
     gpuValidation,
     threads,
     onManifest: (m) => { manifest = m; modelId = m.model_id; },
@@ -163,7 +165,7 @@ function readyInfo(loaded) {
     decodeChoice: recogniser.decodeChoice, // runtime/decode-form.js: the form and, where measured, both forms' ms per token
     // tokens per prefill run (0: the whole prompt) and what the warm-up's check of long runs measured
     prefillRuns: { limit: recogniser.prefillRunLimit, check: recogniser.longRunsCheck },
-    modelBytes: loaded.modelBytes, load: loaded.load, loadTimeline: loaded.loadTimeline, wasmHeapBytes: wasmHeapBytes(),
+    modelBytes: loaded.modelBytes, load: loaded.load, loadTimeline: loaded.loadTimeline, loadOrigin: loaded.loadOrigin, wasmHeapBytes: wasmHeapBytes(),
     // the adapters only where the recogniser loaded the adapted decoder (the variant has its graphs)
     loraAdapters: recogniser.adapted ? loraNames(m) : [], loraAbout: loraAbout(m), lora,
     languages: Object.keys(recogniser.rt.prompt.languages ?? {}), language: recogniser.rt.prompt.language ?? 'auto',

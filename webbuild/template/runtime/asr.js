@@ -310,6 +310,8 @@ export class Recogniser {
     this.prefillRunLimit = this.ep === 'webgpu' ? runtime.webgpu_prefill_chunk : 0;
     /** @type {{tokens: number, limit: number, relative_diff: number, agree: boolean} | null} */
     this.longRunsCheck = null; // what longRunsAgree measured
+    /** @type {'whole' | 'chunked' | null} the page's ?runs=: the prompt's runs taken as asked, unchecked; null: checked */
+    this.runsRequest = null;
     this.kv = kvNames(this.io, this.d?.num_layers ?? 0); // {past, present} per layer, key then value
     /** @type {DecoderSet | null} */
     this.adapted = null; // the adapted decoder's set, in a build with adapters (loadAdapted)
@@ -384,7 +386,8 @@ export class Recogniser {
     if (every && !this.warmAudio) await this.warmEncoder();
     const { short: shortAudio, long } = (every && this.warmAudio) || { short: undefined, long: null };
     this.warmAudio = null;
-    if (every && this.prefillRunLimit) {
+    if (this.prefillRunLimit && this.runsRequest === 'whole') this.prefillRunLimit = 0;
+    if (every && this.prefillRunLimit && !this.runsRequest) {
       const t0 = performance.now();
       if (await this.timed('long-run check', () => this.longRunsAgree())) this.prefillRunLimit = 0;
       this.runsCheckMs = performance.now() - t0;

@@ -40,7 +40,7 @@ export function kvNames(io, layers) {
 /**
  * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, threads?: number, graphCapture?: boolean,
  *   warmShapes?: boolean, warmLong?: boolean, decodeForm?: string | null, knownDecode?: import('./decode-form.js').DecodeChoice | null,
- *   gpuValidation?: import('./probe.js').GpuValidation | null}} LoadMessage
+ *   prefillRuns?: string | null, gpuValidation?: import('./probe.js').GpuValidation | null}} LoadMessage
  *   Load the model once (forceEp: the page's ?ep=; threads: its ?threads=, the wasm EP's threads, else site.js
  *   wasmThreads' rule). 'wasm' runs the CPU variant whatever the device offers;
  *   'webgpu' takes WebGPU even on a software GPU (SwiftShader), where the page otherwise takes wasm.
@@ -49,7 +49,9 @@ export function kvNames(io, layers) {
  *   chunk's (?warm=decode: a bench of the decode alone). decodeForm 'captured' or 'plain': that
  *   decode form (the page's ?decode=; 'measure' measures both even on a software GPU); else knownDecode's, the choice this browser profile measured before
  *   (app/decode-choice.js), where made on the same GPU for the same model; else the warm-up measures both
- *   (runtime/decode-form.js). gpuValidation: onnxruntime-web's validationMode on WebGPU (the page's ?gpu_validation=;
+ *   (runtime/decode-form.js). prefillRuns (the page's ?runs=): 'whole' a WebGPU prompt in one prefill run, 'chunked'
+ *   in runs of the build's webgpu_prefill_chunk, either unchecked; else the warm-up's check of long runs decides (asr.js
+ *   longRunsAgree). gpuValidation: onnxruntime-web's validationMode on WebGPU (the page's ?gpu_validation=;
  *   runtime/probe.js webgpuProvider).
  * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
  *   chunkSeconds?: number, language?: string | null, context?: string}} TranscribeMessage
@@ -107,7 +109,7 @@ export const TO_WORKER = Object.freeze({
  *   load: {download_ms: number, hash_ms: number, verified_ms: number, session_ms: number, warmup_ms: number,
  *     total_ms: number, encoder_warmup_ms: number, int8_ms: number, runs_check_ms: number, decode_form_ms: number,
  *     cache_ms: number, cache_bytes: number, network_bytes: number},
- *   loadTimeline: {step: string, start_ms: number, end_ms: number}[]}} ReadyInfo
+ *   loadTimeline: {step: string, start_ms: number, end_ms: number}[], loadOrigin: number}} ReadyInfo
  *   notice: why the model runs on wasm when the device was not asked to (null otherwise);
  *   threads: the wasm EP's (onnxruntime's numThreads once loaded), threadsWhy: site.js wasmThreads' why (the page adds
  *   whether and how it is cross-origin isolated: app/isolation.js);
@@ -134,7 +136,8 @@ export const TO_WORKER = Object.freeze({
  *   against runs of the build's chunk, and the measurement of the decode forms (0 where they did not run);
  *   cache_bytes and network_bytes: the model's bytes read from the browser's cache and downloaded, cache_ms from the
  *   start to the last shard read from the cache (0: none was there); loadTimeline: the recogniser's steps in order
- *   (a graph's files awaited, its session, the warm-up's runs), ms from the load's start.
+ *   (a graph's files awaited, its session, the warm-up's runs), ms from the load's start; loadOrigin: that start,
+ *   performance.now() in the worker.
  * @typedef {{type: 'ready', info: ReadyInfo}} ReadyMessage
  * @typedef {{type: 'cached', kept: boolean}} CachedMessage
  *   After ready: the model's cache writes are over (they go on after the sessions are made; a page closed before

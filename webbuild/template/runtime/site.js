@@ -36,6 +36,8 @@ import { createVad } from './vad.js';
  *   measured on this GPU for this model; else (auto) the warm-up measures both on a hardware GPU and the faster
  *   decodes (runtime/decode-form.js); 'measure': measured even on a software GPU
  * @property {import('./decode-form.js').DecodeChoice | null} [knownDecode] a choice measured before (app/decode-choice.js)
+ * @property {string | null} [prefillRuns] 'whole': a WebGPU prompt in one prefill run, 'chunked': in runs of the build's
+ *   webgpu_prefill_chunk, either without the warm-up's check of long runs (asr.js longRunsAgree); else checked
  * @property {import('./probe.js').GpuValidation | null} [gpuValidation] onnxruntime-web's validationMode (probe.js)
  * @property {boolean} [warmShapes] true: warm every shape class on a software GPU too (Recogniser.warmUp)
  * @property {boolean} [warmLong] false: the warm-up leaves out the longest chunk (its encoder run and prompt), which a
@@ -65,10 +67,12 @@ import { createVad } from './vad.js';
 export async function loadSite(manifestUrl, opts = {}) {
   const t0 = performance.now();
   opts.onProgress?.({ phase: 'manifest', loaded: 0, total: 1 }); // the steps before the download, named: a stall shows where
+  // the GPU probe (an adapter and a device) beside the manifest's and onnxruntime-web's fetches: neither needs the other
+  const probed = probeWebGPU();
   const site = await openSite(manifestUrl, opts);
   const { manifest, runtime } = site;
   opts.onProgress?.({ phase: 'gpu', loaded: 0, total: 1 });
-  const gpu = await probeWebGPU();
+  const gpu = await probed;
   const pick = chooseVariant(manifest, gpu, opts.forceEp, Object.keys(runtime.variants));
   const threads = wasmThreads(opts.threads);
   const variant = opts.variant ?? pick.variant;
@@ -109,6 +113,8 @@ export async function loadSite(manifestUrl, opts = {}) {
   const vad = runtime.vad ? await createVad(ort, await load.ready(runtime.vad.file), runtime.vad) : null;
   const tSession = performance.now();
   opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1, ep: made.ep });
+  made.recogniser.runsRequest = ['whole', 'chunked'].includes(opts.prefillRuns ?? '')
+    ? /** @type {'whole' | 'chunked'} */ (opts.prefillRuns) : null;
   made.recogniser.formRequest = decodeRequest({ graphCapture: opts.graphCapture, decodeForm: opts.decodeForm,
     known: opts.knownDecode, software: Boolean(gpu.software), gpu: gpu.description ?? '', model: manifest.model_id });
   await made.recogniser.warmUp({ shapes });
@@ -136,7 +142,9 @@ export async function loadSite(manifestUrl, opts = {}) {
       // within warmup_ms: the check of a long prefill run, and the measurement of the decode forms
       runs_check_ms: made.recogniser.runsCheckMs, decode_form_ms: made.recogniser.formMs,
     },
-    // the recogniser's steps (files awaited, sessions, warm-up runs), ms from the start: where the load's time goes
+    // the recogniser's steps (files awaited, sessions, warm-up runs), ms from the start: where the load's time goes;
+    // loadOrigin: the start, performance.now() in this thread (a bench lines up its own stamps with the steps)
+    loadOrigin: t0,
     loadTimeline: made.recogniser.timeline.map(({ step, start, end }) =>
       ({ step, start_ms: Math.round(start - t0), end_ms: Math.round(end - t0) })),
   };

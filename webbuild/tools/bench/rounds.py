@@ -89,6 +89,7 @@ class RoundsOptions:
     first_use: list[float] = field(default_factory=list)
     first_use_ep: str = "webgpu"
     one_page: bool = False
+    first_use_query: str = ""  # added to the first-use pages' address
     out: Path | None = None  # the result, written after every round (a run cut short keeps what it measured)
 
 
@@ -452,7 +453,8 @@ def first_use_step(browser, url: str, o: RoundsOptions) -> list[dict]:
         try:
             page = context.new_page()
             t0 = time.monotonic()
-            br.open_page(page, url + f"?ep={o.first_use_ep}&warm=shapes", o.timeout)
+            query = f"?ep={o.first_use_ep}&warm=shapes" + (f"&{o.first_use_query}" if o.first_use_query else "")
+            br.open_page(page, url + query, o.timeout)
             wall = time.monotonic() - t0
             state = page.evaluate("() => window.webbuild")
             if state["status"] != "ready":
@@ -462,10 +464,11 @@ def first_use_step(browser, url: str, o: RoundsOptions) -> list[dict]:
             worker = site_worker(page)
             ready = worker.evaluate("() => self.__gpuCounters.counts.pipelines")
             load = {k: round(v) for k, v in state["info"]["load"].items()}
+            timeline = timeline_pipelines(state["info"], worker.evaluate("() => self.__gpuCounters.created"))
             for seconds in group:
                 r = fu.row(seconds, fu.first_use(worker, fu.clip_of(seconds, clips), o.clip_tokens))
                 rows.append({**r, "load": load, "load_wall_s": round(wall, 2), "pipelines_at_ready": ready,
-                             "load_timeline": state["info"].get("loadTimeline")})
+                             "load_timeline": timeline})
                 say(f"first use {seconds} s: TTFT {r['ttft_ms']} ms (encoder {r['encoder_ms']}, prefill "
                     f"{r['prefill_ms']}), {r['new_pipelines']} new pipelines "
                     f"{r['encoder_pipelines'] + r['decoder_pipelines']}; load {load}, {ready} pipelines at ready")
@@ -525,6 +528,20 @@ def _dispatches(per_token: dict) -> str:
     """A row's dispatches per token, with how many of them are indirect where any are."""
     indirect = per_token.get("indirect")
     return f"{per_token.get('dispatches')}" + (f" ({indirect} indirect)" if indirect else "")
+
+
+def timeline_pipelines(info: dict, created: list[dict]) -> list[dict] | None:
+    """The ready info's load timeline, each step with the GPU pipelines made within it (`pipelines`, their names in
+    `made`: the counters' `created`, stamped in the worker's clock as `loadOrigin` is); None for a page runtime
+    without a timeline."""
+    steps, origin = info.get("loadTimeline"), info.get("loadOrigin")
+    if steps is None or origin is None:
+        return steps
+    out = []
+    for s in steps:
+        made = [c["name"] for c in created if s["start_ms"] <= c["at"] - origin <= s["end_ms"]]
+        out.append({**s, "pipelines": len(made), "made": made})
+    return out
 
 
 def first_use_table(rows: list[dict]) -> str:
