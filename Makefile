@@ -122,20 +122,26 @@ test-python: setup-test ort
 test-js: ort
 	node --test tests/js/
 
-# `webbuild verify` on the embedded example, as a deployer would run it: the 4 samples on WebGPU (--ep webgpu:
-# SwiftShader here, where the page's own choice is wasm), 20 held-out clips on wasm, the first E2E_WEBGPU_CLIPS of them
-# on WebGPU too (on the samples' page), and the cache / corrupted shard / fallback / origin / console checks. The full
-# report stays in e2e-report.json; a short summary (scripts/e2e_summary.py) ends the output, the last lines of
-# `make test`. The held-out clips come at four source rates, round robin (webbuild.train.clips --rates; x2: stereo):
-# the page resamples them with the project's resampler and must give the Python reference's tokens at every rate on
-# both EPs (a RATE line each in the summary); a token may differ only where the page and the reference were both
-# within MAX_TIE_MARGIN of another token (webbuild/tools/verify/tokens.py), and such clips are counted apart ("passed
-# under the margin"). --clips-max-wer bounds each provider's corpus WER: the example's English held-out clips gave
-# 3.64% over these 20 on wasm and 4.76% over WebGPU's 4 (2026-12-07, the third multilingual model), so the bound of
-# 15% is a floor against a broken site, not the model's figure; the tokens equal to the reference are the test.
-# Why 4 of the 20 on WebGPU, one per rate: SwiftShader decodes ~2-3 tokens/s, ~100x slower than wasm, 13-20 s a clip
-# on the 2-core box (`make e2e E2E_WEBGPU_CLIPS=20` runs them all). --live off: the live check plays audio in real time,
-# which SwiftShader's WebGPU cannot follow; its run is on wasm, in pytest (tests/e2e/test_live.py and the green verify).
+# `webbuild verify` on the embedded example, as a deployer would run it: the 4 samples on wasm with every run verify
+# makes of them (the adapter on and off, each language forced, a context), 20 held-out clips on wasm, the first
+# E2E_WEBGPU_CLIPS of them on WebGPU (--clips-ep webgpu: SwiftShader here, where the page's own choice is wasm), and
+# the cache / corrupted shard / fallback / origin / console checks. The full report stays in e2e-report.json; a short
+# summary (scripts/e2e_summary.py) ends the output, the last lines of `make test`. The held-out clips come at four
+# source rates, round robin (webbuild.train.clips --rates; x2: stereo): the page resamples them with the project's
+# resampler and must give the Python reference's tokens at every rate on both EPs (a RATE line each in the summary);
+# a token may differ only where the page and the reference were both within MAX_TIE_MARGIN of another token
+# (webbuild/tools/verify/tokens.py), and such clips are counted apart ("passed under the margin"). --clips-max-wer
+# bounds each provider's corpus WER: the example's English held-out clips gave 3.64% over these 20 on wasm and 4.76%
+# over WebGPU's 4 (2026-12-07, the third multilingual model), so the bound of 15% is a floor against a broken site, not
+# the model's figure; the tokens equal to the reference are the test.
+# Why 4 of the 20 on WebGPU, one per rate, and the samples' runs on wasm: SwiftShader decodes ~2-3 tokens/s, ~100x
+# slower than wasm, 13-20 s a clip on the 2-core box; the samples' 20 runs there took 4 of the e2e's 5.5 minutes
+# (2026-12-07). The adapter on WebGPU is tests/test_site_example.py's (a clip it changes, on SwiftShader); the
+# languages and the context are the prompt's tokens, which the page makes alike for both EPs. `make e2e
+# E2E_EP=webgpu E2E_WEBGPU_CLIPS=20` runs everything on WebGPU too. --live off: the live check plays audio in real
+# time, which SwiftShader's WebGPU cannot follow; its run is on wasm, in pytest (tests/e2e/test_live.py and the green
+# verify).
+E2E_EP ?= wasm
 E2E_WEBGPU_CLIPS ?= 4
 E2E_RATES ?= 22050,44100x2,48000,16000
 E2E_DIR ?= /tmp/webbuild-e2e
@@ -144,7 +150,7 @@ e2e: setup-test system-deps ort
 	$(VENV)/bin/webbuild examples/tiny-asr/model.yaml -o $(E2E_DIR)/dist
 	$(PY) -m webbuild.train.clips $(E2E_DIR)/clips --count 20 --rates $(E2E_RATES)
 	@start=$$(date +%s); rc=0; \
-	$(VENV)/bin/webbuild verify $(E2E_DIR)/dist --ep webgpu --clips $(E2E_DIR)/clips --clips-ep wasm \
+	$(VENV)/bin/webbuild verify $(E2E_DIR)/dist --ep $(E2E_EP) --clips $(E2E_DIR)/clips --clips-ep wasm \
 	  --clips-ep webgpu:$(E2E_WEBGPU_CLIPS) --clips-max-wer 0.15 --live off --json e2e-report.json || rc=$$?; \
 	$(PY) scripts/e2e_summary.py e2e-report.json --seconds $$(( $$(date +%s) - start )) --rc $$rc; exit $$rc
 

@@ -316,7 +316,7 @@ BENCH_DECODE = 4  # decode tokens of a SwiftShader bench: slow, so few
 @pytest.fixture(scope="session")
 def webgpu_bench(tmp_path_factory):
     """webgpu_bench(site, *options) -> (report, terminal output) of `webbuild bench SITE --ep webgpu
-    --swiftshader --decode-tokens 4 --no-long-warm-up OPTIONS`, made once a test run per (site, options) by
+    --swiftshader --decode-tokens 4 --warm-up second OPTIONS`, made once a test run per (site, options) by
     whichever worker asks first: the counters' and the timing's tests read the same runs."""
 
     def get(site: Path, *options: str) -> tuple[dict, str]:
@@ -324,10 +324,11 @@ def webgpu_bench(tmp_path_factory):
         with run_wide(tmp_path_factory, f"bench-{key}") as folder:
             out, log = folder / "bench.json", folder / "stdout.txt"
             if not log.exists():
-                # --no-long-warm-up: the longest chunk's warm-up is about 40% of a SwiftShader load, and no
-                # count or time of a decode token depends on it (test_first_use's pages warm it)
+                # --warm-up second: the shape classes' warm-up is most of a SwiftShader load, and no count or time
+                # of a decode token depends on it (the clip and the short decode compile what the long one runs;
+                # test_first_use's pages warm every class)
                 bench = webbuild("bench", site, "--ep", "webgpu", "--swiftshader", "--decode-tokens",
-                                 BENCH_DECODE, "--no-long-warm-up", "--json", out, *options, timeout=900)
+                                 BENCH_DECODE, "--warm-up", "second", "--json", out, *options, timeout=900)
                 assert bench.returncode == 0, bench.stderr
                 log.write_text(bench.stdout)
             report, stdout = json.loads(out.read_text()), log.read_text()

@@ -166,8 +166,11 @@ def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_u
     assert browser["readbacks"] == 1 and browser["dispatches"] > 0
     assert browser["dispatches"] == sum(browser["kernels"].values())
     assert "(no pipeline)" not in browser["kernels"] and "(unnamed)" not in browser["kernels"]
-    for k in ("submits", "readbacks", "buffers", "bind_groups", "write_buffers"):
+    for k in ("submits", "readbacks", "bind_groups", "write_buffers"):
         assert browser[k] == node[k], k  # captured decode: no bind group or uniform write per dispatch
+    # buffers: no captured step makes one; the first (short) decode's prompt fills onnxruntime-web's buffer pool,
+    # by as much as the warm-up left it wanting, which differs between the two runtimes' sessions
+    assert browser["buffers"] <= 0 and node["buffers"] <= 0
     assert browser["dispatches"] == node["dispatches"] + 1
     extra = {k: v - node["kernels"].get(k, 0) for k, v in browser["kernels"].items() if v != node["kernels"].get(k, 0)}
     assert extra == {"LayerNorm": 1} and set(node["kernels"]) <= set(browser["kernels"])
@@ -195,11 +198,14 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
     # buffers per token are no decode step's (a captured step makes none) but the first decode's prompt
     # filling onnxruntime-web's buffer pool, which the sessions of a device share: negative in both builds,
-    # by how much depends on what the adapted sessions' warm-up left in the pool
-    pool = ("buffers", "buffer_bytes")
-    assert {k: v for k, v in off["counters_per_token"].items() if k not in pool} == {
-        k: v for k, v in without["counters_per_token"].items() if k not in pool}
-    assert off["counters_per_token"]["buffers"] <= 0 and without["counters_per_token"]["buffers"] <= 0
+    # by how much depends on what the adapted sessions' warm-up left in the pool; pipelines likewise the first
+    # decode's compiles of the prompt's shapes (the bench's warm-up is a second of silence: --warm-up second),
+    # which the build without adapters meets there, its run having no clip before it
+    first_decode = ("buffers", "buffer_bytes", "pipelines")
+    assert {k: v for k, v in off["counters_per_token"].items() if k not in first_decode} == {
+        k: v for k, v in without["counters_per_token"].items() if k not in first_decode}
+    for run in (off, without):
+        assert run["counters_per_token"]["buffers"] <= 0 and run["counters_per_token"]["pipelines"] <= 0
     manifest = json.loads((level0 / "model" / "manifest.json").read_text())
     tensors, layout = manifest["adapters"]["klatt"]["tensors"], manifest["variants"][on["variant"]]["lora_layout"]
     values = stored_parameters(tensors)  # only the rows a file stores are written (the ups' own rows)

@@ -2,8 +2,9 @@
 transcribed in headless Chromium on the wasm fallback, streamed word by word, gives exactly the text of
 the Python reference on the same built graphs (and the clip's transcript); with its LoRA adapter picked
 on the page, the tokens of the reference with that adapter on, and with none picked again, the first
-tokens exactly, on wasm and on SwiftShader WebGPU. The samples on WebGPU, equal to the reference token for
-token, and with the adapter on and off there: `make e2e` (webbuild verify --ep webgpu)."""
+tokens exactly, on wasm and on SwiftShader WebGPU. The samples with the adapter on and off, each language forced and
+a context, against the reference token for token: `make e2e` (webbuild verify, on wasm; `E2E_EP=webgpu` on WebGPU
+too)."""
 
 from __future__ import annotations
 
@@ -164,7 +165,7 @@ def test_adapter_picker_on_and_off_gives_the_references_tokens(playwright, examp
     margins too (to float32 noise, and the step form's quantized downs), so the adapter is seen on at work even
     where it keeps the tokens. On
     SwiftShader WebGPU (about a token a second) one Klatt clip, the one the adapter changes (the samples with
-    the adapter on and off there: `make e2e`); on wasm all of them."""
+    the adapter on and off there: `make e2e E2E_EP=webgpu`); on wasm all of them."""
     from webbuild.tools.serve import start
 
     dist, _ = example_site

@@ -9,7 +9,8 @@ from webbuild.tools.verify.visits import ClipsRun, Options, Verifier
 
 
 @pytest.mark.parametrize(("ep", "runs", "first_visit"), [
-    ("webgpu", (ClipsRun("wasm"), ClipsRun("webgpu", 4)), [ClipsRun("webgpu", 4)]),  # make e2e's
+    ("webgpu", (ClipsRun("wasm"), ClipsRun("webgpu", 4)), [ClipsRun("webgpu", 4)]),  # make e2e E2E_EP=webgpu's
+    ("wasm", (ClipsRun("wasm"), ClipsRun("webgpu", 4)), []),  # make e2e's: WebGPU's clips on a visit of their own
     ("wasm", (ClipsRun("auto"), ClipsRun("webgpu", 1)), []),  # the green verify's: WebGPU on a visit of its own
     ("webgpu", (ClipsRun("webgpu", 2),), []),  # the first: the second visit's
     (None, (ClipsRun("wasm"), ClipsRun("auto")), []),  # the page's own choice is known only on the page

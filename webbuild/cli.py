@@ -21,6 +21,7 @@ from webbuild import DISTRIBUTION, layouts
 from webbuild.config import PROVIDERS, Encoder, Quantize
 from webbuild.errors import AudioError, BenchError, CommandError, ZooError
 from webbuild.text import plural
+from webbuild.tools.bench import WARM_UPS
 from webbuild.tools.scaffold import WORKFLOWS
 
 log = logging.getLogger(__name__)
@@ -555,10 +556,11 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
                    "ep.webgpuexecutionprovider.maxNumPendingDispatches=256; repeatable.")
 @click.option("--graph-capture/--no-graph-capture", default=True, show_default=True,
               help="Decode with the captured step graph where WebGPU allows it (node only); off: every step plain.")
-@click.option("--long-warm-up/--no-long-warm-up", default=True, show_default=True,
-              help="Warm the longest chunk too (its encoder run and prompt, as the page does); off: a first clip "
-                   "that long compiles its own, the decode's calls and times are the same (most of a software "
-                   "GPU's load).")
+@click.option("--warm-up", "warm_up", type=click.Choice(WARM_UPS), default=WARM_UPS[0], show_default=True,
+              help="The load's warm-up: shapes, every class of shapes a chunk can meet (as the page on a hardware "
+                   "GPU); decode, all but the longest chunk's (its encoder run and prompt: most of a software GPU's "
+                   "load); second, a second of silence (as the page on a software GPU). The decode's calls per "
+                   "token are the same; a first clip of a shape not warmed compiles its own.")
 @click.option("--adapter", metavar="NAME",
               help="Switch the site's LoRA adapter NAME on before the clips and the synthetic decode (node: on, off, "
                    "then on again, each switch's WebGPU calls counted; browser: the page's picker); default: the "
@@ -595,7 +597,7 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
 def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
           max_new_tokens: int | None, swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool,
-          long_warm_up: bool, adapter: str | None, threads: int | None, rounds: int | None, rows: tuple[str, ...],
+          warm_up: str, adapter: str | None, threads: int | None, rounds: int | None, rows: tuple[str, ...],
           peer: Path | None, short_decode: int, prompt_tokens: int, timing: bool, step_trace: int,
           first_use: str | None, one_page: bool, first_use_query: str, allow_software: bool, report: Path | None):
     """Measure load time, encoder time, TTFT, prefill and decode speed of a built site's runtime.
@@ -639,7 +641,7 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
     with gpu_clock.ClockSampler() as clocks:  # the GPU's own clock beside its figures, where nvidia-smi is
         start = gpu_clock.now()
         result = _bench_run(dir, runtime, ep, decode_tokens, repeat, max_clips, max_new_tokens, swiftshader,
-                            session_config, graph_capture, adapter, threads, long_warm_up)
+                            session_config, graph_capture, adapter, threads, warm_up)
         result["gpu_clock"] = clocks.window(start, gpu_clock.now())
     click.echo(table(result))
     if report:
@@ -661,7 +663,7 @@ def _seconds_list(text: str) -> list[float]:
 
 def _bench_run(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
                max_new_tokens: int | None, swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool,
-               adapter: str | None, threads: int | None, long_warm_up: bool = True) -> dict:
+               adapter: str | None, threads: int | None, warm_up: str = WARM_UPS[0]) -> dict:
     """`webbuild bench`'s run in the page (--runtime browser) or under Node: its report."""
     from webbuild.tools.bench import run_node
 
@@ -669,7 +671,7 @@ def _bench_run(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int
         from webbuild.tools.bench.page_bench import run_browser
 
         return run_browser(dir, ep, repeat, max_clips, decode_tokens, adapter=adapter, threads=threads,
-                           max_new_tokens=max_new_tokens, long_warm_up=long_warm_up)
+                           max_new_tokens=max_new_tokens, warm_up=warm_up)
     else:
         if threads is not None:
             raise BenchError("--threads is for --runtime browser: under Node onnxruntime-web runs 1 thread "
@@ -680,7 +682,7 @@ def _bench_run(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int
                              f"{', '.join(e for e in session_config if '=' not in e)}")
         return run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config,
                         graph_capture=graph_capture, max_new_tokens=max_new_tokens, adapter=adapter,
-                        long_warm_up=long_warm_up)
+                        warm_up=warm_up)
 
 
 if __name__ == "__main__":

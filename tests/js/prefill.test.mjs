@@ -37,7 +37,7 @@ describe('Recogniser.warmEncoder', () => {
     assert.deepEqual(await made(true), { short: 32000, long: Math.floor(30 * 16000 / 160 / 128) * 128 * 160 });
   });
 
-  it('leaves the longest chunk out where warmLong is false (webbuild bench --no-long-warm-up)', async () => {
+  it('leaves the longest chunk out where warmLong is false (webbuild bench --warm-up decode)', async () => {
     assert.deepEqual(await made(false), { short: 32000, long: null });
   });
 });

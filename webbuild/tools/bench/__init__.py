@@ -29,6 +29,8 @@ SWIFTSHADER_ENV = {
 }
 
 
+# the load's warm-up (--warm-up): every shape class, all but the longest chunk's, a second of silence
+WARM_UPS = ("shapes", "decode", "second")
 PROGRESS = "[bench] "  # how the harnesses' progress lines on stderr begin (the report alone is on stdout)
 # merged decoders benched as peers: the onnxruntime-genai builder's, optimum's
 MERGED_NAMES = ("model.onnx", "decoder_model_merged.onnx")
@@ -46,7 +48,7 @@ def run_node(
     graph_capture: bool = True,
     max_new_tokens: int | None = None,
     adapter: str | None = None,
-    long_warm_up: bool = True,
+    warm_up: str = "shapes",
 ) -> dict:
     """Runs the Node harness on `dist` and returns its report.
 
@@ -54,8 +56,9 @@ def run_node(
     which the site runtime does not take) through split.mjs, and a merged decoder (a peer such as
     the onnxruntime-genai builder's graph) through merged.mjs, both on synthetic inputs of the
     site's shapes. `adapter`: a built site's LoRA adapter switched on (on, off and on again, each
-    switch's WebGPU calls counted) before the clips and the synthetic decode run with it. `long_warm_up` False:
-    the warm-up leaves out the longest chunk (its encoder run and prompt), the bulk of a software GPU's load.
+    switch's WebGPU calls counted) before the clips and the synthetic decode run with it. `warm_up` (WARM_UPS):
+    every shape class, all but the longest chunk's (its encoder run and prompt, the bulk of a software GPU's
+    load), or a second of silence.
     """
     _check_inputs(dist)
     if (dist / "model" / "manifest.json").is_file():
@@ -64,7 +67,7 @@ def run_node(
             extra += ["--max-clips", str(max_clips)]
         if max_new_tokens is not None:
             extra += ["--max-new-tokens", str(max_new_tokens)]
-        extra += ["--graph-capture", str(int(graph_capture)), "--long-warm-up", str(int(long_warm_up))]
+        extra += ["--graph-capture", str(int(graph_capture)), "--warm-up", warm_up]
         if adapter:
             extra += ["--adapter", adapter]
     elif (dist / "decoder_init.onnx").is_file():

@@ -33,7 +33,7 @@ import { parseArgs, tryDawn } from './ort.mjs';
 import { quantile, spread } from './stats.mjs';
 import { gpuTimingPerToken } from './timing.mjs';
 
-const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--max-new-tokens N] [--session-config K=V]... [--adapter NAME] [--long-warm-up 0|1]';
+const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--repeat R] [--threads N] [--variant NAME] [--max-clips N] [--max-new-tokens N] [--session-config K=V]... [--adapter NAME] [--warm-up shapes|decode|second]';
 /** @typedef {import('../../template/runtime/site.js').Site} Site */
 /** @typedef {import('../../template/runtime/asr.js').Recogniser} Recogniser */
 /** @typedef {import('./timing.mjs').GpuScope} GpuScope */
@@ -44,9 +44,9 @@ const USAGE = 'bench.mjs DIST [--ep auto|webgpu|wasm] [--decode-tokens N] [--rep
  *   audio: typeof import('../../template/app/audio.js')}} SiteModules
  */
 /** @type {{repeat: number, threads: number, variant: string | null, maxClips: number, maxNewTokens: number, graphCapture: number, adapter: string,
- *   longWarmUp: number}} */
+ *   warmUp: string}} */
 const OPTIONS = { repeat: 1, threads: 1, variant: null, maxClips: Infinity, maxNewTokens: 0, graphCapture: 1, adapter: '',
-  longWarmUp: 1 };
+  warmUp: 'shapes' };
 
 // The site's modules, from the built folder (asr.js: the same module instance site.js runs).
 /**
@@ -86,10 +86,10 @@ async function loadModel(m, srv, o) {
     // 'webgpu' keeps WebGPU on a software adapter (--swiftshader), where the site's own choice is wasm
     forceEp: o.ep === 'auto' ? undefined : o.ep, variant: o.variant, threads: o.threads,
     graphCapture: Boolean(o.graphCapture),
-    // every shape class warmed as on a hardware GPU, also on a software one: the counts per token are the
-    // steady decode's, never a first use's compiles
-    warmShapes: true,
-    warmLong: Boolean(o.longWarmUp), // 0: not the longest chunk's (`webbuild bench --no-long-warm-up`)
+    // every shape class warmed as on a hardware GPU, also on a software one (--warm-up shapes), or all but the
+    // longest chunk's (decode), or a second of silence (second: no shape class, as a page on a software GPU)
+    warmShapes: o.warmUp !== 'second',
+    warmLong: o.warmUp === 'shapes',
     fallback: false, onWarning: () => {},
   });
   const { gpu } = site;

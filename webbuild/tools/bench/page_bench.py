@@ -30,12 +30,12 @@ log = logging.getLogger(__name__)
 
 def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | None = None,
                 decode_tokens: int = 128, timeout_s: float = 900, adapter: str | None = None,
-                threads: int | None = None, max_new_tokens: int | None = None, long_warm_up: bool = True) -> dict:
+                threads: int | None = None, max_new_tokens: int | None = None, warm_up: str = "shapes") -> dict:
     """adapter: the site's LoRA adapter picked in the page before the clips and the synthetic decode; threads: the
     wasm EP's (the page's ?threads=; None: the page's own rule); max_new_tokens: each clip's decode capped (the
-    page's ?max_new_tokens=), for models slow on an EP; long_warm_up False: the warm-up leaves the longest chunk
-    out (?warm=decode). The server sends the site's _headers, COOP/COEP
-    among them: the page is cross-origin isolated, and the threads asked for run."""
+    page's ?max_new_tokens=), for models slow on an EP; warm_up (WARM_UPS): the page's ?warm=shapes, ?warm=decode
+    (the longest chunk left out), or none (a second of silence on a software GPU). The server sends the site's
+    _headers, COOP/COEP among them: the page is cross-origin isolated, and the threads asked for run."""
     require_extra("verify", "webbuild bench --runtime browser", "playwright")  # not in `make site`'s install
     from playwright.sync_api import sync_playwright
 
@@ -52,10 +52,9 @@ def run_browser(dist: Path, ep: str = "auto", repeat: int = 1, max_clips: int | 
                 log.info(f"loading the page in {choice.describe()}")
                 # every shape class warmed, on a software GPU too (as the Node bench's warmShapes): the counts per
                 # token are then the steady decode's, on the prefill runs a hardware GPU's warm-up chooses
-                query = f"?warm={'shapes' if long_warm_up else 'decode'}" + (f"&ep={ep}" if ep != "auto" else "")
-                query += f"&threads={threads}" if threads else ""
-                query += f"&max_new_tokens={max_new_tokens}" if max_new_tokens else ""
-                br.open_page(page, url + query, timeout_s)
+                params = {"warm": warm_up if warm_up != "second" else None, "ep": ep if ep != "auto" else None,
+                          "threads": threads, "max_new_tokens": max_new_tokens}
+                br.open_page(page, url + "?" + "&".join(f"{k}={v}" for k, v in params.items() if v), timeout_s)
                 state = page.evaluate("() => window.webbuild")
                 if state["status"] == "error":
                     raise BenchError(f"the site failed to load: {state['error']}")
