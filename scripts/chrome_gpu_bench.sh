@@ -327,17 +327,22 @@ first_use() {
   done
   cp "$OUT/first-use-${FIRST_USE_ROUNDS:-2}.json" "$WORK/first-use.json.part"
 }
-# first_use_query: the same first-use pages as first_use, alternated with the same pages given FIRST_USE_QUERY
-# (e.g. runs=whole): this branch's runtime, without and with it (FIRST_USE_ROUNDS, 2); first-use-N.json,
-# first-use-query-N.json.
+# first_use_query: the same first-use pages as first_use, alternated with the same pages given each of
+# FIRST_USE_QUERY's queries (space-separated, e.g. "runs=whole opt=basic"): this branch's runtime, without and with
+# each (FIRST_USE_ROUNDS, 2); first-use-N.json, first-use-query-N.json (one query) or first-use-query-Q-N.json (the
+# Q-th query, from 1).
 first_use_query() {
-  local lengths=${FIRST_USE:-1,2.5,5,8,15,30}
+  local lengths=${FIRST_USE:-1,2.5,5,8,15,30} queries=(${FIRST_USE_QUERY:?})
   for r in $(seq 1 "${FIRST_USE_ROUNDS:-2}"); do
     python3 -m webbuild.cli bench "$WORK/webbuild" --first-use "$lengths" --json "$OUT/first-use-$r.json"
-    python3 -m webbuild.cli bench "$WORK/webbuild" --first-use "$lengths" --first-use-query "${FIRST_USE_QUERY:?}" \
-      --json "$OUT/first-use-query-$r.json"
+    for q in "${!queries[@]}"; do
+      local name=first-use-query-$((q + 1))-$r
+      [ ${#queries[@]} = 1 ] && name=first-use-query-$r
+      python3 -m webbuild.cli bench "$WORK/webbuild" --first-use "$lengths" --first-use-query "${queries[$q]}" \
+        --json "$OUT/$name.json"
+    done
   done
-  cp "$OUT/first-use-query-${FIRST_USE_ROUNDS:-2}.json" "$WORK/first-use-query.json.part"
+  cp "$OUT/first-use-${FIRST_USE_ROUNDS:-2}.json" "$WORK/first-use-query.json.part"
 }
 rounds() { rounds_of webbuild rounds; }
 # the rounds on the GroupQueryAttention step's build (gqa_build, or gen with GQA=1), its peer beside it

@@ -140,7 +140,9 @@ function loadModel() {
     decodeForm: params.get('decode'), knownDecode: keptDecodeChoice(),
     // ?runs=whole|chunked: a WebGPU prompt in one prefill run, or in the build's runs, without the warm-up's check
     prefillRuns: params.get('runs'),
-    gpuValidation: /** @type {import('./runtime/probe.js').GpuValidation | null} */ (params.get('gpu_validation')) });
+    gpuValidation: /** @type {import('./runtime/probe.js').GpuValidation | null} */ (params.get('gpu_validation')),
+    // ?opt=disabled|basic|extended|all: onnxruntime's graph optimizations as each session is made (default all)
+    optimization: params.get('opt') });
   setStatus('Loading the model…');
 }
 

@@ -98,7 +98,7 @@ async function load(msg) {
 // in the console); the lost GPU device of a WebGPU site watched.
 /** @param {import('./runtime/contract.js').LoadMessage} msg @param {string | null | undefined} forceEp */
 async function startSite({ manifestUrl, graphCapture, warmShapes, warmLong, decodeForm, knownDecode, prefillRuns, gpuValidation,
-  threads },
+  threads, optimization },
   forceEp) {
   const said = new Set(); // the warnings said once a load (a full storage fails every write)
   const loaded = await loadSite(manifestUrl, {
@@ -111,6 +111,7 @@ async function startSite({ manifestUrl, graphCapture, warmShapes, warmLong, deco
     prefillRuns,
     gpuValidation,
     threads,
+    optimization,
     onManifest: (m) => { manifest = m; modelId = m.model_id; },
     onProgress: (e) => post({ type: FROM_WORKER.progress, ...e }),
     onWarning: (w) => {

@@ -23,6 +23,7 @@ import { StreamingDecoder, TokenTable, answerLanguage, answerText } from './toke
 
 /** @typedef {import('webbuild-types').OrtTensor} OrtTensor */
 /** @typedef {import('webbuild-types').Runtime} Runtime */
+/** @typedef {NonNullable<import('webbuild-types').OrtSessionOptions['graphOptimizationLevel']>} GraphOptimization */
 /** @typedef {Map<string, Uint8Array>} Files  logical file name -> bytes (loader.js loadFiles) */
 /** @typedef {string | {name: string, device?: GPUDevice}} Provider  'webgpu' | 'wasm', or probe.js webgpuProvider's entry */
 /**
@@ -62,15 +63,18 @@ export class Recogniser {
    * @param {Provider} ep
    * @param {(names: string[]) => Promise<unknown>} [ready] resolves once those files' bytes are all in `files`
    *   (loader.js startLoad): each session is made as soon as its own are, while the others download
-   * @param {{warmShapes?: boolean, warmLong?: boolean, release?: (name: string) => void}} [opts] warmShapes: warmUp
+   * @param {{warmShapes?: boolean, warmLong?: boolean, release?: (name: string) => void,
+   *   optimization?: GraphOptimization}} [opts] warmShapes: warmUp
    *   will warm every shape class (site.js), so the encoder's part of it runs here, while the decoder's files still
    *   download; warmLong false: not the longest chunk's (site.js SiteOptions);
-   *   release: a file no later session reads (loader.js Load.release), on wasm, where nothing falls back to them
+   *   release: a file no later session reads (loader.js Load.release), on wasm, where nothing falls back to them;
+   *   optimization: the sessions' graphOptimizationLevel (default 'all')
    */
   static async create(ort, files, graphs, runtime, ep, ready = async () => {}, { warmShapes = false, warmLong = true,
-    release } = {}) {
+    release, optimization } = {}) {
     const r = new Recogniser(ort, runtime, ep);
     r.warmLong = warmLong;
+    if (optimization) r.optimization = optimization;
     /** @param {GraphFiles} g */
     const used = (g) => [r.graphFile(g), g.data, g.embed, r.ep === 'webgpu' && g.step, r.ep === 'webgpu' && g.delta,
       r.ep === 'wasm' && g.wasm && g.int8]
@@ -250,7 +254,7 @@ export class Recogniser {
     try {
       set.steps = await CapturedSteps.create(this.ort, this.provider, /** @type {Uint8Array} */ (files.get(decoder.step)),
         external(files, decoder.data), this.d, this.io, this.rt.max_positions, this.dtype,
-        { shared: this.base?.steps, extraFeeds: (names) => set.lora?.stepFeedsFor(names) ?? {} });
+        { shared: this.base?.steps, extraFeeds: (names) => set.lora?.stepFeedsFor(names) ?? {}, options: this.sessionOptions() });
       set.decodeMode = 'captured';
     } catch (e) {
       plainSteps(set, e);
@@ -312,6 +316,8 @@ export class Recogniser {
     this.longRunsCheck = null; // what longRunsAgree measured
     /** @type {'whole' | 'chunked' | null} the page's ?runs=: the prompt's runs taken as asked, unchecked; null: checked */
     this.runsRequest = null;
+    /** @type {GraphOptimization} onnxruntime's graph optimizations at each session's making (the page's ?opt=) */
+    this.optimization = 'all';
     this.kv = kvNames(this.io, this.d?.num_layers ?? 0); // {past, present} per layer, key then value
     /** @type {DecoderSet | null} */
     this.adapted = null; // the adapted decoder's set, in a build with adapters (loadAdapted)
@@ -354,7 +360,7 @@ export class Recogniser {
 
   /** @returns {import('webbuild-types').OrtSessionOptions} */
   sessionOptions() {
-    return { graphOptimizationLevel: 'all', logSeverityLevel: 3 };
+    return { graphOptimizationLevel: this.optimization, logSeverityLevel: 3 };
   }
 
   presentNames() {

@@ -51,11 +51,14 @@ export class CapturedSteps {
    * @param {Runtime['io']} io
    * @param {number} positions
    * @param {'float16' | 'float32'} dtype
-   * @param {{shared?: CapturedSteps | null, extraFeeds?: (names: readonly string[]) => Record<string, OrtTensor>}} [options]
+   * @param {{shared?: CapturedSteps | null, extraFeeds?: (names: readonly string[]) => Record<string, OrtTensor>,
+   *   options?: import('webbuild-types').OrtSessionOptions}} [options] options: the session's other options (the
+   *   decoder's: its graph optimizations)
    */
-  static async create(ort, provider, bytes, externalData, d, io, positions, dtype, { shared = null, extraFeeds = () => ({}) } = {}) {
+  static async create(ort, provider, bytes, externalData, d, io, positions, dtype,
+    { shared = null, extraFeeds = () => ({}), options = { graphOptimizationLevel: 'all', logSeverityLevel: 3 } } = {}) {
     const session = await ort.InferenceSession.create(bytes, {
-      graphOptimizationLevel: 'all', logSeverityLevel: 3, externalData,
+      ...options, externalData,
       executionProviders: [typeof provider === 'string' ? { name: provider } : provider],
       enableGraphCapture: true, preferredOutputLocation: 'gpu-buffer',
     });

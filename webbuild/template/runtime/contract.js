@@ -40,7 +40,8 @@ export function kvNames(io, layers) {
 /**
  * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, threads?: number, graphCapture?: boolean,
  *   warmShapes?: boolean, warmLong?: boolean, decodeForm?: string | null, knownDecode?: import('./decode-form.js').DecodeChoice | null,
- *   prefillRuns?: string | null, gpuValidation?: import('./probe.js').GpuValidation | null}} LoadMessage
+ *   prefillRuns?: string | null, gpuValidation?: import('./probe.js').GpuValidation | null,
+ *   optimization?: string | null}} LoadMessage
  *   Load the model once (forceEp: the page's ?ep=; threads: its ?threads=, the wasm EP's threads, else site.js
  *   wasmThreads' rule). 'wasm' runs the CPU variant whatever the device offers;
  *   'webgpu' takes WebGPU even on a software GPU (SwiftShader), where the page otherwise takes wasm.
@@ -52,7 +53,8 @@ export function kvNames(io, layers) {
  *   (runtime/decode-form.js). prefillRuns (the page's ?runs=): 'whole' a WebGPU prompt in one prefill run, 'chunked'
  *   in runs of the build's webgpu_prefill_chunk, either unchecked; else the warm-up's check of long runs decides (asr.js
  *   longRunsAgree). gpuValidation: onnxruntime-web's validationMode on WebGPU (the page's ?gpu_validation=;
- *   runtime/probe.js webgpuProvider).
+ *   runtime/probe.js webgpuProvider). optimization: the sessions' graphOptimizationLevel (the page's ?opt=;
+ *   runtime/site.js graphOptimization).
  * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
  *   chunkSeconds?: number, language?: string | null, context?: string}} TranscribeMessage
  *   pcm: 16 kHz mono (app/audio.js: the project's resampler), transferred; cut into chunks by runtime.json's

@@ -39,6 +39,8 @@ import { createVad } from './vad.js';
  * @property {string | null} [prefillRuns] 'whole': a WebGPU prompt in one prefill run, 'chunked': in runs of the build's
  *   webgpu_prefill_chunk, either without the warm-up's check of long runs (asr.js longRunsAgree); else checked
  * @property {import('./probe.js').GpuValidation | null} [gpuValidation] onnxruntime-web's validationMode (probe.js)
+ * @property {string | null} [optimization] the sessions' graphOptimizationLevel, one of GRAPH_OPTIMIZATIONS ('all'
+ *   where unset or unknown)
  * @property {boolean} [warmShapes] true: warm every shape class on a software GPU too (Recogniser.warmUp)
  * @property {boolean} [warmLong] false: the warm-up leaves out the longest chunk (its encoder run and prompt), which a
  *   first clip that long then compiles; a decode's calls and times are the same (a bench of the decode alone)
@@ -104,7 +106,7 @@ export async function loadSite(manifestUrl, opts = {}) {
     tSession0 = performance.now();
     made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, load, gpu,
       graphCapture: opts.graphCapture ?? true, warmShapes: shapes, warmLong: opts.warmLong ?? true,
-      validation: opts.gpuValidation }, opts.fallback ?? true);
+      validation: opts.gpuValidation, optimization: graphOptimization(opts.optimization) }, opts.fallback ?? true);
     await load.verified; // every shard verified (the sessions may not have needed them all)
   } finally {
     load.flushCache(); // the sessions are made (or failed): the cache writes go on meanwhile
@@ -263,6 +265,15 @@ export function threadsFor(cores) {
   return Math.max(1, Math.min(cores, Math.max(2, Math.min(8, Math.ceil(cores / 2)))));
 }
 
+// onnxruntime-web's graph optimization levels (SessionOptions.graphOptimizationLevel), 'all' its default
+export const GRAPH_OPTIMIZATIONS = /** @type {const} */ (['disabled', 'basic', 'extended', 'all']);
+
+// The sessions' graphOptimizationLevel: `asked` where it is one (the page's ?opt=), else 'all'.
+/** @param {string | null | undefined} asked @returns {import('./asr.js').GraphOptimization} */
+export function graphOptimization(asked) {
+  return GRAPH_OPTIMIZATIONS.find((level) => level === asked) ?? 'all';
+}
+
 const WASM_MAX_HELD_BYTES = 64 * 2 ** 20; // the loader's held cache copies on wasm (loader.js MAX_HELD_BYTES: 512 MiB)
 
 /**
@@ -282,14 +293,16 @@ function configureOrt(ort, wasmBinary, threads) {
 /**
  * @param {OpenSite & {ort: Ort}} site
  * @param {{ep: 'webgpu' | 'wasm', variant: string, load: import('./loader.js').Load, gpu: GpuProbe, graphCapture: boolean,
- *   warmShapes: boolean, warmLong: boolean, validation?: import('./probe.js').GpuValidation | null}} choice warmShapes:
+ *   warmShapes: boolean, warmLong: boolean, validation?: import('./probe.js').GpuValidation | null,
+ *   optimization: import('./asr.js').GraphOptimization}} choice warmShapes:
  *   the warm-up will warm every shape class (its encoder part then runs as soon as the encoder's session is made),
  *   the longest chunk's with warmLong; validation: the
  *   WebGPU sessions' validationMode (probe.js webgpuProvider)
  * @param {boolean} fallback
  * @returns {Promise<EpChoice & {recogniser: Recogniser, notice?: string}>}
  */
-async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, warmShapes, warmLong, validation }, fallback) {
+async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, warmShapes, warmLong, validation, optimization },
+  fallback) {
   const { ort, manifest, runtime, loading } = site;
   // the load's files, each once the sessions that read it are made (on wasm: asr.js); looked up at each call, as a
   // load that moves into this thread replaces its release
@@ -309,7 +322,7 @@ async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, wa
         delete graphs.decoder_lora.delta; // what makes the step's merged updates
       }
     }
-    return Recogniser.create(ort, vFiles, graphs, runtime, provider, ready, { warmShapes, warmLong, release });
+    return Recogniser.create(ort, vFiles, graphs, runtime, provider, ready, { warmShapes, warmLong, release, optimization });
   };
   try {
     const provider = ep === 'webgpu' ? await webgpuProvider(gpu.gpuAdapter, validation ?? undefined) : ep;
