@@ -338,8 +338,6 @@ export class Recogniser {
     this.encoderWarmMs = 0; // warmEncoder's time
     this.warmLong = true; // warmEncoder encodes the longest chunk too (create: false for a bench of the decode alone)
     this.int8Ms = 0; // deriving int8 twins' weights at load (int8.js)
-    this.runsCheckMs = 0; // warmUp's check of one long prefill run against chunked runs (longRunsAgree)
-    this.formMs = 0; // warmUp's measurement of the decode forms (chooseDecodeForm)
     /** @type {{step: string, start: number, end: number}[]} the load's steps in this class, performance.now() stamps */
     this.timeline = [];
     /** @type {((name: string) => void) | null} while create() makes a session on wasm: lets a file go that no later
@@ -394,9 +392,7 @@ export class Recogniser {
     this.warmAudio = null;
     if (this.prefillRunLimit && this.runsRequest === 'whole') this.prefillRunLimit = 0;
     if (every && this.prefillRunLimit && !this.runsRequest) {
-      const t0 = performance.now();
-      if (await this.timed('long-run check', () => this.longRunsAgree())) this.prefillRunLimit = 0;
-      this.runsCheckMs = performance.now() - t0;
+      if (await this.timed(RUNS_CHECK, () => this.longRunsAgree())) this.prefillRunLimit = 0;
     }
     const active = this.active;
     // the adapted graphs on WebGPU always, shapes or not: their captured step must be recorded here, on zero
@@ -418,9 +414,17 @@ export class Recogniser {
         this.active = active;
       }
     }
-    const tForm = performance.now();
-    await this.timed('decode forms', () => this.chooseDecodeForm());
-    this.formMs = performance.now() - tForm;
+    await this.timed(DECODE_FORMS, () => this.chooseDecodeForm());
+  }
+
+  // warmUp's check of one long prefill run against chunked runs (longRunsAgree), ms; 0 where it did not run
+  get runsCheckMs() { return this.stepMs(RUNS_CHECK); }
+  // warmUp's measurement of the decode forms (chooseDecodeForm), ms
+  get formMs() { return this.stepMs(DECODE_FORMS); }
+
+  /** @param {string} step a name `timed` recorded @returns {number} its time in the timeline, summed, ms */
+  stepMs(step) {
+    return this.timeline.reduce((ms, t) => ms + (t.step === step ? t.end - t.start : 0), 0);
   }
 
   // The decode form of the base sessions (decode-form.js): the one asked for, else on a GPU whose step graph was
@@ -747,6 +751,10 @@ const QUERY_TILE_RUNS = [2, 3];
 // the same tiles where the whole prompt is one run: a prompt under 32 tokens (a clip under a second) takes them
 // without a past
 const SHORT_PROMPT_RUNS = [2, 3, 8];
+// the load timeline's names of warmUp's two measured steps (runsCheckMs, formMs)
+const RUNS_CHECK = 'long-run check';
+const DECODE_FORMS = 'decode forms';
+
 // the largest difference, relative to the largest value, that longRunsAgree takes for the same computation in
 // runs of another length: right runs measured 6.3e-7 (float32, SwiftShader), the wrong ones of assemble.py were
 // off by 0.1 in the logits; float16's bound is a margin over its rounding, not yet measured on a GPU with it
