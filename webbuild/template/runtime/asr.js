@@ -109,7 +109,7 @@ export class Recogniser {
     }
     r.release = null;
     await ready([runtime.files.tokens]);
-    r.tokens = new TokenTable(/** @type {Uint8Array} */ (files.get(runtime.files.tokens)));
+    r.tokens = await r.timed('token table', async () => new TokenTable(/** @type {Uint8Array} */ (files.get(runtime.files.tokens))));
     return r;
   }
 

@@ -112,7 +112,9 @@ export async function loadSite(manifestUrl, opts = {}) {
     load.flushCache(); // the sessions are made (or failed): the cache writes go on meanwhile
   }
   // speech detection (runtime/vad.js), on wasm whatever the model's EP: a session of 2.3 MB, made in milliseconds
-  const vad = runtime.vad ? await createVad(ort, await load.ready(runtime.vad.file), runtime.vad) : null;
+  const policy = runtime.vad;
+  const vad = policy ? await made.recogniser.timed('speech detection session',
+    async () => createVad(ort, await load.ready(policy.file), policy)) : null;
   const tSession = performance.now();
   opts.onProgress?.({ phase: 'warmup', loaded: 0, total: 1, ep: made.ep });
   made.recogniser.runsRequest = ['whole', 'chunked'].includes(opts.prefillRuns ?? '')
