@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -378,7 +379,7 @@ def after_rounds(browser, url: str, pages: dict, o: RoundsOptions, result: dict,
         result["timing_per_token"] = timed_decodes(pages, o)
         save()
     if o.first_use:
-        result["first_use"] = {"rows": first_use_step(browser, url, o)}
+        result["first_use"] = {"rows": first_use_step(browser, url, o, clocks)}
         result["first_use"]["markdown"] = first_use_table(result["first_use"]["rows"])
         save()
     logs = [p.log for p in pages.values()]
@@ -442,9 +443,9 @@ def replay_bursts(page: SitePage, n: int, clocks, rounds: int = 2) -> list[dict]
     return out
 
 
-def first_use_step(browser, url: str, o: RoundsOptions) -> list[dict]:
-    """One fresh page per clip length (--one-page: one page, the lengths in turn): its load (ms, with parts) and
-    its first clip (first_use.py row)."""
+def first_use_step(browser, url: str, o: RoundsOptions, clocks) -> list[dict]:
+    """One fresh page per clip length (--one-page: one page, the lengths in turn): its load (ms, with parts, the
+    GPU's clock in each of its steps) and its first clip (first_use.py row)."""
     samples = json.loads((o.dist / "samples.json").read_text())["samples"]
     clips = fu.speech(o.dist, samples)
     rows: list[dict] = []
@@ -464,7 +465,8 @@ def first_use_step(browser, url: str, o: RoundsOptions) -> list[dict]:
             worker = site_worker(page)
             ready = worker.evaluate("() => self.__gpuCounters.counts.pipelines")
             load = {k: round(v) for k, v in state["info"]["load"].items()}
-            timeline = timeline_pipelines(state["info"], worker.evaluate("() => self.__gpuCounters.created"))
+            timeline = timeline_pipelines(state["info"], worker.evaluate("() => self.__gpuCounters.created"),
+                                          clocks.window, worker.evaluate("() => performance.timeOrigin"))
             for seconds in group:
                 r = fu.row(seconds, fu.first_use(worker, fu.clip_of(seconds, clips), o.clip_tokens))
                 rows.append({**r, "load": load, "load_wall_s": round(wall, 2), "pipelines_at_ready": ready,
@@ -530,17 +532,24 @@ def _dispatches(per_token: dict) -> str:
     return f"{per_token.get('dispatches')}" + (f" ({indirect} indirect)" if indirect else "")
 
 
-def timeline_pipelines(info: dict, created: list[dict]) -> list[dict] | None:
+def timeline_pipelines(info: dict, created: list[dict], clock: Callable[[float, float], dict | None] | None = None,
+                       time_origin: float | None = None) -> list[dict] | None:
     """The ready info's load timeline, each step with the GPU pipelines made within it (`pipelines`, their names in
     `made`: the counters' `created`, stamped in the worker's clock as `loadOrigin` is); None for a page runtime
-    without a timeline."""
+    without a timeline. With `clock` (a ClockSampler's window, wall seconds) and the worker's performance.timeOrigin
+    (ms since the epoch), each step gets the GPU's clock over its own time (`clock`): a step slow on one GPU only
+    may be one run at a low clock."""
     steps, origin = info.get("loadTimeline"), info.get("loadOrigin")
     if steps is None or origin is None:
         return steps
     out = []
     for s in steps:
         made = [c["name"] for c in created if s["start_ms"] <= c["at"] - origin <= s["end_ms"]]
-        out.append({**s, "pipelines": len(made), "made": made})
+        step = {**s, "pipelines": len(made), "made": made}
+        if clock and time_origin is not None:
+            wall = [(time_origin + origin + s[k]) / 1000 for k in ("start_ms", "end_ms")]
+            step["clock"] = clock(*wall)
+        out.append(step)
     return out
 
 
