@@ -493,10 +493,13 @@ export class Recogniser {
   async longRunsAgree() {
     const limit = this.prefillRunLimit, V = this.d.vocab_size;
     const ids = Array.from({ length: 2 * limit + 2 }, (_, i) => (i * 7919 + 11) % V);
-    const [runs, whole] = [await this.prefill(ids, null, 0, false, limit), await this.prefill(ids, null, 0, false, ids.length)];
+    // each part a step of the load's timeline too, within the check's own (where a slow check's time goes)
+    const runs = await this.timed(`${RUNS_CHECK}: runs of ${limit}`, () => this.prefill(ids, null, 0, false, limit));
+    const whole = await this.timed(`${RUNS_CHECK}: one run`, () => this.prefill(ids, null, 0, false, ids.length));
     try {
       const value = this.kv[this.kv.length - 1].past; // the last layer's value, by the next run's name
-      const [a, b] = await Promise.all([runs.present[value], whole.present[value]].map((t) => t.getData()));
+      const [a, b] = await this.timed(`${RUNS_CHECK}: read-back`,
+        () => Promise.all([runs.present[value], whole.present[value]].map((t) => t.getData())));
       const diff = Math.max(relativeDiff(lastRow(runs.logits, V), lastRow(whole.logits, V)),
         relativeDiff(toFloat32(/** @type {Float32Array} */ (a)), toFloat32(/** @type {Float32Array} */ (b))));
       this.longRunsCheck = { tokens: ids.length, limit, relative_diff: diff, agree: diff <= AGREE[this.dtype] };
