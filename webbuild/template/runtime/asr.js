@@ -392,7 +392,7 @@ export class Recogniser {
     this.warmAudio = null;
     if (this.prefillRunLimit && this.runsRequest === 'whole') this.prefillRunLimit = 0;
     if (every && this.prefillRunLimit && !this.runsRequest) {
-      if (await this.timed(RUNS_CHECK, () => this.longRunsAgree())) this.prefillRunLimit = 0;
+      if (await this.longRunsAgree()) this.prefillRunLimit = 0;
     }
     const active = this.active;
     // the adapted graphs on WebGPU always, shapes or not: their captured step must be recorded here, on zero
@@ -417,14 +417,16 @@ export class Recogniser {
     await this.timed(DECODE_FORMS, () => this.chooseDecodeForm());
   }
 
-  // warmUp's check of one long prefill run against chunked runs (longRunsAgree), ms; 0 where it did not run
+  // warmUp's check of one long prefill run against chunked runs (longRunsAgree, its parts), ms; 0 where it did not run
   get runsCheckMs() { return this.stepMs(RUNS_CHECK); }
   // warmUp's measurement of the decode forms (chooseDecodeForm), ms
   get formMs() { return this.stepMs(DECODE_FORMS); }
 
-  /** @param {string} step a name `timed` recorded @returns {number} its time in the timeline, summed, ms */
+  // The timeline's steps do not overlap, so a step of several parts ('long-run check: one run', ...) is their sum.
+  /** @param {string} step a name `timed` recorded, or the name before its parts' colon @returns {number} ms */
   stepMs(step) {
-    return this.timeline.reduce((ms, t) => ms + (t.step === step ? t.end - t.start : 0), 0);
+    const of = (/** @type {string} */ name) => name === step || name.startsWith(`${step}: `);
+    return this.timeline.reduce((ms, t) => ms + (of(t.step) ? t.end - t.start : 0), 0);
   }
 
   // The decode form of the base sessions (decode-form.js): the one asked for, else on a GPU whose step graph was
@@ -493,7 +495,7 @@ export class Recogniser {
   async longRunsAgree() {
     const limit = this.prefillRunLimit, V = this.d.vocab_size;
     const ids = Array.from({ length: 2 * limit + 2 }, (_, i) => (i * 7919 + 11) % V);
-    // each part a step of the load's timeline too, within the check's own (where a slow check's time goes)
+    // each part a step of the load's timeline (where a slow check's time goes; runsCheckMs sums them)
     const runs = await this.timed(`${RUNS_CHECK}: runs of ${limit}`, () => this.prefill(ids, null, 0, false, limit));
     const whole = await this.timed(`${RUNS_CHECK}: one run`, () => this.prefill(ids, null, 0, false, ids.length));
     try {
