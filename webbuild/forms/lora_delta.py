@@ -162,10 +162,10 @@ def random_layer(n_in: int, n_out: dict[str, int], rank: int, seed: int = 0) -> 
 def run_layer(delta: onnx.ModelProto | Path, inputs: dict[str, np.ndarray], layer: int = 0) -> dict[str, np.ndarray]:
     """The delta graph on onnxruntime CPU for one layer of `inputs` (lora names; cast to the graph's float type),
     its outputs named as the step's inputs."""
-    import onnxruntime as ort
+    from webbuild.graph import cpu_session as cpu  # onnxruntime: imported only where a delta graph runs
 
     model = delta if isinstance(delta, onnx.ModelProto) else onnx.load(str(delta))
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = cpu.session(model.SerializeToString())
     prefix = layer_prefix(layer)
     dtype = np.float16 if model.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16 else np.float32
     feeds = {i.name: inputs[prefix + i.name].astype(dtype) for i in session.get_inputs()}

@@ -13,15 +13,12 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from webbuild.graph import cpu_session as cpu
 from webbuild.site.contract import IO
 
 
 def _session(path: Path, config: dict[str, str] | None = None) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    for key, value in (config or {}).items():
-        opts.add_session_config_entry(key, value)
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    return cpu.session(str(path), cpu.options(config))
 
 
 class SplitRunner:

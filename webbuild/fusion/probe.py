@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_ir as ir
-import onnxruntime as ort
 
+from webbuild.graph import cpu_session as cpu
 from webbuild.site.contract import IO
 
 _LIMIT = 400  # nodes; a closure bigger than this is not a cheap side computation
@@ -67,9 +67,7 @@ def evaluate(targets: list[ir.Value], feeds_for) -> list[np.ndarray] | str:
     assert source is not None, "closure read it"
     graph = ir.Graph(inputs, outs, nodes=copies, initializers=inits, opset_imports=dict(source.opset_imports))
     proto = ir.to_proto(ir.Model(graph, ir_version=10))
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = cpu.session(proto.SerializeToString())
     return sess.run(None, feeds)  # one feed per input, by its name
 
 

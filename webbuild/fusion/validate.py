@@ -6,6 +6,8 @@ import onnx
 import onnx_ir as ir
 import onnxruntime as ort
 
+from webbuild.graph import cpu_session as cpu
+
 # onnxruntime registers these in the default domain; onnx's checker has no schema for them
 _ORT_DEFAULT_DOMAIN_OPS = {"SimplifiedLayerNormalization"}
 _CHECK_ONLY = "webbuild.check_only"
@@ -49,8 +51,4 @@ def _check_structure(proto: onnx.ModelProto) -> None:
 
 
 def _session(model, prepack: bool = True) -> ort.InferenceSession:
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    if not prepack:
-        opts.add_session_config_entry("session.disable_prepacking", "1")
-    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    return cpu.session(model, cpu.options({} if prepack else {"session.disable_prepacking": "1"}))

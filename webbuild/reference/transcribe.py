@@ -20,6 +20,7 @@ from tokenizers import Tokenizer
 from webbuild import layouts
 from webbuild.config import LANGUAGE_NAME
 from webbuild.errors import SourceError
+from webbuild.graph import cpu_session as cpu
 from webbuild.graph.load import FIX, load_onnx
 from webbuild.layouts import Decoder, Table
 from webbuild.reference import site_bpe, source_v2
@@ -56,11 +57,10 @@ from webbuild.site.contract import IO
 def cpu_session(path: Path) -> ort.InferenceSession:
     """An onnxruntime CPU session that logs only errors. An `int8` wasm twin (webbuild.forms.wasm_twin)
     gets the uint8 weights its plan derives from the int4 ones, as the page derives them at load."""
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts = cpu.options()
     plan_path = Path(path).with_name(Path(path).name.removesuffix(".onnx") + ".int8.json")
     kept = _int8_initializers(opts, Path(path), json.loads(plan_path.read_text())) if plan_path.is_file() else []
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    session = cpu.session(str(path), opts)
     session.int8_weights = kept  # the session reads them: alive as long as it is
     return session
 

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from webbuild import layouts
+from webbuild.graph import cpu_session as cpu
 from webbuild.layouts import Decoder
 from webbuild.reference.prompt import audio_token_count, build_prompt
 from webbuild.zoo.onnx_export import as_numpy
@@ -46,10 +47,7 @@ def cpu_session(path: Path) -> ort.InferenceSession:
     """An onnxruntime CPU session that reads the weights in place: without prepacking, external
     data stays memory-mapped (file pages the kernel can drop) instead of being copied into packed
     buffers beside the torch model that is still in memory."""
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    opts.add_session_config_entry("session.disable_prepacking", "1")
-    return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    return cpu.session(str(path), cpu.options({"session.disable_prepacking": "1"}))
 
 
 CHECK_FRAMES = 412  # differs from the tracing input, so baked-in shapes fail the check
