@@ -6,9 +6,12 @@ the check measured and decided, and its clip, a prompt longer than one run, is t
 
 from __future__ import annotations
 
+import pytest
+
 from webbuild.pipeline.assemble import WEBGPU_GQA_PREFILL_CHUNK
 
 
+@pytest.mark.slow
 def test_the_check_decides_the_run_length_and_the_clip_is_right(example_dist, webgpu_bench):
     # the check runs in a warm-up of the shape classes (the fixture's own warm-up, a second of silence, has none)
     r, _ = webgpu_bench(example_dist, "--max-clips", "1", "--warm-up", "decode")
