@@ -311,6 +311,11 @@ def example_dist_without_adapters(tmp_path_factory) -> Path:
 # ---------------------------------------------------------------- WebGPU on SwiftShader
 
 BENCH_DECODE = 4  # decode tokens of a SwiftShader bench: slow, so few
+# The example's run with one clip, captured decode, that the counters', the timing's and the prefill runs' tests
+# read: one Node load for all. Its warm-up is the shape classes' but the longest chunk's (--warm-up decode), the
+# one where the check of long prefill runs is made (tests/test_prefill_runs.py); no count or time of a decode token
+# depends on which warm-up ran (test_bench_counters.py compares it with runs warmed up on a second of silence)
+ONE_CLIP_RUN = ("--max-clips", "1", "--warm-up", "decode")
 
 
 @pytest.fixture(scope="session")

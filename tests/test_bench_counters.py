@@ -29,6 +29,7 @@ import onnx
 import pytest
 
 from tests.conftest import BENCH_DECODE as DECODE
+from tests.conftest import ONE_CLIP_RUN
 from webbuild.adapters import DOWN_GROUPS
 from webbuild.site.adapter_pack import stored_parameters
 from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV, node_args
@@ -36,8 +37,10 @@ from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV, node_args
 # Counted as (4-token decode - 1-token decode) / 3. The example as is runs one sample clip, so that the
 # captured and the plain decode compare transcripts; the tests (and test_bench_timing.py) share its runs
 # (webgpu_bench); the browser's run too, as the pool of buffers a clip leaves counts in `buffers`. The other
-# runs count without one.
+# runs count without one. The captured run is the one test_prefill_runs.py reads (its warm-up of the shape
+# classes); the others warm up on a second of silence.
 CLIP, NO_CLIP = ("--max-clips", "1"), ("--max-clips", "0")
+CAPTURED = ONE_CLIP_RUN
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +73,7 @@ def test_counts_are_reported(level0, webgpu_bench):
     write of onnxruntime-web's per token, only the runtime's mask position (8 bytes): the token comes from
     the previous step's choice on the GPU, and 12 bytes of it (token, margin) come back. (That two runs
     count the same: test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer.)"""
-    ra = benched(webgpu_bench, level0, *CLIP)
+    ra = benched(webgpu_bench, level0, *CAPTURED)
     a = ra["counters_per_token"]
     assert ra["decode"] == "captured", ra["decode"]
     assert a["decode_tokens"] == [1, DECODE]
@@ -90,8 +93,10 @@ def test_captured_decode_gives_the_plain_decodes_tokens(level0, webgpu_bench):
     and the values' MatMul), every kernel dispatched directly, and it makes the greedy choice on the GPU (the
     logits padded to rows of 128, the vocabulary of 1,031 being no multiple: Pad, then two ReduceMin for the
     token's index) without the last-position Slice."""
-    captured = benched(webgpu_bench, level0, *CLIP)
+    # the plain run first: another worker making the captured run meanwhile (test_counts_are_reported's) is not
+    # waited for
     plain = benched(webgpu_bench, level0, *CLIP, "--no-graph-capture")
+    captured = benched(webgpu_bench, level0, *CAPTURED)
     assert captured["decode"] == "captured" and plain["decode"].startswith("plain")
     ids = [r["synthetic_decode"]["token_ids"] for r in (captured, plain)]
     assert ids[0] == ids[1] and len(ids[0]) == DECODE + 1
@@ -138,7 +143,7 @@ def test_the_step_form_has_no_audio_inputs_and_no_shape_arithmetic(level0):
 
 def test_level_0_counts_follow_the_graph_and_the_fusions(level0, webgpu_bench):
     graph = decoder_graph(level0)
-    c = counted(webgpu_bench, level0, *CLIP)
+    c = counted(webgpu_bench, level0, *CAPTURED)
     ops = Counter(n.op_type for n in graph.graph.node)
     layers = ops["GroupQueryAttention"]
     assert ops["MatMulNBits"] == 7 * layers + 1  # q, k, v, o, gate, up, down per layer, and lm_head
@@ -161,7 +166,7 @@ def test_the_browser_counts_as_node_does_but_for_one_norm_chromium_limits_keep_u
     writeBuffer with it, in a plain run; in the captured decode both are recorded). Capping Node's device at
     Chromium's limits gives the browser's counts exactly."""
     browser, node = (counted(webgpu_bench, level0, *CLIP, "--runtime", "browser"),
-                     counted(webgpu_bench, level0, *CLIP))
+                     counted(webgpu_bench, level0, *CAPTURED))
     assert browser["decode_tokens"] == node["decode_tokens"] == [1, DECODE]
     assert browser["readbacks"] == 1 and browser["dispatches"] > 0
     assert browser["dispatches"] == sum(browser["kernels"].values())
@@ -193,13 +198,14 @@ def test_adapter_off_counts_as_no_adapters_and_switching_creates_no_buffer(level
     gate/up's copy of the norm with their merged updates (spare_readers; no MatMul left), and a Split after the
     layer's fused norm + Q/K/V kernel, which now computes q, k and v packed and their 4-bit down
     (lora.packed_updates); the base's fused norm + gate/up + SiLU kernel stays."""
-    off, without = benched(webgpu_bench, level0, *CLIP), benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
+    off = benched(webgpu_bench, level0, *CAPTURED)
+    without = benched(webgpu_bench, example_dist_without_adapters, *NO_CLIP)
     on = benched(webgpu_bench, level0, *NO_CLIP, "--adapter", "klatt")
     assert off["lora"] is None and off["decode"] == without["decode"] == on["decode"] == "captured"
     # buffers per token are no decode step's (a captured step makes none) but the first decode's prompt
-    # filling onnxruntime-web's buffer pool, which the sessions of a device share: negative in both builds,
-    # by how much depends on what the adapted sessions' warm-up left in the pool; pipelines likewise the first
-    # decode's compiles of the prompt's shapes (the bench's warm-up is a second of silence: --warm-up second),
+    # filling onnxruntime-web's buffer pool, which the sessions of a device share: none or fewer in both builds,
+    # by how much depends on what the warm-up (the shape classes' here, a second of silence there) and the
+    # adapted sessions' left in the pool; pipelines likewise the first decode's compiles of the prompt's shapes,
     # which the build without adapters meets there, its run having no clip before it
     first_decode = ("buffers", "buffer_bytes", "pipelines")
     assert {k: v for k, v in off["counters_per_token"].items() if k not in first_decode} == {

@@ -12,6 +12,7 @@ import pytest
 from tests.command import webbuild
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_adapter_rounds_count_and_time_both_decodes_on_one_page(example_dist, tmp_path):
     out = tmp_path / "rounds.json"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import BENCH_DECODE as DECODE
+from tests.conftest import ONE_CLIP_RUN
 
 ROUNDING = 0.001  # timing.mjs rounds each ms figure to 3 decimals
 
@@ -18,8 +19,8 @@ def bench(request, example_dist, webgpu_bench) -> tuple[dict, str]:
     """`webbuild bench --ep webgpu --swiftshader` of the example, its decode steps plain (one run and one
     read-back after the other) or captured (steps queued ahead of the tokens): the report and the table.
     The runs of tests/test_bench_counters.py with the same options."""
-    mode = ["--no-graph-capture"] if request.param == "plain" else []
-    return webgpu_bench(example_dist, "--max-clips", "1", *mode)
+    options = ("--max-clips", "1", "--no-graph-capture") if request.param == "plain" else ONE_CLIP_RUN
+    return webgpu_bench(example_dist, *options)
 
 
 def test_the_phases_add_up_to_the_decode_steps(bench):

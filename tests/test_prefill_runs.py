@@ -6,12 +6,14 @@ the check measured and decided, and its clip, a prompt longer than one run, is t
 
 from __future__ import annotations
 
+from tests.conftest import ONE_CLIP_RUN
 from webbuild.pipeline.assemble import WEBGPU_GQA_PREFILL_CHUNK
 
 
+# not marked slow: it reads the run that test_bench_counters.py, a slow module and so run first, makes
 def test_the_check_decides_the_run_length_and_the_clip_is_right(example_dist, webgpu_bench):
     # the check runs in a warm-up of the shape classes (the fixture's own warm-up, a second of silence, has none)
-    r, _ = webgpu_bench(example_dist, "--max-clips", "1", "--warm-up", "decode")
+    r, _ = webgpu_bench(example_dist, *ONE_CLIP_RUN)
     runs = r["prefill_runs"]
     check = runs["check"]
     assert check["limit"] == WEBGPU_GQA_PREFILL_CHUNK and check["tokens"] == 2 * WEBGPU_GQA_PREFILL_CHUNK + 2

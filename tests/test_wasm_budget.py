@@ -209,6 +209,7 @@ def wasm_transcribes_as_the_reference(site: Path, max_clips: int) -> dict:
     return bench
 
 
+@pytest.mark.slow
 @pytest.mark.browser
 def test_a_build_over_budget_refuses_wasm_and_verify_sees_the_page_say_so(tmp_path):
     # one sample and no adapter: verify transcribes it once on SwiftShader WebGPU (the example's four, three
