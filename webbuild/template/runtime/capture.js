@@ -52,11 +52,11 @@ export class CapturedSteps {
    * @param {number} positions
    * @param {'float16' | 'float32'} dtype
    * @param {{shared?: CapturedSteps | null, extraFeeds?: (names: readonly string[]) => Record<string, OrtTensor>,
-   *   options?: import('webbuild-types').OrtSessionOptions}} [options] options: the session's other options (the
-   *   decoder's: its graph optimizations)
+   *   options?: import('webbuild-types').OrtSessionOptions}} [options] options: the session's other options, the
+   *   decoder's (asr.js sessionOptions: its graph optimizations, its log level)
    */
   static async create(ort, provider, bytes, externalData, d, io, positions, dtype,
-    { shared = null, extraFeeds = () => ({}), options = { graphOptimizationLevel: 'all', logSeverityLevel: 3 } } = {}) {
+    { shared = null, extraFeeds = () => ({}), options = {} } = {}) {
     const session = await ort.InferenceSession.create(bytes, {
       ...options, externalData,
       executionProviders: [typeof provider === 'string' ? { name: provider } : provider],
