@@ -2,7 +2,8 @@
 (webbuild.forms.form): the WebGPU form (webbuild.forms.webgpu), its wasm twin in the form its variant's wasm plan
 chose (webbuild.forms.wasm_twin: `int8`, `float` or `matmul_nbits`; an `int8` twin ships with the plan of the uint8
 weights the page derives at load, role `<graph>_wasm_int8`) and its step form (webbuild.forms.step), which graph
-capture records and the runtime decodes with after the plain prefill (runtime/capture.js).
+capture records and the runtime decodes with after the plain prefill (runtime/capture.js); given the weights file,
+the shared-weights form of both (webbuild.forms.shared_weights: one upload of the weights feeds both sessions).
 
 A build with LoRA adapters also gets the adapted decoder (webbuild.forms.lora), made from the quantized graph
 before any of these forms, then given the same forms as the base decoder, and the delta graph that makes its step
@@ -15,6 +16,7 @@ import shutil
 from pathlib import Path
 
 from webbuild.forms.form import Report
+from webbuild.forms.shared_weights import SHARED
 from webbuild.forms.step import ATTENTIONS, STEP
 from webbuild.forms.wasm_twin import WASM_TWIN, int8_plan_name, twin_name
 from webbuild.forms.webgpu import WEBGPU
@@ -22,13 +24,15 @@ from webbuild.forms.webgpu import WEBGPU
 
 def decoder_forms(src: Path, dest: Path, name: str, wasm_twin: bool, accuracy_level: int | None,
                   wasm_form: str, layout: dict[str, dict] | None = None, report: Report | None = None,
-                  graph: str | None = None, step_attention: str = ATTENTIONS[0]) -> dict[str, str]:
+                  graph: str | None = None, step_attention: str = ATTENTIONS[0],
+                  shared_data: str | None = None) -> dict[str, str]:
     """The shipped forms of the decoder graph `src`, each written once into `dest` (which holds its weights
     file): the WebGPU form as `name`, its wasm twin (in `wasm_form`, wasm_twin.FORMS) and its step form
     beside it, whose lora inputs' layout (lora.step_layout) goes into `layout`. Each form made or missed goes
     into `report` under `graph` (default `name`); the step form's attention is `step_attention` (webbuild.forms.step).
-    Returns the written files by kind: `graph`, and `wasm`,
-    `wasm_int8` (the int8 twin's plan) and `step` where they apply."""
+    With `shared_data` (the weights file's name), the shared-weights forms of the WebGPU form and the step form.
+    Returns the written files by kind: `graph`, and `wasm`, `wasm_int8` (the int8 twin's plan), `step`, `shared`
+    and `step_shared` where they apply."""
     report = report if report is not None else Report()
     label = graph or name
     moved = report.make(WEBGPU, label, src, dest / name, accuracy_level) is not None
@@ -40,6 +44,10 @@ def decoder_forms(src: Path, dest: Path, name: str, wasm_twin: bool, accuracy_le
         forms["wasm_int8"] = int8_plan_name(twin)
     if step := report.make(STEP, label, dest, name, layout, step_attention):
         forms["step"] = step
+    if shared_data:
+        for kind in ("graph", "step"):
+            if kind in forms and (made := report.make(SHARED, f"{label}/{kind}", dest, forms[kind], shared_data)):
+                forms["shared" if kind == "graph" else "step_shared"] = made
     return forms
 
 

@@ -33,6 +33,7 @@ import onnx
 from tokenizers import Tokenizer
 
 from webbuild.adapters import DOWN_GROUPS, RANK, shared_rank
+from webbuild.forms import shared_weights
 from webbuild.forms.lora_delta import differences, random_layer, run_layer
 from webbuild.pipeline.state import Variant
 from webbuild.reference.prompt import Prompt
@@ -63,6 +64,9 @@ ADAPTER_SCALE, ADAPTER_TOLERANCE, ADAPTER_STEPS, ADAPTER_CLIPS = 0.2, 0.25, 16, 
 DELTA_ROLE = FILE_ROLES["decoder_lora"]["delta"]  # a graph no decoder run reads: its own row (RoleCheck._delta_row)
 # the adapted forms checked with a random adapter against the plain adapted decoder (RoleCheck.adapter_values)
 ADAPTER_CHECKED = (FILE_ROLES["decoder_lora"]["step"], FILE_ROLES["decoder_lora"]["wasm"])
+# the shared-weights forms (webbuild.forms.shared_weights) by role, with the graph each is a form of
+SHARED_ROLES = {FILE_ROLES["decoder"]["shared"]: FILE_ROLES["decoder"]["graph"],
+                FILE_ROLES["decoder"]["step_shared"]: FILE_ROLES["decoder"]["step"]}
 
 
 def variant_transcriber(out_dir: Path, variant: str, side_dir: Path) -> Transcriber:
@@ -180,8 +184,18 @@ class RoleCheck:
 
     def rows(self) -> dict[str, dict]:
         """A row per graph role of the variant (every role whose file is a graph), in the manifest's order."""
-        return {role: self._delta_row() if role == DELTA_ROLE else self._row(role)
-                for role, name in self.v.files.items() if name.endswith(".onnx")}
+        return {role: self._delta_row() if role == DELTA_ROLE else self._shared_row(role) if role in SHARED_ROLES
+                else self._row(role) for role, name in self.v.files.items() if name.endswith(".onnx")}
+
+    def _shared_row(self, role: str) -> dict:
+        """A shared-weights form (webbuild.forms.shared_weights), which decodes as its graph does once fed the
+        manifest's weights: compared with that graph as a graph, not run again."""
+        graph = SHARED_ROLES[role]
+        problems = shared_weights.differences(self.v.path(graph), self.v.path(role), self.v.weights,
+                                              self.v.files["decoder_data"])
+        return {"file": self.v.files[role], "ran": "compared as a graph", "with": [],
+                "against": f"{graph} with the manifest's weights as inputs", "values_equal": not problems,
+                "problems": problems}
 
     def _delta_row(self) -> dict:
         """The delta graph (webbuild.forms.lora_delta), which no decoder run reads: run on a random adapter of the

@@ -11,9 +11,13 @@ from webbuild.forms.decoder import decoder_forms
 from webbuild.forms.form import Report
 from webbuild.forms.lora import ADAPTED
 from webbuild.forms.lora_delta import DELTA
+from webbuild.forms.shared_weights import weights_table
 from webbuild.forms.step import ATTENTIONS
 from webbuild.forms.wasm_twin import WASM_TWIN, int8_plan_name, twin_name
 from webbuild.pipeline.state import Variant
+
+# the decoder's forms beside its WebGPU graph, each shipped under the role `<role>_<kind>` (contract.FILE_ROLES)
+KINDS = ("wasm", "wasm_int8", "step", "shared", "step_shared")
 
 
 def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, accuracy_level: int | None,
@@ -39,10 +43,13 @@ def variant_forms(v: Variant, dest: Path, wasm_forms: dict[str, str] | None, acc
         roles.append(("decoder", v.path("decoder")))
     for role, src in roles:
         layout: dict[str, dict] = {}
+        # the shared-weights forms for the base decoder only: the adapted one keeps its own weights
+        shared = v.files.get("decoder_data") if role == "decoder" else None
         made = decoder_forms(src, dest, src.name, wasm_twin, accuracy_level, forms.get("decoder", "matmul_nbits"),
-                             layout, report, f"{v.name}/{role}", step_attention)
-        shipped.files |= {role: made["graph"]} | {f"{role}_{kind}": made[kind] for kind in ("wasm", "wasm_int8", "step")
-                                                  if kind in made}
+                             layout, report, f"{v.name}/{role}", step_attention, shared)
+        shipped.files |= {role: made["graph"]} | {f"{role}_{kind}": made[kind] for kind in KINDS if kind in made}
+        if shared and "shared" in made:
+            shipped.weights = weights_table(dest / made["graph"], shared)
         if role == "decoder_lora" and "step" in made:
             shipped.lora_layout = layout
             delta = f"{Path(made['step']).stem.removesuffix('.step')}.delta.onnx"

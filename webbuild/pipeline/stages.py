@@ -226,6 +226,8 @@ def stage_shard(ctx: BuildContext) -> None:
     for name, v in variants.items():
         if v.lora_layout:
             entries[name]["lora_layout"] = v.lora_layout
+        if v.weights:
+            entries[name]["weights"] = v.weights
     manifest = shard_files(files | ctx.state.adapter_files, ctx.stage_dir / "model", model_id=ctx.cfg.name,
                            max_bytes=ctx.cfg.shard.max_bytes, variants=entries, adapters=ctx.state.adapters)
     ctx.state.manifest = manifest

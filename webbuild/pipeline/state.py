@@ -38,6 +38,9 @@ class Variant:
     # the adapted step form's lora inputs: how each is made from an adapter's tensors
     # (webbuild.forms.lora.step_layout); the manifest entry's `lora_layout`
     lora_layout: dict[str, dict] = field(default_factory=dict)
+    # the weights the decoder's shared-weights forms take as inputs, where each lies in decoder_data
+    # (webbuild.forms.shared_weights.weights_table); the manifest entry's `weights`
+    weights: dict[str, dict] = field(default_factory=dict)
 
     @property
     def dtype(self) -> str:

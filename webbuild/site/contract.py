@@ -86,7 +86,8 @@ ORT_WASM = "ort-wasm-simd-threaded.asyncify.wasm"
 FILE_ROLES = {
     "encoder": {"graph": "encoder", "data": "encoder_data", "wasm": "encoder_wasm", "int8": "encoder_wasm_int8"},
     "decoder": {"graph": "decoder", "data": "decoder_data", "wasm": "decoder_wasm", "int8": "decoder_wasm_int8",
-                "step": "decoder_step", "embed": "embed"},
+                "step": "decoder_step", "embed": "embed", "shared": "decoder_shared",
+                "step_shared": "decoder_step_shared"},
     "decoder_lora": {"graph": "decoder_lora", "data": "decoder_data", "wasm": "decoder_lora_wasm",
                      "int8": "decoder_lora_wasm_int8", "step": "decoder_lora_step", "delta": "decoder_lora_delta"},
 }
