@@ -297,19 +297,28 @@ def check_same_origin(srv, log):
     assert not log["errors"], log["errors"]
 
 
-@pytest.mark.parametrize("graph", ["export", "fused"])
+@pytest.mark.parametrize("graph", ["export", "fused", "fused, shared weights"])
 def test_webgpu_transcribes_like_the_reference(playwright, graph, site, fused_site):
+    """The page on SwiftShader WebGPU gives the reference's tokens: for a source export's graphs, for the fused
+    ones, and for the fused ones with the decoder's weights uploaded once and fed to both its sessions as inputs
+    (?weights=shared, webbuild/forms/shared_weights.py)."""
     site = site if graph == "export" else fused_site
     reference = reference_for(site)
-    if graph == "fused":  # the GQA graph prefills in runs the WebGPU kernel gets right
+    if graph != "export":  # the GQA graph prefills in runs the WebGPU kernel gets right
         rt = json.loads(next((site / "dist" / "model" / "shards").glob("runtime.json.*")).read_bytes())
         assert rt["webgpu_prefill_chunk"] == 31
+    shared = "&weights=shared" if graph.endswith("shared weights") else ""
     # ?ep=webgpu: SwiftShader is software, where the page would take wasm on its own
-    with site_page(playwright, site, f"?ep=webgpu&max_new_tokens={NEW_TOKENS}", webgpu=True) as (srv, page, log):
+    query = f"?ep=webgpu&max_new_tokens={NEW_TOKENS}{shared}"
+    with site_page(playwright, site, query, webgpu=True) as (srv, page, log):
         state = page.evaluate("() => window.webbuild")
         assert state["status"] == "ready", state
         assert state["info"]["ep"] == "webgpu" and state["info"]["variant"] == "fp32"  # no shader-f16 here
         assert state["info"]["kvCache"] == "gpu-buffer"
+        manifest = json.loads((site / "dist" / "model" / "manifest.json").read_text())
+        assert state["info"]["sharedWeights"] == (len(manifest["variants"]["fp32"]["weights"]) if shared else 0)
+        if shared:  # both sessions read the uploaded weights: the captured steps too
+            assert state["info"]["decode"] == "captured", state["info"]
         assert "swiftshader" in state["info"]["gpu"].lower()
         assert page.is_hidden("#notice")
         state = transcribe_sample(page)

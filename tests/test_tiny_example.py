@@ -9,6 +9,7 @@ import pytest
 from tests.command import webbuild
 from tests.example_config import EXAMPLE, example_config, write_example_config
 from webbuild.config import load_config
+from webbuild.pipeline.check import SHARED_ROLES
 from webbuild.reference.audio import read_wav
 from webbuild.reference.mel import lead_samples
 from webbuild.reference.transcribe import load_transcriber
@@ -69,17 +70,19 @@ def test_built_variants_transcribe_the_samples(built_example, variant):
 def test_every_shipped_graph_role_has_a_check_row(built_example):
     """The check stage runs every graph the site ships (CPU forms where onnxruntime CPU refuses the WebGPU
     one): a row per role, each against the source, or against its base role for the adapted decoder's (its delta
-    graph against the Python reference)."""
+    graph against the Python reference; the shared-weights forms, compared with their graphs as graphs)."""
     _, dist, report = built_example
     manifest = json.loads((dist / "model" / "manifest.json").read_text())
     for variant, entry in manifest["variants"].items():
         graphs = {role for role, name in entry.items() if isinstance(name, str) and name.endswith(".onnx")}
         rows = report["variants"][variant]["check"]["roles"]
-        assert set(rows) == graphs and {"decoder", "decoder_step", "decoder_lora"} <= graphs
+        assert set(rows) == graphs and {"decoder", "decoder_step", "decoder_lora", *SHARED_ROLES} <= graphs
         assert rows["decoder"]["ran"] == "cpu form" and rows["decoder"]["file"] == entry["decoder"]
         for role, row in rows.items():
-            equal = row.get("tokens_equal", row.get("values_equal"))  # the adapted forms', the delta graph's
-            assert equal if role.startswith("decoder_lora") else row["mean_token_agreement"] == 1.0
+            # the adapted forms', the delta graph's, the shared-weights forms'
+            equal = row.get("tokens_equal", row.get("values_equal"))
+            compared = role.startswith("decoder_lora") or role in SHARED_ROLES
+            assert equal if compared else row["mean_token_agreement"] == 1.0, (role, row)
 
 
 def test_built_site_ships_no_float_embedding_table(built_example):

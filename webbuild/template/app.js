@@ -142,7 +142,9 @@ function loadModel() {
     prefillRuns: params.get('runs'),
     gpuValidation: /** @type {import('./runtime/probe.js').GpuValidation | null} */ (params.get('gpu_validation')),
     // ?opt=disabled|basic|extended|all: onnxruntime's graph optimizations as each session is made (default all)
-    optimization: params.get('opt') });
+    optimization: params.get('opt'),
+    // ?weights=shared: on WebGPU the decoder's weights uploaded once for its sessions (runtime/weights.js)
+    weights: params.get('weights') });
   setStatus('Loading the model…');
 }
 

@@ -98,7 +98,7 @@ async function load(msg) {
 // in the console); the lost GPU device of a WebGPU site watched.
 /** @param {import('./runtime/contract.js').LoadMessage} msg @param {string | null | undefined} forceEp */
 async function startSite({ manifestUrl, graphCapture, warmShapes, warmLong, decodeForm, knownDecode, prefillRuns, gpuValidation,
-  threads, optimization },
+  threads, optimization, weights },
   forceEp) {
   const said = new Set(); // the warnings said once a load (a full storage fails every write)
   const loaded = await loadSite(manifestUrl, {
@@ -112,6 +112,7 @@ async function startSite({ manifestUrl, graphCapture, warmShapes, warmLong, deco
     gpuValidation,
     threads,
     optimization,
+    weights,
     onManifest: (m) => { manifest = m; modelId = m.model_id; },
     onProgress: (e) => post({ type: FROM_WORKER.progress, ...e }),
     onWarning: (w) => {
@@ -161,7 +162,7 @@ function readyInfo(loaded) {
     // description: probe.js sets it wherever there is an adapter, as on webgpu; numThreads: site.js sets it
     gpu: ep === 'webgpu' ? /** @type {string} */ (gpu.description) : 'none (WebAssembly on the CPU)',
     shaderF16: Boolean(gpu.shaderF16), threads: /** @type {number} */ (loaded.ort.env.wasm.numThreads), threadsWhy: loaded.threadsWhy,
-    kvCache: recogniser.kvLocation,
+    kvCache: recogniser.kvLocation, sharedWeights: Object.keys(recogniser.weights).length,
     decode: recogniser.decodeMode,
     decodeChoice: recogniser.decodeChoice, // runtime/decode-form.js: the form and, where measured, both forms' ms per token
     // tokens per prefill run (0: the whole prompt) and what the warm-up's check of long runs measured

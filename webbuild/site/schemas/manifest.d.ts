@@ -13,8 +13,24 @@ export type Variant = {
   lora_layout?: {
     [k: string]: LoraInput;
   };
+  /** the weights the decoder's shared-weights forms (decoder_shared, decoder_step_shared) take as inputs, by name: where each lies in decoder_data (webbuild.forms.shared_weights.weights_table) */
+  weights?: {
+    [k: string]: {
+      type: string;
+      dims: number[];
+      offset: number;
+      length: number;
+    };
+  };
   [k: string]: string | string[] | "float16" | "float32" | ("webgpu" | "wasm")[] | WasmFit | {
     [k: string]: LoraInput;
+  } | {
+    [k: string]: {
+      type: string;
+      dims: number[];
+      offset: number;
+      length: number;
+    };
   } | undefined;
 };
 

@@ -20,6 +20,7 @@ import { detachBuffer } from './loader.js';
 import { LoraInputs } from './lora-inputs.js';
 import { BpeEncoder, checkContextLength } from './bpe.js';
 import { StreamingDecoder, TokenTable, answerLanguage, answerText } from './tokens.js';
+import { uploadWeights, weightFeeds } from './weights.js';
 
 /** @typedef {import('webbuild-types').OrtTensor} OrtTensor */
 /** @typedef {import('webbuild-types').Runtime} Runtime */
@@ -29,8 +30,10 @@ import { StreamingDecoder, TokenTable, answerLanguage, answerText } from './toke
 /**
  * One graph's file names by kind (runtime.json roles): the graph, its external data, its wasm twin (int8: the
  * int8 twin's plan, int8.js), and for the decoder the embedding table and the step form (the adapted
- * decoder's: and its delta graph).
- * @typedef {{graph: string, data?: string, wasm?: string, int8?: string, embed?: string, step?: string, delta?: string}} GraphFiles
+ * decoder's: and its delta graph; shared, step_shared: the shared-weights forms of the graph and the step form).
+ * weights: where the graph runs in its shared-weights form (site.js), the weights it takes as inputs, from `data`.
+ * @typedef {{graph: string, data?: string, wasm?: string, int8?: string, embed?: string, step?: string, delta?: string,
+ *   shared?: string, step_shared?: string, weights?: Record<string, import('./weights.js').WeightEntry>}} GraphFiles
  */
 /**
  * A variant's graphs as the recogniser takes them (site.js variantGraphs).
@@ -46,9 +49,10 @@ import { StreamingDecoder, TokenTable, answerLanguage, answerText } from './toke
  *   prompt_tokens: number, ttft_ms: number, decode_ms: number, decode_tokens: number, total_ms: number, audio_ms: number}}} Transcript
  */
 /**
- * A decoder session and, on WebGPU, its captured steps; lora: the adapted graph's extra inputs.
+ * A decoder session and, on WebGPU, its captured steps; lora: the adapted graph's extra inputs; weights: the shared
+ * weights its session takes as inputs (none where it holds its own).
  * @typedef {{decoder: import('webbuild-types').OrtSession, steps: CapturedSteps | null, decodeMode: string,
- *   lora: LoraInputs | null}} DecoderSet
+ *   lora: LoraInputs | null, weights: Feeds}} DecoderSet
  */
 
 export class Recogniser {
@@ -142,7 +146,8 @@ export class Recogniser {
    * @param {object} [extra]
    */
   async session(files, names, extra = {}) {
-    const { list, derived } = await this.external(files, names);
+    // a shared-weights graph's weights come as inputs (this.weights), not with the session
+    const { list, derived } = names.weights ? { list: [], derived: [] } : await this.external(files, names);
     try {
       return await this.ort.InferenceSession.create(/** @type {Uint8Array} */ (files.get(this.graphFile(names))), {
         ...this.sessionOptions(), executionProviders: [this.provider], externalData: list.length ? list : undefined, ...extra,
@@ -161,6 +166,12 @@ export class Recogniser {
    */
   async loadDecoder(files, decoder, dtype = 'float32') {
     this.dtype = dtype;
+    const device = decoder.weights && await this.gpuDevice();
+    if (decoder.weights && device) {
+      const file = /** @type {Uint8Array} */ (files.get(/** @type {string} */ (decoder.data)));
+      this.weights = await this.timed('decoder weights', async () => uploadWeights(this.ort, device,
+        file, /** @type {Record<string, import('./weights.js').WeightEntry>} */ (decoder.weights)));
+    }
     /** @type {DecoderSet} */
     this.base = this.active = await this.decoderSet(files, decoder);
     this.takesIds = this.decoder.inputNames.includes(this.io.input_ids);
@@ -207,7 +218,8 @@ export class Recogniser {
     const session = await this.timed(`${which} session`, () => this.session(files, decoder,
       this.ep === 'webgpu' ? { preferredOutputLocation: Object.fromEntries(this.presentNames().map((n) => [n, 'gpu-buffer'])) } : {}));
     /** @type {DecoderSet} */
-    const set = { decoder: session, steps: null, decodeMode: 'plain', lora };
+    const set = { decoder: session, steps: null, decodeMode: 'plain', lora,
+      weights: decoder.weights ? weightFeeds(this.weights, session.inputNames) : {} };
     await this.timed(`${which} step session`, () => this.loadSteps(set, files, decoder));
     return set;
   }
@@ -253,8 +265,9 @@ export class Recogniser {
     if (this.ep !== 'webgpu' || !decoder.step || !this.rt.max_positions) return;
     try {
       set.steps = await CapturedSteps.create(this.ort, this.provider, /** @type {Uint8Array} */ (files.get(decoder.step)),
-        external(files, decoder.data), this.d, this.io, this.rt.max_positions, this.dtype,
-        { shared: this.base?.steps, extraFeeds: (names) => set.lora?.stepFeedsFor(names) ?? {}, options: this.sessionOptions() });
+        decoder.weights ? undefined : external(files, decoder.data), this.d, this.io, this.rt.max_positions, this.dtype,
+        { shared: this.base?.steps, options: this.sessionOptions(),
+          extraFeeds: (names) => ({ ...weightFeeds(decoder.weights ? this.weights : {}, names), ...set.lora?.stepFeedsFor(names) }) });
       set.decodeMode = 'captured';
     } catch (e) {
       plainSteps(set, e);
@@ -338,6 +351,8 @@ export class Recogniser {
     this.encoderWarmMs = 0; // warmEncoder's time
     this.warmLong = true; // warmEncoder encodes the longest chunk too (create: false for a bench of the decode alone)
     this.int8Ms = 0; // deriving int8 twins' weights at load (int8.js)
+    /** @type {Feeds} the decoder's weights, uploaded once for its shared-weights forms (weights.js); empty otherwise */
+    this.weights = {};
     /** @type {{step: string, start: number, end: number}[]} the load's steps in this class, performance.now() stamps */
     this.timeline = [];
     /** @type {((name: string) => void) | null} while create() makes a session on wasm: lets a file go that no later
@@ -724,6 +739,7 @@ export class Recogniser {
       [this.io.attention_mask]: new Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]),
       ...past,
       .../** @type {DecoderSet} */ (this.active).lora?.feeds, // the adapted graph's lora.* inputs
+      .../** @type {DecoderSet} */ (this.active).weights, // a shared-weights graph's weights
     };
     const out = await this.decoder.run(feeds);
     this.kvLocation = out[this.kv[0].present].location; // 'gpu-buffer' when the cache stays on the GPU

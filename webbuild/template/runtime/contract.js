@@ -41,7 +41,7 @@ export function kvNames(io, layers) {
  * @typedef {{type: 'load', manifestUrl: string, forceEp?: string | null, threads?: number, graphCapture?: boolean,
  *   warmShapes?: boolean, warmLong?: boolean, decodeForm?: string | null, knownDecode?: import('./decode-form.js').DecodeChoice | null,
  *   prefillRuns?: string | null, gpuValidation?: import('./probe.js').GpuValidation | null,
- *   optimization?: string | null}} LoadMessage
+ *   optimization?: string | null, weights?: string | null}} LoadMessage
  *   Load the model once (forceEp: the page's ?ep=; threads: its ?threads=, the wasm EP's threads, else site.js
  *   wasmThreads' rule). 'wasm' runs the CPU variant whatever the device offers;
  *   'webgpu' takes WebGPU even on a software GPU (SwiftShader), where the page otherwise takes wasm.
@@ -54,7 +54,8 @@ export function kvNames(io, layers) {
  *   in runs of the build's webgpu_prefill_chunk, either unchecked; else the warm-up's check of long runs decides (asr.js
  *   longRunsAgree). gpuValidation: onnxruntime-web's validationMode on WebGPU (the page's ?gpu_validation=;
  *   runtime/probe.js webgpuProvider). optimization: the sessions' graphOptimizationLevel (the page's ?opt=;
- *   runtime/site.js graphOptimization).
+ *   runtime/site.js graphOptimization). weights: 'shared' runs the decoder's shared-weights forms on WebGPU (the page's
+ *   ?weights=; runtime/site.js sharedForms).
  * @typedef {{type: 'transcribe', id: number, pcm: Float32Array, maxNewTokens?: number,
  *   chunkSeconds?: number, language?: string | null, context?: string}} TranscribeMessage
  *   pcm: 16 kHz mono (app/audio.js: the project's resampler), transferred; cut into chunks by runtime.json's
@@ -103,7 +104,7 @@ export const TO_WORKER = Object.freeze({
  *   the warning concerns one) are for scripts: the page keeps them in window.webbuild.warningCodes, which webbuild
  *   verify reads (the corrupted shard's 'corrupt'), as the wording may change.
  * @typedef {{ep: 'webgpu' | 'wasm', variant: string, notice: string | null, gpu: string,
- *   shaderF16: boolean, threads: number, threadsWhy: string, kvCache: string, decode: string, modelBytes: number,
+ *   shaderF16: boolean, threads: number, threadsWhy: string, kvCache: string, decode: string, sharedWeights: number, modelBytes: number,
  *   wasmHeapBytes: number, decodeChoice: import('./decode-form.js').DecodeChoice | null,
  *   prefillRuns: {limit: number, check: {tokens: number, limit: number, relative_diff: number, agree: boolean} | null},
  *   loraAdapters: string[], loraAbout: Record<string, string>, lora: string | null, languages: string[], language: string,
@@ -117,7 +118,9 @@ export const TO_WORKER = Object.freeze({
  *   whether and how it is cross-origin isolated: app/isolation.js);
  *   wasmHeapBytes: onnxruntime-web's wasm memory once loaded (runtime/heap.js; it only grows: a transcription's
  *   metrics give it again);
- *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu';
+ *   kvCache: 'gpu-buffer' when the KV cache stays on the GPU, else 'cpu'; sharedWeights: the decoder's weights
+ *   uploaded once for its sessions (the shared-weights forms, ?weights=shared; runtime/weights.js), 0 where each
+ *   session holds its own;
  *   decode: 'captured' when decode steps replay a captured graph (runtime/capture.js), else 'plain (why)';
  *   decodeChoice: which decode form runs and why (runtime/decode-form.js: 'measured at load' with both forms' ms
  *   per token, 'asked for', or why not measured);

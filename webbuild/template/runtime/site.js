@@ -41,6 +41,8 @@ import { createVad } from './vad.js';
  * @property {import('./probe.js').GpuValidation | null} [gpuValidation] onnxruntime-web's validationMode (probe.js)
  * @property {string | null} [optimization] the sessions' graphOptimizationLevel, one of GRAPH_OPTIMIZATIONS ('all'
  *   where unset or unknown)
+ * @property {string | null} [weights] 'shared': on WebGPU the decoder's shared-weights forms, its weights uploaded once
+ *   for both its sessions (runtime/weights.js), where the build made them; else each session holds its own
  * @property {boolean} [warmShapes] true: warm every shape class on a software GPU too (Recogniser.warmUp)
  * @property {boolean} [warmLong] false: the warm-up leaves out the longest chunk (its encoder run and prompt), which a
  *   first clip that long then compiles; a decode's calls and times are the same (a bench of the decode alone)
@@ -106,7 +108,8 @@ export async function loadSite(manifestUrl, opts = {}) {
     tSession0 = performance.now();
     made = await createRecogniser({ ...site, ort }, { ep: pick.ep, variant, load, gpu,
       graphCapture: opts.graphCapture ?? true, warmShapes: shapes, warmLong: opts.warmLong ?? true,
-      validation: opts.gpuValidation, optimization: graphOptimization(opts.optimization) }, opts.fallback ?? true);
+      validation: opts.gpuValidation, optimization: graphOptimization(opts.optimization),
+      sharedWeights: opts.weights === 'shared' }, opts.fallback ?? true);
     await load.verified; // every shard verified (the sessions may not have needed them all)
   } finally {
     load.flushCache(); // the sessions are made (or failed): the cache writes go on meanwhile
@@ -242,6 +245,15 @@ export function variantGraphs(entry, roles, manifest = null) {
   return graphs;
 }
 
+// The decoder's graphs in their shared-weights forms (webbuild/forms/shared_weights.py), with the weights they take
+// as inputs, where the variant has them; else as they are.
+/** @param {GraphFiles} decoder @param {import('webbuild-types').ManifestVariant} entry @returns {GraphFiles} */
+export function sharedForms(decoder, entry) {
+  const { weights } = entry;
+  if (!decoder.shared || !weights) return decoder;
+  return { ...decoder, graph: decoder.shared, step: decoder.step_shared ?? decoder.step, weights };
+}
+
 // The wasm EP's threads, {count, why}: `requested` (the page's ?threads=, the bench's --threads) as asked, else
 // threadsFor() this device's logical processors. Threads need SharedArrayBuffer, which a browser gives only a
 // cross-origin isolated page (COOP/COEP headers, sent by the host or added by the site's service worker,
@@ -296,15 +308,16 @@ function configureOrt(ort, wasmBinary, threads) {
  * @param {OpenSite & {ort: Ort}} site
  * @param {{ep: 'webgpu' | 'wasm', variant: string, load: import('./loader.js').Load, gpu: GpuProbe, graphCapture: boolean,
  *   warmShapes: boolean, warmLong: boolean, validation?: import('./probe.js').GpuValidation | null,
- *   optimization: import('./asr.js').GraphOptimization}} choice warmShapes:
+ *   optimization: import('./asr.js').GraphOptimization, sharedWeights: boolean}} choice sharedWeights: the decoder's
+ *   shared-weights forms on WebGPU where the variant has them (sharedForms); warmShapes:
  *   the warm-up will warm every shape class (its encoder part then runs as soon as the encoder's session is made),
  *   the longest chunk's with warmLong; validation: the
  *   WebGPU sessions' validationMode (probe.js webgpuProvider)
  * @param {boolean} fallback
  * @returns {Promise<EpChoice & {recogniser: Recogniser, notice?: string}>}
  */
-async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, warmShapes, warmLong, validation, optimization },
-  fallback) {
+async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, warmShapes, warmLong, validation, optimization,
+  sharedWeights }, fallback) {
   const { ort, manifest, runtime, loading } = site;
   // the load's files, each once the sessions that read it are made (on wasm: asr.js); looked up at each call, as a
   // load that moves into this thread replaces its release
@@ -317,6 +330,7 @@ async function createRecogniser(site, { ep, variant, load, gpu, graphCapture, wa
    */
   const create = (v, vFiles, provider, ready) => {
     const graphs = variantGraphs(manifest.variants[v], runtime.roles, manifest);
+    if (sharedWeights && provider !== 'wasm') graphs.decoder = sharedForms(graphs.decoder, manifest.variants[v]);
     if (!graphCapture) { // every decode step plain (runtime/capture.js)
       delete graphs.decoder.step;
       if (graphs.decoder_lora) {
