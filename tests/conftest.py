@@ -38,7 +38,7 @@ from tests.command import webbuild
 from tests.example_config import EXAMPLE, write_example_config
 from tests.fusion.exporters import cache_root
 from webbuild.site import ort_files
-from webbuild.tools.bench import NODE_ARGS_ENV
+from webbuild.tools.bench import NODE_ARGS_ENV, PLAIN_SECTION
 from webbuild.tools.browser import ARGS_ENV
 
 # V8's optimising wasm compiler spends about 50 s of CPU on onnxruntime-web's 25 MB module in every Node run
@@ -314,8 +314,19 @@ BENCH_DECODE = 4  # decode tokens of a SwiftShader bench: slow, so few
 # The example's run with one clip, captured decode, that the counters', the timing's and the prefill runs' tests
 # read: one Node load for all. Its warm-up is the shape classes' but the longest chunk's (--warm-up decode), the
 # one where the check of long prefill runs is made (tests/test_prefill_runs.py); no count or time of a decode token
-# depends on which warm-up ran (test_bench_counters.py compares it with runs warmed up on a second of silence)
-ONE_CLIP_RUN = ("--max-clips", "1", "--warm-up", "decode")
+# depends on which warm-up ran (test_bench_counters.py compares it with runs warmed up on a second of silence).
+# --decode-forms both: the same clip and decode in plain steps after the captured ones, on that load (decode_forms),
+# where a --no-graph-capture run was a SwiftShader load of its own
+ONE_CLIP_RUN = ("--max-clips", "1", "--warm-up", "decode", "--decode-forms", "both")
+
+
+def decode_forms(report: dict, stdout: str) -> dict[str, tuple[dict, str]]:
+    """A --decode-forms both run as two runs, {form: (report, table)}: captured, the report as is and the table
+    up to its plain section; plain, the report with the plain form's keys in place of the captured form's and
+    the table from its plain section on."""
+    captured_table, plain_table = stdout.split(f"\n{PLAIN_SECTION} ", 1)
+    return {"captured": (report, captured_table),
+            "plain": ({**report, **report["plain"]}, f"{PLAIN_SECTION} {plain_table}")}
 
 
 @pytest.fixture(scope="session")

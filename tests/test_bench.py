@@ -109,6 +109,15 @@ def test_bench_rejects_a_folder_that_is_not_a_site(tmp_path):
     assert "not a built site" in run.stderr
 
 
+def test_bench_refuses_both_decode_forms_where_one_form_runs(tmp_path):
+    """--decode-forms both (tests/test_bench_counters.py reads a run of it) needs the captured form and Node: with
+    --no-graph-capture or in the browser it is refused before anything runs, not answered with one form."""
+    for options in (["--no-graph-capture"], ["--runtime", "browser"]):
+        why = " ".join(options)
+        run = webbuild("bench", str(tmp_path), "--decode-forms", "both", *options)
+        assert run.returncode == 2 and f"does not go with {why}" in run.stderr, run.stderr
+
+
 def test_counted_site_is_a_hard_linked_copy_with_an_instrumented_worker(site, tmp_path):
     from webbuild.tools.bench.instrument import counted_site
 

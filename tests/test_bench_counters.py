@@ -29,7 +29,7 @@ import onnx
 import pytest
 
 from tests.conftest import BENCH_DECODE as DECODE
-from tests.conftest import ONE_CLIP_RUN
+from tests.conftest import ONE_CLIP_RUN, decode_forms
 from webbuild.adapters import DOWN_GROUPS
 from webbuild.site.adapter_pack import stored_parameters
 from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV, node_args
@@ -38,7 +38,7 @@ from webbuild.tools.bench import HARNESSES, SWIFTSHADER_ENV, node_args
 # captured and the plain decode compare transcripts; the tests (and test_bench_timing.py) share its runs
 # (webgpu_bench); the browser's run too, as the pool of buffers a clip leaves counts in `buffers`. The other
 # runs count without one. The captured run is the one test_prefill_runs.py reads (its warm-up of the shape
-# classes); the others warm up on a second of silence.
+# classes), and holds the plain steps' figures too (--decode-forms both); the others warm up on a second of silence.
 CLIP, NO_CLIP = ("--max-clips", "1"), ("--max-clips", "0")
 CAPTURED = ONE_CLIP_RUN
 
@@ -85,18 +85,18 @@ def test_counts_are_reported(level0, webgpu_bench):
 
 
 def test_captured_decode_gives_the_plain_decodes_tokens(level0, webgpu_bench):
-    """--no-graph-capture: every step a plain run of the decoder (a bind group and a uniform write per
-    dispatch), the token chosen in JS; the same greedy tokens and margins, and the same transcript of the
-    sample clip, either way. Both run the same projections; the plain decoder's attention is GroupQueryAttention,
-    the captured step's is written out over the static cache (fusion.step_attention: direct, the default: the
-    step's K and V rows written in place by ScatterND, q's and k's rotary embedding, the scores' MatMul, Softmax
-    and the values' MatMul), every kernel dispatched directly, and it makes the greedy choice on the GPU (the
-    logits padded to rows of 128, the vocabulary of 1,031 being no multiple: Pad, then two ReduceMin for the
-    token's index) without the last-position Slice."""
-    # the plain run first: another worker making the captured run meanwhile (test_counts_are_reported's) is not
-    # waited for
-    plain = benched(webgpu_bench, level0, *CLIP, "--no-graph-capture")
-    captured = benched(webgpu_bench, level0, *CAPTURED)
+    """Plain steps (--decode-forms both's second form, as --no-graph-capture decodes): every step a plain run of the
+    decoder (a bind group and a uniform write per dispatch), the token chosen in JS; the same greedy tokens and
+    margins, and the same transcript of the sample clip, either way. Both run the same projections; the plain
+    decoder's attention is GroupQueryAttention, the captured step's is written out over the static cache
+    (fusion.step_attention: direct, the default: the step's K and V rows written in place by ScatterND, q's and k's
+    rotary embedding, the scores' MatMul, Softmax and the values' MatMul), every kernel dispatched directly, and it
+    makes the greedy choice on the GPU (the logits padded to rows of 128, the vocabulary of 1,031 being no multiple:
+    Pad, then two ReduceMin for the token's index) without the last-position Slice."""
+    forms = decode_forms(*webgpu_bench(level0, *CAPTURED))
+    for _, table in forms.values():  # each form's part of the table shows its counts
+        assert "dispatches" in table and "kernels" in table
+    (captured, _), (plain, _) = forms["captured"], forms["plain"]
     assert captured["decode"] == "captured" and plain["decode"].startswith("plain")
     ids = [r["synthetic_decode"]["token_ids"] for r in (captured, plain)]
     assert ids[0] == ids[1] and len(ids[0]) == DECODE + 1
@@ -116,6 +116,27 @@ def test_captured_decode_gives_the_plain_decodes_tokens(level0, webgpu_bench):
     # no kernel takes its sizes from the GPU (dispatchWorkgroupsIndirect, which Chromium validates at 0.4 ms or
     # more each: docs/graph-capture.md), captured or plain
     assert c["indirect"] == p["indirect"] == 0
+
+
+def test_decode_forms_both_reports_each_forms_figures_from_one_load(level0, webgpu_bench):
+    """--decode-forms both: one load's clip and synthetic decode in the captured form (the report's own keys, as
+    without the option) and then in plain steps (its `plain`: the same keys and the form's `decode`), each form in
+    a part of the table of its own; both decode the same tokens."""
+    report, stdout = webgpu_bench(level0, *CAPTURED)
+    figures = {"clips", "summary", "synthetic_decode", "counters_per_token", "timing_per_token"}
+    plain = report["plain"]
+    assert set(plain) == figures | {"decode"} and figures <= set(report)
+    assert report["decode"] == "captured" and plain["decode"] == "plain (--decode-forms both)"
+    def tokens(form: dict) -> tuple[list[int], list[list[int]]]:  # the synthetic decode's, the clip's
+        return form["synthetic_decode"]["token_ids"], [c["token_ids"] for c in form["clips"]]
+
+    assert tokens(plain) == tokens(report) and all(tokens(report)) and all(tokens(report)[1])
+    forms = decode_forms(report, stdout)
+    (_, captured_table), (_, plain_table) = forms["captured"], forms["plain"]
+    assert "queued ahead" in captured_table and "read-back wait" not in captured_table  # the captured steps' phases
+    assert "read-back wait" in plain_table and "queued ahead" not in plain_table  # the plain steps' phases
+    for table in (captured_table, plain_table):  # each form's figures once in its part
+        assert sum(line.startswith(("decode ", "per token ", "time/token ")) for line in table.splitlines()) == 3
 
 
 def test_the_step_form_has_no_audio_inputs_and_no_shape_arithmetic(level0):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import BENCH_DECODE as DECODE
-from tests.conftest import ONE_CLIP_RUN
+from tests.conftest import ONE_CLIP_RUN, decode_forms
 
 ROUNDING = 0.001  # timing.mjs rounds each ms figure to 3 decimals
 
@@ -18,9 +18,8 @@ ROUNDING = 0.001  # timing.mjs rounds each ms figure to 3 decimals
 def bench(request, example_dist, webgpu_bench) -> tuple[dict, str]:
     """`webbuild bench --ep webgpu --swiftshader` of the example, its decode steps plain (one run and one
     read-back after the other) or captured (steps queued ahead of the tokens): the report and the table.
-    The runs of tests/test_bench_counters.py with the same options."""
-    options = ("--max-clips", "1", "--no-graph-capture") if request.param == "plain" else ONE_CLIP_RUN
-    return webgpu_bench(example_dist, *options)
+    Both forms of one run (--decode-forms both), the one tests/test_bench_counters.py reads."""
+    return decode_forms(*webgpu_bench(example_dist, *ONE_CLIP_RUN))[request.param]
 
 
 def test_the_phases_add_up_to_the_decode_steps(bench):

@@ -21,7 +21,7 @@ from webbuild import DISTRIBUTION, layouts
 from webbuild.config import PROVIDERS, Encoder, Quantize
 from webbuild.errors import AudioError, BenchError, CommandError, ZooError
 from webbuild.text import plural
-from webbuild.tools.bench import WARM_UPS
+from webbuild.tools.bench import DECODE_FORMS, WARM_UPS
 from webbuild.tools.scaffold import WORKFLOWS
 
 log = logging.getLogger(__name__)
@@ -556,6 +556,12 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
                    "ep.webgpuexecutionprovider.maxNumPendingDispatches=256; repeatable.")
 @click.option("--graph-capture/--no-graph-capture", default=True, show_default=True,
               help="Decode with the captured step graph where WebGPU allows it (node only); off: every step plain.")
+@click.option("--decode-forms", "decode_forms", type=click.Choice(DECODE_FORMS), default=DECODE_FORMS[0],
+              show_default=True,
+              help="auto: the decode form the load chooses (captured where it works, unless measured slower on a "
+                   "hardware GPU); both: the clips and the synthetic decode in the captured form, then in plain "
+                   "steps, on one load (node only, a built site on WebGPU): the report's own figures are the "
+                   "captured form's, its `plain` the plain steps'.")
 @click.option("--warm-up", "warm_up", type=click.Choice(WARM_UPS), default=WARM_UPS[0], show_default=True,
               help="The load's warm-up: shapes, every class of shapes a chunk can meet (as the page on a hardware "
                    "GPU); decode, all but the longest chunk's (its encoder run and prompt: most of a software GPU's "
@@ -597,9 +603,10 @@ def verify(target: str, clips: Path | None, report: Path | None, junit: Path | N
 @click.option("--json", "report", type=click.Path(path_type=Path), help="Write the JSON report here.")
 def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
           max_new_tokens: int | None, swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool,
-          warm_up: str, adapter: str | None, threads: int | None, rounds: int | None, rows: tuple[str, ...],
-          peer: Path | None, short_decode: int, prompt_tokens: int, timing: bool, step_trace: int,
-          first_use: str | None, one_page: bool, first_use_query: str, allow_software: bool, report: Path | None):
+          decode_forms: str, warm_up: str, adapter: str | None, threads: int | None, rounds: int | None,
+          rows: tuple[str, ...], peer: Path | None, short_decode: int, prompt_tokens: int, timing: bool,
+          step_trace: int, first_use: str | None, one_page: bool, first_use_query: str, allow_software: bool,
+          report: Path | None):
     """Measure load time, encoder time, TTFT, prefill and decode speed of a built site's runtime.
 
     Runs the site's own runtime modules and onnxruntime-web from DIR under Node (WebGPU through
@@ -614,6 +621,7 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
     Example:
       webbuild bench dist --ep wasm --json bench.json
       webbuild bench dist --ep webgpu --swiftshader --decode-tokens 16
+      webbuild bench dist --ep webgpu --decode-forms both   # captured and plain steps, one load
       webbuild bench dist --ep webgpu --adapter klatt   # per-token counts with the adapter on
       webbuild bench examples/tiny-asr/model --ep wasm
       webbuild bench dist --runtime browser --ep wasm --threads 4
@@ -624,6 +632,8 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
 
     if adapter and (names := site_adapters(dir)) is not None:
         require_adapter(names, adapter)  # before a browser or Node starts
+    if decode_forms == "both":
+        _check_both_forms(runtime, graph_capture, bool(rounds or first_use))
     if rounds or first_use:
         from webbuild.tools.bench.rounds import RoundsOptions, run_rounds
 
@@ -641,12 +651,22 @@ def bench(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max
     with gpu_clock.ClockSampler() as clocks:  # the GPU's own clock beside its figures, where nvidia-smi is
         start = gpu_clock.now()
         result = _bench_run(dir, runtime, ep, decode_tokens, repeat, max_clips, max_new_tokens, swiftshader,
-                            session_config, graph_capture, adapter, threads, warm_up)
+                            session_config, graph_capture, adapter, threads, warm_up, decode_forms)
         result["gpu_clock"] = clocks.window(start, gpu_clock.now())
     click.echo(table(result))
     if report:
         report.write_text(json.dumps(result, indent=1) + "\n")
         click.echo(f"report: {report}")
+
+
+def _check_both_forms(runtime: str, graph_capture: bool, rounds: bool) -> None:
+    """--decode-forms both is bench.mjs's (Node) and sets plain steps beside the captured form: refused where
+    either is missing, rather than a report with one form."""
+    why = ("--runtime browser" if runtime == "browser" else "--rounds or --first-use" if rounds
+           else "--no-graph-capture (plain steps alone)" if not graph_capture else None)
+    if why:
+        raise BenchError(f"--decode-forms both (the captured form, then plain steps, under Node) does not go "
+                         f"with {why}")
 
 
 def _seconds_list(text: str) -> list[float]:
@@ -663,7 +683,8 @@ def _seconds_list(text: str) -> list[float]:
 
 def _bench_run(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int, max_clips: int | None,
                max_new_tokens: int | None, swiftshader: bool, session_config: tuple[str, ...], graph_capture: bool,
-               adapter: str | None, threads: int | None, warm_up: str = WARM_UPS[0]) -> dict:
+               adapter: str | None, threads: int | None, warm_up: str = WARM_UPS[0],
+               decode_forms: str = DECODE_FORMS[0]) -> dict:
     """`webbuild bench`'s run in the page (--runtime browser) or under Node: its report."""
     from webbuild.tools.bench import run_node
 
@@ -682,7 +703,7 @@ def _bench_run(dir: Path, runtime: str, ep: str, decode_tokens: int, repeat: int
                              f"{', '.join(e for e in session_config if '=' not in e)}")
         return run_node(dir, ep, decode_tokens, repeat, max_clips, swiftshader, session_config=config,
                         graph_capture=graph_capture, max_new_tokens=max_new_tokens, adapter=adapter,
-                        warm_up=warm_up)
+                        warm_up=warm_up, decode_forms=decode_forms)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,11 @@ SWIFTSHADER_ENV = {
 
 # the load's warm-up (--warm-up): every shape class, all but the longest chunk's, a second of silence
 WARM_UPS = ("shapes", "decode", "second")
+# the decode forms a Node run of a built site measures (--decode-forms): the one its load chooses; or the captured
+# form, then plain steps on the same load (one load instead of two: most of a software GPU's run)
+DECODE_FORMS = ("auto", "both")
+# the terminal table's line that begins the plain steps' figures of a --decode-forms both run
+PLAIN_SECTION = "plain steps"
 PROGRESS = "[bench] "  # how the harnesses' progress lines on stderr begin (the report alone is on stdout)
 # merged decoders benched as peers: the onnxruntime-genai builder's, optimum's
 MERGED_NAMES = ("model.onnx", "decoder_model_merged.onnx")
@@ -49,6 +54,7 @@ def run_node(
     max_new_tokens: int | None = None,
     adapter: str | None = None,
     warm_up: str = "shapes",
+    decode_forms: str = "auto",
 ) -> dict:
     """Runs the Node harness on `dist` and returns its report.
 
@@ -58,7 +64,8 @@ def run_node(
     site's shapes. `adapter`: a built site's LoRA adapter switched on (on, off and on again, each
     switch's WebGPU calls counted) before the clips and the synthetic decode run with it. `warm_up` (WARM_UPS):
     every shape class, all but the longest chunk's (its encoder run and prompt, the bulk of a software GPU's
-    load), or a second of silence.
+    load), or a second of silence. `decode_forms` (DECODE_FORMS) "both": a built site's clips and synthetic decode
+    in the captured form, then in plain steps, on one load (the report's `plain`: the plain steps' figures).
     """
     _check_inputs(dist)
     if (dist / "model" / "manifest.json").is_file():
@@ -67,9 +74,12 @@ def run_node(
             extra += ["--max-clips", str(max_clips)]
         if max_new_tokens is not None:
             extra += ["--max-new-tokens", str(max_new_tokens)]
-        extra += ["--graph-capture", str(int(graph_capture)), "--warm-up", warm_up]
+        extra += ["--graph-capture", str(int(graph_capture)), "--warm-up", warm_up, "--decode-forms", decode_forms]
         if adapter:
             extra += ["--adapter", adapter]
+    elif decode_forms != "auto":
+        raise BenchError(f"{dist}: --decode-forms {decode_forms} is for a built site, whose runtime decodes in either "
+                         "form; a split export or a merged decoder runs its graphs one way")
     elif (dist / "decoder_init.onnx").is_file():
         harness, extra = HARNESSES / "split.mjs", []
     elif merged := next((n for n in MERGED_NAMES if (dist / n).is_file()), None):
@@ -182,10 +192,8 @@ def node_args() -> list[str]:
 
 
 def table(r: dict) -> str:
-    """The report as aligned lines for the terminal."""
-    s, load = r["summary"], r["load"]
-    synth = r.get("synthetic_decode")
-    dec = synth["ms_per_token"] if synth else s["decode_ms_per_token_clips"]
+    """The report as aligned lines for the terminal; a --decode-forms both run's plain steps after its own form."""
+    load = r["load"]
     parts = ", ".join(f"{k.removesuffix('_ms')} {v:.0f}" for k, v in load.items() if k != "total_ms")
     runtime = ("node " + r["node"]) if "node" in r else r["browser"]
     lines = [
@@ -193,17 +201,9 @@ def table(r: dict) -> str:
         f"threads {r['threads']}, kv cache {r['kv_cache']}" + (f", decode {r['decode']}" if r.get("decode") else ""),
         f"gpu         {r['gpu']}" + (" (shader-f16)" if r.get("shader_f16") else ""),
         f"load        {load['total_ms']:.0f} ms ({parts})",
-        f"encoder     {_ms(s['encoder_ms'])}"
-        + (f" (median over {s['clips']} clips)" if "clips" in s else " (synthetic input)"),
-        f"TTFT        {_ms(s['ttft_ms'])}",
-        f"prefill     {_num(s['prefill_tokens_per_s'])} tok/s "
-        f"({_num(s['prompt_tokens'], 0)} prompt tokens in {_ms(s['prefill_ms'])})",
-        f"decode      {_num(dec['median'])} ms/token median, p10 {_num(dec['p10'])}, p90 {_num(dec['p90'])} "
-        + (f"({dec['n']} synthetic tokens)" if synth else f"(over {dec['n']} clips)"),
+        *form_lines(r),
+        *lora_lines(r),
     ]
-    if "clips" in s:
-        lines.append(f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text")
-    lines += lora_lines(r)
     if r.get("gpu_clock"):
         from webbuild.tools.bench.gpu_clock import describe
 
@@ -217,7 +217,36 @@ def table(r: dict) -> str:
         now += f", {size(r['tab_rss_after_gc_bytes'])} after gc()" if r.get("tab_rss_after_gc_bytes") else ""
         now += f"; the build's estimate {size(r['tab_estimate_bytes'])}" if r.get("tab_estimate_bytes") else ""
         lines.append(f"tab memory  {size(tab)} at most{now} (the renderer process's resident memory)")
-    return "\n".join(lines + counter_lines(r) + timing_lines(r))
+    return "\n".join(lines + counter_lines(r) + timing_lines(r) + plain_lines(r))
+
+
+def form_lines(r: dict) -> list[str]:
+    """What one decode form gave: the clips' encoder, TTFT, prefill and decode, or the synthetic decode's."""
+    s = r["summary"]
+    synth = r.get("synthetic_decode")
+    dec = synth["ms_per_token"] if synth else s["decode_ms_per_token_clips"]
+    lines = [
+        f"encoder     {_ms(s['encoder_ms'])}"
+        + (f" (median over {s['clips']} clips)" if "clips" in s else " (synthetic input)"),
+        f"TTFT        {_ms(s['ttft_ms'])}",
+        f"prefill     {_num(s['prefill_tokens_per_s'])} tok/s "
+        f"({_num(s['prompt_tokens'], 0)} prompt tokens in {_ms(s['prefill_ms'])})",
+        f"decode      {_num(dec['median'])} ms/token median, p10 {_num(dec['p10'])}, p90 {_num(dec['p90'])} "
+        + (f"({dec['n']} synthetic tokens)" if synth else f"(over {dec['n']} clips)"),
+    ]
+    if "clips" in s:
+        lines.append(f"clips       {s['clips_matching']}/{s['clips']} transcripts equal the expected text")
+    return lines
+
+
+def plain_lines(r: dict) -> list[str]:
+    """--decode-forms both: the plain steps' figures (the report's `plain`), on the same load as those above."""
+    if not (plain := r.get("plain")):
+        return []
+    form = {**r, **plain}
+    return [f"{PLAIN_SECTION} the clips and the synthetic decode again on the same load, every decode step a plain "
+            f"run of the decoder (decode {plain['decode']}):",
+            *form_lines(form), *counter_lines(form), *timing_lines(form)]
 
 
 def lora_lines(r: dict) -> list[str]:
