@@ -135,8 +135,10 @@ def test_runtime_json_carries_the_contract_names(site, fused_site):
         assert {TOKENS_FILE, ORT_WASM} <= set(manifest["files"]) and (dist / rt["files"]["ort_module"]).is_file()
         for name, entry in manifest["variants"].items():
             assert {k: entry[k] for k in VARIANTS[name]} == VARIANTS[name]  # dtype, requires, providers
-            roles = set(entry) - {"files", "wasm", *VARIANTS[name]}  # wasm: webbuild.pipeline.wasm_budget
+            # wasm: webbuild.pipeline.wasm_budget; weights: the shared-weights forms' table (forms.shared_weights)
+            roles = set(entry) - {"files", "wasm", "weights", *VARIANTS[name]}
             assert roles <= known and sorted(entry[r] for r in roles) == sorted(entry["files"]), name
+            assert ("weights" in entry) == ("decoder_shared" in entry), name
 
 
 def test_wasm_twin_decoder_matches_the_quantized_decoder(fused_site, tmp_path):
