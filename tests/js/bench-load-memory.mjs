@@ -6,11 +6,10 @@
 //   with ORT's wasm taken from the shards; proves the reassembled files work in the runtime.
 // --files A,B: load only these logical files (default: all). --no-cache: loader without a cache.
 // --max-ratio R: exit 1 if (peak - idle) / model bytes exceeds R (a guard for CI; 1.0 = one copy).
-import { rmSync } from 'node:fs';
 import path from 'node:path';
 
 import { CHROMIUM, runPage } from './chromium.mjs';
-import { REPO, buildFixture, tempDir } from './fixture.mjs';
+import { REPO, buildFixture, removeTempDir, tempDir } from './fixture.mjs';
 import { startServer } from '../../webbuild/tools/bench/server.mjs';
 
 const MIB = 2 ** 20;
@@ -57,5 +56,5 @@ try {
     process.exitCode = 1;
   }
 } finally {
-  rmSync(tmp, { recursive: true, force: true });
+  removeTempDir(tmp);
 }

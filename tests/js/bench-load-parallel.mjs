@@ -7,11 +7,10 @@
 //     [--no-cache] [--check]
 // Prints one JSON line per load: ready_ms (every file verified and its busy work done), done_ms (the cache
 // writes made too), the loader's stats.
-import { rmSync } from 'node:fs';
 import path from 'node:path';
 
 import { runPage } from './chromium.mjs';
-import { REPO, buildFixture, tempDir } from './fixture.mjs';
+import { REPO, buildFixture, removeTempDir, tempDir } from './fixture.mjs';
 import { startServer } from '../../webbuild/tools/bench/server.mjs';
 
 const MIB = 2 ** 20;
@@ -38,5 +37,5 @@ try {
   await srv.close();
 } finally {
   await new Promise((r) => setTimeout(r, 1000)); // the browser's last processes leave its profiles
-  try { rmSync(tmp, { recursive: true, force: true, maxRetries: 5, retryDelay: 500 }); } catch (e) { console.error(`left ${tmp}: ${e.message}`); }
+  try { removeTempDir(tmp); } catch (e) { console.error(`left ${tmp}: ${e.message}`); }
 }

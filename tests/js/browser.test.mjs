@@ -4,11 +4,10 @@
 // corrupt shard. Skipped where no Chromium exists.
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import path from 'node:path';
 
 import { CHROMIUM, runPage } from './chromium.mjs';
-import { REPO, buildFixture, tempDir } from './fixture.mjs';
+import { REPO, buildFixture, removeTempDir, tempDir } from './fixture.mjs';
 import { startServer } from '../../webbuild/tools/bench/server.mjs';
 
 const MAX = 256 * 1024;
@@ -25,7 +24,7 @@ describe('loader in Chromium', { skip: !CHROMIUM && 'no Chromium' }, () => {
   });
   after(async () => {
     await srv?.close();
-    rmSync(tmp, { recursive: true, force: true });
+    removeTempDir(tmp);
   });
   const shardHits = () => srv.log.filter((r) => r.path.startsWith('/shards/')).length;
   const page = (q) => runPage(srv, `${srv.url}page/page.html?${q}`, profile);

@@ -1,7 +1,7 @@
 // Builds real shard folders with the Python packer (webbuild/pipeline/shard.py), as the build does.
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,6 +12,13 @@ export const PYTHON = process.env.WEBBUILD_PYTHON ?? (existsSync(VENV_PY) ? VENV
 
 export function tempDir() {
   return mkdtempSync(path.join(tmpdir(), 'webbuild-loader-'));
+}
+
+// Removes a tempDir: retried, as a closed Chromium's last processes may still write into its profile there
+// (ENOTEMPTY once failed a test run's after hook, every test of it passed).
+/** @param {string | undefined} dir */
+export function removeTempDir(dir) {
+  if (dir) rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 200 });
 }
 
 // sizes: {logical name: byte count}; returns {dir, manifest, sources: {name: Buffer}}.

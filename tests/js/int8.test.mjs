@@ -4,11 +4,10 @@
 //   INT8_SHAPES=1024x3072,1024x151936 INT8_ROUNDS=3 INT8_WORKERS=2 node --test tests/js/int8.test.mjs   the 0.6b's sizes, timed
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import path from 'node:path';
 
 import { CHROMIUM, runPage } from './chromium.mjs';
-import { REPO, tempDir } from './fixture.mjs';
+import { REPO, removeTempDir, tempDir } from './fixture.mjs';
 import { startServer } from '../../webbuild/tools/bench/server.mjs';
 
 describe('int8 weights in workers, in Chromium', { skip: !CHROMIUM && 'no Chromium' }, () => {
@@ -21,7 +20,7 @@ describe('int8 weights in workers, in Chromium', { skip: !CHROMIUM && 'no Chromi
   });
   after(async () => {
     await srv?.close();
-    rmSync(tmp, { recursive: true, force: true });
+    removeTempDir(tmp);
   });
 
   it('shares the derivation among workers, byte for byte', async () => {

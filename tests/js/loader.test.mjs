@@ -2,13 +2,12 @@
 // Node's real fetch and checked with real sha256. Run: node --test tests/js/
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { rmSync } from 'node:fs';
 import path from 'node:path';
 
 import {
   LoadError, MemoryStore, detachBuffer, loadFiles, loadManifest, loadVariant, openModelCache, startLoad,
 } from '../../webbuild/template/runtime/loader.js';
-import { buildFixture, tempDir } from './fixture.mjs';
+import { buildFixture, removeTempDir, tempDir } from './fixture.mjs';
 import { startServer } from '../../webbuild/tools/bench/server.mjs';
 
 const KIB = 1024;
@@ -35,7 +34,7 @@ before(async () => {
 
 after(async () => {
   await srv.close();
-  rmSync(tmp, { recursive: true, force: true });
+  removeTempDir(tmp);
 });
 
 beforeEach(() => {

@@ -6,12 +6,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { readFileSync, rmSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 
 import { floatToHalf } from '../../webbuild/template/runtime/half.js';
 import { LoraInputs, loraNames, loraShapes, loraValues } from '../../webbuild/template/runtime/lora.js';
-import { PYTHON, REPO, tempDir } from './fixture.mjs';
+import { PYTHON, REPO, removeTempDir, tempDir } from './fixture.mjs';
 
 // Packs random [K, N] inputs (K not a multiple of 32 among them, values over float16's whole range and
 // beyond, one zero outside a band of rows, one all zeros) with adapter_pack.pack; writes per precision the file, its
@@ -81,7 +81,7 @@ before(() => {
   tmp = tempDir();
   execFileSync(PYTHON, ['-c', PACK, tmp], { cwd: REPO, stdio: ['ignore', 'ignore', 'inherit'] });
 });
-after(() => rmSync(tmp, { recursive: true, force: true }));
+after(() => removeTempDir(tmp));
 
 const read = (name) => new Uint8Array(readFileSync(path.join(tmp, name)));
 const concat = (Type, arrays) => {
