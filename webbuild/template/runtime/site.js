@@ -246,12 +246,12 @@ export function variantGraphs(entry, roles, manifest = null) {
 }
 
 // The decoder's graphs in their shared-weights forms (webbuild/forms/shared_weights.py), with the weights they take
-// as inputs, where the variant has them; else as they are.
+// as inputs, where the variant has them for the graph and its step form alike; else as they are.
 /** @param {GraphFiles} decoder @param {import('webbuild-types').ManifestVariant} entry @returns {GraphFiles} */
 export function sharedForms(decoder, entry) {
   const { weights } = entry;
-  if (!decoder.shared || !weights) return decoder;
-  return { ...decoder, graph: decoder.shared, step: decoder.step_shared ?? decoder.step, weights };
+  if (!decoder.shared || !weights || (decoder.step && !decoder.step_shared)) return decoder;
+  return { ...decoder, graph: decoder.shared, step: decoder.step_shared, weights };
 }
 
 // The wasm EP's threads, {count, why}: `requested` (the page's ?threads=, the bench's --threads) as asked, else
